@@ -1,0 +1,1 @@
+"""Kernel profiling harness: measures GEMM, attention, elementwise, norm, optimizer and collective kernels."""

@@ -1,0 +1,170 @@
+"""Hardware catalog: public spec figures per device, looked up by id or vendor name.
+
+Each device is one YAML file in ``conf/hardware/<id>.yaml``. The estimators use these figures as features, so a
+device with no measurements can still be described (and predicted) from its yaml alone.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import re
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from profiling.paths import HARDWARE_DIR
+
+DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8")
+
+
+class UnknownHardwareError(KeyError):
+    """Raised for an id or device name that is not in the catalog; its message lists the catalog."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; we want it plain
+        return str(self.args[0])
+
+
+class HardwareSpec(BaseModel):
+    """Public spec figures of one device. Bandwidths are GB/s (1e9 B/s), unidirectional per device."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
+    name: str
+    kind: Literal["gpu", "cpu"]
+    vendor: str
+    aliases: list[str] = []
+    architecture: str
+    compute_capability: tuple[int, int] | None = None
+    sm_count: int = Field(gt=0, description="SMs on a GPU; physical cores on a CPU")
+    max_clock_mhz: float = Field(gt=0)
+    memory_gib: float = Field(gt=0)
+    memory_bandwidth_gbps: float = Field(gt=0)
+    l2_cache_mib: float = Field(gt=0)
+    shared_memory_per_sm_kib: float | None = None
+    peak_tflops: dict[str, float]
+    nvlink_bandwidth_gbps: float | None = None
+    pcie_bandwidth_gbps: float | None = None
+    network_bandwidth_gbps: float | None = None
+    gpus_per_node: int = 8
+    tdp_w: float | None = None
+
+    def peak_flops(self, dtype: str) -> float:
+        """Dense peak FLOP/s for a dtype; dtypes without tensor-core support fall back to the fp32 rate."""
+        key = _canonical_dtype(dtype)
+        if key in self.peak_tflops:
+            return self.peak_tflops[key] * 1e12
+        if key == "fp8":  # no fp8 units: emulated through fp16 at best
+            return self.peak_tflops.get("fp16", self.peak_tflops["fp32"]) * 1e12
+        return self.peak_tflops["fp32"] * 1e12
+
+    @property
+    def memory_bytes(self) -> int:
+        return int(self.memory_gib * 2**30)
+
+    @property
+    def memory_bandwidth(self) -> float:
+        """Bytes per second."""
+        return self.memory_bandwidth_gbps * 1e9
+
+    @property
+    def intra_node_bandwidth(self) -> float:
+        """Bytes per second between devices of one node: NVLink when present, else PCIe."""
+        return (self.nvlink_bandwidth_gbps or self.pcie_bandwidth_gbps or 16.0) * 1e9
+
+    @property
+    def inter_node_bandwidth(self) -> float:
+        return (self.network_bandwidth_gbps or 12.5) * 1e9
+
+
+def _canonical_dtype(dtype: str) -> str:
+    d = dtype.lower()
+    if d.startswith("fp8") or d.startswith("float8"):
+        return "fp8"
+    return {"float32": "fp32", "float": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16",
+            "float64": "fp64", "double": "fp64"}.get(d, d)
+
+
+def _normalise_name(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "", name.lower())
+
+
+def load_spec(path: Path) -> HardwareSpec:
+    """Read one catalog file; a malformed file raises ValueError naming the file and the field."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: not valid YAML ({exc.__class__.__name__})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping of spec fields")
+    try:
+        spec = HardwareSpec.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "<root>"
+        raise ValueError(f"{path}: field '{field}': {err['msg']}") from None
+    if spec.id != path.stem:
+        raise ValueError(f"{path}: field 'id' is '{spec.id}', expected the file name '{path.stem}'")
+    return spec
+
+
+@functools.lru_cache(maxsize=8)
+def load_catalog(directory: Path | None = None) -> dict[str, HardwareSpec]:
+    directory = Path(directory or os.environ.get("STEPCAST_HARDWARE_DIR", HARDWARE_DIR))
+    return {p.stem: load_spec(p) for p in sorted(directory.glob("*.yaml"))}
+
+
+def lookup(id_or_name: str, catalog: dict[str, HardwareSpec] | None = None) -> HardwareSpec:
+    """Find a device by catalog id (``h100-sxm``) or vendor name (``NVIDIA H100 80GB HBM3``)."""
+    catalog = catalog if catalog is not None else load_catalog()
+    if id_or_name in catalog:
+        return catalog[id_or_name]
+    wanted = _normalise_name(id_or_name)
+    for spec in catalog.values():
+        if wanted in {_normalise_name(spec.id), _normalise_name(spec.name)} | {_normalise_name(a) for a in spec.aliases}:
+            return spec
+    raise UnknownHardwareError(
+        f"unknown hardware '{id_or_name}': expected one of {', '.join(sorted(catalog))} "
+        f"(or a vendor name listed as an alias in conf/hardware/*.yaml)"
+    )
+
+
+def cpu_model_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cpu_hardware_id(model_name: str | None = None, cores: int | None = None) -> str:
+    """A stable id for this machine's CPU, e.g. ``cpu-intel-xeon-2c``."""
+    model_name = model_name or cpu_model_name()
+    cores = cores or os.cpu_count() or 1
+    slug = re.sub(r"\((r|tm)\)|\bcpu\b|\bprocessor\b|@.*$", " ", model_name.lower())
+    slug = re.sub(r"[^a-z0-9]+", "-", slug).strip("-")
+    return f"cpu-{slug}-{cores}c"
+
+
+def detect() -> HardwareSpec:
+    """The device this process would run on: the first CUDA GPU when present, else this machine's CPU."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return lookup(torch.cuda.get_device_name(0))
+    except ImportError:
+        pass
+    hw_id = cpu_hardware_id()
+    catalog = load_catalog()
+    if hw_id in catalog:
+        return catalog[hw_id]
+    raise UnknownHardwareError(
+        f"this machine's CPU ('{cpu_model_name()}') has no catalog entry conf/hardware/{hw_id}.yaml: "
+        f"write one (python -m profiling.describe_cpu writes it from /proc/cpuinfo)"
+    )

@@ -1,0 +1,16 @@
+"""Where the project's files live. One place, so every package agrees."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CONF_DIR = REPO_ROOT / "conf"
+HARDWARE_DIR = CONF_DIR / "hardware"
+DATASETS_DIR = REPO_ROOT / "datasets"
+MODELS_DIR = REPO_ROOT / "models"
+
+
+def shared_data_root() -> Path:
+    """Root of the third-party measurements (read-only). Setting: STEPCAST_SHARED_DATA, default ../shared/data."""
+    return Path(os.environ.get("STEPCAST_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
