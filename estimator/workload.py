@@ -1,0 +1,184 @@
+"""What a kernel has to do, independent of any device: FLOPs, bytes moved, and for collectives bytes on the wire.
+
+Vectorised over whole columns of a single-family frame (numpy, no per-row Python). These figures feed both the
+analytical roofline estimator and the learned models' features, so they are defined once, here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from profiling.families import dtype_bytes
+
+# Elementwise op -> (input tensors read, FLOPs per output element). Unknown ops: one input, one FLOP.
+ELEMENTWISE_OPS: dict[str, tuple[float, float]] = {
+    "add": (2, 1), "sub": (2, 1), "mul": (2, 1), "div": (2, 1), "maximum": (2, 1), "minimum": (2, 1),
+    "where": (3, 1), "pow": (2, 4), "addcmul": (3, 2), "lerp": (3, 3),
+    "relu": (1, 1), "neg": (1, 1), "abs": (1, 1), "copy": (1, 0), "cast": (1, 0), "fill": (0, 0),
+    "gelu": (1, 8), "gelu_tanh": (1, 10), "silu": (1, 5), "sigmoid": (1, 4), "tanh": (1, 6), "exp": (1, 4),
+    "sqrt": (1, 2), "rsqrt": (1, 2), "dropout": (1.25, 3),  # dropout also writes a 1-byte mask per element
+    "gelu_backward": (2, 10), "silu_backward": (2, 7), "relu_backward": (2, 1), "threshold_backward": (2, 1),
+    "swiglu": (2, 6), "rope": (2, 3),
+}
+
+# Norm op -> (fwd reads, fwd writes, bwd reads, bwd writes) in units of rows*cols elements, FLOPs per element fwd/bwd.
+NORM_OPS: dict[str, tuple[float, float, float, float, float, float]] = {
+    "layer_norm": (1, 1, 2, 1, 8, 12),
+    "rms_norm": (1, 1, 2, 1, 5, 9),
+    "softmax": (1, 1, 2, 1, 5, 4),
+    "log_softmax": (1, 1, 2, 1, 5, 4),
+    "cross_entropy": (1, 0, 1, 1, 6, 5),
+    "sum": (1, 0, 0, 1, 1, 0),
+    "mean": (1, 0, 0, 1, 1, 0),
+}
+
+# Optimizer op -> (fp32 state bytes read+written per parameter, FLOPs per parameter). The parameter itself is read
+# and written and its gradient read in the row's dtype; optimizer states are kept in fp32.
+OPTIMIZER_OPS: dict[str, tuple[float, float]] = {
+    "adamw": (16, 12), "adam": (16, 12), "sgd": (8, 3), "adagrad": (8, 5), "rmsprop": (8, 6), "lion": (8, 5),
+}
+
+# Collective op -> (algorithm bandwidth factor, latency steps per rank as a function of ranks n). The factor is
+# nccl-tests' bus-bandwidth factor: bytes each rank moves over its link = size * factor(n), where size is the larger
+# of the send and receive buffers per rank.
+COLLECTIVE_BUS_FACTOR: dict[str, str] = {
+    "all_reduce": "2*(n-1)/n",
+    "all_gather": "(n-1)/n",
+    "reduce_scatter": "(n-1)/n",
+    "all_to_all": "(n-1)/n",
+    "broadcast": "1",
+    "reduce": "1",
+    "send_recv": "1",
+}
+
+
+@dataclass(frozen=True)
+class Work:
+    """Device-independent work of every row (arrays of the frame's length)."""
+
+    flops: np.ndarray
+    bytes: np.ndarray  # bytes read + written in device memory
+    wire_bytes: np.ndarray  # bytes each rank sends over its link (collectives; 0 otherwise)
+    latency_steps: np.ndarray  # sequential communication steps (collectives; 0 otherwise)
+
+
+def _col(frame: pd.DataFrame, name: str) -> np.ndarray:
+    return frame[name].to_numpy(dtype=np.float64)
+
+
+def _op_table(ops: pd.Series, table: dict, default: tuple) -> np.ndarray:
+    """Rows of ``table`` for each op, matching by the op's base name ("adamw_fused" -> "adamw")."""
+    codes, uniques = pd.factorize(ops.astype(str), use_na_sentinel=False)
+    rows = []
+    for op in uniques:
+        base = op if op in table else op.rsplit("_", 1)[0] if op.rsplit("_", 1)[0] in table else None
+        rows.append(table[base] if base else default)
+    return np.asarray(rows, dtype=np.float64).reshape(len(uniques), len(default))[codes]
+
+
+def element_bytes(frame: pd.DataFrame) -> np.ndarray:
+    codes, uniques = pd.factorize(frame["dtype"].astype(str), use_na_sentinel=False)
+    return np.array([dtype_bytes(d) for d in uniques], dtype=np.float64)[codes]
+
+
+def gemm(frame: pd.DataFrame) -> Work:
+    m, n, k, b = (_col(frame, c) for c in ("m", "n", "k", "batch"))
+    eb = element_bytes(frame)
+    zeros = np.zeros(len(frame))
+    return Work(2.0 * m * n * k * b, b * (m * k + k * n + m * n) * eb, zeros, zeros)
+
+
+def causal_fraction(seq_q: np.ndarray, seq_kv: np.ndarray, causal: np.ndarray) -> np.ndarray:
+    """Share of the score matrix a causal mask keeps (bottom-right aligned, as in FlashAttention): about one half when
+    seq_q == seq_kv, close to 1 for a short query over a long cache."""
+    kept = 1.0 - (seq_q - 1.0) / (2.0 * np.maximum(seq_kv, 1.0))
+    return np.where(causal, np.clip(kept, 0.0, 1.0), 1.0)
+
+
+def attention(frame: pd.DataFrame) -> Work:
+    b, hq, hkv, sq, skv, d = (_col(frame, c) for c in ("batch", "heads_q", "heads_kv", "seq_q", "seq_kv", "head_dim"))
+    causal = frame["causal"].astype(bool).to_numpy()
+    bwd = (frame["pass"].astype(str) == "bwd").to_numpy()
+    eb = element_bytes(frame)
+    fwd_flops = 4.0 * b * hq * sq * skv * d * causal_fraction(sq, skv, causal)
+    flops = np.where(bwd, 2.5 * fwd_flops, fwd_flops)  # backward: 5 matmuls against the forward's 2
+    q_side, kv_side = b * hq * sq * d * eb, b * hkv * skv * d * eb
+    moved = np.where(bwd, 4.0, 2.0) * (q_side + kv_side)  # fwd: Q,O + K,V; bwd: Q,O,dO,dQ + K,V,dK,dV
+    zeros = np.zeros(len(frame))
+    return Work(flops, moved, zeros, zeros)
+
+
+def elementwise(frame: pd.DataFrame) -> Work:
+    numel = _col(frame, "numel")
+    table = _op_table(frame["op"], ELEMENTWISE_OPS, (1.0, 1.0))
+    eb = element_bytes(frame)
+    zeros = np.zeros(len(frame))
+    return Work(numel * table[:, 1], numel * eb * (table[:, 0] + 1.0), zeros, zeros)
+
+
+def norm(frame: pd.DataFrame) -> Work:
+    rows, cols = _col(frame, "rows"), _col(frame, "cols")
+    table = _op_table(frame["op"], NORM_OPS, NORM_OPS["layer_norm"])
+    bwd = (frame["pass"].astype(str) == "bwd").to_numpy()
+    eb = element_bytes(frame)
+    elems = rows * cols
+    reads = np.where(bwd, table[:, 2], table[:, 0])
+    writes = np.where(bwd, table[:, 3], table[:, 1])
+    flops = elems * np.where(bwd, table[:, 5], table[:, 4])
+    moved = (elems * (reads + writes) + 2.0 * rows) * eb  # + per-row statistics
+    zeros = np.zeros(len(frame))
+    return Work(flops, moved, zeros, zeros)
+
+
+def optimizer(frame: pd.DataFrame) -> Work:
+    params = _col(frame, "params")
+    table = _op_table(frame["op"], OPTIMIZER_OPS, OPTIMIZER_OPS["adamw"])
+    eb = element_bytes(frame)
+    zeros = np.zeros(len(frame))
+    return Work(params * table[:, 1], params * (3.0 * eb + table[:, 0]), zeros, zeros)
+
+
+def bus_factor(ops: pd.Series, ranks: np.ndarray) -> np.ndarray:
+    n = np.maximum(ranks, 1.0)
+    ring = (n - 1.0) / n
+    names = ops.astype(str).to_numpy()
+    factor = np.ones(len(n))
+    factor = np.where(names == "all_reduce", 2.0 * ring, factor)
+    factor = np.where(np.isin(names, ["all_gather", "reduce_scatter", "all_to_all"]), ring, factor)
+    return np.where(n <= 1.0, 0.0, factor)
+
+
+def latency_steps(ops: pd.Series, ranks: np.ndarray, ranks_per_node: np.ndarray) -> np.ndarray:
+    """Sequential steps: ring for a single node, tree (log2) across nodes as NCCL picks for large rank counts."""
+    n = np.maximum(ranks, 1.0)
+    names = ops.astype(str).to_numpy()
+    ring = n - 1.0
+    tree = np.ceil(np.log2(n))
+    steps = np.where(n > np.maximum(ranks_per_node, 1.0), np.minimum(ring, 2.0 * tree), ring)
+    steps = np.where(names == "all_reduce", 2.0 * steps, steps)
+    steps = np.where(np.isin(names, ["send_recv", "broadcast", "reduce"]), np.minimum(steps, 1.0 + tree), steps)
+    return np.where(n <= 1.0, 0.0, steps)
+
+
+def collective(frame: pd.DataFrame) -> Work:
+    size, ranks, rpn = (_col(frame, c) for c in ("bytes", "ranks", "ranks_per_node"))
+    wire = size * bus_factor(frame["op"], ranks)
+    flops = np.where(frame["op"].astype(str).isin(["all_reduce", "reduce_scatter", "reduce"]).to_numpy(), size, 0.0)
+    return Work(flops / 2.0, 2.0 * size, wire, latency_steps(frame["op"], ranks, rpn))
+
+
+WORK = {
+    "gemm": gemm,
+    "attention": attention,
+    "elementwise": elementwise,
+    "norm": norm,
+    "collective": collective,
+    "optimizer": optimizer,
+}
+
+
+def work(family: str, frame: pd.DataFrame) -> Work:
+    """Work of every row of a frame holding only ``family``'s rows."""
+    return WORK[family](frame)

@@ -1,0 +1,68 @@
+"""The analytical estimator: sane directions (bigger is slower, newer is faster, causal halves the work)."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from estimator.analytical import RooflineEstimator
+
+
+def gemms(hardware: str, sizes: list[int], dtype: str = "bf16") -> pd.DataFrame:
+    return pd.DataFrame({"family": "gemm", "hardware": hardware, "dtype": dtype,
+                         "m": sizes, "n": sizes, "k": sizes, "batch": 1})
+
+
+def test_gemm_time_grows_with_size():
+    pred = RooflineEstimator().predict(gemms("h100-sxm", [64, 256, 1024, 4096, 16384]))
+    assert np.all(np.diff(pred) > 0)
+
+
+def test_h100_faster_than_a100_for_every_family():
+    base = pd.DataFrame([
+        dict(family="gemm", dtype="bf16", m=8192, n=8192, k=8192, batch=1),
+        dict(family="attention", dtype="bf16", batch=2, heads_q=32, heads_kv=32, seq_q=4096, seq_kv=4096,
+             head_dim=128, causal=False, **{"pass": "fwd"}),
+        dict(family="elementwise", dtype="bf16", op="add", numel=2**26),
+        dict(family="norm", dtype="bf16", op="layer_norm", rows=16384, cols=8192, **{"pass": "bwd"}),
+        dict(family="optimizer", dtype="fp32", op="adamw_fused", params=10**9),
+        dict(family="collective", dtype="bf16", op="all_reduce", bytes=2**30, ranks=8, ranks_per_node=8),
+    ])
+    model = RooflineEstimator()
+    h100 = model.predict(base.assign(hardware="h100-sxm"))
+    a100 = model.predict(base.assign(hardware="a100-sxm-80gb"))
+    assert np.all(h100 < a100)
+
+
+def test_causal_attention_does_about_half_the_work():
+    row = dict(family="attention", hardware="h100-sxm", dtype="bf16", batch=8, heads_q=32, heads_kv=32,
+               seq_q=8192, seq_kv=8192, head_dim=128, **{"pass": "fwd"})
+    frame = pd.DataFrame([dict(row, causal=False), dict(row, causal=True)])
+    full, causal = RooflineEstimator(gpu_fixed_us=0).predict(frame)
+    assert 0.45 < causal / full < 0.55
+
+
+def test_backward_attention_costs_more_than_forward():
+    row = dict(family="attention", hardware="h100-sxm", dtype="bf16", batch=8, heads_q=32, heads_kv=8,
+               seq_q=4096, seq_kv=4096, head_dim=128, causal=True)
+    fwd, bwd = RooflineEstimator().predict(pd.DataFrame([dict(row, **{"pass": "fwd"}), dict(row, **{"pass": "bwd"})]))
+    assert bwd > 2 * fwd
+
+
+def test_inter_node_collective_slower_than_intra_node():
+    frame = pd.DataFrame({"family": "collective", "hardware": "h100-sxm", "dtype": "bf16", "op": "all_reduce",
+                          "bytes": 2**28, "ranks": [8, 16], "ranks_per_node": 8})
+    intra, inter = RooflineEstimator().predict(frame)
+    assert inter > intra
+
+
+def test_single_rank_collective_costs_only_the_fixed_cost():
+    frame = pd.DataFrame([dict(family="collective", hardware="h100-sxm", dtype="bf16", op="all_reduce",
+                               bytes=2**30, ranks=1, ranks_per_node=8)])
+    assert RooflineEstimator(gpu_fixed_us=2.5).predict(frame)[0] == 2.5
+
+
+def test_save_load_round_trip(tmp_path):
+    model = RooflineEstimator(compute_efficiency=0.5)
+    loaded = RooflineEstimator.load(model.save(tmp_path / "roofline"))
+    frame = gemms("a100-sxm-80gb", [512, 2048])
+    np.testing.assert_array_equal(loaded.predict(frame), model.predict(frame))
