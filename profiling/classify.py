@@ -1,0 +1,623 @@
+"""Map an aten op with its input shapes and dtypes to a kernel row of ``profiling.families`` (no hardware).
+
+Two callers: the emulator (every launch at capture time, through a TorchDispatchMode: names like
+``aten.addmm.default``, dtypes like ``torch.float16``) and the Kineto importer (names like ``aten::addmm``, dtypes
+like ``c10::Half``, shapes from ``Input Dims``). Both give one shape per positional argument; a non-tensor argument
+has shape ``[]`` and a dtype such as ``""``, ``"Scalar"``, ``"Int"`` or ``None``; a tensor list is a list of shapes.
+
+``classify_op(...)`` returns ``{"family", "dtype", <key columns>}`` or None for ops outside every family (views,
+convolutions, indexing, ...). Where the shapes alone cannot tell (the reduced dims of ``sum``, ``is_causal``), the
+optional ``args`` (values aligned with ``shapes``, like Kineto's "Concrete Inputs") decide; without them:
+softmax-like ops reduce the last dim, ``sum``/``mean`` reduce everything, attention is not causal.
+
+Choices a reader should know:
+- gemm shapes are logical (PyTorch reports sizes, not strides), so transposed operands need no special case;
+  ``matmul``/``linear`` with a 2-D weight fold the leading dims into m; ``bmm``/``baddbmm``/batched ``matmul`` give
+  ``batch``. fp32 GEMMs whose kernel name shows TF32 tensor cores (``s1688gemm``, ``tf32``) are ``tf32``.
+- ``nll_loss`` (forward and backward) is recorded as norm ``cross_entropy`` with rows = N, cols = C: the family's
+  vocabulary has no separate loss entry and the op is a row-wise reduction over the logits.
+- dtypes the families do not list are timed as the listed dtype of the same width: int32 as fp32, int16 as fp16,
+  uint8 as int8 (``canonical_dtype`` gives only exact names and None for these).
+- foreach ops keep their name (``foreach_add``, ``foreach_addcdiv``...): one captured launch is one of these, not a
+  whole optimizer step; fused optimizers are ``adamw_fused``, ``adam_fused``, ``sgd_fused``.
+- collectives: ``bytes`` per rank is the largest tensor argument (nccl-tests ``size``); ``ranks`` and
+  ``ranks_per_node`` come from the keyword arguments (None when the caller does not know them).
+"""
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from profiling.families import dtype_bytes
+
+Shape = tuple[int, ...]
+Row = dict[str, Any]
+
+# ---- dtypes -------------------------------------------------------------------------------------------------------
+
+_EXACT_DTYPES: dict[str, str] = {}
+for _names, _dtype in (
+    (("float", "float32", "torch.float32", "torch.float", "fp32"), "fp32"),
+    (("double", "float64", "torch.float64", "torch.double", "fp64"), "fp64"),
+    (("c10::half", "half", "float16", "torch.float16", "torch.half", "fp16"), "fp16"),
+    (("c10::bfloat16", "bfloat16", "torch.bfloat16", "bf16"), "bf16"),
+    (("c10::float8_e4m3fn", "float8_e4m3fn", "torch.float8_e4m3fn", "c10::float8_e4m3fnuz", "float8_e4m3fnuz",
+      "torch.float8_e4m3fnuz", "fp8_e4m3"), "fp8_e4m3"),
+    (("c10::float8_e5m2", "float8_e5m2", "torch.float8_e5m2", "c10::float8_e5m2fnuz", "float8_e5m2fnuz",
+      "torch.float8_e5m2fnuz", "fp8_e5m2"), "fp8_e5m2"),
+    (("long", "int64", "torch.int64", "torch.long", "long int"), "int64"),
+    (("signed char", "int8", "torch.int8"), "int8"),
+    (("bool", "torch.bool"), "bool"),
+    (("tf32",), "tf32"),
+):
+    for _name in _names:
+        _EXACT_DTYPES[_name] = _dtype
+
+# Same width, not the same type: good enough to time memory-bound kernels, never written as training data.
+_APPROXIMATE_DTYPES: dict[str, str] = {
+    "int": "fp32", "int32": "fp32", "torch.int32": "fp32", "torch.int": "fp32", "unsigned int": "fp32",
+    "short": "fp16", "int16": "fp16", "torch.int16": "fp16",
+    "unsigned char": "int8", "uint8": "int8", "torch.uint8": "int8",
+}
+
+# Kineto's capitalised IValue tags ("Int", "Double", "Bool", "Scalar", "GenericList"...) are not tensor dtypes.
+
+
+def canonical_dtype(name: str | None) -> str | None:
+    """The family dtype for an exact tensor dtype name (Kineto or torch spelling); None for anything else."""
+    if not name:
+        return None
+    if name in _EXACT_DTYPES:
+        return _EXACT_DTYPES[name]
+    if name.startswith("c10::"):  # c10::Half, c10::BFloat16, c10::Float8_e4m3fn
+        return _EXACT_DTYPES.get(name.lower())
+    return None
+
+
+def _row_dtype(name: str | None) -> str | None:
+    exact = canonical_dtype(name)
+    if exact or not name:
+        return exact
+    return _APPROXIMATE_DTYPES.get(name)
+
+
+def _is_tensor_dtype(name: str | None) -> bool:
+    return isinstance(name, str) and _row_dtype(name) is not None
+
+
+def _entry_dtype(entry: Any) -> str | None:
+    """Row dtype of one argument's dtype entry: a name, or a tuple of names for a tensor list."""
+    if isinstance(entry, tuple):
+        return next((_row_dtype(d) for d in entry if isinstance(d, str) and _row_dtype(d)), None)
+    return _row_dtype(entry) if isinstance(entry, str) else None
+
+
+# ---- op names -----------------------------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=4096)
+def op_base_name(op: str) -> tuple[str, str]:
+    """("namespace", "base name") of an op: aten::add_ -> (aten, add), aten.addmm.default -> (aten, addmm).
+
+    A trailing in-place underscore is dropped (``add_`` -> ``add``, ``_foreach_mul_`` -> ``_foreach_mul``).
+    """
+    op = op.strip()
+    if op.startswith("torch.ops."):
+        op = op[len("torch.ops."):]
+    if "::" in op:
+        namespace, name = op.split("::", 1)
+        name = name.split(".", 1)[0]
+    elif op.startswith("nccl:"):
+        namespace, name = "nccl", op[len("nccl:"):]
+    elif "." in op:
+        namespace, name = op.split(".", 2)[:2]
+    else:
+        namespace, name = "", op
+    if name.endswith("_") and not name.endswith("__"):
+        name = name[:-1]
+    return namespace, name
+
+
+# ---- shape helpers ------------------------------------------------------------------------------------------------
+
+def _numel(shape: Shape) -> int:
+    return math.prod(shape)
+
+
+def _tensors(shapes: tuple, dtypes: tuple) -> list[tuple[Shape, str]]:
+    """(shape, row dtype) of each plain tensor argument (tensor lists excluded)."""
+    out = []
+    for shape, dtype in zip(shapes, dtypes):
+        if _is_tensor_dtype(dtype) and all(isinstance(d, int) for d in shape):
+            out.append((shape, _row_dtype(dtype)))
+    return out
+
+
+def _tensor_list_numel(shape: Any) -> int:
+    """Elements of a tensor-list argument given as a list of shapes; 0 when not such a list."""
+    if isinstance(shape, tuple) and shape and all(isinstance(s, tuple) for s in shape):
+        return sum(_numel(s) for s in shape)
+    return 0
+
+
+def _arg(args: tuple | None, index: int, default: Any = None) -> Any:
+    if args is None or index >= len(args) or args[index] in (None, ""):
+        return default
+    return args[index]
+
+
+def _as_bool(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1")
+    return bool(value)
+
+
+def _as_dims(value: Any, ndim: int) -> tuple[int, ...] | None:
+    """Dim argument(s) as non-negative ints; None when absent or unparsable."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        found = re.findall(r"-?\d+", value)
+        if not found:
+            return None
+        value = [int(v) for v in found]
+    values = value if isinstance(value, (list, tuple)) else [value]
+    try:
+        return tuple(int(v) % ndim for v in values) if ndim else ()
+    except (TypeError, ValueError):
+        return None
+
+
+# ---- families -----------------------------------------------------------------------------------------------------
+
+_TF32_KERNEL = re.compile(r"s1688gemm|s16816gemm|tf32|_s1688|xmma_gemm_f32f32_tf32", re.IGNORECASE)
+
+
+def _gemm_row(m: int, n: int, k: int, batch: int, dtype: str | None, kernel_name: str | None) -> Row | None:
+    if dtype is None or min(m, n, k, batch) <= 0:
+        return None
+    if dtype == "fp32" and kernel_name and _TF32_KERNEL.search(kernel_name):
+        dtype = "tf32"
+    return {"family": "gemm", "dtype": dtype, "m": m, "n": n, "k": k, "batch": batch}
+
+
+def _gemm(name: str, shapes: tuple, dtypes: tuple, args: tuple | None, kernel_name: str | None) -> Row | None:
+    t = _tensors(shapes, dtypes)
+    if name in ("addmm", "_addmm_activation", "baddbmm", "addbmm"):
+        t = t[1:] if len(t) >= 3 else t
+    if len(t) < 2:
+        return None
+    (a, dtype), (b, _) = t[0], t[1]
+    if name in ("linear",):  # y = x @ w.T: w is [n, k]
+        if len(b) != 2 or not a:
+            return None
+        return _gemm_row(_numel(a[:-1]), b[0], a[-1], 1, dtype, kernel_name)
+    if name in ("bmm", "baddbmm"):
+        if len(a) != 3 or len(b) != 3:
+            return None
+        return _gemm_row(a[1], b[2], a[2], a[0], dtype, kernel_name)
+    if name == "addbmm":  # sum over the batch of bmm products
+        if len(a) != 3 or len(b) != 3:
+            return None
+        return _gemm_row(a[1], b[2], a[2], a[0], dtype, kernel_name)
+    if name in ("mm", "addmm", "_addmm_activation", "_scaled_mm"):
+        if len(a) != 2 or len(b) != 2:
+            return None
+        return _gemm_row(a[0], b[1], a[1], 1, dtype, kernel_name)
+    # matmul: numpy semantics.
+    if not a or not b:
+        return None
+    a2 = a if len(a) > 1 else (1,) + a
+    b2 = b if len(b) > 1 else b + (1,)
+    if len(b2) == 2:  # batch dims of a fold into m
+        return _gemm_row(_numel(a2[:-1]), b2[1], a2[-1], 1, dtype, kernel_name)
+    try:
+        batch_shape = _broadcast(a2[:-2], b2[:-2])
+    except ValueError:
+        return None
+    return _gemm_row(a2[-2], b2[-1], a2[-1], _numel(batch_shape), dtype, kernel_name)
+
+
+def _broadcast(*shapes: Shape) -> Shape:
+    ndim = max((len(s) for s in shapes), default=0)
+    out = []
+    for i in range(-ndim, 0):
+        sizes = {s[i] for s in shapes if len(s) >= -i} - {1}
+        if len(sizes) > 1:
+            raise ValueError(f"shapes {shapes} do not broadcast")
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
+
+
+# name -> (query index, key index, layout, is_causal arg index, pass, causal means custom_mask_type != 0)
+_ATTENTION: dict[str, tuple[int, int, str, int, str]] = {
+    "scaled_dot_product_attention": (0, 1, "bhsd", 5, "fwd"),
+    "_scaled_dot_product_attention_math": (0, 1, "bhsd", 5, "fwd"),
+    "_scaled_dot_product_flash_attention": (0, 1, "bhsd", 4, "fwd"),
+    "_scaled_dot_product_flash_attention_backward": (1, 2, "bhsd", 11, "bwd"),
+    "_scaled_dot_product_efficient_attention": (0, 1, "bhsd", 6, "fwd"),
+    "_scaled_dot_product_efficient_attention_backward": (1, 2, "bhsd", 11, "bwd"),
+    "_scaled_dot_product_cudnn_attention": (0, 1, "bhsd", 6, "fwd"),
+    "_scaled_dot_product_cudnn_attention_backward": (1, 2, "bhsd", 14, "bwd"),
+    "_flash_attention_forward": (0, 1, "bshd", 8, "fwd"),
+    "_flash_attention_backward": (1, 2, "bshd", 11, "bwd"),
+    "_efficient_attention_forward": (0, 1, "bshd", 9, "fwd"),  # causal: custom_mask_type != 0
+    "_efficient_attention_backward": (1, 2, "bshd", 14, "bwd"),
+}
+
+
+def _attention(name: str, shapes: tuple, dtypes: tuple, args: tuple | None, kernel_name: str | None) -> Row | None:
+    q_index, k_index, layout, causal_index, pass_ = _ATTENTION[name]
+    if max(q_index, k_index) >= len(shapes):
+        return None
+    q, k = shapes[q_index], shapes[k_index]
+    dtype = _entry_dtype(dtypes[q_index])
+    if dtype is None or len(q) not in (3, 4) or len(k) != len(q):
+        return None
+    if len(q) == 3:
+        q, k = (1,) + q, (1,) + k
+    if layout == "bhsd":
+        batch, heads_q, seq_q, head_dim = q
+        heads_kv, seq_kv = k[1], k[2]
+    else:
+        batch, seq_q, heads_q, head_dim = q
+        seq_kv, heads_kv = k[1], k[2]
+    causal_value = _arg(args, causal_index, False)
+    causal = _as_bool(causal_value) if not isinstance(causal_value, (int, float)) or isinstance(
+        causal_value, bool) else causal_value != 0
+    return {"family": "attention", "dtype": dtype, "batch": batch, "heads_q": heads_q, "heads_kv": heads_kv,
+            "seq_q": seq_q, "seq_kv": seq_kv, "head_dim": head_dim, "causal": bool(causal), "pass": pass_}
+
+
+# name -> (family op, input index, weight index (cols from its numel) or None, pass, reduction kind)
+_NORM: dict[str, tuple[str, int, int | None, str, str]] = {
+    "layer_norm": ("layer_norm", 0, 2, "fwd", "last"),
+    "native_layer_norm": ("layer_norm", 0, 2, "fwd", "last"),
+    "native_layer_norm_backward": ("layer_norm", 1, 5, "bwd", "last"),
+    "rms_norm": ("rms_norm", 0, 2, "fwd", "last"),
+    "_fused_rms_norm": ("rms_norm", 0, 2, "fwd", "last"),
+    "_fused_rms_norm_backward": ("rms_norm", 1, 4, "bwd", "last"),
+    "softmax": ("softmax", 0, None, "fwd", "dim1"),
+    "_softmax": ("softmax", 0, None, "fwd", "dim1"),
+    "_softmax_backward_data": ("softmax", 1, None, "bwd", "dim2"),
+    "_safe_softmax": ("softmax", 0, None, "fwd", "dim1"),
+    "log_softmax": ("log_softmax", 0, None, "fwd", "dim1"),
+    "_log_softmax": ("log_softmax", 0, None, "fwd", "dim1"),
+    "_log_softmax_backward_data": ("log_softmax", 1, None, "bwd", "dim2"),
+    "cross_entropy_loss": ("cross_entropy", 0, None, "fwd", "class"),
+    "nll_loss": ("cross_entropy", 0, None, "fwd", "class"),
+    "nll_loss_forward": ("cross_entropy", 0, None, "fwd", "class"),
+    "nll_loss_nd": ("cross_entropy", 0, None, "fwd", "class"),
+    "nll_loss_backward": ("cross_entropy", 1, None, "bwd", "class"),
+    "sum": ("sum", 0, None, "fwd", "dims1"),
+    "mean": ("mean", 0, None, "fwd", "dims1"),
+}
+
+
+def _norm(name: str, shapes: tuple, dtypes: tuple, args: tuple | None, kernel_name: str | None) -> Row | None:
+    op, index, weight_index, pass_, kind = _NORM[name]
+    if index >= len(shapes):
+        return None
+    x, dtype = shapes[index], _entry_dtype(dtypes[index])
+    if dtype is None or not all(isinstance(d, int) for d in x):
+        return None
+    numel = _numel(x)
+    if not x:
+        rows, cols = 1, 1
+    elif kind == "last":
+        weight = shapes[weight_index] if weight_index is not None and weight_index < len(shapes) else ()
+        cols = _numel(weight) if weight and _is_tensor_dtype(dtypes[weight_index]) else x[-1]
+        normalized = _as_dims(_arg(args, 1), 1 << 30) if name in ("layer_norm", "native_layer_norm", "rms_norm",
+                                                                   "_fused_rms_norm") else None
+        if normalized:
+            cols = _numel(normalized)
+        rows = numel // cols if cols else 0
+    elif kind == "class":  # [N, C] or [N, C, d1, ...]: rows = N * d..., cols = C
+        cols = x[1] if len(x) >= 2 else x[0]
+        rows = numel // cols if cols else 0
+    elif kind in ("dim1", "dim2"):
+        dims = _as_dims(_arg(args, 1 if kind == "dim1" else 2), len(x))
+        dim = dims[0] if dims else len(x) - 1
+        cols = x[dim]
+        rows = numel // cols if cols else 0
+    else:  # sum / mean: reduced dims from args; without them the whole tensor
+        dims = _as_dims(_arg(args, 1), len(x))
+        cols = _numel(tuple(x[d] for d in set(dims))) if dims else numel
+        rows = numel // cols if cols else 0
+    if rows <= 0 or cols <= 0:
+        return None
+    return {"family": "norm", "dtype": dtype, "op": op, "rows": rows, "cols": cols, "pass": pass_}
+
+
+_ELEMENTWISE_ALIASES: dict[str, str] = {
+    "copy": "copy", "clone": "copy", "contiguous": "copy", "_to_copy": "cast", "to": "cast", "type_as": "cast",
+    "native_dropout": "dropout", "dropout": "dropout", "native_dropout_backward": "dropout_backward",
+    "_fused_dropout": "dropout", "_masked_scale": "dropout_backward",
+    "fill": "fill", "zero": "fill", "zeros_like": "fill", "ones_like": "fill", "full_like": "fill",
+    "threshold_backward": "relu_backward", "rsub": "sub", "true_divide": "div",
+    "gelu": "gelu", "gelu_backward": "gelu_backward", "silu": "silu", "silu_backward": "silu_backward",
+    "relu": "relu", "sigmoid": "sigmoid", "sigmoid_backward": "sigmoid_backward", "tanh": "tanh",
+    "tanh_backward": "tanh_backward", "add": "add", "sub": "sub", "mul": "mul", "div": "div", "neg": "neg",
+    "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "pow": "pow", "abs": "abs", "sign": "sign",
+    "reciprocal": "reciprocal", "where": "where", "masked_fill": "masked_fill", "clamp": "clamp",
+    "clamp_min": "clamp", "clamp_max": "clamp", "maximum": "maximum", "minimum": "minimum", "lerp": "lerp",
+    "addcmul": "addcmul", "addcdiv": "addcdiv", "eq": "compare", "ne": "compare", "lt": "compare",
+    "le": "compare", "gt": "compare", "ge": "compare", "logical_not": "logical", "logical_and": "logical",
+    "logical_or": "logical", "bitwise_and": "logical", "bitwise_or": "logical", "bitwise_not": "logical",
+    "cos": "trig", "sin": "trig", "erf": "erf", "softplus": "softplus", "hardtanh": "clamp",
+    "leaky_relu": "relu", "elu": "elu", "mish": "mish", "square": "mul", "log2": "log", "log1p": "log",
+    "exp2": "exp", "expm1": "exp", "floor": "round", "ceil": "round", "round": "round", "trunc": "round",
+    "nan_to_num": "nan_to_num", "triu": "triu", "tril": "triu", "cat": "copy", "stack": "copy",
+}
+
+
+def _elementwise(name: str, shapes: tuple, dtypes: tuple, args: tuple | None, kernel_name: str | None) -> Row | None:
+    t = _tensors(shapes, dtypes)
+    list_numel = max((_tensor_list_numel(s) for s in shapes), default=0)
+    if not t and not list_numel:
+        return None
+    numel = max((_numel(s) for s, _ in t), default=0)
+    try:
+        numel = max(numel, _numel(_broadcast(*(s for s, _ in t)))) if t else numel
+    except ValueError:
+        pass
+    numel = max(numel, list_numel)
+    dtype = max(t, key=lambda item: _numel(item[0]))[1] if t else _list_dtype(dtypes)
+    if dtype is None or numel <= 0:
+        return None
+    return {"family": "elementwise", "dtype": dtype, "op": _ELEMENTWISE_ALIASES[name], "numel": numel}
+
+
+def _list_dtype(dtypes: tuple) -> str | None:
+    return next((_entry_dtype(d) for d in dtypes if _entry_dtype(d)), None)
+
+
+_FUSED_OPTIMIZERS = {"_fused_adamw": "adamw_fused", "_fused_adam": "adam_fused", "_fused_sgd": "sgd_fused",
+                     "_fused_adagrad": "adagrad_fused"}
+
+
+def _optimizer(name: str, shapes: tuple, dtypes: tuple, args: tuple | None, kernel_name: str | None) -> Row | None:
+    lists = [(_tensor_list_numel(s), d) for s, d in zip(shapes, dtypes) if _tensor_list_numel(s)]
+    if lists:
+        params, dtype = lists[0][0], _entry_dtype(lists[0][1]) or _list_dtype(dtypes)
+    else:  # a single tensor (foreach over one-element lists as some recorders flatten them)
+        t = _tensors(shapes, dtypes)
+        if not t:
+            return None
+        params, dtype = _numel(t[0][0]), t[0][1]
+    if dtype is None or params <= 0:
+        return None
+    op = _FUSED_OPTIMIZERS.get(name) or "foreach_" + name[len("_foreach_"):]
+    return {"family": "optimizer", "dtype": dtype, "op": op, "params": params}
+
+
+_COLLECTIVES: dict[str, str] = {}
+for _op, _names in {
+    "all_reduce": ("allreduce", "all_reduce", "allreduce_coalesced", "all_reduce_coalesced"),
+    "all_gather": ("allgather", "_allgather_base", "all_gather", "all_gather_into_tensor", "allgather_coalesced",
+                   "allgather_into_tensor_coalesced", "all_gather_into_tensor_coalesced", "_allgather_into_tensor"),
+    "reduce_scatter": ("reduce_scatter", "_reduce_scatter_base", "reduce_scatter_tensor",
+                       "reduce_scatter_tensor_coalesced", "reducescatter"),
+    "all_to_all": ("alltoall", "alltoall_base", "all_to_all", "all_to_all_single", "all_to_allv"),
+    "broadcast": ("broadcast", "_broadcast"),
+    "send_recv": ("send", "recv", "recv_any_source", "sendrecv", "send_recv", "batch_isend_irecv"),
+}.items():
+    for _name in _names:
+        _COLLECTIVES[_name] = _op
+
+_COLLECTIVE_NAMESPACES = frozenset({"c10d", "_c10d_functional", "c10d_functional", "nccl", "gloo", "_dtensor"})
+# Functional ops return the gathered tensor, so their argument is the per-rank shard: bytes scale by ranks.
+_GATHERS_FROM_SHARD = frozenset({"all_gather_into_tensor", "all_gather_into_tensor_coalesced"})
+
+
+def _collective(name: str, shapes: tuple, dtypes: tuple, args: tuple | None, ranks: int | None,
+                ranks_per_node: int | None) -> Row | None:
+    t = _tensors(shapes, dtypes)
+    candidates = [(_numel(s) * dtype_bytes(d), d) for s, d in t]
+    for shape, dtype in zip(shapes, dtypes):  # tensor lists: the whole list's payload
+        n, list_dtype = _tensor_list_numel(shape), _entry_dtype(dtype)
+        if n and list_dtype:
+            candidates.append((n * dtype_bytes(list_dtype), list_dtype))
+    if not candidates:
+        return None
+    size, dtype = max(candidates)
+    if name in _GATHERS_FROM_SHARD and ranks:
+        size *= ranks
+    return {"family": "collective", "dtype": dtype, "op": _COLLECTIVES[name], "bytes": int(size),
+            "ranks": ranks, "ranks_per_node": ranks_per_node}
+
+
+_Handler = Callable[[str, tuple, tuple, "tuple | None", "str | None"], "Row | None"]
+_HANDLERS: dict[str, _Handler] = {}
+for _name in ("mm", "addmm", "_addmm_activation", "bmm", "baddbmm", "addbmm", "matmul", "linear", "_scaled_mm"):
+    _HANDLERS[_name] = _gemm
+for _name in _ATTENTION:
+    _HANDLERS[_name] = _attention
+for _name in _NORM:
+    _HANDLERS[_name] = _norm
+for _name in _ELEMENTWISE_ALIASES:
+    _HANDLERS[_name] = _elementwise
+for _name in _FUSED_OPTIMIZERS:
+    _HANDLERS[_name] = _optimizer
+
+
+# ---- public API ---------------------------------------------------------------------------------------------------
+
+def classify_op(op: str, shapes: Sequence, dtypes: Sequence, kernel_name: str | None = None, *,
+                args: Sequence | None = None, ranks: int | None = None,
+                ranks_per_node: int | None = None) -> dict | None:
+    """Kernel row (family, dtype, key columns; no hardware) for one op call, or None when no family fits.
+
+    ``op``: ``aten::addmm`` or ``aten.addmm.default``; ``shapes``: one per positional argument (``[]`` for a
+    non-tensor, a list of shapes for a tensor list); ``dtypes``: aligned names (``c10::Half``, ``torch.float16``,
+    ``""`` for non-tensors; a list of names for a tensor list). ``args``: optional argument values aligned with ``shapes`` (dims, is_causal).
+    ``ranks``/``ranks_per_node``: the process group's size and its GPUs per node, for collectives.
+    """
+    row = _classify_cached(op, _freeze(shapes), _freeze(dtypes), kernel_name, _freeze_args(args), ranks,
+                           ranks_per_node)
+    return dict(row) if row is not None else None
+
+
+@functools.lru_cache(maxsize=65536)
+def _classify_cached(op: str, shapes: tuple, dtypes: tuple, kernel_name: str | None, args: tuple | None,
+                     ranks: int | None, ranks_per_node: int | None) -> Row | None:
+    namespace, name = op_base_name(op)
+    if len(dtypes) < len(shapes):
+        dtypes = dtypes + (None,) * (len(shapes) - len(dtypes))
+    if namespace in _COLLECTIVE_NAMESPACES and name in _COLLECTIVES:
+        return _collective(name, shapes, dtypes, args, ranks, ranks_per_node)
+    if name.startswith("_foreach_"):
+        return _optimizer(name, shapes, dtypes, args, kernel_name)
+    handler = _HANDLERS.get(name)
+    if handler is None or namespace not in ("aten", "", "prims"):
+        return None
+    return handler(name, shapes, dtypes, args, kernel_name)
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    if hasattr(value, "__index__"):  # numpy ints, torch.SymInt-like ints
+        return int(value)
+    return value
+
+
+def _freeze_args(args: Sequence | None) -> tuple | None:
+    if args is None:
+        return None
+    frozen = []
+    for value in args:
+        value = _freeze(value)
+        try:
+            hash(value)
+        except TypeError:
+            value = None  # tensors and other unhashable values carry nothing the classifier reads
+        frozen.append(value)
+    return tuple(frozen)
+
+
+# ---- kernel names -------------------------------------------------------------------------------------------------
+
+_NCCL_OPS = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
+             "broadcast": "broadcast", "sendrecv": "send_recv", "send": "send_recv", "recv": "send_recv",
+             "alltoall": "all_to_all", "reduce": "all_reduce"}
+_NCCL_DTYPES = {"f32": "fp32", "float": "fp32", "f16": "fp16", "half": "fp16", "bf16": "bf16",
+                "__nv_bfloat16": "bf16", "f64": "fp64", "double": "fp64", "i8": "int8", "u8": "int8",
+                "int8": "int8", "uint8": "int8", "i64": "int64", "int64": "int64", "f8e4m3": "fp8_e4m3",
+                "f8e5m2": "fp8_e5m2"}
+
+_KERNEL_RULES: list[tuple[re.Pattern[str], str, str | None]] = [
+    (re.compile(p, re.IGNORECASE), family, op) for p, family, op in (
+        (r"flash_bwd|fmha.*(bwd|backward)|fmha_cutlassB|attention.*backward|cudnn.*sdpa.*bwd", "attention", "bwd"),
+        (r"flash_fwd|fmha|AttentionKernel|attention_kernel|cudnn.*sdpa", "attention", "fwd"),
+        (r"multi_tensor_apply|fused_adam|FusedAdam|fused_sgd|FusedSgd|_fused_adamw", "optimizer", None),
+        (r"gemm|gemv|cutlass.*(tensorop|simt)|cublas|nvjet|xmma_|sm\d+_xmma|splitKreduce|dot_kernel", "gemm", None),
+        (r"layer_?norm|LayerNorm|GammaBetaBackward|RowwiseMoments", "norm", "layer_norm"),
+        (r"rms_?norm|RMSNorm", "norm", "rms_norm"),
+        (r"log_?softmax|LogSoftMax", "norm", "log_softmax"),
+        (r"softmax|SoftMax", "norm", "softmax"),
+        (r"nll_loss|cross_entropy", "norm", "cross_entropy"),
+        (r"reduce_kernel|reduce_1Block|ReduceOp", "norm", "sum"),
+        (r"dropout", "elementwise", "dropout"),
+        (r"CatArrayBatchedCopy|copy_kernel|direct_copy", "elementwise", "copy"),
+        (r"FillFunctor|fill_kernel", "elementwise", "fill"),
+        (r"elementwise_kernel|elementwise|vectorized_|unrolled_|pointwise|triton_poi", "elementwise", None),
+    )
+]
+
+_FUNCTOR_OPS = [(re.compile(p, re.IGNORECASE), op) for p, op in (
+    (r"AddFunctor|CUDAFunctor_add", "add"), (r"MulFunctor|MulScalarFunctor", "mul"), (r"DivFunctor", "div"),
+    (r"sub", "sub"), (r"gelu_backward|GeluBackward", "gelu_backward"), (r"gelu", "gelu"),
+    (r"silu_backward", "silu_backward"), (r"silu", "silu"), (r"threshold", "relu_backward"), (r"relu", "relu"),
+    (r"sigmoid", "sigmoid"), (r"tanh", "tanh"), (r"where", "where"), (r"neg", "neg"), (r"exp", "exp"),
+    (r"rsqrt", "rsqrt"), (r"sqrt", "sqrt"), (r"pow", "pow"), (r"copy|cast", "copy"),
+)]
+
+
+@functools.lru_cache(maxsize=16384)
+def classify_kernel_name(name: str) -> dict | None:
+    """What a kernel name alone tells: at least ``family``; ``op``, ``pass`` and ``dtype`` where the name shows them.
+
+    For kernels without op context (no record_shapes, unknown launcher). None for kernels outside every family
+    (convolutions, indexing, memcpy...).
+    """
+    text = name.strip()
+    if text.startswith("nccl:"):
+        op = _NCCL_OPS.get(text[5:].replace("_", "").lower())
+        return {"family": "collective", "op": op} if op else {"family": "collective"}
+    match = re.match(r"ncclDevKernel_(\w+?)_|ncclKernel_(\w+?)_", text)
+    if match or text.startswith("nccl"):
+        row: dict[str, Any] = {"family": "collective"}
+        if match:
+            op = _NCCL_OPS.get((match.group(1) or match.group(2)).lower())
+            if op:
+                row["op"] = op
+        for token in re.split(r"[_()<>,\s*]+", text):
+            if token.lower() in _NCCL_DTYPES:
+                row["dtype"] = _NCCL_DTYPES[token.lower()]
+                break
+        return row
+    if re.search(r"conv|winograd|implicit_convolve|implicit_gemm|cudnn::bn_|batch_norm|batchnorm|im2col|col2im",
+                 text, re.IGNORECASE) and not re.search(r"layer_?norm|rms", text, re.IGNORECASE):
+        return None
+    for pattern, family, detail in _KERNEL_RULES:
+        if not pattern.search(text):
+            continue
+        row = {"family": family}
+        if family == "attention":
+            row["pass"] = detail
+        elif family == "gemm":
+            dtype = _gemm_kernel_dtype(text)
+            if dtype:
+                row["dtype"] = dtype
+        elif family == "norm":
+            row["op"] = detail
+            row["pass"] = "bwd" if re.search(r"backward|_bw|grad", text, re.IGNORECASE) else "fwd"
+        elif family == "elementwise":
+            row["op"] = detail or _functor_op(text)
+        if family in ("elementwise", "norm", "optimizer"):
+            dtype = _template_dtype(text)
+            if dtype:
+                row["dtype"] = dtype
+        return {k: v for k, v in row.items() if v is not None}
+    return None
+
+
+def _gemm_kernel_dtype(text: str) -> str | None:
+    lowered = text.lower()
+    if _TF32_KERNEL.search(text):
+        return "tf32"
+    if re.search(r"bf16|bfloat16", lowered):
+        return "bf16"
+    if re.search(r"e4m3", lowered):
+        return "fp8_e4m3"
+    if re.search(r"e5m2", lowered):
+        return "fp8_e5m2"
+    if re.search(r"hgemm|h1688|h16816|h884|f16|fp16|half|_h\d", lowered):
+        return "fp16"
+    if re.search(r"dgemm|f64|double", lowered):
+        return "fp64"
+    if re.search(r"i8|int8|igemm", lowered):
+        return "int8"
+    if re.search(r"sgemm|f32|float", lowered):
+        return "fp32"
+    return None
+
+
+def _template_dtype(text: str) -> str | None:
+    match = re.search(r"<(?:\d+,\s*)?[^<>]*?\b(float|double|c10::Half|c10::BFloat16|__half|__nv_bfloat16|long)\b",
+                      text)
+    if not match:
+        return None
+    return {"float": "fp32", "double": "fp64", "c10::Half": "fp16", "__half": "fp16", "c10::BFloat16": "bf16",
+            "__nv_bfloat16": "bf16", "long": "int64"}[match.group(1)]
+
+
+def _functor_op(text: str) -> str | None:
+    head = text.split("(", 1)[0] if not text.startswith("void ") else text[:400]
+    for pattern, op in _FUNCTOR_OPS:
+        if pattern.search(head):
+            return op
+    return None

@@ -1,0 +1,193 @@
+"""profiling.classify: aten op + shapes + dtypes -> kernel row; kernel name -> family."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from profiling.classify import canonical_dtype, classify_kernel_name, classify_op, op_base_name
+from profiling.families import key_columns
+
+
+@pytest.mark.parametrize("op", ["aten::addmm", "aten.addmm.default", "torch.ops.aten.addmm.default"])
+def test_op_spellings_agree(op):
+    row = classify_op(op, [[4096], [2048, 1024], [1024, 4096]], ["c10::Half"] * 3)
+    assert row == {"family": "gemm", "dtype": "fp16", "m": 2048, "n": 4096, "k": 1024, "batch": 1}
+
+
+def test_every_row_has_exactly_its_family_columns():
+    rows = [
+        classify_op("aten::mm", [[128, 1024], [1024, 1024]], ["float", "float"]),
+        classify_op("aten::_scaled_dot_product_flash_attention", [[2, 16, 1024, 64], [2, 4, 1024, 64],
+                                                                  [2, 4, 1024, 64], [], [], []],
+                    ["c10::BFloat16"] * 3 + ["Double", "Bool", "Bool"]),
+        classify_op("aten::native_layer_norm", [[32, 128, 768], [], [768], [768], []],
+                    ["float", "", "float", "float", "Double"]),
+        classify_op("aten::add_", [[2048, 512, 1, 1], [2048, 512, 1, 1], []], ["float", "float", "Int"]),
+        classify_op("aten::_fused_adamw_", [[[1000], [24]]] * 5, [["torch.bfloat16"] * 2] * 5),
+        classify_op("c10d::allreduce_", [[[1024, 1024]], [], []], [["c10::Half"], "", ""], ranks=4,
+                    ranks_per_node=4),
+    ]
+    for row in rows:
+        assert row is not None
+        assert set(row) == set(key_columns(row["family"])) - {"hardware"}, row
+
+
+@pytest.mark.parametrize("shapes, expected", [
+    ([[128, 1024], [1024, 1024]], (128, 1024, 1024, 1)),  # aten::mm in the HTA control trace
+    ([[1024, 256], [256, 256]], (1024, 256, 256, 1)),
+])
+def test_mm(shapes, expected):
+    row = classify_op("aten::mm", shapes, ["float", "float"])
+    assert (row["m"], row["n"], row["k"], row["batch"]) == expected and row["dtype"] == "fp32"
+
+
+def test_tf32_is_read_from_the_kernel_name():
+    kernel = "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x128_32x3_nt_align4>(...)"
+    assert classify_op("aten::mm", [[128, 1024], [1024, 1024]], ["float", "float"], kernel)["dtype"] == "tf32"
+    assert classify_op("aten::mm", [[128, 1024], [1024, 1024]], ["float", "float"],
+                       "volta_sgemm_128x64_nn")["dtype"] == "fp32"
+
+
+def test_batched_and_folded_gemms():
+    bmm = classify_op("aten.bmm.default", [[8, 128, 64], [8, 64, 256]], ["torch.bfloat16"] * 2)
+    assert (bmm["m"], bmm["n"], bmm["k"], bmm["batch"], bmm["dtype"]) == (128, 256, 64, 8, "bf16")
+    baddbmm = classify_op("aten::baddbmm", [[8, 128, 256], [8, 128, 64], [8, 64, 256], [], []],
+                          ["c10::Half"] * 3 + ["Scalar", "Scalar"])
+    assert (baddbmm["m"], baddbmm["n"], baddbmm["k"], baddbmm["batch"]) == (128, 256, 64, 8)
+    # GPT-2 style linear on [batch, seq, hidden]: tokens fold into m; the weight is [out, in].
+    linear = classify_op("aten::linear", [[4, 1024, 768], [3072, 768], [3072]], ["float"] * 3)
+    assert (linear["m"], linear["n"], linear["k"], linear["batch"]) == (4096, 3072, 768, 1)
+    folded = classify_op("aten::matmul", [[4, 128, 512], [512, 1024]], ["c10::Half"] * 2)
+    assert (folded["m"], folded["n"], folded["k"], folded["batch"]) == (512, 1024, 512, 1)
+    batched = classify_op("aten::matmul", [[4, 8, 128, 64], [4, 8, 64, 128]], ["c10::Half"] * 2)
+    assert (batched["m"], batched["n"], batched["k"], batched["batch"]) == (128, 128, 64, 32)
+    broadcast = classify_op("aten::matmul", [[4, 1, 128, 64], [8, 64, 32]], ["float"] * 2)
+    assert broadcast["batch"] == 32
+    assert classify_op("aten::mm", [[4, 128, 64], [64, 32]], ["float"] * 2) is None  # mm needs 2-D inputs
+
+
+def test_attention_layouts_causal_and_pass():
+    sdpa = classify_op("aten::_scaled_dot_product_flash_attention",
+                       [[2, 16, 1024, 64], [2, 4, 1024, 64], [2, 4, 1024, 64], [], [], []],
+                       ["c10::BFloat16"] * 3 + ["Double", "Bool", "Bool"], args=["", "", "", 0.0, "True", False])
+    assert (sdpa["batch"], sdpa["heads_q"], sdpa["heads_kv"], sdpa["seq_q"], sdpa["head_dim"]) == (2, 16, 4, 1024, 64)
+    assert sdpa["causal"] is True and sdpa["pass"] == "fwd"
+    # The inner flash op takes [batch, seq, heads, head_dim].
+    inner = classify_op("aten::_flash_attention_forward", [[2, 1024, 16, 64], [2, 512, 4, 64], [2, 512, 4, 64]],
+                        ["c10::Half"] * 3)
+    assert (inner["seq_q"], inner["seq_kv"], inner["heads_q"], inner["heads_kv"]) == (1024, 512, 16, 4)
+    assert inner["causal"] is False
+    bwd = classify_op("aten._scaled_dot_product_efficient_attention_backward.default",
+                      [[2, 16, 1024, 64]] * 4, ["torch.float16"] * 4)
+    assert bwd["pass"] == "bwd" and bwd["heads_q"] == 16
+
+
+def test_norm_rows_and_cols():
+    ln = classify_op("aten::native_layer_norm", [[32, 128, 768], [], [768], [768], []],
+                     ["float", "", "float", "float", "Double"])
+    assert (ln["op"], ln["rows"], ln["cols"], ln["pass"]) == ("layer_norm", 4096, 768, "fwd")
+    # From the HTA control trace: native_layer_norm_backward with input [1024, 512], weight [512].
+    lnb = classify_op("aten::native_layer_norm_backward",
+                      [[1024, 512], [1024, 512], [], [1024, 1], [1024, 1], [512], [512], []],
+                      ["float", "float", "", "float", "float", "float", "float", ""])
+    assert (lnb["rows"], lnb["cols"], lnb["pass"]) == (1024, 512, "bwd")
+    softmax = classify_op("aten::_softmax", [[8, 12, 128, 128], [], []], ["c10::Half", "Int", "Bool"])
+    assert (softmax["rows"], softmax["cols"]) == (8 * 12 * 128, 128)
+    softmax_dim1 = classify_op("aten::_softmax", [[8, 12, 128, 128], [], []], ["c10::Half", "Int", "Bool"],
+                               args=["", 1, False])
+    assert (softmax_dim1["rows"], softmax_dim1["cols"]) == (8 * 128 * 128, 12)
+    nll = classify_op("aten::nll_loss_forward", [[32, 1000], [32], [], [], []], ["float", "long", "", "Int", "Int"])
+    assert (nll["op"], nll["rows"], nll["cols"]) == ("cross_entropy", 32, 1000)
+    total = classify_op("aten::sum", [[8, 4096], [], [], []], ["float", "", "Scalar", ""])
+    assert (total["rows"], total["cols"]) == (1, 8 * 4096)
+    bias_grad = classify_op("aten::sum", [[8, 4096], [], [], []], ["float", "", "Scalar", ""],
+                            args=[None, "[0]", False, None])
+    assert (bias_grad["rows"], bias_grad["cols"]) == (4096, 8)
+
+
+def test_elementwise_numel_is_the_largest_operand_or_broadcast_output():
+    assert classify_op("aten::add", [[32, 1, 128], [32, 128, 128]], ["float"] * 2)["numel"] == 32 * 128 * 128
+    assert classify_op("aten::add", [[32, 1, 128], [1, 64, 1]], ["float"] * 2)["numel"] == 32 * 64 * 128
+    mul = classify_op("aten::mul", [[512, 64], [], [512, 64]], ["float", "double", "float"])
+    assert (mul["op"], mul["numel"], mul["dtype"]) == ("mul", 512 * 64, "fp32")
+    assert classify_op("aten::_to_copy", [[10, 10]], ["c10::BFloat16"])["op"] == "cast"
+    assert classify_op("aten.copy_.default", [[10, 10], [10, 10]], ["torch.float16"] * 2)["op"] == "copy"
+    assert classify_op("aten::native_dropout", [[64, 128], [], []], ["c10::Half", "Double", "Bool"])["op"] == \
+        "dropout"
+    assert classify_op("aten::zero_", [[7, 9]], ["long"]) == {"family": "elementwise", "dtype": "int64",
+                                                              "op": "fill", "numel": 63}
+
+
+def test_optimizer_and_collectives():
+    foreach = classify_op("aten::_foreach_addcdiv_", [[[10, 10], [5]], [[10, 10], [5]], [[10, 10], [5]], []],
+                          [["torch.float32"] * 2] * 3 + ["Scalar"])
+    assert foreach == {"family": "optimizer", "dtype": "fp32", "op": "foreach_addcdiv", "params": 105}
+    fused = classify_op("aten._fused_adamw_.default", [[[1000], [24]]] * 5, [["torch.bfloat16"] * 2] * 5)
+    assert (fused["op"], fused["params"]) == ("adamw_fused", 1024)
+    ar = classify_op("c10d::allreduce_", [[[1024, 1024]], [], []], [["c10::Half"], "", ""], ranks=8,
+                     ranks_per_node=8)
+    assert (ar["op"], ar["bytes"], ar["ranks"]) == ("all_reduce", 2 * 1024 * 1024, 8)
+    # _allgather_base_(output, input): bytes per rank is the larger buffer, the gathered output.
+    ag = classify_op("c10d::_allgather_base_", [[8192], [1024], []], ["float", "float", ""], ranks=8)
+    assert (ag["op"], ag["bytes"]) == ("all_gather", 8192 * 4)
+    functional = classify_op("_c10d_functional::all_gather_into_tensor", [[1024], [], []],
+                             ["c10::BFloat16", "Int", ""], ranks=8)
+    assert functional["bytes"] == 1024 * 2 * 8
+    assert classify_op("_c10d_functional.all_reduce.default", [[4096], [], []], ["torch.float32", "", ""])[
+        "ranks"] is None
+
+
+@pytest.mark.parametrize("op", ["aten::convolution", "aten::cudnn_convolution", "aten::view", "aten::index_select",
+                                "CompiledFunction", "fbgemm::permute_2D_sparse_data", "aten::unknown_op"])
+def test_unknown_ops_give_none(op):
+    assert classify_op(op, [[32, 3, 224, 224], [64, 3, 7, 7]], ["float", "float"]) is None
+
+
+def test_dtype_names():
+    assert canonical_dtype("c10::Half") == canonical_dtype("torch.float16") == canonical_dtype("float16") == "fp16"
+    assert canonical_dtype("c10::BFloat16") == canonical_dtype("bfloat16") == "bf16"
+    assert canonical_dtype("float") == canonical_dtype("torch.float32") == "fp32"
+    assert canonical_dtype("Double") is None  # Kineto's tag for a Python float scalar, not a tensor
+    assert canonical_dtype("int") is None  # int32 has no exact family dtype
+    assert op_base_name("aten::_foreach_mul_") == ("aten", "_foreach_mul")
+    assert op_base_name("nccl:all_reduce") == ("nccl", "all_reduce")
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("ampere_sgemm_128x64_nn", {"family": "gemm", "dtype": "fp32"}),
+    ("volta_h884gemm_64x128_ldg8_nn", {"family": "gemm", "dtype": "fp16"}),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", {"family": "gemm", "dtype": "bf16"}),
+    ("nccl:all_reduce", {"family": "collective", "op": "all_reduce"}),
+    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", {"family": "collective", "op": "all_reduce", "dtype": "fp32"}),
+    ("ncclKernel_Broadcast_RING_LL_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)",
+     {"family": "collective", "op": "broadcast", "dtype": "int8"}),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
+     "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)",
+     {"family": "elementwise", "op": "add", "dtype": "fp32"}),
+    ("void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<64> >",
+     {"family": "attention", "pass": "bwd"}),
+    ("void at::native::(anonymous namespace)::layer_norm_grad_input_kernel<float, float>(float const*)",
+     {"family": "norm", "op": "layer_norm", "pass": "bwd", "dtype": "fp32"}),
+    ("void cudnn::bn_bw_1C11_kernel_new<float, float, float2, 512, true, 1>(float)", None),
+])
+def test_kernel_name_fallback(name, expected):
+    assert classify_kernel_name(name) == expected
+
+
+def test_real_trace_ops_classify(shared_data: Path):
+    from profiling.kineto import read_trace
+
+    kernels = read_trace(shared_data / "hta/tests/data/trace_diff/control/control.json.gz").kernels()
+    with_shapes = kernels[kernels["op_input_dims"].notna() & (kernels["cat"] == "kernel")]
+    rows = [classify_op(r.op_name, r.op_input_dims, r.op_input_types, r.name) for r in with_shapes.itertuples()]
+    classified = [(r, row) for r, row in zip(with_shapes.itertuples(), rows) if row]
+    assert len(classified) / len(rows) > 0.8
+    for r, row in classified:
+        if r.op_name == "aten::mm":
+            (m, k), (k2, n) = r.op_input_dims
+            assert (row["m"], row["n"], row["k"]) == (m, n, k) and k == k2
+        # The kernel name's family agrees with the op's wherever the name is specific.
+        by_name = classify_kernel_name(r.name)
+        if by_name and by_name["family"] == "gemm":
+            assert row["family"] == "gemm", (r.op_name, r.name)
