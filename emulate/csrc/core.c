@@ -1,0 +1,398 @@
+/* stepcast shim core: configuration, the event log, the Python-facing capture API, virtual device memory and
+ * the kernel-name registry. */
+#define _GNU_SOURCE
+#include "shim.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+sc_config_t sc_cfg;
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static FILE *log_file;
+static uint64_t t_origin, last_return;
+static volatile int64_t excluded_ns;   /* host time the capture layer declared as its own, not the script's */
+static __thread int cur_op = -1;
+static __thread uint64_t pause_ts;
+static __thread int thread_no = -1;
+static int next_thread_no;
+
+uint64_t sc_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static long env_long(const char *name, long dflt) {
+    const char *v = getenv(name);
+    return v && *v ? strtol(v, NULL, 10) : dflt;
+}
+
+static void do_init(void) {
+    const char *name = getenv("STEPCAST_GPU_NAME");
+    snprintf(sc_cfg.name, sizeof sc_cfg.name, "%s", name ? name : "NVIDIA H100 80GB HBM3");
+    sc_cfg.cc_major = (int)env_long("STEPCAST_GPU_CC_MAJOR", 9);
+    sc_cfg.cc_minor = (int)env_long("STEPCAST_GPU_CC_MINOR", 0);
+    sc_cfg.sm_count = (int)env_long("STEPCAST_GPU_SMS", 132);
+    sc_cfg.mem_bytes = (size_t)env_long("STEPCAST_GPU_MEM_BYTES", 80l << 30);
+    sc_cfg.l2_bytes = (int)env_long("STEPCAST_GPU_L2_BYTES", 50 << 20);
+    sc_cfg.smem_per_sm = (size_t)env_long("STEPCAST_GPU_SMEM_PER_SM", 228 << 10);
+    sc_cfg.clock_khz = (int)env_long("STEPCAST_GPU_CLOCK_KHZ", 1980000);
+    sc_cfg.mem_clock_khz = (int)env_long("STEPCAST_GPU_MEM_CLOCK_KHZ", 2619000);
+    sc_cfg.mem_bus_width = (int)env_long("STEPCAST_GPU_MEM_BUS_WIDTH", 5120);
+    sc_cfg.device_count = (int)env_long("STEPCAST_DEVICE_COUNT", 1);
+    if (sc_cfg.device_count < 1) sc_cfg.device_count = 1;
+    if (sc_cfg.device_count > SC_MAX_DEVICES) sc_cfg.device_count = SC_MAX_DEVICES;
+    int maj = sc_cfg.cc_major, min = sc_cfg.cc_minor;
+    sc_cfg.max_threads_per_sm = (maj == 8 && min > 0) || maj == 12 ? 1536 : (maj == 7 && min == 5) ? 1024 : 2048;
+    t_origin = last_return = sc_now_ns();
+    const char *path = getenv("STEPCAST_LOG");
+    if (path && *path) {
+        log_file = fopen(path, "w");
+        if (!log_file) {
+            fprintf(stderr, "stepcast: cannot open the capture log %s\n", path);
+            _exit(3);
+        }
+        setvbuf(log_file, NULL, _IOFBF, 1 << 20);
+        fprintf(log_file, "H\t%lu\n", (unsigned long)t_origin);
+    }
+}
+
+void sc_init(void) { pthread_once(&init_once, do_init); }
+
+__attribute__((constructor)) static void sc_constructor(void) { sc_init(); }
+__attribute__((destructor)) static void sc_destructor(void) {
+    pthread_mutex_lock(&log_lock);
+    if (log_file) fflush(log_file);
+    pthread_mutex_unlock(&log_lock);
+}
+
+int sc_logging(void) { sc_init(); return log_file != NULL; }
+
+void sc_emit(uint64_t t_enter, char kind, const char *fmt, ...) {
+    if (!sc_logging()) return;
+    if (thread_no < 0) thread_no = __atomic_fetch_add(&next_thread_no, 1, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&log_lock);
+    int64_t excl = __atomic_exchange_n(&excluded_ns, 0, __ATOMIC_RELAXED);
+    int64_t gap = (int64_t)(t_enter - last_return) - excl;
+    if (t_enter < last_return || gap < 0) gap = 0;
+    fprintf(log_file, "%c\t%lu\t%ld\t%d\t%d\t", kind, (unsigned long)(t_enter - t_origin), (long)gap, thread_no,
+            cur_op);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(log_file, fmt, ap);
+    va_end(ap);
+    fputc('\n', log_file);
+    last_return = sc_now_ns();
+    pthread_mutex_unlock(&log_lock);
+}
+
+static void emit_raw(const char *fmt, ...) {
+    if (!sc_logging()) return;
+    pthread_mutex_lock(&log_lock);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(log_file, fmt, ap);
+    va_end(ap);
+    pthread_mutex_unlock(&log_lock);
+}
+
+/* ---- names answered generically ---- */
+#define UNHANDLED_SLOTS 1024
+static const char *unhandled_seen[UNHANDLED_SLOTS];
+static pthread_mutex_t unhandled_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void sc_unhandled(const char *name) {
+    size_t h = 5381;
+    for (const char *p = name; *p; p++) h = h * 33 + (unsigned char)*p;
+    pthread_mutex_lock(&unhandled_lock);
+    for (size_t i = 0; i < UNHANDLED_SLOTS; i++) {
+        size_t s = (h + i) % UNHANDLED_SLOTS;
+        if (unhandled_seen[s] == name) { pthread_mutex_unlock(&unhandled_lock); return; }
+        if (!unhandled_seen[s]) { unhandled_seen[s] = name; break; }
+    }
+    pthread_mutex_unlock(&unhandled_lock);
+    if (getenv("STEPCAST_DEBUG")) fprintf(stderr, "stepcast: generic answer for %s\n", name);
+    emit_raw("U\t%s\n", name);
+}
+
+/* ---- Python-facing capture API (called through ctypes by emulate/capture.py) ---- */
+SC_EXPORT void stepcast_pause(void) { pause_ts = sc_now_ns(); }
+SC_EXPORT void stepcast_resume(void) {
+    if (pause_ts) __atomic_fetch_add(&excluded_ns, (int64_t)(sc_now_ns() - pause_ts), __ATOMIC_RELAXED);
+    pause_ts = 0;
+}
+/* Enter an aten op: resume the clock and make `op` the op of every call this thread makes until op_exit. */
+SC_EXPORT void stepcast_op_enter(int op) { cur_op = op; stepcast_resume(); }
+/* Leave an op: pause the clock (the capture layer's bookkeeping follows) and restore the enclosing op. */
+SC_EXPORT void stepcast_op_exit(int prev) { stepcast_pause(); cur_op = prev; }
+SC_EXPORT int stepcast_current_op(void) { return cur_op; }
+SC_EXPORT void stepcast_mark(int source, int step) { sc_emit(sc_now_ns(), 'I', "%d\t%d", source, step); }
+SC_EXPORT void stepcast_flush(void) {
+    pthread_mutex_lock(&log_lock);
+    if (log_file) fflush(log_file);
+    pthread_mutex_unlock(&log_lock);
+}
+
+/* ---- virtual device memory ----
+ * One PROT_NONE reservation (never backed, never touched) gives each device a disjoint address range, so device
+ * pointers can be told from host ones. Allocation is a bump pointer; freeing the topmost block lowers it. The
+ * budget (the target's memory size) is what makes cudaMalloc fail like the real device. */
+#define DEV_RANGE (1ull << 39)
+#define ALIGN (2ull << 20)
+static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *va_base;
+static uint64_t dev_top[SC_MAX_DEVICES], dev_used[SC_MAX_DEVICES], dev_peak[SC_MAX_DEVICES];
+static __thread int cur_device = 0;
+static int any_device_set;
+
+typedef struct { uintptr_t ptr; size_t bytes; } alloc_slot;
+static alloc_slot *alloc_tab;
+static size_t alloc_cap, alloc_len;
+
+int sc_current_device(void) { return cur_device; }
+void sc_set_current_device(int d) { cur_device = d; __atomic_store_n(&any_device_set, 1, __ATOMIC_RELAXED); }
+
+static int reserve_va(void) {
+    if (va_base) return 0;
+    void *p = mmap(NULL, DEV_RANGE * SC_MAX_DEVICES, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return -1;
+    va_base = (char *)(((uintptr_t)p + ALIGN - 1) & ~(uintptr_t)(ALIGN - 1));
+    return 0;
+}
+
+static size_t hash_ptr(uintptr_t p, size_t cap) { return (size_t)((p >> 12) * 0x9E3779B97F4A7C15ull) & (cap - 1); }
+
+static void alloc_insert(uintptr_t ptr, size_t bytes) {
+    if ((alloc_len + 1) * 2 > alloc_cap) {
+        size_t ncap = alloc_cap ? alloc_cap * 2 : 4096;
+        alloc_slot *n = calloc(ncap, sizeof *n);
+        for (size_t i = 0; i < alloc_cap; i++)
+            if (alloc_tab[i].ptr) {
+                size_t s = hash_ptr(alloc_tab[i].ptr, ncap);
+                while (n[s].ptr) s = (s + 1) & (ncap - 1);
+                n[s] = alloc_tab[i];
+            }
+        free(alloc_tab);
+        alloc_tab = n;
+        alloc_cap = ncap;
+    }
+    size_t s = hash_ptr(ptr, alloc_cap);
+    while (alloc_tab[s].ptr) s = (s + 1) & (alloc_cap - 1);
+    alloc_tab[s].ptr = ptr;
+    alloc_tab[s].bytes = bytes;
+    alloc_len++;
+}
+
+static size_t alloc_remove(uintptr_t ptr) {
+    if (!alloc_cap) return 0;
+    size_t s = hash_ptr(ptr, alloc_cap);
+    while (alloc_tab[s].ptr && alloc_tab[s].ptr != ptr) s = (s + 1) & (alloc_cap - 1);
+    if (!alloc_tab[s].ptr) return 0;
+    size_t bytes = alloc_tab[s].bytes;
+    alloc_tab[s].ptr = 0;
+    alloc_len--;
+    /* re-insert the rest of the cluster (linear probing deletion) */
+    for (size_t j = (s + 1) & (alloc_cap - 1); alloc_tab[j].ptr; j = (j + 1) & (alloc_cap - 1)) {
+        alloc_slot moved = alloc_tab[j];
+        alloc_tab[j].ptr = 0;
+        alloc_len--;
+        alloc_insert(moved.ptr, moved.bytes);
+    }
+    return bytes;
+}
+
+int sc_device_alloc(size_t bytes, void **out) {
+    int d = cur_device;
+    size_t rounded = (bytes + ALIGN - 1) & ~(size_t)(ALIGN - 1);
+    if (rounded == 0) rounded = ALIGN;
+    pthread_mutex_lock(&mem_lock);
+    if (reserve_va() != 0 || dev_used[d] + bytes > sc_cfg.mem_bytes || dev_top[d] + rounded > DEV_RANGE) {
+        pthread_mutex_unlock(&mem_lock);
+        *out = NULL;
+        return -1;
+    }
+    uintptr_t p = (uintptr_t)va_base + (uintptr_t)d * DEV_RANGE + dev_top[d];
+    dev_top[d] += rounded;
+    dev_used[d] += bytes;
+    if (dev_used[d] > dev_peak[d]) dev_peak[d] = dev_used[d];
+    alloc_insert(p, bytes);
+    pthread_mutex_unlock(&mem_lock);
+    *out = (void *)p;
+    return 0;
+}
+
+size_t sc_device_free(void *ptr) {
+    if (!ptr) return 0;
+    pthread_mutex_lock(&mem_lock);
+    size_t bytes = alloc_remove((uintptr_t)ptr);
+    if (bytes && va_base) {
+        int d = (int)(((uintptr_t)ptr - (uintptr_t)va_base) / DEV_RANGE);
+        dev_used[d] -= bytes;
+        size_t rounded = (bytes + ALIGN - 1) & ~(size_t)(ALIGN - 1);
+        if ((uintptr_t)ptr + rounded == (uintptr_t)va_base + (uintptr_t)d * DEV_RANGE + dev_top[d])
+            dev_top[d] -= rounded;
+        if (dev_used[d] == 0) dev_top[d] = 0;
+    }
+    pthread_mutex_unlock(&mem_lock);
+    return bytes;
+}
+
+int sc_is_device_ptr(const void *ptr) {
+    return va_base && (const char *)ptr >= va_base && (const char *)ptr < va_base + DEV_RANGE * SC_MAX_DEVICES;
+}
+
+SC_EXPORT long long stepcast_device_used(int d) { return d >= 0 && d < SC_MAX_DEVICES ? (long long)dev_used[d] : -1; }
+SC_EXPORT long long stepcast_device_peak(int d) { return d >= 0 && d < SC_MAX_DEVICES ? (long long)dev_peak[d] : -1; }
+SC_EXPORT int stepcast_device_in_use(void) { return any_device_set ? cur_device : 0; }
+
+size_t sc_device_used_bytes(int d) { return dev_used[d]; }
+
+/* ---- pinned host allocations (real memory; ranges remembered for cudaPointerGetAttributes) ---- */
+#define HOST_SLOTS 4096
+static struct { uintptr_t lo, hi; } host_ranges[HOST_SLOTS];
+static int host_n;
+static pthread_mutex_t host_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void sc_host_range_add(const void *p, size_t bytes) {
+    pthread_mutex_lock(&host_lock);
+    if (host_n < HOST_SLOTS) {
+        host_ranges[host_n].lo = (uintptr_t)p;
+        host_ranges[host_n].hi = (uintptr_t)p + bytes;
+        host_n++;
+    }
+    pthread_mutex_unlock(&host_lock);
+}
+
+void sc_host_range_remove(const void *p) {
+    pthread_mutex_lock(&host_lock);
+    for (int i = 0; i < host_n; i++)
+        if (host_ranges[i].lo == (uintptr_t)p) { host_ranges[i] = host_ranges[--host_n]; break; }
+    pthread_mutex_unlock(&host_lock);
+}
+
+int sc_is_pinned_host_ptr(const void *p) {
+    int found = 0;
+    pthread_mutex_lock(&host_lock);
+    for (int i = 0; i < host_n && !found; i++)
+        found = (uintptr_t)p >= host_ranges[i].lo && (uintptr_t)p < host_ranges[i].hi;
+    pthread_mutex_unlock(&host_lock);
+    return found;
+}
+
+/* ---- kernel-name registry: host stub / handle -> sc_func_t ---- */
+typedef struct { const void *key; sc_func_t *f; } func_slot;
+static func_slot *func_tab;
+static size_t func_cap, func_len;
+static pthread_mutex_t func_lock = PTHREAD_MUTEX_INITIALIZER;
+static int next_func_id;
+
+static void func_insert(const void *key, sc_func_t *f) {
+    if ((func_len + 1) * 2 > func_cap) {
+        size_t ncap = func_cap ? func_cap * 2 : 1 << 16;
+        func_slot *n = calloc(ncap, sizeof *n);
+        for (size_t i = 0; i < func_cap; i++)
+            if (func_tab[i].key) {
+                size_t s = hash_ptr((uintptr_t)func_tab[i].key, ncap);
+                while (n[s].key) s = (s + 1) & (ncap - 1);
+                n[s] = func_tab[i];
+            }
+        free(func_tab);
+        func_tab = n;
+        func_cap = ncap;
+    }
+    size_t s = hash_ptr((uintptr_t)key, func_cap);
+    while (func_tab[s].key && func_tab[s].key != key) s = (s + 1) & (func_cap - 1);
+    if (!func_tab[s].key) func_len++;
+    func_tab[s].key = key;
+    func_tab[s].f = f;
+}
+
+sc_func_t *sc_func_register(const void *key, const char *name) {
+    sc_func_t *f = calloc(1, sizeof *f);
+    f->magic = 0x5C5C;
+    f->id = -1;
+    f->name = name ? name : "unknown";
+    pthread_mutex_lock(&func_lock);
+    if (key) func_insert(key, f);
+    func_insert(f, f);
+    pthread_mutex_unlock(&func_lock);
+    return f;
+}
+
+sc_func_t *sc_func_lookup(const void *key) {
+    sc_func_t *f = NULL;
+    pthread_mutex_lock(&func_lock);
+    if (func_cap) {
+        size_t s = hash_ptr((uintptr_t)key, func_cap);
+        while (func_tab[s].key && func_tab[s].key != key) s = (s + 1) & (func_cap - 1);
+        f = func_tab[s].f;
+    }
+    pthread_mutex_unlock(&func_lock);
+    return f;
+}
+
+int sc_func_log_id(sc_func_t *f) {
+    int id = __atomic_load_n(&f->id, __ATOMIC_ACQUIRE);
+    if (id >= 0) return id;
+    pthread_mutex_lock(&func_lock);
+    if (f->id < 0) {
+        f->id = next_func_id++;
+        emit_raw("F\t%d\t%s\n", f->id, f->name);
+    }
+    id = f->id;
+    pthread_mutex_unlock(&func_lock);
+    return id;
+}
+
+void sc_log_kernel(uint64_t t_enter, const void *func, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                   unsigned by, unsigned bz, size_t shmem, const void *stream) {
+    if (!sc_logging()) return;
+    sc_func_t *f = sc_func_lookup(func);
+    if (!f) {
+        char *name = malloc(48);
+        snprintf(name, 48, "unregistered_kernel_%p", func);
+        f = sc_func_register(func, name);
+    }
+    int id = sc_func_log_id(f);
+    sc_emit(t_enter, 'K', "%d\t%d\t%u,%u,%u\t%u,%u,%u\t%zu", sc_stream_id(stream), id, gx, gy, gz, bx, by, bz,
+            shmem);
+}
+
+/* ---- streams and events: handles are pointers to small records carrying a trace id ---- */
+typedef struct { uint32_t magic; int id; } sc_handle_t;
+static int next_stream_id = 1, next_event_id = 1;
+
+void *sc_new_stream(void) {
+    sc_handle_t *h = calloc(1, sizeof *h);
+    h->magic = 0x57AE;
+    h->id = __atomic_fetch_add(&next_stream_id, 1, __ATOMIC_RELAXED);
+    return h;
+}
+
+void *sc_new_event(void) {
+    sc_handle_t *h = calloc(1, sizeof *h);
+    h->magic = 0xE7E7;
+    h->id = __atomic_fetch_add(&next_event_id, 1, __ATOMIC_RELAXED);
+    return h;
+}
+
+int sc_stream_id(const void *stream) {
+    /* 0 = legacy default (NULL or cudaStreamLegacy), -2 = per-thread default (cudaStreamPerThread) */
+    if ((uintptr_t)stream <= 1) return 0;
+    if ((uintptr_t)stream == 2) return -2;
+    const sc_handle_t *h = stream;
+    return h->magic == 0x57AE ? h->id : -1;
+}
+
+int sc_event_id(const void *event) {
+    if (!event) return 0;
+    const sc_handle_t *h = event;
+    return h->magic == 0xE7E7 ? h->id : -1;
+}

@@ -1,0 +1,74 @@
+/* stepcast virtual-GPU shim: shared declarations.
+ *
+ * The shim is one shared object, preloaded into the training process (LD_PRELOAD) and also answering to the
+ * name libcuda.so.1, that defines the CUDA runtime, driver, cuBLAS/cuBLASLt, cuDNN and NCCL entry points torch
+ * imports. Device work becomes a no-op; each call that the simulator needs is appended to a per-rank text log
+ * (one event per line, tab-separated; emulate/shimlog.py parses it). */
+#ifndef STEPCAST_SHIM_H
+#define STEPCAST_SHIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SC_EXPORT __attribute__((visibility("default")))
+#define SC_MAX_DEVICES 16
+
+/* Target device, read once from STEPCAST_* environment variables (emulate/shim_env.py writes them). */
+typedef struct {
+    char name[256];
+    int cc_major, cc_minor;
+    int sm_count;
+    size_t mem_bytes;
+    int l2_bytes;
+    size_t smem_per_sm;
+    int clock_khz;
+    int mem_clock_khz;
+    int mem_bus_width;
+    int device_count;
+    int max_threads_per_sm;
+} sc_config_t;
+
+extern sc_config_t sc_cfg;
+void sc_init(void);
+uint64_t sc_now_ns(void);
+
+/* Event log. sc_emit writes "<kind>\t<t_ns>\t<gap_ns>\t<thread>\t<op>\t" + the formatted fields + "\n".
+ * t_enter is the call's entry time (sc_now_ns() taken first thing); the gap is the host time since the previous
+ * logged call returned, minus the time the Python capture layer declared as its own (stepcast_pause/resume). */
+void sc_emit(uint64_t t_enter, char kind, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int sc_logging(void);
+/* First call of an entry point the shim answers only generically: logged once per name ('U' line). */
+void sc_unhandled(const char *name);
+
+/* Streams and events are small objects; their ids (1, 2, ...) are what the trace shows. Null / legacy -> 0. */
+int sc_stream_id(const void *stream);
+int sc_event_id(const void *event);
+
+/* Device memory (virtual, never backed). */
+int sc_current_device(void);
+int sc_device_alloc(size_t bytes, void **out);  /* 0 on success, -1 when the device is full */
+size_t sc_device_free(void *ptr);               /* returns the size freed (0 if unknown) */
+int sc_is_device_ptr(const void *ptr);
+int sc_is_pinned_host_ptr(const void *ptr);
+void sc_set_current_device(int device);
+void sc_host_range_add(const void *ptr, size_t bytes);
+void sc_host_range_remove(const void *ptr);
+size_t sc_device_used_bytes(int device);
+void *sc_new_stream(void);
+void *sc_new_event(void);
+
+/* Kernel names: a registered host stub / module function -> its (mangled) device name, logged once ('F' line). */
+typedef struct sc_func {
+    uint32_t magic;
+    int id;            /* -1 until first logged */
+    const char *name;
+} sc_func_t;
+sc_func_t *sc_func_register(const void *key, const char *name);
+sc_func_t *sc_func_lookup(const void *key);
+int sc_func_log_id(sc_func_t *f);
+void sc_log_kernel(uint64_t t_enter, const void *func, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                   unsigned by, unsigned bz, size_t shmem, const void *stream);
+
+int sc_device_attribute(int attr, int device, int *value);
+
+#endif
