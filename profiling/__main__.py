@@ -1,0 +1,39 @@
+"""``python -m profiling``: measure kernels on the hardware at hand into ``datasets/<hardware-id>/`` (a Hydra app).
+
+    python -m profiling                                  # everything, hardware=auto, default budget
+    python -m profiling families=[gemm,norm] budget_minutes=2 output_dir=/tmp/ds
+    python -m profiling -m families=[gemm],[attention]   # multirun: one job per value
+    torchrun --nproc-per-node 8 -m profiling families=[collective]
+
+Configs: conf/profiling/config.yaml and one config group per family (conf/profiling/<family>/: auto | cpu | gpu | tiny).
+"""
+from __future__ import annotations
+
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from profiling.schema import DatasetSchemaError
+from profiling.model_catalog import UnknownModelError
+from profiling.paths import CONF_DIR
+from profiling.runner import ConfigError, run
+from profiling.sampling import SweepConfigError
+
+USER_ERRORS = (ConfigError, SweepConfigError, DatasetSchemaError, UnknownModelError)
+
+
+@hydra.main(config_path=str(CONF_DIR / "profiling"), config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    try:
+        run(cfg)
+    except USER_ERRORS as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("interrupted: every measured point is saved; run the same command again to resume", file=sys.stderr)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()
