@@ -93,7 +93,7 @@ void sc_emit(uint64_t t_enter, char kind, const char *fmt, ...) {
     pthread_mutex_unlock(&log_lock);
 }
 
-static void emit_raw(const char *fmt, ...) {
+void sc_note(const char *fmt, ...) {
     if (!sc_logging()) return;
     pthread_mutex_lock(&log_lock);
     va_list ap;
@@ -119,7 +119,7 @@ void sc_unhandled(const char *name) {
     }
     pthread_mutex_unlock(&unhandled_lock);
     if (getenv("STEPCAST_DEBUG")) fprintf(stderr, "stepcast: generic answer for %s\n", name);
-    emit_raw("U\t%s\n", name);
+    sc_note("U\t%s\n", name);
 }
 
 /* ---- Python-facing capture API (called through ctypes by emulate/capture.py) ---- */
@@ -133,7 +133,10 @@ SC_EXPORT void stepcast_op_enter(int op) { cur_op = op; stepcast_resume(); }
 /* Leave an op: pause the clock (the capture layer's bookkeeping follows) and restore the enclosing op. */
 SC_EXPORT void stepcast_op_exit(int prev) { stepcast_pause(); cur_op = prev; }
 SC_EXPORT int stepcast_current_op(void) { return cur_op; }
-SC_EXPORT void stepcast_mark(int source, int step) { sc_emit(sc_now_ns(), 'I', "%d\t%d", source, step); }
+/* Iteration marks take no host time of their own: written without touching the gap accounting. */
+SC_EXPORT void stepcast_mark(int source, int step) {
+    sc_note("I\t%lu\t0\t%d\t%d\t%d\t%d\n", (unsigned long)(sc_now_ns() - t_origin), thread_no, cur_op, source, step);
+}
 SC_EXPORT void stepcast_flush(void) {
     pthread_mutex_lock(&log_lock);
     if (log_file) fflush(log_file);
@@ -344,7 +347,7 @@ int sc_func_log_id(sc_func_t *f) {
     pthread_mutex_lock(&func_lock);
     if (f->id < 0) {
         f->id = next_func_id++;
-        emit_raw("F\t%d\t%s\n", f->id, f->name);
+        sc_note("F\t%d\t%s\n", f->id, f->name);
     }
     id = f->id;
     pthread_mutex_unlock(&func_lock);

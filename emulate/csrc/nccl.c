@@ -38,7 +38,7 @@ static sc_comm *new_comm(uint64_t key, int nranks, int rank) {
     c->nranks = nranks;
     c->rank = rank;
     pthread_mutex_init(&c->lock, NULL);
-    sc_emit(sc_now_ns(), 'X', "%s\t%d\t%d", c->id, nranks, rank);
+    sc_note("X\t%s\t%d\t%d\n", c->id, nranks, rank);
     return c;
 }
 

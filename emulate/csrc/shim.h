@@ -37,6 +37,8 @@ uint64_t sc_now_ns(void);
  * logged call returned, minus the time the Python capture layer declared as its own (stepcast_pause/resume). */
 void sc_emit(uint64_t t_enter, char kind, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 int sc_logging(void);
+/* A raw line that is not a timed call (definitions, notes): leaves the gap accounting alone. */
+void sc_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* First call of an entry point the shim answers only generically: logged once per name ('U' line). */
 void sc_unhandled(const char *name);
 

@@ -1,0 +1,214 @@
+"""The capture layer inside the emulated process: run an unmodified script on the virtual GPU and tag every call
+the shim logs with the aten op it belongs to.
+
+Started by ``python -m emulate run`` as ``python -m emulate.capture SCRIPT [ARGS...]`` with the shim preloaded
+(``LD_PRELOAD``) and ``STEPCAST_LOG`` naming this rank's log. It
+
+- enters a TorchDispatchMode that, around each aten op, tells the shim (through ctypes) the op's id, so every
+  launch, GEMM, copy and collective the shim logs carries it; the op table (name, input shapes, dtypes, scalar
+  arguments) goes to ``<log>.ops.json`` at exit. Time spent describing ops is reported to the shim as the capture
+  layer's own (``stepcast_pause``/``op_enter``), so host gaps stay close to the script's own;
+- marks iteration boundaries: ``torch.profiler`` steps, optimizer steps (a global step post-hook) and top-level
+  backward passes are all marked, with their source; the collator keeps the best source present;
+- turns cuDNN off (``torch.backends.cudnn.enabled = False``): cuDNN's graph API is not emulated, so convolutions and
+  batch norm run torch's native CUDA kernels, which are captured like any other launch;
+- drops CUDA activities from ``torch.profiler`` (CUPTI needs a real driver);
+- runs the script with ``runpy`` (``__name__ == "__main__"``), then writes the op table and torch's own memory
+  statistics (``max_memory_allocated``/``reserved``) whatever way the script ended.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import runpy
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+SOURCE_PROFILER, SOURCE_OPTIMIZER, SOURCE_BACKWARD = 1, 2, 3
+_SCALARS = (bool, int, float, str, type(None))
+
+
+def _shim() -> ctypes.CDLL:
+    lib = ctypes.CDLL(os.environ["STEPCAST_SHIM"])
+    for name in ("stepcast_pause", "stepcast_resume", "stepcast_flush"):
+        getattr(lib, name).restype = None
+    lib.stepcast_op_enter.argtypes = [ctypes.c_int]
+    lib.stepcast_op_enter.restype = None
+    lib.stepcast_op_exit.argtypes = [ctypes.c_int]
+    lib.stepcast_op_exit.restype = None
+    lib.stepcast_mark.argtypes = [ctypes.c_int, ctypes.c_int]
+    lib.stepcast_mark.restype = None
+    lib.stepcast_device_peak.argtypes = [ctypes.c_int]
+    lib.stepcast_device_peak.restype = ctypes.c_longlong
+    return lib
+
+
+def _arg_value(a: Any) -> Any:
+    """A JSON-able, hashable stand-in for a non-tensor argument (dims, flags, scalars); None for anything else."""
+    if isinstance(a, _SCALARS):
+        return a
+    if isinstance(a, (list, tuple)) and all(isinstance(x, _SCALARS) for x in a):
+        return tuple(a)
+    if isinstance(a, (torch.dtype, torch.device, torch.memory_format, torch.layout)):
+        return str(a)
+    return None
+
+
+def describe(args: tuple, kwargs: dict) -> tuple[tuple, tuple, tuple, tuple]:
+    """(shapes, dtypes, values, kwargs) in the form profiling.classify.classify_op reads: one entry per positional
+    argument; a tensor gives its shape and dtype, a tensor list a list of each, anything else ``()`` and ``""``."""
+    shapes, dtypes, values = [], [], []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            shapes.append(tuple(a.shape))
+            dtypes.append(str(a.dtype))
+            values.append(None)
+        elif isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor):
+            shapes.append(tuple(tuple(t.shape) if isinstance(t, torch.Tensor) else () for t in a))
+            dtypes.append(tuple(str(t.dtype) if isinstance(t, torch.Tensor) else "" for t in a))
+            values.append(None)
+        else:
+            shapes.append(())
+            dtypes.append("")
+            values.append(_arg_value(a))
+    kw = tuple(sorted((k, _arg_value(v)) for k, v in kwargs.items() if not isinstance(v, torch.Tensor)))
+    return tuple(shapes), tuple(dtypes), tuple(values), kw
+
+
+class OpRecorder(TorchDispatchMode):
+    """Tags the shim's log with the aten op in which each call happens; keeps the op table."""
+
+    def __init__(self, shim: ctypes.CDLL) -> None:
+        super().__init__()
+        self._shim = shim
+        self._ids: dict[tuple, int] = {}
+        self.table: list[tuple] = []
+        self._lock = threading.Lock()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        shim = self._shim
+        shim.stepcast_pause()
+        kwargs = kwargs or {}
+        try:
+            key = (func, *describe(args, kwargs))
+        except Exception:  # an argument we cannot describe must never break the user's script
+            key = (func, (), (), (), ())
+        op_id = self._ids.get(key)
+        if op_id is None:
+            with self._lock:
+                op_id = self._ids.setdefault(key, len(self.table))
+                if op_id == len(self.table):
+                    self.table.append(key)
+        shim.stepcast_op_enter(op_id)
+        try:
+            return func(*args, **kwargs)
+        finally:
+            shim.stepcast_op_exit(-1)
+            shim.stepcast_resume()
+
+    def dump(self) -> list[dict[str, Any]]:
+        return [{"op": str(func), "shapes": shapes, "dtypes": dtypes, "args": values, "kwargs": dict(kw)}
+                for func, shapes, dtypes, values, kw in self.table]
+
+
+def _install_iteration_marks(shim: ctypes.CDLL) -> None:
+    counts = {SOURCE_PROFILER: 0, SOURCE_OPTIMIZER: 0, SOURCE_BACKWARD: 0}
+
+    def mark(source: int) -> None:
+        counts[source] += 1
+        shim.stepcast_mark(source, counts[source])
+
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    register_optimizer_step_post_hook(lambda *_: mark(SOURCE_OPTIMIZER))
+
+    depth = threading.local()
+    original_backward = torch.autograd.backward
+
+    def backward(*args, **kwargs):
+        level = getattr(depth, "level", 0)
+        depth.level = level + 1
+        try:
+            return original_backward(*args, **kwargs)
+        finally:
+            depth.level = level
+            if level == 0:
+                mark(SOURCE_BACKWARD)
+
+    torch.autograd.backward = backward  # Tensor.backward calls torch.autograd.backward
+
+    import torch.profiler as tprof
+    original_step, original_init = tprof.profile.step, tprof.profile.__init__
+
+    def step(self, *args, **kwargs):
+        out = original_step(self, *args, **kwargs)
+        mark(SOURCE_PROFILER)
+        return out
+
+    def init(self, *args, activities=None, **kwargs):
+        if activities is not None:  # CUPTI cannot run on the virtual device
+            activities = [a for a in activities if a != tprof.ProfilerActivity.CUDA] or [tprof.ProfilerActivity.CPU]
+        elif args:
+            first = list(args[0] or [])
+            args = ([a for a in first if a != tprof.ProfilerActivity.CUDA] or [tprof.ProfilerActivity.CPU], *args[1:])
+        else:
+            activities = [tprof.ProfilerActivity.CPU]
+        if activities is not None:
+            kwargs["activities"] = activities
+        return original_init(self, *args, **kwargs)
+
+    tprof.profile.step = step
+    tprof.profile.__init__ = init
+
+
+def _memory_stats(shim: ctypes.CDLL) -> dict[str, Any]:
+    stats: dict[str, Any] = {}
+    if torch.cuda.is_initialized():
+        dev = torch.cuda.current_device()
+        stats = {"device": dev, "max_memory_allocated": torch.cuda.max_memory_allocated(dev),
+                 "max_memory_reserved": torch.cuda.max_memory_reserved(dev)}
+        stats["device_peak_bytes"] = int(shim.stepcast_device_peak(dev))
+    return stats
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print("usage: python -m emulate.capture SCRIPT [ARGS...]", file=sys.stderr)
+        return 2
+    script = Path(argv[0]).resolve()
+    shim = _shim()
+    torch.backends.cudnn.enabled = False
+    _install_iteration_marks(shim)
+    sys.argv = [str(script), *argv[1:]]
+    sys.path[0] = str(script.parent)
+    recorder = OpRecorder(shim)
+    status: dict[str, Any] = {"exit": "ok"}
+    try:
+        with recorder:
+            runpy.run_path(str(script), run_name="__main__")
+    except SystemExit as exc:
+        status = {"exit": "sys.exit", "code": exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)}
+        raise
+    except BaseException as exc:
+        status = {"exit": "exception", "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+                  "message": str(exc).splitlines()[0][:500] if str(exc) else ""}
+        raise
+    finally:
+        shim.stepcast_flush()
+        sidecar = {"ops": recorder.dump(), "memory": _memory_stats(shim), "status": status,
+                   "torch": torch.__version__, "script": str(script), "argv": sys.argv[1:]}
+        log = Path(os.environ["STEPCAST_LOG"])
+        tmp = log.with_name(log.name + ".ops.json.tmp")
+        tmp.write_text(json.dumps(sidecar))
+        os.replace(tmp, log.with_name(log.name + ".ops.json"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
