@@ -1,0 +1,246 @@
+"""The prediction report: what ``python -m emulate run`` and ``replay`` print and write to ``--report``.
+
+Fields::
+
+    hardware, world_size, durations ("predicted" | "measured"), estimator,
+    iteration_time_ms      median of the steady-state iterations of the slowest rank
+    iterations_ms          per iteration index, the slowest rank's time (steady-state and warm-up alike)
+    steady_iterations      which iteration indices count as steady state (the first is warm-up when >= 3)
+    peak_memory_bytes      largest over ranks (device memory from the traces' malloc/free)
+    breakdown_ms           {compute, communication, exposed_communication, host_bound, idle} of the slowest rank
+    mfu                    model FLOP utilisation, or null when no kernel has a GEMM/attention spec
+    per_rank               [{rank, iteration_time_ms, iterations_ms, peak_memory_bytes, breakdown_ms,
+                             measured_iteration_time_ms (when the trace recorded it)}]
+    fallback_kernels       kernels timed without a learned model (analytical estimate or launch floor)
+    fallback_reasons       those kernels by reason
+
+Iterations of a rank: from one ``iteration`` marker's host time to the next one's; the last ends at a closing
+marker (``end: true``) or, without one, when the rank's host and devices are done. A trace without markers is one
+iteration.
+
+Breakdown, per rank, over its steady-state window W (first steady iteration's start to last one's end). Device time
+in W is partitioned into four disjoint parts:
+
+- ``compute``: some kernel, memcpy or memset runs on some stream;
+- ``exposed_communication``: a collective runs and nothing of the above does;
+- ``idle``: nothing runs, and a collective has reached its stream but waits for peer ranks (load imbalance);
+- ``host_bound``: nothing runs and nothing waits: the device waits for the host to issue work.
+
+and ``communication`` is the time some collective runs (overlapped or not; not part of the sum). Each term is its
+share of W times the rank's iteration time, so that compute + exposed_communication + idle + host_bound equals
+the reported iteration time exactly.
+
+MFU = (sum over ranks of model FLOPs per iteration / the kernel's dtype peak) / (world size x iteration time):
+the fraction of peak the job would need to run its GEMM and attention FLOPs in the predicted time. FLOPs come
+from the kernels' specs: 2mnk per GEMM (x batch); attention 4 b h s_q s_kv d forward (halved when causal), 2.5x
+that backward.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from emulate.sim.engine import RankTimeline
+from emulate.sim.program import COLLECTIVE, KERNEL, RankProgram
+from profiling.hardware import HardwareSpec
+
+BREAKDOWN_TERMS = ("compute", "communication", "exposed_communication", "host_bound", "idle")
+WARMUP_MIN_ITERATIONS = 3  # with at least this many iterations, the first one is warm-up
+
+
+def build_report(result) -> dict[str, Any]:
+    """The report dict of a :class:`emulate.simulate.SimulationResult` (fields: module docstring)."""
+    hw: HardwareSpec = result.hardware
+    per_rank = []
+    ideal_per_iteration = 0.0
+    for prog, tl in zip(result.programs, result.timelines):
+        spans = iteration_spans(prog, tl)
+        times = spans[:, 1] - spans[:, 0]
+        steady = steady_indices(len(times))
+        it_us = float(statistics.median(times[steady])) if len(steady) else 0.0
+        window = (float(spans[steady[0], 0]), float(spans[steady[-1], 1])) if len(steady) else (0.0, 0.0)
+        parts = breakdown_us(prog, tl, window)
+        width = window[1] - window[0]
+        scale = it_us / width if width > 0 else 0.0
+        ideal = ideal_compute_us(prog, tl, window, hw)
+        ideal_per_iteration += ideal / len(steady) if len(steady) else 0.0
+        entry: dict[str, Any] = {
+            "rank": prog.rank,
+            "iteration_time_ms": it_us / 1e3,
+            "iterations_ms": (times / 1e3).tolist(),
+            "peak_memory_bytes": prog.peak_memory_bytes,
+            "breakdown_ms": {k: v * scale / 1e3 for k, v in parts.items()},
+        }
+        measured = prog.meta.get("measured_iterations_us")
+        if measured:
+            m = np.asarray(measured, dtype=np.float64)
+            ms = steady_indices(len(m))
+            entry["measured_iteration_time_ms"] = float(statistics.median(m[ms])) / 1e3
+            entry["measured_iterations_ms"] = (m / 1e3).tolist()
+        per_rank.append(entry)
+
+    slowest = max(per_rank, key=lambda e: e["iteration_time_ms"])
+    n_it = min(len(e["iterations_ms"]) for e in per_rank)
+    iteration_ms = slowest["iteration_time_ms"]
+    flops_time_ms = ideal_per_iteration / 1e3
+    mfu = flops_time_ms / (len(per_rank) * iteration_ms) if iteration_ms > 0 and flops_time_ms > 0 else None
+    times = result.durations
+    return {
+        "hardware": hw.id,
+        "world_size": result.world_size,
+        "ranks_simulated": len(per_rank),
+        "nodes": result.nodes,
+        "durations": result.mode,
+        "estimator": times.estimator_label,
+        "host_speed": result.host_speed,
+        "iteration_time_ms": iteration_ms,
+        "iterations_ms": [max(e["iterations_ms"][j] for e in per_rank) for j in range(n_it)],
+        "steady_iterations": steady_indices(n_it).tolist(),
+        "peak_memory_bytes": max(e["peak_memory_bytes"] for e in per_rank),
+        "breakdown_ms": dict(slowest["breakdown_ms"]),
+        "mfu": mfu,
+        "per_rank": per_rank,
+        "fallback_kernels": times.fallback_kernels,
+        "fallback_reasons": dict(times.fallback_reasons),
+        "collectives_matched": len(result.groups),
+    }
+
+
+def steady_indices(n: int) -> np.ndarray:
+    """Iteration indices that count as steady state: all but the first when there are at least three."""
+    return np.arange(1 if n >= WARMUP_MIN_ITERATIONS else 0, n)
+
+
+def iteration_spans(prog: RankProgram, tl: RankTimeline) -> np.ndarray:
+    """(start, end) in simulated us of each iteration of a rank (module docstring)."""
+    marks = tl.host[prog.iteration_index] if len(prog.iteration_index) else np.array([0.0])
+    if prog.end_marker is not None:
+        last = float(tl.host[prog.end_marker])
+    else:
+        last = tl.end_time
+    ends = np.append(marks[1:], last)
+    return np.column_stack([marks, ends])
+
+
+def union_length(starts: np.ndarray, ends: np.ndarray) -> float:
+    """Total length covered by the intervals [starts, ends) (vectorised sweep)."""
+    keep = ends > starts
+    if not keep.any():
+        return 0.0
+    starts, ends = starts[keep], ends[keep]
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], ends[order]
+    reach = np.maximum.accumulate(ends)
+    before = np.concatenate(([-np.inf], reach[:-1]))
+    return float(np.maximum(reach - np.maximum(starts, before), 0.0).sum())
+
+
+def breakdown_us(prog: RankProgram, tl: RankTimeline, window: tuple[float, float]) -> dict[str, float]:
+    """The breakdown terms in us over ``window`` (unscaled; module docstring)."""
+    w0, w1 = window
+    if w1 <= w0:
+        return {k: 0.0 for k in BREAKDOWN_TERMS}
+    kinds = np.asarray(prog.kind, dtype=np.int8)[prog.device_index]
+    s = np.clip(tl.start[prog.device_index], w0, w1)
+    e = np.clip(tl.end[prog.device_index], w0, w1)
+    comm = kinds == COLLECTIVE
+    compute = union_length(s[~comm], e[~comm])
+    busy = union_length(s, e)
+    communication = union_length(s[comm], e[comm])
+    if tl.arrival:
+        pos = np.fromiter(tl.arrival.keys(), dtype=np.int64)
+        a = np.clip(np.fromiter(tl.arrival.values(), dtype=np.float64), w0, w1)
+        b = np.clip(tl.start[pos], w0, w1)
+        occupied = union_length(np.concatenate([s, a]), np.concatenate([e, b]))
+    else:
+        occupied = busy
+    return {
+        "compute": compute,
+        "communication": communication,
+        "exposed_communication": busy - compute,
+        "host_bound": (w1 - w0) - occupied,
+        "idle": occupied - busy,
+    }
+
+
+def model_flops(spec: dict[str, Any]) -> float:
+    """FLOPs a kernel contributes to MFU (GEMM and attention only, by the usual convention)."""
+    family = spec.get("family")
+    try:
+        if family == "gemm":
+            return 2.0 * spec["m"] * spec["n"] * spec["k"] * spec.get("batch", 1)
+        if family == "attention":
+            fwd = 4.0 * spec["batch"] * spec["heads_q"] * spec["seq_q"] * spec["seq_kv"] * spec["head_dim"]
+            fwd *= 0.5 if spec.get("causal") else 1.0
+            return fwd * (2.5 if spec.get("pass") == "bwd" else 1.0)
+    except (KeyError, TypeError):
+        return 0.0
+    return 0.0
+
+
+def ideal_compute_us(prog: RankProgram, tl: RankTimeline, window: tuple[float, float], hw: HardwareSpec) -> float:
+    """Sum over kernels starting inside ``window`` of FLOPs / peak FLOP/s of their dtype (us)."""
+    total = 0.0
+    w0, w1 = window
+    start = tl.start
+    kind = prog.kind
+    for i in prog.device_index.tolist():
+        if kind[i] != KERNEL or not (w0 <= start[i] < w1):
+            continue
+        spec = prog.events[i].get("spec")
+        if spec:
+            flops = model_flops(spec)
+            if flops:
+                total += flops / hw.peak_flops(str(spec.get("dtype", "fp32"))) * 1e6
+    return total
+
+
+def write_report(report: dict[str, Any], path: Path) -> Path:
+    """Write the report JSON atomically (temporary file in the same folder, then rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(report, f, indent=2)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def print_summary(report: dict[str, Any], console=None) -> None:
+    """The summary table (rich)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    table = Table(title=f"Predicted iteration on {report['hardware']} ({report['durations']} durations)",
+                  show_header=False)
+    table.add_column("what", style="bold")
+    table.add_column("value", justify="right")
+    table.add_row("world size (ranks simulated)", f"{report['world_size']} ({report['ranks_simulated']})")
+    table.add_row("iteration time", f"{report['iteration_time_ms']:.3f} ms")
+    measured = [r["measured_iteration_time_ms"] for r in report["per_rank"] if "measured_iteration_time_ms" in r]
+    if measured:
+        m = max(measured)
+        err = (report["iteration_time_ms"] - m) / m * 100 if m else float("nan")
+        table.add_row("measured iteration time", f"{m:.3f} ms ({err:+.1f}%)")
+    table.add_row("iterations", ", ".join(f"{t:.2f}" for t in report["iterations_ms"][:8])
+                  + (" ..." if len(report["iterations_ms"]) > 8 else "") + " ms")
+    table.add_row("peak memory", f"{report['peak_memory_bytes'] / 2**30:.2f} GiB")
+    for term, value in report["breakdown_ms"].items():
+        table.add_row(f"  {term.replace('_', ' ')}", f"{value:.3f} ms")
+    table.add_row("MFU", "n/a" if report["mfu"] is None else f"{report['mfu'] * 100:.1f}%")
+    table.add_row("kernels without a learned model", str(report["fallback_kernels"]))
+    if report.get("estimator"):
+        table.add_row("estimator", report["estimator"])
+    console.print(table)

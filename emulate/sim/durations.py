@@ -1,0 +1,201 @@
+"""How long every device op takes: measured, predicted by the estimator (one batched call), or a fallback.
+
+Order of preference for each op (``mode`` is "measured" or "predicted"):
+
+1. ``mode == "measured"`` and the event carries ``duration_us``: that duration.
+2. kernels and collectives with a ``spec`` (collectives without one get a spec built from op/bytes/ranks): the
+   estimator's prediction on the target hardware. All ranks' rows go to ONE ``predict_frame`` call. Rows the
+   estimator answers with its analytical fallback (label ``roofline@...``) are counted as fallbacks.
+3. kernels without a spec: the measured duration scaled by the ratio of memory bandwidths (source -> target
+   hardware; most unclassified kernels are memory bound) when one was recorded, else a launch floor. Counted.
+4. memcpy / memset: bandwidth model from the catalog: host<->device over PCIe, device copies read and write HBM.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from emulate.sim.program import COLLECTIVE, KERNEL, MEMCPY, MEMCPY_BLOCKING, MEMSET, RankProgram
+from emulate.trace import TraceFormatError
+from estimator.base import KernelEstimator
+from profiling.families import FAMILIES
+from profiling.hardware import HardwareSpec, UnknownHardwareError, lookup
+
+LAUNCH_FLOOR_US = 2.0          # an unclassified kernel with nothing measured: the smallest kernel a GPU runs
+COPY_LATENCY_US = 1.0          # fixed cost of a copy or memset besides its bytes
+HOST_COPY_BANDWIDTH = 10e9     # bytes/s for host-to-host copies issued through the runtime
+
+# Trace collective ops -> the ``collective`` family's ops (profiling.families).
+COLLECTIVE_FAMILY_OP = {
+    "all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
+    "all_to_all": "all_to_all", "broadcast": "broadcast", "reduce": "broadcast", "send": "send_recv",
+    "recv": "send_recv", "send_recv": "send_recv",
+}
+
+
+@dataclass
+class Durations:
+    """Per-rank duration (us) of every event (0 for host events) and where each number came from."""
+
+    us: list[np.ndarray]
+    measured: list[np.ndarray]                       # True where the duration is the recorded one
+    fallback_kernels: int = 0
+    fallback_reasons: Counter = field(default_factory=Counter)
+    estimator_label: str | None = None
+    spec_rows: pd.DataFrame | None = None            # rows sent to the estimator (+ rank, position, predicted_us)
+
+
+def assign_durations(programs: list[RankProgram], target: HardwareSpec, mode: str,
+                     estimator: KernelEstimator | None, ranks_per_node: int) -> Durations:
+    if mode not in ("measured", "predicted"):
+        raise ValueError(f"durations '{mode}': expected 'measured' or 'predicted'")
+    out = Durations(us=[], measured=[])
+    rows: list[dict[str, Any]] = []
+    row_at: list[tuple[int, int]] = []
+    no_spec: list[tuple[int, int, float | None]] = []
+    for r, prog in enumerate(programs):
+        us = np.zeros(prog.n_events, dtype=np.float64)
+        measured = np.zeros(prog.n_events, dtype=bool)
+        if mode == "measured":
+            dev = prog.device_index
+            have = dev[np.isfinite(prog.recorded_us[dev])]
+            us[have] = prog.recorded_us[have]
+            measured[have] = True
+            todo = dev[~measured[dev]]
+        else:
+            todo = prog.device_index
+        events, kinds = prog.events, prog.kind
+        for i in todo.tolist():
+            ev = events[i]
+            k = kinds[i]
+            if k == KERNEL or k == COLLECTIVE:
+                spec = ev.get("spec") if k == KERNEL else _collective_spec(ev, ranks_per_node)
+                if spec:
+                    rows.append(_row(spec, target.id, prog.source, i))
+                    row_at.append((r, i))
+                else:
+                    no_spec.append((r, i, ev.get("duration_us")))
+            else:
+                us[i] = copy_duration_us(ev, k, target, prog.source, i)
+        out.us.append(us)
+        out.measured.append(measured)
+
+    if rows:
+        if estimator is None:
+            raise ValueError("durations 'predicted' need an estimator (estimator.load(...))")
+        frame = pd.DataFrame.from_records(rows)
+        predicted = estimator.predict_frame(frame)
+        values = predicted["predicted_us"].to_numpy(dtype=np.float64)
+        labels = predicted["estimator"].astype(str).to_numpy()
+        bad = ~np.isfinite(values)
+        if bad.any():
+            j = int(np.flatnonzero(bad)[0])
+            r, i = row_at[j]
+            raise ValueError(f"{programs[r].source}: events[{i}].spec: the estimator returned "
+                             f"{values[j]} for {rows[j]}")
+        analytical = np.char.startswith(labels.astype(str), "roofline")
+        for (r, i), v in zip(row_at, values.tolist()):
+            out.us[r][i] = max(v, 0.0)
+        is_kernel = np.array([programs[r].kind[i] == KERNEL for r, i in row_at], dtype=bool)
+        out.fallback_kernels += int((analytical & is_kernel).sum())
+        out.fallback_reasons["no_learned_model"] += int((analytical & is_kernel).sum())
+        out.estimator_label = ", ".join(sorted(set(labels.tolist())))
+        predicted["rank_index"] = [r for r, _ in row_at]
+        predicted["position"] = [i for _, i in row_at]
+        out.spec_rows = predicted
+
+    scale_cache: dict[str, float] = {}
+    for r, i, recorded in no_spec:
+        prog = programs[r]
+        if recorded is not None:
+            if prog.hardware not in scale_cache:
+                scale_cache[prog.hardware] = _bandwidth_ratio(prog.hardware, target)
+            out.us[r][i] = recorded * scale_cache[prog.hardware]
+            reason = "no_spec_scaled_measurement"
+        else:
+            out.us[r][i] = LAUNCH_FLOOR_US
+            reason = "no_spec_launch_floor"
+        if prog.kind[i] == KERNEL:
+            out.fallback_kernels += 1
+            out.fallback_reasons[reason] += 1
+    return out
+
+
+def copy_duration_us(ev: dict[str, Any], code: int, hw: HardwareSpec, source: str, i: int) -> float:
+    """Bandwidth model of a memcpy or memset (see the module docstring)."""
+    try:
+        nbytes = float(ev["bytes"])
+    except (KeyError, TypeError, ValueError):
+        raise TraceFormatError(f"{source}: events[{i}].bytes: expected a byte count, found {ev.get('bytes')!r}") \
+            from None
+    if code == MEMSET:
+        return COPY_LATENCY_US + nbytes / hw.memory_bandwidth * 1e6
+    direction = ev.get("direction")
+    if direction in ("h2d", "d2h"):
+        bandwidth = (hw.pcie_bandwidth_gbps or 16.0) * 1e9
+    elif direction == "d2d":
+        bandwidth = hw.memory_bandwidth / 2.0  # read and write
+    elif direction == "h2h":
+        bandwidth = HOST_COPY_BANDWIDTH
+    else:
+        raise TraceFormatError(f"{source}: events[{i}].direction: expected h2d, d2h, d2d or h2h, "
+                               f"found {direction!r}")
+    assert code in (MEMCPY, MEMCPY_BLOCKING)
+    return COPY_LATENCY_US + nbytes / bandwidth * 1e6
+
+
+def ranks_per_node_for(world_size: int, nodes: int) -> int:
+    if nodes < 1:
+        raise ValueError(f"nodes: expected at least 1, found {nodes}")
+    return max(1, math.ceil(world_size / nodes))
+
+
+def _collective_spec(ev: dict[str, Any], ranks_per_node: int) -> dict[str, Any] | None:
+    spec = ev.get("spec")
+    ranks = int(ev.get("ranks") or (spec or {}).get("ranks") or 1)
+    if spec:
+        spec = dict(spec)
+    else:
+        op = COLLECTIVE_FAMILY_OP.get(ev.get("op"))
+        if op is None or ev.get("bytes") is None:
+            return None
+        spec = {"family": "collective", "op": op, "bytes": int(ev["bytes"]), "ranks": ranks,
+                "dtype": _canonical_dtype(ev.get("dtype"))}
+    spec.setdefault("ranks", ranks)
+    spec["ranks_per_node"] = min(int(spec["ranks"]), ranks_per_node)
+    spec.setdefault("dtype", "bf16")
+    return spec
+
+
+def _canonical_dtype(dtype: Any) -> str:
+    text = str(dtype or "bf16").lower().replace("torch.", "")
+    aliases = {"float": "fp32", "float32": "fp32", "half": "fp16", "float16": "fp16", "bfloat16": "bf16",
+               "double": "fp64", "float64": "fp64", "long": "int64", "int": "int64"}
+    return aliases.get(text, text)
+
+
+def _row(spec: Any, hardware: str, source: str, i: int) -> dict[str, Any]:
+    if not isinstance(spec, dict) or spec.get("family") not in FAMILIES:
+        family = spec.get("family") if isinstance(spec, dict) else spec
+        raise TraceFormatError(f"{source}: events[{i}].spec.family: expected one of {', '.join(FAMILIES)}, "
+                               f"found {family!r}")
+    missing = [c for c in FAMILIES[spec["family"]] if spec.get(c) is None]
+    if missing:
+        raise TraceFormatError(f"{source}: events[{i}].spec.{missing[0]}: missing (required for family "
+                               f"'{spec['family']}')")
+    row = dict(spec)
+    row["hardware"] = hardware
+    row.setdefault("dtype", "fp32")
+    return row
+
+
+def _bandwidth_ratio(source_hw: str, target: HardwareSpec) -> float:
+    try:
+        return lookup(source_hw).memory_bandwidth / target.memory_bandwidth
+    except UnknownHardwareError:
+        return 1.0

@@ -1,0 +1,314 @@
+"""The simulation proper: host threads issue work in program order, streams run it in FIFO order, ranks meet at
+collectives.
+
+Model (design notes, "Collation and simulation"):
+
+- the host of a rank advances by each event's gap (divided by ``host_speed`` before we get here) and issues the
+  event at that time; device work does not hold the host (launch overhead overlaps execution);
+- a device op starts at ``max(issue time + launch latency, its stream's tail)`` and occupies its stream for its
+  duration; different streams overlap;
+- ``event_record`` stores the stream's tail; ``stream_wait_event`` raises the waiting stream's tail to the stored
+  time (the latest record of that handle before the wait in host order: exactly CUDA's semantics, which is what
+  keying waiters by (handle, record version) achieves in a queue-based simulator);
+- ``event_sync`` / ``stream_sync`` / ``device_sync`` / a blocking memcpy hold the host until the awaited work ends;
+- a collective matched across ranks (see :func:`collate`) starts when the last member's stream reaches it and ends,
+  on every member, ``duration`` later; an unmatched one (ranks absent from the traces) runs alone.
+
+Why no priority queue: within one rank every time is a function of events earlier in host order (a stream's
+predecessors, records issued before a wait, work issued before a sync), so evaluating events in host order IS the
+discrete-event schedule, at a fraction of the cost of pushing and popping a heap per event. Ranks interact only at
+collectives: a rank runs until it touches a stream whose collective still waits for peers, then yields to the
+others; when the last member arrives, the collective's end is known and the waiting ranks resume. The outcome does
+not depend on the order in which ranks are run (each value is computed once, from the same inputs), and a cycle of
+ranks waiting on each other is a real deadlock of the traced program, reported as such.
+"""
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from emulate.sim.durations import Durations
+from emulate.sim.program import (
+    COLLECTIVE, DEVICE_SYNC, EVENT_RECORD, EVENT_SYNC, MEMCPY_BLOCKING, STREAM_SYNC, STREAM_WAIT_EVENT, RankProgram,
+)
+
+PENDING = -1.0  # a stream tail that waits for a collective's peers
+
+
+class SimulationDeadlock(RuntimeError):
+    """Ranks wait on each other's collectives in an order that can never complete."""
+
+
+@dataclass
+class CollectiveGroup:
+    """One collective call as every member rank sees it."""
+
+    key: tuple
+    expected: int
+    members: list[tuple[int, int]] = field(default_factory=list)   # (rank index, event position)
+    duration_ns: float = 0.0
+    arrived: int = 0
+    last_arrival: float = 0.0
+
+
+@dataclass
+class RankTimeline:
+    """Simulated times (us since the rank's trace began) of every event of one rank.
+
+    ``host[i]``: when the host issued event i. Device events: ``start``/``end`` on their stream. Synchronising
+    events: ``start`` = when the host began to wait, ``end`` = when it resumed. Collectives matched across ranks
+    also have ``arrival`` (their stream reached them; they started when the last member did).
+    """
+
+    host: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    arrival: dict[int, float]
+    end_time: float
+
+
+def collate(programs: list[RankProgram], durations: Durations) -> tuple[list[list[int]], list[CollectiveGroup]]:
+    """Match collectives across ranks by (communicator, sequence number); point-to-point ops by (communicator,
+    source, destination, n-th transfer between them). Returns each rank's group index per event (-1: runs alone)
+    and the groups.
+
+    Matching needs every rank of the job: when the traces hold fewer ranks than ``world_size``, every collective
+    runs alone with its own (recorded or predicted) duration."""
+    group_of = [[-1] * p.n_events for p in programs]
+    world = {p.world_size for p in programs}
+    if len(world) > 1:
+        raise ValueError(f"traces disagree on world_size: {', '.join(f'{p.source}={p.world_size}' for p in programs)}")
+    ranks = [p.rank for p in programs]
+    if len(set(ranks)) != len(ranks):
+        dup = next(r for r in ranks if ranks.count(r) > 1)
+        raise ValueError(f"rank {dup} appears in more than one trace: "
+                         f"{', '.join(p.source for p in programs if p.rank == dup)}")
+    if len(programs) < programs[0].world_size or len(programs) == 1:
+        return group_of, []
+
+    by_key: dict[tuple, CollectiveGroup] = {}
+    for r, prog in enumerate(programs):
+        seq_on: dict[Any, int] = defaultdict(int)
+        p2p_seq: dict[tuple, int] = defaultdict(int)
+        for i in np.flatnonzero(prog.kind_array == COLLECTIVE).tolist():
+            ev = prog.events[i]
+            op, comm = ev.get("op"), ev.get("comm")
+            if op in ("send", "recv") and ev.get("peer") is not None:
+                src, dst = (prog.rank, int(ev["peer"])) if op == "send" else (int(ev["peer"]), prog.rank)
+                n = p2p_seq[(comm, src, dst)]
+                p2p_seq[(comm, src, dst)] += 1
+                key, expected = ("p2p", comm, src, dst, n), 2
+            else:
+                seq = ev.get("comm_seq")
+                if seq is None:
+                    seq = seq_on[comm]
+                seq_on[comm] += 1
+                key, expected = ("coll", comm, seq), int(ev.get("ranks") or prog.world_size)
+            grp = by_key.get(key)
+            if grp is None:
+                grp = by_key[key] = CollectiveGroup(key=key, expected=expected)
+            grp.members.append((r, i))
+            if len(grp.members) > grp.expected:
+                raise ValueError(f"{prog.source}: events[{i}]: collective {key[1:]!r} has more members than its "
+                                 f"{grp.expected} ranks (duplicate comm_seq?)")
+
+    groups: list[CollectiveGroup] = []
+    for grp in by_key.values():
+        if len(grp.members) != grp.expected:
+            continue  # some members' traces are absent: run alone
+        us = [float(durations.us[r][i]) for r, i in grp.members]
+        all_measured = all(bool(durations.measured[r][i]) for r, i in grp.members)
+        # A recorded collective duration includes the time its rank waited for the others: the last to arrive
+        # waited least, so the smallest recorded duration is the transfer itself.
+        grp.duration_ns = (min(us) if all_measured else max(us)) * 1e3
+        for r, i in grp.members:
+            group_of[r][i] = len(groups)
+        groups.append(grp)
+    return group_of, groups
+
+
+class _RankState:
+    """Mutable state of one rank between runs (a rank yields while a collective waits for its peers). Times are
+    nanoseconds here (the trace's unit for gaps, so the hot loop adds them without conversion)."""
+
+    def __init__(self, index: int, prog: RankProgram, dur: np.ndarray, group_of: list[int], host_speed: float,
+                 latency_us: float) -> None:
+        n = prog.n_events
+        self.index = index
+        self.prog = prog
+        self.n = n
+        self.kind = prog.kind
+        self.gap = prog.gap_ns if host_speed == 1.0 else [g / host_speed for g in prog.gap_ns]
+        self.stream = prog.stream
+        self.handle = prog.handle
+        self.dur = (dur * 1e3).tolist()  # the loop counts nanoseconds, as the trace's gaps do
+        self.group_of = group_of
+        self.latency = latency_us * 1e3
+        self.host = [0.0] * n
+        self.start = [0.0] * n
+        self.end = [0.0] * n
+        self.tail = [0.0] * max(1, len(prog.stream_ids))
+        self.event_time = [0.0] * (max(prog.handle, default=-1) + 1)
+        self.arrival: dict[int, float] = {}
+        self.h = 0.0
+        self.i = 0
+
+
+def run(programs: list[RankProgram], durations: Durations, group_of: list[list[int]],
+        groups: list[CollectiveGroup], host_speed: float, latency_us: list[float]) -> list[RankTimeline]:
+    """Simulate every rank; see the module docstring."""
+    if host_speed <= 0:
+        raise ValueError(f"host_speed: expected a positive factor, found {host_speed}")
+    states = [_RankState(r, p, durations.us[r], group_of[r], host_speed, latency_us[r])
+              for r, p in enumerate(programs)]
+    runnable = deque(states)
+    queued = {id(s) for s in states}
+    while runnable:
+        st = runnable.popleft()
+        queued.discard(id(st))
+        woken: list[int] = []
+        _advance(st, states, groups, woken)
+        for r in woken:
+            other = states[r]
+            if other.i < other.n and id(other) not in queued:
+                runnable.append(other)
+                queued.add(id(other))
+    stuck = [s for s in states if s.i < s.n]
+    if stuck:
+        raise SimulationDeadlock("; ".join(_describe_stuck(s, groups) for s in stuck))
+    out = []
+    for st in states:
+        host, start, end = (np.asarray(x, dtype=np.float64) * 1e-3 for x in (st.host, st.start, st.end))
+        device_end = float(end[st.prog.device_index].max()) if len(st.prog.device_index) else 0.0
+        out.append(RankTimeline(host=host, start=start, end=end,
+                                arrival={i: a * 1e-3 for i, a in st.arrival.items()},
+                                end_time=max(st.h * 1e-3, device_end)))
+    return out
+
+
+def _advance(st: _RankState, states: list[_RankState], groups: list[CollectiveGroup], woken: list[int]) -> None:
+    """Run one rank's events in host order until the end or until one touches a stream held by a collective that
+    still waits for peers. The hot loop: locals only, the common kinds tested first."""
+    kind, gap, stream, handle, dur = st.kind, st.gap, st.stream, st.handle, st.dur
+    host, start, end, tail, event_time = st.host, st.start, st.end, st.tail, st.event_time
+    lat = st.latency
+    h = st.h
+    i = st.i
+    for i in range(st.i, st.n):
+        k = kind[i]
+        t = h + gap[i]
+        host[i] = t
+        if k < MEMCPY_BLOCKING:  # kernel, memcpy, memset
+            s = stream[i]
+            q = tail[s]
+            if q < 0.0:
+                break
+            b = t + lat
+            if q > b:
+                b = q
+            start[i] = b
+            q = b + dur[i]
+            end[i] = q
+            tail[s] = q
+        elif k > COLLECTIVE + 2:  # host-side kinds (record, wait, syncs, iteration)
+            if k == EVENT_RECORD:
+                q = tail[stream[i]]
+                if q < 0.0:
+                    break
+                event_time[handle[i]] = q
+            elif k == STREAM_WAIT_EVENT:
+                s = stream[i]
+                q = tail[s]
+                if q < 0.0:
+                    break
+                e = event_time[handle[i]]
+                if e > q:
+                    tail[s] = e
+            elif k == EVENT_SYNC:
+                start[i] = t
+                e = event_time[handle[i]]
+                if e > t:
+                    t = e
+                end[i] = t
+            elif k == STREAM_SYNC:
+                q = tail[stream[i]]
+                if q < 0.0:
+                    break
+                start[i] = t
+                if q > t:
+                    t = q
+                end[i] = t
+            elif k == DEVICE_SYNC:
+                if min(tail) < 0.0:
+                    break
+                start[i] = t
+                q = max(tail)
+                if q > t:
+                    t = q
+                end[i] = t
+            # ITERATION: only its host time matters
+        elif k == MEMCPY_BLOCKING:
+            s = stream[i]
+            q = tail[s]
+            if q < 0.0:
+                break
+            b = t + lat
+            if q > b:
+                b = q
+            start[i] = b
+            q = b + dur[i]
+            end[i] = q
+            tail[s] = q
+            if q > t:
+                t = q
+        elif k == COLLECTIVE:
+            s = stream[i]
+            q = tail[s]
+            if q < 0.0:
+                break
+            b = t + lat
+            if q > b:
+                b = q
+            g = st.group_of[i]
+            if g < 0:
+                start[i] = b
+                q = b + dur[i]
+                end[i] = q
+                tail[s] = q
+            else:
+                st.arrival[i] = b
+                tail[s] = PENDING
+                _arrive(groups[g], b, states, woken)
+        # else MALLOC / FREE: settled before simulation (RankProgram.peak_memory_bytes)
+        h = t
+    else:
+        i = st.n
+    st.h = h
+    st.i = i
+
+
+def _arrive(grp: CollectiveGroup, when: float, states: list[_RankState], woken: list[int]) -> None:
+    grp.arrived += 1
+    if when > grp.last_arrival:
+        grp.last_arrival = when
+    if grp.arrived < grp.expected:
+        return
+    begin = grp.last_arrival
+    finish = begin + grp.duration_ns
+    for r, pos in grp.members:
+        st = states[r]
+        st.start[pos] = begin
+        st.end[pos] = finish
+        st.tail[st.stream[pos]] = finish
+        woken.append(r)
+
+
+def _describe_stuck(st: _RankState, groups: list[CollectiveGroup]) -> str:
+    ev = st.prog.events[st.i]
+    waiting = [g for g in groups if g.arrived < g.expected and any(r == st.index for r, _ in g.members)]
+    detail = ", ".join(f"{g.key[1:]} ({g.arrived}/{g.expected} arrived)" for g in waiting[:3])
+    return (f"{st.prog.source}: rank {st.prog.rank} is stuck at events[{st.i}] (kind {ev.get('kind')!r}) behind "
+            f"collective(s) {detail or '?'} that never complete (the traces' collective orders disagree)")

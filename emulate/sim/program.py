@@ -1,0 +1,184 @@
+"""One rank's trace (format v1, :mod:`emulate.trace`) turned into flat columns the simulator loops over.
+
+The simulator's inner loop must touch each event a handful of times at most, so the dict-per-event form of the
+trace is read exactly once, here, into parallel Python lists of small ints and floats (Python lists index faster
+than numpy arrays element by element). Everything that does not depend on simulated time is settled here too:
+stream and event handles are renumbered densely, and device memory (malloc/free) is accumulated into the rank's
+peak, which needs no clock at all.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from emulate.trace import TraceFormatError
+
+# Event codes, ordered so that the inner loop tests the common cases first: every device op is < COLLECTIVE.
+KERNEL, MEMCPY, MEMSET, MEMCPY_BLOCKING, COLLECTIVE = 0, 1, 2, 3, 4
+MALLOC, FREE, EVENT_RECORD, STREAM_WAIT_EVENT, EVENT_SYNC, STREAM_SYNC, DEVICE_SYNC, ITERATION = range(5, 13)
+
+KIND_CODES: dict[str, int] = {
+    "kernel": KERNEL, "memcpy": MEMCPY, "memset": MEMSET, "collective": COLLECTIVE, "malloc": MALLOC,
+    "free": FREE, "event_record": EVENT_RECORD, "stream_wait_event": STREAM_WAIT_EVENT, "event_sync": EVENT_SYNC,
+    "stream_sync": STREAM_SYNC, "device_sync": DEVICE_SYNC, "iteration": ITERATION,
+}
+DEVICE_CODES = frozenset({KERNEL, MEMCPY, MEMSET, MEMCPY_BLOCKING, COLLECTIVE})
+
+# Fields each kind must carry (beyond kind and gap_ns), checked only when the fast path trips over a missing one.
+REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
+    "kernel": ("stream",), "memcpy": ("stream", "bytes", "direction"), "memset": ("stream", "bytes"),
+    "collective": ("stream", "op", "comm", "ranks"), "malloc": ("bytes",), "free": (),
+    "event_record": ("event", "stream"), "stream_wait_event": ("stream", "event"), "event_sync": ("event",),
+    "stream_sync": ("stream",), "device_sync": (), "iteration": (),
+}
+
+
+@dataclass
+class RankProgram:
+    """The columns of one rank's trace. Index ``i`` is the event's position in the trace (its ``seq``)."""
+
+    source: str
+    rank: int
+    world_size: int
+    hardware: str
+    meta: dict[str, Any]
+    events: list[dict[str, Any]]
+    kind: list[int]
+    kind_array: np.ndarray             # the same codes as an int8 array
+    gap_ns: list[float]                # host time before each event, as recorded (ns)
+    stream: list[int]                  # dense stream index, -1 where the event has no stream
+    handle: list[int]                  # dense event-handle index for record/wait/sync, -1 elsewhere
+    stream_ids: list[Any]              # dense index -> the trace's stream id
+    recorded_us: np.ndarray            # each event's duration_us, NaN where absent
+    device_index: np.ndarray           # positions of device events (kernel, memcpy, memset, collective)
+    iteration_index: np.ndarray        # positions of iteration markers that open an iteration
+    end_marker: int | None             # position of an iteration marker with ``end: true`` (closes the last one)
+    peak_memory_bytes: int
+    memory_curve: tuple[np.ndarray, np.ndarray] = field(repr=False)  # (event positions, bytes in use after them)
+
+    @property
+    def n_events(self) -> int:
+        return len(self.kind)
+
+
+def build_program(doc: dict[str, Any], source: str = "<trace>") -> RankProgram:
+    """Columns of one rank's trace (the dict :func:`emulate.trace.read_trace` returns).
+
+    Whole-column list comprehensions do the per-event work (several times faster than one loop that branches on
+    every event); kinds that need more than their stream are then visited through numpy-selected positions."""
+    events = doc["events"]
+    codes = KIND_CODES
+    try:
+        kind = [codes[ev["kind"]] for ev in events]
+        gap = [ev["gap_ns"] for ev in events]
+        recorded = np.asarray([ev.get("duration_us") for ev in events], dtype=np.float64)
+        dense: dict[Any, int] = {None: -1}
+        stream = [dense[s] if s in dense else dense.setdefault(s, len(dense) - 1)
+                  for s in [ev.get("stream") for ev in events]]
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise TraceFormatError(_first_bad_event(events, source)) from None
+    try:
+        if gap and min(gap) < 0:
+            raise ValueError("negative gap")
+    except (TypeError, ValueError):
+        raise TraceFormatError(_first_bad_event(events, source)) from None
+    stream_ids = list(dense)[1:]
+    kinds = np.asarray(kind, dtype=np.int8)
+    codes_of_stream = np.asarray(stream, dtype=np.int64)
+    needs_stream = (kinds <= COLLECTIVE) | (kinds == EVENT_RECORD) | (kinds == STREAM_WAIT_EVENT) | \
+        (kinds == STREAM_SYNC)
+    if (codes_of_stream[needs_stream] < 0).any():
+        raise TraceFormatError(_first_bad_event(events, source))
+
+    for i in np.flatnonzero(kinds == MEMCPY).tolist():
+        if events[i].get("blocking"):
+            kind[i] = MEMCPY_BLOCKING
+    kinds = np.asarray(kind, dtype=np.int8)
+
+    handle = [-1] * len(events)
+    handle_of: dict[Any, int] = {}
+    with_handle = np.flatnonzero((kinds == EVENT_RECORD) | (kinds == STREAM_WAIT_EVENT) | (kinds == EVENT_SYNC))
+    try:
+        for i in with_handle.tolist():
+            handle[i] = handle_of.setdefault(events[i]["event"], len(handle_of))
+    except (KeyError, TypeError):
+        raise TraceFormatError(_describe_bad_event(events[i], i, source)) from None
+
+    mem_pos = np.flatnonzero((kinds == MALLOC) | (kinds == FREE))
+    mem_delta = np.zeros(len(mem_pos), dtype=np.int64)
+    live: dict[Any, int] = {}
+    try:
+        for j, i in enumerate(mem_pos.tolist()):
+            ev = events[i]
+            if kind[i] == MALLOC:
+                nbytes = int(ev["bytes"])
+                live[ev.get("ptr", ("anon", i))] = nbytes
+                mem_delta[j] = nbytes
+            else:
+                nbytes = live.pop(ev.get("ptr"), None)
+                mem_delta[j] = -(nbytes if nbytes is not None else int(ev.get("bytes") or 0))
+    except (KeyError, TypeError, ValueError):
+        raise TraceFormatError(_describe_bad_event(events[i], i, source)) from None
+
+    iteration_index = np.flatnonzero(kinds == ITERATION)
+    ends = [i for i in iteration_index.tolist() if events[i].get("end")]
+    end_marker = ends[-1] if ends else None
+    if end_marker is not None:
+        if len(ends) > 1 or end_marker != iteration_index[-1]:
+            raise TraceFormatError(f"{source}: events[{ends[0]}].end: only the last iteration marker may close "
+                                   f"the last iteration")
+        iteration_index = iteration_index[:-1]
+    in_use = np.cumsum(mem_delta)
+    peak = int(max(0, in_use.max())) if len(in_use) else 0
+    try:
+        rank, world_size, hardware = int(doc["rank"]), int(doc["world_size"]), str(doc["hardware"])
+    except (KeyError, TypeError, ValueError):
+        raise TraceFormatError(f"{source}: fields 'rank' and 'world_size': expected integers") from None
+    return RankProgram(
+        source=source, rank=rank, world_size=world_size, hardware=hardware,
+        meta=dict(doc.get("meta") or {}), events=events, kind=kind, kind_array=kinds, gap_ns=gap, stream=stream,
+        handle=handle, stream_ids=stream_ids, recorded_us=recorded,
+        device_index=np.flatnonzero(kinds <= COLLECTIVE), iteration_index=iteration_index, end_marker=end_marker,
+        peak_memory_bytes=peak, memory_curve=(mem_pos, in_use),
+    )
+
+
+def _first_bad_event(events: list[Any], source: str) -> str:
+    for i, ev in enumerate(events):
+        message = _check_event(ev, i, source)
+        if message:
+            return message
+    return f"{source}: malformed events"
+
+
+def _describe_bad_event(ev: Any, i: int, source: str) -> str:
+    """The one-line message for what is wrong with event ``i`` (slow path: only runs on bad input)."""
+    return _check_event(ev, i, source) or f"{source}: events[{i}]: malformed event {str(ev)[:120]}"
+
+
+def _check_event(ev: Any, i: int, source: str) -> str | None:
+    where = f"{source}: events[{i}]"
+    if not isinstance(ev, dict):
+        return f"{where}: expected an object, found {type(ev).__name__}"
+    if ev.get("kind") not in KIND_CODES:
+        return f"{where}.kind: expected one of {sorted(KIND_CODES)}, found {ev.get('kind')!r}"
+    gap = ev.get("gap_ns")
+    if not isinstance(gap, (int, float)) or isinstance(gap, bool) or gap < 0:
+        return f"{where}.gap_ns: expected a non-negative number of nanoseconds, found {gap!r}"
+    for name in REQUIRED_FIELDS[ev["kind"]]:
+        if ev.get(name) is None:
+            return f"{where}.{name}: missing (required for kind '{ev['kind']}')"
+    if ev["kind"] in ("malloc", "free") and ev.get("bytes") is not None:
+        try:
+            int(ev["bytes"])
+        except (TypeError, ValueError):
+            return f"{where}.bytes: expected an integer, found {ev['bytes']!r}"
+    if ev.get("duration_us") is not None and not isinstance(ev["duration_us"], (int, float)):
+        return f"{where}.duration_us: expected a number of microseconds, found {ev['duration_us']!r}"
+    try:
+        hash(ev.get("stream")), hash(ev.get("event")), hash(ev.get("ptr"))
+    except TypeError:
+        return f"{where}: 'stream', 'event' and 'ptr' must be numbers or strings"
+    return None

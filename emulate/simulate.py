@@ -1,0 +1,141 @@
+"""Predict a training iteration from captured (or imported) traces: time every device op, simulate the ranks,
+report.
+
+    python -m emulate.simulate rank0.json.gz rank1.json.gz --hardware h100-sxm --report report.json --trace tl.json
+
+``simulate`` returns the raw :class:`SimulationResult`; ``simulate_traces`` (what ``python -m emulate run`` calls)
+also prints the summary and writes the report and the timeline. Model: :mod:`emulate.sim.engine`; durations:
+:mod:`emulate.sim.durations`; report fields: :mod:`emulate.report`.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from emulate.sim.durations import Durations, assign_durations, ranks_per_node_for
+from emulate.sim.engine import CollectiveGroup, RankTimeline, collate, run
+from emulate.sim.program import RankProgram, build_program
+from emulate.trace import TraceFormatError, read_trace
+from estimator.base import KernelEstimator
+from profiling.hardware import HardwareSpec, UnknownHardwareError, lookup
+
+#: Submission latency of a kernel on an idle GPU (launch call -> kernel start) when the trace does not say
+#: (``meta.launch_latency_us``, which the Kineto importer measures).
+DEFAULT_LAUNCH_LATENCY_US = 3.0
+DURATION_MODES = ("predicted", "measured")
+
+
+@dataclass
+class SimulationResult:
+    programs: list[RankProgram]
+    timelines: list[RankTimeline]
+    durations: Durations
+    hardware: HardwareSpec
+    mode: str
+    nodes: int
+    host_speed: float
+    groups: list[CollectiveGroup]
+
+    @property
+    def world_size(self) -> int:
+        return self.programs[0].world_size
+
+
+def simulate(traces: list[dict[str, Any]], hardware: str, nodes: int = 1, host_speed: float = 1.0,
+             durations: str = "predicted", estimator: KernelEstimator | str | None = None,
+             sources: list[str] | None = None) -> SimulationResult:
+    """Simulate the ranks whose traces (dicts as :func:`emulate.trace.read_trace` returns) are given.
+
+    ``durations``: "predicted" (the estimator on ``hardware``) or "measured" (each event's ``duration_us`` where
+    present, predictions elsewhere). ``estimator``: an estimator, a name for :func:`estimator.load`, or None for
+    the shipped default (loaded only when some duration must be predicted)."""
+    if not traces:
+        raise ValueError("no traces to simulate")
+    if durations not in DURATION_MODES:
+        raise ValueError(f"durations '{durations}': expected one of {', '.join(DURATION_MODES)}")
+    spec = lookup(hardware)
+    sources = sources or [f"<trace {i}>" for i in range(len(traces))]
+    programs = sorted((build_program(doc, src) for doc, src in zip(traces, sources)), key=lambda p: p.rank)
+    rpn = ranks_per_node_for(programs[0].world_size, nodes)
+    times = assign_durations(programs, spec, durations, _LazyEstimator(estimator), rpn)
+    group_of, groups = collate(programs, times)
+    latency = [float(p.meta.get("launch_latency_us", DEFAULT_LAUNCH_LATENCY_US)) for p in programs]
+    timelines = run(programs, times, group_of, groups, host_speed, latency)
+    return SimulationResult(programs, timelines, times, spec, durations, nodes, host_speed, groups)
+
+
+def simulate_traces(trace_paths: list[Path], hardware: str, nodes: int = 1, report_path: Path | None = None,
+                    timeline_path: Path | None = None, host_speed: float = 1.0, durations: str = "predicted",
+                    estimator: KernelEstimator | str | None = None, extra: dict[str, Any] | None = None,
+                    console=None) -> dict[str, Any]:
+    """Read the trace files, simulate, print the summary table, write the report (atomically) and the timeline.
+    Returns the report dict (fields: :func:`emulate.report.build_report`); ``extra`` fields are merged into it."""
+    from emulate.report import build_report, print_summary, write_report
+    from emulate.timeline import write_timeline
+
+    paths = [Path(p) for p in trace_paths]
+    docs = [read_trace(p) for p in paths]
+    result = simulate(docs, hardware, nodes=nodes, host_speed=host_speed, durations=durations,
+                      estimator=estimator, sources=[str(p) for p in paths])
+    report = build_report(result)
+    report["traces"] = [str(p) for p in paths]
+    report.update(extra or {})
+    print_summary(report, console=console)
+    if report_path is not None:
+        write_report(report, Path(report_path))
+    if timeline_path is not None:
+        write_timeline(result, Path(timeline_path))
+    return report
+
+
+class _LazyEstimator(KernelEstimator):
+    """Loads the estimator on first use, so measured replays never import a model they do not need."""
+
+    def __init__(self, source: KernelEstimator | str | None) -> None:
+        self._source = source
+        self._loaded: KernelEstimator | None = source if isinstance(source, KernelEstimator) else None
+
+    @property
+    def model(self) -> KernelEstimator:
+        if self._loaded is None:
+            import estimator as estimators
+
+            self._loaded = estimators.load(self._source)
+        return self._loaded
+
+    def predict(self, frame):
+        return self.model.predict(frame)
+
+    def in_range(self, frame):
+        return self.model.in_range(frame)
+
+    def predict_frame(self, frame):
+        return self.model.predict_frame(frame)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m emulate.simulate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("traces", nargs="+", type=Path, help="stepcast trace files, one per rank")
+    parser.add_argument("--hardware", required=True, help="target hardware id (conf/hardware/<id>.yaml)")
+    parser.add_argument("--nodes", type=int, default=1)
+    parser.add_argument("--host-speed", type=float, default=1.0, help="target host speed relative to the capture's")
+    parser.add_argument("--durations", choices=DURATION_MODES, default="predicted")
+    parser.add_argument("--estimator", default=None, help="estimator.load source (default: shipped models)")
+    parser.add_argument("--report", type=Path, default=None)
+    parser.add_argument("--trace", type=Path, default=None, help="write the predicted timeline (Perfetto JSON)")
+    args = parser.parse_args(argv)
+    try:
+        simulate_traces(args.traces, args.hardware, nodes=args.nodes, report_path=args.report,
+                        timeline_path=args.trace, host_speed=args.host_speed, durations=args.durations,
+                        estimator=args.estimator)
+    except (TraceFormatError, UnknownHardwareError, ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

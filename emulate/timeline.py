@@ -1,0 +1,101 @@
+"""The predicted timeline as a Chrome trace-event JSON file (opens in ui.perfetto.dev and chrome://tracing).
+
+One process per rank ("rank N"); in it one track for the host thread (iterations and the time it spends blocked in
+synchronising calls) and one track per device stream (kernels, copies, collectives; a collective that waits for
+peer ranks shows the wait as a separate "wait for peers" slice). Times are microseconds, as the format expects.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+from emulate.sim.program import (
+    COLLECTIVE, DEVICE_SYNC, EVENT_SYNC, MEMCPY, MEMCPY_BLOCKING, MEMSET, STREAM_SYNC, RankProgram,
+)
+
+HOST_TID = 0
+_SYNC_NAMES = {EVENT_SYNC: "event_sync", STREAM_SYNC: "stream_sync", DEVICE_SYNC: "device_sync",
+               MEMCPY_BLOCKING: "blocking memcpy"}
+
+
+def stream_tid(index: int) -> int:
+    """Track id of a stream (dense stream index) inside its rank's process."""
+    return 1 + index
+
+
+def timeline_events(result) -> Iterator[dict[str, Any]]:
+    """Trace events of a :class:`emulate.simulate.SimulationResult`."""
+    from emulate.report import iteration_spans
+
+    for r, (prog, tl) in enumerate(zip(result.programs, result.timelines)):
+        pid = prog.rank
+        yield {"ph": "M", "name": "process_name", "pid": pid, "tid": HOST_TID, "args": {"name": f"rank {pid}"}}
+        yield {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": HOST_TID, "args": {"sort_index": pid}}
+        yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": HOST_TID, "args": {"name": "host"}}
+        for idx, sid in enumerate(prog.stream_ids):
+            yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": stream_tid(idx),
+                   "args": {"name": f"stream {sid}"}}
+        for n, (a, b) in enumerate(iteration_spans(prog, tl).tolist()):
+            yield {"ph": "X", "name": f"iteration {n}", "cat": "iteration", "pid": pid, "tid": HOST_TID, "ts": a,
+                   "dur": max(b - a, 0.0)}
+        yield from _device_slices(prog, tl, result.durations.measured[r])
+        for i, code in enumerate(prog.kind):
+            if code in _SYNC_NAMES and code != MEMCPY_BLOCKING and tl.end[i] > tl.start[i]:
+                yield {"ph": "X", "name": _SYNC_NAMES[code], "cat": "sync", "pid": pid, "tid": HOST_TID,
+                       "ts": float(tl.start[i]), "dur": float(tl.end[i] - tl.start[i])}
+            elif code == MEMCPY_BLOCKING and tl.end[i] > tl.host[i]:
+                yield {"ph": "X", "name": _SYNC_NAMES[code], "cat": "sync", "pid": pid, "tid": HOST_TID,
+                       "ts": float(tl.host[i]), "dur": float(tl.end[i] - tl.host[i])}
+
+
+def _device_slices(prog: RankProgram, tl, measured) -> Iterator[dict[str, Any]]:
+    pid = prog.rank
+    events, kind, stream = prog.events, prog.kind, prog.stream
+    start, end = tl.start, tl.end
+    for i in prog.device_index.tolist():
+        ev = events[i]
+        code = kind[i]
+        tid = stream_tid(stream[i])
+        if code == COLLECTIVE:
+            name = f"{ev.get('op', 'collective')} {ev.get('comm', '')}".strip()
+            cat = "collective"
+            if i in tl.arrival and start[i] > tl.arrival[i]:
+                yield {"ph": "X", "name": "wait for peers", "cat": "collective_wait", "pid": pid, "tid": tid,
+                       "ts": float(tl.arrival[i]), "dur": float(start[i] - tl.arrival[i])}
+        elif code in (MEMCPY, MEMCPY_BLOCKING):
+            name, cat = f"memcpy {ev.get('direction', '')}".strip(), "memcpy"
+        elif code == MEMSET:
+            name, cat = "memset", "memset"
+        else:
+            name, cat = str(ev.get("name") or "kernel"), "kernel"
+        args = {"seq": i, "duration": "measured" if measured[i] else "predicted"}
+        if ev.get("op"):
+            args["op"] = ev["op"]
+        yield {"ph": "X", "name": name, "cat": cat, "pid": pid, "tid": tid, "ts": float(start[i]),
+               "dur": float(end[i] - start[i]), "args": args}
+
+
+def write_timeline(result, path: Path) -> Path:
+    """Write the timeline atomically (temporary file in the same folder, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write('{"displayTimeUnit":"ns","traceEvents":[\n')
+            first = True
+            for ev in timeline_events(result):
+                if not first:
+                    f.write(",\n")
+                f.write(json.dumps(ev, separators=(",", ":")))
+                first = False
+            f.write("\n]}\n")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
