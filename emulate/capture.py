@@ -10,8 +10,9 @@ Started by ``python -m emulate run`` as ``python -m emulate.capture SCRIPT [ARGS
   layer's own (``stepcast_pause``/``op_enter``), so host gaps stay close to the script's own;
 - marks iteration boundaries: ``torch.profiler`` steps, optimizer steps (a global step post-hook) and top-level
   backward passes are all marked, with their source; the collator keeps the best source present;
-- turns cuDNN off (``torch.backends.cudnn.enabled = False``): cuDNN's graph API is not emulated, so convolutions and
-  batch norm run torch's native CUDA kernels, which are captured like any other launch;
+- turns cuDNN off (``torch.backends.cudnn.enabled = False`` and the cuDNN SDPA backend): cuDNN's graph API is not
+  emulated, so convolutions and batch norm run torch's native CUDA kernels and attention the flash / memory-efficient
+  kernels, which are captured like any other launch (on a real sm90+ GPU torch may choose cuDNN for these);
 - drops CUDA activities from ``torch.profiler`` (CUPTI needs a real driver);
 - runs the script with ``runpy`` (``__name__ == "__main__"``), then writes the op table and torch's own memory
   statistics (``max_memory_allocated``/``reserved``) whatever way the script ended.
@@ -184,6 +185,7 @@ def main(argv: list[str]) -> int:
     script = Path(argv[0]).resolve()
     shim = _shim()
     torch.backends.cudnn.enabled = False
+    torch.backends.cuda.enable_cudnn_sdp(False)  # SDPA would pick cuDNN attention on sm90+; flash/efficient instead
     _install_iteration_marks(shim)
     sys.argv = [str(script), *argv[1:]]
     sys.path[0] = str(script.parent)
