@@ -18,6 +18,8 @@ Choices a reader should know:
   vocabulary has no separate loss entry and the op is a row-wise reduction over the logits.
 - dtypes the families do not list are timed as the listed dtype of the same width: int32 as fp32, int16 as fp16,
   uint8 as int8 (``canonical_dtype`` gives only exact names and None for these).
+- ``add``/``sub``/``mul``/``div``/``pow`` with a single tensor operand (the other a Python scalar or a one-element
+  tensor) are ``add_scalar`` etc.: a different kernel that reads one stream instead of two (NeuSight's ``addu``).
 - foreach ops keep their name (``foreach_add``, ``foreach_addcdiv``...): one captured launch is one of these, not a
   whole optimizer step; fused optimizers are ``adamw_fused``, ``adam_fused``, ``sgd_fused``.
 - collectives: ``bytes`` per rank is the largest tensor argument (nccl-tests ``size``); ``ranks`` and
@@ -77,11 +79,16 @@ def canonical_dtype(name: str | None) -> str | None:
     return None
 
 
-def _row_dtype(name: str | None) -> str | None:
+def tensor_dtype(name: str | None) -> str | None:
+    """The family dtype a tensor of this dtype is timed as: the exact one, or the same-width stand-in (int32 ->
+    fp32, int16 -> fp16, uint8 -> int8); None for non-tensor tags ("Scalar", "Int", "TensorList", "")."""
     exact = canonical_dtype(name)
     if exact or not name:
         return exact
     return _APPROXIMATE_DTYPES.get(name)
+
+
+_row_dtype = tensor_dtype
 
 
 def _is_tensor_dtype(name: str | None) -> bool:
@@ -367,7 +374,14 @@ def _elementwise(name: str, shapes: tuple, dtypes: tuple, args: tuple | None, ke
     dtype = max(t, key=lambda item: _numel(item[0]))[1] if t else _list_dtype(dtypes)
     if dtype is None or numel <= 0:
         return None
-    return {"family": "elementwise", "dtype": dtype, "op": _ELEMENTWISE_ALIASES[name], "numel": numel}
+    op = _ELEMENTWISE_ALIASES[name]
+    if op in _SCALAR_VARIANTS and sum(_numel(s) > 1 for s, _ in t) <= 1 and not list_numel:
+        op += "_scalar"  # one tensor operand: reads one stream, not two
+    return {"family": "elementwise", "dtype": dtype, "op": op, "numel": numel}
+
+
+# Binary ops whose one-tensor form (x + 2, x * 0.5, x ** 2) is its own kernel with half the reads.
+_SCALAR_VARIANTS = frozenset({"add", "sub", "mul", "div", "pow"})
 
 
 def _list_dtype(dtypes: tuple) -> str | None:

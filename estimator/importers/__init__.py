@@ -1,0 +1,24 @@
+"""Importers of public GPU measurements into training rows (one module per source; see ``estimator.data``).
+
+Each module exposes ``load(root: Path) -> pd.DataFrame`` (rows in the schema of ``estimator.importers.common``)
+and ``input_files(root: Path) -> list[Path]`` (what it reads, for the cache key). ``root`` is the shared data folder
+(``profiling.paths.shared_data_root()``), except for ``profiler`` whose root is the project's ``datasets/`` folder.
+"""
+from __future__ import annotations
+
+from types import ModuleType
+
+from estimator.importers import kineto, llmcompass, neusight, profiler, vidur, vidur_network
+from estimator.importers.common import SOURCES, TRAINING_COLUMNS, DataImportError
+
+#: source name (the ``source`` column) -> the modules that produce its rows
+IMPORTERS: dict[str, tuple[ModuleType, ...]] = {
+    "profiler": (profiler,),
+    "vidur": (vidur, vidur_network),
+    "neusight": (neusight,),
+    "kineto": (kineto,),
+    "llmcompass": (llmcompass,),
+}
+assert tuple(IMPORTERS) == SOURCES
+
+__all__ = ["IMPORTERS", "SOURCES", "TRAINING_COLUMNS", "DataImportError"]
