@@ -13,7 +13,8 @@ Started by ``python -m emulate run`` as ``python -m emulate.capture SCRIPT [ARGS
 - turns cuDNN off (``torch.backends.cudnn.enabled = False`` and the cuDNN SDPA backend): cuDNN's graph API is not
   emulated, so convolutions and batch norm run torch's native CUDA kernels and attention the flash / memory-efficient
   kernels, which are captured like any other launch (on a real sm90+ GPU torch may choose cuDNN for these);
-- drops CUDA activities from ``torch.profiler`` (CUPTI needs a real driver);
+- drops CUDA activities from ``torch.profiler`` (CUPTI needs a real driver) and skips DDP's cross-rank parameter
+  shape check (device reads return zeros, so it would always fail);
 - runs the script with ``runpy`` (``__name__ == "__main__"``), then writes the op table and torch's own memory
   statistics (``max_memory_allocated``/``reserved``) whatever way the script ended.
 """
@@ -168,6 +169,16 @@ def _install_iteration_marks(shim: ctypes.CDLL) -> None:
     tprof.profile.__init__ = init
 
 
+def _skip_value_checks() -> None:
+    """Checks that compare device values across ranks cannot pass when every device read returns zeros: DDP's
+    one-time parameter-shape verification (an all-gather of shapes at construction) is skipped. The ranks of the
+    bundled examples, like most scripts, build identical models, which is all the check verifies."""
+    import torch.distributed as dist
+
+    if dist.is_available() and hasattr(dist, "_verify_params_across_processes"):
+        dist._verify_params_across_processes = lambda *args, **kwargs: None
+
+
 def _memory_stats(shim: ctypes.CDLL) -> dict[str, Any]:
     stats: dict[str, Any] = {}
     if torch.cuda.is_initialized():
@@ -187,6 +198,7 @@ def main(argv: list[str]) -> int:
     torch.backends.cudnn.enabled = False
     torch.backends.cuda.enable_cudnn_sdp(False)  # SDPA would pick cuDNN attention on sm90+; flash/efficient instead
     _install_iteration_marks(shim)
+    _skip_value_checks()
     sys.argv = [str(script), *argv[1:]]
     sys.path[0] = str(script.parent)
     recorder = OpRecorder(shim)
