@@ -1,0 +1,43 @@
+"""Fixtures for the harness tests: the profiling config with tiny sweeps, and the CLI run in a subprocess."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+from profiling.paths import CONF_DIR, REPO_ROOT
+
+TINY = [f"{f}=tiny" for f in ("gemm", "attention", "elementwise", "norm", "optimizer", "collective")]
+
+
+@pytest.fixture
+def tiny_config(tmp_path: Path) -> Callable[..., DictConfig]:
+    """The app's config with every family's tiny sweep, writing under tmp_path; extra overrides as arguments."""
+
+    def make(*overrides: str) -> DictConfig:
+        with initialize_config_dir(config_dir=str(CONF_DIR / "profiling"), version_base="1.3"):
+            return compose("config", overrides=[*TINY, f"output_dir={tmp_path}", "progress=false", *overrides])
+
+    return make
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess]:
+    """``python -m profiling`` with tiny sweeps writing under tmp_path; ``background=True`` returns the Popen."""
+
+    def run(*overrides: str, background: bool = False):
+        args = [sys.executable, "-m", "profiling", *TINY, f"output_dir={tmp_path}", "progress=false",
+                f"hydra.run.dir={tmp_path}/hydra", *overrides]
+        env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+        if background:
+            return subprocess.Popen(args, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True)
+        return subprocess.run(args, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+    return run

@@ -1,0 +1,29 @@
+"""A point that cannot run is recorded as failed with its reason, and a later run does not retry it."""
+from __future__ import annotations
+
+import torch
+
+from profiling.runner import run
+from profiling.store import FamilyStore
+
+
+def test_unsupported_backend_is_recorded_and_skipped(tiny_config, tmp_path):
+    if torch.cuda.is_available():
+        import pytest
+
+        pytest.skip("every attention backend may run on a GPU")
+    # The memory-efficient and cuDNN SDPA kernels do not exist on a CPU: the points fail for real.
+    cfg = tiny_config("families=[attention]", "attention.grid.0.backend=[efficient,math]", "attention.max_points=8")
+    first = run(cfg)
+    assert first.families["attention"].measured == 8
+    frame = FamilyStore(first.output, "attention").read()
+    failed = frame[frame["status"] == "failed"]
+    assert set(failed["backend"]) == {"efficient"} and len(failed) == 4
+    assert failed["error"].str.contains("No viable backend").all()
+    assert failed["median_us"].isna().all() and (failed["reps"] == 0).all()
+    ok = frame[frame["status"] == "ok"]
+    assert set(ok["backend"]) == {"math"} and (ok["median_us"] > 0).all() and ok["error"].isna().all()
+
+    second = run(cfg)
+    assert second.families["attention"].measured == 0
+    assert second.families["attention"].already == 8
