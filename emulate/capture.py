@@ -46,6 +46,9 @@ def _shim() -> ctypes.CDLL:
     lib.stepcast_op_exit.restype = None
     lib.stepcast_mark.argtypes = [ctypes.c_int, ctypes.c_int]
     lib.stepcast_mark.restype = None
+    lib.stepcast_needs_untrack.restype = ctypes.c_int
+    lib.stepcast_untrack.argtypes = [ctypes.c_ulonglong, ctypes.c_ulonglong]
+    lib.stepcast_untrack.restype = None
     lib.stepcast_device_peak.argtypes = [ctypes.c_int]
     lib.stepcast_device_peak.restype = ctypes.c_longlong
     return lib
@@ -109,10 +112,15 @@ class OpRecorder(TorchDispatchMode):
                     self.table.append(key)
         shim.stepcast_op_enter(op_id)
         try:
-            return func(*args, **kwargs)
+            out = func(*args, **kwargs)
         finally:
             shim.stepcast_op_exit(-1)
-            shim.stepcast_resume()
+        if shim.stepcast_needs_untrack():  # a kernel wrote the outputs: their remembered bytes are stale
+            for t in torch.utils._pytree.tree_leaves(out):
+                if isinstance(t, torch.Tensor) and t.is_cuda:
+                    shim.stepcast_untrack(t.data_ptr(), t.numel() * t.element_size())
+        shim.stepcast_resume()
+        return out
 
     def dump(self) -> list[dict[str, Any]]:
         return [{"op": str(func), "shapes": shapes, "dtypes": dtypes, "args": values, "kwargs": dict(kw)}

@@ -42,7 +42,7 @@ def add_run_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_command(ns: argparse.Namespace) -> int:
-    from emulate.launcher import EmulationUnavailable, check_torch_build, launch, wait
+    from emulate.launcher import EmulationUnavailable, check_torch_build, launch, remove_shared_memory, wait
     from emulate.shim_build import ShimBuildError, shim_path
 
     try:
@@ -70,7 +70,10 @@ def run_command(ns: argparse.Namespace) -> int:
     started = time.perf_counter()
     ranks = launch(ns.script.resolve(), script_args, shim=shim, spec=spec, nproc=ns.nproc, nodes=ns.nodes,
                    trace_dir=trace_dir, distributed=world > 1)
-    codes = wait(ranks)
+    try:
+        codes = wait(ranks)
+    finally:
+        remove_shared_memory(trace_dir)
     capture_s = time.perf_counter() - started
 
     from emulate.collate import collate

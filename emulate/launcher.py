@@ -72,6 +72,16 @@ def gpu_environment(spec: HardwareSpec, device_count: int) -> dict[str, str]:
     }
 
 
+def run_id(trace_dir: Path) -> str:
+    """Names this run's shared-memory areas (small collectives, emulate/csrc/datapath.c)."""
+    return f"{os.getpid()}-{abs(hash(str(trace_dir))) % 10**8}"
+
+
+def remove_shared_memory(trace_dir: Path) -> None:
+    for area in Path("/dev/shm").glob(f"stepcast-{run_id(trace_dir)}-*"):
+        area.unlink(missing_ok=True)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -98,6 +108,7 @@ def launch(script: Path, script_args: list[str], *, shim: Path, spec: HardwareSp
         "STEPCAST_SHIM": str(shim),
         "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), base.get("PYTHONPATH", "")) if p),
         "CUDA_MODULE_LOADING": "LAZY",
+        "STEPCAST_RUN_ID": run_id(trace_dir),
     })
     if "expandable_segments:True" in base.get("PYTORCH_CUDA_ALLOC_CONF", ""):
         base.pop("PYTORCH_CUDA_ALLOC_CONF")  # the driver's virtual-memory API is not emulated

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 CSRC = Path(__file__).resolve().parent / "csrc"
-SOURCES = ("core.c", "runtime.c", "driver.c", "cublas.c", "nccl.c", "cudnn.c")
+SOURCES = ("core.c", "runtime.c", "datapath.c", "driver.c", "cublas.c", "nccl.c", "cudnn.c")
 SONAME = "libcuda.so.1"
 
 
@@ -113,7 +113,7 @@ def shim_path(*, rebuild: bool = False) -> Path:
             tmp_so = Path(tmp) / SONAME
             cmd = [cc, "-O2", "-g0", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall", "-Wextra",
                    "-Wno-unused-parameter", f"-Wl,-soname,{SONAME}", *(f"-I{i}" for i in incs),
-                   *(str(CSRC / s) for s in SOURCES), str(stubs), "-o", str(tmp_so), "-ldl", "-lpthread"]
+                   *(str(CSRC / s) for s in SOURCES), str(stubs), "-o", str(tmp_so), "-ldl", "-lpthread", "-lrt"]
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode != 0:
                 first = next((ln for ln in proc.stderr.splitlines() if "error" in ln), proc.stderr.strip()[:300])

@@ -129,7 +129,7 @@ SC_EXPORT void stepcast_resume(void) {
     pause_ts = 0;
 }
 /* Enter an aten op: resume the clock and make `op` the op of every call this thread makes until op_exit. */
-SC_EXPORT void stepcast_op_enter(int op) { cur_op = op; stepcast_resume(); }
+SC_EXPORT void stepcast_op_enter(int op) { cur_op = op; sc_op_instance_begin(); stepcast_resume(); }
 /* Leave an op: pause the clock (the capture layer's bookkeeping follows) and restore the enclosing op. */
 SC_EXPORT void stepcast_op_exit(int prev) { stepcast_pause(); cur_op = prev; }
 SC_EXPORT int stepcast_current_op(void) { return cur_op; }
@@ -151,6 +151,7 @@ SC_EXPORT void stepcast_flush(void) {
 #define ALIGN (2ull << 20)
 static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
 static char *va_base;
+static int va_writable = 1;
 static uint64_t dev_top[SC_MAX_DEVICES], dev_used[SC_MAX_DEVICES], dev_peak[SC_MAX_DEVICES];
 static __thread int cur_device = 0;
 static int any_device_set;
@@ -164,8 +165,15 @@ void sc_set_current_device(int d) { cur_device = d; __atomic_store_n(&any_device
 
 static int reserve_va(void) {
     if (va_base) return 0;
-    void *p = mmap(NULL, DEV_RANGE * SC_MAX_DEVICES, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) return -1;
+    /* Readable and writable but never committed: only pages the small data paths touch get memory. Where the
+     * kernel refuses (strict overcommit), fall back to an inaccessible range and all-zero reads. */
+    void *p = mmap(NULL, DEV_RANGE * SC_MAX_DEVICES, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+        p = mmap(NULL, DEV_RANGE * SC_MAX_DEVICES, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) return -1;
+        va_writable = 0;
+    }
     va_base = (char *)(((uintptr_t)p + ALIGN - 1) & ~(uintptr_t)(ALIGN - 1));
     return 0;
 }
@@ -236,6 +244,7 @@ size_t sc_device_free(void *ptr) {
     pthread_mutex_lock(&mem_lock);
     size_t bytes = alloc_remove((uintptr_t)ptr);
     if (bytes && va_base) {
+        sc_range_forget(ptr, bytes);
         int d = (int)(((uintptr_t)ptr - (uintptr_t)va_base) / DEV_RANGE);
         dev_used[d] -= bytes;
         size_t rounded = (bytes + ALIGN - 1) & ~(size_t)(ALIGN - 1);
@@ -246,6 +255,8 @@ size_t sc_device_free(void *ptr) {
     pthread_mutex_unlock(&mem_lock);
     return bytes;
 }
+
+int sc_device_memory_writable(void) { return va_base && va_writable; }
 
 int sc_is_device_ptr(const void *ptr) {
     return va_base && (const char *)ptr >= va_base && (const char *)ptr < va_base + DEV_RANGE * SC_MAX_DEVICES;
@@ -356,6 +367,7 @@ int sc_func_log_id(sc_func_t *f) {
 
 void sc_log_kernel(uint64_t t_enter, const void *func, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                    unsigned by, unsigned bz, size_t shmem, const void *stream) {
+    sc_note_kernel_write();
     if (!sc_logging()) return;
     sc_func_t *f = sc_func_lookup(func);
     if (!f) {

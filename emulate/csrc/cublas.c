@@ -26,6 +26,7 @@ SC_EXPORT cublasStatus_t cublasSetSmCountTarget(cublasHandle_t h, int n) { (void
  * epilogue (cublasLt only, else 0). */
 static void log_gemm(uint64_t t, cudaStream_t s, const char *lib, const char *fn, int ta, int tb, long m, long n,
                      long k, long batch, int at, int bt, int ct, int compute, int math, int epilogue) {
+    sc_note_kernel_write();
     sc_emit(t, 'G', "%d\t%s\t%s\t%d\t%d\t%ld\t%ld\t%ld\t%ld\t%d\t%d\t%d\t%d\t%d\t%d", sc_stream_id(s), lib, fn, ta, tb,
             m, n, k, batch, at, bt, ct, compute, math, epilogue);
 }

@@ -20,6 +20,7 @@ typedef struct {
     int nranks, rank;      /* nranks -1: unknown here (a split); the collator counts the members' traces */
     uint64_t seq, splits;
     pthread_mutex_t lock;
+    void *shm;             /* small-collective exchange area shared by the members (datapath.c), or NULL */
 } sc_comm;
 
 static __thread int group_depth;
@@ -38,6 +39,7 @@ static sc_comm *new_comm(uint64_t key, int nranks, int rank) {
     c->nranks = nranks;
     c->rank = rank;
     pthread_mutex_init(&c->lock, NULL);
+    if (nranks > 1) c->shm = sc_comm_shm(c->id, nranks);
     sc_note("X\t%s\t%d\t%d\n", c->id, nranks, rank);
     return c;
 }
@@ -135,47 +137,48 @@ SC_EXPORT ncclResult_t ncclGroupEnd(void) {
 }
 
 /* N: stream, op, comm id, comm seq, comm size (-1 unknown), peer/root (-1 none), count, ncclDataType_t, group */
-static ncclResult_t log_coll(const char *op, ncclComm_t comm, size_t count, ncclDataType_t dt, int peer,
-                             cudaStream_t stream) {
+/* kind for sc_exchange: 0 all_reduce, 1 broadcast, 2 all_gather, 3 reduce_scatter, 4 reduce; -1 no data */
+static ncclResult_t log_coll_data(const char *op, ncclComm_t comm, size_t count, ncclDataType_t dt, int peer,
+                                  cudaStream_t stream, int kind, const void *send, void *recv, int redop) {
     uint64_t t = sc_now_ns();
     sc_comm *c = (sc_comm *)comm;
     pthread_mutex_lock(&c->lock);
     uint64_t seq = c->seq++;
     pthread_mutex_unlock(&c->lock);
+    if (kind >= 0 && c->shm) sc_exchange(c->shm, c->nranks, c->rank, seq, kind, send, recv, count, (int)dt, (int)redop, peer);
     sc_emit(t, 'N', "%d\t%s\t%s\t%lu\t%d\t%d\t%zu\t%d\t%d", sc_stream_id(stream), op, c->id, (unsigned long)seq,
             c->nranks, peer, count, (int)dt, group_depth ? group_id : 0);
     return ncclSuccess;
 }
 
+static ncclResult_t log_coll(const char *op, ncclComm_t comm, size_t count, ncclDataType_t dt, int peer,
+                             cudaStream_t stream) {
+    return log_coll_data(op, comm, count, dt, peer, stream, -1, NULL, NULL, 0);
+}
+
 SC_EXPORT ncclResult_t ncclAllReduce(const void *s, void *r, size_t n, ncclDataType_t dt, ncclRedOp_t op,
                                      ncclComm_t comm, cudaStream_t st) {
-    (void)s; (void)r; (void)op;
-    return log_coll("all_reduce", comm, n, dt, -1, st);
+    return log_coll_data("all_reduce", comm, n, dt, -1, st, 0, s, r, op);
 }
 SC_EXPORT ncclResult_t ncclBroadcast(const void *s, void *r, size_t n, ncclDataType_t dt, int root, ncclComm_t comm,
                                      cudaStream_t st) {
-    (void)s; (void)r;
-    return log_coll("broadcast", comm, n, dt, root, st);
+    return log_coll_data("broadcast", comm, n, dt, root, st, 1, s, r, 0);
 }
 SC_EXPORT ncclResult_t ncclBcast(void *b, size_t n, ncclDataType_t dt, int root, ncclComm_t comm, cudaStream_t st) {
-    (void)b;
-    return log_coll("broadcast", comm, n, dt, root, st);
+    return log_coll_data("broadcast", comm, n, dt, root, st, 1, b, b, 0);
 }
 SC_EXPORT ncclResult_t ncclReduce(const void *s, void *r, size_t n, ncclDataType_t dt, ncclRedOp_t op, int root,
                                   ncclComm_t comm, cudaStream_t st) {
-    (void)s; (void)r; (void)op;
-    return log_coll("reduce", comm, n, dt, root, st);
+    return log_coll_data("reduce", comm, n, dt, root, st, 4, s, r, op);
 }
 /* all_gather: count is the per-rank send count; reduce_scatter: the per-rank receive count */
 SC_EXPORT ncclResult_t ncclAllGather(const void *s, void *r, size_t n, ncclDataType_t dt, ncclComm_t comm,
                                      cudaStream_t st) {
-    (void)s; (void)r;
-    return log_coll("all_gather", comm, n, dt, -1, st);
+    return log_coll_data("all_gather", comm, n, dt, -1, st, 2, s, r, 0);
 }
 SC_EXPORT ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n, ncclDataType_t dt, ncclRedOp_t op,
                                          ncclComm_t comm, cudaStream_t st) {
-    (void)s; (void)r; (void)op;
-    return log_coll("reduce_scatter", comm, n, dt, -1, st);
+    return log_coll_data("reduce_scatter", comm, n, dt, -1, st, 3, s, r, op);
 }
 SC_EXPORT ncclResult_t ncclAlltoAll(const void *s, void *r, size_t n, ncclDataType_t dt, ncclComm_t comm,
                                     cudaStream_t st) {

@@ -232,10 +232,32 @@ static const char *direction(const void *dst, const void *src, enum cudaMemcpyKi
     }
 }
 
-/* The data movement the virtual device can do: host-to-host for real; device-to-host returns zeros. */
+/* The data movement the virtual device does (see datapath.c): host-to-host for real; small copies into device
+ * memory for real (remembered); device-to-host returns the real bytes of a remembered range, else zeros. */
 static void move(void *dst, const void *src, size_t bytes, const char *dir) {
-    if (dir[0] == 'h' && dir[2] == 'h') memmove(dst, src, bytes);
-    else if (dir[0] == 'd' && dir[2] == 'h') memset(dst, 0, bytes);
+    int small = bytes <= sc_real_limit() && sc_device_memory_writable();
+    if (dir[0] == 'h' && dir[2] == 'h') {
+        memmove(dst, src, bytes);
+    } else if (dir[2] == 'd') {   /* into device memory */
+        if (small && (dir[0] == 'h' || sc_range_known(src, bytes))) {
+            memmove(dst, src, bytes);
+            sc_range_written(dst, bytes);
+        } else if (sc_is_device_ptr(dst)) {
+            sc_range_forget(dst, bytes);
+        }
+    } else {                      /* device to host */
+        if (small && sc_range_known(src, bytes)) memmove(dst, src, bytes);
+        else memset(dst, 0, bytes);
+    }
+}
+
+static void device_memset(void *ptr, int value, size_t bytes) {
+    if (bytes <= sc_real_limit() && sc_device_memory_writable() && sc_is_device_ptr(ptr)) {
+        memset(ptr, value, bytes);
+        sc_range_written(ptr, bytes);
+    } else if (sc_is_device_ptr(ptr)) {
+        sc_range_forget(ptr, bytes);
+    }
 }
 
 static void log_copy(uint64_t t, size_t bytes, const char *dir, cudaStream_t s, int blocking) {
@@ -266,7 +288,8 @@ SC_EXPORT cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *sr
     return cudaSuccess;
 }
 SC_EXPORT cudaError_t cudaMemcpyPeerAsync(void *dst, int dd, const void *src, int sd, size_t bytes, cudaStream_t s) {
-    (void)dst; (void)dd; (void)src; (void)sd;
+    (void)dd; (void)sd;
+    move(dst, src, bytes, "d2d");
     log_copy(sc_now_ns(), bytes, "d2d", s, 0);
     return cudaSuccess;
 }
@@ -277,12 +300,12 @@ SC_EXPORT cudaError_t cudaMemcpyToSymbol(const void *symbol, const void *src, si
     return cudaSuccess;
 }
 SC_EXPORT cudaError_t cudaMemset(void *ptr, int value, size_t bytes) {
-    (void)ptr; (void)value;
+    device_memset(ptr, value, bytes);
     sc_emit(sc_now_ns(), 'S', "0\t%zu", bytes);
     return cudaSuccess;
 }
 SC_EXPORT cudaError_t cudaMemsetAsync(void *ptr, int value, size_t bytes, cudaStream_t s) {
-    (void)ptr; (void)value;
+    device_memset(ptr, value, bytes);
     sc_emit(sc_now_ns(), 'S', "%d\t%zu", sc_stream_id(s), bytes);
     return cudaSuccess;
 }

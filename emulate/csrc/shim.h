@@ -51,6 +51,7 @@ int sc_current_device(void);
 int sc_device_alloc(size_t bytes, void **out);  /* 0 on success, -1 when the device is full */
 size_t sc_device_free(void *ptr);               /* returns the size freed (0 if unknown) */
 int sc_is_device_ptr(const void *ptr);
+int sc_device_memory_writable(void);
 int sc_is_pinned_host_ptr(const void *ptr);
 void sc_set_current_device(int device);
 void sc_host_range_add(const void *ptr, size_t bytes);
@@ -72,5 +73,16 @@ void sc_log_kernel(uint64_t t_enter, const void *func, unsigned gx, unsigned gy,
                    unsigned by, unsigned bz, size_t shmem, const void *stream);
 
 int sc_device_attribute(int attr, int device, int *value);
+
+/* Small data paths (datapath.c). */
+size_t sc_real_limit(void);
+void sc_op_instance_begin(void);
+void sc_note_kernel_write(void);
+void sc_range_written(const void *p, size_t n);
+void sc_range_forget(const void *p, size_t n);
+int sc_range_known(const void *p, size_t n);
+void *sc_comm_shm(const char *comm_id, int nranks);
+void sc_exchange(void *shm, int nranks, int rank, uint64_t seq, int kind, const void *send, void *recv, size_t count,
+                 int dtype, int redop, int root);
 
 #endif

@@ -1,0 +1,195 @@
+/* Value-faithful small data paths. Kernels never run, so device memory holds only what copies, memsets and
+ * collectives put there. Byte ranges written that way (each at most STEPCAST_REAL_BYTES, default 1 MiB) are
+ * remembered; a device-to-host copy of a fully remembered range returns the real bytes, anything else reads as
+ * zeros. The capture layer forgets the outputs of every op that launched a kernel (stepcast_untrack), since a
+ * kernel would have overwritten them. This is what lets metadata exchanges (DDP bucket indices,
+ * all_gather_object, broadcast_object_list) produce the values a real run sees; small collectives exchange their
+ * payloads through POSIX shared memory between the ranks of one run. */
+#define _GNU_SOURCE
+#include "shim.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_RANGES 8192
+typedef struct { uintptr_t lo, hi; uint64_t gen; } range_t;
+static range_t ranges[MAX_RANGES];
+static int n_ranges;
+static pthread_mutex_t range_lock = PTHREAD_MUTEX_INITIALIZER;
+static size_t real_limit;
+static uint64_t next_instance = 1;
+static __thread uint64_t cur_instance;
+static __thread int cur_instance_kernels;
+
+size_t sc_real_limit(void) {
+    if (!real_limit) {
+        const char *v = getenv("STEPCAST_REAL_BYTES");
+        real_limit = v && *v ? (size_t)strtoull(v, NULL, 10) : (1u << 20);
+        if (!real_limit) real_limit = 1;
+    }
+    return real_limit;
+}
+
+void sc_op_instance_begin(void) {
+    cur_instance = __atomic_fetch_add(&next_instance, 1, __ATOMIC_RELAXED);
+    cur_instance_kernels = 0;
+}
+void sc_note_kernel_write(void) { cur_instance_kernels++; }
+
+/* remove [lo, hi) from the remembered ranges, except ranges written by op instance `keep` (0: none kept) */
+static void forget_locked(uintptr_t lo, uintptr_t hi, uint64_t keep) {
+    for (int i = 0; i < n_ranges;) {
+        range_t r = ranges[i];
+        if (r.hi <= lo || r.lo >= hi || (keep && r.gen == keep)) { i++; continue; }
+        ranges[i] = ranges[--n_ranges];
+        if (r.lo < lo && n_ranges < MAX_RANGES) ranges[n_ranges++] = (range_t){r.lo, lo, r.gen};
+        if (r.hi > hi && n_ranges < MAX_RANGES) ranges[n_ranges++] = (range_t){hi, r.hi, r.gen};
+    }
+}
+
+void sc_range_written(const void *p, size_t n) {
+    uintptr_t lo = (uintptr_t)p, hi = lo + n;
+    pthread_mutex_lock(&range_lock);
+    forget_locked(lo, hi, 0);
+    if (n_ranges < MAX_RANGES) ranges[n_ranges++] = (range_t){lo, hi, cur_instance};
+    pthread_mutex_unlock(&range_lock);
+}
+
+void sc_range_forget(const void *p, size_t n) {
+    pthread_mutex_lock(&range_lock);
+    forget_locked((uintptr_t)p, (uintptr_t)p + n, 0);
+    pthread_mutex_unlock(&range_lock);
+}
+
+static int cmp_lo(const void *a, const void *b) {
+    uintptr_t x = ((const range_t *)a)->lo, y = ((const range_t *)b)->lo;
+    return x < y ? -1 : x > y;
+}
+
+int sc_range_known(const void *p, size_t n) {
+    uintptr_t lo = (uintptr_t)p, hi = lo + n;
+    range_t hits[64];
+    int k = 0;
+    pthread_mutex_lock(&range_lock);
+    for (int i = 0; i < n_ranges && k < 64; i++)
+        if (ranges[i].hi > lo && ranges[i].lo < hi) hits[k++] = ranges[i];
+    pthread_mutex_unlock(&range_lock);
+    qsort(hits, (size_t)k, sizeof hits[0], cmp_lo);
+    uintptr_t at = lo;
+    for (int i = 0; i < k && at < hi; i++) {
+        if (hits[i].lo > at) return 0;
+        if (hits[i].hi > at) at = hits[i].hi;
+    }
+    return at >= hi;
+}
+
+SC_EXPORT int stepcast_needs_untrack(void) { return n_ranges > 0 && cur_instance_kernels > 0; }
+SC_EXPORT void stepcast_untrack(unsigned long long ptr, unsigned long long bytes) {
+    pthread_mutex_lock(&range_lock);
+    forget_locked((uintptr_t)ptr, (uintptr_t)(ptr + bytes), cur_instance);
+    pthread_mutex_unlock(&range_lock);
+}
+
+/* ---- small collectives through shared memory ---- */
+#define SLOT (1u << 20)
+#define MAX_RANKS 64
+typedef struct { volatile uint64_t posted[MAX_RANKS]; volatile uint64_t done[MAX_RANKS]; } shm_header;
+
+void *sc_comm_shm(const char *comm_id, int nranks) {
+    const char *run = getenv("STEPCAST_RUN_ID");
+    if (!run || !*run || nranks < 2 || nranks > MAX_RANKS) return NULL;
+    char name[128];
+    snprintf(name, sizeof name, "/stepcast-%s-%s", run, comm_id);
+    int fd = shm_open(name, O_RDWR | O_CREAT, 0600);
+    if (fd < 0) return NULL;
+    size_t size = 4096 + (size_t)nranks * SLOT;
+    if (ftruncate(fd, (off_t)size) != 0) { close(fd); return NULL; }
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static int wait_all(volatile uint64_t *flags, int nranks, uint64_t tag) {
+    uint64_t start = sc_now_ns();
+    struct timespec nap = {0, 20000};
+    for (;;) {
+        int ready = 1;
+        for (int j = 0; j < nranks && ready; j++) ready = __atomic_load_n(&flags[j], __ATOMIC_ACQUIRE) >= tag;
+        if (ready) return 0;
+        if (sc_now_ns() - start > 120ull * 1000000000ull) return -1;
+        nanosleep(&nap, NULL);
+    }
+}
+
+static void combine(void *dst, const void *src, size_t count, int dtype, int op, int first) {
+#define COMBINE(T)                                                                                  \
+    {                                                                                               \
+        T *d = dst;                                                                                 \
+        const T *s = src;                                                                           \
+        for (size_t i = 0; i < count; i++) {                                                        \
+            if (first) d[i] = s[i];                                                                 \
+            else if (op == 2) d[i] = s[i] > d[i] ? s[i] : d[i];                                     \
+            else if (op == 3) d[i] = s[i] < d[i] ? s[i] : d[i];                                     \
+            else if (op == 1) d[i] = d[i] * s[i];                                                   \
+            else d[i] = d[i] + s[i];                                                                \
+        }                                                                                           \
+    }                                                                                               \
+    break;
+    switch (dtype) {
+    case 0: COMBINE(int8_t)
+    case 1: COMBINE(uint8_t)
+    case 2: COMBINE(int32_t)
+    case 3: COMBINE(uint32_t)
+    case 4: COMBINE(int64_t)
+    case 5: COMBINE(uint64_t)
+    case 7: COMBINE(float)
+    case 8: COMBINE(double)
+    default: if (first) memcpy(dst, src, count); /* 16-bit floats: the first rank's value */
+    }
+#undef COMBINE
+}
+
+static size_t nccl_size(int dtype) {
+    static const size_t sizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
+    return dtype >= 0 && dtype < 12 ? sizes[dtype] : 4;
+}
+
+/* kind: 0 all_reduce, 1 broadcast, 2 all_gather, 3 reduce_scatter, 4 reduce. count as NCCL takes it. */
+void sc_exchange(void *shm, int nranks, int rank, uint64_t seq, int kind, const void *send, void *recv,
+                 size_t count, int dtype, int redop, int root) {
+    size_t elem = nccl_size(dtype);
+    size_t send_bytes = count * elem * (kind == 3 ? (size_t)nranks : 1);
+    size_t recv_bytes = count * elem * (kind == 2 ? (size_t)nranks : 1);
+    if (!shm || rank < 0 || send_bytes > SLOT || send_bytes > sc_real_limit() * (size_t)nranks) return;
+    shm_header *h = shm;
+    char *slot = (char *)shm + 4096;
+    char *mine = slot + (size_t)rank * SLOT;
+    if (send && sc_range_known(send, send_bytes)) memcpy(mine, send, send_bytes);
+    else memset(mine, 0, send_bytes);
+    uint64_t tag = seq + 1;
+    __atomic_store_n(&h->posted[rank], tag, __ATOMIC_RELEASE);
+    if (wait_all(h->posted, nranks, tag) != 0) { sc_unhandled("stepcast: small-collective exchange timed out"); return; }
+    int writes = 1;
+    size_t n = count;
+    switch (kind) {
+    case 0: case 4:
+        for (int j = 0; j < nranks; j++) combine(recv, slot + (size_t)j * SLOT, n, dtype, redop, j == 0);
+        writes = kind == 0 || rank == root;
+        break;
+    case 1: memcpy(recv, slot + (size_t)root * SLOT, recv_bytes); break;
+    case 2: for (int j = 0; j < nranks; j++) memcpy((char *)recv + (size_t)j * count * elem, slot + (size_t)j * SLOT, count * elem); break;
+    case 3:
+        for (int j = 0; j < nranks; j++)
+            combine(recv, slot + (size_t)j * SLOT + (size_t)rank * count * elem, count, dtype, redop, j == 0);
+        break;
+    }
+    if (writes && recv) sc_range_written(recv, recv_bytes);
+    __atomic_store_n(&h->done[rank], tag, __ATOMIC_RELEASE);
+    wait_all(h->done, nranks, tag);
+}
