@@ -79,7 +79,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     torch.manual_seed(0)
     device = torch.device("cuda")
-    model = GPT(args.vocab, args.seq, args.d_model, args.heads, args.layers).to(device)
+    with device:  # parameters are created (and initialised) on the GPU directly
+        model = GPT(args.vocab, args.seq, args.d_model, args.heads, args.layers)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, fused=args.fused_adamw or None)
     amp_dtype = torch.bfloat16 if args.amp_dtype == "bf16" else torch.float16
     scaler = torch.amp.GradScaler("cuda", enabled=args.grad_scaler)
