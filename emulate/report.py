@@ -56,7 +56,7 @@ WARMUP_MIN_ITERATIONS = 3  # with at least this many iterations, the first one i
 
 def build_report(result) -> dict[str, Any]:
     """The report dict of a :class:`emulate.simulate.SimulationResult` (fields: module docstring)."""
-    hw: HardwareSpec = result.hardware
+    hw: HardwareSpec | None = result.hardware
     per_rank = []
     ideal_per_iteration = 0.0
     for prog, tl in zip(result.programs, result.timelines):
@@ -68,7 +68,7 @@ def build_report(result) -> dict[str, Any]:
         parts = breakdown_us(prog, tl, window)
         width = window[1] - window[0]
         scale = it_us / width if width > 0 else 0.0
-        ideal = ideal_compute_us(prog, tl, window, hw)
+        ideal = ideal_compute_us(prog, tl, window, hw) if hw is not None else 0.0
         ideal_per_iteration += ideal / len(steady) if len(steady) else 0.0
         entry: dict[str, Any] = {
             "rank": prog.rank,
@@ -92,7 +92,7 @@ def build_report(result) -> dict[str, Any]:
     mfu = flops_time_ms / (len(per_rank) * iteration_ms) if iteration_ms > 0 and flops_time_ms > 0 else None
     times = result.durations
     return {
-        "hardware": hw.id,
+        "hardware": hw.id if hw is not None else prog_hardware(result.programs),
         "world_size": result.world_size,
         "ranks_simulated": len(per_rank),
         "nodes": result.nodes,
@@ -110,6 +110,11 @@ def build_report(result) -> dict[str, Any]:
         "fallback_reasons": dict(times.fallback_reasons),
         "collectives_matched": len(result.groups),
     }
+
+
+def prog_hardware(programs: list[RankProgram]) -> str:
+    """The traces' own hardware label (used when no catalogued target was given)."""
+    return ", ".join(sorted({p.hardware for p in programs}))
 
 
 def steady_indices(n: int) -> np.ndarray:

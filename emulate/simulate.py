@@ -33,7 +33,7 @@ class SimulationResult:
     programs: list[RankProgram]
     timelines: list[RankTimeline]
     durations: Durations
-    hardware: HardwareSpec
+    hardware: HardwareSpec | None
     mode: str
     nodes: int
     host_speed: float
@@ -44,19 +44,20 @@ class SimulationResult:
         return self.programs[0].world_size
 
 
-def simulate(traces: list[dict[str, Any]], hardware: str, nodes: int = 1, host_speed: float = 1.0,
+def simulate(traces: list[dict[str, Any]], hardware: str | None, nodes: int = 1, host_speed: float = 1.0,
              durations: str = "predicted", estimator: KernelEstimator | str | None = None,
              sources: list[str] | None = None) -> SimulationResult:
     """Simulate the ranks whose traces (dicts as :func:`emulate.trace.read_trace` returns) are given.
 
     ``durations``: "predicted" (the estimator on ``hardware``) or "measured" (each event's ``duration_us`` where
     present, predictions elsewhere). ``estimator``: an estimator, a name for :func:`estimator.load`, or None for
-    the shipped default (loaded only when some duration must be predicted)."""
+    the shipped default (loaded only when some duration must be predicted). ``hardware`` may be None only for
+    measured durations of traces that do not name a catalogued GPU (the report then has no MFU)."""
     if not traces:
         raise ValueError("no traces to simulate")
     if durations not in DURATION_MODES:
         raise ValueError(f"durations '{durations}': expected one of {', '.join(DURATION_MODES)}")
-    spec = lookup(hardware)
+    spec = lookup(hardware) if hardware is not None else None
     sources = sources or [f"<trace {i}>" for i in range(len(traces))]
     programs = sorted((build_program(doc, src) for doc, src in zip(traces, sources)), key=lambda p: p.rank)
     rpn = ranks_per_node_for(programs[0].world_size, nodes)

@@ -50,7 +50,7 @@ class Durations:
     spec_rows: pd.DataFrame | None = None            # rows sent to the estimator (+ rank, position, predicted_us)
 
 
-def assign_durations(programs: list[RankProgram], target: HardwareSpec, mode: str,
+def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, mode: str,
                      estimator: KernelEstimator | None, ranks_per_node: int) -> Durations:
     if mode not in ("measured", "predicted"):
         raise ValueError(f"durations '{mode}': expected 'measured' or 'predicted'")
@@ -70,6 +70,10 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec, mode: st
         else:
             todo = prog.device_index
         events, kinds = prog.events, prog.kind
+        if len(todo) and target is None:
+            i = int(todo[0])
+            raise ValueError(f"{prog.source}: events[{i}] has no measured duration and no target hardware was "
+                             f"given to predict it (pass a hardware id)")
         for i in todo.tolist():
             ev = events[i]
             k = kinds[i]

@@ -5,8 +5,9 @@ Model (design notes, "Collation and simulation"):
 
 - the host of a rank advances by each event's gap (divided by ``host_speed`` before we get here) and issues the
   event at that time; device work does not hold the host (launch overhead overlaps execution);
-- a device op starts at ``max(issue time + launch latency, its stream's tail)`` and occupies its stream for its
-  duration; different streams overlap;
+- a device op starts at ``max(issue time + launch latency, its stream's tail) + stall`` (``stall_us``: a hold the
+  importer measured but could not explain, 0 for captured traces) and occupies its stream for its duration;
+  different streams overlap;
 - ``event_record`` stores the stream's tail; ``stream_wait_event`` raises the waiting stream's tail to the stored
   time (the latest record of that handle before the wait in host order: exactly CUDA's semantics, which is what
   keying waiters by (handle, record version) achieves in a queue-based simulator);
@@ -144,6 +145,7 @@ class _RankState:
         self.gap = prog.gap_ns if host_speed == 1.0 else [g / host_speed for g in prog.gap_ns]
         self.stream = prog.stream
         self.handle = prog.handle
+        self.stall = prog.stall_ns
         self.dur = (dur * 1e3).tolist()  # the loop counts nanoseconds, as the trace's gaps do
         self.group_of = group_of
         self.latency = latency_us * 1e3
@@ -192,7 +194,7 @@ def run(programs: list[RankProgram], durations: Durations, group_of: list[list[i
 def _advance(st: _RankState, states: list[_RankState], groups: list[CollectiveGroup], woken: list[int]) -> None:
     """Run one rank's events in host order until the end or until one touches a stream held by a collective that
     still waits for peers. The hot loop: locals only, the common kinds tested first."""
-    kind, gap, stream, handle, dur = st.kind, st.gap, st.stream, st.handle, st.dur
+    kind, gap, stream, handle, dur, stall = st.kind, st.gap, st.stream, st.handle, st.dur, st.stall
     host, start, end, tail, event_time = st.host, st.start, st.end, st.tail, st.event_time
     lat = st.latency
     h = st.h
@@ -209,6 +211,7 @@ def _advance(st: _RankState, states: list[_RankState], groups: list[CollectiveGr
             b = t + lat
             if q > b:
                 b = q
+            b += stall[i]
             start[i] = b
             q = b + dur[i]
             end[i] = q
@@ -258,6 +261,7 @@ def _advance(st: _RankState, states: list[_RankState], groups: list[CollectiveGr
             b = t + lat
             if q > b:
                 b = q
+            b += stall[i]
             start[i] = b
             q = b + dur[i]
             end[i] = q
@@ -272,6 +276,7 @@ def _advance(st: _RankState, states: list[_RankState], groups: list[CollectiveGr
             b = t + lat
             if q > b:
                 b = q
+            b += stall[i]
             g = st.group_of[i]
             if g < 0:
                 start[i] = b

@@ -52,6 +52,7 @@ class RankProgram:
     handle: list[int]                  # dense event-handle index for record/wait/sync, -1 elsewhere
     stream_ids: list[Any]              # dense index -> the trace's stream id
     recorded_us: np.ndarray            # each event's duration_us, NaN where absent
+    stall_ns: list[float]              # each device event's stall_us (importer-measured unexplained hold), in ns
     device_index: np.ndarray           # positions of device events (kernel, memcpy, memset, collective)
     iteration_index: np.ndarray        # positions of iteration markers that open an iteration
     end_marker: int | None             # position of an iteration marker with ``end: true`` (closes the last one)
@@ -74,6 +75,7 @@ def build_program(doc: dict[str, Any], source: str = "<trace>") -> RankProgram:
         kind = [codes[ev["kind"]] for ev in events]
         gap = [ev["gap_ns"] for ev in events]
         recorded = np.asarray([ev.get("duration_us") for ev in events], dtype=np.float64)
+        stall = [ev.get("stall_us", 0.0) * 1e3 for ev in events]
         dense: dict[Any, int] = {None: -1}
         stream = [dense[s] if s in dense else dense.setdefault(s, len(dense) - 1)
                   for s in [ev.get("stream") for ev in events]]
@@ -139,7 +141,7 @@ def build_program(doc: dict[str, Any], source: str = "<trace>") -> RankProgram:
     return RankProgram(
         source=source, rank=rank, world_size=world_size, hardware=hardware,
         meta=dict(doc.get("meta") or {}), events=events, kind=kind, kind_array=kinds, gap_ns=gap, stream=stream,
-        handle=handle, stream_ids=stream_ids, recorded_us=recorded,
+        handle=handle, stream_ids=stream_ids, recorded_us=recorded, stall_ns=stall,
         device_index=np.flatnonzero(kinds <= COLLECTIVE), iteration_index=iteration_index, end_marker=end_marker,
         peak_memory_bytes=peak, memory_curve=(mem_pos, in_use),
     )
