@@ -243,15 +243,15 @@ def op_parents(ops: pd.DataFrame) -> np.ndarray:
                         ops["pid"].fillna(-1).to_numpy()))
     ts = ops["ts"].to_numpy()[order]
     end = ts + ops["dur"].to_numpy()[order]
-    thread = (ops["pid"].fillna(-1).astype("int64").to_numpy() * 1_000_003
-              + ops["tid"].fillna(-1).astype("int64").to_numpy())[order]
+    pid = ops["pid"].fillna(-1).to_numpy(dtype=np.int64)[order]
+    tid = ops["tid"].fillna(-1).to_numpy(dtype=np.int64)[order]
+    new_thread = np.ones(len(order), dtype=bool)
+    new_thread[1:] = (pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1])
     parents_sorted = np.full(len(order), -1, dtype=np.int64)
     stack: list[int] = []
-    previous_thread = None
     for i in range(len(order)):
-        if thread[i] != previous_thread:
+        if new_thread[i]:
             stack.clear()
-            previous_thread = thread[i]
         while stack and end[stack[-1]] < ts[i]:
             stack.pop()
         if stack:
@@ -320,21 +320,21 @@ def _ops_by_containment(gpu: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
     have = gpu["runtime_ts"].notna().to_numpy() & gpu["launch_tid"].notna().to_numpy()
     if not have.any() or ops.empty:
         return result
-    ops = ops.sort_values(["pid", "tid", "ts"], kind="stable")
+    # Enclosing ops before the ops they enclose, also when both start at the same time (longer first).
+    ops = ops.sort_values(["pid", "tid", "ts", "dur"], ascending=[True, True, True, False], kind="stable")
     parents = op_parents(ops)  # positional within ops
     op_ts = ops["ts"].to_numpy()
     op_end = op_ts + ops["dur"].to_numpy()
-    thread_key = ops["pid"].fillna(-1).astype("int64").to_numpy() * 1_000_003 + ops["tid"].fillna(-1).astype(
-        "int64").to_numpy()
     query = pd.DataFrame({
         "ts": gpu["runtime_ts"].to_numpy()[have],
-        "thread": (gpu["launch_pid"].fillna(-1).astype("int64").to_numpy() * 1_000_003
-                   + gpu["launch_tid"].fillna(-1).astype("int64").to_numpy())[have],
+        "pid": gpu["launch_pid"].fillna(-1).to_numpy(dtype=np.int64)[have],
+        "tid": gpu["launch_tid"].fillna(-1).to_numpy(dtype=np.int64)[have],
         "row": np.flatnonzero(have),
     }).sort_values("ts", kind="stable")
-    table = pd.DataFrame({"ts": op_ts, "thread": thread_key, "pos": np.arange(len(ops))})
+    table = pd.DataFrame({"ts": op_ts, "pid": ops["pid"].fillna(-1).to_numpy(dtype=np.int64),
+                          "tid": ops["tid"].fillna(-1).to_numpy(dtype=np.int64), "pos": np.arange(len(ops))})
     # Latest-starting op on the same thread at or before the launch: the innermost candidate.
-    matched = pd.merge_asof(query, table.sort_values("ts", kind="stable"), on="ts", by="thread",
+    matched = pd.merge_asof(query, table.sort_values("ts", kind="stable"), on="ts", by=["pid", "tid"],
                             direction="backward")
     pos = matched["pos"].fillna(-1).to_numpy(dtype=np.int64, copy=True)
     t = matched["ts"].to_numpy()

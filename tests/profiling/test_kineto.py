@@ -156,3 +156,32 @@ def test_malformed_file_gives_one_line_error_naming_it(tmp_path, content):
         read_trace(path)
     message = str(info.value)
     assert str(path) in message and "\n" not in message
+
+
+@pytest.mark.parametrize("name", ["kineto/tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",
+                                  "hta/tests/data/nccl_parser_config/nccl_data.json.gz"])
+def test_external_id_and_containment_agree_where_both_apply(traces, name):
+    from profiling.kineto import HOST_OP_CATEGORIES, _ops_by_containment, _ops_by_external_id
+
+    trace = traces[name]
+    kernels = trace.kernels()
+    ops = trace.events[trace.events["cat"].isin(HOST_OP_CATEGORIES)
+                       & ~trace.events["name"].str.startswith("ProfilerStep#")]
+    by_id, by_time = _ops_by_external_id(kernels, ops), _ops_by_containment(kernels, ops)
+    both = (by_id >= 0) & (by_time >= 0)
+    assert both.mean() > 0.95
+    assert (by_id[both] == by_time[both]).all()
+
+
+def test_containment_prefers_the_inner_op_when_both_start_together(tmp_path):
+    host = {"pid": 1, "tid": 1}
+    events = [  # the child is listed first and starts with its parent
+        {"ph": "X", "cat": "cpu_op", "name": "aten::copy_", "ts": 10, "dur": 5, **host, "args": {}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::to", "ts": 10, "dur": 20, **host, "args": {}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 12, "dur": 1, **host,
+         "args": {"correlation": 1}},
+        {"ph": "X", "cat": "kernel", "name": "copy_kernel", "ts": 40, "dur": 2, "pid": 0, "tid": 7,
+         "args": {"correlation": 1}},
+    ]
+    trace = read_trace(_write(tmp_path / "tie.json", {"traceEvents": events}))
+    assert trace.kernels().loc[0, "op_name"] == "aten::copy_"
