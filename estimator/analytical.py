@@ -69,9 +69,11 @@ class RooflineEstimator(KernelEstimator):
             out[positions] = self._predict_family(family, rows)
         return out
 
-    def _predict_family(self, family: str, rows: pd.DataFrame) -> np.ndarray:
-        w = work(family, rows)
-        hw = row_hardware(rows["hardware"], rows["dtype"])
+    def _predict_family(self, family: str, rows: pd.DataFrame, w: Work | None = None,
+                        hw: RowHardware | None = None) -> np.ndarray:
+        """Microseconds for rows of one family (``w`` and ``hw`` when the caller already computed them)."""
+        w = w if w is not None else work(family, rows)
+        hw = hw if hw is not None else row_hardware(rows["hardware"], rows["dtype"])
         fixed_us = np.where(hw.is_gpu, self.gpu_fixed_us, self.cpu_fixed_us)
         if family == "collective":
             ranks = rows["ranks"].to_numpy(dtype=np.float64)

@@ -46,8 +46,8 @@ def load_measurements(families: Iterable[str] | None = None, sources: Iterable[s
     """Training rows of the given families (default all) from the given sources (default all).
 
     ``root``: the shared data folder (default ``shared_data_root()``); ``datasets_dir``: the profiler's datasets
-    (default ``datasets/``); ``cache_dir``: where parsed sources are cached (default :func:`cache_root`, ``False``-y
-    path not allowed: pass ``refresh=True`` to re-parse). A source whose files are absent contributes no rows.
+    (default ``datasets/``); ``cache_dir``: where parsed sources are cached (default ``cache_root()/measurements``);
+    ``refresh``: re-parse even when a cache entry matches. A source whose files are absent contributes no rows.
     """
     families = _checked(families, FAMILIES, "family")
     sources = _checked(sources, SOURCES, "source")

@@ -62,8 +62,9 @@ def _spec(hw_id: str) -> HardwareSpec:
 
 
 def _codes(values: pd.Series | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    codes, uniques = pd.factorize(np.asarray(values, dtype=object), use_na_sentinel=False)
-    return codes, np.asarray(uniques, dtype=object)
+    from estimator.frames import factorize
+
+    return factorize(values)
 
 
 def row_hardware(hardware: pd.Series | np.ndarray, dtype: pd.Series | np.ndarray) -> RowHardware:

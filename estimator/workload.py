@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from estimator.frames import factorize
 from profiling.families import dtype_bytes
 
 # Elementwise op -> (input tensors read, FLOPs per output element). Unknown ops: one input, one FLOP.
@@ -70,7 +71,8 @@ def _col(frame: pd.DataFrame, name: str) -> np.ndarray:
 
 def _op_table(ops: pd.Series, table: dict, default: tuple) -> np.ndarray:
     """Rows of ``table`` for each op, matching by the op's base name ("adamw_fused" -> "adamw")."""
-    codes, uniques = pd.factorize(ops.astype(str), use_na_sentinel=False)
+    codes, uniques = factorize(ops)
+    uniques = [str(u) for u in uniques]
     rows = []
     for op in uniques:
         base = op if op in table else op.rsplit("_", 1)[0] if op.rsplit("_", 1)[0] in table else None
@@ -79,8 +81,8 @@ def _op_table(ops: pd.Series, table: dict, default: tuple) -> np.ndarray:
 
 
 def element_bytes(frame: pd.DataFrame) -> np.ndarray:
-    codes, uniques = pd.factorize(frame["dtype"].astype(str), use_na_sentinel=False)
-    return np.array([dtype_bytes(d) for d in uniques], dtype=np.float64)[codes]
+    codes, uniques = factorize(frame["dtype"])
+    return np.array([dtype_bytes(str(d)) for d in uniques], dtype=np.float64)[codes]
 
 
 def gemm(frame: pd.DataFrame) -> Work:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+from tqdm import tqdm
 
 from estimator.importers.common import finalize
 from profiling.classify import canonical_dtype, classify_op, tensor_dtype
@@ -37,7 +38,9 @@ def input_files(root: Path) -> list[Path]:
 
 
 def load(root: Path) -> pd.DataFrame:
-    frames = [load_trace(path, root) for path in input_files(root)]
+    paths = input_files(root)
+    frames = [load_trace(path, root) for path in tqdm(paths, desc="kineto traces", unit="trace", disable=None,
+                                                       leave=False)]
     frames = [f for f in frames if len(f)]
     return finalize(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(), SOURCE)
 

@@ -1,0 +1,150 @@
+"""Model features per kernel family, vectorised over whole columns (numpy, no per-row Python).
+
+Every family gets: log2 of its shape columns, dtype width, FLOPs, bytes moved, arithmetic intensity, the pure
+roofline time from the catalog, and the device's spec figures (so a device with no measurements is still described,
+by its yaml). GEMMs add wave quantisation: for plausible tile shapes, the output tiles, the waves over the SM count
+and the last wave's occupancy (time steps up when tiles cross a multiple of the SM count). Collectives add bytes,
+ranks, intra/inter node and the link bandwidth.
+
+``baseline_us`` is the analytical estimate (``RooflineEstimator`` with its default parameters); the ``efficiency``
+target of the learned models is log(runtime / baseline).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from estimator.analytical import RooflineEstimator, link_bandwidth
+from estimator.frames import factorize
+from estimator.hardware_table import SPEC_FEATURES, RowHardware, row_hardware
+from estimator.workload import COLLECTIVE_BUS_FACTOR, ELEMENTWISE_OPS, NORM_OPS, OPTIMIZER_OPS, Work, work
+from profiling.families import DTYPES, FAMILIES
+
+#: (rows, cols) of output tiles cuBLAS/CUTLASS commonly pick; the model learns which matters where.
+GEMM_TILES: tuple[tuple[int, int], ...] = ((128, 128), (128, 256), (64, 128), (256, 128))
+
+#: categorical columns encoded as integer codes over a fixed vocabulary (unknown values -> -1)
+VOCABULARY: dict[str, tuple[str, ...]] = {
+    "dtype": DTYPES,
+    "pass": ("fwd", "bwd"),
+    "op:elementwise": tuple(ELEMENTWISE_OPS),
+    "op:norm": tuple(NORM_OPS),
+    "op:collective": tuple(COLLECTIVE_BUS_FACTOR),
+    "op:optimizer": tuple(f"{o}_{v}" for o in OPTIMIZER_OPS for v in ("foreach", "fused", "single")),
+}
+
+#: shape features (log2 of the family's numeric key columns) checked for out-of-range
+SHAPE_COLUMNS: dict[str, tuple[str, ...]] = {
+    family: tuple(c for c in cols if c not in {"op", "pass", "causal"}) for family, cols in FAMILIES.items()
+}
+
+_ROOFLINE = RooflineEstimator()
+
+
+@dataclass
+class FeatureFrame:
+    """Features of a single-family frame: a float32 matrix with named columns, plus the analytical baseline."""
+
+    names: list[str]
+    matrix: np.ndarray  # (rows, features) float32
+    baseline_us: np.ndarray  # analytical estimate, microseconds
+    hardware: RowHardware
+
+    def column(self, name: str) -> np.ndarray:
+        return self.matrix[:, self.names.index(name)]
+
+
+def encode(values: pd.Series, vocabulary: tuple[str, ...]) -> np.ndarray:
+    codes, uniques = factorize(values)
+    lookup = {v: i for i, v in enumerate(vocabulary)}
+    return np.array([lookup.get(str(u), -1) for u in uniques], dtype=np.float64)[codes]
+
+
+def _log2(x: np.ndarray) -> np.ndarray:
+    return np.log2(np.maximum(x, 1e-30))
+
+
+def _num(frame: pd.DataFrame, name: str) -> np.ndarray:
+    return frame[name].to_numpy(dtype=np.float64)
+
+
+def gemm_waves(m: np.ndarray, n: np.ndarray, batch: np.ndarray, sms: np.ndarray) -> dict[str, np.ndarray]:
+    out = {}
+    for tm, tn in GEMM_TILES:
+        tiles = np.ceil(m / tm) * np.ceil(n / tn) * batch
+        waves = np.ceil(tiles / sms)
+        out[f"log2_tiles_{tm}x{tn}"] = _log2(tiles)
+        out[f"waves_{tm}x{tn}"] = waves
+        out[f"wave_eff_{tm}x{tn}"] = tiles / (waves * sms)
+    return out
+
+
+def family_features(family: str, frame: pd.DataFrame, w: Work, hw: RowHardware) -> dict[str, np.ndarray]:
+    f: dict[str, np.ndarray] = {}
+    sms = hw.spec["hw_sm_count"]
+    if family == "gemm":
+        m, n, k, b = (_num(frame, c) for c in ("m", "n", "k", "batch"))
+        f |= {"log2_m": _log2(m), "log2_n": _log2(n), "log2_k": _log2(k), "log2_batch": _log2(b),
+              "m_mod_128": m % 128, "n_mod_128": n % 128, "k_mod_64": k % 64}
+        f |= gemm_waves(m, n, b, sms)
+    elif family == "attention":
+        b, hq, hkv, sq, skv, d = (_num(frame, c) for c in ("batch", "heads_q", "heads_kv", "seq_q", "seq_kv", "head_dim"))
+        f |= {"log2_batch": _log2(b), "log2_heads_q": _log2(hq), "log2_heads_kv": _log2(hkv), "log2_seq_q": _log2(sq),
+              "log2_seq_kv": _log2(skv), "head_dim": d, "causal": frame["causal"].astype(bool).to_numpy(float),
+              "pass": encode(frame["pass"], VOCABULARY["pass"])}
+        tiles = np.ceil(sq / 128) * b * hq  # FlashAttention: one block per 128 query rows per head
+        waves = np.ceil(tiles / sms)
+        f |= {"log2_tiles": _log2(tiles), "waves": waves, "wave_eff": tiles / (waves * sms)}
+    elif family == "elementwise":
+        numel = _num(frame, "numel")
+        f |= {"log2_numel": _log2(numel), "op": encode(frame["op"], VOCABULARY["op:elementwise"]),
+              "log2_numel_per_sm": _log2(numel / sms)}
+    elif family == "norm":
+        rows, cols = _num(frame, "rows"), _num(frame, "cols")
+        f |= {"log2_rows": _log2(rows), "log2_cols": _log2(cols), "op": encode(frame["op"], VOCABULARY["op:norm"]),
+              "pass": encode(frame["pass"], VOCABULARY["pass"]), "log2_rows_per_sm": _log2(rows / sms)}
+    elif family == "collective":
+        size, ranks, rpn = (_num(frame, c) for c in ("bytes", "ranks", "ranks_per_node"))
+        link = link_bandwidth(ranks, rpn, hw)
+        f |= {"log2_bytes": _log2(size), "ranks": ranks, "ranks_per_node": rpn,
+              "inter_node": (ranks > np.maximum(rpn, 1)).astype(float), "op": encode(frame["op"], VOCABULARY["op:collective"]),
+              "log2_link_gbps": _log2(link / 1e9), "log2_wire_bytes": _log2(w.wire_bytes + 1.0),
+              "latency_steps": w.latency_steps, "log2_wire_us": _log2(w.wire_bytes / link * 1e6 + 1e-3)}
+    elif family == "optimizer":
+        params = _num(frame, "params")
+        op = frame["op"].astype(str)
+        f |= {"log2_params": _log2(params), "op": encode(op, VOCABULARY["op:optimizer"]),
+              "fused": op.str.endswith("fused").to_numpy(float)}
+    else:
+        raise ValueError(f"unknown family '{family}': expected one of {', '.join(FAMILIES)}")
+    return f
+
+
+def features(family: str, frame: pd.DataFrame) -> FeatureFrame:
+    """Features of every row of a frame holding only ``family``'s rows."""
+    w = work(family, frame)
+    hw = row_hardware(frame["hardware"], frame["dtype"])
+    roof_s = np.maximum(w.flops / hw.peak_flops, w.bytes / hw.memory_bandwidth)
+    cols: dict[str, np.ndarray] = {
+        "dtype": encode(frame["dtype"], VOCABULARY["dtype"]),
+        "log2_flops": _log2(w.flops + 1.0),
+        "log2_bytes": _log2(w.bytes + 1.0),
+        "log2_intensity": _log2((w.flops + 1.0) / (w.bytes + 1.0)),
+        "log2_roofline_us": _log2(roof_s * 1e6 + 1e-6),
+        "compute_bound": (w.flops / hw.peak_flops > w.bytes / hw.memory_bandwidth).astype(float),
+        "log2_peak_tflops": _log2(hw.peak_flops / 1e12),
+        "log2_ridge": _log2(hw.peak_flops / hw.memory_bandwidth),
+    }
+    cols |= family_features(family, frame, w, hw)
+    cols |= hw.spec
+    names = list(cols)
+    matrix = np.empty((len(frame), len(names)), dtype=np.float32, order="F")  # column writes stay contiguous
+    for i, name in enumerate(names):
+        matrix[:, i] = cols[name]
+    baseline = _ROOFLINE._predict_family(family, frame, w, hw)
+    return FeatureFrame(names, matrix, baseline, hw)
+
+
+SPEC_COLUMNS = SPEC_FEATURES

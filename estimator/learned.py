@@ -1,0 +1,144 @@
+"""What every learned estimator shares: features, target transform, training support, bundle metadata.
+
+One learned estimator covers one kernel family (the router combines them). Subclasses only fit and apply a
+regressor on the feature matrix (``_fit_matrix`` / ``_predict_matrix``) and store its weights portably.
+
+Targets (``target``):
+- ``"efficiency"``: log(runtime / analytical baseline). The model learns how far a kernel falls short of the
+  roofline on its device; the device's spec figures enter both the baseline and the features, which is what lets a
+  model trained on some GPUs speak for another.
+- ``"log_time"``: log(runtime) directly.
+"""
+from __future__ import annotations
+
+import hashlib
+from abc import abstractmethod
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from estimator.base import KernelEstimator
+from estimator.bundle import read_json, write_json_atomic
+from estimator.features import FeatureFrame, features
+from estimator.frames import as_frame, factorize
+from estimator.support import Support
+
+TARGETS = ("efficiency", "log_time")
+
+
+class LearnedEstimator(KernelEstimator):
+    kind: str = "learned"
+
+    def __init__(self, family: str = "gemm", target: str = "efficiency", spec_tolerance: float = 2.0) -> None:
+        if target not in TARGETS:
+            raise ValueError(f"target '{target}': expected one of {', '.join(TARGETS)}")
+        self.family = family
+        self.target = target
+        self.spec_tolerance = spec_tolerance
+        self.name = self.kind
+        self.version = "0"
+        self.feature_names: list[str] = []
+        self.support: Support | None = None
+        self.training: dict[str, Any] = {}
+
+    # -- scikit-learn style parameters -------------------------------------------------------------------------
+    def get_params(self) -> dict[str, Any]:
+        return {"family": self.family, "target": self.target, "spec_tolerance": self.spec_tolerance}
+
+    @property
+    def families(self) -> tuple[str, ...]:
+        return (self.family,)
+
+    # -- training and prediction --------------------------------------------------------------------------------
+    def _features(self, frame: pd.DataFrame) -> FeatureFrame:
+        codes, uniques = factorize(frame["family"])
+        if len(uniques) and (len(uniques) > 1 or str(uniques[0]) != self.family):
+            raise ValueError(f"{self.name} estimator for '{self.family}' got rows of family "
+                             f"{', '.join(map(str, uniques))} (route mixed frames through estimator.load())")
+        return features(self.family, frame)
+
+    def fit(self, frame: pd.DataFrame, runtime_us: np.ndarray) -> "LearnedEstimator":
+        runtime_us = np.asarray(runtime_us, dtype=np.float64)
+        if len(runtime_us) != len(frame) or not np.all(runtime_us > 0):
+            raise ValueError("runtime_us: expected one positive time (microseconds) per row")
+        feats = self._features(frame)
+        y = np.log(runtime_us) - (np.log(feats.baseline_us) if self.target == "efficiency" else 0.0)
+        self.feature_names = feats.names
+        self.support = Support.fit(self.family, frame, feats, self.spec_tolerance)
+        self.training = {"rows": int(len(frame)), "hardware": self.support.hardware,
+                         "digest": frame_digest(frame, runtime_us)}
+        self._fit_matrix(feats.matrix, y)
+        return self
+
+    def predict(self, frame: pd.DataFrame | list[dict]) -> np.ndarray:
+        frame = as_frame(frame)
+        if len(frame) == 0:
+            return np.empty(0)
+        feats = self._features(frame)
+        y = self._predict_matrix(feats.matrix).astype(np.float64)
+        return np.exp(y) * feats.baseline_us if self.target == "efficiency" else np.exp(y)
+
+    def in_range(self, frame: pd.DataFrame) -> np.ndarray:
+        return self._require_support().in_range(as_frame(frame))
+
+    def spec_in_range(self, frame: pd.DataFrame) -> np.ndarray:
+        from estimator.hardware_table import row_hardware
+
+        frame = as_frame(frame)
+        return self._require_support().spec_in_range(row_hardware(frame["hardware"], frame["dtype"]).spec)
+
+    def _require_support(self) -> Support:
+        if self.support is None:
+            raise RuntimeError(f"{self.name} estimator is not fitted")
+        return self.support
+
+    @abstractmethod
+    def _fit_matrix(self, x: np.ndarray, y: np.ndarray) -> None: ...
+
+    @abstractmethod
+    def _predict_matrix(self, x: np.ndarray) -> np.ndarray: ...
+
+    # -- persistence -----------------------------------------------------------------------------------------------
+    def _meta(self) -> dict[str, Any]:
+        return {"kind": self.kind, "version": self.version, "params": self.get_params(),
+                "feature_names": self.feature_names, "support": self._require_support().to_dict(),
+                "training": self.training}
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self._save_weights(path)
+        write_json_atomic(path / "meta.json", self._meta() | self._extra_meta())
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "LearnedEstimator":
+        path = Path(path)
+        meta = read_json(path / "meta.json")
+        if meta.get("kind") != cls.kind:
+            raise ValueError(f"{path / 'meta.json'}: field 'kind' is {meta.get('kind')!r}, expected '{cls.kind}'")
+        model = cls(**meta["params"])
+        model.version = str(meta.get("version", "0"))
+        model.feature_names = list(meta["feature_names"])
+        model.support = Support.from_dict(meta["support"])
+        model.training = meta.get("training", {})
+        model._load_weights(path, meta)
+        return model
+
+    def _extra_meta(self) -> dict[str, Any]:
+        return {}
+
+    @abstractmethod
+    def _save_weights(self, path: Path) -> None: ...
+
+    @abstractmethod
+    def _load_weights(self, path: Path, meta: dict[str, Any]) -> None: ...
+
+
+def frame_digest(frame: pd.DataFrame, runtime_us: np.ndarray) -> str:
+    """A short content hash of the training rows (what MLflow's dataset digest and the model card record)."""
+    h = hashlib.sha256(pd.util.hash_pandas_object(frame.reset_index(drop=True), index=False).to_numpy().tobytes())
+    h.update(np.asarray(runtime_us, dtype=np.float64).tobytes())
+    return h.hexdigest()[:16]

@@ -1,0 +1,78 @@
+"""Training support of a learned estimator: what it has seen, so predictions outside it can be flagged.
+
+A row is in range when each shape feature (log2 of the family's numeric key columns) lies within the training
+minimum and maximum and its device was in the training data. ``spec_in_range`` is looser: the device's kind
+(GPU/CPU) was seen and each spec figure lies within the training range widened by ``spec_tolerance`` (a factor);
+the router falls back to the roofline where even that fails (see :mod:`estimator.router`).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from estimator.features import SHAPE_COLUMNS, FeatureFrame
+from estimator.frames import factorize
+from estimator.hardware_table import SPEC_FEATURES
+
+#: spec figures compared by ratio (a device may be up to this factor beyond the training range)
+SPEC_RANGE_FEATURES = ("hw_sm_count", "hw_memory_bandwidth_gbps", "hw_peak_fp32_tflops", "hw_clock_mhz")
+
+
+@dataclass
+class Support:
+    family: str
+    shape_min: dict[str, float] = field(default_factory=dict)
+    shape_max: dict[str, float] = field(default_factory=dict)
+    spec_min: dict[str, float] = field(default_factory=dict)
+    spec_max: dict[str, float] = field(default_factory=dict)
+    hardware: list[str] = field(default_factory=list)
+    kinds: list[float] = field(default_factory=list)  # hw_is_gpu values seen
+    spec_tolerance: float = 2.0
+
+    @classmethod
+    def fit(cls, family: str, frame: pd.DataFrame, feats: FeatureFrame, spec_tolerance: float = 2.0) -> "Support":
+        shapes = {c: np.log2(np.maximum(frame[c].to_numpy(dtype=np.float64), 1e-30)) for c in SHAPE_COLUMNS[family]}
+        spec = {c: feats.hardware.spec[c] for c in SPEC_RANGE_FEATURES}
+        return cls(
+            family=family,
+            shape_min={c: float(np.nanmin(v)) for c, v in shapes.items()},
+            shape_max={c: float(np.nanmax(v)) for c, v in shapes.items()},
+            spec_min={c: float(np.nanmin(v)) for c, v in spec.items()},
+            spec_max={c: float(np.nanmax(v)) for c, v in spec.items()},
+            hardware=sorted({str(h) for h in factorize(frame["hardware"])[1]}),
+            kinds=sorted({float(k) for k in np.unique(feats.hardware.spec["hw_is_gpu"])}),
+            spec_tolerance=spec_tolerance,
+        )
+
+    def shape_in_range(self, frame: pd.DataFrame) -> np.ndarray:
+        ok = np.ones(len(frame), dtype=bool)
+        for c, lo in self.shape_min.items():
+            v = np.log2(np.maximum(frame[c].to_numpy(dtype=np.float64), 1e-30))
+            ok &= (v >= lo - 1e-9) & (v <= self.shape_max[c] + 1e-9)
+        return ok
+
+    def hardware_seen(self, frame: pd.DataFrame) -> np.ndarray:
+        codes, uniques = factorize(frame["hardware"])
+        return np.array([str(u) in self.hardware for u in uniques], dtype=bool)[codes]
+
+    def in_range(self, frame: pd.DataFrame) -> np.ndarray:
+        return self.shape_in_range(frame) & self.hardware_seen(frame)
+
+    def spec_in_range(self, spec: dict[str, np.ndarray]) -> np.ndarray:
+        ok = np.isin(spec["hw_is_gpu"], self.kinds)
+        for c, lo in self.spec_min.items():
+            v = spec[c]
+            ok &= (v >= lo / self.spec_tolerance) & (v <= self.spec_max[c] * self.spec_tolerance)
+        return ok
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Support":
+        return cls(**data)
+
+
+assert set(SPEC_RANGE_FEATURES) <= set(SPEC_FEATURES)
