@@ -36,6 +36,8 @@ def add_run_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="folder for the per-rank captured traces (default ./stepcast-capture)")
     p.add_argument("--host-speed", type=float, default=1.0, help="target host CPU speed relative to this one")
     p.add_argument("--gzip", action="store_true", help="write the traces gzip-compressed (.trace.json.gz)")
+    p.add_argument("--capture-only", action="store_true", help="write the traces and the capture report; skip "
+                   "the simulation")
     p.add_argument("script", type=Path, help="the training script")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments (after --)")
     p.set_defaults(func=run_command)
@@ -96,7 +98,7 @@ def run_command(ns: argparse.Namespace) -> int:
             _write_json(ns.report, capture)
         return next(iter(failed.values()))
     report = capture
-    if importlib.util.find_spec("emulate.simulate") is not None:
+    if not ns.capture_only and importlib.util.find_spec("emulate.simulate") is not None:
         from emulate.simulate import simulate_traces
 
         report = simulate_traces([Path(t) for t in capture["traces"]], spec.id, ns.nodes, ns.report, ns.trace,
