@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from profiling.classify import canonical_dtype, classify_kernel_name, classify_op, op_base_name
+from profiling.classify import canonical_dtype, classify_kernel_name, classify_op, op_base_name, tensor_dtype
 from profiling.families import key_columns
 
 
@@ -111,6 +111,10 @@ def test_elementwise_numel_is_the_largest_operand_or_broadcast_output():
     assert classify_op("aten::add", [[32, 1, 128], [1, 64, 1]], ["float"] * 2)["numel"] == 32 * 64 * 128
     mul = classify_op("aten::mul", [[512, 64], [], [512, 64]], ["float", "double", "float"])
     assert (mul["op"], mul["numel"], mul["dtype"]) == ("mul", 512 * 64, "fp32")
+    # One tensor operand: the scalar kernel (NeuSight's "addu"/"mulu"), whether the scalar is a Python number or a
+    # 0-dim tensor.
+    assert classify_op("aten::mul", [[512, 64], []], ["float", "Scalar"])["op"] == "mul_scalar"
+    assert classify_op("aten::add", [[512, 64], [], []], ["c10::Half", "double", "Scalar"])["op"] == "add_scalar"
     assert classify_op("aten::_to_copy", [[10, 10]], ["c10::BFloat16"])["op"] == "cast"
     assert classify_op("aten.copy_.default", [[10, 10], [10, 10]], ["torch.float16"] * 2)["op"] == "copy"
     assert classify_op("aten::native_dropout", [[64, 128], [], []], ["c10::Half", "Double", "Bool"])["op"] == \
@@ -149,7 +153,8 @@ def test_dtype_names():
     assert canonical_dtype("c10::BFloat16") == canonical_dtype("bfloat16") == "bf16"
     assert canonical_dtype("float") == canonical_dtype("torch.float32") == "fp32"
     assert canonical_dtype("Double") is None  # Kineto's tag for a Python float scalar, not a tensor
-    assert canonical_dtype("int") is None  # int32 has no exact family dtype
+    assert canonical_dtype("int") is None  # int32 has no exact family dtype...
+    assert tensor_dtype("int") == "fp32" and tensor_dtype("Scalar") is None  # ...and is timed as fp32
     assert op_base_name("aten::_foreach_mul_") == ("aten", "_foreach_mul")
     assert op_base_name("nccl:all_reduce") == ("nccl", "all_reduce")
 
