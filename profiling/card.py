@@ -77,6 +77,16 @@ def _nvidia_driver() -> Optional[str]:
             return None
 
 
+def _nccl_version() -> Optional[str]:
+    try:
+        import torch.cuda.nccl as nccl
+
+        version = nccl.version()
+    except Exception:  # a build without NCCL
+        return None
+    return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+
+
 def current_fingerprint(spec: HardwareSpec, device: str) -> Fingerprint:
     """Describe this process's machine; ``device`` is "cuda" or "cpu"."""
     import torch
@@ -84,7 +94,7 @@ def current_fingerprint(spec: HardwareSpec, device: str) -> Fingerprint:
     gpu: dict[str, Any] = {}
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)
-        nccl = torch.cuda.nccl.version() if torch.distributed.is_nccl_available() else None
+        nccl = _nccl_version()
         gpu = {
             "device_name": props.name,
             "sm_count": props.multi_processor_count,
@@ -93,7 +103,7 @@ def current_fingerprint(spec: HardwareSpec, device: str) -> Fingerprint:
             "driver": _nvidia_driver(),
             "cuda": torch.version.cuda,
             "cudnn": str(torch.backends.cudnn.version()) if torch.backends.cudnn.is_available() else None,
-            "nccl": ".".join(map(str, nccl)) if isinstance(nccl, tuple) else (str(nccl) if nccl else None),
+            "nccl": nccl,
         }
     else:
         gpu = {"device_name": cpu_model_name(), "sm_count": spec.sm_count, "clock_mhz": spec.max_clock_mhz,

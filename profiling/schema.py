@@ -22,7 +22,7 @@ from typing import Any, Literal, Optional
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
 from profiling.families import DTYPES, FAMILIES, key_columns
 

@@ -21,6 +21,11 @@ from profiling.ops.base import TORCH_DTYPES, FamilyBench, tensor
 from profiling.timing import MeasureSettings, Measurement, summarise
 
 
+# Single-tensor all_gather / reduce_scatter: the *_single names replace the *_tensor ones in recent torch.
+_ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
 class CollectiveBench(FamilyBench):
     family = "collective"
 
@@ -54,9 +59,9 @@ class CollectiveBench(FamilyBench):
         if op == "all_reduce":
             return lambda: dist.all_reduce(full, group=group)
         if op == "all_gather":
-            return lambda: dist.all_gather_into_tensor(full, part, group=group)
+            return lambda: _ALL_GATHER(full, part, group=group)
         if op == "reduce_scatter":
-            return lambda: dist.reduce_scatter_tensor(part, full, group=group)
+            return lambda: _REDUCE_SCATTER(part, full, group=group)
         if op == "all_to_all":
             out = torch.empty_like(full)
             return lambda: dist.all_to_all_single(out, full, group=group)

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Profile the GPU at hand into datasets/<gpu-id>/ in about 5 minutes (H200): gemm, attention, elementwise, norm and
+# optimizer in bf16, fp16, fp32 (TF32 off), tf32 and fp8, with every kernel's name, grid/block recorded, then print
+# what the dataset holds. Resumable: run it again and it measures only what is missing.
+#
+#   profiling/gpu_check.sh                      # defaults: 4-minute measuring budget
+#   BUDGET_MINUTES=8 profiling/gpu_check.sh     # longer; extra Hydra overrides can follow: ... gemm.max_points=400
+#
+# When $OUT is set (a device machine's result folder), the dataset is also copied to $OUT/datasets/<gpu-id>/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python - <<'PY'
+import torch
+assert torch.cuda.is_available(), "gpu_check.sh needs a CUDA GPU"
+print("GPU:", torch.cuda.get_device_name(0), "| torch", torch.__version__, "| CUDA", torch.version.cuda)
+PY
+HW_ID=$(python -c "from profiling.hardware import detect; print(detect().id)")
+echo "catalog id: ${HW_ID}"
+
+python -m profiling hardware=auto \
+    "families=[gemm,attention,elementwise,norm,optimizer]" \
+    budget_minutes="${BUDGET_MINUTES:-4}" \
+    measure.record_kernels=true \
+    threads=null \
+    hydra.run.dir="outputs/profiling/gpu_check" \
+    "$@"
+
+python -m profiling.summary "datasets/${HW_ID}"
+
+if [[ -n "${OUT:-}" ]]; then
+    mkdir -p "${OUT}/datasets"
+    cp -r "datasets/${HW_ID}" "${OUT}/datasets/"
+    echo "copied to ${OUT}/datasets/${HW_ID}"
+fi

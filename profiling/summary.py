@@ -1,0 +1,58 @@
+"""Print what a dataset folder holds (validating every file on the way): points per family, dtype and status.
+
+    python -m profiling.summary datasets/cpu-intel-xeon-2c
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from profiling.card import read_card
+from profiling.families import FAMILIES
+from profiling.schema import DatasetSchemaError, read_family
+
+
+def summarise(folder: Path) -> pd.DataFrame:
+    """One row per (family, dtype): points, ok, failed, fastest and slowest median (us)."""
+    frames = [read_family(p) for f in FAMILIES if (p := folder / f"{f}.parquet").exists()]
+    if not frames:
+        raise DatasetSchemaError(f"{folder}: no <family>.parquet files")
+    rows = pd.concat([f[["family", "dtype", "status", "median_us"]] for f in frames], ignore_index=True)
+    return rows.groupby(["family", "dtype"], sort=False).agg(
+        points=("status", "size"), ok=("status", lambda s: int((s == "ok").sum())),
+        failed=("status", lambda s: int((s == "failed").sum())),
+        min_median_us=("median_us", "min"), max_median_us=("median_us", "max"),
+    ).reset_index()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", type=Path, help="datasets/<hardware-id>")
+    args = parser.parse_args(argv)
+    try:
+        card = read_card(args.folder / "card.json")
+        table_data = summarise(args.folder)
+    except DatasetSchemaError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    fp = card.fingerprint
+    size = sum(p.stat().st_size for p in args.folder.glob("*") if p.is_file())
+    table = Table(title=f"{card.hardware}: {fp.device_name}, torch {fp.torch}, {card.timing}, "
+                        f"updated {card.updated:%Y-%m-%d %H:%M}, {size / 1e6:.2f} MB")
+    for column in table_data.columns:
+        table.add_column(column, justify="left" if column in ("family", "dtype") else "right")
+    for row in table_data.itertuples(index=False):
+        table.add_row(*(f"{v:.1f}" if isinstance(v, float) else str(v) for v in row))
+    table.add_row("total", "", str(int(table_data["points"].sum())), str(int(table_data["ok"].sum())),
+                  str(int(table_data["failed"].sum())), "", "")
+    Console().print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
