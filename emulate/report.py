@@ -6,7 +6,7 @@ Fields::
     iteration_time_ms      median of the steady-state iterations of the slowest rank
     iterations_ms          per iteration index, the slowest rank's time (steady-state and warm-up alike)
     steady_iterations      which iteration indices count as steady state (the first is warm-up when >= 3)
-    peak_memory_bytes      largest over ranks (device memory from the traces' malloc/free)
+    peak_memory_bytes      largest over ranks (device memory from the traces' malloc/free; null without any)
     breakdown_ms           {compute, communication, exposed_communication, host_bound, idle} of the slowest rank
     mfu                    model FLOP utilisation, or null when no kernel has a GEMM/attention spec
     per_rank               [{rank, iteration_time_ms, iterations_ms, peak_memory_bytes, breakdown_ms,
@@ -102,7 +102,8 @@ def build_report(result) -> dict[str, Any]:
         "iteration_time_ms": iteration_ms,
         "iterations_ms": [max(e["iterations_ms"][j] for e in per_rank) for j in range(n_it)],
         "steady_iterations": steady_indices(n_it).tolist(),
-        "peak_memory_bytes": max(e["peak_memory_bytes"] for e in per_rank),
+        "peak_memory_bytes": max((e["peak_memory_bytes"] for e in per_rank if e["peak_memory_bytes"] is not None),
+                                 default=None),
         "breakdown_ms": dict(slowest["breakdown_ms"]),
         "mfu": mfu,
         "per_rank": per_rank,
@@ -241,7 +242,8 @@ def print_summary(report: dict[str, Any], console=None) -> None:
         table.add_row("measured iteration time", f"{m:.3f} ms ({err:+.1f}%)")
     table.add_row("iterations", ", ".join(f"{t:.2f}" for t in report["iterations_ms"][:8])
                   + (" ..." if len(report["iterations_ms"]) > 8 else "") + " ms")
-    table.add_row("peak memory", f"{report['peak_memory_bytes'] / 2**30:.2f} GiB")
+    peak = report["peak_memory_bytes"]
+    table.add_row("peak memory", "n/a (no allocations traced)" if peak is None else f"{peak / 2**30:.2f} GiB")
     for term, value in report["breakdown_ms"].items():
         table.add_row(f"  {term.replace('_', ' ')}", f"{value:.3f} ms")
     table.add_row("MFU", "n/a" if report["mfu"] is None else f"{report['mfu'] * 100:.1f}%")

@@ -106,8 +106,10 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
         for (r, i), v in zip(row_at, values.tolist()):
             out.us[r][i] = max(v, 0.0)
         is_kernel = np.array([programs[r].kind[i] == KERNEL for r, i in row_at], dtype=bool)
-        out.fallback_kernels += int((analytical & is_kernel).sum())
-        out.fallback_reasons["no_learned_model"] += int((analytical & is_kernel).sum())
+        analytical_kernels = int((analytical & is_kernel).sum())
+        out.fallback_kernels += analytical_kernels
+        if analytical_kernels:
+            out.fallback_reasons["no_learned_model"] += analytical_kernels
         out.estimator_label = ", ".join(sorted(set(labels.tolist())))
         predicted["rank_index"] = [r for r, _ in row_at]
         predicted["position"] = [i for _, i in row_at]

@@ -56,7 +56,7 @@ class RankProgram:
     device_index: np.ndarray           # positions of device events (kernel, memcpy, memset, collective)
     iteration_index: np.ndarray        # positions of iteration markers that open an iteration
     end_marker: int | None             # position of an iteration marker with ``end: true`` (closes the last one)
-    peak_memory_bytes: int
+    peak_memory_bytes: int | None     # None when the trace records no allocations (e.g. profiler traces)
     memory_curve: tuple[np.ndarray, np.ndarray] = field(repr=False)  # (event positions, bytes in use after them)
 
     @property
@@ -133,7 +133,7 @@ def build_program(doc: dict[str, Any], source: str = "<trace>") -> RankProgram:
                                    f"the last iteration")
         iteration_index = iteration_index[:-1]
     in_use = np.cumsum(mem_delta)
-    peak = int(max(0, in_use.max())) if len(in_use) else 0
+    peak = int(max(0, in_use.max())) if len(in_use) else None
     try:
         rank, world_size, hardware = int(doc["rank"]), int(doc["world_size"]), str(doc["hardware"])
     except (KeyError, TypeError, ValueError):

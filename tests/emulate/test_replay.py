@@ -1,0 +1,51 @@
+"""Fidelity of the simulator on real profiler traces (../shared/data): replaying the measured kernel durations
+must reproduce each rank's measured ProfilerStep time within 3% (the whole-trace span where there are none)."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from emulate.replay import replay
+from profiling.paths import shared_data_root
+
+TOLERANCE = 0.03
+PATTERNS = ("hta/tests/data/**/*.json.gz", "kineto/tb_plugin/samples/**/*.json.gz")
+
+
+def real_traces() -> list[str]:
+    root = shared_data_root()
+    found = sorted({str(p.relative_to(root)) for pattern in PATTERNS for p in root.glob(pattern)})
+    return found or ["<shared data absent>"]
+
+
+@pytest.mark.shared_data
+@pytest.mark.parametrize("relative", real_traces())
+def test_measured_replay_matches_the_profiled_steps(shared_data: Path, relative: str):
+    report = replay([shared_data / relative], durations="measured", quiet=True)
+    for rank in report["per_rank"]:
+        measured = rank["measured_iteration_time_ms"]
+        error = (rank["iteration_time_ms"] - measured) / measured
+        assert abs(error) < TOLERANCE, f"rank {rank['rank']}: predicted {rank['iteration_time_ms']:.3f} ms, " \
+                                       f"measured {measured:.3f} ms ({error:+.1%})"
+
+
+@pytest.mark.shared_data
+def test_two_ranks_of_a_larger_job_replay_together(shared_data: Path):
+    files = sorted((shared_data / "hta/tests/data/trace_filter").glob("sampled_rank-*.json.gz"))
+    report = replay(files, durations="measured", quiet=True)
+    assert report["world_size"] == 128 and report["ranks_simulated"] == 2
+    assert report["collectives_matched"] == 0           # 126 ranks absent: recorded durations, no waiting
+    for rank in report["per_rank"]:
+        assert rank["iteration_time_ms"] == pytest.approx(rank["measured_iteration_time_ms"], rel=TOLERANCE)
+
+
+@pytest.mark.shared_data
+def test_predicted_replay_runs_on_other_hardware(shared_data: Path):
+    trace = shared_data / "hta/tests/data/trace_diff/control/control.json.gz"
+    report = replay([trace], durations="predicted", hardware="h100-sxm", estimator="roofline", quiet=True)
+    assert report["hardware"] == "h100-sxm" and report["durations"] == "predicted"
+    assert math.isfinite(report["iteration_time_ms"]) and report["iteration_time_ms"] > 0
+    assert report["fallback_kernels"] > 0            # the roofline is not a learned model: every kernel counts
+    assert report["per_rank"][0]["measured_iteration_time_ms"] > 0

@@ -1,0 +1,83 @@
+"""The report's fields and the arithmetic that ties them together."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from emulate.report import BREAKDOWN_TERMS, build_report, steady_indices, union_length, write_report
+from emulate.sim.synthetic import TraceBuilder, training_like_traces
+from emulate.simulate import simulate
+
+REPORT_FIELDS = {"hardware", "world_size", "iteration_time_ms", "iterations_ms", "peak_memory_bytes",
+                 "breakdown_ms", "mfu", "per_rank", "fallback_kernels"}
+
+
+@pytest.fixture(scope="module")
+def ddp_report() -> dict:
+    return build_report(simulate(training_like_traces(6000, ranks=2), "h100-sxm", durations="measured"))
+
+
+def test_every_field_is_present(ddp_report):
+    assert REPORT_FIELDS <= set(ddp_report)
+    assert set(ddp_report["breakdown_ms"]) == set(BREAKDOWN_TERMS)
+    for entry in ddp_report["per_rank"]:
+        assert {"rank", "iteration_time_ms", "peak_memory_bytes", "breakdown_ms"} <= set(entry)
+    assert [e["rank"] for e in ddp_report["per_rank"]] == [0, 1]
+    json.dumps(ddp_report)  # serialisable as is
+
+
+def test_iteration_time_is_the_slowest_ranks_steady_median(ddp_report):
+    slowest = max(e["iteration_time_ms"] for e in ddp_report["per_rank"])
+    assert ddp_report["iteration_time_ms"] == slowest
+    for entry in ddp_report["per_rank"]:
+        steady = np.asarray(entry["iterations_ms"])[1:]   # 6 iterations: the first is warm-up
+        assert entry["iteration_time_ms"] == pytest.approx(float(np.median(steady)))
+
+
+def test_breakdown_terms_sum_to_the_iteration_time(ddp_report):
+    for entry in [ddp_report, *ddp_report["per_rank"]]:
+        parts = entry["breakdown_ms"]
+        total = parts["compute"] + parts["exposed_communication"] + parts["host_bound"] + parts["idle"]
+        assert total == pytest.approx(entry["iteration_time_ms"], rel=1e-9)
+        assert parts["exposed_communication"] <= parts["communication"] + 1e-12
+        assert all(v >= -1e-9 for v in parts.values())
+
+
+def test_ddp_reports_communication(ddp_report):
+    assert ddp_report["breakdown_ms"]["communication"] > 0
+    assert ddp_report["collectives_matched"] > 0
+
+
+def test_mfu_from_gemm_specs():
+    b = TraceBuilder(meta={"launch_latency_us": 0.0})
+    b.iteration(0)
+    # 2 * 4096^3 FLOPs in bf16 on h100-sxm (989.4 TFLOP/s): 138.9 us at peak; measured 277.8 us -> 50% MFU.
+    spec = {"family": "gemm", "dtype": "bf16", "m": 4096, "n": 4096, "k": 4096, "batch": 1}
+    ideal_us = 2 * 4096**3 / 989.4e12 * 1e6
+    b.kernel(stream=1, spec=spec, duration_us=2 * ideal_us)
+    b.device_sync()
+    b.iteration(1, end=True)
+    report = build_report(simulate([b.doc()], "h100-sxm", durations="measured"))
+    assert report["mfu"] == pytest.approx(0.5)
+
+
+def test_mfu_is_null_without_model_flops(ddp_report):
+    assert ddp_report["mfu"] is None
+
+
+def test_steady_state_drops_the_first_of_three_or_more():
+    assert steady_indices(2).tolist() == [0, 1]
+    assert steady_indices(3).tolist() == [1, 2]
+
+
+def test_union_length_merges_overlaps():
+    assert union_length(np.array([0.0, 5.0, 20.0]), np.array([10.0, 12.0, 25.0])) == 17.0
+    assert union_length(np.array([3.0]), np.array([3.0])) == 0.0
+
+
+def test_write_report_is_atomic(tmp_path, ddp_report):
+    path = write_report(ddp_report, tmp_path / "r" / "report.json")
+    assert json.loads(path.read_text())["world_size"] == 2
+    assert [p.name for p in path.parent.iterdir()] == ["report.json"]

@@ -1,0 +1,28 @@
+"""The predicted timeline is valid Chrome trace-event JSON with one track per rank's host and per stream."""
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+from emulate.sim.synthetic import training_like_traces
+from emulate.simulate import simulate
+from emulate.timeline import HOST_TID, write_timeline
+
+
+def test_timeline_has_one_track_per_stream_and_rank(tmp_path):
+    result = simulate(training_like_traces(2000, ranks=2), "h100-sxm", durations="measured")
+    path = write_timeline(result, tmp_path / "timeline.json")
+    doc = json.loads(path.read_text())
+    events = doc["traceEvents"]
+    tracks: dict[int, set[str]] = defaultdict(set)
+    for ev in events:
+        if ev["ph"] == "M" and ev["name"] == "thread_name":
+            tracks[ev["pid"]].add(ev["args"]["name"])
+    assert tracks == {0: {"host", "stream 1", "stream 2"}, 1: {"host", "stream 1", "stream 2"}}
+    slices = [ev for ev in events if ev["ph"] == "X"]
+    assert slices and all(ev["dur"] >= 0 and isinstance(ev["ts"], float) for ev in slices)
+    names = {ev["name"] for ev in slices}
+    assert {"iteration 0", "all_reduce world", "k", "stream_sync"} <= names
+    host = [ev for ev in slices if ev["tid"] == HOST_TID]
+    assert host and all(ev["cat"] in ("iteration", "sync") for ev in host)
+    assert [p.name for p in tmp_path.iterdir()] == ["timeline.json"]
