@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -137,14 +138,14 @@ def _tensors(shapes: tuple, dtypes: tuple) -> list[tuple[Shape, str]]:
     """(shape, row dtype) of each plain tensor argument (tensor lists excluded)."""
     out = []
     for shape, dtype in zip(shapes, dtypes):
-        if _is_tensor_dtype(dtype) and all(isinstance(d, int) for d in shape):
+        if _is_tensor_dtype(dtype) and all(isinstance(d, numbers.Integral) for d in shape):
             out.append((shape, _row_dtype(dtype)))
     return out
 
 
 def _tensor_list_numel(shape: Any) -> int:
     """Elements of a tensor-list argument given as a list of shapes; 0 when not such a list."""
-    if isinstance(shape, tuple) and shape and all(isinstance(s, tuple) for s in shape):
+    if isinstance(shape, (tuple, list)) and shape and all(isinstance(s, (tuple, list)) for s in shape):
         return sum(_numel(s) for s in shape)
     return 0
 
@@ -308,7 +309,7 @@ def _norm(name: str, shapes: tuple, dtypes: tuple, args: tuple | None, kernel_na
     if index >= len(shapes):
         return None
     x, dtype = shapes[index], _entry_dtype(dtypes[index])
-    if dtype is None or not all(isinstance(d, int) for d in x):
+    if dtype is None or not all(isinstance(d, numbers.Integral) for d in x):
         return None
     numel = _numel(x)
     if not x:
@@ -466,12 +467,27 @@ def classify_op(op: str, shapes: Sequence, dtypes: Sequence, kernel_name: str | 
 
     ``op``: ``aten::addmm`` or ``aten.addmm.default``; ``shapes``: one per positional argument (``[]`` for a
     non-tensor, a list of shapes for a tensor list); ``dtypes``: aligned names (``c10::Half``, ``torch.float16``,
-    ``""`` for non-tensors; a list of names for a tensor list). ``args``: optional argument values aligned with ``shapes`` (dims, is_causal).
-    ``ranks``/``ranks_per_node``: the process group's size and its GPUs per node, for collectives.
+    ``""`` for non-tensors; a list of names for a tensor list). ``args``: optional argument values aligned with
+    ``shapes`` (dims, is_causal). ``ranks``/``ranks_per_node``: the process group's size and its GPUs per node, for collectives.
     """
-    row = _classify_cached(op, _freeze(shapes), _freeze(dtypes), kernel_name, _freeze_args(args), ranks,
-                           ranks_per_node)
+    if not _may_classify(op):  # views, convolutions, ...: no need to build a cache key
+        return None
+    frozen_args = _freeze_args(args) if args is not None else None
+    try:  # the common case, flat int shapes and str dtypes, is hashable after one level of tuple()
+        row = _classify_cached(op, tuple(map(tuple, shapes)), tuple(dtypes), kernel_name, frozen_args, ranks,
+                               ranks_per_node)
+    except TypeError:  # unhashable after one level: tensor lists (nested shapes, dtype lists); freeze recursively
+        row = _classify_cached(op, _freeze(shapes), _freeze(dtypes), kernel_name, frozen_args, ranks,
+                               ranks_per_node)
     return dict(row) if row is not None else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _may_classify(op: str) -> bool:
+    namespace, name = op_base_name(op)
+    if namespace in _COLLECTIVE_NAMESPACES and name in _COLLECTIVES:
+        return True
+    return namespace in ("aten", "", "prims") and (name in _HANDLERS or name.startswith("_foreach_"))
 
 
 @functools.lru_cache(maxsize=65536)
@@ -481,13 +497,20 @@ def _classify_cached(op: str, shapes: tuple, dtypes: tuple, kernel_name: str | N
     if len(dtypes) < len(shapes):
         dtypes = dtypes + (None,) * (len(shapes) - len(dtypes))
     if namespace in _COLLECTIVE_NAMESPACES and name in _COLLECTIVES:
-        return _collective(name, shapes, dtypes, args, ranks, ranks_per_node)
+        return _plain(_collective(name, shapes, dtypes, args, ranks, ranks_per_node))
     if name.startswith("_foreach_"):
-        return _optimizer(name, shapes, dtypes, args, kernel_name)
+        return _plain(_optimizer(name, shapes, dtypes, args, kernel_name))
     handler = _HANDLERS.get(name)
     if handler is None or namespace not in ("aten", "", "prims"):
         return None
-    return handler(name, shapes, dtypes, args, kernel_name)
+    return _plain(handler(name, shapes, dtypes, args, kernel_name))
+
+
+def _plain(row: Row | None) -> Row | None:
+    """Python ints in the row (shapes may carry numpy or other integral types)."""
+    if row is None:
+        return None
+    return {k: int(v) if isinstance(v, numbers.Integral) and not isinstance(v, bool) else v for k, v in row.items()}
 
 
 def _freeze(value: Any) -> Any:

@@ -42,6 +42,14 @@ def test_mm(shapes, expected):
     assert (row["m"], row["n"], row["k"], row["batch"]) == expected and row["dtype"] == "fp32"
 
 
+def test_integral_shape_entries_of_any_type():
+    import numpy as np
+
+    row = classify_op("aten::mm", [(np.int64(4), 3), [3, np.int32(5)]], ["float", "float"])
+    assert row == {"family": "gemm", "dtype": "fp32", "m": 4, "n": 5, "k": 3, "batch": 1}
+    assert all(type(v) is int for k, v in row.items() if k in ("m", "n", "k", "batch"))
+
+
 def test_tf32_is_read_from_the_kernel_name():
     kernel = "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x128_32x3_nt_align4>(...)"
     assert classify_op("aten::mm", [[128, 1024], [1024, 1024]], ["float", "float"], kernel)["dtype"] == "tf32"
