@@ -1,0 +1,131 @@
+"""``python -m emulate run`` as a user meets it: the virtual device looks like the catalog's GPU, device reads work,
+iterations are cut at profiler steps, out-of-memory is torch's own error, peak memory adds up, and what cannot be
+emulated is said in one line."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from emulate.launcher import EmulationUnavailable, check_torch_build, torch_cuda_version
+from emulate.trace import read_trace
+from profiling.hardware import lookup
+from profiling.paths import REPO_ROOT
+
+
+def emulate_run(tmp: Path, script: Path, *args: str, nproc: int = 1, hardware: str = "h100-sxm"):
+    report = tmp / "report.json"
+    cmd = [sys.executable, "-m", "emulate", "run", "--hardware", hardware, "--nproc", str(nproc), "--capture-only",
+           "--report", str(report), "--trace-dir", str(tmp / "traces"), "--", str(script), *args]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    doc = json.loads(report.read_text()) if report.is_file() else None
+    return proc, doc
+
+
+def write_script(tmp: Path, body: str) -> Path:
+    path = tmp / "script.py"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+@pytest.mark.slow
+def test_virtual_device_reads_and_profiler_iterations(tmp_path):
+    script = write_script(tmp_path, """
+        import torch, torch.nn as nn
+        assert torch.cuda.is_available()
+        p = torch.cuda.get_device_properties(0)
+        print("DEVICE", p.name, p.multi_processor_count, p.major, p.minor, p.total_memory)
+        small = torch.tensor([3.0, 4.0], device="cuda")
+        print("ROUNDTRIP", small.cpu().tolist())          # copied in, copied out: real bytes
+        model = nn.Linear(16, 4).cuda()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(3):
+                loss = model(torch.randn(8, 16, device="cuda")).pow(2).mean()
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+                print("LOSS", loss.item())                 # a kernel's output: reads as zero
+                prof.step()
+        """)
+    proc, report = emulate_run(tmp_path, script, hardware="a100-sxm-80gb")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    spec = lookup("a100-sxm-80gb")
+    device = next(line for line in proc.stdout.splitlines() if line.startswith("DEVICE")).split()
+    assert device[-4:] == [str(spec.sm_count), *map(str, spec.compute_capability), str(spec.memory_bytes)]
+    assert "ROUNDTRIP [3.0, 4.0]" in proc.stdout and proc.stdout.count("LOSS 0.0") == 3
+    trace = read_trace(report["traces"][0])
+    marks = [e for e in trace["events"] if e["kind"] == "iteration"]
+    assert [m["step"] for m in marks] == [0, 1, 2, 3] and {m["source"] for m in marks} == {"profiler"}
+    assert trace["hardware"] == "a100-sxm-80gb" and report["hardware"] == "a100-sxm-80gb"
+
+
+@pytest.mark.slow
+def test_grad_scaler_steps_are_not_skipped(tmp_path):
+    proc, report = emulate_run(tmp_path, REPO_ROOT / "examples" / "gpt.py", "--amp-dtype=fp16", "--grad-scaler",
+                               "--steps=2", "--layers=1", "--d-model=32", "--heads=2", "--seq=16", "--vocab=64")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert report["ranks"][0]["iterations"] == 3  # found_inf reads 0: both optimizer steps ran
+
+
+@pytest.mark.slow
+def test_a_model_too_large_raises_torchs_out_of_memory(tmp_path):
+    # ~1.6B parameters (6.4 GB in fp32) fit the 8 GB device; gradients and AdamW state do not
+    proc, report = emulate_run(tmp_path, REPO_ROOT / "examples" / "gpt.py", "--layers=8", "--d-model=4096",
+                               "--heads=32", "--seq=64", "--batch=1", "--vocab=1024", "--steps=1", hardware="p4")
+    assert proc.returncode != 0
+    assert "torch.OutOfMemoryError: CUDA out of memory" in proc.stderr
+    rank = report["ranks"][0]
+    assert rank["status"]["type"] == "torch.OutOfMemoryError" and rank["failed_mallocs"] >= 1
+    assert rank["peak_memory_bytes"] <= lookup("p4").memory_bytes
+
+
+@pytest.mark.slow
+def test_peak_memory_is_parameters_gradients_optimizer_state_and_activations(tmp_path):
+    layers, width, batch = 8, 4096, 8
+    script = write_script(tmp_path, f"""
+        import torch, torch.nn as nn
+        with torch.device("cuda"):
+            model = nn.Sequential(*[nn.Linear({width}, {width}) for _ in range({layers})])
+        opt = torch.optim.Adam(model.parameters(), foreach=False)
+        for _ in range(3):
+            model(torch.randn({batch}, {width}, device="cuda")).square().mean().backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        """)
+    proc, report = emulate_run(tmp_path, script)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    params = layers * (width * width + width)
+    state = 16 * params                                  # fp32 weights + gradients + Adam exp_avg + exp_avg_sq
+    activations = 4 * layers * batch * width * 4         # saved inputs and outputs, generously
+    adam_temporaries = 2 * 4 * width * width             # sqrt(exp_avg_sq) and its scaled copy, largest param
+    workspaces = 64 * 2**20                              # cuBLAS + cuBLASLt workspaces (32 MiB each on Hopper)
+    rank = report["ranks"][0]
+    allocated = rank["max_memory_allocated"]
+    assert state <= allocated <= state + activations + adam_temporaries + workspaces
+    assert allocated <= report["peak_memory_bytes"] <= allocated + 20 * 2**20  # caching allocator rounding
+    assert report["peak_memory_bytes"] == rank["device_malloc_peak_bytes"]
+
+
+def test_unknown_hardware_is_one_line_naming_the_catalog(tmp_path):
+    script = write_script(tmp_path, "print('never runs')\n")
+    proc = subprocess.run([sys.executable, "-m", "emulate", "run", "--hardware", "h900", "--", str(script)],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "never runs" not in proc.stdout
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "unknown hardware 'h900'" in lines[0] and "h100-sxm" in lines[0]
+
+
+def test_builds_that_cannot_be_emulated_say_why_in_one_line():
+    assert torch_cuda_version() == "13.0"
+    with pytest.raises(EmulationUnavailable, match="CPU-only build") as cpu:
+        check_torch_build(None, probe=False)
+    with pytest.raises(EmulationUnavailable, match="CUDA 12.4, the emulator supports CUDA 13") as old:
+        check_torch_build("12.4", probe=False)
+    for info in (cpu, old):
+        assert "\n" not in str(info.value) and "pip install" in str(info.value)
