@@ -468,7 +468,8 @@ def classify_op(op: str, shapes: Sequence, dtypes: Sequence, kernel_name: str | 
     ``op``: ``aten::addmm`` or ``aten.addmm.default``; ``shapes``: one per positional argument (``[]`` for a
     non-tensor, a list of shapes for a tensor list); ``dtypes``: aligned names (``c10::Half``, ``torch.float16``,
     ``""`` for non-tensors; a list of names for a tensor list). ``args``: optional argument values aligned with
-    ``shapes`` (dims, is_causal). ``ranks``/``ranks_per_node``: the process group's size and its GPUs per node, for collectives.
+    ``shapes`` (dims, is_causal). ``ranks``/``ranks_per_node``: the process group's size and its GPUs per node,
+    for collectives.
     """
     if not _may_classify(op):  # views, convolutions, ...: no need to build a cache key
         return None

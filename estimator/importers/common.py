@@ -20,7 +20,8 @@ from profiling.hardware import load_catalog
 
 SOURCES: tuple[str, ...] = ("profiler", "vidur", "neusight", "kineto", "llmcompass")
 
-KEY_COLUMNS: tuple[str, ...] = tuple(dict.fromkeys(COMMON_COLUMNS + tuple(c for cols in FAMILIES.values() for c in cols)))
+KEY_COLUMNS: tuple[str, ...] = tuple(dict.fromkeys(
+    COMMON_COLUMNS + tuple(c for cols in FAMILIES.values() for c in cols)))
 STRING_KEYS = frozenset({"family", "hardware", "dtype", "op", "pass"})
 BOOL_KEYS = frozenset({"causal"})
 NUMERIC_KEYS: tuple[str, ...] = tuple(c for c in KEY_COLUMNS if c not in STRING_KEYS | BOOL_KEYS)

@@ -119,8 +119,10 @@ def test_innermost_op_by_containment_on_plain_json(tmp_path):
          "args": {"correlation": 102, "External id": 102}},
         {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 20, "dur": 5, "pid": 0, "tid": 7,
          "args": {"correlation": 100, "stream": 7, "grid": [1, 2, 1], "block": [128, 1, 1]}},
-        {"ph": "X", "cat": "kernel", "name": "k2", "ts": 40, "dur": 5, "pid": 0, "tid": 7, "args": {"correlation": 101}},
-        {"ph": "X", "cat": "kernel", "name": "k3", "ts": 90, "dur": 5, "pid": 0, "tid": 7, "args": {"correlation": 102}},
+        {"ph": "X", "cat": "kernel", "name": "k2", "ts": 40, "dur": 5, "pid": 0, "tid": 7,
+         "args": {"correlation": 101}},
+        {"ph": "X", "cat": "kernel", "name": "k3", "ts": 90, "dur": 5, "pid": 0, "tid": 7,
+         "args": {"correlation": 102}},
     ]
     trace = read_trace(_write(tmp_path / "t.json", {"traceEvents": events, "distributedInfo": {"rank": 1}}))
     k = trace.kernels().set_index("name")
@@ -158,8 +160,10 @@ def test_malformed_file_gives_one_line_error_naming_it(tmp_path, content):
     assert str(path) in message and "\n" not in message
 
 
-@pytest.mark.parametrize("name", ["kineto/tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",
-                                  "hta/tests/data/nccl_parser_config/nccl_data.json.gz"])
+@pytest.mark.parametrize("name", [
+    "kineto/tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",
+    "hta/tests/data/nccl_parser_config/nccl_data.json.gz",
+])
 def test_external_id_and_containment_agree_where_both_apply(traces, name):
     from profiling.kineto import HOST_OP_CATEGORIES, _ops_by_containment, _ops_by_external_id
 
