@@ -28,9 +28,12 @@ NUMERIC_KEYS: tuple[str, ...] = tuple(c for c in KEY_COLUMNS if c not in STRING_
 
 MEASUREMENT_COLUMNS: tuple[str, ...] = ("runtime_us", "source", "group")
 #: optional extras, in the order they are written when present
-EXTRA_COLUMNS: tuple[str, ...] = ("kernel_name", "kernels", "grid", "block", "tp", "num_tokens", "backend",
-                                  "trans_a", "trans_b", "gemm_op", "model", "vidur_op", "aten_op")
-NUMERIC_EXTRAS = frozenset({"kernels", "tp", "num_tokens"})
+#: (``kernels`` is the profiler's JSON list of {name, grid, block, duration_us}; ``kernel_count`` how many kernels
+#: the timed op launched)
+EXTRA_COLUMNS: tuple[str, ...] = ("kernel_name", "kernel_count", "kernels", "grid", "block", "tp", "num_tokens",
+                                  "backend", "trans_a", "trans_b", "gemm_op", "model", "vidur_op", "aten_op",
+                                  "sample")
+NUMERIC_EXTRAS = frozenset({"kernel_count", "tp", "num_tokens"})
 TRAINING_COLUMNS: tuple[str, ...] = KEY_COLUMNS + MEASUREMENT_COLUMNS
 
 

@@ -56,7 +56,7 @@ def load_trace(path: Path, root: Path) -> pd.DataFrame:
     if kernels.empty:
         return pd.DataFrame()
     calls = kernels.groupby("op_index", sort=False).agg(
-        runtime_us=("dur", "sum"), kernels=("dur", "size"), kernel_name=("name", "first"),
+        runtime_us=("dur", "sum"), kernel_count=("dur", "size"), kernel_name=("name", "first"),
         op_name=("op_name", "first"), dims=("op_input_dims", "first"), types=("op_input_types", "first"),
         grid=("grid", "first"), block=("block", "first"))
     records = []
@@ -69,7 +69,7 @@ def load_trace(path: Path, root: Path) -> pd.DataFrame:
             continue
         if row.get("op") in ("sum", "mean") and len(call.dims) > 2:
             continue  # reduced dims are an argument value the trace does not record: rows/cols unknown
-        row.update(runtime_us=call.runtime_us, kernels=call.kernels, kernel_name=call.kernel_name,
+        row.update(runtime_us=call.runtime_us, kernel_count=call.kernel_count, kernel_name=call.kernel_name,
                    grid=_triple(call.grid), block=_triple(call.block), aten_op=call.op_name)
         records.append(row)
     rows = pd.DataFrame.from_records(records)

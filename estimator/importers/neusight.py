@@ -14,8 +14,8 @@ CUDA-event timings of the op, all its kernels) -> ``runtime_us`` = Latency x 100
   tensor-tensor; ``relu``, ``gelu``, ``tanh`` unary.
 - ``ln.csv``, ``softmax.csv`` (processed training sets): norm rows over [B, H]: rows = B, cols = H, forward.
 
-Kept extras: ``kernel_name`` (the op's main kernel), ``kernels`` (how many kernels the op launched), ``grid`` and
-``block`` ("x,y,z"). ``Device`` -> catalog id through ``profiling.hardware.lookup``. ``group`` is
+Kept extras: ``kernel_name`` (the op's main kernel), ``kernel_count`` (how many kernels the op launched),
+``grid`` and ``block`` ("x,y,z"). ``Device`` -> catalog id through ``profiling.hardware.lookup``. ``group`` is
 ``neusight/<file>`` (the sampling set).
 """
 from __future__ import annotations
@@ -112,7 +112,7 @@ def _common(raw: pd.DataFrame, path: Path) -> pd.DataFrame:
         "runtime_us": pd.to_numeric(raw["Latency"], errors="coerce") * 1000.0,
         "group": f"neusight/{path.parent.parent.name}" if path.parent.name.startswith("p") else f"neusight/{path.stem}",
         "kernel_name": raw["Kernel Name"],
-        "kernels": kernels,
+        "kernel_count": kernels,
         "grid": grid,
         "block": block,
     })

@@ -48,7 +48,7 @@ def test_changed_input_rebuilds_and_replaces_the_cache(small_root: Path, tmp_pat
 
 def test_family_filter_unknown_names_and_absent_data(small_root: Path, tmp_path: Path):
     cache = tmp_path / "cache"
-    assert load_measurements(families=["norm"], root=small_root, cache_dir=cache).empty
+    assert load_measurements(families=["norm"], root=small_root, datasets_dir=tmp_path / "none", cache_dir=cache).empty
     with pytest.raises(ValueError, match="unknown source 'vidurr'"):
         load_measurements(sources=["vidurr"], root=small_root, cache_dir=cache)
     with pytest.raises(ValueError, match="unknown family"):

@@ -17,7 +17,8 @@ def _row(point: str, **changes) -> dict:
 
 
 def test_ok_rows_become_training_rows(tmp_path: Path):
-    write_family([_row("0" * 16), _row("1" * 16, m=4096, median_us=80.0, sample="random"),
+    kernels = '[{"name": "sm90_xmma_gemm_bf16bf16", "grid": [8, 16, 1], "block": [384, 1, 1], "duration_us": 21.0}]'
+    write_family([_row("0" * 16, kernels=kernels), _row("1" * 16, m=4096, median_us=80.0, sample="random"),
                   _row("2" * 16, status="failed", error="out of memory", median_us=None, min_us=None, mean_us=None,
                        std_us=None, reps=0)],
                  "gemm", tmp_path / "h100-sxm" / "gemm.parquet")
@@ -27,6 +28,7 @@ def test_ok_rows_become_training_rows(tmp_path: Path):
     assert set(rows["group"]) == {"profiler/grid", "profiler/random"}
     assert set(rows["gemm_op"]) == {"mm"} and rows["op"].isna().all()
     assert (rows["source"] == "profiler").all() and rows["trans_b"].tolist() == [True, True]
+    assert rows.loc[rows["runtime_us"] == 21.5, "kernels"].iat[0] == kernels  # the recorded kernels travel along
 
 
 def test_absent_or_empty_datasets_folder(tmp_path: Path):
