@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-PRESETS = {"1.3b": dict(layers=24, d_model=2048, heads=16, seq=1024, batch=8, vocab=50304)}
+PRESETS = {"1.3b": dict(layers=24, d_model=2048, heads=16, seq=1024, batch=8, vocab=50304, tie_embeddings=True)}
 
 
 class Block(nn.Module):
@@ -39,13 +39,15 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, vocab: int, seq: int, d_model: int, heads: int, layers: int) -> None:
+    def __init__(self, vocab: int, seq: int, d_model: int, heads: int, layers: int, tie_embeddings: bool = False) -> None:
         super().__init__()
         self.tok = nn.Embedding(vocab, d_model)
         self.pos = nn.Embedding(seq, d_model)
         self.blocks = nn.ModuleList(Block(d_model, heads) for _ in range(layers))
         self.ln_f = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab, bias=False)
+        if tie_embeddings:  # GPT-2/3 style: the output projection shares the token embedding
+            self.head.weight = self.tok.weight
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
@@ -67,6 +69,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--amp-dtype", choices=("bf16", "fp16"), default="bf16")
     p.add_argument("--grad-scaler", action="store_true", help="scale the loss with torch.amp.GradScaler")
+    p.add_argument("--tie-embeddings", action="store_true", help="share the token embedding with the output layer")
     p.add_argument("--fused-adamw", action="store_true", help="AdamW(fused=True) instead of the foreach default")
     args = p.parse_args(argv)
     if args.preset:
@@ -80,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(0)
     device = torch.device("cuda")
     with device:  # parameters are created (and initialised) on the GPU directly
-        model = GPT(args.vocab, args.seq, args.d_model, args.heads, args.layers)
+        model = GPT(args.vocab, args.seq, args.d_model, args.heads, args.layers, args.tie_embeddings)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, fused=args.fused_adamw or None)
     amp_dtype = torch.bfloat16 if args.amp_dtype == "bf16" else torch.float16
     scaler = torch.amp.GradScaler("cuda", enabled=args.grad_scaler)
