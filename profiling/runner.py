@@ -7,7 +7,6 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -200,7 +199,9 @@ class Runner:
                             rows = self._local_rows(todo[family], deadline, flush, progress, tasks[family])
                         else:
                             rows = iter(())
-                        for row in rows:
+                        for row in rows:  # other ranks take part in the collectives; rank 0 alone writes
+                            if self.rank != 0:
+                                continue
                             writer.add(row)
                             result.families[family].measured += 1
                             result.families[family].failed += row["status"] == "failed"
@@ -227,37 +228,24 @@ class Runner:
 
     def _collective_rows(self, points: list[Point], deadline: float, progress: Progress, task: TaskID
                          ) -> Iterator[dict[str, Any]]:
-        """Collectives: through the external process group (torchrun), else one spawned local world per size."""
+        """Collectives: through the external process group (torchrun / submitit), else one local world of ranks."""
         device, timing = self.target.device, self.target.timing
         threads = 1 if device == "cpu" else None
-        if self.world:
-            yield from self._external_collective_rows(points, deadline, progress, task)
-            return
         backend = "nccl" if device == "cuda" else "gloo"
-        by_world: dict[int, list[Point]] = defaultdict(list)
+        runnable: list[Point] = []
         for point in points:
-            values = point.values
-            if values["backend"] != backend:
+            if point.values["backend"] == backend:
+                runnable.append(point)
+            else:  # recorded as failed: this dataset's device cannot run that backend
                 progress.advance(task)
-                yield make_row(point, f"backend {values['backend']} does not run on this {device} dataset "
+                yield make_row(point, f"backend {point.values['backend']} does not run on this {device} dataset "
                                       f"(use {backend})", timing, threads)
-            elif values["ranks_per_node"] != values["ranks"]:
-                log.info("skipping %s: needs %d nodes (run it under torchrun)", point.label(),
-                         values["ranks"] // values["ranks_per_node"])
-            elif device == "cuda" and values["ranks"] > torch.cuda.device_count():
-                log.info("skipping %s: needs %d GPUs, this node has %d", point.label(), values["ranks"],
-                         torch.cuda.device_count())
-            else:
-                by_world[values["ranks"]].append(point)
-        if not by_world:
-            return
-        # One local world as large as the largest point; smaller points run in subgroups of it.
-        group = [p for _, ps in sorted(by_world.items()) for p in ps]
-        by_id = {p.id: p for p in group}
-        world = max(by_world)
-        progress.update(task, current=f"starting {world} {backend} ranks")
-        for kind, values, outcome in distributed.run_local_world(
-                [dict(p.values) for p in group], world, backend, device, self.settings, deadline):
+        if self.world:
+            measured = self._external_collectives(runnable, deadline)
+        else:
+            measured = self._local_collectives(runnable, backend, deadline, progress, task)
+        by_id = {p.id: p for p in runnable}
+        for kind, values, outcome in measured:
             point = by_id[point_id(values)]
             if kind == "start":
                 progress.update(task, current=point.label())
@@ -265,23 +253,37 @@ class Runner:
             progress.advance(task)
             yield make_row(point, outcome, timing, threads)
 
-    def _external_collective_rows(self, points: list[Point], deadline: float, progress: Progress, task: TaskID
-                                  ) -> Iterator[dict[str, Any]]:
+    def _local_collectives(self, points: list[Point], backend: str, deadline: float, progress: Progress,
+                           task: TaskID) -> Iterator[tuple[str, dict[str, Any], Any]]:
+        """One world of local ranks as large as the largest point; smaller points run in subgroups of it."""
+        device = self.target.device
+        local: list[Point] = []
+        for point in points:
+            ranks, per_node = point.values["ranks"], point.values["ranks_per_node"]
+            if per_node != ranks:
+                log.info("skipping %s: needs %d nodes (run it under torchrun)", point.label(), ranks // per_node)
+            elif device == "cuda" and ranks > torch.cuda.device_count():
+                log.info("skipping %s: needs %d GPUs, this node has %d", point.label(), ranks,
+                         torch.cuda.device_count())
+            else:
+                local.append(point)
+        if not local:
+            return iter(())
+        local.sort(key=lambda p: p.values["ranks"])
+        world = local[-1].values["ranks"]
+        progress.update(task, current=f"starting {world} {backend} ranks")
+        return distributed.run_local_world([dict(p.values) for p in local], world, backend, device, self.settings,
+                                           deadline)
+
+    def _external_collectives(self, points: list[Point], deadline: float
+                              ) -> Iterator[tuple[str, dict[str, Any], Any]]:
+        """Every rank of the launcher's world measures the points of exactly that world (rank 0's list)."""
         rank, world, per_node = self.world
         distributed.init_external(self.target.device)
         mine = [p for p in points if p.values["ranks"] == world and p.values["ranks_per_node"] == per_node]
-        # (smaller worlds of one node are measured by a local run; multi-node points need the exact world)
         shared: list[Any] = [[dict(p.values) for p in mine], deadline]
-        dist.broadcast_object_list(shared, src=0)  # rank 0's view of what is missing and of the deadline
-        by_id = {p.id: p for p in mine}
-        threads = 1 if self.target.device == "cpu" else None
-        for kind, values, outcome in measure_points(shared[0], self.settings, self.target.device, shared[1]):
-            point = by_id[point_id(values)]
-            if kind == "start":
-                progress.update(task, current=point.label())
-                continue
-            progress.advance(task)
-            yield make_row(point, outcome, self.target.timing, threads)
+        dist.broadcast_object_list(shared, src=0)  # rank 0's view of what is missing, and its deadline
+        return measure_points(shared[0], self.settings, self.target.device, shared[1])
 
     # -- output ---------------------------------------------------------------------------------------------------
     def _finish(self, stores: dict[str, FamilyStore], fingerprint: Any, existing: Card | None) -> None:
