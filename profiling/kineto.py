@@ -67,6 +67,8 @@ ARG_COLUMNS: dict[str, str] = {
     "device": "device",
     "Input Dims": "input_dims",
     "Input type": "input_types",
+    "Input Strides": "input_strides",
+    "Concrete Inputs": "concrete_inputs",
     "grid": "grid",
     "block": "block",
     "bytes": "bytes",
@@ -267,7 +269,8 @@ def join_kernels(events: pd.DataFrame, categories: tuple[str, ...] = GPU_CATEGOR
 
     Columns: the activity's event columns, plus ``runtime_name, runtime_ts, runtime_dur, launch_pid, launch_tid``
     (joined on ``correlation``), ``op_index`` (row of ``events``; -1 when none), ``op_name, op_ts, op_dur,
-    op_external_id, op_input_dims, op_input_types`` and ``step`` (the ProfilerStep number the launch falls in;
+    op_external_id, op_input_dims, op_input_types, op_input_strides, op_concrete_inputs`` (the last two in traces of
+    PyTorch >= 2.1 with record_shapes) and ``step`` (the ProfilerStep number the launch falls in;
     NA outside steps).
 
     The op is found by ``External id`` (the activity's own, else its runtime call's) when an op with that id exists
@@ -291,7 +294,7 @@ def join_kernels(events: pd.DataFrame, categories: tuple[str, ...] = GPU_CATEGOR
     if missing.any():
         op_index[missing] = _ops_by_containment(gpu.loc[missing], ops)
     gpu["op_index"] = op_index
-    op_columns = ["name", "ts", "dur", "external_id", "input_dims", "input_types"]
+    op_columns = ["name", "ts", "dur", "external_id", "input_dims", "input_types", "input_strides", "concrete_inputs"]
     op_rows = events[op_columns].add_prefix("op_").reindex(op_index)  # -1 is no label: an all-NA row
     gpu[op_rows.columns] = op_rows.to_numpy(dtype=object)
     gpu = gpu.astype({"op_ts": "float64", "op_dur": "float64", "op_external_id": "Int64"})

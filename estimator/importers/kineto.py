@@ -9,7 +9,8 @@ need:
 - the op's ``Input Dims``/``Input type`` (traces recorded with ``record_shapes``) and a family from ``classify_op``
   (GEMM dtype fp32 becomes tf32 where the kernel name shows TF32 tensor cores);
 - exact dtypes: an op with an int32/uint8/int16 tensor (timed as a same-width dtype elsewhere) is skipped;
-- known shapes: ``sum``/``mean`` over given dims are skipped (the dims are values, not recorded);
+- known shapes: ``sum``/``mean`` over given dims are skipped unless the trace records ``Concrete Inputs``
+  (PyTorch >= 2.1), whose values also give softmax dims and ``is_causal`` to ``classify_op``;
 - a GPU in the catalog (``deviceProperties`` name, e.g. "NVIDIA A100-PG509-200" -> a100-sxm-40gb); traces without
   ``deviceProperties`` or on a GPU outside the catalog (the RTX 2080 Ti of the param traces) give no rows.
 
@@ -58,17 +59,19 @@ def load_trace(path: Path, root: Path) -> pd.DataFrame:
     calls = kernels.groupby("op_index", sort=False).agg(
         runtime_us=("dur", "sum"), kernel_count=("dur", "size"), kernel_name=("name", "first"),
         op_name=("op_name", "first"), dims=("op_input_dims", "first"), types=("op_input_types", "first"),
+        values=("op_concrete_inputs", "first"),
         grid=("grid", "first"), block=("block", "first"))
     records = []
     for call in calls.itertuples():
         types = list(call.types or [])
         if any(tensor_dtype(t) and not canonical_dtype(t) for t in types if isinstance(t, str)):
             continue
-        row = classify_op(call.op_name, call.dims, types, call.kernel_name)
+        values = call.values if isinstance(call.values, list) else None
+        row = classify_op(call.op_name, call.dims, types, call.kernel_name, args=values)
         if row is None or row["family"] == "collective":
             continue
-        if row.get("op") in ("sum", "mean") and len(call.dims) > 2:
-            continue  # reduced dims are an argument value the trace does not record: rows/cols unknown
+        if row.get("op") in ("sum", "mean") and len(call.dims) > 2 and values is None:
+            continue  # the reduced dims are argument values this trace does not record: rows/cols unknown
         row.update(runtime_us=call.runtime_us, kernel_count=call.kernel_count, kernel_name=call.kernel_name,
                    grid=_triple(call.grid), block=_triple(call.block), aten_op=call.op_name)
         records.append(row)

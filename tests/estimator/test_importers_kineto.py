@@ -45,3 +45,30 @@ def test_gemm_rows_follow_input_dims_and_kernel_durations(control, shared_data):
 def test_traces_without_a_catalog_gpu_give_no_rows(shared_data):
     # The param traces ran on a GeForce RTX 2080 Ti, which the catalog does not describe.
     assert kineto.load_trace(shared_data / "param/et_replay/tests/inputs/linear_kineto.json.gz", shared_data).empty
+
+
+def test_concrete_inputs_resolve_reduced_dims(tmp_path: Path):
+    """A PyTorch >= 2.1 trace records argument values ("Concrete Inputs"): sum over dim 0 becomes rows=4096, cols=8."""
+    import gzip
+    import json
+
+    host = {"pid": 1, "tid": 1}
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::sum", "ts": 0, "dur": 20, **host,
+         "args": {"External id": 1, "Input Dims": [[8, 4096], [], [], []],
+                  "Input type": ["c10::BFloat16", "ScalarList", "Scalar", ""],
+                  "Concrete Inputs": ["", "[0]", "False", ""]}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 5, "dur": 3, **host,
+         "args": {"External id": 1, "correlation": 10}},
+        {"ph": "X", "cat": "kernel", "name": "void at::native::reduce_kernel<512, 1>", "ts": 30, "dur": 7.5,
+         "pid": 0, "tid": 7, "args": {"External id": 1, "correlation": 10, "stream": 7, "device": 0,
+                                      "grid": [32, 1, 1], "block": [512, 1, 1]}},
+    ]
+    document = {"traceEvents": events, "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}]}
+    path = tmp_path / "rank0.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(document).encode()))
+    rows = kineto.load_trace(path, tmp_path)
+    assert len(rows) == 1
+    row = rows.iloc[0]
+    assert (row["family"], row["op"], row["rows"], row["cols"], row["dtype"]) == ("norm", "sum", 4096, 8, "bf16")
+    assert (row["hardware"], row["runtime_us"], row["grid"]) == ("h100-sxm", 7.5, "32,1,1")
