@@ -25,7 +25,7 @@ class RandomForestEstimator(LearnedEstimator):
         n_estimators: int = 100,
         max_features: float = 1.0,
         min_samples_leaf: int = 1,
-        n_jobs: int = 2,
+        n_jobs: int = 1,
         seed: int = 0,
     ) -> None:
         super().__init__(family, target, spec_tolerance)

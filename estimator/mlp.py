@@ -36,7 +36,7 @@ class MLPEstimator(LearnedEstimator):
         batch_size: int = 512,
         learning_rate: float = 3e-3,
         weight_decay: float = 1e-5,
-        threads: int = 2,
+        threads: int = 1,
         seed: int = 0,
     ) -> None:
         super().__init__(family, target, spec_tolerance)
@@ -107,7 +107,7 @@ class MLPEstimator(LearnedEstimator):
         return {"normalisation": self.norm}
 
     def _save_weights(self, path: Path) -> None:
-        tmp = path / ".model.safetensors.tmp"
+        tmp = path / ".partial.model.safetensors"
         save_file({k: v.contiguous() for k, v in self.network.state_dict().items()}, str(tmp))
         tmp.replace(path / "model.safetensors")
 

@@ -22,6 +22,9 @@ ELEMENTWISE_OPS: dict[str, tuple[float, float]] = {
     "sqrt": (1, 2), "rsqrt": (1, 2), "dropout": (1.25, 3),  # dropout also writes a 1-byte mask per element
     "gelu_backward": (2, 10), "silu_backward": (2, 7), "relu_backward": (2, 1), "threshold_backward": (2, 1),
     "swiglu": (2, 6), "rope": (2, 3),
+    "add_scalar": (1, 1), "sub_scalar": (1, 1), "mul_scalar": (1, 1), "div_scalar": (1, 1), "pow_scalar": (1, 4),
+    "clamp": (1, 2), "log": (1, 4), "nan_to_num": (1, 2), "compare": (1.625, 1), "logical": (1.625, 1),
+    "sigmoid_backward": (2, 3), "tanh_backward": (2, 3),  # compare/logical: two inputs, a 1-byte output
 }
 
 # Norm op -> (fwd reads, fwd writes, bwd reads, bwd writes) in units of rows*cols elements, FLOPs per element fwd/bwd.

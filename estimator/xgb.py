@@ -25,7 +25,7 @@ class XGBoostEstimator(LearnedEstimator):
         colsample_bytree: float = 0.9,
         min_child_weight: float = 1.0,
         reg_lambda: float = 1.0,
-        n_jobs: int = 2,
+        n_jobs: int = 1,
         seed: int = 0,
     ) -> None:
         super().__init__(family, target, spec_tolerance)
@@ -60,7 +60,7 @@ class XGBoostEstimator(LearnedEstimator):
         return self.booster.inplace_predict(x, validate_features=False)
 
     def _save_weights(self, path: Path) -> None:
-        tmp = path / ".model.ubj.tmp"
+        tmp = path / ".partial.model.ubj"
         self.booster.save_model(str(tmp))
         tmp.replace(path / "model.ubj")
 

@@ -1,0 +1,60 @@
+"""Fit-and-score over the splits of :mod:`estimator.splits`: one summary row per (split, fold), plus the held-out
+predictions (for plots and breakdowns by hardware and runtime bucket)."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from tqdm import tqdm
+
+from estimator.metrics import summary
+from estimator.models import make_estimator
+from estimator.splits import Fold, folds
+
+
+@dataclass
+class Evaluation:
+    folds: pd.DataFrame  # split, fold, rows, mean_ape, ...
+    predictions: pd.DataFrame = field(default_factory=pd.DataFrame)  # held-out rows + predicted_us, split, fold
+
+    def by_split(self) -> pd.DataFrame:
+        """Pooled over folds: every held-out prediction of a split scored together."""
+        rows = []
+        for split, preds in self.predictions.groupby("split", sort=False):
+            rows.append({"split": split} | summary(preds["predicted_us"].to_numpy(), preds["runtime_us"].to_numpy()))
+        return pd.DataFrame(rows)
+
+
+def subsample(frame: pd.DataFrame, max_rows: int | None, seed: int = 0) -> pd.DataFrame:
+    if max_rows is None or len(frame) <= max_rows:
+        return frame
+    return frame.sample(max_rows, random_state=seed)
+
+
+def evaluate_fold(kind: str, family: str, frame: pd.DataFrame, fold: Fold, params: dict[str, Any] | None,
+                  target: str | None, max_train_rows: int | None = None, seed: int = 0) -> pd.DataFrame:
+    train = subsample(frame.iloc[fold.train], max_train_rows, seed)
+    test = frame.iloc[fold.test]
+    model = make_estimator(kind, family, params, target).fit(train, train["runtime_us"].to_numpy())
+    out = test[["family", "hardware", "runtime_us"]].copy()
+    out["predicted_us"] = model.predict(test)
+    out["split"], out["fold"] = fold.split, fold.name
+    return out
+
+
+def evaluate(kind: str, family: str, frame: pd.DataFrame, splits: Iterable[str], params: dict[str, Any] | None = None,
+             target: str | None = None, max_train_rows: int | None = None, min_test_rows: int = 20,
+             seed: int = 0, progress: bool = True) -> Evaluation:
+    """Score ``kind`` on every fold of every split (folds with fewer than ``min_test_rows`` test rows are skipped)."""
+    frame = frame.reset_index(drop=True)
+    todo = [f for split in splits for f in folds(split, frame, seed) if len(f.test) >= min_test_rows and len(f.train)]
+    preds, rows = [], []
+    for fold in tqdm(todo, desc=f"{family}/{kind}", unit="fold", disable=not progress, leave=False):
+        p = evaluate_fold(kind, family, frame, fold, params, target, max_train_rows, seed)
+        preds.append(p)
+        rows.append({"split": fold.split, "fold": fold.name}
+                    | summary(p["predicted_us"].to_numpy(), p["runtime_us"].to_numpy()))
+    return Evaluation(pd.DataFrame(rows), pd.concat(preds, ignore_index=True) if preds else pd.DataFrame())

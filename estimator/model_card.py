@@ -1,0 +1,63 @@
+"""Model cards for exported bundles: data (with credits), features, metrics on each split, version."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from estimator.bundle import write_bytes_atomic, write_json_atomic
+
+#: credit line per training-data source (the shared data's licences; README.md of ../shared/data)
+CREDITS: dict[str, str] = {
+    "vidur": "data from microsoft/vidur, MIT",
+    "neusight": "data from sitar-lab/NeuSight, MIT",
+    "kineto": "traces from facebookresearch/HolisticTraceAnalysis (MIT) and pytorch/kineto (BSD-3-Clause)",
+    "llmcompass": "data from PrincetonUniversity/LLMCompass, BSD-3-Clause",
+    "profiler": "this project's profiler datasets (datasets/<hardware>/, Apache-2.0)",
+}
+
+
+def markdown_table(frame: pd.DataFrame) -> str:
+    def cell(v: Any) -> str:
+        return f"{v:.2f}" if isinstance(v, float) else str(v)
+
+    head = "| " + " | ".join(map(str, frame.columns)) + " |"
+    rule = "|" + "---|" * len(frame.columns)
+    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join([head, rule, *body])
+
+
+def data_summary(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    counts = frame.groupby(["family", "source", "hardware"], sort=True).size()
+    return [{"family": f, "source": s, "hardware": h, "rows": int(n)} for (f, s, h), n in counts.items()]
+
+
+def write_card(path: Path, *, version: str, model_kind: str, target: str, fallback_rule: str,
+               frame: pd.DataFrame, features: dict[str, list[str]], metrics: pd.DataFrame,
+               params: dict[str, Any], notes: list[str] | None = None) -> None:
+    """Write card.json (machine-readable) and card.md (for people) into the bundle folder."""
+    path = Path(path)
+    sources = sorted(frame["source"].astype(str).unique())
+    card = {
+        "version": version, "model": model_kind, "target": target, "fallback_rule": fallback_rule,
+        "params": params, "credits": [CREDITS.get(s, s) for s in sources], "data": data_summary(frame),
+        "features": features, "metrics": metrics.to_dict(orient="records"), "notes": notes or [],
+    }
+    write_json_atomic(path / "card.json", card)
+    lines = [
+        f"# Kernel-runtime estimator bundle `{path.name}` (version {version})", "",
+        f"Model: **{model_kind}**, one per family, target `{target}` "
+        f"({'log(runtime / roofline baseline)' if target == 'efficiency' else 'log(runtime)'}). "
+        f"Families without a model, and rows outside the training support by rule `{fallback_rule}`, "
+        "use the roofline/alpha-beta estimator (estimator/analytical.py).", "",
+        "## Data", "", *[f"- {c}" for c in card["credits"]], "",
+        "| family | source | hardware | rows |", "|---|---|---|---|",
+        *[f"| {d['family']} | {d['source']} | {d['hardware']} | {d['rows']} |" for d in card["data"]], "",
+        "## Features", "",
+        *[f"- {family}: {', '.join(names)}" for family, names in features.items()], "",
+        "## Metrics (held-out rows, APE in %)", "",
+        markdown_table(metrics) if len(metrics) else "(none)", "",
+        *(["## Notes", "", *[f"- {n}" for n in notes], ""] if notes else []),
+    ]
+    write_bytes_atomic(path / "card.md", "\n".join(lines).encode())

@@ -1,0 +1,196 @@
+"""Train, evaluate, track and export kernel-runtime estimators (a Hydra app; configs in conf/estimator/).
+
+    python -m estimator.train family=gemm model=xgboost data=vidur
+    python -m estimator.train family=all model=xgboost export=models/xgboost     # the shipped bundle
+    python -m estimator.train -m model=xgboost,mlp family=gemm,norm               # a sweep
+    python -m estimator.train -m +search=xgboost family=gemm data=vidur           # Optuna search
+
+Per family: evaluate on each configured split (metrics by split, hardware and runtime bucket; plots), fit on the
+fixed evaluation split's training rows, register the result as ``kernel-runtime-<family>`` and move the
+``champion`` alias only if it beats the current champion on the same held-out rows. With ``export=<folder>``, also
+fit on every row and write a bundle with a model card. Returns the pooled mean APE of ``objective_split``
+(what a sweep minimises).
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import hydra
+import numpy as np
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf
+
+from estimator.evaluate import Evaluation, evaluate, subsample
+from estimator.metrics import breakdown, summary
+from estimator.models import make_estimator
+from estimator.router import FamilyRouter
+from estimator.splits import fixed_eval
+from profiling.families import FAMILIES, key_columns
+
+log = logging.getLogger("estimator.train")
+
+
+def load_training_rows(data: DictConfig, families: list[str], seed: int = 0) -> pd.DataFrame:
+    """Rows per SCHEMA.md, from ``data.path`` or estimator.data.load_measurements, filtered as configured."""
+    if data.path:
+        path = Path(data.path)
+        frame = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+        missing = {"family", "hardware", "dtype", "runtime_us"} - set(frame.columns)
+        if missing:
+            raise ValueError(f"{path}: missing column(s) {', '.join(sorted(missing))} (expected training rows)")
+        frame = frame[frame["family"].isin(families)]
+        frame = frame.assign(source=frame["source"] if "source" in frame else path.name)
+    else:
+        from estimator.data import load_measurements
+
+        frame = load_measurements(families=families, sources=list(data.sources) if data.sources else None,
+                                  root=Path(data.root) if data.root else None,
+                                  datasets_dir=Path(data.datasets_dir) if data.datasets_dir else None)
+    if data.hardware:
+        frame = frame[frame["hardware"].isin(list(data.hardware))]
+    if data.dtype:
+        frame = frame[frame["dtype"].isin(list(data.dtype))]
+    frame = frame[np.isfinite(frame["runtime_us"]) & (frame["runtime_us"] > 0)]
+    if data.max_rows:
+        frame = frame.groupby("family", group_keys=False).apply(lambda f: subsample(f, data.max_rows, seed))
+    return frame.reset_index(drop=True)
+
+
+def metrics_table(evaluation: Evaluation) -> pd.DataFrame:
+    return evaluation.by_split() if len(evaluation.predictions) else pd.DataFrame()
+
+
+def _log_evaluation(family: str, kind: str, evaluation: Evaluation, plots: bool) -> None:
+    import mlflow
+
+    from estimator.plots import error_cdf, predicted_vs_measured
+
+    table = metrics_table(evaluation)
+    for row in table.to_dict(orient="records"):
+        mlflow.log_metrics({f"{row['split']}.{k}": float(v) for k, v in row.items() if k not in {"split", "n"}})
+    if len(evaluation.folds):
+        mlflow.log_table(evaluation.folds, artifact_file="metrics/folds.json")
+        parts = [breakdown(p, p["predicted_us"].to_numpy(), p["runtime_us"].to_numpy()).assign(split=s)
+                 for s, p in evaluation.predictions.groupby("split", sort=False)]
+        mlflow.log_table(pd.concat(parts, ignore_index=True), artifact_file="metrics/breakdown.json")
+    if plots and len(evaluation.predictions):
+        mlflow.log_figure(predicted_vs_measured(evaluation.predictions, f"{family} / {kind}"), "plots/pred_vs_measured.png")
+        mlflow.log_figure(error_cdf(evaluation.predictions, f"{family} / {kind}"), "plots/error_cdf.png")
+
+
+def _log_dataset(frame: pd.DataFrame, family: str, data: DictConfig) -> str:
+    import mlflow
+
+    cols = [c for c in key_columns(family) if c in frame] + ["runtime_us", "source", "group"]
+    source = str(data.path or data.root or "estimator.data.load_measurements")
+    dataset = mlflow.data.from_pandas(frame[cols], source=source, name=f"kernels-{family}", targets="runtime_us")
+    mlflow.log_input(dataset, context="training")
+    return dataset.digest
+
+
+def register(cfg: DictConfig, family: str, frame: pd.DataFrame) -> dict[str, Any]:
+    """Fit on the fixed split's training rows, register, and promote only on improvement."""
+    from estimator.tracking import champion_error, log_bundle, promote_if_better
+
+    fold = fixed_eval(frame)
+    train, test = frame.iloc[fold.train], frame.iloc[fold.test]
+    model = make_estimator(cfg.model.kind, family, OmegaConf.to_container(cfg.model.params), cfg.target)
+    model.fit(train, train["runtime_us"].to_numpy())
+    model.version = cfg.version or dt.date.today().isoformat()
+    truth = test["runtime_us"].to_numpy()
+
+    def error_of(estimator) -> float:
+        return summary(estimator.predict(test), truth)["mean_ape"]
+
+    old = champion_error(family, test, error_of)
+    new = error_of(model)
+    with tempfile.TemporaryDirectory() as tmp:
+        bundle = FamilyRouter({family: model}, fallback_rule=cfg.fallback_rule, version=model.version).save(Path(tmp) / "bundle")
+        example = test[list(key_columns(family))].head(5).reset_index(drop=True)
+        version = log_bundle(bundle, family, example, pd.Series(model.predict(example)))
+    result = promote_if_better(family, version, new, old)
+    log.info("%s: registered version %s, fixed-eval mean APE %.2f%% (champion %s) -> %s", family, version, new,
+             "none" if old is None else f"{old:.2f}%", "promoted" if result.promoted else "not promoted")
+    return vars(result)
+
+
+def train_family(cfg: DictConfig, family: str, frame: pd.DataFrame) -> tuple[Evaluation, Any]:
+    import mlflow
+
+    params = OmegaConf.to_container(cfg.model.params)
+    with mlflow.start_run(run_name=f"{family}-{cfg.model.kind}", nested=mlflow.active_run() is not None):
+        mlflow.log_params({"family": family, "model": cfg.model.kind, "target": cfg.target, "rows": len(frame),
+                           "hardware": ",".join(sorted(frame["hardware"].astype(str).unique()))}
+                          | {f"model.{k}": v for k, v in params.items()})
+        mlflow.set_tag("dataset_digest", _log_dataset(frame, family, cfg.data))
+        evaluation = evaluate(cfg.model.kind, family, frame, list(cfg.splits), params, cfg.target,
+                              cfg.max_train_rows, seed=cfg.seed)
+        _log_evaluation(family, cfg.model.kind, evaluation, cfg.mlflow.plots)
+        registered = None
+        if cfg.mlflow.register and cfg.model.kind in ("xgboost", "mlp"):
+            registered = register(cfg, family, frame)
+    return evaluation, registered
+
+
+def export_bundle(cfg: DictConfig, frames: dict[str, pd.DataFrame], evaluations: dict[str, Evaluation]) -> Path:
+    """Fit every family on all of its rows and write the bundle plus its model card."""
+    from estimator.model_card import write_card
+
+    version = cfg.version or dt.date.today().isoformat()
+    params = OmegaConf.to_container(cfg.model.params)
+    models, feature_names = {}, {}
+    for family, frame in frames.items():
+        model = make_estimator(cfg.model.kind, family, params, cfg.target).fit(frame, frame["runtime_us"].to_numpy())
+        model.version = version
+        models[family], feature_names[family] = model, model.feature_names
+    out = Path(hydra.utils.to_absolute_path(cfg.export))
+    FamilyRouter(models, fallback_rule=cfg.fallback_rule, version=version).save(out)
+    metrics = pd.concat([metrics_table(e).assign(family=f) for f, e in evaluations.items()], ignore_index=True) \
+        if evaluations else pd.DataFrame()
+    if len(metrics):
+        metrics = metrics[["family"] + [c for c in metrics.columns if c != "family"]]
+    write_card(out, version=version, model_kind=cfg.model.kind, target=cfg.target, fallback_rule=cfg.fallback_rule,
+               frame=pd.concat(frames.values()), features=feature_names, metrics=metrics, params=params)
+    return out
+
+
+def run(cfg: DictConfig) -> float:
+    import mlflow
+
+    from estimator.tracking import tracking_uri
+
+    families = list(FAMILIES) if cfg.family == "all" else [str(f) for f in np.atleast_1d(cfg.family)]
+    data = load_training_rows(cfg.data, families, cfg.seed)
+    frames = {f: data[data["family"] == f].reset_index(drop=True) for f in families}
+    frames = {f: rows for f, rows in frames.items() if len(rows) >= cfg.min_rows}
+    if not frames:
+        raise SystemExit(f"no family among {', '.join(families)} has {cfg.min_rows} or more measured rows")
+    mlflow.set_tracking_uri(tracking_uri(cfg.mlflow.tracking_uri))
+    mlflow.set_experiment(cfg.mlflow.experiment)
+    evaluations: dict[str, Evaluation] = {}
+    with mlflow.start_run(run_name=f"{cfg.family}-{cfg.model.kind}") if len(frames) > 1 else contextlib.nullcontext():
+        for family, rows in frames.items():
+            evaluations[family], _ = train_family(cfg, family, rows)
+            table = metrics_table(evaluations[family])
+            if len(table):
+                log.info("%s/%s:\n%s", family, cfg.model.kind, table.round(2).to_string(index=False))
+        if cfg.export:
+            log.info("bundle written to %s", export_bundle(cfg, frames, evaluations))
+    scores = [metrics_table(e).set_index("split")["mean_ape"].get(cfg.objective_split, np.nan)
+              for e in evaluations.values() if len(e.predictions)]
+    scores = [s for s in scores if np.isfinite(s)]
+    return float(np.mean(scores)) if scores else float("nan")
+
+
+@hydra.main(version_base="1.3", config_path="../conf/estimator", config_name="train")
+def main(cfg: DictConfig) -> float:
+    return run(cfg)
+
+
+if __name__ == "__main__":
+    main()
