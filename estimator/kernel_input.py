@@ -1,0 +1,139 @@
+"""Reading and checking kernel rows for prediction (the ``python -m estimator.predict`` input contract).
+
+A row is ``family``, ``hardware`` (catalog id), ``dtype`` and its family's key columns (profiling/families.py).
+Checks are vectorised per column; the first offending row is reported in one line with its line number (CSV: the
+file line, header = line 1; parquet: the 1-based row) and the column, e.g.
+``kernels.csv:7: column 'm': expected a positive number, got 'abc'``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from estimator.frames import factorize
+from profiling.families import BOOL_COLUMNS, DTYPES, FAMILIES, STRING_COLUMNS
+from profiling.hardware import UnknownHardwareError, load_catalog, lookup
+
+# Columns that may be 0 (a single-rank collective has no peer; numel 0 is a valid empty launch) are still >= 0.
+NON_NEGATIVE = frozenset({"numel", "bytes", "params"})
+CHOICES = {"pass": ("fwd", "bwd")}
+TRUE, FALSE = {"true", "1", "yes", "t", "1.0"}, {"false", "0", "no", "f", "0.0"}
+
+
+class KernelInputError(ValueError):
+    """A malformed kernel row; the message is one line naming the file, line and column."""
+
+
+def read_kernels(path: Path) -> pd.DataFrame:
+    path = Path(path)
+    if not path.is_file():
+        raise KernelInputError(f"{path}: no such file")
+    if path.suffix in {".parquet", ".pq"}:
+        return pd.read_parquet(path)
+    if path.suffix in {".csv", ".txt"}:
+        try:
+            return pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
+        except pd.errors.ParserError as exc:
+            raise KernelInputError(f"{path}: not valid CSV ({str(exc).splitlines()[0]})") from None
+    raise KernelInputError(f"{path}: expected a .csv or .parquet file")
+
+
+class _Locator:
+    def __init__(self, name: str, csv: bool) -> None:
+        self.name, self.csv = name, csv
+
+    def where(self, position: int) -> str:
+        return f"{self.name}:{position + 2}" if self.csv else f"{self.name}: row {position + 1}"
+
+
+def _first(mask: np.ndarray) -> int | None:
+    hits = np.flatnonzero(mask)
+    return int(hits[0]) if len(hits) else None
+
+
+def check_kernels(frame: pd.DataFrame, name: str = "<input>", csv: bool = True,
+                  hardware: str | None = None) -> pd.DataFrame:
+    """Typed kernel rows ready for an estimator; raises KernelInputError / UnknownHardwareError (one line)."""
+    loc = _Locator(name, csv)
+    frame = frame.reset_index(drop=True).copy()
+    if hardware is not None:
+        hw_id = lookup(hardware).id  # UnknownHardwareError names the catalog
+        frame["hardware"] = frame["hardware"].fillna(hw_id) if "hardware" in frame else hw_id
+    for column in ("family", "hardware", "dtype"):
+        if column not in frame:
+            hint = " (or pass --hardware)" if column == "hardware" else ""
+            raise KernelInputError(f"{name}: missing column '{column}'{hint}")
+    failures: list[tuple[int, str, type]] = []  # (position, message, error type); the earliest row is reported
+
+    def fail(mask: np.ndarray, column: str, expected: str) -> None:
+        pos = _first(mask)
+        if pos is not None:
+            failures.append((pos, f"column '{column}': expected {expected}, got {frame[column].iat[pos]!r}",
+                             KernelInputError))
+
+    family = frame["family"].astype("string")
+    fail((~family.isin(list(FAMILIES))).to_numpy(bool), "family", f"one of {', '.join(FAMILIES)}")
+    fail((~frame["dtype"].astype("string").isin(list(DTYPES))).to_numpy(bool), "dtype", f"one of {', '.join(DTYPES)}")
+    catalog = load_catalog()
+    codes, uniques = factorize(frame["hardware"])
+    known = np.array([_known(u, catalog) for u in uniques], dtype=object)
+    missing = frame["hardware"].isna().to_numpy(bool)
+    pos = _first(missing)
+    if pos is not None:
+        failures.append((pos, "column 'hardware': empty (fill it or pass --hardware)", KernelInputError))
+    pos = _first(np.array([k is None for k in known], dtype=bool)[codes] & ~missing)
+    if pos is not None:
+        failures.append((pos, f"column 'hardware': unknown hardware {frame['hardware'].iat[pos]!r}: expected one of "
+                              f"{', '.join(sorted(catalog))}", UnknownHardwareError))
+    if len(frame):
+        frame["hardware"] = known[codes]
+    for fam, columns in FAMILIES.items():
+        rows = (family == fam).to_numpy(bool)
+        if not rows.any():
+            continue
+        for column in columns:
+            if column not in frame:
+                failures.append((_first(rows), f"column '{column}': missing (needed by family '{fam}')",
+                                 KernelInputError))
+                continue
+            values = frame[column]
+            if column in STRING_COLUMNS:
+                bad = values.isna().to_numpy(bool) | (values.astype("string").str.strip() == "").fillna(True).to_numpy(bool)
+                if column in CHOICES:
+                    bad |= ~values.astype("string").isin(list(CHOICES[column])).fillna(False).to_numpy(bool)
+                fail(rows & bad, column, "one of " + ", ".join(CHOICES[column]) if column in CHOICES else "a name")
+            elif column in BOOL_COLUMNS:
+                text = values.astype("string").str.strip().str.lower()
+                fail(rows & ~text.isin(list(TRUE | FALSE)).fillna(False).to_numpy(bool), column, "true or false")
+            else:
+                number = pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64)
+                low = 0.0 if column in NON_NEGATIVE else 1.0
+                bad = ~np.isfinite(number) | (number < low)
+                fail(rows & bad, column, "a number >= 0" if low == 0 else "a positive number")
+    if failures:
+        pos, message, error = min(failures, key=lambda f: f[0])
+        raise error(f"{loc.where(pos)}: {message}")
+    return _typed(frame)
+
+
+def _known(value, catalog) -> str | None:
+    try:
+        return lookup(str(value), catalog).id
+    except UnknownHardwareError:
+        return None
+
+
+def _typed(frame: pd.DataFrame) -> pd.DataFrame:
+    """Numeric key columns as float64, booleans as bool: what the estimators read."""
+    out = frame.copy()
+    for columns in FAMILIES.values():
+        for column in columns:
+            if column not in out or column in STRING_COLUMNS:
+                continue
+            if column in BOOL_COLUMNS:
+                out[column] = out[column].astype("string").str.strip().str.lower().isin(list(TRUE)).to_numpy(bool)
+            else:
+                out[column] = pd.to_numeric(out[column], errors="coerce")
+    return out
