@@ -14,6 +14,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from profiling.atomic import atomic_path
 from profiling.hardware import HardwareSpec, cpu_model_name
 from profiling.schema import SCHEMA_VERSION, DatasetSchemaError
 
@@ -138,9 +139,8 @@ def write_card(card: Card, path: Path) -> Path:
     """Validate and write atomically."""
     path = Path(path)
     Card.model_validate(card.model_dump())
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(card.model_dump_json(indent=2) + "\n")
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        tmp.write_text(card.model_dump_json(indent=2) + "\n")
     return path
 
 

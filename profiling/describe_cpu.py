@@ -18,6 +18,7 @@ from pathlib import Path
 
 import yaml
 
+from profiling.atomic import atomic_path
 from profiling.hardware import HardwareSpec, cpu_hardware_id, cpu_model_name
 from profiling.paths import HARDWARE_DIR
 
@@ -144,9 +145,8 @@ def write_spec(spec: HardwareSpec, directory: Path = HARDWARE_DIR, force: bool =
         "# AMX for bf16); memory_bandwidth_gbps = measured copy bandwidth on this machine. sm_count = physical cores.\n"
     )
     data = spec.model_dump(exclude_none=True)
-    tmp = path.with_suffix(".yaml.tmp")
-    tmp.write_text(header + yaml.safe_dump(data, sort_keys=False))
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        tmp.write_text(header + yaml.safe_dump(data, sort_keys=False))
     return path
 
 

@@ -15,7 +15,6 @@ A malformed file is rejected with :class:`DatasetSchemaError`, one line naming t
 from __future__ import annotations
 
 import functools
-import os
 from pathlib import Path
 from typing import Any, Literal, Optional
 
@@ -24,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
+from profiling.atomic import atomic_path
 from profiling.families import DTYPES, FAMILIES, key_columns
 
 SCHEMA_VERSION = 1
@@ -160,10 +160,8 @@ def write_family(rows: list[dict[str, Any]], family: str, path: Path) -> Path:
     validate_rows(rows, family, path)
     table = pa.Table.from_pylist([{c: row.get(c) for c in columns(family)} for row in rows],
                                  schema=arrow_schema(family))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
     return path
 
 

@@ -44,8 +44,10 @@ def test_interrupted_run_loses_nothing_and_resumes(cli, tiny_config, tmp_path):
     assert proc.returncode == 130, stderr
     assert "interrupted" in stderr
 
-    kept = FamilyStore(tmp_path / "cpu-intel-xeon-2c", "gemm").read()
-    assert not shards.exists()  # merged into gemm.parquet on the way out
+    dataset = tmp_path / "cpu-intel-xeon-2c"
+    kept = FamilyStore(dataset, "gemm").read()
+    leftovers = [p.relative_to(dataset) for p in dataset.rglob("*") if p.name.startswith(".")]
+    assert leftovers == [], stderr  # shards merged into gemm.parquet on the way out, no temporary files
     assert 3 <= len(kept) < 100
 
     resumed = run(tiny_config(*MANY))

@@ -75,3 +75,16 @@ def test_malformed_card_is_refused(tmp_path):
     path.write_text("{")
     with pytest.raises(DatasetSchemaError, match="not a readable JSON card"):
         read_card(path)
+
+
+def test_interrupted_write_leaves_nothing(tmp_path, monkeypatch):
+    import profiling.schema as schema
+
+    def interrupted(table, where):
+        open(where, "wb").write(b"PAR1 half")  # a partial file, then Ctrl-C
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(schema.pq, "write_table", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_family([gemm_row()], "gemm", tmp_path / "gemm.parquet")
+    assert list(tmp_path.iterdir()) == []
