@@ -63,7 +63,7 @@ def _bench_line(stdout: str) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--preset", default="1.3b")
-    p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--steps", type=int, default=5, help="timed steps (the fastest counts) after one warm-up")
     p.add_argument("--hardware", default="h100-sxm")
     ns = p.parse_args()
     console = Console()

@@ -4,10 +4,11 @@ the shim logs with the aten op it belongs to.
 Started by ``python -m emulate run`` as ``python -m emulate.capture SCRIPT [ARGS...]`` with the shim preloaded
 (``LD_PRELOAD``) and ``STEPCAST_LOG`` naming this rank's log. It
 
-- enters a TorchDispatchMode that, around each aten op, tells the shim (through ctypes) the op's id, so every
-  launch, GEMM, copy and collective the shim logs carries it; the op table (name, input shapes, dtypes, scalar
-  arguments) goes to ``<log>.ops.json`` at exit. Time spent describing ops is reported to the shim as the capture
-  layer's own (``stepcast_pause``/``op_enter``), so host gaps stay close to the script's own;
+- tells the shim, around each aten op, the op's id, so every launch, GEMM, copy and collective the shim logs
+  carries it; the op table (name, input shapes, dtypes, scalar arguments) goes to ``<log>.ops.json`` at exit.
+  The hook is torch's RecordFunction (a C++ callback, csrc/opctx.cpp, named by ``STEPCAST_OPCTX``) when it could
+  be built, else a Python TorchDispatchMode (several times slower). Time spent describing ops is reported to the
+  shim as the capture layer's own (``stepcast_pause``/``resume``), so host gaps stay close to the script's own;
 - marks iteration boundaries: ``torch.profiler`` steps, optimizer steps (a global step post-hook) and top-level
   backward passes are all marked, with their source; the collator keeps the best source present;
 - turns cuDNN off (``torch.backends.cudnn.enabled = False`` and the cuDNN SDPA backend): cuDNN's graph API is not
@@ -84,6 +85,25 @@ def describe(args: tuple, kwargs: dict) -> tuple[tuple, tuple, tuple, tuple]:
             values.append(_arg_value(a))
     kw = tuple(sorted((k, _arg_value(v)) for k, v in kwargs.items() if not isinstance(v, torch.Tensor)))
     return tuple(shapes), tuple(dtypes), tuple(values), kw
+
+
+class NativeOpContext:
+    """The C++ RecordFunction hook (emulate/csrc/opctx.cpp): same op table, at C++ speed."""
+
+    def __init__(self, path: str) -> None:
+        self._lib = ctypes.CDLL(path)
+        self._lib.stepcast_opctx_table.restype = ctypes.c_char_p
+
+    def __enter__(self) -> "NativeOpContext":
+        if not self._lib.stepcast_opctx_install():
+            raise RuntimeError("stepcast: could not register the RecordFunction callback")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._lib.stepcast_opctx_remove()
+
+    def dump(self) -> list[dict[str, Any]]:
+        return json.loads(self._lib.stepcast_opctx_table().decode())
 
 
 class OpRecorder(TorchDispatchMode):
@@ -209,7 +229,8 @@ def main(argv: list[str]) -> int:
     _skip_value_checks()
     sys.argv = [str(script), *argv[1:]]
     sys.path[0] = str(script.parent)
-    recorder = OpRecorder(shim)
+    native = os.environ.get("STEPCAST_OPCTX")
+    recorder = NativeOpContext(native) if native else OpRecorder(shim)
     status: dict[str, Any] = {"exit": "ok"}
     try:
         with recorder:
@@ -224,6 +245,7 @@ def main(argv: list[str]) -> int:
     finally:
         shim.stepcast_flush()
         sidecar = {"ops": recorder.dump(), "memory": _memory_stats(shim), "status": status,
+                   "op_context": "record_function" if native else "dispatch_mode",
                    "torch": torch.__version__, "script": str(script), "argv": sys.argv[1:]}
         log = Path(os.environ["STEPCAST_LOG"])
         tmp = log.with_name(log.name + ".ops.json.tmp")

@@ -38,6 +38,8 @@ def add_run_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--gzip", action="store_true", help="write the traces gzip-compressed (.trace.json.gz)")
     p.add_argument("--capture-only", action="store_true", help="write the traces and the capture report; skip "
                    "the simulation")
+    p.add_argument("--python-op-context", action="store_true", help="record op context with a Python "
+                   "TorchDispatchMode instead of the compiled RecordFunction hook")
     p.add_argument("script", type=Path, help="the training script")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments (after --)")
     p.set_defaults(func=run_command)
@@ -45,7 +47,7 @@ def add_run_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run_command(ns: argparse.Namespace) -> int:
     from emulate.launcher import EmulationUnavailable, check_torch_build, launch, remove_shared_memory, wait
-    from emulate.shim_build import ShimBuildError, shim_path
+    from emulate.shim_build import ShimBuildError, opctx_path, shim_path
 
     try:
         spec = lookup(ns.hardware)
@@ -65,13 +67,18 @@ def run_command(ns: argparse.Namespace) -> int:
     except (EmulationUnavailable, ShimBuildError) as exc:
         print(f"stepcast: {exc}", file=sys.stderr)
         return 2
+    try:
+        opctx: Path | None = None if ns.python_op_context else opctx_path()
+    except ShimBuildError as exc:
+        print(f"stepcast: {exc}; recording op context with the slower Python dispatch mode", file=sys.stderr)
+        opctx = None
     world = ns.nproc * ns.nodes
     trace_dir = ns.trace_dir.resolve()
     for stale in trace_dir.glob("rank*.log*"):
         stale.unlink()
     started = time.perf_counter()
     ranks = launch(ns.script.resolve(), script_args, shim=shim, spec=spec, nproc=ns.nproc, nodes=ns.nodes,
-                   trace_dir=trace_dir, distributed=world > 1)
+                   trace_dir=trace_dir, distributed=world > 1, opctx=opctx)
     try:
         codes = wait(ranks)
     finally:

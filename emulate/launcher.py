@@ -96,7 +96,7 @@ class RankProcess:
 
 
 def launch(script: Path, script_args: list[str], *, shim: Path, spec: HardwareSpec, nproc: int, nodes: int,
-           trace_dir: Path, distributed: bool) -> list[RankProcess]:
+           trace_dir: Path, distributed: bool, opctx: Path | None = None) -> list[RankProcess]:
     """Start world_size = nproc * nodes ranks on this machine (each node's ranks see nproc virtual devices)."""
     world = nproc * nodes
     base = dict(os.environ)
@@ -109,6 +109,7 @@ def launch(script: Path, script_args: list[str], *, shim: Path, spec: HardwareSp
         "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), base.get("PYTHONPATH", "")) if p),
         "CUDA_MODULE_LOADING": "LAZY",
         "STEPCAST_RUN_ID": run_id(trace_dir),
+        "STEPCAST_OPCTX": str(opctx) if opctx else "",
     })
     if "expandable_segments:True" in base.get("PYTORCH_CUDA_ALLOC_CONF", ""):
         base.pop("PYTORCH_CUDA_ALLOC_CONF")  # the driver's virtual-memory API is not emulated

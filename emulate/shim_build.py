@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 CSRC = Path(__file__).resolve().parent / "csrc"
@@ -94,12 +95,10 @@ def _build_key(cc: str, incs: list[Path]) -> str:
     return h.hexdigest()[:16]
 
 
-def shim_path(*, rebuild: bool = False) -> Path:
-    """Path of the built shim, building it first when this source/compiler/header combination has no build yet."""
-    cc = compiler()
-    incs = include_dirs()
-    out_dir = cache_root() / f"shim-{_build_key(cc, incs)}"
-    target = out_dir / SONAME
+def _cached_build(out_dir: Path, name: str, cmd_for: Callable[[Path, Path], list[str]], what: str,
+                  rebuild: bool) -> Path:
+    """Build ``out_dir/name`` once (lock file + temporary name + os.replace); ``cmd_for(tmp_dir, out)``."""
+    target = out_dir / name
     if target.is_file() and not rebuild:
         return target
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -108,19 +107,53 @@ def shim_path(*, rebuild: bool = False) -> Path:
         if target.is_file() and not rebuild:
             return target
         with tempfile.TemporaryDirectory(dir=out_dir, prefix=".build-") as tmp:
-            stubs = Path(tmp) / "stubs.c"
-            stubs.write_text(generate_stubs(symbols()))
-            tmp_so = Path(tmp) / SONAME
-            cmd = [cc, "-O2", "-g0", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall", "-Wextra",
-                   "-Wno-unused-parameter", f"-Wl,-soname,{SONAME}", *(f"-I{i}" for i in incs),
-                   *(str(CSRC / s) for s in SOURCES), str(stubs), "-o", str(tmp_so), "-ldl", "-lpthread", "-lrt"]
+            tmp_out = Path(tmp) / name
+            cmd = cmd_for(Path(tmp), tmp_out)
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode != 0:
                 first = next((ln for ln in proc.stderr.splitlines() if "error" in ln), proc.stderr.strip()[:300])
-                raise ShimBuildError(f"compiling the shim failed ({cc}): {first}")
-            os.replace(tmp_so, target)
+                raise ShimBuildError(f"compiling {what} failed ({cmd[0]}): {first}")
+            os.replace(tmp_out, target)
     return target
+
+
+def shim_path(*, rebuild: bool = False) -> Path:
+    """Path of the built shim, building it first when this source/compiler/header combination has no build yet."""
+    cc = compiler()
+    incs = include_dirs()
+
+    def command(tmp: Path, out: Path) -> list[str]:
+        stubs = tmp / "stubs.c"
+        stubs.write_text(generate_stubs(symbols()))
+        return [cc, "-O2", "-g0", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall", "-Wextra",
+                "-Wno-unused-parameter", f"-Wl,-soname,{SONAME}", *(f"-I{i}" for i in incs),
+                *(str(CSRC / s) for s in SOURCES), str(stubs), "-o", str(out), "-ldl", "-lpthread", "-lrt"]
+
+    return _cached_build(cache_root() / f"shim-{_build_key(cc, incs)}", SONAME, command, "the shim", rebuild)
+
+
+def opctx_path(*, rebuild: bool = False) -> Path:
+    """The op-context hook (csrc/opctx.cpp: a torch RecordFunction callback), built against torch's headers.
+    Raises ShimBuildError when no C++ compiler is found or the build fails; callers fall back to Python."""
+    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if not cxx:
+        raise ShimBuildError("no C++ compiler found (apt-get install g++ or set CXX)")
+    torch_dir = nvidia_root().parent / "torch"
+    version_py = (torch_dir / "version.py").read_bytes()
+    h = hashlib.sha256((CSRC / "opctx.cpp").read_bytes() + version_py + Path(__file__).read_bytes())
+    h.update(subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout.encode())
+    abi = os.environ.get("STEPCAST_CXX11_ABI", "1")
+
+    def command(tmp: Path, out: Path) -> list[str]:
+        return [cxx, "-O2", "-g0", "-DNDEBUG", "-std=c++20", "-fPIC", "-shared", "-fvisibility=hidden",
+                f"-D_GLIBCXX_USE_CXX11_ABI={abi}", f"-I{torch_dir / 'include'}",
+                f"-I{torch_dir / 'include' / 'torch' / 'csrc' / 'api' / 'include'}", str(CSRC / "opctx.cpp"),
+                f"-L{torch_dir / 'lib'}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{torch_dir / 'lib'}", "-o", str(out)]
+
+    return _cached_build(cache_root() / f"opctx-{h.hexdigest()[:16]}", "libstepcast_opctx.so", command,
+                         "the op-context hook", rebuild)
 
 
 if __name__ == "__main__":
     print(shim_path(rebuild=True))
+    print(opctx_path(rebuild=True))

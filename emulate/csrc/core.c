@@ -133,6 +133,11 @@ SC_EXPORT void stepcast_op_enter(int op) { cur_op = op; sc_op_instance_begin(); 
 /* Leave an op: pause the clock (the capture layer's bookkeeping follows) and restore the enclosing op. */
 SC_EXPORT void stepcast_op_exit(int prev) { stepcast_pause(); cur_op = prev; }
 SC_EXPORT int stepcast_current_op(void) { return cur_op; }
+/* Set the op without touching the clock (the C++ RecordFunction path brackets itself with pause/resume). */
+SC_EXPORT void stepcast_set_op(int op) {
+    cur_op = op;
+    if (op >= 0) sc_op_instance_begin();
+}
 /* Iteration marks take no host time of their own: written without touching the gap accounting. */
 SC_EXPORT void stepcast_mark(int source, int step) {
     sc_note("I\t%lu\t0\t%d\t%d\t%d\t%d\n", (unsigned long)(sc_now_ns() - t_origin), thread_no, cur_op, source, step);

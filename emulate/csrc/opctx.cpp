@@ -1,0 +1,196 @@
+// Op context at C++ speed: a global RecordFunction callback (the hook torch's own profiler uses) tells the shim
+// which aten op each device call belongs to, with the op's input shapes, dtypes and scalar arguments.
+// Built on first use against torch's headers (emulate/opctx_build.py); emulate/capture.py falls back to a Python
+// TorchDispatchMode when no C++ compiler is available. The shim's stepcast_* functions are resolved at load
+// time from the preloaded shim.
+#include <ATen/record_function.h>
+#include <ATen/core/ivalue.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+extern "C" {
+void stepcast_set_op(int op);
+void stepcast_pause(void);
+void stepcast_resume(void);
+int stepcast_needs_untrack(void);
+void stepcast_untrack(unsigned long long ptr, unsigned long long bytes);
+}
+
+namespace {
+
+std::mutex table_lock;
+std::unordered_map<uint64_t, int> ids;
+std::vector<std::string> table;  // JSON object per op id
+thread_local std::vector<int> stack;
+at::CallbackHandle handle = 0;
+
+inline uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ull; }
+
+const char *dtype_name(c10::ScalarType t) {
+    switch (t) {
+    case c10::ScalarType::Float: return "torch.float32";
+    case c10::ScalarType::Half: return "torch.float16";
+    case c10::ScalarType::BFloat16: return "torch.bfloat16";
+    case c10::ScalarType::Double: return "torch.float64";
+    case c10::ScalarType::Long: return "torch.int64";
+    case c10::ScalarType::Int: return "torch.int32";
+    case c10::ScalarType::Short: return "torch.int16";
+    case c10::ScalarType::Char: return "torch.int8";
+    case c10::ScalarType::Byte: return "torch.uint8";
+    case c10::ScalarType::Bool: return "torch.bool";
+    case c10::ScalarType::Float8_e4m3fn: return "torch.float8_e4m3fn";
+    case c10::ScalarType::Float8_e5m2: return "torch.float8_e5m2";
+    default: return "torch.other";
+    }
+}
+
+uint64_t hash_tensor(uint64_t h, const at::Tensor &t) {
+    if (!t.defined()) return mix(h, 0x7e57);
+    for (auto s : t.sizes()) h = mix(h, (uint64_t)s);
+    return mix(mix(h, (uint64_t)t.dim() + 1000), (uint64_t)t.scalar_type());
+}
+
+uint64_t key_of(const at::RecordFunction &fn) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *p = fn.name(); *p; p++) h = mix(h, (unsigned char)*p);
+    for (const auto &v : fn.inputs()) {
+        if (v.isTensor()) h = hash_tensor(mix(h, 1), v.toTensor());
+        else if (v.isTensorList()) { h = mix(h, 2); for (const auto &t : v.toTensorVector()) h = hash_tensor(h, t); }
+        else if (v.isInt()) h = mix(mix(h, 3), (uint64_t)v.toInt());
+        else if (v.isBool()) h = mix(mix(h, 4), (uint64_t)v.toBool());
+        else if (v.isDouble()) { double d = v.toDouble(); uint64_t b; memcpy(&b, &d, 8); h = mix(mix(h, 5), b); }
+        else if (v.isIntList()) { h = mix(h, 6); for (auto i : v.toIntVector()) h = mix(h, (uint64_t)i); }
+        else h = mix(h, 7);
+    }
+    return h;
+}
+
+void shape_json(std::ostringstream &o, const at::Tensor &t) {
+    o << "[";
+    if (t.defined())
+        for (int64_t i = 0; i < t.dim(); i++) o << (i ? "," : "") << t.sizes()[i];
+    o << "]";
+}
+
+std::string describe(const at::RecordFunction &fn) {
+    std::string name = fn.name();
+    for (size_t p; (p = name.find("::")) != std::string::npos;) name.replace(p, 2, ".");
+    std::string overload = fn.overload_name();
+    std::ostringstream shapes, dtypes, args;
+    bool first = true;
+    for (const auto &v : fn.inputs()) {
+        const char *sep = first ? "" : ",";
+        first = false;
+        shapes << sep;
+        dtypes << sep;
+        args << sep;
+        if (v.isTensor()) {
+            shape_json(shapes, v.toTensor());
+            dtypes << "\"" << (v.toTensor().defined() ? dtype_name(v.toTensor().scalar_type()) : "") << "\"";
+            args << "null";
+        } else if (v.isTensorList()) {
+            shapes << "[";
+            dtypes << "[";
+            bool f2 = true;
+            for (const at::Tensor &t : v.toTensorVector()) {
+                shapes << (f2 ? "" : ",");
+                shape_json(shapes, t);
+                dtypes << (f2 ? "" : ",") << "\"" << (t.defined() ? dtype_name(t.scalar_type()) : "") << "\"";
+                f2 = false;
+            }
+            shapes << "]";
+            dtypes << "]";
+            args << "null";
+        } else {
+            shapes << "[]";
+            dtypes << "\"\"";
+            if (v.isInt()) args << v.toInt();
+            else if (v.isBool()) args << (v.toBool() ? "true" : "false");
+            else if (v.isDouble()) {
+                double d = v.toDouble();
+                if (std::isfinite(d)) args << d;
+                else args << (std::isnan(d) ? "\"nan\"" : d > 0 ? "\"inf\"" : "\"-inf\"");
+            }
+            else if (v.isIntList()) {
+                args << "[";
+                bool f3 = true;
+                for (auto i : v.toIntVector()) { args << (f3 ? "" : ",") << i; f3 = false; }
+                args << "]";
+            } else args << "null";
+        }
+    }
+    std::ostringstream o;
+    o << "{\"op\":\"" << name << "." << (overload.empty() ? "default" : overload) << "\",\"shapes\":["
+      << shapes.str() << "],\"dtypes\":[" << dtypes.str() << "],\"args\":[" << args.str() << "],\"kwargs\":{}}";
+    return o.str();
+}
+
+std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction &fn) {
+    stepcast_pause();
+    uint64_t key = key_of(fn);
+    int id;
+    {
+        std::lock_guard<std::mutex> g(table_lock);
+        auto it = ids.find(key);
+        if (it != ids.end()) {
+            id = it->second;
+        } else {
+            id = (int)table.size();
+            table.push_back(describe(fn));
+            ids.emplace(key, id);
+        }
+    }
+    stack.push_back(id);
+    stepcast_set_op(id);
+    stepcast_resume();
+    return nullptr;
+}
+
+void on_exit(const at::RecordFunction &fn, at::ObserverContext *) {
+    stepcast_pause();
+    if (stepcast_needs_untrack()) {  // a kernel wrote the outputs: their remembered bytes are stale
+        for (const auto &v : fn.outputs()) {
+            if (v.isTensor() && v.toTensor().defined() && v.toTensor().is_cuda()) {
+                const auto &t = v.toTensor();
+                stepcast_untrack((unsigned long long)(uintptr_t)t.data_ptr(),
+                                 (unsigned long long)(t.numel() * t.element_size()));
+            }
+        }
+    }
+    if (!stack.empty()) stack.pop_back();
+    stepcast_set_op(stack.empty() ? -1 : stack.back());
+    stepcast_resume();
+}
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) int stepcast_opctx_install(void) {
+    if (handle) return 1;
+    handle = at::addGlobalCallback(at::RecordFunctionCallback(on_enter, on_exit)
+                                       .needsInputs(true)
+                                       .needsOutputs(true)
+                                       .scopes({at::RecordScope::FUNCTION}));
+    return handle != 0;
+}
+
+extern "C" __attribute__((visibility("default"))) void stepcast_opctx_remove(void) {
+    if (handle) at::removeCallback(handle);
+    handle = 0;
+}
+
+// The op table as one JSON array (the caller owns nothing: valid until the next call).
+extern "C" __attribute__((visibility("default"))) const char *stepcast_opctx_table(void) {
+    static std::string out;
+    std::lock_guard<std::mutex> g(table_lock);
+    out = "[";
+    for (size_t i = 0; i < table.size(); i++) out += (i ? "," : "") + table[i];
+    out += "]";
+    return out.c_str();
+}
