@@ -29,6 +29,25 @@ Kinds and their fields:
 - ``iteration``: ``step`` (marks the start of a training iteration: profiler step, optimizer step or backward).
 
 Streams are integers: 0 is the legacy default stream; others are the handles the runtime gave out, renumbered 1, 2...
+
+Optional fields written by ``python -m emulate run`` (compatible extensions of version 1; readers may ignore them):
+
+- every event: ``thread`` (host thread, 0 = the first thread that called the runtime; autograd's backward runs on
+  another). The trace starts at the first intercepted call (its ``t_ns`` and ``gap_ns`` are 0).
+- ``kernel``: ``op`` is the innermost aten op (``aten.mm.default``); ``op_shapes``/``op_dtypes`` hold one entry per
+  positional argument of its schema (``[]``/``""`` for non-tensors, a list for tensor lists), the form
+  :func:`profiling.classify.classify_op` reads. Library calls (``lib`` set) have ``grid``/``block`` null and
+  ``gemm``: ``m``, ``n``, ``k``, ``batch``, ``transa``, ``transb`` (cuBLAS column-major, as passed), ``dtype_a``,
+  ``dtype_b``, ``dtype_c``, ``compute`` (cublasComputeType, e.g. ``32f``, ``32f_fast_tf32``), ``tf32`` (bool),
+  ``epilogue`` (cublasLt epilogue enum); their ``spec`` is the row-major GEMM (m = rows of torch's output).
+- ``memcpy``/``memset``: ``op``.  ``malloc``: ``failed: true`` (and ``ptr`` null) for an allocation the device
+  refused (out of memory).
+- ``collective``: ``count`` and ``dtype`` as passed to NCCL (all_gather: per-rank send count; reduce_scatter:
+  per-rank receive count), ``group`` (id of the ncclGroupStart/End batch it was issued in, or null), ``torch_op``
+  (the c10d op, e.g. ``c10d.allreduce_.default``). ``ranks`` of a split communicator is the number of rank traces
+  that hold it.
+- ``iteration``: ``source`` ("profiler" | "optimizer" | "backward": which marks cut the trace; null when the
+  script had none and the whole run is one iteration). Step 0 starts the trace; step k starts after the k-th mark.
 """
 from __future__ import annotations
 
