@@ -112,6 +112,27 @@ def test_peak_memory_is_parameters_gradients_optimizer_state_and_activations(tmp
     assert report["peak_memory_bytes"] == rank["device_malloc_peak_bytes"]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("python_op_context", [False, True])
+def test_op_context_from_either_hook(tmp_path, python_op_context):
+    script = write_script(tmp_path, """
+        import torch
+        a = torch.randn(32, 16, device="cuda")
+        b = torch.randn(16, 8, device="cuda")
+        (a @ b).sum().item()
+        """)
+    report = tmp_path / "report.json"
+    cmd = [sys.executable, "-m", "emulate", "run", "--capture-only", "--report", str(report), "--trace-dir",
+           str(tmp_path / "traces"), *(["--python-op-context"] if python_op_context else []), "--", str(script)]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    trace = read_trace(json.loads(report.read_text())["traces"][0])
+    assert trace["meta"]["op_context"] == ("dispatch_mode" if python_op_context else "record_function")
+    mm = [e for e in trace["events"] if e["kind"] == "kernel" and e.get("gemm")]
+    assert len(mm) == 1 and mm[0]["op"] == "aten.mm.default" and mm[0]["op_shapes"][:2] == [[32, 16], [16, 8]]
+    assert mm[0]["spec"] == {"family": "gemm", "dtype": "fp32", "m": 32, "n": 8, "k": 16, "batch": 1}
+
+
 def test_unknown_hardware_is_one_line_naming_the_catalog(tmp_path):
     script = write_script(tmp_path, "print('never runs')\n")
     proc = subprocess.run([sys.executable, "-m", "emulate", "run", "--hardware", "h900", "--", str(script)],
