@@ -23,9 +23,10 @@ from profiling.card import Card, FamilySummary, check_compatible, current_finger
 from profiling.families import FAMILIES
 from profiling.hardware import HardwareSpec, UnknownHardwareError, detect, lookup
 from profiling.ops import BENCHES
+from profiling.ops.base import describe_failure
+from profiling.ops.collective import measure_points
 from profiling.paths import DATASETS_DIR
 from profiling.plan import plan_family, select_sweep
-from profiling.ops.collective import measure_points
 from profiling.sampling import Point, point_id
 from profiling.schema import SCHEMA_VERSION
 from profiling.store import FamilyStore, ShardWriter
@@ -112,11 +113,6 @@ def make_row(point: Point, result: Measurement | str, timing: str, threads: int 
     return row
 
 
-def _failure(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}".strip()
-
-
 def measure_point(point: Point, target: Target, settings: MeasureSettings, flush: L2Flusher | None
                   ) -> Measurement | str:
     """Build and time one point; any failure (OOM, unsupported dtype or backend) comes back as its message."""
@@ -129,7 +125,7 @@ def measure_point(point: Point, target: Target, settings: MeasureSettings, flush
                 return measure_cuda(fn, settings, flush)
             return measure_cpu(fn, settings)
     except Exception as exc:
-        return _failure(exc)
+        return describe_failure(exc)
     finally:
         del fn
         if target.device == "cuda":
@@ -186,34 +182,42 @@ class Runner:
         try:
             with progress:
                 for i, family in enumerate(order):
-                    remaining = budget_s - (time.monotonic() - started)
-                    shares = [float(select_sweep(self.cfg[f], self.target.spec.kind, f).get("budget_share", 1.0))
-                              for f in order[i:]]
-                    deadline = time.time() + max(0.0, remaining) * shares[0] / max(sum(shares), 1e-9)
-                    t0 = time.monotonic()
-                    writer = ShardWriter(stores[family], int(self.cfg.shard_points))
-                    try:
-                        if family == "collective":
-                            rows = self._collective_rows(todo[family], deadline, progress, tasks[family])
-                        elif self.rank == 0:
-                            rows = self._local_rows(todo[family], deadline, flush, progress, tasks[family])
-                        else:
-                            rows = iter(())
-                        for row in rows:  # other ranks take part in the collectives; rank 0 alone writes
-                            if self.rank != 0:
-                                continue
-                            writer.add(row)
-                            result.families[family].measured += 1
-                            result.families[family].failed += row["status"] == "failed"
-                    finally:
-                        writer.flush()
-                        result.families[family].seconds = time.monotonic() - t0
+                    deadline = self._family_deadline(order[i:], budget_s - (time.monotonic() - started))
+                    self._run_family(family, todo[family], stores[family], deadline, flush, progress,
+                                     tasks[family], result.families[family])
         finally:
             if self.rank == 0:
                 self._finish(stores, fingerprint, existing)
         if self.rank == 0:
             self._report(result)
         return result
+
+    def _family_deadline(self, families: list[str], remaining_s: float) -> float:
+        """The time.time() at which the first of ``families`` stops: its budget_share of what is left."""
+        shares = [float(select_sweep(self.cfg[f], self.target.spec.kind, f).get("budget_share", 1.0))
+                  for f in families]
+        return time.time() + max(0.0, remaining_s) * shares[0] / max(sum(shares), 1e-9)
+
+    def _run_family(self, family: str, points: list[Point], store: FamilyStore, deadline: float,
+                    flush: L2Flusher | None, progress: Progress, task: TaskID, outcome: FamilyResult) -> None:
+        """Measure ``points`` until done or ``deadline``, flushing rows to shards as they come."""
+        started = time.monotonic()
+        writer = ShardWriter(store, int(self.cfg.shard_points))
+        if family == "collective":
+            rows = self._collective_rows(points, deadline, progress, task)
+        elif self.rank == 0:
+            rows = self._local_rows(points, deadline, flush, progress, task)
+        else:
+            rows = iter(())
+        try:
+            for row in rows:  # other ranks take part in the collectives; rank 0 alone writes
+                if self.rank == 0:
+                    writer.add(row)
+                    outcome.measured += 1
+                    outcome.failed += row["status"] == "failed"
+        finally:
+            writer.flush()
+            outcome.seconds = time.monotonic() - started
 
     def _local_rows(self, points: list[Point], deadline: float, flush: L2Flusher | None, progress: Progress,
                     task: TaskID) -> Iterator[dict[str, Any]]:

@@ -73,3 +73,9 @@ def tensor(shape: tuple[int, ...] | list[int], dtype: str, device: str, requires
 
 def divisible(a: int, b: int) -> bool:
     return b > 0 and a % b == 0
+
+
+def describe_failure(exc: BaseException) -> str:
+    """The one line a failed point records: exception type and the first line of its message."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__

@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 from profiling.families import dtype_bytes
 from profiling.model_catalog import ModelConfig
-from profiling.ops.base import TORCH_DTYPES, FamilyBench, tensor
+from profiling.ops.base import TORCH_DTYPES, FamilyBench, describe_failure, tensor
 from profiling.timing import MeasureSettings, Measurement, summarise
 
 
@@ -139,8 +139,7 @@ def measure_points(points: list[dict[str, Any]], settings: MeasureSettings, devi
         try:
             result: Measurement | str = measure_collective(bench.build(values, device, group), settings, device, group)
         except Exception as exc:  # unsupported op or dtype for the backend, out of memory: recorded, not retried
-            text = str(exc).strip()
-            result = f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
+            result = describe_failure(exc)
             if device == "cuda":
                 torch.cuda.empty_cache()
         if rank == 0:
