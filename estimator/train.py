@@ -57,7 +57,7 @@ def load_training_rows(data: DictConfig, families: list[str], seed: int = 0) -> 
         frame = frame[frame["dtype"].isin(list(data.dtype))]
     frame = frame[np.isfinite(frame["runtime_us"]) & (frame["runtime_us"] > 0)]
     if data.max_rows:
-        frame = frame.groupby("family", group_keys=False).apply(lambda f: subsample(f, data.max_rows, seed))
+        frame = pd.concat([subsample(rows, data.max_rows, seed) for _, rows in frame.groupby("family", sort=False)])
     return frame.reset_index(drop=True)
 
 

@@ -1,0 +1,44 @@
+"""Features: vectorised, wave quantisation steps at multiples of the SM count, unseen GPUs described by their yaml."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from estimator.features import features
+from profiling.hardware import lookup
+
+
+def gemm(hardware: str, m, n) -> pd.DataFrame:
+    m, n = np.atleast_1d(m), np.atleast_1d(n)
+    return pd.DataFrame({"family": "gemm", "hardware": hardware, "dtype": "bf16", "m": m, "n": n, "k": 4096,
+                         "batch": 1})
+
+
+def test_waves_step_when_tiles_cross_the_sm_count():
+    sms = lookup("h100-sxm").sm_count  # 132: 128x128 tiles of a (128*132) x 128 output fill exactly one wave
+    f = features("gemm", gemm("h100-sxm", [128 * sms, 128 * (sms + 1)], 128))
+    assert f.column("waves_128x128").tolist() == [1.0, 2.0]
+    assert f.column("wave_eff_128x128")[0] == 1.0
+    assert f.column("wave_eff_128x128")[1] < 0.51
+
+
+def test_one_row_per_kernel_and_finite_for_an_unmeasured_gpu():
+    f = features("gemm", gemm("b200", np.arange(1, 1001), 512))
+    assert f.matrix.shape[0] == 1000 and f.matrix.dtype == np.float32
+    spec = f.column("hw_sm_count")
+    assert np.all(spec == lookup("b200").sm_count)
+    assert np.isfinite(f.matrix).all()
+
+
+def test_baseline_is_faster_on_faster_hardware():
+    h100 = features("gemm", gemm("h100-sxm", 8192, 8192)).baseline_us
+    a100 = features("gemm", gemm("a100-sxm-80gb", 8192, 8192)).baseline_us
+    assert h100[0] < a100[0]
+
+
+def test_collective_features_separate_intra_and_inter_node():
+    frame = pd.DataFrame({"family": "collective", "hardware": "h100-sxm", "dtype": "bf16", "op": "all_reduce",
+                          "bytes": 2**26, "ranks": [8, 16], "ranks_per_node": 8})
+    f = features("collective", frame)
+    assert f.column("inter_node").tolist() == [0.0, 1.0]
+    assert f.column("log2_link_gbps")[0] > f.column("log2_link_gbps")[1]  # NVLink beats the network

@@ -1,0 +1,55 @@
+"""Training support: shapes beyond the training range and unseen hardware are flagged; the router falls back to the
+roofline where the rule says the learned model is not to be trusted."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from estimator.analytical import RooflineEstimator
+from estimator.router import FamilyRouter
+from estimator.xgb import XGBoostEstimator
+
+
+@pytest.fixture(scope="module")
+def model(gemm_rows) -> XGBoostEstimator:
+    return XGBoostEstimator(n_estimators=20).fit(gemm_rows, gemm_rows["runtime_us"].to_numpy())
+
+
+def rows(hardware: str, m: float) -> pd.DataFrame:
+    return pd.DataFrame([dict(family="gemm", hardware=hardware, dtype="bf16", m=m, n=1024, k=1024, batch=1)])
+
+
+def test_inside_support_is_in_range(model):
+    assert model.in_range(rows("h100-sxm", 1024))[0]
+
+
+def test_shape_beyond_training_max_is_flagged(model, gemm_rows):
+    assert not model.in_range(rows("h100-sxm", gemm_rows["m"].max() * 8))[0]
+
+
+def test_unseen_hardware_is_flagged_but_similar_spec_is_trusted(model):
+    frame = rows("h100-pcie", 1024)
+    assert not model.in_range(frame)[0]
+    assert model.spec_in_range(frame)[0]  # an H100 PCIe is within the spec range of H100 SXM + A100
+
+
+def test_cpu_is_outside_a_gpu_models_spec(model):
+    assert not model.spec_in_range(rows("cpu-intel-xeon-2c", 1024))[0]
+
+
+@pytest.mark.parametrize("rule, expect_fallback", [("never", False), ("unsupported_spec", True), ("out_of_range", True)])
+def test_router_fallback_rules_for_unsupported_hardware(model, rule, expect_fallback):
+    frame = rows("cpu-intel-xeon-2c", 1024)
+    out = FamilyRouter({"gemm": model}, fallback_rule=rule).predict_frame(frame)
+    assert out["estimator"].iat[0].startswith("roofline" if expect_fallback else "xgboost")
+    assert not out["in_range"].iat[0]
+    if expect_fallback:
+        assert out["predicted_us"].iat[0] == RooflineEstimator().predict(frame)[0]
+
+
+def test_shape_out_of_range_keeps_learned_prediction_under_default_rule(model, gemm_rows):
+    frame = rows("h100-sxm", gemm_rows["m"].max() * 8)
+    out = FamilyRouter({"gemm": model}).predict_frame(frame)
+    assert out["estimator"].iat[0].startswith("xgboost") and not out["in_range"].iat[0]
+    np.testing.assert_allclose(out["predicted_us"], model.predict(frame))
