@@ -45,7 +45,10 @@ class FamilyBench:
 
 @contextlib.contextmanager
 def fp32_precision(dtype: str, device: str):
-    """On GPU, ``fp32`` means IEEE fp32 (TF32 off) and ``tf32`` lets matmuls and convolutions use TF32."""
+    """On GPU, ``fp32`` means IEEE fp32 (TF32 off) and ``tf32`` lets matmuls and convolutions use TF32.
+    A CPU has no TF32 mode: a tf32 point there fails (and is recorded so) rather than measuring fp32 under its name."""
+    if dtype == "tf32" and device != "cuda":
+        raise ValueError("tf32 is a CUDA math mode; this device has none")
     if device != "cuda" or dtype not in ("fp32", "tf32"):
         yield
         return

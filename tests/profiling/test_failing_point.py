@@ -27,3 +27,16 @@ def test_unsupported_backend_is_recorded_and_skipped(tiny_config, tmp_path):
     second = run(cfg)
     assert second.families["attention"].measured == 0
     assert second.families["attention"].already == 8
+
+
+def test_tf32_on_a_cpu_is_a_failed_point_not_an_fp32_measurement(tiny_config):
+    if torch.cuda.is_available():
+        import pytest
+
+        pytest.skip("TF32 exists on this GPU")
+    result = run(tiny_config("families=[gemm]", "gemm.grid.0.dtype=[fp32,tf32]"))
+    frame = FamilyStore(result.output, "gemm").read()
+    tf32 = frame[frame["dtype"] == "tf32"]
+    assert len(tf32) and (tf32["status"] == "failed").all()
+    assert tf32["error"].str.startswith("ValueError: tf32 is a CUDA math mode").all()
+    assert (frame[frame["dtype"] == "fp32"]["status"] == "ok").all()
