@@ -9,7 +9,7 @@ from profiling.hardware import lookup
 
 
 def gemm(hardware: str, m, n) -> pd.DataFrame:
-    m, n = np.atleast_1d(m), np.atleast_1d(n)
+    m, n = np.broadcast_arrays(np.atleast_1d(m), np.atleast_1d(n))
     return pd.DataFrame({"family": "gemm", "hardware": hardware, "dtype": "bf16", "m": m, "n": n, "k": 4096,
                          "batch": 1})
 
