@@ -5,7 +5,9 @@
     python -m profiling -m families=[gemm],[attention]   # multirun: one job per value
     torchrun --nproc-per-node 8 -m profiling families=[collective]
 
-Configs: conf/profiling/config.yaml and one config group per family (conf/profiling/<family>/: auto | cpu | gpu | tiny).
+Configs: conf/profiling/config.yaml and one config group per family (conf/profiling/<family>/: auto | cpu | gpu | tiny;
+collective also multinode). ``python -m profiling.summary datasets/<id>`` prints what a dataset holds;
+``profiling/gpu_check.sh`` is the few-minute GPU run.
 """
 from __future__ import annotations
 
