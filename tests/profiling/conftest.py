@@ -14,6 +14,9 @@ from omegaconf import DictConfig
 from profiling.paths import CONF_DIR, REPO_ROOT
 
 TINY = [f"{f}=tiny" for f in ("gemm", "attention", "elementwise", "norm", "optimizer", "collective")]
+# Tests measure on the CPU and file the rows under the committed CPU entry, so they run on any machine
+# (a GPU test asks for hardware=auto itself).
+CPU_ID = "cpu-intel-xeon-2c"
 
 
 @pytest.fixture
@@ -22,7 +25,8 @@ def tiny_config(tmp_path: Path) -> Callable[..., DictConfig]:
 
     def make(*overrides: str) -> DictConfig:
         with initialize_config_dir(config_dir=str(CONF_DIR / "profiling"), version_base="1.3"):
-            return compose("config", overrides=[*TINY, f"output_dir={tmp_path}", "progress=false", *overrides])
+            return compose("config", overrides=[*TINY, f"hardware={CPU_ID}", f"output_dir={tmp_path}",
+                                                "progress=false", *overrides])
 
     return make
 
@@ -32,8 +36,8 @@ def cli(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess]:
     """``python -m profiling`` with tiny sweeps writing under tmp_path; ``background=True`` returns the Popen."""
 
     def run(*overrides: str, background: bool = False):
-        args = [sys.executable, "-m", "profiling", *TINY, f"output_dir={tmp_path}", "progress=false",
-                f"hydra.run.dir={tmp_path}/hydra", *overrides]
+        args = [sys.executable, "-m", "profiling", *TINY, f"hardware={CPU_ID}", f"output_dir={tmp_path}",
+                "progress=false", f"hydra.run.dir={tmp_path}/hydra", *overrides]
         env = {**os.environ, "PYTHONWARNINGS": "ignore"}
         if background:
             return subprocess.Popen(args, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -41,3 +45,9 @@ def cli(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess]:
         return subprocess.run(args, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
 
     return run
+
+
+@pytest.fixture
+def dataset_dir(tmp_path: Path) -> Path:
+    """Where ``tiny_config`` and ``cli`` runs write their dataset."""
+    return tmp_path / CPU_ID

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 def test_gemm_on_gpu_records_kernels(tiny_config):
     cfg = tiny_config("families=[gemm]", "gemm.grid.0.dtype=[fp32,tf32,bf16,fp8_e4m3]", "gemm.grid.0.m=[32,64]",
                       "gemm.grid.0.k=[32,64]", "+gemm.grid.0.trans_b=true", "gemm.max_points=16",
-                      "measure.record_kernels=true", "threads=null")
+                      "measure.record_kernels=true", "threads=null", "hardware=auto")
     result = run(cfg)
     frame = FamilyStore(result.output, "gemm").read()
     assert (frame["status"] == "ok").all(), frame[["dtype", "error"]]

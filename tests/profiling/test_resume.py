@@ -31,9 +31,9 @@ def test_second_identical_run_measures_nothing(tiny_config):
     assert all(f.already == f.planned for f in second.families.values())
 
 
-def test_interrupted_run_loses_nothing_and_resumes(cli, tiny_config, tmp_path):
+def test_interrupted_run_loses_nothing_and_resumes(cli, tiny_config, dataset_dir):
     proc = cli(*MANY, background=True)
-    shards = tmp_path / "cpu-intel-xeon-2c" / ".shards" / "gemm"
+    shards = dataset_dir / ".shards" / "gemm"
     deadline = time.time() + 120
     while not (shards.is_dir() and len(list(shards.glob("*.parquet"))) >= 3):
         assert proc.poll() is None, proc.communicate()
@@ -44,9 +44,8 @@ def test_interrupted_run_loses_nothing_and_resumes(cli, tiny_config, tmp_path):
     assert proc.returncode == 130, stderr
     assert "interrupted" in stderr
 
-    dataset = tmp_path / "cpu-intel-xeon-2c"
-    kept = FamilyStore(dataset, "gemm").read()
-    leftovers = [p.relative_to(dataset) for p in dataset.rglob("*") if p.name.startswith(".")]
+    kept = FamilyStore(dataset_dir, "gemm").read()
+    leftovers = [p.relative_to(dataset_dir) for p in dataset_dir.rglob("*") if p.name.startswith(".")]
     assert leftovers == [], stderr  # shards merged into gemm.parquet on the way out, no temporary files
     assert 3 <= len(kept) < 100
 
