@@ -34,6 +34,14 @@ def subsample(frame: pd.DataFrame, max_rows: int | None, seed: int = 0) -> pd.Da
     return frame.sample(max_rows, random_state=seed)
 
 
+def select_folds(frame: pd.DataFrame, split: str, min_test_rows: int = 20, max_folds: int | None = None,
+                 seed: int = 0) -> list[Fold]:
+    chosen = [f for f in folds(split, frame, seed) if len(f.test) >= min_test_rows and len(f.train)]
+    if max_folds is not None:
+        chosen = sorted(chosen, key=lambda f: -len(f.test))[:max_folds]
+    return chosen
+
+
 def evaluate_fold(kind: str, family: str, frame: pd.DataFrame, fold: Fold, params: dict[str, Any] | None,
                   target: str | None, max_train_rows: int | None = None, seed: int = 0) -> pd.DataFrame:
     train = subsample(frame.iloc[fold.train], max_train_rows, seed)
@@ -47,10 +55,11 @@ def evaluate_fold(kind: str, family: str, frame: pd.DataFrame, fold: Fold, param
 
 def evaluate(kind: str, family: str, frame: pd.DataFrame, splits: Iterable[str], params: dict[str, Any] | None = None,
              target: str | None = None, max_train_rows: int | None = None, min_test_rows: int = 20,
-             seed: int = 0, progress: bool = True) -> Evaluation:
-    """Score ``kind`` on every fold of every split (folds with fewer than ``min_test_rows`` test rows are skipped)."""
+             seed: int = 0, progress: bool = True, max_folds: int | None = None) -> Evaluation:
+    """Score ``kind`` on every fold of every split (folds with fewer than ``min_test_rows`` test rows are skipped;
+    with ``max_folds``, only that many folds per split, those with the most test rows)."""
     frame = frame.reset_index(drop=True)
-    todo = [f for split in splits for f in folds(split, frame, seed) if len(f.test) >= min_test_rows and len(f.train)]
+    todo = [f for split in splits for f in select_folds(frame, split, min_test_rows, max_folds, seed)]
     preds, rows = [], []
     for fold in tqdm(todo, desc=f"{family}/{kind}", unit="fold", disable=not progress, leave=False):
         p = evaluate_fold(kind, family, frame, fold, params, target, max_train_rows, seed)

@@ -119,7 +119,7 @@ def register(cfg: DictConfig, family: str, frame: pd.DataFrame) -> dict[str, Any
     return vars(result)
 
 
-def train_family(cfg: DictConfig, family: str, frame: pd.DataFrame) -> tuple[Evaluation, Any]:
+def train_family(cfg: DictConfig, family: str, frame: pd.DataFrame) -> tuple[Evaluation, Evaluation, Any]:
     import mlflow
 
     params = OmegaConf.to_container(cfg.model.params)
@@ -131,31 +131,51 @@ def train_family(cfg: DictConfig, family: str, frame: pd.DataFrame) -> tuple[Eva
         evaluation = evaluate(cfg.model.kind, family, frame, list(cfg.splits), params, cfg.target,
                               cfg.max_train_rows, seed=cfg.seed)
         _log_evaluation(family, cfg.model.kind, evaluation, cfg.mlflow.plots)
+        baseline = evaluate("roofline", family, frame, list(cfg.splits), {}, None, seed=cfg.seed, progress=False)
+        for row in metrics_table(baseline).to_dict(orient="records"):
+            mlflow.log_metric(f"roofline.{row['split']}.mean_ape", float(row["mean_ape"]))
         registered = None
         if cfg.mlflow.register and cfg.model.kind in ("xgboost", "mlp"):
             registered = register(cfg, family, frame)
-    return evaluation, registered
+    return evaluation, baseline, registered
 
 
-def export_bundle(cfg: DictConfig, frames: dict[str, pd.DataFrame], evaluations: dict[str, Evaluation]) -> Path:
-    """Fit every family on all of its rows and write the bundle plus its model card."""
+def beats_roofline(learned: Evaluation, roofline: Evaluation, split: str) -> bool:
+    """Whether the learned model's pooled mean APE on ``split`` is below the roofline's (True without that split)."""
+    ours, theirs = metrics_table(learned), metrics_table(roofline)
+    if not len(ours) or split not in set(ours["split"]):
+        return True
+    return float(ours.set_index("split").at[split, "mean_ape"]) < float(theirs.set_index("split").at[split, "mean_ape"])
+
+
+def export_bundle(cfg: DictConfig, frames: dict[str, pd.DataFrame], evaluations: dict[str, Evaluation],
+                  baselines: dict[str, Evaluation]) -> Path:
+    """Fit every family on all of its rows and write the bundle plus its model card. A family whose learned model
+    does not beat the roofline on ``objective_split`` is left to the roofline (and the card says so)."""
     from estimator.model_card import write_card
 
     version = cfg.version or dt.date.today().isoformat()
     params = OmegaConf.to_container(cfg.model.params)
-    models, feature_names = {}, {}
+    models, feature_names, notes = {}, {}, []
     for family, frame in frames.items():
+        if not beats_roofline(evaluations[family], baselines[family], cfg.objective_split):
+            notes.append(f"{family}: the learned model did not beat the roofline on {cfg.objective_split}; "
+                         "the bundle leaves this family to the roofline")
+            continue
         model = make_estimator(cfg.model.kind, family, params, cfg.target).fit(frame, frame["runtime_us"].to_numpy())
         model.version = version
         models[family], feature_names[family] = model, model.feature_names
     out = Path(hydra.utils.to_absolute_path(cfg.export))
     FamilyRouter(models, fallback_rule=cfg.fallback_rule, version=version).save(out)
-    metrics = pd.concat([metrics_table(e).assign(family=f) for f, e in evaluations.items()], ignore_index=True) \
-        if evaluations else pd.DataFrame()
+    tables = [metrics_table(e).assign(family=f, model=cfg.model.kind) for f, e in evaluations.items()]
+    tables += [metrics_table(e).assign(family=f, model="roofline") for f, e in baselines.items()]
+    metrics = pd.concat([t for t in tables if len(t)], ignore_index=True) if tables else pd.DataFrame()
     if len(metrics):
-        metrics = metrics[["family"] + [c for c in metrics.columns if c != "family"]]
+        metrics = metrics.sort_values(["family", "split", "model"], kind="stable")
+        metrics = metrics[["family", "split", "model"] + [c for c in metrics.columns
+                                                          if c not in ("family", "split", "model")]]
     write_card(out, version=version, model_kind=cfg.model.kind, target=cfg.target, fallback_rule=cfg.fallback_rule,
-               frame=pd.concat(frames.values()), features=feature_names, metrics=metrics, params=params)
+               frame=pd.concat(frames.values()), features=feature_names, metrics=metrics, params=params, notes=notes)
     return out
 
 
@@ -173,14 +193,15 @@ def run(cfg: DictConfig) -> float:
     mlflow.set_tracking_uri(tracking_uri(cfg.mlflow.tracking_uri))
     mlflow.set_experiment(cfg.mlflow.experiment)
     evaluations: dict[str, Evaluation] = {}
+    baselines: dict[str, Evaluation] = {}
     with mlflow.start_run(run_name=f"{cfg.family}-{cfg.model.kind}") if len(frames) > 1 else contextlib.nullcontext():
         for family, rows in frames.items():
-            evaluations[family], _ = train_family(cfg, family, rows)
+            evaluations[family], baselines[family], _ = train_family(cfg, family, rows)
             table = metrics_table(evaluations[family])
             if len(table):
                 log.info("%s/%s:\n%s", family, cfg.model.kind, table.round(2).to_string(index=False))
         if cfg.export:
-            log.info("bundle written to %s", export_bundle(cfg, frames, evaluations))
+            log.info("bundle written to %s", export_bundle(cfg, frames, evaluations, baselines))
     scores = [metrics_table(e).set_index("split")["mean_ape"].get(cfg.objective_split, np.nan)
               for e in evaluations.values() if len(e.predictions)]
     scores = [s for s in scores if np.isfinite(s)]
