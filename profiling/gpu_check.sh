@@ -6,9 +6,11 @@
 #   profiling/gpu_check.sh                      # defaults: 4-minute measuring budget
 #   BUDGET_MINUTES=8 profiling/gpu_check.sh     # longer; extra Hydra overrides can follow: ... gemm.max_points=400
 #
-# When $OUT is set (a device machine's result folder), the dataset is also copied to $OUT/datasets/<gpu-id>/.
+# When $OUT is set (a device machine's result folder), the dataset is also copied to $OUT/datasets/<gpu-id>/
+# (six files: five <family>.parquet and card.json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1
 
 python - <<'PY'
 import torch
