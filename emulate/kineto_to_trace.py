@@ -55,12 +55,16 @@ DEPENDENCY_SLACK_US = 10.0   # an op may start this long after the dependency th
 DELAY_TOLERANCE_US = 1.0     # starts later than the model allows by less than this are jitter, not dependencies
 
 
-def convert(trace: kineto.KinetoTrace, hardware: str | None = None) -> dict[str, Any]:
-    """The trace-v1 document (as :func:`emulate.trace.read_trace` returns) of one Kineto trace."""
+def convert(trace: kineto.KinetoTrace, hardware: str | None = None, stalls: bool = True) -> dict[str, Any]:
+    """The trace-v1 document (as :func:`emulate.trace.read_trace` returns) of one Kineto trace. ``stalls=False``
+    leaves out the unexplained holds (``stall_us``): an ablation that shows how much of a replay's fidelity they
+    carry."""
     ops = _device_ops(trace)
     latency = _launch_latency(ops)
     syncs = _sync_calls(trace, ops)
     dependencies, stall = _dependencies(ops, latency)
+    if not stalls:
+        stall[:] = 0.0
     items = _host_items(ops, stall, syncs, trace)
     items.extend(dependencies)
     steps = trace.profiler_steps()
@@ -92,8 +96,8 @@ def convert(trace: kineto.KinetoTrace, hardware: str | None = None) -> dict[str,
             "hardware": hardware or trace.hardware_id or "unknown", "meta": meta, "events": events}
 
 
-def convert_file(path: str | Path, hardware: str | None = None) -> dict[str, Any]:
-    return convert(kineto.read_trace(path), hardware)
+def convert_file(path: str | Path, hardware: str | None = None, stalls: bool = True) -> dict[str, Any]:
+    return convert(kineto.read_trace(path), hardware, stalls)
 
 
 # ---- device ops ---------------------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ Fields::
     hardware, world_size, durations ("predicted" | "measured"), estimator,
     iteration_time_ms      median of the steady-state iterations of the slowest rank
     iterations_ms          per iteration index, the slowest rank's time (steady-state and warm-up alike)
-    steady_iterations      which iteration indices count as steady state (the first is warm-up when >= 3)
+    steady_iterations      which iteration indices count as steady state (all but the first, when >= 2)
     peak_memory_bytes      largest over ranks (device memory from the traces' malloc/free; null without any)
     breakdown_ms           {compute, communication, exposed_communication, host_bound, idle} of the slowest rank
     mfu                    model FLOP utilisation, or null when no kernel has a GEMM/attention spec
@@ -15,8 +15,10 @@ Fields::
     fallback_reasons       those kernels by reason
 
 Iterations of a rank: from one ``iteration`` marker's host time to the next one's; the last ends at a closing
-marker (``end: true``) or, without one, when the rank's host and devices are done. A trace without markers is one
-iteration.
+marker (``end: true``). Without a closing marker, the stretch after the last marker is not an iteration (it runs
+into whatever the script does after training) unless it is the only one; then it ends when the rank's host and
+devices are done. A trace without markers is one iteration. Steady state: every iteration but the first (warm-up:
+allocator growth, library handles, autotuning) when there are at least two.
 
 Breakdown, per rank, over its steady-state window W (first steady iteration's start to last one's end). Device time
 in W is partitioned into four disjoint parts:
@@ -51,7 +53,7 @@ from emulate.sim.program import COLLECTIVE, KERNEL, RankProgram
 from profiling.hardware import HardwareSpec
 
 BREAKDOWN_TERMS = ("compute", "communication", "exposed_communication", "host_bound", "idle")
-WARMUP_MIN_ITERATIONS = 3  # with at least this many iterations, the first one is warm-up
+WARMUP_MIN_ITERATIONS = 2  # with at least this many iterations, the first one is warm-up
 
 
 def build_report(result) -> dict[str, Any]:
@@ -119,18 +121,21 @@ def prog_hardware(programs: list[RankProgram]) -> str:
 
 
 def steady_indices(n: int) -> np.ndarray:
-    """Iteration indices that count as steady state: all but the first when there are at least three."""
+    """Iteration indices that count as steady state: all but the first when there are at least two."""
     return np.arange(1 if n >= WARMUP_MIN_ITERATIONS else 0, n)
 
 
 def iteration_spans(prog: RankProgram, tl: RankTimeline) -> np.ndarray:
     """(start, end) in simulated us of each iteration of a rank (module docstring)."""
-    marks = tl.host[prog.iteration_index] if len(prog.iteration_index) else np.array([0.0])
+    marks = tl.host_of(prog.iteration_index) if len(prog.iteration_index) else np.array([0.0])
     if prog.end_marker is not None:
-        last = float(tl.host[prog.end_marker])
+        ends = np.append(marks[1:], float(tl.host_of(np.array([prog.end_marker]))[0]))
+    elif len(marks) >= 2:
+        # No closing marker: what follows the last marker is not known to be a whole iteration (it runs into
+        # whatever the script does after training), so it is left out.
+        marks, ends = marks[:-1], marks[1:]
     else:
-        last = tl.end_time
-    ends = np.append(marks[1:], last)
+        ends = np.array([tl.end_time])
     return np.column_stack([marks, ends])
 
 

@@ -73,7 +73,8 @@ def simulate_traces(trace_paths: list[Path], hardware: str, nodes: int = 1, repo
                     estimator: KernelEstimator | str | None = None, extra: dict[str, Any] | None = None,
                     console=None) -> dict[str, Any]:
     """Read the trace files, simulate, print the summary table, write the report (atomically) and the timeline.
-    Returns the report dict (fields: :func:`emulate.report.build_report`); ``extra`` fields are merged into it."""
+    Returns the report dict (fields: :func:`emulate.report.build_report`); ``extra`` fields the report does not
+    already have are added to it."""
     from emulate.report import build_report, print_summary, write_report
     from emulate.timeline import write_timeline
 
@@ -83,7 +84,8 @@ def simulate_traces(trace_paths: list[Path], hardware: str, nodes: int = 1, repo
                       estimator=estimator, sources=[str(p) for p in paths])
     report = build_report(result)
     report["traces"] = [str(p) for p in paths]
-    report.update(extra or {})
+    for key, value in (extra or {}).items():  # the caller's fields (capture facts) never replace simulated ones
+        report.setdefault(key, value)
     print_summary(report, console=console)
     if report_path is not None:
         write_report(report, Path(report_path))

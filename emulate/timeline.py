@@ -46,9 +46,10 @@ def timeline_events(result) -> Iterator[dict[str, Any]]:
             if code in _SYNC_NAMES and code != MEMCPY_BLOCKING and tl.end[i] > tl.start[i]:
                 yield {"ph": "X", "name": _SYNC_NAMES[code], "cat": "sync", "pid": pid, "tid": HOST_TID,
                        "ts": float(tl.start[i]), "dur": float(tl.end[i] - tl.start[i])}
-            elif code == MEMCPY_BLOCKING and tl.end[i] > tl.host[i]:
+            elif code == MEMCPY_BLOCKING and tl.end[i] > tl.host_recorded[i]:
+                issued = tl.host_recorded[i]
                 yield {"ph": "X", "name": _SYNC_NAMES[code], "cat": "sync", "pid": pid, "tid": HOST_TID,
-                       "ts": float(tl.host[i]), "dur": float(tl.end[i] - tl.host[i])}
+                       "ts": float(issued), "dur": float(tl.end[i] - issued)}
 
 
 def _device_slices(prog: RankProgram, tl, measured) -> Iterator[dict[str, Any]]:

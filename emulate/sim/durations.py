@@ -47,16 +47,19 @@ class Durations:
     fallback_kernels: int = 0
     fallback_reasons: Counter = field(default_factory=Counter)
     estimator_label: str | None = None
-    spec_rows: pd.DataFrame | None = None            # rows sent to the estimator (+ rank, position, predicted_us)
+    spec_rows: pd.DataFrame | None = None            # the distinct rows sent to the estimator, with predictions
 
 
 def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, mode: str,
                      estimator: KernelEstimator | None, ranks_per_node: int) -> Durations:
+    """Durations of every rank's device ops (module docstring). Identical spec rows (the same GEMM in every
+    layer and iteration) are predicted once: the estimator sees each distinct row one time, in one call."""
     if mode not in ("measured", "predicted"):
         raise ValueError(f"durations '{mode}': expected 'measured' or 'predicted'")
     out = Durations(us=[], measured=[])
-    rows: list[dict[str, Any]] = []
-    row_at: list[tuple[int, int]] = []
+    rows: list[dict[str, Any]] = []               # distinct rows
+    row_index: dict[Any, int] = {}                # row key -> position in rows
+    uses: list[tuple[int, int, int]] = []         # (rank, event position, row)
     no_spec: list[tuple[int, int, float | None]] = []
     for r, prog in enumerate(programs):
         us = np.zeros(prog.n_events, dtype=np.float64)
@@ -79,11 +82,20 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
             k = kinds[i]
             if k == KERNEL or k == COLLECTIVE:
                 spec = ev.get("spec") if k == KERNEL else _collective_spec(ev, ranks_per_node)
-                if spec:
-                    rows.append(_row(spec, target.id, prog.source, i))
-                    row_at.append((r, i))
-                else:
+                if not spec:
                     no_spec.append((r, i, ev.get("duration_us")))
+                    continue
+                try:
+                    key = tuple(spec.items())
+                    j = row_index.get(key)
+                except (TypeError, AttributeError):  # unhashable values: predicted on its own
+                    key, j = None, None
+                if j is None:
+                    j = len(rows)
+                    rows.append(_row(spec, target.id, prog.source, i))
+                    if key is not None:
+                        row_index[key] = j
+                uses.append((r, i, j))
             else:
                 us[i] = copy_duration_us(ev, k, target, prog.source, i)
         out.us.append(us)
@@ -92,27 +104,25 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
     if rows:
         if estimator is None:
             raise ValueError("durations 'predicted' need an estimator (estimator.load(...))")
-        frame = pd.DataFrame.from_records(rows)
-        predicted = estimator.predict_frame(frame)
+        predicted = estimator.predict_frame(pd.DataFrame.from_records(rows))
         values = predicted["predicted_us"].to_numpy(dtype=np.float64)
         labels = predicted["estimator"].astype(str).to_numpy()
-        bad = ~np.isfinite(values)
-        if bad.any():
-            j = int(np.flatnonzero(bad)[0])
-            r, i = row_at[j]
+        bad = np.flatnonzero(~np.isfinite(values))
+        if len(bad):
+            r, i = next((r, i) for r, i, j in uses if j == bad[0])
             raise ValueError(f"{programs[r].source}: events[{i}].spec: the estimator returned "
-                             f"{values[j]} for {rows[j]}")
+                             f"{values[bad[0]]} for {rows[bad[0]]}")
         analytical = np.char.startswith(labels.astype(str), "roofline")
-        for (r, i), v in zip(row_at, values.tolist()):
-            out.us[r][i] = max(v, 0.0)
-        is_kernel = np.array([programs[r].kind[i] == KERNEL for r, i in row_at], dtype=bool)
-        analytical_kernels = int((analytical & is_kernel).sum())
-        out.fallback_kernels += analytical_kernels
-        if analytical_kernels:
-            out.fallback_reasons["no_learned_model"] += analytical_kernels
+        values = np.maximum(values, 0.0)
+        n_analytical = 0
+        for r, i, j in uses:
+            out.us[r][i] = values[j]
+            if analytical[j] and programs[r].kind[i] == KERNEL:
+                n_analytical += 1
+        out.fallback_kernels += n_analytical
+        if n_analytical:
+            out.fallback_reasons["no_learned_model"] += n_analytical
         out.estimator_label = ", ".join(sorted(set(labels.tolist())))
-        predicted["rank_index"] = [r for r, _ in row_at]
-        predicted["position"] = [i for _, i in row_at]
         out.spec_rows = predicted
 
     scale_cache: dict[str, float] = {}

@@ -25,7 +25,9 @@ ranks waiting on each other is a real deadlock of the traced program, reported a
 """
 from __future__ import annotations
 
+import functools
 from collections import defaultdict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,16 +61,29 @@ class CollectiveGroup:
 class RankTimeline:
     """Simulated times (us since the rank's trace began) of every event of one rank.
 
-    ``host[i]``: when the host issued event i. Device events: ``start``/``end`` on their stream. Synchronising
-    events: ``start`` = when the host began to wait, ``end`` = when it resumed. Collectives matched across ranks
-    also have ``arrival`` (their stream reached them; they started when the last member did).
+    ``host[i]``: when the host issued event i (derived on first use). Device events: ``start``/``end`` on their
+    stream. Synchronising events: ``start`` = when the host began to wait, ``end`` = when it resumed. Collectives
+    matched across ranks also have ``arrival`` (their stream reached them; they started when the last member did).
     """
 
-    host: np.ndarray
     start: np.ndarray
     end: np.ndarray
     arrival: dict[int, float]
     end_time: float
+    derive_host: Callable[[], np.ndarray] = field(repr=False)
+
+    host_recorded: dict[int, float] = field(default_factory=dict, repr=False)  # host times the loop stored (us)
+
+    @functools.cached_property
+    def host(self) -> np.ndarray:
+        return self.derive_host()
+
+    def host_of(self, positions: np.ndarray) -> np.ndarray:
+        """Host times of some events; cheap for events other than plain device ops (iteration markers, syncs)."""
+        recorded = self.host_recorded
+        if all(int(i) in recorded for i in positions):
+            return np.array([recorded[int(i)] for i in positions], dtype=np.float64)
+        return self.host[positions]
 
 
 def collate(programs: list[RankProgram], durations: Durations) -> tuple[list[list[int]], list[CollectiveGroup]]:
@@ -146,11 +161,12 @@ class _RankState:
         self.stream = prog.stream
         self.handle = prog.handle
         self.stall = prog.stall_ns
-        self.dur = (dur * 1e3).tolist()  # the loop counts nanoseconds, as the trace's gaps do
+        self.dur_array = dur * 1e3       # the loop counts nanoseconds, as the trace's gaps do
+        self.dur = self.dur_array.tolist()
         self.group_of = group_of
         self.latency = latency_us * 1e3
-        self.host = [0.0] * n
-        self.start = [0.0] * n
+        self.host: dict[int, float] = {}   # only events other than plain device ops (see _timeline)
+        self.start: dict[int, float] = {}  # likewise
         self.end = [0.0] * n
         self.tail = [0.0] * max(1, len(prog.stream_ids))
         self.event_time = [0.0] * (max(prog.handle, default=-1) + 1)
@@ -181,14 +197,7 @@ def run(programs: list[RankProgram], durations: Durations, group_of: list[list[i
     stuck = [s for s in states if s.i < s.n]
     if stuck:
         raise SimulationDeadlock("; ".join(_describe_stuck(s, groups) for s in stuck))
-    out = []
-    for st in states:
-        host, start, end = (np.asarray(x, dtype=np.float64) * 1e-3 for x in (st.host, st.start, st.end))
-        device_end = float(end[st.prog.device_index].max()) if len(st.prog.device_index) else 0.0
-        out.append(RankTimeline(host=host, start=start, end=end,
-                                arrival={i: a * 1e-3 for i, a in st.arrival.items()},
-                                end_time=max(st.h * 1e-3, device_end)))
-    return out
+    return [_timeline(st) for st in states]
 
 
 def _advance(st: _RankState, states: list[_RankState], groups: list[CollectiveGroup], woken: list[int]) -> None:
@@ -202,8 +211,7 @@ def _advance(st: _RankState, states: list[_RankState], groups: list[CollectiveGr
     for i in range(st.i, st.n):
         k = kind[i]
         t = h + gap[i]
-        host[i] = t
-        if k < MEMCPY_BLOCKING:  # kernel, memcpy, memset
+        if k < MEMCPY_BLOCKING:  # kernel, memcpy, memset: the bulk of every trace, kept to the bare minimum
             s = stream[i]
             q = tail[s]
             if q < 0.0:
@@ -211,12 +219,11 @@ def _advance(st: _RankState, states: list[_RankState], groups: list[CollectiveGr
             b = t + lat
             if q > b:
                 b = q
-            b += stall[i]
-            start[i] = b
-            q = b + dur[i]
-            end[i] = q
+            q = b + stall[i] + dur[i]
+            end[i] = q             # start and host time are derived afterwards (_fill_derived_times)
             tail[s] = q
         elif k > COLLECTIVE + 2:  # host-side kinds (record, wait, syncs, iteration)
+            host[i] = t
             if k == EVENT_RECORD:
                 q = tail[stream[i]]
                 if q < 0.0:
@@ -254,6 +261,7 @@ def _advance(st: _RankState, states: list[_RankState], groups: list[CollectiveGr
                 end[i] = t
             # ITERATION: only its host time matters
         elif k == MEMCPY_BLOCKING:
+            host[i] = t
             s = stream[i]
             q = tail[s]
             if q < 0.0:
@@ -269,6 +277,7 @@ def _advance(st: _RankState, states: list[_RankState], groups: list[CollectiveGr
             if q > t:
                 t = q
         elif k == COLLECTIVE:
+            host[i] = t
             s = stream[i]
             q = tail[s]
             if q < 0.0:
@@ -287,12 +296,51 @@ def _advance(st: _RankState, states: list[_RankState], groups: list[CollectiveGr
                 st.arrival[i] = b
                 tail[s] = PENDING
                 _arrive(groups[g], b, states, woken)
-        # else MALLOC / FREE: settled before simulation (RankProgram.peak_memory_bytes)
+        else:  # MALLOC / FREE: memory is settled before simulation (RankProgram.peak_memory_bytes)
+            host[i] = t
         h = t
     else:
         i = st.n
     st.h = h
     st.i = i
+
+
+def _timeline(st: _RankState) -> RankTimeline:
+    """The rank's times in us. The hot loop stores only the end of plain device ops: their start is end -
+    duration, and the host issued op i at the resume time of the last other event before it plus the gaps since
+    (the host waits only at those other events); host times are derived only when asked for."""
+    kind = st.prog.kind_array
+    end = np.asarray(st.end, dtype=np.float64)
+    start = end - st.dur_array
+    for i, b in st.start.items():
+        start[i] = b
+    device = st.prog.device_index
+    device_end = float(end[device].max()) * 1e-3 if len(device) else 0.0
+    host_at, gap = dict(st.host), st.gap
+
+    def derive_host() -> np.ndarray:
+        host = np.zeros(len(kind))
+        anchors = np.fromiter(host_at.keys(), dtype=np.int64, count=len(host_at))
+        order = np.argsort(anchors)
+        anchors = anchors[order]
+        host[anchors] = np.fromiter(host_at.values(), dtype=np.float64, count=len(host_at))[order]
+        plain = np.flatnonzero(kind < MEMCPY_BLOCKING)
+        cumulative = np.cumsum(np.asarray(gap, dtype=np.float64))
+        if len(anchors):
+            akind = kind[anchors]
+            resume = host[anchors]
+            resume = np.where(np.isin(akind, (EVENT_SYNC, STREAM_SYNC, DEVICE_SYNC)), end[anchors], resume)
+            resume = np.where(akind == MEMCPY_BLOCKING, np.maximum(host[anchors], end[anchors]), resume)
+            last = np.maximum(np.searchsorted(anchors, plain) - 1, 0)
+            before = anchors[last] < plain
+            host[plain] = np.where(before, resume[last] - cumulative[anchors[last]], 0.0) + cumulative[plain]
+        else:
+            host[plain] = cumulative[plain]
+        return host * 1e-3
+
+    return RankTimeline(start=start * 1e-3, end=end * 1e-3, arrival={i: a * 1e-3 for i, a in st.arrival.items()},
+                        end_time=max(st.h * 1e-3, device_end), derive_host=derive_host,
+                        host_recorded={i: t * 1e-3 for i, t in host_at.items()})
 
 
 def _arrive(grp: CollectiveGroup, when: float, states: list[_RankState], woken: list[int]) -> None:

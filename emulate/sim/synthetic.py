@@ -77,11 +77,12 @@ class TraceBuilder:
                 "hardware": self.hardware, "meta": dict(self.meta), "events": list(self.events)}
 
 
-def training_like_traces(n_events: int, ranks: int = 1, seed: int = 0) -> list[dict[str, Any]]:
+def training_like_traces(n_events: int, ranks: int = 1, seed: int = 0, specs: bool = False) -> list[dict[str, Any]]:
     """Traces shaped like a data-parallel training loop, about ``n_events`` events per rank, every device op with
     a measured duration: per iteration a stream of compute kernels with host gaps, a cross-stream event
     dependency, a gradient all-reduce per bucket on a communication stream, allocator traffic, and a stream sync
-    at the end of the step (the loss read)."""
+    at the end of the step (the loss read). ``specs``: compute kernels also carry GEMM specs (24 distinct shapes,
+    as the layers of a model repeat them) for predicted durations."""
     rng = random.Random(seed)
     per_iteration = 1000
     iterations = max(1, n_events // per_iteration)
@@ -98,7 +99,9 @@ def training_like_traces(n_events: int, ranks: int = 1, seed: int = 0) -> list[d
                 elif j % 100 == 99:
                     b.free(ptr=it * 1000 + j - 49)
                 else:
-                    b.kernel(stream=1, duration_us=rank_rng.uniform(2.0, 40.0), gap_us=rank_rng.uniform(3.0, 9.0))
+                    spec = _gemm_spec(j % 24) if specs else None
+                    b.kernel(stream=1, duration_us=rank_rng.uniform(2.0, 40.0), gap_us=rank_rng.uniform(3.0, 9.0),
+                             spec=spec)
             for _ in range(3):
                 b.record(event=1, stream=1)
                 b.wait(stream=2, event=1)
@@ -111,3 +114,8 @@ def training_like_traces(n_events: int, ranks: int = 1, seed: int = 0) -> list[d
         b.iteration(iterations, end=True)
         docs.append(b.doc())
     return docs
+
+
+def _gemm_spec(i: int) -> dict[str, Any]:
+    return {"family": "gemm", "dtype": "bf16", "m": 1024 * (1 + i % 4), "n": 1024 * (1 + i // 4 % 3),
+            "k": 2048 * (1 + i // 12), "batch": 1}

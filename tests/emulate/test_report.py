@@ -67,8 +67,9 @@ def test_mfu_is_null_without_model_flops(ddp_report):
     assert ddp_report["mfu"] is None
 
 
-def test_steady_state_drops_the_first_of_three_or_more():
-    assert steady_indices(2).tolist() == [0, 1]
+def test_steady_state_drops_the_first_of_two_or_more():
+    assert steady_indices(1).tolist() == [0]
+    assert steady_indices(2).tolist() == [1]
     assert steady_indices(3).tolist() == [1, 2]
 
 

@@ -223,17 +223,19 @@ GEMM = {"family": "gemm", "dtype": "bf16", "m": 100, "n": 100, "k": 1000, "batch
 
 def test_predictions_come_from_one_batched_estimator_call():
     est = CountingEstimator()
+    wide = dict(GEMM, n=200)                     # -> 20 us
     ranks = []
     for rank in range(2):
         b = builder(rank, world_size=2)
         for _ in range(5):
             b.kernel(stream=1, spec=GEMM)
+            b.kernel(stream=1, spec=wide)
         b.kernel(stream=1)                       # no spec: launch floor, counted
         b.device_sync()
         ranks.append(b)
     report = run(*ranks, durations="predicted", estimator=est)
-    assert est.calls == 1 and est.rows == 10
-    assert report["iteration_time_ms"] == pytest.approx((5 * 10.0 + 2.0) / 1e3)
+    assert est.calls == 1 and est.rows == 2      # 20 kernels, 2 distinct rows, one call
+    assert report["iteration_time_ms"] == pytest.approx((5 * 30.0 + 2.0) / 1e3)
     assert report["fallback_kernels"] == 2
     assert report["fallback_reasons"] == {"no_spec_launch_floor": 2}
 
