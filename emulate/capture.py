@@ -11,6 +11,8 @@ Started by ``python -m emulate run`` as ``python -m emulate.capture SCRIPT [ARGS
   shim as the capture layer's own (``stepcast_pause``/``resume``), so host gaps stay close to the script's own;
 - marks iteration boundaries: ``torch.profiler`` steps, optimizer steps (a global step post-hook) and top-level
   backward passes are all marked, with their source; the collator keeps the best source present;
+- deduplicates ranks: at the second profiler/optimizer mark, ranks whose device work in the iteration just ended
+  hashes the same as a lower rank's stop (``STEPCAST_DEDUP=0`` disables); the collator rebuilds their traces;
 - turns cuDNN off (``torch.backends.cudnn.enabled = False`` and the cuDNN SDPA backend): cuDNN's graph API is not
   emulated, so convolutions and batch norm run torch's native CUDA kernels and attention the flash / memory-efficient
   kernels, which are captured like any other launch (on a real sm90+ GPU torch may choose cuDNN for these);
@@ -28,12 +30,14 @@ import runpy
 import sys
 import threading
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 SOURCE_PROFILER, SOURCE_OPTIMIZER, SOURCE_BACKWARD = 1, 2, 3
+SOURCES_BY_ID = {SOURCE_PROFILER: "profiler", SOURCE_OPTIMIZER: "optimizer", SOURCE_BACKWARD: "backward"}
 _SCALARS = (bool, int, float, str, type(None))
 
 
@@ -47,6 +51,8 @@ def _shim() -> ctypes.CDLL:
     lib.stepcast_op_exit.restype = None
     lib.stepcast_mark.argtypes = [ctypes.c_int, ctypes.c_int]
     lib.stepcast_mark.restype = None
+    lib.stepcast_dedup.argtypes = [ctypes.c_int]
+    lib.stepcast_dedup.restype = ctypes.c_int
     lib.stepcast_needs_untrack.restype = ctypes.c_int
     lib.stepcast_untrack.argtypes = [ctypes.c_ulonglong, ctypes.c_ulonglong]
     lib.stepcast_untrack.restype = None
@@ -147,12 +153,24 @@ class OpRecorder(TorchDispatchMode):
                 for func, shapes, dtypes, values, kw in self.table]
 
 
-def _install_iteration_marks(shim: ctypes.CDLL) -> None:
+DEDUP_MARK = 2  # ranks compare the device work of the iteration that ends at this mark (the first full one)
+
+
+def _install_iteration_marks(shim: ctypes.CDLL, on_duplicate: Callable[[int, int, int], None] | None) -> None:
+    """Mark iteration ends; at the DEDUP_MARK-th profiler or optimizer mark, ask the shim whether this rank is a
+    duplicate of a lower rank (``on_duplicate(representative, source, mark)`` then stops it)."""
     counts = {SOURCE_PROFILER: 0, SOURCE_OPTIMIZER: 0, SOURCE_BACKWARD: 0}
+    dedup_done = on_duplicate is None
 
     def mark(source: int) -> None:
+        nonlocal dedup_done
         counts[source] += 1
         shim.stepcast_mark(source, counts[source])
+        if not dedup_done and source != SOURCE_BACKWARD and counts[source] == DEDUP_MARK:
+            dedup_done = True
+            rep = shim.stepcast_dedup(source)
+            if 0 <= rep != int(os.environ.get("RANK", "0")):
+                on_duplicate(rep, source, counts[source])
 
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -225,13 +243,35 @@ def main(argv: list[str]) -> int:
     shim = _shim()
     torch.backends.cudnn.enabled = False
     torch.backends.cuda.enable_cudnn_sdp(False)  # SDPA would pick cuDNN attention on sm90+; flash/efficient instead
-    _install_iteration_marks(shim)
-    _skip_value_checks()
-    sys.argv = [str(script), *argv[1:]]
-    sys.path[0] = str(script.parent)
     native = os.environ.get("STEPCAST_OPCTX")
     recorder = NativeOpContext(native) if native else OpRecorder(shim)
     status: dict[str, Any] = {"exit": "ok"}
+
+    def write_sidecar(extra: dict[str, Any] | None = None) -> None:
+        shim.stepcast_flush()
+        sidecar = {"ops": recorder.dump(), "memory": _memory_stats(shim), "status": status,
+                   "op_context": "record_function" if native else "dispatch_mode",
+                   "torch": torch.__version__, "script": str(script), "argv": sys.argv[1:], **(extra or {})}
+        log = Path(os.environ["STEPCAST_LOG"])
+        tmp = log.with_name(log.name + ".ops.json.tmp")
+        tmp.write_text(json.dumps(sidecar))
+        os.replace(tmp, log.with_name(log.name + ".ops.json"))
+
+    def stop_as_duplicate(representative: int, source: int, mark: int) -> None:
+        """This rank's iteration matched a lower rank's: record where it stopped and leave at once (no
+        finalisers: the representative carries on with the collectives, the collator rebuilds this trace)."""
+        nonlocal status
+        status = {"exit": "deduplicated", "representative": representative}
+        write_sidecar({"dedup": {"representative": representative, "source": SOURCES_BY_ID[source],
+                                 "mark": mark}})
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+    _install_iteration_marks(shim, stop_as_duplicate if os.environ.get("STEPCAST_DEDUP", "1") == "1" else None)
+    _skip_value_checks()
+    sys.argv = [str(script), *argv[1:]]
+    sys.path[0] = str(script.parent)
     try:
         with recorder:
             runpy.run_path(str(script), run_name="__main__")
@@ -243,14 +283,7 @@ def main(argv: list[str]) -> int:
                   "message": str(exc).splitlines()[0][:500] if str(exc) else ""}
         raise
     finally:
-        shim.stepcast_flush()
-        sidecar = {"ops": recorder.dump(), "memory": _memory_stats(shim), "status": status,
-                   "op_context": "record_function" if native else "dispatch_mode",
-                   "torch": torch.__version__, "script": str(script), "argv": sys.argv[1:]}
-        log = Path(os.environ["STEPCAST_LOG"])
-        tmp = log.with_name(log.name + ".ops.json.tmp")
-        tmp.write_text(json.dumps(sidecar))
-        os.replace(tmp, log.with_name(log.name + ".ops.json"))
+        write_sidecar()
     return 0
 
 

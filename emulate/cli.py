@@ -38,6 +38,8 @@ def add_run_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--gzip", action="store_true", help="write the traces gzip-compressed (.trace.json.gz)")
     p.add_argument("--capture-only", action="store_true", help="write the traces and the capture report; skip "
                    "the simulation")
+    p.add_argument("--no-dedup", action="store_true", help="run every rank to the end, even ranks identical to a "
+                   "lower one")
     p.add_argument("--python-op-context", action="store_true", help="record op context with a Python "
                    "TorchDispatchMode instead of the compiled RecordFunction hook")
     p.add_argument("script", type=Path, help="the training script")
@@ -78,7 +80,7 @@ def run_command(ns: argparse.Namespace) -> int:
         stale.unlink()
     started = time.perf_counter()
     ranks = launch(ns.script.resolve(), script_args, shim=shim, spec=spec, nproc=ns.nproc, nodes=ns.nodes,
-                   trace_dir=trace_dir, distributed=world > 1, opctx=opctx)
+                   trace_dir=trace_dir, distributed=world > 1, opctx=opctx, dedup=not ns.no_dedup)
     try:
         codes = wait(ranks)
     finally:

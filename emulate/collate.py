@@ -5,8 +5,27 @@ import platform
 from pathlib import Path
 from typing import Any
 
+import copy
+
 from emulate.shimlog import comm_sizes, peak_device_bytes, rank_events, read_rank_log
 from emulate.trace import write_trace
+
+
+def splice_duplicate(own: list[dict[str, Any]], representative: list[dict[str, Any]], mark: int) -> list[dict[str, Any]]:
+    """A rank stopped by dedup at iteration mark ``mark``: its own events up to that mark, then the
+    representative's events after the same mark (its device work was identical), on the rank's own clock."""
+    def cut(events: list[dict[str, Any]]) -> int:
+        return next(i for i, e in enumerate(events) if e["kind"] == "iteration" and e["step"] == mark)
+
+    mine, theirs = cut(own), cut(representative)
+    shift = own[mine]["t_ns"] - representative[theirs]["t_ns"]
+    tail = copy.deepcopy(representative[theirs + 1:])
+    for ev in tail:
+        ev["t_ns"] += shift
+    events = own[:mine + 1] + tail
+    for seq, ev in enumerate(events):
+        ev["seq"] = seq
+    return events
 
 
 def collate(log_paths: list[Path], *, hardware: str, world_size: int, ranks_per_node: int, trace_dir: Path,
@@ -16,14 +35,25 @@ def collate(log_paths: list[Path], *, hardware: str, world_size: int, ranks_per_
     sizes = comm_sizes(logs)
     per_rank: list[dict[str, Any]] = []
     traces: list[str] = []
+    all_events = [rank_events(log, comm_sizes=sizes, ranks_per_node=ranks_per_node) for log in logs]
+    deduplicated: dict[int, int] = {}
     for rank, log in enumerate(logs):
-        events = rank_events(log, comm_sizes=sizes, ranks_per_node=ranks_per_node)
+        dedup = log.sidecar.get("dedup")
+        if dedup is not None:
+            rep = dedup["representative"]
+            all_events[rank] = splice_duplicate(all_events[rank], all_events[rep], dedup["mark"])
+            deduplicated[rank] = rep
+    for rank, log in enumerate(logs):
+        events = all_events[rank]
         memory = log.sidecar.get("memory", {})
+        if rank in deduplicated:  # its run ended early: the representative's whole-run figures stand for it
+            memory = logs[deduplicated[rank]].sidecar.get("memory", memory)
         meta = {"script": log.sidecar.get("script"), "argv": log.sidecar.get("argv"),
                 "torch": log.sidecar.get("torch"), "capture_host": platform.node(),
                 "capture_cpu": platform.processor() or platform.machine(), "status": log.sidecar.get("status"),
                 "generic_entry_points": sorted(set(log.unhandled)), "cudnn": "disabled (not emulated)",
                 "op_context": log.sidecar.get("op_context"),
+                "deduplicated_from": deduplicated.get(rank),
                 "memory": memory}
         path = trace_dir / f"rank{rank}.trace.json{'.gz' if gzip else ''}"
         write_trace(path, rank=rank, world_size=world_size, hardware=hardware, events=events, meta=meta)
@@ -48,5 +78,7 @@ def collate(log_paths: list[Path], *, hardware: str, world_size: int, ranks_per_
         "peak_memory_bytes": max((r["peak_memory_bytes"] or 0) for r in per_rank) if per_rank else 0,
         "ranks": per_rank,
         "traces": traces,
+        "deduplicated_ranks": {str(r): rep for r, rep in deduplicated.items()},
+        "processes_run_to_completion": world_size - len(deduplicated),
         "trace": traces[0] if traces else None,
     }

@@ -78,7 +78,7 @@ def run_id(trace_dir: Path) -> str:
 
 
 def remove_shared_memory(trace_dir: Path) -> None:
-    for area in Path("/dev/shm").glob(f"stepcast-{run_id(trace_dir)}-*"):
+    for area in Path("/dev/shm").glob(f"stepcast-{run_id(trace_dir)}-*"):  # small collectives, dedup
         area.unlink(missing_ok=True)
 
 
@@ -96,7 +96,7 @@ class RankProcess:
 
 
 def launch(script: Path, script_args: list[str], *, shim: Path, spec: HardwareSpec, nproc: int, nodes: int,
-           trace_dir: Path, distributed: bool, opctx: Path | None = None) -> list[RankProcess]:
+           trace_dir: Path, distributed: bool, opctx: Path | None = None, dedup: bool = True) -> list[RankProcess]:
     """Start world_size = nproc * nodes ranks on this machine (each node's ranks see nproc virtual devices)."""
     world = nproc * nodes
     base = dict(os.environ)
@@ -110,6 +110,7 @@ def launch(script: Path, script_args: list[str], *, shim: Path, spec: HardwareSp
         "CUDA_MODULE_LOADING": "LAZY",
         "STEPCAST_RUN_ID": run_id(trace_dir),
         "STEPCAST_OPCTX": str(opctx) if opctx else "",
+        "STEPCAST_DEDUP": "1" if dedup else "0",
     })
     if "expandable_segments:True" in base.get("PYTORCH_CUDA_ALLOC_CONF", ""):
         base.pop("PYTORCH_CUDA_ALLOC_CONF")  # the driver's virtual-memory API is not emulated

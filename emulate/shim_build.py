@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 CSRC = Path(__file__).resolve().parent / "csrc"
-SOURCES = ("core.c", "runtime.c", "datapath.c", "driver.c", "cublas.c", "nccl.c", "cudnn.c")
+SOURCES = ("core.c", "runtime.c", "datapath.c", "dedup.c", "driver.c", "cublas.c", "nccl.c", "cudnn.c")
 SONAME = "libcuda.so.1"
 
 

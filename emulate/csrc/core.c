@@ -19,6 +19,12 @@ static FILE *log_file;
 static uint64_t t_origin, last_return;
 static volatile int64_t excluded_ns;   /* host time the capture layer declared as its own, not the script's */
 static __thread int cur_op = -1;
+/* Device work since the last iteration mark of each mark source (1 profiler, 2 optimizer, 3 backward), and that
+ * of the iteration the last mark of each source ended. */
+#define FNV0 0xcbf29ce484222325ull
+static uint64_t window_hash[4] = {FNV0, FNV0, FNV0, FNV0};
+static uint64_t iteration_hash[4];
+uint64_t sc_last_iteration_hash(int source) { return source >= 0 && source < 4 ? iteration_hash[source] : 0; }
 static __thread uint64_t pause_ts;
 static __thread int thread_no = -1;
 static int next_thread_no;
@@ -75,6 +81,8 @@ __attribute__((destructor)) static void sc_destructor(void) {
 
 int sc_logging(void) { sc_init(); return log_file != NULL; }
 
+
+
 void sc_emit(uint64_t t_enter, char kind, const char *fmt, ...) {
     if (!sc_logging()) return;
     if (thread_no < 0) thread_no = __atomic_fetch_add(&next_thread_no, 1, __ATOMIC_RELAXED);
@@ -82,13 +90,21 @@ void sc_emit(uint64_t t_enter, char kind, const char *fmt, ...) {
     int64_t excl = __atomic_exchange_n(&excluded_ns, 0, __ATOMIC_RELAXED);
     int64_t gap = (int64_t)(t_enter - last_return) - excl;
     if (t_enter < last_return || gap < 0) gap = 0;
-    fprintf(log_file, "%c\t%lu\t%ld\t%d\t%d\t", kind, (unsigned long)(t_enter - t_origin), (long)gap, thread_no,
-            cur_op);
+    char fields[512];
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(log_file, fmt, ap);
+    vsnprintf(fields, sizeof fields, fmt, ap);
     va_end(ap);
-    fputc('\n', log_file);
+    fprintf(log_file, "%c\t%lu\t%ld\t%d\t%d\t%s\n", kind, (unsigned long)(t_enter - t_origin), (long)gap,
+            thread_no, cur_op, fields);
+    /* the device work since the last iteration mark (kernels, library calls, collectives; not copies or syncs,
+     * which rank-0-only logging adds): what rank dedup (dedup.c) compares */
+    if (kind == 'K' || kind == 'G' || kind == 'N') {
+        /* op ids are left out: they are numbered in first-seen order, which rank-0-only logging shifts */
+        uint64_t h = (uint64_t)(unsigned char)kind * 0x100000001b3ull;
+        for (const char *p = fields; *p; p++) h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+        for (int s = 0; s < 4; s++) window_hash[s] = (window_hash[s] ^ h) * 0x100000001b3ull;
+    }
     last_return = sc_now_ns();
     pthread_mutex_unlock(&log_lock);
 }
@@ -140,6 +156,12 @@ SC_EXPORT void stepcast_set_op(int op) {
 }
 /* Iteration marks take no host time of their own: written without touching the gap accounting. */
 SC_EXPORT void stepcast_mark(int source, int step) {
+    pthread_mutex_lock(&log_lock);
+    if (source >= 0 && source < 4) {
+        iteration_hash[source] = window_hash[source];
+        window_hash[source] = FNV0;
+    }
+    pthread_mutex_unlock(&log_lock);
     sc_note("I\t%lu\t0\t%d\t%d\t%d\t%d\n", (unsigned long)(sc_now_ns() - t_origin), thread_no, cur_op, source, step);
 }
 SC_EXPORT void stepcast_flush(void) {

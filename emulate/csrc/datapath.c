@@ -99,7 +99,27 @@ SC_EXPORT void stepcast_untrack(unsigned long long ptr, unsigned long long bytes
 /* ---- small collectives through shared memory ---- */
 #define SLOT (1u << 20)
 #define MAX_RANKS 64
-typedef struct { volatile uint64_t posted[MAX_RANKS]; volatile uint64_t done[MAX_RANKS]; } shm_header;
+typedef struct {
+    volatile uint64_t posted[MAX_RANKS], done[MAX_RANKS];
+    volatile uint64_t stopped[MAX_RANKS];   /* members stopped by rank dedup: a live twin contributes for them */
+    volatile uint64_t program[MAX_RANKS];   /* each member's iteration hash at dedup time */
+} shm_header;
+
+/* Rank dedup: record this member's program hash; a stopped member also marks itself stopped. */
+void sc_shm_member_state(void *shm, int rank, uint64_t program, int stopped) {
+    shm_header *h = shm;
+    if (!shm || rank < 0 || rank >= MAX_RANKS) return;
+    h->program[rank] = program;
+    __atomic_store_n(&h->stopped[rank], (uint64_t)stopped, __ATOMIC_RELEASE);
+}
+
+/* The slot that speaks for member j: its own, a live twin's when it was stopped, or NULL (zeros). */
+static const char *source_slot(shm_header *h, const char *slots, int nranks, int j) {
+    if (!__atomic_load_n(&h->stopped[j], __ATOMIC_ACQUIRE)) return slots + (size_t)j * SLOT;
+    for (int k = 0; k < nranks; k++)
+        if (!h->stopped[k] && h->program[k] == h->program[j]) return slots + (size_t)k * SLOT;
+    return NULL;
+}
 
 void *sc_comm_shm(const char *comm_id, int nranks) {
     const char *run = getenv("STEPCAST_RUN_ID");
@@ -115,12 +135,13 @@ void *sc_comm_shm(const char *comm_id, int nranks) {
     return p == MAP_FAILED ? NULL : p;
 }
 
-static int wait_all(volatile uint64_t *flags, int nranks, uint64_t tag) {
+static int wait_all(volatile uint64_t *flags, volatile uint64_t *stopped, int nranks, uint64_t tag) {
     uint64_t start = sc_now_ns();
     struct timespec nap = {0, 20000};
     for (;;) {
         int ready = 1;
-        for (int j = 0; j < nranks && ready; j++) ready = __atomic_load_n(&flags[j], __ATOMIC_ACQUIRE) >= tag;
+        for (int j = 0; j < nranks && ready; j++)
+            ready = __atomic_load_n(&flags[j], __ATOMIC_ACQUIRE) >= tag || __atomic_load_n(&stopped[j], __ATOMIC_ACQUIRE);
         if (ready) return 0;
         if (sc_now_ns() - start > 120ull * 1000000000ull) return -1;
         nanosleep(&nap, NULL);
@@ -174,22 +195,26 @@ void sc_exchange(void *shm, int nranks, int rank, uint64_t seq, int kind, const 
     else memset(mine, 0, send_bytes);
     uint64_t tag = seq + 1;
     __atomic_store_n(&h->posted[rank], tag, __ATOMIC_RELEASE);
-    if (wait_all(h->posted, nranks, tag) != 0) { sc_unhandled("stepcast: small-collective exchange timed out"); return; }
+    if (wait_all(h->posted, h->stopped, nranks, tag) != 0) { sc_unhandled("stepcast: small-collective exchange timed out"); return; }
     int writes = 1;
-    size_t n = count;
+    static const char zeros[SLOT];
+    const char *src[MAX_RANKS];
+    for (int j = 0; j < nranks; j++) {
+        src[j] = source_slot(h, slot, nranks, j);
+        if (!src[j]) src[j] = zeros;
+    }
     switch (kind) {
     case 0: case 4:
-        for (int j = 0; j < nranks; j++) combine(recv, slot + (size_t)j * SLOT, n, dtype, redop, j == 0);
+        for (int j = 0; j < nranks; j++) combine(recv, src[j], count, dtype, redop, j == 0);
         writes = kind == 0 || rank == root;
         break;
-    case 1: memcpy(recv, slot + (size_t)root * SLOT, recv_bytes); break;
-    case 2: for (int j = 0; j < nranks; j++) memcpy((char *)recv + (size_t)j * count * elem, slot + (size_t)j * SLOT, count * elem); break;
+    case 1: memcpy(recv, src[root >= 0 && root < nranks ? root : 0], recv_bytes); break;
+    case 2: for (int j = 0; j < nranks; j++) memcpy((char *)recv + (size_t)j * count * elem, src[j], count * elem); break;
     case 3:
-        for (int j = 0; j < nranks; j++)
-            combine(recv, slot + (size_t)j * SLOT + (size_t)rank * count * elem, count, dtype, redop, j == 0);
+        for (int j = 0; j < nranks; j++) combine(recv, src[j] + (size_t)rank * count * elem, count, dtype, redop, j == 0);
         break;
     }
     if (writes && recv) sc_range_written(recv, recv_bytes);
     __atomic_store_n(&h->done[rank], tag, __ATOMIC_RELEASE);
-    wait_all(h->done, nranks, tag);
+    wait_all(h->done, h->stopped, nranks, tag);
 }

@@ -15,13 +15,24 @@
 #include <string.h>
 #include <unistd.h>
 
-typedef struct {
+typedef struct sc_comm {
     char id[40];
     int nranks, rank;      /* nranks -1: unknown here (a split); the collator counts the members' traces */
     uint64_t seq, splits;
     pthread_mutex_t lock;
     void *shm;             /* small-collective exchange area shared by the members (datapath.c), or NULL */
+    struct sc_comm *next;
 } sc_comm;
+
+static sc_comm *all_comms;
+static pthread_mutex_t comms_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Rank dedup: tell every communicator's members this rank's program hash (and whether it stops). */
+void sc_comms_publish(uint64_t program, int stopped) {
+    pthread_mutex_lock(&comms_lock);
+    for (sc_comm *c = all_comms; c; c = c->next) sc_shm_member_state(c->shm, c->rank, program, stopped);
+    pthread_mutex_unlock(&comms_lock);
+}
 
 static __thread int group_depth;
 static __thread int group_id;
@@ -40,6 +51,10 @@ static sc_comm *new_comm(uint64_t key, int nranks, int rank) {
     c->rank = rank;
     pthread_mutex_init(&c->lock, NULL);
     if (nranks > 1) c->shm = sc_comm_shm(c->id, nranks);
+    pthread_mutex_lock(&comms_lock);
+    c->next = all_comms;
+    all_comms = c;
+    pthread_mutex_unlock(&comms_lock);
     sc_note("X\t%s\t%d\t%d\n", c->id, nranks, rank);
     return c;
 }

@@ -74,6 +74,11 @@ void sc_log_kernel(uint64_t t_enter, const void *func, unsigned gx, unsigned gy,
 
 int sc_device_attribute(int attr, int device, int *value);
 
+uint64_t sc_last_iteration_hash(int source);
+/* Rank dedup (dedup.c): mark this rank's slot in every communicator's exchange area as stopped. */
+void sc_comms_publish(uint64_t program, int stopped);
+void sc_shm_member_state(void *shm, int rank, uint64_t program, int stopped);
+
 /* Small data paths (datapath.c). */
 size_t sc_real_limit(void);
 void sc_op_instance_begin(void);

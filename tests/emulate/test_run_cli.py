@@ -133,6 +133,37 @@ def test_op_context_from_either_hook(tmp_path, python_op_context):
     assert mm[0]["spec"] == {"family": "gemm", "dtype": "fp32", "m": 32, "n": 8, "k": 16, "batch": 1}
 
 
+@pytest.mark.slow
+def test_identical_ranks_are_deduplicated_and_their_traces_rebuilt(tmp_path):
+    script = write_script(tmp_path, """
+        import os, torch, torch.distributed as dist
+        local = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local)
+        dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+        model = torch.nn.Linear(8, 8).cuda()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(4):
+            model(torch.randn(4, 8, device="cuda")).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            t = torch.tensor([float(dist.get_rank() + 1)], device="cuda")
+            dist.all_reduce(t)                        # small: exchanged for real between live ranks
+            print("rank", dist.get_rank(), "step", step, "sum", t.item(), flush=True)
+        dist.destroy_process_group()
+        """)
+    proc, report = emulate_run(tmp_path, script, nproc=3)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "rank 0 step 0 sum 6.0" in proc.stdout  # 1 + 2 + 3 before dedup
+    # ranks 1 and 2 did the same device work as rank 0 in the first full iteration: they stopped after it
+    assert report["deduplicated_ranks"] == {"1": 0, "2": 0} and report["processes_run_to_completion"] == 1
+    assert "rank 1 step 3" not in proc.stdout and "rank 0 step 3" in proc.stdout
+    traces = [read_trace(t) for t in report["traces"]]
+    colls = [[(e["comm_seq"], e["op"], e["bytes"]) for e in t["events"] if e["kind"] == "collective"] for t in traces]
+    assert colls[0] == colls[1] == colls[2] and len(colls[0]) >= 4
+    assert [e["step"] for e in traces[2]["events"] if e["kind"] == "iteration"] == [0, 1, 2, 3, 4]
+    assert traces[1]["meta"]["deduplicated_from"] == 0
+
+
 def test_unknown_hardware_is_one_line_naming_the_catalog(tmp_path):
     script = write_script(tmp_path, "print('never runs')\n")
     proc = subprocess.run([sys.executable, "-m", "emulate", "run", "--hardware", "h900", "--", str(script)],
