@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profiling.families import dtype_bytes
-
 try:  # optional: the classifier turns op context into estimator rows
     from profiling.classify import classify_kernel_name, classify_op
 except ImportError:  # pragma: no cover - the classifier ships with the repo
@@ -273,4 +271,4 @@ def peak_device_bytes(events: list[dict[str, Any]]) -> int:
 
 
 __all__ = ["RankLog", "ShimLogError", "read_rank_log", "rank_events", "comm_sizes", "demangle", "gemm_spec",
-           "collective_bytes", "peak_device_bytes", "dtype_bytes"]
+           "collective_bytes", "peak_device_bytes"]
