@@ -60,7 +60,7 @@ def simulate(traces: list[dict[str, Any]], hardware: str | None, nodes: int = 1,
     spec = lookup(hardware) if hardware is not None else None
     sources = sources or [f"<trace {i}>" for i in range(len(traces))]
     programs = sorted((build_program(doc, src) for doc, src in zip(traces, sources)), key=lambda p: p.rank)
-    rpn = ranks_per_node_for(programs[0].world_size, nodes)
+    rpn = ranks_per_node_for(programs[0].world_size, nodes, spec)
     times = assign_durations(programs, spec, durations, _LazyEstimator(estimator), rpn)
     group_of, groups = collate(programs, times)
     latency = [float(p.meta.get("launch_latency_us", DEFAULT_LAUNCH_LATENCY_US)) for p in programs]

@@ -8,6 +8,7 @@ Order of preference for each op (``mode`` is "measured" or "predicted"):
    estimator answers with its analytical fallback (label ``roofline@...``) are counted as fallbacks.
 3. kernels without a spec: the measured duration scaled by the ratio of memory bandwidths (source -> target
    hardware; most unclassified kernels are memory bound) when one was recorded, else a launch floor. Counted.
+   Collectives without op/bytes keep their recorded duration.
 4. memcpy / memset: bandwidth model from the catalog: host<->device over PCIe, device copies read and write HBM.
 """
 from __future__ import annotations
@@ -128,6 +129,9 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
     scale_cache: dict[str, float] = {}
     for r, i, recorded in no_spec:
         prog = programs[r]
+        if recorded is not None and prog.kind[i] == COLLECTIVE:
+            out.us[r][i] = recorded  # a collective nothing describes: its recorded time (network, not HBM)
+            continue
         if recorded is not None:
             if prog.hardware not in scale_cache:
                 scale_cache[prog.hardware] = _bandwidth_ratio(prog.hardware, target)
@@ -165,10 +169,13 @@ def copy_duration_us(ev: dict[str, Any], code: int, hw: HardwareSpec, source: st
     return COPY_LATENCY_US + nbytes / bandwidth * 1e6
 
 
-def ranks_per_node_for(world_size: int, nodes: int) -> int:
+def ranks_per_node_for(world_size: int, nodes: int, hardware: HardwareSpec | None = None) -> int:
+    """Ranks on one node: the job spread evenly over ``nodes``, but never more than a node of the target holds
+    (``gpus_per_node`` in the catalog)."""
     if nodes < 1:
         raise ValueError(f"nodes: expected at least 1, found {nodes}")
-    return max(1, math.ceil(world_size / nodes))
+    per_node = max(1, math.ceil(world_size / nodes))
+    return min(per_node, hardware.gpus_per_node) if hardware is not None else per_node
 
 
 def _collective_spec(ev: dict[str, Any], ranks_per_node: int) -> dict[str, Any] | None:

@@ -77,10 +77,9 @@ def build_program(doc: dict[str, Any], source: str = "<trace>") -> RankProgram:
     try:
         kind = list(map(KIND_CODES.__getitem__, map(itemgetter("kind"), events)))
         gap = list(map(itemgetter("gap_ns"), events))
-        recorded = np.asarray(list(map(dict.get, events, repeat("duration_us"))), dtype=np.float64)
-        stall_us = list(map(dict.get, events, repeat("stall_us")))
-        stall = [0.0] * n if stall_us.count(None) == n else \
-            (np.nan_to_num(np.asarray(stall_us, dtype=np.float64)) * 1e3).tolist()
+        recorded = _float_column(events, "duration_us", np.nan)
+        stall_us = _float_column(events, "stall_us", 0.0)
+        stall = (np.nan_to_num(stall_us) * 1e3).tolist() if stall_us.any() else [0.0] * n
         dense: dict[Any, int] = {None: -1}
         raw_streams = list(map(dict.get, events, repeat("stream")))
         for s in dict.fromkeys(raw_streams):  # in order of first use
@@ -104,8 +103,7 @@ def build_program(doc: dict[str, Any], source: str = "<trace>") -> RankProgram:
 
     for i in np.flatnonzero(kinds == MEMCPY).tolist():
         if events[i].get("blocking"):
-            kind[i] = MEMCPY_BLOCKING
-    kinds = np.asarray(kind, dtype=np.int8)
+            kind[i] = kinds[i] = MEMCPY_BLOCKING
 
     handle = [-1] * len(events)
     handle_of: dict[Any, int] = {}
@@ -153,6 +151,14 @@ def build_program(doc: dict[str, Any], source: str = "<trace>") -> RankProgram:
         device_index=np.flatnonzero(kinds <= COLLECTIVE), iteration_index=iteration_index, end_marker=end_marker,
         peak_memory_bytes=peak, memory_curve=(mem_pos, in_use),
     )
+
+
+def _float_column(events: list[dict[str, Any]], key: str, missing: float) -> np.ndarray:
+    """``key`` of every event as floats (``missing`` where absent; NaN where null)."""
+    try:
+        return np.fromiter(map(dict.get, events, repeat(key), repeat(missing)), dtype=np.float64, count=len(events))
+    except TypeError:  # explicit nulls
+        return np.asarray(list(map(dict.get, events, repeat(key))), dtype=np.float64)
 
 
 def _first_bad_event(events: list[Any], source: str) -> str:

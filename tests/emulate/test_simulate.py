@@ -283,3 +283,26 @@ def test_simulate_traces_writes_report_and_timeline(tmp_path):
         report["iteration_time_ms"] == pytest.approx(0.010)
     assert json.loads((tmp_path / "out" / "timeline.json").read_text())["traceEvents"]
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["report.json", "timeline.json"]
+
+
+class RecordingEstimator(KernelEstimator):
+    """Remembers the last frame it was asked about; 5 us per row."""
+
+    name = "recording"
+
+    def predict(self, frame: pd.DataFrame) -> np.ndarray:
+        self.frame = frame.copy()
+        return np.full(len(frame), 5.0)
+
+
+@pytest.mark.parametrize(("nodes", "ranks_per_node"), [(1, 8), (2, 8), (4, 4)])
+def test_collective_rows_know_the_topology(nodes, ranks_per_node):
+    est = RecordingEstimator()
+    b = builder(0, world_size=16)                 # h100-sxm nodes hold 8 GPUs
+    b.collective(stream=1, comm_seq=0, nbytes=1 << 20)
+    b.device_sync()
+    report = run(b, durations="predicted", estimator=est, nodes=nodes)
+    row = est.frame.iloc[0]
+    assert (row["family"], row["op"], row["bytes"], row["ranks"]) == ("collective", "all_reduce", 1 << 20, 16)
+    assert row["ranks_per_node"] == ranks_per_node and row["hardware"] == "h100-sxm"
+    assert report["iteration_time_ms"] == pytest.approx(0.005)
