@@ -40,14 +40,13 @@ that backward.
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from emulate.sim.atomic import atomic_text
 from emulate.sim.engine import RankTimeline
 from emulate.sim.program import COLLECTIVE, KERNEL, RankProgram
 from profiling.hardware import HardwareSpec
@@ -214,18 +213,10 @@ def ideal_compute_us(prog: RankProgram, tl: RankTimeline, window: tuple[float, f
 
 def write_report(report: dict[str, Any], path: Path) -> Path:
     """Write the report JSON atomically (temporary file in the same folder, then rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(report, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+    with atomic_text(path) as f:
+        json.dump(report, f, indent=2)
+        f.write("\n")
+    return Path(path)
 
 
 def print_summary(report: dict[str, Any], console=None) -> None:

@@ -7,11 +7,10 @@ peer ranks shows the wait as a separate "wait for peers" slice). Times are micro
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
+from emulate.sim.atomic import atomic_text
 from emulate.sim.program import (
     COLLECTIVE, DEVICE_SYNC, EVENT_SYNC, MEMCPY, MEMCPY_BLOCKING, MEMSET, STREAM_SYNC, RankProgram,
 )
@@ -81,22 +80,11 @@ def _device_slices(prog: RankProgram, tl, measured) -> Iterator[dict[str, Any]]:
 
 def write_timeline(result, path: Path) -> Path:
     """Write the timeline atomically (temporary file in the same folder, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write('{"displayTimeUnit":"ns","traceEvents":[\n')
-            first = True
-            for ev in timeline_events(result):
-                if not first:
-                    f.write(",\n")
-                f.write(json.dumps(ev, separators=(",", ":")))
-                first = False
-            f.write("\n]}\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+    with atomic_text(path) as f:
+        f.write('{"displayTimeUnit":"ns","traceEvents":[\n')
+        for n, ev in enumerate(timeline_events(result)):
+            if n:
+                f.write(",\n")
+            f.write(json.dumps(ev, separators=(",", ":")))
+        f.write("\n]}\n")
+    return Path(path)
