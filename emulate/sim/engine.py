@@ -220,7 +220,7 @@ def _advance(st: _RankState, states: list[_RankState], groups: list[CollectiveGr
             if q > b:
                 b = q
             q = b + stall[i] + dur[i]
-            end[i] = q             # start and host time are derived afterwards (_fill_derived_times)
+            end[i] = q             # start and host time are derived afterwards (_timeline)
             tail[s] = q
         elif k > COLLECTIVE + 2:  # host-side kinds (record, wait, syncs, iteration)
             host[i] = t
