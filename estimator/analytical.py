@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from estimator.base import KernelEstimator
-from estimator.frames import family_positions
+from estimator.frames import Kernels, as_kernels, family_positions, num, take
 from estimator.hardware_table import RowHardware, row_hardware
 from estimator.workload import Work, work
 
@@ -63,21 +63,20 @@ class RooflineEstimator(KernelEstimator):
         return self
 
     def predict(self, frame: pd.DataFrame) -> np.ndarray:
+        frame = as_kernels(frame)
         out = np.empty(len(frame), dtype=np.float64)
         for family, positions in family_positions(frame):
-            rows = frame.iloc[positions] if len(positions) != len(frame) else frame
-            out[positions] = self._predict_family(family, rows)
+            out[positions] = self._predict_family(family, take(frame, positions))
         return out
 
-    def _predict_family(self, family: str, rows: pd.DataFrame, w: Work | None = None,
+    def _predict_family(self, family: str, rows: Kernels, w: Work | None = None,
                         hw: RowHardware | None = None) -> np.ndarray:
         """Microseconds for rows of one family (``w`` and ``hw`` when the caller already computed them)."""
         w = w if w is not None else work(family, rows)
         hw = hw if hw is not None else row_hardware(rows["hardware"], rows["dtype"])
         fixed_us = np.where(hw.is_gpu, self.gpu_fixed_us, self.cpu_fixed_us)
         if family == "collective":
-            ranks = rows["ranks"].to_numpy(dtype=np.float64)
-            rpn = rows["ranks_per_node"].to_numpy(dtype=np.float64)
+            ranks, rpn = num(rows, "ranks"), num(rows, "ranks_per_node")
             intra = ranks <= np.maximum(rpn, 1.0)
             alpha_us = np.where(intra, self.alpha_intra_us, self.alpha_inter_us)
             wire_us = w.wire_bytes / link_bandwidth(ranks, rpn, hw) * 1e6

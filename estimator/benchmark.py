@@ -111,6 +111,12 @@ def random_gemms(n: int, seed: int = 0) -> pd.DataFrame:
     })
 
 
+def trace_like_gemms(n: int, distinct: int = 2000, seed: int = 1) -> pd.DataFrame:
+    """n GEMMs drawn from ``distinct`` shapes: what an emulated training step looks like (layers repeat)."""
+    shapes = random_gemms(distinct, seed)
+    return shapes.iloc[np.random.default_rng(seed).integers(0, distinct, n)].reset_index(drop=True)
+
+
 def speed(n: int = 1_000_000) -> dict[str, float]:
     import estimator
     from estimator.features import features
@@ -124,6 +130,10 @@ def speed(n: int = 1_000_000) -> dict[str, float]:
     pred = model.predict(frame)
     results["batched_kernels_per_s"] = n / (time.perf_counter() - t)
     assert np.all(np.isfinite(pred))
+    trace = trace_like_gemms(n)
+    t = time.perf_counter()
+    model.predict(trace)
+    results["batched_trace_like_kernels_per_s (2,000 distinct)"] = n / (time.perf_counter() - t)
     t = time.perf_counter()
     feats = features("gemm", frame)
     results["features_kernels_per_s"] = n / (time.perf_counter() - t)

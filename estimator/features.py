@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from estimator.analytical import RooflineEstimator, link_bandwidth
-from estimator.frames import factorize
+from estimator.frames import Kernels, factorize, flag, num, text
 from estimator.hardware_table import SPEC_FEATURES, RowHardware, row_hardware
 from estimator.workload import COLLECTIVE_BUS_FACTOR, ELEMENTWISE_OPS, NORM_OPS, OPTIMIZER_OPS, Work, work
 from profiling.families import DTYPES, FAMILIES
@@ -56,7 +56,7 @@ class FeatureFrame:
         return self.matrix[:, self.names.index(name)]
 
 
-def encode(values: pd.Series, vocabulary: tuple[str, ...]) -> np.ndarray:
+def encode(values: pd.Series | np.ndarray, vocabulary: tuple[str, ...]) -> np.ndarray:
     codes, uniques = factorize(values)
     lookup = {v: i for i, v in enumerate(vocabulary)}
     return np.array([lookup.get(str(u), -1) for u in uniques], dtype=np.float64)[codes]
@@ -66,8 +66,8 @@ def _log2(x: np.ndarray) -> np.ndarray:
     return np.log2(np.maximum(x, 1e-30))
 
 
-def _num(frame: pd.DataFrame, name: str) -> np.ndarray:
-    return frame[name].to_numpy(dtype=np.float64)
+def _num(frame: Kernels, name: str) -> np.ndarray:
+    return num(frame, name)
 
 
 def gemm_waves(m: np.ndarray, n: np.ndarray, batch: np.ndarray, sms: np.ndarray) -> dict[str, np.ndarray]:
@@ -81,7 +81,7 @@ def gemm_waves(m: np.ndarray, n: np.ndarray, batch: np.ndarray, sms: np.ndarray)
     return out
 
 
-def family_features(family: str, frame: pd.DataFrame, w: Work, hw: RowHardware) -> dict[str, np.ndarray]:
+def family_features(family: str, frame: Kernels, w: Work, hw: RowHardware) -> dict[str, np.ndarray]:
     f: dict[str, np.ndarray] = {}
     sms = hw.spec["hw_sm_count"]
     if family == "gemm":
@@ -92,7 +92,7 @@ def family_features(family: str, frame: pd.DataFrame, w: Work, hw: RowHardware) 
     elif family == "attention":
         b, hq, hkv, sq, skv, d = (_num(frame, c) for c in ("batch", "heads_q", "heads_kv", "seq_q", "seq_kv", "head_dim"))
         f |= {"log2_batch": _log2(b), "log2_heads_q": _log2(hq), "log2_heads_kv": _log2(hkv), "log2_seq_q": _log2(sq),
-              "log2_seq_kv": _log2(skv), "head_dim": d, "causal": frame["causal"].astype(bool).to_numpy(float),
+              "log2_seq_kv": _log2(skv), "head_dim": d, "causal": flag(frame, "causal").astype(float),
               "pass": encode(frame["pass"], VOCABULARY["pass"])}
         tiles = np.ceil(sq / 128) * b * hq  # FlashAttention: one block per 128 query rows per head
         waves = np.ceil(tiles / sms)
@@ -114,15 +114,15 @@ def family_features(family: str, frame: pd.DataFrame, w: Work, hw: RowHardware) 
               "latency_steps": w.latency_steps, "log2_wire_us": _log2(w.wire_bytes / link * 1e6 + 1e-3)}
     elif family == "optimizer":
         params = _num(frame, "params")
-        op = frame["op"].astype(str)
+        op = text(frame, "op")
         f |= {"log2_params": _log2(params), "op": encode(op, VOCABULARY["op:optimizer"]),
-              "fused": op.str.endswith("fused").to_numpy(float)}
+              "fused": np.char.endswith(op.astype(str), "fused").astype(float)}
     else:
         raise ValueError(f"unknown family '{family}': expected one of {', '.join(FAMILIES)}")
     return f
 
 
-def features(family: str, frame: pd.DataFrame) -> FeatureFrame:
+def features(family: str, frame: Kernels) -> FeatureFrame:
     """Features of every row of a frame holding only ``family``'s rows."""
     w = work(family, frame)
     hw = row_hardware(frame["hardware"], frame["dtype"])

@@ -54,11 +54,22 @@ class RowHardware:
     inter_node_bandwidth: np.ndarray  # B/s
     gpus_per_node: np.ndarray
     is_gpu: np.ndarray  # bool
+    ids: np.ndarray  # catalog id of every row (object)
 
 
 @functools.lru_cache(maxsize=64)
 def _spec(hw_id: str) -> HardwareSpec:
     return lookup(hw_id, load_catalog())
+
+
+@functools.lru_cache(maxsize=64)
+def _vector(hw_id: str) -> dict[str, float]:
+    return spec_vector(_spec(hw_id))
+
+
+@functools.lru_cache(maxsize=256)
+def _peak(hw_id: str, dtype: str) -> float:
+    return _spec(hw_id).peak_flops(dtype)
 
 
 def _codes(values: pd.Series | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -72,8 +83,8 @@ def row_hardware(hardware: pd.Series | np.ndarray, dtype: pd.Series | np.ndarray
     hw_codes, hw_ids = _codes(hardware)
     dt_codes, dtypes = _codes(dtype)
     specs = [_spec(str(h)) for h in hw_ids]
-    peak = np.array([[s.peak_flops(str(d)) for d in dtypes] for s in specs], dtype=np.float64)
-    vectors = [spec_vector(s) for s in specs]
+    peak = np.array([[_peak(str(h), str(d)) for d in dtypes] for h in hw_ids], dtype=np.float64)
+    vectors = [_vector(str(h)) for h in hw_ids]
     spec_cols = {name: np.array([v[name] for v in vectors])[hw_codes] for name in SPEC_FEATURES}
 
     def per_device(values: list[float]) -> np.ndarray:
@@ -87,4 +98,5 @@ def row_hardware(hardware: pd.Series | np.ndarray, dtype: pd.Series | np.ndarray
         inter_node_bandwidth=per_device([s.inter_node_bandwidth for s in specs]),
         gpus_per_node=per_device([s.gpus_per_node for s in specs]),
         is_gpu=per_device([s.kind == "gpu" for s in specs]).astype(bool),
+        ids=np.asarray([s.id for s in specs], dtype=object)[hw_codes],
     )

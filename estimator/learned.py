@@ -22,8 +22,9 @@ import pandas as pd
 from estimator.base import KernelEstimator
 from estimator.bundle import read_json, write_json_atomic
 from estimator.features import FeatureFrame, features
-from estimator.frames import as_frame, factorize
+from estimator.frames import Kernels, as_kernels, factorize
 from estimator.support import Support
+from profiling.families import key_columns
 
 TARGETS = ("efficiency", "log_time")
 
@@ -52,7 +53,7 @@ class LearnedEstimator(KernelEstimator):
         return (self.family,)
 
     # -- training and prediction --------------------------------------------------------------------------------
-    def _features(self, frame: pd.DataFrame) -> FeatureFrame:
+    def _features(self, frame: Kernels) -> FeatureFrame:
         codes, uniques = factorize(frame["family"])
         if len(uniques) and (len(uniques) > 1 or str(uniques[0]) != self.family):
             raise ValueError(f"{self.name} estimator for '{self.family}' got rows of family "
@@ -73,20 +74,36 @@ class LearnedEstimator(KernelEstimator):
         return self
 
     def predict(self, frame: pd.DataFrame | list[dict]) -> np.ndarray:
-        frame = as_frame(frame)
+        frame = as_kernels(frame)
         if len(frame) == 0:
             return np.empty(0)
         feats = self._features(frame)
         y = self._predict_matrix(feats.matrix).astype(np.float64)
         return np.exp(y) * feats.baseline_us if self.target == "efficiency" else np.exp(y)
 
+    def predict_with_support(self, frame: Kernels) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Predictions, in-range flags and spec-in-range flags from one pass over the features (the router's path).
+
+        Large frames with many repeated kernels (an emulated training step repeats each layer's kernels) are
+        computed once per distinct kernel and scattered back."""
+        distinct = distinct_rows(frame, self.family)
+        if distinct is not None:
+            rows, inverse = distinct
+            return tuple(a[inverse] for a in self.predict_with_support(rows))
+        feats = self._features(frame)
+        y = self._predict_matrix(feats.matrix).astype(np.float64)
+        pred = np.exp(y) * feats.baseline_us if self.target == "efficiency" else np.exp(y)
+        support = self._require_support()
+        inside = support.shape_in_range(frame) & np.isin(feats.hardware.ids, support.hardware)
+        return pred, inside, support.spec_in_range(feats.hardware.spec)
+
     def in_range(self, frame: pd.DataFrame) -> np.ndarray:
-        return self._require_support().in_range(as_frame(frame))
+        return self._require_support().in_range(as_kernels(frame))
 
     def spec_in_range(self, frame: pd.DataFrame) -> np.ndarray:
         from estimator.hardware_table import row_hardware
 
-        frame = as_frame(frame)
+        frame = as_kernels(frame)
         return self._require_support().spec_in_range(row_hardware(frame["hardware"], frame["dtype"]).spec)
 
     def _require_support(self) -> Support:
@@ -135,6 +152,26 @@ class LearnedEstimator(KernelEstimator):
 
     @abstractmethod
     def _load_weights(self, path: Path, meta: dict[str, Any]) -> None: ...
+
+
+#: frames at least this long are checked for repeated kernels
+DEDUP_MIN_ROWS = 4096
+
+
+def distinct_rows(frame: Kernels, family: str, max_share: float = 0.5) -> tuple[pd.DataFrame, np.ndarray] | None:
+    """(distinct rows, index of each row's distinct row) when a large frame repeats kernels enough to pay off;
+    None otherwise (judged on a sample first, so a frame of distinct kernels costs little)."""
+    if not isinstance(frame, pd.DataFrame) or len(frame) < DEDUP_MIN_ROWS:
+        return None
+    cols = [c for c in key_columns(family) if c in frame.columns]
+    sample = pd.util.hash_pandas_object(frame[cols].iloc[:DEDUP_MIN_ROWS], index=False).to_numpy()
+    if len(np.unique(sample)) > max_share * len(sample):
+        return None
+    hashes = pd.util.hash_pandas_object(frame[cols], index=False).to_numpy()
+    _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
+    if len(first) > max_share * len(frame):
+        return None
+    return frame.iloc[first], inverse
 
 
 def frame_digest(frame: pd.DataFrame, runtime_us: np.ndarray) -> str:

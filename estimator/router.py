@@ -18,7 +18,7 @@ import pandas as pd
 
 from estimator.analytical import RooflineEstimator
 from estimator.base import KernelEstimator
-from estimator.frames import as_frame, family_positions
+from estimator.frames import as_frame, as_kernels, family_positions, take
 
 FALLBACK_RULES = ("never", "unsupported_spec", "out_of_range")
 
@@ -46,26 +46,35 @@ class FamilyRouter(KernelEstimator):
 
     def _route(self, frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Predictions, estimator label and in-range flag for every row."""
-        frame = as_frame(frame)
+        frame = as_kernels(frame)
         pred = np.empty(len(frame), dtype=np.float64)
         label = np.empty(len(frame), dtype=object)
         ok = np.ones(len(frame), dtype=bool)
         fallback_label = _label(self.fallback)
         for family, pos in family_positions(frame):
-            rows = frame.iloc[pos] if len(pos) != len(frame) else frame
+            rows = take(frame, pos)
             model = self.estimators.get(family)
             if model is None:
                 pred[pos], label[pos], ok[pos] = self.fallback.predict(rows), fallback_label, False
                 continue
-            p = np.asarray(model.predict(rows), dtype=np.float64)
-            inside = np.asarray(model.in_range(rows), dtype=bool)
-            use_fallback = self._needs_fallback(model, rows, inside)
+            if hasattr(model, "predict_with_support"):
+                p, inside, spec_ok = model.predict_with_support(rows)
+                use_fallback = self._fallback_mask(inside, spec_ok)
+            else:
+                p = np.asarray(model.predict(rows), dtype=np.float64)
+                inside = np.asarray(model.in_range(rows), dtype=bool)
+                use_fallback = self._needs_fallback(model, rows, inside)
             if use_fallback.any():
                 p = p.copy()
-                p[use_fallback] = self.fallback.predict(rows[use_fallback])
+                p[use_fallback] = self.fallback.predict(take(rows, np.flatnonzero(use_fallback)))
             pred[pos], ok[pos] = p, inside
             label[pos] = np.where(use_fallback, fallback_label, _label(model))
         return pred, label, ok
+
+    def _fallback_mask(self, inside: np.ndarray, spec_ok: np.ndarray) -> np.ndarray:
+        if self.fallback_rule == "never":
+            return np.zeros(len(inside), dtype=bool)
+        return ~inside if self.fallback_rule == "out_of_range" else ~spec_ok
 
     def _needs_fallback(self, model: KernelEstimator, rows: pd.DataFrame, inside: np.ndarray) -> np.ndarray:
         if self.fallback_rule == "never":
@@ -82,8 +91,8 @@ class FamilyRouter(KernelEstimator):
         return self._route(frame)[2]
 
     def predict_frame(self, frame: pd.DataFrame | list[dict]) -> pd.DataFrame:
-        frame = as_frame(frame)
         pred, label, ok = self._route(frame)
+        frame = as_frame(frame)
         out = frame.copy()
         out["predicted_us"], out["estimator"], out["in_range"] = pred, label, ok
         return out

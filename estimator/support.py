@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from estimator.features import SHAPE_COLUMNS, FeatureFrame
-from estimator.frames import factorize
+from estimator.frames import Kernels, factorize, num
 from estimator.hardware_table import SPEC_FEATURES
 
 #: spec figures compared by ratio (a device may be up to this factor beyond the training range)
@@ -32,8 +32,8 @@ class Support:
     spec_tolerance: float = 2.0
 
     @classmethod
-    def fit(cls, family: str, frame: pd.DataFrame, feats: FeatureFrame, spec_tolerance: float = 2.0) -> "Support":
-        shapes = {c: np.log2(np.maximum(frame[c].to_numpy(dtype=np.float64), 1e-30)) for c in SHAPE_COLUMNS[family]}
+    def fit(cls, family: str, frame: Kernels, feats: FeatureFrame, spec_tolerance: float = 2.0) -> "Support":
+        shapes = {c: np.log2(np.maximum(num(frame, c), 1e-30)) for c in SHAPE_COLUMNS[family]}
         spec = {c: feats.hardware.spec[c] for c in SPEC_RANGE_FEATURES}
         return cls(
             family=family,
@@ -46,18 +46,18 @@ class Support:
             spec_tolerance=spec_tolerance,
         )
 
-    def shape_in_range(self, frame: pd.DataFrame) -> np.ndarray:
+    def shape_in_range(self, frame: Kernels) -> np.ndarray:
         ok = np.ones(len(frame), dtype=bool)
         for c, lo in self.shape_min.items():
-            v = np.log2(np.maximum(frame[c].to_numpy(dtype=np.float64), 1e-30))
+            v = np.log2(np.maximum(num(frame, c), 1e-30))
             ok &= (v >= lo - 1e-9) & (v <= self.shape_max[c] + 1e-9)
         return ok
 
-    def hardware_seen(self, frame: pd.DataFrame) -> np.ndarray:
+    def hardware_seen(self, frame: Kernels) -> np.ndarray:
         codes, uniques = factorize(frame["hardware"])
         return np.array([str(u) in self.hardware for u in uniques], dtype=bool)[codes]
 
-    def in_range(self, frame: pd.DataFrame) -> np.ndarray:
+    def in_range(self, frame: Kernels) -> np.ndarray:
         return self.shape_in_range(frame) & self.hardware_seen(frame)
 
     def spec_in_range(self, spec: dict[str, np.ndarray]) -> np.ndarray:

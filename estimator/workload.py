@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from estimator.frames import factorize
+from estimator.frames import Kernels, factorize, flag, num, text
 from profiling.families import dtype_bytes
 
 # Elementwise op -> (input tensors read, FLOPs per output element). Unknown ops: one input, one FLOP.
@@ -68,8 +68,8 @@ class Work:
     latency_steps: np.ndarray  # sequential communication steps (collectives; 0 otherwise)
 
 
-def _col(frame: pd.DataFrame, name: str) -> np.ndarray:
-    return frame[name].to_numpy(dtype=np.float64)
+def _col(frame: Kernels, name: str) -> np.ndarray:
+    return num(frame, name)
 
 
 def _op_table(ops: pd.Series, table: dict, default: tuple) -> np.ndarray:
@@ -83,12 +83,12 @@ def _op_table(ops: pd.Series, table: dict, default: tuple) -> np.ndarray:
     return np.asarray(rows, dtype=np.float64).reshape(len(uniques), len(default))[codes]
 
 
-def element_bytes(frame: pd.DataFrame) -> np.ndarray:
+def element_bytes(frame: Kernels) -> np.ndarray:
     codes, uniques = factorize(frame["dtype"])
     return np.array([dtype_bytes(str(d)) for d in uniques], dtype=np.float64)[codes]
 
 
-def gemm(frame: pd.DataFrame) -> Work:
+def gemm(frame: Kernels) -> Work:
     m, n, k, b = (_col(frame, c) for c in ("m", "n", "k", "batch"))
     eb = element_bytes(frame)
     zeros = np.zeros(len(frame))
@@ -102,10 +102,10 @@ def causal_fraction(seq_q: np.ndarray, seq_kv: np.ndarray, causal: np.ndarray) -
     return np.where(causal, np.clip(kept, 0.0, 1.0), 1.0)
 
 
-def attention(frame: pd.DataFrame) -> Work:
+def attention(frame: Kernels) -> Work:
     b, hq, hkv, sq, skv, d = (_col(frame, c) for c in ("batch", "heads_q", "heads_kv", "seq_q", "seq_kv", "head_dim"))
-    causal = frame["causal"].astype(bool).to_numpy()
-    bwd = (frame["pass"].astype(str) == "bwd").to_numpy()
+    causal = flag(frame, "causal")
+    bwd = text(frame, "pass") == "bwd"
     eb = element_bytes(frame)
     fwd_flops = 4.0 * b * hq * sq * skv * d * causal_fraction(sq, skv, causal)
     flops = np.where(bwd, 2.5 * fwd_flops, fwd_flops)  # backward: 5 matmuls against the forward's 2
@@ -115,7 +115,7 @@ def attention(frame: pd.DataFrame) -> Work:
     return Work(flops, moved, zeros, zeros)
 
 
-def elementwise(frame: pd.DataFrame) -> Work:
+def elementwise(frame: Kernels) -> Work:
     numel = _col(frame, "numel")
     table = _op_table(frame["op"], ELEMENTWISE_OPS, (1.0, 1.0))
     eb = element_bytes(frame)
@@ -123,10 +123,10 @@ def elementwise(frame: pd.DataFrame) -> Work:
     return Work(numel * table[:, 1], numel * eb * (table[:, 0] + 1.0), zeros, zeros)
 
 
-def norm(frame: pd.DataFrame) -> Work:
+def norm(frame: Kernels) -> Work:
     rows, cols = _col(frame, "rows"), _col(frame, "cols")
     table = _op_table(frame["op"], NORM_OPS, NORM_OPS["layer_norm"])
-    bwd = (frame["pass"].astype(str) == "bwd").to_numpy()
+    bwd = text(frame, "pass") == "bwd"
     eb = element_bytes(frame)
     elems = rows * cols
     reads = np.where(bwd, table[:, 2], table[:, 0])
@@ -137,7 +137,7 @@ def norm(frame: pd.DataFrame) -> Work:
     return Work(flops, moved, zeros, zeros)
 
 
-def optimizer(frame: pd.DataFrame) -> Work:
+def optimizer(frame: Kernels) -> Work:
     params = _col(frame, "params")
     table = _op_table(frame["op"], OPTIMIZER_OPS, OPTIMIZER_OPS["adamw"])
     eb = element_bytes(frame)
@@ -145,20 +145,18 @@ def optimizer(frame: pd.DataFrame) -> Work:
     return Work(params * table[:, 1], params * (3.0 * eb + table[:, 0]), zeros, zeros)
 
 
-def bus_factor(ops: pd.Series, ranks: np.ndarray) -> np.ndarray:
+def bus_factor(names: np.ndarray, ranks: np.ndarray) -> np.ndarray:
     n = np.maximum(ranks, 1.0)
     ring = (n - 1.0) / n
-    names = ops.astype(str).to_numpy()
     factor = np.ones(len(n))
     factor = np.where(names == "all_reduce", 2.0 * ring, factor)
     factor = np.where(np.isin(names, ["all_gather", "reduce_scatter", "all_to_all"]), ring, factor)
     return np.where(n <= 1.0, 0.0, factor)
 
 
-def latency_steps(ops: pd.Series, ranks: np.ndarray, ranks_per_node: np.ndarray) -> np.ndarray:
+def latency_steps(names: np.ndarray, ranks: np.ndarray, ranks_per_node: np.ndarray) -> np.ndarray:
     """Sequential steps: ring for a single node, tree (log2) across nodes as NCCL picks for large rank counts."""
     n = np.maximum(ranks, 1.0)
-    names = ops.astype(str).to_numpy()
     ring = n - 1.0
     tree = np.ceil(np.log2(n))
     steps = np.where(n > np.maximum(ranks_per_node, 1.0), np.minimum(ring, 2.0 * tree), ring)
@@ -167,11 +165,12 @@ def latency_steps(ops: pd.Series, ranks: np.ndarray, ranks_per_node: np.ndarray)
     return np.where(n <= 1.0, 0.0, steps)
 
 
-def collective(frame: pd.DataFrame) -> Work:
+def collective(frame: Kernels) -> Work:
     size, ranks, rpn = (_col(frame, c) for c in ("bytes", "ranks", "ranks_per_node"))
-    wire = size * bus_factor(frame["op"], ranks)
-    flops = np.where(frame["op"].astype(str).isin(["all_reduce", "reduce_scatter", "reduce"]).to_numpy(), size, 0.0)
-    return Work(flops / 2.0, 2.0 * size, wire, latency_steps(frame["op"], ranks, rpn))
+    names = text(frame, "op")
+    wire = size * bus_factor(names, ranks)
+    flops = np.where(np.isin(names, ["all_reduce", "reduce_scatter", "reduce"]), size, 0.0)
+    return Work(flops / 2.0, 2.0 * size, wire, latency_steps(names, ranks, rpn))
 
 
 WORK = {
@@ -184,6 +183,6 @@ WORK = {
 }
 
 
-def work(family: str, frame: pd.DataFrame) -> Work:
+def work(family: str, frame: Kernels) -> Work:
     """Work of every row of a frame holding only ``family``'s rows."""
     return WORK[family](frame)

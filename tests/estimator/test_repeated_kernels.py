@@ -1,0 +1,27 @@
+"""Large frames that repeat kernels are predicted once per distinct kernel; the answer is the same row by row."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from estimator.learned import DEDUP_MIN_ROWS, distinct_rows
+from estimator.router import FamilyRouter
+from estimator.xgb import XGBoostEstimator
+
+
+def test_repeated_kernels_give_the_same_predictions(gemm_rows):
+    model = XGBoostEstimator(n_estimators=10).fit(gemm_rows, gemm_rows["runtime_us"].to_numpy())
+    kernels = gemm_rows[["family", "hardware", "dtype", "m", "n", "k", "batch"]]
+    repeated = pd.concat([kernels] * (DEDUP_MIN_ROWS // len(kernels) + 2), ignore_index=True)
+    rows, inverse = distinct_rows(repeated, "gemm")
+    assert len(rows) == len(kernels.drop_duplicates())
+    routed = FamilyRouter({"gemm": model}).predict(repeated)
+    np.testing.assert_allclose(routed, np.tile(model.predict(kernels), len(repeated) // len(kernels)))
+
+
+def test_distinct_kernels_are_not_deduplicated(gemm_rows):
+    rng = np.random.default_rng(0)
+    n = DEDUP_MIN_ROWS * 2
+    frame = pd.DataFrame({"family": "gemm", "hardware": "h100-sxm", "dtype": "bf16", "m": rng.integers(1, 10**6, n),
+                          "n": rng.integers(1, 10**6, n), "k": 64, "batch": 1})
+    assert distinct_rows(frame, "gemm") is None
