@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -60,8 +61,22 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
     out = Durations(us=[], measured=[])
     rows: list[dict[str, Any]] = []               # distinct rows
     row_index: dict[Any, int] = {}                # row key -> position in rows
-    uses: list[tuple[int, int, int]] = []         # (rank, event position, row)
+    uses: list[tuple[int, list[int], list[int], bool]] = []   # (rank, event positions, their rows, kernels?)
     no_spec: list[tuple[int, int, float | None]] = []
+
+    def row_of(spec: dict[str, Any], source: str, i: int) -> int:
+        try:
+            key = (tuple(spec), tuple(spec.values()))  # names and values: cheaper than items() pairs
+            j = row_index.get(key)
+        except (TypeError, AttributeError):  # unhashable values: predicted on its own
+            key, j = None, None
+        if j is None:
+            j = len(rows)
+            rows.append(_row(spec, target.id, source, i))
+            if key is not None:
+                row_index[key] = j
+        return j
+
     for r, prog in enumerate(programs):
         us = np.zeros(prog.n_events, dtype=np.float64)
         measured = np.zeros(prog.n_events, dtype=bool)
@@ -73,32 +88,40 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
             todo = dev[~measured[dev]]
         else:
             todo = prog.device_index
-        events, kinds = prog.events, prog.kind
+        events = prog.events
         if len(todo) and target is None:
             i = int(todo[0])
             raise ValueError(f"{prog.source}: events[{i}] has no measured duration and no target hardware was "
                              f"given to predict it (pass a hardware id)")
-        for i in todo.tolist():
-            ev = events[i]
-            k = kinds[i]
-            if k == KERNEL or k == COLLECTIVE:
-                spec = ev.get("spec") if k == KERNEL else _collective_spec(ev, ranks_per_node)
-                if not spec:
-                    no_spec.append((r, i, ev.get("duration_us")))
-                    continue
+        is_kernel = prog.kind_array[todo] == KERNEL
+        kernels = todo[is_kernel].tolist()
+        positions, ids = [], []
+        known = row_index.get
+        for i, spec in zip(kernels, map(dict.get, map(events.__getitem__, kernels), repeat("spec"))):
+            if spec:
                 try:
-                    key = tuple(spec.items())
-                    j = row_index.get(key)
-                except (TypeError, AttributeError):  # unhashable values: predicted on its own
-                    key, j = None, None
-                if j is None:
-                    j = len(rows)
-                    rows.append(_row(spec, target.id, prog.source, i))
-                    if key is not None:
-                        row_index[key] = j
-                uses.append((r, i, j))
+                    j = known((tuple(spec), tuple(spec.values())))
+                except (TypeError, AttributeError):
+                    j = None
+                positions.append(i)
+                ids.append(j if j is not None else row_of(spec, prog.source, i))
+            else:
+                no_spec.append((r, i, events[i].get("duration_us")))
+        uses.append((r, positions, ids, True))
+        positions, ids = [], []
+        for i in todo[~is_kernel].tolist():
+            ev = events[i]
+            k = prog.kind[i]
+            if k == COLLECTIVE:
+                spec = _collective_spec(ev, ranks_per_node)
+                if spec:
+                    positions.append(i)
+                    ids.append(row_of(spec, prog.source, i))
+                else:
+                    no_spec.append((r, i, ev.get("duration_us")))
             else:
                 us[i] = copy_duration_us(ev, k, target, prog.source, i)
+        uses.append((r, positions, ids, False))
         out.us.append(us)
         out.measured.append(measured)
 
@@ -110,16 +133,18 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
         labels = predicted["estimator"].astype(str).to_numpy()
         bad = np.flatnonzero(~np.isfinite(values))
         if len(bad):
-            r, i = next((r, i) for r, i, j in uses if j == bad[0])
+            r, i = next((r, p) for r, pos, ids, _ in uses for p, j in zip(pos, ids) if j == bad[0])
             raise ValueError(f"{programs[r].source}: events[{i}].spec: the estimator returned "
                              f"{values[bad[0]]} for {rows[bad[0]]}")
         analytical = np.char.startswith(labels.astype(str), "roofline")
         values = np.maximum(values, 0.0)
         n_analytical = 0
-        for r, i, j in uses:
-            out.us[r][i] = values[j]
-            if analytical[j] and programs[r].kind[i] == KERNEL:
-                n_analytical += 1
+        for r, positions, ids, kernels_only in uses:
+            if positions:
+                j = np.asarray(ids, dtype=np.int64)
+                out.us[r][np.asarray(positions, dtype=np.int64)] = values[j]
+                if kernels_only:
+                    n_analytical += int(analytical[j].sum())
         out.fallback_kernels += n_analytical
         if n_analytical:
             out.fallback_reasons["no_learned_model"] += n_analytical
