@@ -1,10 +1,12 @@
 """Accuracy and speed of the estimators, side by side (prints tables; a few minutes on 2 cores).
 
-    python -m estimator.benchmark [--max-train-rows 20000] [--max-folds 2] [--skip-families] [--json out.json]
+    python -m estimator.benchmark [--gemm-train-rows 40000] [--max-train-rows 10000] [--max-folds 1]
+                                  [--skip-families] [--skip-accuracy] [--json out.json]
 
 1. Vidur H100 GEMMs, whole models held out (one fold per model).
 2. NeuSight fp32 GEMMs, leave one GPU out (mean APE per held-out GPU).
-   Both also compare the two targets of the XGBoost model: efficiency vs log-time.
+   Both also compare the two targets of the XGBoost model: efficiency vs log-time; training rows are subsampled
+   to ``--gemm-train-rows``.
 3. Every family with data: random / held-out shapes / leave-one-hardware-out / out-of-range splits (at most
    ``--max-folds`` folds per split, those with the most test rows; training rows subsampled to ``--max-train-rows``).
 4. Prediction throughput (1,000,000 GEMM rows, batched) and single-kernel latency of the shipped default bundle.
@@ -161,8 +163,9 @@ def speed(n: int = 1_000_000) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m estimator.benchmark", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--max-train-rows", type=int, default=20000)
-    parser.add_argument("--max-folds", type=int, default=2)
+    parser.add_argument("--gemm-train-rows", type=int, default=40000, help="training rows per fold, suites 1-2")
+    parser.add_argument("--max-train-rows", type=int, default=10000, help="training rows per fold, suite 3")
+    parser.add_argument("--max-folds", type=int, default=1, help="folds per split, suite 3")
     parser.add_argument("--skip-families", action="store_true", help="only the two GEMM suites and speed")
     parser.add_argument("--skip-accuracy", action="store_true", help="only speed")
     parser.add_argument("--json", type=Path, help="also write every figure to this JSON file")
@@ -173,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
 
         data = load_measurements()
         data = data[np.isfinite(data["runtime_us"]) & (data["runtime_us"] > 0)]
-        parts = [suite_vidur_h100(data, args.max_train_rows), suite_neusight_logo(data, args.max_train_rows)]
+        parts = [suite_vidur_h100(data, args.gemm_train_rows), suite_neusight_logo(data, args.gemm_train_rows)]
         if not args.skip_families:
             parts.append(suite_families(data, args.max_train_rows, args.max_folds))
         results["accuracy"] = pd.concat(parts, ignore_index=True).to_dict(orient="records")

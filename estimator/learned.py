@@ -81,8 +81,9 @@ class LearnedEstimator(KernelEstimator):
         y = self._predict_matrix(feats.matrix).astype(np.float64)
         return np.exp(y) * feats.baseline_us if self.target == "efficiency" else np.exp(y)
 
-    def predict_with_support(self, frame: Kernels) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Predictions, in-range flags and spec-in-range flags from one pass over the features (the router's path).
+    def predict_with_support(self, frame: Kernels) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Predictions, shape-in-range, hardware-seen and spec-in-range flags from one pass over the features (the
+        router's path).
 
         Large frames with many repeated kernels (an emulated training step repeats each layer's kernels) are
         computed once per distinct kernel and scattered back."""
@@ -94,8 +95,8 @@ class LearnedEstimator(KernelEstimator):
         y = self._predict_matrix(feats.matrix).astype(np.float64)
         pred = np.exp(y) * feats.baseline_us if self.target == "efficiency" else np.exp(y)
         support = self._require_support()
-        inside = support.shape_in_range(frame) & np.isin(feats.hardware.ids, support.hardware)
-        return pred, inside, support.spec_in_range(feats.hardware.spec)
+        seen = np.isin(feats.hardware.ids, support.hardware)
+        return pred, support.shape_in_range(frame), seen, support.spec_in_range(feats.hardware.spec)
 
     def in_range(self, frame: pd.DataFrame) -> np.ndarray:
         return self._require_support().in_range(as_kernels(frame))

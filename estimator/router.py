@@ -1,13 +1,17 @@
 """One estimator over a frame of mixed families: each family goes to its own estimator, the rest to the fallback.
 
-Fallback rule (``fallback_rule``), applied per row to rows a learned estimator flags:
-- ``"never"``: always use the learned prediction (still flagged ``in_range=False``);
+Fallback rules, applied per row of a family with a learned estimator (``fallback_rule`` for all families, or
+``rules`` per family):
+- ``"never"``: always use the learned prediction (rows outside the support are still flagged ``in_range=False``);
 - ``"unsupported_spec"``: use the fallback where the device's spec figures lie outside what the learned estimator
-  was trained on (e.g. a GPU-only model asked about a CPU, or a device far faster than any seen), since an
-  efficiency model then extrapolates in the hardware dimensions; shapes beyond the training range keep the learned
-  prediction, because tree models clamp efficiency to its saturated edge value, which beats the roofline there;
+  was trained on (a GPU-only model asked about a CPU, or a device far beyond any seen), since an efficiency model
+  then extrapolates in the hardware dimensions. Shapes beyond the training range keep the learned prediction:
+  tree models clamp efficiency at its edge value, which beats the roofline there (out-of-range split, model card);
+- ``"unseen_hardware"``: also use the fallback for every device not in the training data;
 - ``"out_of_range"``: use the fallback for every flagged row.
-The shipped default is chosen by measurement on the out-of-range split (see the model card).
+The exporter (estimator/train.py) picks each family's rule from the held-out figures: ``unseen_hardware`` where the
+roofline beats the learned model on leave-one-hardware-out, ``out_of_range`` where it wins on the out-of-range
+split, ``unsupported_spec`` otherwise.
 """
 from __future__ import annotations
 
@@ -20,7 +24,24 @@ from estimator.analytical import RooflineEstimator
 from estimator.base import KernelEstimator
 from estimator.frames import as_frame, as_kernels, family_positions, take
 
-FALLBACK_RULES = ("never", "unsupported_spec", "out_of_range")
+FALLBACK_RULES = ("never", "unsupported_spec", "unseen_hardware", "out_of_range")
+
+
+def _check_rule(rule: str) -> str:
+    if rule not in FALLBACK_RULES:
+        raise ValueError(f"fallback rule '{rule}': expected one of {', '.join(FALLBACK_RULES)}")
+    return rule
+
+
+def fallback_mask(rule: str, shape_ok: np.ndarray, hardware_seen: np.ndarray, spec_ok: np.ndarray) -> np.ndarray:
+    """Rows whose prediction should come from the fallback under ``rule``."""
+    if rule == "never":
+        return np.zeros(len(shape_ok), dtype=bool)
+    if rule == "unsupported_spec":
+        return ~spec_ok
+    if rule == "unseen_hardware":
+        return ~spec_ok | ~hardware_seen
+    return ~(shape_ok & hardware_seen)
 
 
 class FamilyRouter(KernelEstimator):
@@ -32,19 +53,22 @@ class FamilyRouter(KernelEstimator):
         fallback: KernelEstimator | None = None,
         fallback_rule: str = "unsupported_spec",
         version: str = "0",
+        rules: dict[str, str] | None = None,
     ) -> None:
-        if fallback_rule not in FALLBACK_RULES:
-            raise ValueError(f"fallback_rule '{fallback_rule}': expected one of {', '.join(FALLBACK_RULES)}")
         self.estimators = dict(estimators or {})
         self.fallback = fallback or RooflineEstimator()
-        self.fallback_rule = fallback_rule
+        self.fallback_rule = _check_rule(fallback_rule)
+        self.rules = {family: _check_rule(rule) for family, rule in (rules or {}).items()}
         self.version = version
 
     @property
     def families(self) -> tuple[str, ...]:
         return tuple(self.estimators)
 
-    def _route(self, frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def rule(self, family: str) -> str:
+        return self.rules.get(family, self.fallback_rule)
+
+    def _route(self, frame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Predictions, estimator label and in-range flag for every row."""
         frame = as_kernels(frame)
         pred = np.empty(len(frame), dtype=np.float64)
@@ -57,32 +81,25 @@ class FamilyRouter(KernelEstimator):
             if model is None:
                 pred[pos], label[pos], ok[pos] = self.fallback.predict(rows), fallback_label, False
                 continue
-            if hasattr(model, "predict_with_support"):
-                p, inside, spec_ok = model.predict_with_support(rows)
-                use_fallback = self._fallback_mask(inside, spec_ok)
-            else:
-                p = np.asarray(model.predict(rows), dtype=np.float64)
-                inside = np.asarray(model.in_range(rows), dtype=bool)
-                use_fallback = self._needs_fallback(model, rows, inside)
+            p, shape_ok, seen, spec_ok = self._learned(model, rows)
+            use_fallback = fallback_mask(self.rule(family), shape_ok, seen, spec_ok)
             if use_fallback.any():
                 p = p.copy()
                 p[use_fallback] = self.fallback.predict(take(rows, np.flatnonzero(use_fallback)))
-            pred[pos], ok[pos] = p, inside
+            pred[pos], ok[pos] = p, shape_ok & seen
             label[pos] = np.where(use_fallback, fallback_label, _label(model))
         return pred, label, ok
 
-    def _fallback_mask(self, inside: np.ndarray, spec_ok: np.ndarray) -> np.ndarray:
-        if self.fallback_rule == "never":
-            return np.zeros(len(inside), dtype=bool)
-        return ~inside if self.fallback_rule == "out_of_range" else ~spec_ok
-
-    def _needs_fallback(self, model: KernelEstimator, rows: pd.DataFrame, inside: np.ndarray) -> np.ndarray:
-        if self.fallback_rule == "never":
-            return np.zeros(len(rows), dtype=bool)
-        if self.fallback_rule == "out_of_range":
-            return ~inside
-        spec_ok = getattr(model, "spec_in_range", None)
-        return ~np.asarray(spec_ok(rows), dtype=bool) if spec_ok else np.zeros(len(rows), dtype=bool)
+    @staticmethod
+    def _learned(model: KernelEstimator, rows) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(prediction, shape in range, hardware seen, spec in range) for a family's rows."""
+        if hasattr(model, "predict_with_support"):
+            return model.predict_with_support(rows)
+        p = np.asarray(model.predict(rows), dtype=np.float64)
+        inside = np.asarray(model.in_range(rows), dtype=bool)
+        spec = getattr(model, "spec_in_range", None)
+        spec_ok = np.asarray(spec(rows), dtype=bool) if spec else np.ones(len(p), dtype=bool)
+        return p, inside, np.ones(len(p), dtype=bool), spec_ok
 
     def predict(self, frame: pd.DataFrame | list[dict]) -> np.ndarray:
         return self._route(frame)[0]
@@ -92,8 +109,7 @@ class FamilyRouter(KernelEstimator):
 
     def predict_frame(self, frame: pd.DataFrame | list[dict]) -> pd.DataFrame:
         pred, label, ok = self._route(frame)
-        frame = as_frame(frame)
-        out = frame.copy()
+        out = as_frame(frame).copy()
         out["predicted_us"], out["estimator"], out["in_range"] = pred, label, ok
         return out
 
@@ -108,6 +124,7 @@ class FamilyRouter(KernelEstimator):
         write_json_atomic(path / "manifest.json", {
             "format": BUNDLE_FORMAT, "format_version": BUNDLE_FORMAT_VERSION, "version": self.version,
             "families": {f: f for f in self.estimators}, "fallback": "_fallback", "fallback_rule": self.fallback_rule,
+            "fallback_rules": {f: self.rule(f) for f in self.estimators},
         })
         return path
 
@@ -123,7 +140,7 @@ class FamilyRouter(KernelEstimator):
         estimators = {f: load_estimator_dir(path / sub) for f, sub in manifest["families"].items()}
         fallback = load_estimator_dir(path / manifest["fallback"]) if manifest.get("fallback") else None
         return cls(estimators, fallback, manifest.get("fallback_rule", "unsupported_spec"),
-                   str(manifest.get("version", "0")))
+                   str(manifest.get("version", "0")), manifest.get("fallback_rules"))
 
 
 def _label(model: KernelEstimator) -> str:

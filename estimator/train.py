@@ -148,6 +148,23 @@ def beats_roofline(learned: Evaluation, roofline: Evaluation, split: str) -> boo
     return float(ours.set_index("split").at[split, "mean_ape"]) < float(theirs.set_index("split").at[split, "mean_ape"])
 
 
+def choose_rules(metrics: pd.DataFrame, learned: str, default: str) -> dict[str, str]:
+    """Per-family fallback rule from held-out figures (rows: family, split, model, mean_ape): fall back on unseen
+    hardware where the roofline beats the learned model on leave-one-hardware-out, on every flagged row where it
+    wins on the out-of-range split, else ``default``."""
+    rules = {}
+    for family, rows in metrics.groupby("family"):
+        table = rows.pivot_table(index="split", columns="model", values="mean_ape")
+
+        def roofline_wins(split: str) -> bool:
+            return split in table.index and {learned, "roofline"} <= set(table.columns) \
+                and table.at[split, "roofline"] < table.at[split, learned]
+
+        rules[str(family)] = "out_of_range" if roofline_wins("out_of_range") else \
+            "unseen_hardware" if roofline_wins("leave_one_hardware_out") else default
+    return rules
+
+
 def export_bundle(cfg: DictConfig, frames: dict[str, pd.DataFrame], evaluations: dict[str, Evaluation],
                   baselines: dict[str, Evaluation]) -> Path:
     """Fit every family on all of its rows and write the bundle plus its model card. A family whose learned model
@@ -165,11 +182,14 @@ def export_bundle(cfg: DictConfig, frames: dict[str, pd.DataFrame], evaluations:
         model = make_estimator(cfg.model.kind, family, params, cfg.target).fit(frame, frame["runtime_us"].to_numpy())
         model.version = version
         models[family], feature_names[family] = model, model.feature_names
-    out = Path(hydra.utils.to_absolute_path(cfg.export))
-    FamilyRouter(models, fallback_rule=cfg.fallback_rule, version=version).save(out)
     tables = [metrics_table(e).assign(family=f, model=cfg.model.kind) for f, e in evaluations.items()]
     tables += [metrics_table(e).assign(family=f, model="roofline") for f, e in baselines.items()]
     metrics = pd.concat([t for t in tables if len(t)], ignore_index=True) if tables else pd.DataFrame()
+    rules = choose_rules(metrics, cfg.model.kind, cfg.fallback_rule) if len(metrics) else {}
+    notes += [f"{family}: fallback rule '{rules.get(family, cfg.fallback_rule)}'" for family in models]
+    out = Path(hydra.utils.to_absolute_path(cfg.export))
+    FamilyRouter(models, fallback_rule=cfg.fallback_rule, version=version,
+                 rules={f: r for f, r in rules.items() if f in models}).save(out)
     if len(metrics):
         metrics = metrics.sort_values(["family", "split", "model"], kind="stable")
         metrics = metrics[["family", "split", "model"] + [c for c in metrics.columns

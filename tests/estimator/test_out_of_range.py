@@ -53,3 +53,30 @@ def test_shape_out_of_range_keeps_learned_prediction_under_default_rule(model, g
     out = FamilyRouter({"gemm": model}).predict_frame(frame)
     assert out["estimator"].iat[0].startswith("xgboost") and not out["in_range"].iat[0]
     np.testing.assert_allclose(out["predicted_us"], model.predict(frame))
+
+
+def test_unseen_hardware_rule_falls_back_for_a_similar_but_unmeasured_device(model):
+    frame = rows("h100-pcie", 1024)
+    kept = FamilyRouter({"gemm": model}, fallback_rule="unsupported_spec").predict_frame(frame)
+    dropped = FamilyRouter({"gemm": model}, rules={"gemm": "unseen_hardware"}).predict_frame(frame)
+    assert kept["estimator"].iat[0].startswith("xgboost")
+    assert dropped["estimator"].iat[0].startswith("roofline")
+
+
+def test_rules_survive_save_and_load(model, tmp_path):
+    path = FamilyRouter({"gemm": model}, rules={"gemm": "unseen_hardware"}).save(tmp_path / "b")
+    assert FamilyRouter.load(path).rule("gemm") == "unseen_hardware"
+
+
+def test_rules_follow_the_held_out_figures():
+    from estimator.train import choose_rules
+
+    metrics = pd.DataFrame([
+        ("gemm", "leave_one_hardware_out", "xgboost", 10.0), ("gemm", "leave_one_hardware_out", "roofline", 30.0),
+        ("gemm", "out_of_range", "xgboost", 8.0), ("gemm", "out_of_range", "roofline", 20.0),
+        ("collective", "leave_one_hardware_out", "xgboost", 90.0),
+        ("collective", "leave_one_hardware_out", "roofline", 40.0),
+        ("norm", "out_of_range", "xgboost", 50.0), ("norm", "out_of_range", "roofline", 20.0),
+    ], columns=["family", "split", "model", "mean_ape"])
+    assert choose_rules(metrics, "xgboost", "unsupported_spec") == {
+        "collective": "unseen_hardware", "gemm": "unsupported_spec", "norm": "out_of_range"}
