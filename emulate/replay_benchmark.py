@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
         r = evaluate(path, est)
         estimator_labels.add(r.get("estimator"))
         name = f"{path.parent.name}/{path.name.split('.')[0][:14]}"
-        pred = [f"{r['predicted_ms']:.2f}", f"{r['predicted_error']:+.1f}%", f"{r['kernel_error']:.0f}%",
+        kernel_error = "n/a" if np.isnan(r.get("kernel_error", np.nan)) else f"{r['kernel_error']:.0f}%"
+        pred = [f"{r['predicted_ms']:.2f}", f"{r['predicted_error']:+.1f}%", kernel_error,
                 f"{r['retimed_share']:.0f}%"] if "predicted_ms" in r else ["n/a", "", "", ""]
         table.add_row(name[:48], r["hardware"], f"{r['events']:,}", f"{r['measured_ms']:.2f}", f"{r['replay_ms']:.2f}",
                       f"{r['replay_error']:+.2f}%", f"{r['no_stalls_ms']:.2f}", f"{r['no_stalls_error']:+.1f}%",
