@@ -60,7 +60,8 @@ def measure(ranks: int, events_per_rank: int, mode: str, repeats: int) -> dict[s
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m emulate.benchmark", description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3, help="best of this many runs per configuration")
-    parser.add_argument("--scale", type=float, default=1.0, help="multiply the event counts (e.g. 0.1 for a quick look)")
+    parser.add_argument("--scale", type=float, default=1.0,
+                        help="multiply the event counts (e.g. 0.1 for a quick look)")
     args = parser.parse_args(argv)
     console = Console(width=150)
     table = Table(title="Simulator throughput (events per CPU-second; best of "

@@ -69,7 +69,8 @@ def evaluate(path: Path, estimator: Any) -> dict[str, Any]:
     meas = np.array([prog.events[i]["duration_us"] for i in timed])
     pred = np.array([us[i] for i in timed])
     row.update({
-        "predicted_ms": report["iteration_time_ms"], "predicted_error": _error(report["iteration_time_ms"], measured_ms),
+        "predicted_ms": report["iteration_time_ms"],
+        "predicted_error": _error(report["iteration_time_ms"], measured_ms),
         "kernel_error": float(np.abs(pred - meas).sum() / meas.sum() * 100.0) if len(timed) else float("nan"),
         "retimed_share": len(timed) / max(len(kernels), 1) * 100.0, "estimator": report["estimator"],
     })
