@@ -43,6 +43,7 @@ import pandas as pd
 from emulate.trace import FORMAT, VERSION, write_trace
 from profiling import kineto
 from profiling.classify import canonical_dtype, classify_kernel_name, classify_op
+from profiling.families import dtype_bytes
 
 SYNC_CALLS = {"cudaDeviceSynchronize": "device_sync", "cudaStreamSynchronize": "stream_sync",
               "cudaEventSynchronize": "stream_sync"}
@@ -183,8 +184,6 @@ def _collective_event(row: Any, comm_seq: dict[str, int], op_rows: pd.DataFrame 
     ev: dict[str, Any] = {"kind": "collective", "stream": int(row.stream), "op": op or "all_reduce", "comm": comm,
                           "comm_seq": seq, "ranks": ranks, "name": name, "duration_us": float(row.dur)}
     if nelems and dtype:
-        from profiling.families import dtype_bytes
-
         ev["count"], ev["dtype"] = nelems, dtype
         ev["bytes"] = nelems * dtype_bytes(dtype)
     return ev
