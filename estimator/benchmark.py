@@ -29,7 +29,7 @@ from estimator.evaluate import evaluate_fold, select_folds
 from estimator.metrics import summary
 from estimator.splits import SPLITS
 
-console = Console()
+console = Console(width=140)
 
 #: the models compared, with benchmark-sized parameters (RF: 50 trees on half the features, to fit the time budget)
 MODELS: dict[str, tuple[str, dict, str | None]] = {
@@ -152,7 +152,8 @@ def speed(n: int = 1_000_000) -> dict[str, float]:
             model.predict(arg)
             times.append(time.perf_counter() - t)
         results[label] = float(np.median(times) * 1e3)
-    table = Table(title=f"Prediction speed, shipped default bundle ({gemm.name + '@' + gemm.version if gemm else 'roofline'})")
+    label = f"{gemm.name}@{gemm.version}" if gemm else "roofline"
+    table = Table(title=f"Prediction speed, shipped default bundle ({label})")
     table.add_column("measure")
     table.add_column("value", justify="right")
     for key, value in results.items():

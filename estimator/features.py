@@ -90,7 +90,8 @@ def family_features(family: str, frame: Kernels, w: Work, hw: RowHardware) -> di
               "m_mod_128": m % 128, "n_mod_128": n % 128, "k_mod_64": k % 64}
         f |= gemm_waves(m, n, b, sms)
     elif family == "attention":
-        b, hq, hkv, sq, skv, d = (_num(frame, c) for c in ("batch", "heads_q", "heads_kv", "seq_q", "seq_kv", "head_dim"))
+        b, hq, hkv, sq, skv, d = (_num(frame, c)
+                                  for c in ("batch", "heads_q", "heads_kv", "seq_q", "seq_kv", "head_dim"))
         f |= {"log2_batch": _log2(b), "log2_heads_q": _log2(hq), "log2_heads_kv": _log2(hkv), "log2_seq_q": _log2(sq),
               "log2_seq_kv": _log2(skv), "head_dim": d, "causal": flag(frame, "causal").astype(float),
               "pass": encode(frame["pass"], VOCABULARY["pass"])}
@@ -109,7 +110,8 @@ def family_features(family: str, frame: Kernels, w: Work, hw: RowHardware) -> di
         size, ranks, rpn = (_num(frame, c) for c in ("bytes", "ranks", "ranks_per_node"))
         link = link_bandwidth(ranks, rpn, hw)
         f |= {"log2_bytes": _log2(size), "ranks": ranks, "ranks_per_node": rpn,
-              "inter_node": (ranks > np.maximum(rpn, 1)).astype(float), "op": encode(frame["op"], VOCABULARY["op:collective"]),
+              "inter_node": (ranks > np.maximum(rpn, 1)).astype(float),
+              "op": encode(frame["op"], VOCABULARY["op:collective"]),
               "log2_link_gbps": _log2(link / 1e9), "log2_wire_bytes": _log2(w.wire_bytes + 1.0),
               "latency_steps": w.latency_steps, "log2_wire_us": _log2(w.wire_bytes / link * 1e6 + 1e-3)}
     elif family == "optimizer":

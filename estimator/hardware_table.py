@@ -79,7 +79,7 @@ def _codes(values: pd.Series | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def row_hardware(hardware: pd.Series | np.ndarray, dtype: pd.Series | np.ndarray) -> RowHardware:
-    """Gather the catalog's figures for each row. Unknown ids raise UnknownHardwareError (its message lists the catalog)."""
+    """Gather the catalog's figures for each row. Unknown ids raise UnknownHardwareError (which lists the catalog)."""
     hw_codes, hw_ids = _codes(hardware)
     dt_codes, dtypes = _codes(dtype)
     specs = [_spec(str(h)) for h in hw_ids]

@@ -100,7 +100,8 @@ def check_kernels(frame: pd.DataFrame, name: str = "<input>", csv: bool = True,
                 continue
             values = frame[column]
             if column in STRING_COLUMNS:
-                bad = values.isna().to_numpy(bool) | (values.astype("string").str.strip() == "").fillna(True).to_numpy(bool)
+                blank = (values.astype("string").str.strip() == "").fillna(True).to_numpy(bool)
+                bad = values.isna().to_numpy(bool) | blank
                 if column in CHOICES:
                     bad |= ~values.astype("string").isin(list(CHOICES[column])).fillna(False).to_numpy(bool)
                 fail(rows & bad, column, "one of " + ", ".join(CHOICES[column]) if column in CHOICES else "a name")

@@ -56,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--input", required=True, type=Path, help="kernel rows (.csv or .parquet)")
     parser.add_argument("--output", required=True, type=Path, help="where to write predictions (.csv or .parquet)")
     parser.add_argument("--hardware", help="catalog id (or vendor name) filling the hardware column where empty")
-    parser.add_argument("--model", help="bundle name or path, entry-point name, or models:/kernel-runtime-<family>@champion")
+    parser.add_argument("--model", help="bundle name or path, entry-point name, "
+                                        "or models:/kernel-runtime-<family>@champion")
     args = parser.parse_args(argv)
     try:
         n = predict_file(args.input, args.output, args.hardware, args.model)

@@ -19,7 +19,8 @@ Registering a third-party estimator: in the package's pyproject.toml::
 
 where ``MyEstimator`` is a :class:`estimator.base.KernelEstimator` subclass (or any callable returning one, called
 with the keyword arguments given to ``load``). An optional ``families`` attribute (tuple of family names) says which
-families it covers; without one it is trusted with every family. After ``pip install``, ``estimator.load("my-estimator")``
+families it covers; without one it is trusted with every family. After ``pip install``,
+``estimator.load("my-estimator")``
 and ``python -m estimator.predict --model my-estimator`` use it.
 """
 from __future__ import annotations

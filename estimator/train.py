@@ -79,8 +79,9 @@ def _log_evaluation(family: str, kind: str, evaluation: Evaluation, plots: bool)
                  for s, p in evaluation.predictions.groupby("split", sort=False)]
         mlflow.log_table(pd.concat(parts, ignore_index=True), artifact_file="metrics/breakdown.json")
     if plots and len(evaluation.predictions):
-        mlflow.log_figure(predicted_vs_measured(evaluation.predictions, f"{family} / {kind}"), "plots/pred_vs_measured.png")
-        mlflow.log_figure(error_cdf(evaluation.predictions, f"{family} / {kind}"), "plots/error_cdf.png")
+        title = f"{family} / {kind}"
+        mlflow.log_figure(predicted_vs_measured(evaluation.predictions, title), "plots/pred_vs_measured.png")
+        mlflow.log_figure(error_cdf(evaluation.predictions, title), "plots/error_cdf.png")
 
 
 def _log_dataset(frame: pd.DataFrame, family: str, data: DictConfig) -> str:
@@ -110,7 +111,8 @@ def register(cfg: DictConfig, family: str, frame: pd.DataFrame) -> dict[str, Any
     old = champion_error(family, test, error_of)
     new = error_of(model)
     with tempfile.TemporaryDirectory() as tmp:
-        bundle = FamilyRouter({family: model}, fallback_rule=cfg.fallback_rule, version=model.version).save(Path(tmp) / "bundle")
+        router = FamilyRouter({family: model}, fallback_rule=cfg.fallback_rule, version=model.version)
+        bundle = router.save(Path(tmp) / "bundle")
         example = test[list(key_columns(family))].head(5).reset_index(drop=True)
         version = log_bundle(bundle, family, example, pd.Series(model.predict(example)))
     result = promote_if_better(family, version, new, old)

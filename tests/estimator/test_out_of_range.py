@@ -38,7 +38,8 @@ def test_cpu_is_outside_a_gpu_models_spec(model):
     assert not model.spec_in_range(rows("cpu-intel-xeon-2c", 1024))[0]
 
 
-@pytest.mark.parametrize("rule, expect_fallback", [("never", False), ("unsupported_spec", True), ("out_of_range", True)])
+@pytest.mark.parametrize("rule, expect_fallback", [
+    ("never", False), ("unsupported_spec", True), ("unseen_hardware", True), ("out_of_range", True)])
 def test_router_fallback_rules_for_unsupported_hardware(model, rule, expect_fallback):
     frame = rows("cpu-intel-xeon-2c", 1024)
     out = FamilyRouter({"gemm": model}, fallback_rule=rule).predict_frame(frame)

@@ -72,8 +72,10 @@ def test_entry_point_estimator(monkeypatch, mixed):
     installed distribution's entry_points.txt would provide it)."""
     toy = EntryPoint(name="toy", value=f"{__name__}:ToyEstimator", group=registry.ENTRY_POINT_GROUP)
     real = registry.entry_points
-    monkeypatch.setattr(registry, "entry_points",
-                        lambda group: [*real(group=group), toy] if group == registry.ENTRY_POINT_GROUP else real(group=group))
+    def with_toy(group: str):
+        return [*real(group=group), toy] if group == registry.ENTRY_POINT_GROUP else real(group=group)
+
+    monkeypatch.setattr(registry, "entry_points", with_toy)
     out = estimator.load("toy", constant_us=5.0).predict_frame(mixed)
     gemm = out["family"] == "gemm"
     assert (out.loc[gemm, "predicted_us"] == 5.0).all() and (out.loc[gemm, "estimator"] == "toy@7").all()
