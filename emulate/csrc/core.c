@@ -26,6 +26,7 @@ static uint64_t window_hash[4] = {FNV0, FNV0, FNV0, FNV0};
 static uint64_t iteration_hash[4];
 uint64_t sc_last_iteration_hash(int source) { return source >= 0 && source < 4 ? iteration_hash[source] : 0; }
 static __thread uint64_t pause_ts;
+static __thread uint64_t hash_override;   /* set by sc_log_kernel for the next sc_emit */
 static __thread int thread_no = -1;
 static int next_thread_no;
 
@@ -102,7 +103,12 @@ void sc_emit(uint64_t t_enter, char kind, const char *fmt, ...) {
     if (kind == 'K' || kind == 'G' || kind == 'N') {
         /* op ids are left out: they are numbered in first-seen order, which rank-0-only logging shifts */
         uint64_t h = (uint64_t)(unsigned char)kind * 0x100000001b3ull;
-        for (const char *p = fields; *p; p++) h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+        if (hash_override) {  /* kernels: by name, not by the per-process id */
+            h = (h ^ hash_override) * 0x100000001b3ull;
+            hash_override = 0;
+        } else {
+            for (const char *p = fields; *p; p++) h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+        }
         for (int s = 0; s < 4; s++) window_hash[s] = (window_hash[s] ^ h) * 0x100000001b3ull;
     }
     last_return = sc_now_ns();
@@ -403,6 +409,11 @@ void sc_log_kernel(uint64_t t_enter, const void *func, unsigned gx, unsigned gy,
         f = sc_func_register(func, name);
     }
     int id = sc_func_log_id(f);
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *p = f->name; *p; p++) h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+    unsigned dims[6] = {gx, gy, gz, bx, by, bz};
+    for (int i = 0; i < 6; i++) h = (h ^ dims[i]) * 0x100000001b3ull;
+    hash_override = ((h ^ (uint64_t)shmem) * 0x100000001b3ull) ^ (uint64_t)(uint32_t)sc_stream_id(stream);
     sc_emit(t_enter, 'K', "%d\t%d\t%u,%u,%u\t%u,%u,%u\t%zu", sc_stream_id(stream), id, gx, gy, gz, bx, by, bz,
             shmem);
 }

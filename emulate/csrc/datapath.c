@@ -89,6 +89,15 @@ int sc_range_known(const void *p, size_t n) {
     return at >= hi;
 }
 
+SC_EXPORT int stepcast_range_known(unsigned long long ptr, unsigned long long bytes) {
+    return sc_device_memory_writable() && bytes <= sc_real_limit() && sc_range_known((const void *)ptr, bytes);
+}
+SC_EXPORT void stepcast_range_written(unsigned long long ptr, unsigned long long bytes) {
+    sc_range_written((const void *)ptr, bytes);
+}
+
+SC_EXPORT int stepcast_has_ranges(void) { return n_ranges > 0; }
+
 SC_EXPORT int stepcast_needs_untrack(void) { return n_ranges > 0 && cur_instance_kernels > 0; }
 SC_EXPORT void stepcast_untrack(unsigned long long ptr, unsigned long long bytes) {
     pthread_mutex_lock(&range_lock);

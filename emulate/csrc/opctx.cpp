@@ -5,6 +5,9 @@
 // time from the preloaded shim.
 #include <ATen/record_function.h>
 #include <ATen/core/ivalue.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/from_blob.h>
+#include <unordered_set>
 
 #include <cmath>
 #include <cstdint>
@@ -20,6 +23,9 @@ void stepcast_set_op(int op);
 void stepcast_pause(void);
 void stepcast_resume(void);
 int stepcast_needs_untrack(void);
+int stepcast_range_known(unsigned long long ptr, unsigned long long bytes);
+int stepcast_has_ranges(void);
+void stepcast_range_written(unsigned long long ptr, unsigned long long bytes);
 void stepcast_untrack(unsigned long long ptr, unsigned long long bytes);
 }
 
@@ -29,6 +35,82 @@ std::mutex table_lock;
 std::unordered_map<uint64_t, int> ids;
 std::vector<std::string> table;  // JSON object per op id
 thread_local std::vector<int> stack;
+thread_local bool replaying = false;
+
+// Ops that move or combine small metadata (object collectives, bucket indices, sizes): when every tensor they
+// read holds real bytes (datapath.c), they are run for real on the CPU over the device memory itself (it is
+// host-addressable under emulation), so their outputs hold real bytes too.
+const std::unordered_set<std::string> replayable = {
+    "aten::cat", "aten::stack", "aten::copy_", "aten::clone", "aten::index_select", "aten::cumsum", "aten::sum",
+    "aten::add", "aten::sub", "aten::mul", "aten::div", "aten::max", "aten::eq", "aten::ne", "aten::narrow_copy",
+    "aten::contiguous", "aten::view_as_real", "aten::add_", "aten::mul_", "aten::div_", "aten::sub_"};
+
+uint64_t span_bytes(const at::Tensor &t) {
+    if (t.numel() == 0) return 0;
+    int64_t last = 0;
+    for (int64_t i = 0; i < t.dim(); i++) last += (t.sizes()[i] - 1) * t.strides()[i];
+    return (uint64_t)(last + 1) * t.element_size();
+}
+
+bool known(const at::Tensor &t) {  // host tensors (wrapped scalars, CPU operands) hold real bytes anyway
+    if (!t.defined() || t.device().is_cpu()) return t.defined();
+    return t.is_cuda() && (t.numel() == 0 || stepcast_range_known((uintptr_t)t.data_ptr(), span_bytes(t)));
+}
+
+at::Tensor host_view(const at::Tensor &t) {
+    if (t.device().is_cpu()) return t;
+    return at::from_blob(t.data_ptr(), t.sizes(), t.strides(), at::TensorOptions().dtype(t.dtype()));
+}
+
+// Inputs are only readable in the start callback: replayable ops keep them for the end callback.
+struct SavedInputs : at::ObserverContext {
+    std::vector<c10::IValue> inputs;
+};
+
+bool replay_on_host(const at::RecordFunction &fn, const SavedInputs *saved) {
+    if (!saved) return false;
+    std::vector<c10::IValue> args;
+    bool overwrites_self = std::strcmp(fn.name(), "aten::copy_") == 0;  // copy_ reads only its source
+    for (const auto &v : saved->inputs) {
+        if (v.isTensor()) {
+            bool written_only = overwrites_self && args.empty();
+            if (!written_only && !known(v.toTensor())) return false;
+            args.emplace_back(host_view(v.toTensor()));
+        } else if (v.isTensorList()) {
+            std::vector<at::Tensor> list;
+            for (const at::Tensor &t : v.toTensorVector()) {
+                if (!known(t)) return false;
+                list.push_back(host_view(t));
+            }
+            args.emplace_back(list);
+        } else if (v.isDevice()) {
+            return false;
+        } else {
+            args.push_back(v);
+        }
+    }
+    std::vector<at::Tensor> outs;
+    for (const auto &v : fn.outputs()) {
+        if (!v.isTensor() || !v.toTensor().defined() || !v.toTensor().is_cuda()) return false;
+        outs.push_back(v.toTensor());
+    }
+    try {
+        replaying = true;
+        auto op = c10::Dispatcher::singleton().findSchemaOrThrow(fn.name(), fn.overload_name());
+        op.callBoxed(&args);
+        for (size_t i = 0; i < outs.size() && i < args.size(); i++) {
+            if (!args[i].isTensor()) continue;
+            const at::Tensor &result = args[i].toTensor();
+            if (result.data_ptr() != outs[i].data_ptr()) host_view(outs[i]).copy_(result);
+            stepcast_range_written((uintptr_t)outs[i].data_ptr(), span_bytes(outs[i]));
+        }
+        replaying = false;
+        return true;
+    } catch (const std::exception &) {
+        replaying = false;
+        return false;
+    }
+}
 at::CallbackHandle handle = 0;
 
 inline uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ull; }
@@ -133,6 +215,7 @@ std::string describe(const at::RecordFunction &fn) {
 }
 
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction &fn) {
+    if (replaying) return nullptr;
     stepcast_pause();
     uint64_t key = key_of(fn);
     int id;
@@ -149,13 +232,22 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction &fn) {
     }
     stack.push_back(id);
     stepcast_set_op(id);
+    std::unique_ptr<at::ObserverContext> ctx;
+    if (stepcast_has_ranges() && replayable.count(fn.name())) {
+        auto saved = std::make_unique<SavedInputs>();
+        saved->inputs.assign(fn.inputs().begin(), fn.inputs().end());
+        ctx = std::move(saved);
+    }
     stepcast_resume();
-    return nullptr;
+    return ctx;
 }
 
-void on_exit(const at::RecordFunction &fn, at::ObserverContext *) {
+void on_exit(const at::RecordFunction &fn, at::ObserverContext *ctx) {
+    if (replaying) return;
     stepcast_pause();
-    if (stepcast_needs_untrack()) {  // a kernel wrote the outputs: their remembered bytes are stale
+    // replayable ops run on the host whether or not they launched a kernel (a 1-element sum launches none)
+    bool replayed = ctx && replay_on_host(fn, static_cast<SavedInputs *>(ctx));
+    if (!replayed && stepcast_needs_untrack()) {  // a kernel wrote the outputs: remembered bytes stale
         for (const auto &v : fn.outputs()) {
             if (v.isTensor() && v.toTensor().defined() && v.toTensor().is_cuda()) {
                 const auto &t = v.toTensor();

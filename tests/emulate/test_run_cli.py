@@ -140,6 +140,11 @@ def test_identical_ranks_are_deduplicated_and_their_traces_rebuilt(tmp_path):
         local = int(os.environ["LOCAL_RANK"])
         torch.cuda.set_device(local)
         dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+        names = [None] * 3
+        dist.all_gather_object(names, f"r{dist.get_rank()}")   # pickled objects through small collectives
+        first = [{"from": dist.get_rank()}]
+        dist.broadcast_object_list(first, src=0)
+        print("rank", dist.get_rank(), "objects", names, first, flush=True)
         model = torch.nn.Linear(8, 8).cuda()
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         for step in range(4):
@@ -154,6 +159,8 @@ def test_identical_ranks_are_deduplicated_and_their_traces_rebuilt(tmp_path):
     proc, report = emulate_run(tmp_path, script, nproc=3)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "rank 0 step 0 sum 6.0" in proc.stdout  # 1 + 2 + 3 before dedup
+    for rank in range(3):
+        assert f"rank {rank} objects ['r0', 'r1', 'r2'] [{{'from': 0}}]" in proc.stdout
     # ranks 1 and 2 did the same device work as rank 0 in the first full iteration: they stopped after it
     assert report["deduplicated_ranks"] == {"1": 0, "2": 0} and report["processes_run_to_completion"] == 1
     assert "rank 1 step 3" not in proc.stdout and "rank 0 step 3" in proc.stdout
