@@ -1,7 +1,7 @@
 """Accuracy and speed of the estimators, side by side (prints tables; a few minutes on 2 cores).
 
-    python -m estimator.benchmark [--gemm-train-rows 40000] [--max-train-rows 10000] [--max-folds 1]
-                                  [--skip-families] [--skip-accuracy] [--json out.json]
+    python -m estimator.benchmark [--suites vidur,neusight,families,speed] [--gemm-train-rows 40000]
+                                  [--max-train-rows 10000] [--max-folds 1] [--json out.json]
 
 1. Vidur H100 GEMMs, whole models held out (one fold per model).
 2. NeuSight fp32 GEMMs, leave one GPU out (mean APE per held-out GPU).
@@ -38,12 +38,16 @@ MODELS: dict[str, tuple[str, dict, str | None]] = {
     "random_forest": ("random_forest", {"n_estimators": 50, "max_features": 0.5}, "log_time"),
     "roofline": ("roofline", {}, None),
 }
+SUITES = ("vidur", "neusight", "families", "speed")
 TARGET_COMPARISON = {"xgboost(log_time)": ("xgboost", {}, "log_time")}
+
+
+POOLED = "pooled"  # the row of every held-out prediction of a split scored together
 
 
 def score_folds(frame: pd.DataFrame, split: str, models: dict, max_train_rows: int | None,
                 max_folds: int | None) -> pd.DataFrame:
-    """One row per (fold, model): the fold's summary; plus pooled rows (fold='all')."""
+    """One row per (fold, model): the fold's summary; plus the pooled rows (fold=POOLED)."""
     rows, pooled = [], {}
     for fold in select_folds(frame, split, max_folds=max_folds):
         for label, (kind, params, target) in models.items():
@@ -54,7 +58,7 @@ def score_folds(frame: pd.DataFrame, split: str, models: dict, max_train_rows: i
             pooled.setdefault(label, []).append(p)
     for label, parts in pooled.items():
         p = pd.concat(parts)
-        rows.append({"split": split, "fold": "all", "model": label}
+        rows.append({"split": split, "fold": POOLED, "model": label}
                     | summary(p["predicted_us"].to_numpy(), p["runtime_us"].to_numpy()))
     return pd.DataFrame(rows)
 
@@ -97,7 +101,7 @@ def suite_families(data: pd.DataFrame, max_train_rows: int | None, max_folds: in
             continue
         parts = [score_folds(frame, split, MODELS, max_train_rows, max_folds) for split in SPLITS]
         res = pd.concat([p for p in parts if len(p)], ignore_index=True)
-        pooled = res[res["fold"] == "all"]
+        pooled = res[res["fold"] == POOLED]
         side_by_side(pooled, f"{family}: mean APE % by split (pooled over folds)", by="split")
         side_by_side(pooled, f"{family}: time-weighted error % by split", metric="time_weighted_ape", by="split")
         out.append(res.assign(suite=f"family_{family}"))
@@ -167,21 +171,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gemm-train-rows", type=int, default=40000, help="training rows per fold, suites 1-2")
     parser.add_argument("--max-train-rows", type=int, default=10000, help="training rows per fold, suite 3")
     parser.add_argument("--max-folds", type=int, default=1, help="folds per split, suite 3")
-    parser.add_argument("--skip-families", action="store_true", help="only the two GEMM suites and speed")
-    parser.add_argument("--skip-accuracy", action="store_true", help="only speed")
+    parser.add_argument("--suites", default=",".join(SUITES),
+                        help=f"comma-separated subset of {','.join(SUITES)}")
     parser.add_argument("--json", type=Path, help="also write every figure to this JSON file")
     args = parser.parse_args(argv)
+    suites = [s.strip() for s in args.suites.split(",") if s.strip()]
+    unknown = sorted(set(suites) - set(SUITES))
+    if unknown:
+        parser.error(f"unknown suite(s) {', '.join(unknown)}: expected some of {', '.join(SUITES)}")
     results: dict[str, object] = {}
-    if not args.skip_accuracy:
+    if set(suites) - {"speed"}:
         from estimator.data import load_measurements
 
         data = load_measurements()
         data = data[np.isfinite(data["runtime_us"]) & (data["runtime_us"] > 0)]
-        parts = [suite_vidur_h100(data, args.gemm_train_rows), suite_neusight_logo(data, args.gemm_train_rows)]
-        if not args.skip_families:
+        parts = []
+        if "vidur" in suites:
+            parts.append(suite_vidur_h100(data, args.gemm_train_rows))
+        if "neusight" in suites:
+            parts.append(suite_neusight_logo(data, args.gemm_train_rows))
+        if "families" in suites:
             parts.append(suite_families(data, args.max_train_rows, args.max_folds))
         results["accuracy"] = pd.concat(parts, ignore_index=True).to_dict(orient="records")
-    results["speed"] = speed()
+    if "speed" in suites:
+        results["speed"] = speed()
     if args.json:
         from estimator.bundle import write_json_atomic
 
