@@ -72,7 +72,15 @@ def collate(log_paths: list[Path], *, hardware: str, world_size: int, ranks_per_
             "status": log.sidecar.get("status", {"exit": "no op table: the process ended abruptly"}),
             "trace": str(path),
         })
+    generic = sorted({name for log in logs for name in log.unhandled})
     return {
+        "emulation": {
+            "cudnn": "disabled: convolutions and batch norm take torch's native CUDA kernels, SDPA the flash / "
+                     "memory-efficient backends (a real sm90+ GPU may pick cuDNN)",
+            "device_reads": "real bytes for small data moved by copies, collectives and metadata ops; zeros for "
+                            "anything a kernel computed (loss.item() reads 0.0)",
+            "generic_entry_points": generic,
+        },
         "hardware": hardware,
         "world_size": world_size,
         "peak_memory_bytes": max((r["peak_memory_bytes"] or 0) for r in per_rank) if per_rank else 0,
