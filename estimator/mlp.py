@@ -13,6 +13,10 @@ from torch import nn
 from estimator.learned import LearnedEstimator
 
 
+#: predictions are clamped to this many standard deviations of the training targets
+OUTPUT_CLIP = 4.0
+
+
 def build_network(inputs: int, hidden: tuple[int, ...]) -> nn.Sequential:
     layers: list[nn.Module] = []
     width = inputs
@@ -101,6 +105,9 @@ class MLPEstimator(LearnedEstimator):
             raise RuntimeError("mlp estimator is not fitted")
         with torch.inference_mode():
             out = self.network(self._normalise(x))[:, 0].numpy()
+        # An MLP extrapolates linearly far outside its data (an unseen device can push the output to absurd
+        # values); clamp to OUTPUT_CLIP training standard deviations, like a tree model clamps to its leaves.
+        out = np.clip(out, -OUTPUT_CLIP, OUTPUT_CLIP)
         return out * self.norm["y_std"] + self.norm["y_mean"]
 
     def _extra_meta(self) -> dict[str, Any]:
