@@ -1,6 +1,7 @@
 """XGBoost regressor on the kernel features: the primary learned estimator. Weights are stored as UBJ."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -8,6 +9,10 @@ import numpy as np
 import xgboost as xgb
 
 from estimator.learned import LearnedEstimator
+
+
+#: batches at least this long are predicted on every core
+PARALLEL_ROWS = 65536
 
 
 class XGBoostEstimator(LearnedEstimator):
@@ -57,7 +62,13 @@ class XGBoostEstimator(LearnedEstimator):
     def _predict_matrix(self, x: np.ndarray) -> np.ndarray:
         if self.booster is None:
             raise RuntimeError("xgboost estimator is not fitted")
-        return self.booster.inplace_predict(x, validate_features=False)
+        if len(x) < PARALLEL_ROWS:  # small batches: one thread (no pool wake-up, no fight with a busy machine)
+            return self.booster.inplace_predict(x, validate_features=False)
+        self.booster.set_param({"nthread": os.cpu_count() or 1})
+        try:
+            return self.booster.inplace_predict(x, validate_features=False)
+        finally:
+            self.booster.set_param({"nthread": self.n_jobs})
 
     def _save_weights(self, path: Path) -> None:
         tmp = path / ".partial.model.ubj"
