@@ -16,7 +16,6 @@ Every learned model is fit on each fold's training rows only; the roofline has n
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 

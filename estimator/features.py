@@ -18,7 +18,7 @@ import pandas as pd
 
 from estimator.analytical import RooflineEstimator, link_bandwidth
 from estimator.frames import Kernels, factorize, flag, num, text
-from estimator.hardware_table import SPEC_FEATURES, RowHardware, row_hardware
+from estimator.hardware_table import RowHardware, row_hardware
 from estimator.workload import COLLECTIVE_BUS_FACTOR, ELEMENTWISE_OPS, NORM_OPS, OPTIMIZER_OPS, Work, work
 from profiling.families import DTYPES, FAMILIES
 
@@ -148,5 +148,3 @@ def features(family: str, frame: Kernels) -> FeatureFrame:
     baseline = _ROOFLINE._predict_family(family, frame, w, hw)
     return FeatureFrame(names, matrix, baseline, hw)
 
-
-SPEC_COLUMNS = SPEC_FEATURES

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-import pandas as pd
 
 from estimator.features import SHAPE_COLUMNS, FeatureFrame
 from estimator.frames import Kernels, factorize, num
