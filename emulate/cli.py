@@ -1,27 +1,15 @@
 """``python -m emulate run [--hardware h100-sxm] [--nproc N] [--nodes M] [--report report.json]
 [--trace timeline.json] [--trace-dir DIR] -- script.py [args]``: run a training script unchanged on virtual GPUs,
-write one trace per rank, then simulate it (when emulate.simulate is present) and write the report."""
+write one trace per rank, then simulate it and write the report."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import json
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
+from profiling.atomic import write_json_atomic
 from profiling.hardware import UnknownHardwareError, lookup
-
-
-def _write_json(path: Path, doc: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(doc, f, indent=1)
-    os.replace(tmp, path)
 
 
 def add_run_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -104,19 +92,18 @@ def run_command(ns: argparse.Namespace) -> int:
         print(f"stepcast: the script failed on rank(s) {sorted(failed)}: traces up to the failure are in "
               f"{trace_dir}", file=sys.stderr)
         if ns.report:
-            _write_json(ns.report, capture)
+            write_json_atomic(ns.report, capture, indent=1)
         return next(iter(failed.values()))
-    report = capture
-    if not ns.capture_only and importlib.util.find_spec("emulate.simulate") is not None:
+    if not ns.capture_only:
         from emulate.simulate import simulate_traces
 
-        report = simulate_traces([Path(t) for t in capture["traces"]], spec.id, ns.nodes, ns.report, ns.trace,
-                                 host_speed=ns.host_speed, extra=capture)
+        simulate_traces([Path(t) for t in capture["traces"]], spec.id, ns.nodes, ns.report, ns.trace,
+                        host_speed=ns.host_speed, extra=capture)
     else:
         print(f"stepcast: captured {world} rank(s) on a virtual {spec.name}: peak memory "
               f"{capture['peak_memory_bytes'] / 2**30:.2f} GiB; traces in {trace_dir}")
         if ns.report:
-            _write_json(ns.report, capture)
+            write_json_atomic(ns.report, capture, indent=1)
     return 0
 
 
@@ -125,10 +112,8 @@ def main(argv: list[str] | None = None) -> int:
                                      description="Run unmodified PyTorch training scripts on virtual GPUs.")
     sub = parser.add_subparsers(dest="command", required=True)
     add_run_parser(sub)
-    if importlib.util.find_spec("emulate.replay") is not None:
-        from emulate import replay
+    from emulate import replay
 
-        if hasattr(replay, "register"):
-            replay.register(sub)
+    replay.register(sub)
     ns = parser.parse_args(argv)
     return ns.func(ns)

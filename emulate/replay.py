@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from emulate.kineto_to_trace import convert_file
-from emulate.simulate import DURATION_MODES, simulate
+from emulate.simulate import DURATION_MODES, publish, simulate
 from emulate.trace import TraceFormatError
 from estimator.base import KernelEstimator
 from profiling.hardware import UnknownHardwareError, lookup
@@ -29,9 +29,6 @@ def replay(paths: list[Path], durations: str = "measured", hardware: str | None 
     """Convert, simulate, print the summary (unless ``quiet``), write the report and timeline; return the report."""
     from rich.progress import track
 
-    from emulate.report import build_report, print_summary, write_report
-    from emulate.timeline import write_timeline
-
     paths = [Path(p) for p in paths]
     iterator = paths if quiet or len(paths) == 1 else track(paths, description="reading traces")
     docs = [convert_file(p) for p in iterator]
@@ -41,16 +38,8 @@ def replay(paths: list[Path], durations: str = "measured", hardware: str | None 
     if target is not None:
         target = lookup(target).id
     result = simulate(docs, target, durations=durations, estimator=estimator, sources=[str(p) for p in paths])
-    report = build_report(result)
-    report["traces"] = [str(p) for p in paths]
-    report["source_hardware"] = sorted({d["hardware"] for d in docs})
-    if not quiet:
-        print_summary(report, console=console)
-    if report_path is not None:
-        write_report(report, Path(report_path))
-    if timeline_path is not None:
-        write_timeline(result, Path(timeline_path))
-    return report
+    return publish(result, paths, report_path, timeline_path, quiet=quiet, console=console,
+                   extra={"source_hardware": sorted({d["hardware"] for d in docs})})
 
 
 def _own_hardware(docs: list[dict[str, Any]]) -> str | None:

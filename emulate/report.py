@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from emulate.sim.atomic import atomic_text
+from profiling.atomic import atomic_text
 from emulate.sim.engine import RankTimeline
 from emulate.sim.program import COLLECTIVE, KERNEL, RankProgram
 from profiling.hardware import HardwareSpec

@@ -75,18 +75,27 @@ def simulate_traces(trace_paths: list[Path], hardware: str, nodes: int = 1, repo
     """Read the trace files, simulate, print the summary table, write the report (atomically) and the timeline.
     Returns the report dict (fields: :func:`emulate.report.build_report`); ``extra`` fields the report does not
     already have are added to it."""
-    from emulate.report import build_report, print_summary, write_report
-    from emulate.timeline import write_timeline
 
     paths = [Path(p) for p in trace_paths]
     docs = [read_trace(p) for p in paths]
     result = simulate(docs, hardware, nodes=nodes, host_speed=host_speed, durations=durations,
                       estimator=estimator, sources=[str(p) for p in paths])
+    return publish(result, paths, report_path, timeline_path, extra=extra, console=console)
+
+
+def publish(result: SimulationResult, paths: list[Path], report_path: Path | None, timeline_path: Path | None,
+            extra: dict[str, Any] | None = None, quiet: bool = False, console=None) -> dict[str, Any]:
+    """Build the report of a simulation, print its summary (unless ``quiet``), write the report (atomically) and
+    the timeline; return the report. ``extra`` fields (capture facts) never replace simulated ones."""
+    from emulate.report import build_report, print_summary, write_report
+    from emulate.timeline import write_timeline
+
     report = build_report(result)
     report["traces"] = [str(p) for p in paths]
-    for key, value in (extra or {}).items():  # the caller's fields (capture facts) never replace simulated ones
+    for key, value in (extra or {}).items():
         report.setdefault(key, value)
-    print_summary(report, console=console)
+    if not quiet:
+        print_summary(report, console=console)
     if report_path is not None:
         write_report(report, Path(report_path))
     if timeline_path is not None:

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
-from emulate.sim.atomic import atomic_text
+from profiling.atomic import atomic_text
 from emulate.sim.program import (
     COLLECTIVE, DEVICE_SYNC, EVENT_SYNC, MEMCPY, MEMCPY_BLOCKING, MEMSET, STREAM_SYNC, RankProgram,
 )

@@ -53,10 +53,10 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from profiling.atomic import atomic_path
 
 FORMAT = "stepcast-trace"
 VERSION = 1
@@ -80,24 +80,11 @@ def write_trace(path: str | Path, *, rank: int, world_size: int, hardware: str, 
                 meta: dict[str, Any] | None = None) -> Path:
     """Write atomically (temporary file in the same folder, then rename)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     doc = {"format": FORMAT, "version": VERSION, "rank": rank, "world_size": world_size, "hardware": hardware,
            "meta": meta or {}, "events": events}
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        with _open(Path(tmp) if path.suffix != ".gz" else Path(tmp + ".gz"), "w") as f:
+    with atomic_path(path) as tmp:
+        with (gzip.open(tmp, "wt") if path.suffix == ".gz" else open(tmp, "w")) as f:
             json.dump(doc, f, separators=(",", ":"))
-        if path.suffix == ".gz":
-            os.replace(tmp + ".gz", path)
-            os.unlink(tmp)
-        else:
-            os.replace(tmp, path)
-    except BaseException:
-        for p in (tmp, tmp + ".gz"):
-            if os.path.exists(p):
-                os.unlink(p)
-        raise
     return path
 
 

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from estimator.base import KernelEstimator
+from profiling.atomic import _jsonable, write_bytes_atomic
 
 BUNDLE_FORMAT = "stepcast-estimator-bundle"
 BUNDLE_FORMAT_VERSION = 1
@@ -29,29 +28,9 @@ KINDS: dict[str, str] = {
 }
 
 
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Write through a temporary file in the same folder, then rename: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_json_atomic(path: Path, obj: Any) -> None:
+    """Bundle files are written with sorted keys, so that two exports of the same model are byte-identical."""
     write_bytes_atomic(Path(path), (json.dumps(obj, indent=2, sort_keys=True, default=_jsonable) + "\n").encode())
-
-
-def _jsonable(obj: Any) -> Any:
-    if hasattr(obj, "tolist"):
-        return obj.tolist()
-    if isinstance(obj, Path):
-        return str(obj)
-    raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
 
 
 def read_json(path: Path) -> dict:

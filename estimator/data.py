@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from estimator.importers import IMPORTERS, SOURCES
 from estimator.importers.common import DataImportError, TRAINING_COLUMNS, empty_frame
+from profiling.atomic import atomic_path
 from profiling.families import FAMILIES
 from profiling.paths import DATASETS_DIR, REPO_ROOT, shared_data_root
 
@@ -122,14 +123,8 @@ def _load_source(source: str, root: Path, cache_dir: Path, refresh: bool) -> pd.
 
 
 def _write_atomic(frame: pd.DataFrame, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
+    with atomic_path(path) as tmp:
         frame.to_parquet(tmp, index=False)
-        os.replace(tmp, path)
-    except Exception:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 __all__ = ["load_measurements", "cache_root", "source_digest", "DataImportError"]

@@ -3,29 +3,16 @@ the GPU: the GEMM shapes computed from the model config, attention calls, the op
 FSDP2 the collectives with the right byte counts on both ranks."""
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
-from emulate.trace import read_trace
 from profiling.paths import REPO_ROOT
 
 EXAMPLES = REPO_ROOT / "examples"
 pytestmark = pytest.mark.slow
 
 
-def emulate_run(tmp: Path, script: Path, *args: str, nproc: int = 1, hardware: str = "h100-sxm"):
-    report = tmp / "report.json"
-    cmd = [sys.executable, "-m", "emulate", "run", "--hardware", hardware, "--nproc", str(nproc), "--capture-only",
-           "--report", str(report), "--trace-dir", str(tmp / "traces"), "--", str(script), *args]
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
-    doc = json.loads(report.read_text()) if report.is_file() else None
-    traces = [read_trace(p) for p in doc["traces"]] if doc else []
-    return proc, doc, traces
 
 
 def iterations(trace: dict) -> list[list[dict]]:
@@ -48,7 +35,7 @@ GPT = dict(layers=2, d_model=64, heads=4, seq=32, batch=2, vocab=128, steps=2)
 
 
 @pytest.fixture(scope="module")
-def gpt_run(tmp_path_factory):
+def gpt_run(tmp_path_factory, emulate_run):
     args = [f"--{k.replace('_', '-')}={v}" for k, v in GPT.items()]
     proc, report, traces = emulate_run(tmp_path_factory.mktemp("gpt"), EXAMPLES / "gpt.py", *args)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -97,7 +84,7 @@ def test_gpt_optimizer_kernels_and_iterations(gpt_run):
     assert report["world_size"] == 1 and report["peak_memory_bytes"] > 0
 
 
-def test_cnn_convolutions_batch_norm_and_sgd(tmp_path):
+def test_cnn_convolutions_batch_norm_and_sgd(tmp_path, emulate_run):
     channels, batch, image = 8, 4, 16
     proc, _, traces = emulate_run(tmp_path, EXAMPLES / "cnn.py", f"--channels={channels}", f"--batch={batch}",
                                   f"--image={image}", "--stages=2", "--steps=2")
@@ -115,7 +102,7 @@ def test_cnn_convolutions_batch_norm_and_sgd(tmp_path):
     assert any((e["op"] or "").startswith("aten._foreach_") for e in kernels)  # SGD momentum
 
 
-def test_ddp_all_reduces_every_gradient_byte_on_both_ranks(tmp_path):
+def test_ddp_all_reduces_every_gradient_byte_on_both_ranks(tmp_path, emulate_run):
     width, hidden, layers = 32, 128, 2
     proc, report, traces = emulate_run(tmp_path, EXAMPLES / "ddp.py", f"--width={width}", f"--hidden={hidden}",
                                        f"--layers={layers}", "--bucket-mb=0.05", "--steps=2", nproc=2)
@@ -132,7 +119,7 @@ def test_ddp_all_reduces_every_gradient_byte_on_both_ranks(tmp_path):
     assert per_rank[0] == per_rank[1]
 
 
-def test_fsdp2_gathers_and_reduce_scatters_each_unit_on_both_ranks(tmp_path):
+def test_fsdp2_gathers_and_reduce_scatters_each_unit_on_both_ranks(tmp_path, emulate_run):
     dim, blocks = 64, 2
     proc, _, traces = emulate_run(tmp_path, EXAMPLES / "fsdp2.py", f"--dim={dim}", f"--blocks={blocks}",
                                   "--steps=2", nproc=2)

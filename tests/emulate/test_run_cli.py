@@ -17,13 +17,6 @@ from profiling.hardware import lookup
 from profiling.paths import REPO_ROOT
 
 
-def emulate_run(tmp: Path, script: Path, *args: str, nproc: int = 1, hardware: str = "h100-sxm"):
-    report = tmp / "report.json"
-    cmd = [sys.executable, "-m", "emulate", "run", "--hardware", hardware, "--nproc", str(nproc), "--capture-only",
-           "--report", str(report), "--trace-dir", str(tmp / "traces"), "--", str(script), *args]
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
-    doc = json.loads(report.read_text()) if report.is_file() else None
-    return proc, doc
 
 
 def write_script(tmp: Path, body: str) -> Path:
@@ -33,7 +26,7 @@ def write_script(tmp: Path, body: str) -> Path:
 
 
 @pytest.mark.slow
-def test_virtual_device_reads_and_profiler_iterations(tmp_path):
+def test_virtual_device_reads_and_profiler_iterations(tmp_path, emulate_run):
     script = write_script(tmp_path, """
         import torch, torch.nn as nn
         assert torch.cuda.is_available()
@@ -53,7 +46,7 @@ def test_virtual_device_reads_and_profiler_iterations(tmp_path):
                 print("LOSS", loss.item())                 # a kernel's output: reads as zero
                 prof.step()
         """)
-    proc, report = emulate_run(tmp_path, script, hardware="a100-sxm-80gb")
+    proc, report, _ = emulate_run(tmp_path, script, hardware="a100-sxm-80gb")
     assert proc.returncode == 0, proc.stderr[-3000:]
     spec = lookup("a100-sxm-80gb")
     device = next(line for line in proc.stdout.splitlines() if line.startswith("DEVICE")).split()
@@ -66,17 +59,17 @@ def test_virtual_device_reads_and_profiler_iterations(tmp_path):
 
 
 @pytest.mark.slow
-def test_grad_scaler_steps_are_not_skipped(tmp_path):
-    proc, report = emulate_run(tmp_path, REPO_ROOT / "examples" / "gpt.py", "--amp-dtype=fp16", "--grad-scaler",
+def test_grad_scaler_steps_are_not_skipped(tmp_path, emulate_run):
+    proc, report, _ = emulate_run(tmp_path, REPO_ROOT / "examples" / "gpt.py", "--amp-dtype=fp16", "--grad-scaler",
                                "--steps=2", "--layers=1", "--d-model=32", "--heads=2", "--seq=16", "--vocab=64")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert report["ranks"][0]["iterations"] == 3  # found_inf reads 0: both optimizer steps ran
 
 
 @pytest.mark.slow
-def test_a_model_too_large_raises_torchs_out_of_memory(tmp_path):
+def test_a_model_too_large_raises_torchs_out_of_memory(tmp_path, emulate_run):
     # ~1.6B parameters (6.4 GB in fp32) fit the 8 GB device; gradients and AdamW state do not
-    proc, report = emulate_run(tmp_path, REPO_ROOT / "examples" / "gpt.py", "--layers=8", "--d-model=4096",
+    proc, report, _ = emulate_run(tmp_path, REPO_ROOT / "examples" / "gpt.py", "--layers=8", "--d-model=4096",
                                "--heads=32", "--seq=64", "--batch=1", "--vocab=1024", "--steps=1", hardware="p4")
     assert proc.returncode != 0
     assert "torch.OutOfMemoryError: CUDA out of memory" in proc.stderr
@@ -86,7 +79,7 @@ def test_a_model_too_large_raises_torchs_out_of_memory(tmp_path):
 
 
 @pytest.mark.slow
-def test_peak_memory_is_parameters_gradients_optimizer_state_and_activations(tmp_path):
+def test_peak_memory_is_parameters_gradients_optimizer_state_and_activations(tmp_path, emulate_run):
     layers, width, batch = 8, 4096, 8
     script = write_script(tmp_path, f"""
         import torch, torch.nn as nn
@@ -98,7 +91,7 @@ def test_peak_memory_is_parameters_gradients_optimizer_state_and_activations(tmp
             opt.step()
             opt.zero_grad(set_to_none=True)
         """)
-    proc, report = emulate_run(tmp_path, script)
+    proc, report, _ = emulate_run(tmp_path, script)
     assert proc.returncode == 0, proc.stderr[-3000:]
     params = layers * (width * width + width)
     state = 16 * params                                  # fp32 weights + gradients + Adam exp_avg + exp_avg_sq
@@ -134,7 +127,7 @@ def test_op_context_from_either_hook(tmp_path, python_op_context):
 
 
 @pytest.mark.slow
-def test_identical_ranks_are_deduplicated_and_their_traces_rebuilt(tmp_path):
+def test_identical_ranks_are_deduplicated_and_their_traces_rebuilt(tmp_path, emulate_run):
     script = write_script(tmp_path, f"""
         import os, torch, torch.distributed as dist
         def note(text):  # one file per rank: the ranks' stdout lines would interleave
@@ -159,7 +152,7 @@ def test_identical_ranks_are_deduplicated_and_their_traces_rebuilt(tmp_path):
             note(f"step {{step}} sum {{t.item()}}")
         dist.destroy_process_group()
         """)
-    proc, report = emulate_run(tmp_path, script, nproc=3)
+    proc, report, _ = emulate_run(tmp_path, script, nproc=3)
     assert proc.returncode == 0, proc.stderr[-3000:]
     notes = [(tmp_path / f"rank{rank}.txt").read_text().splitlines() for rank in range(3)]
     assert all(n[0] == "objects ['r0', 'r1', 'r2'] [{'origin': 0}]" for n in notes)

@@ -1,0 +1,31 @@
+"""Shared helper of the emulator tests: run ``python -m emulate run --capture-only`` as a user would."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from emulate.trace import read_trace
+from profiling.paths import REPO_ROOT
+
+EmulateRun = Callable[..., tuple[subprocess.CompletedProcess, dict[str, Any] | None, list[dict[str, Any]]]]
+
+
+def _emulate_run(tmp: Path, script: Path, *args: str, nproc: int = 1, hardware: str = "h100-sxm"):
+    """Capture ``script`` under the shim; returns (process, capture report or None, per-rank traces)."""
+    report = tmp / "report.json"
+    cmd = [sys.executable, "-m", "emulate", "run", "--hardware", hardware, "--nproc", str(nproc), "--capture-only",
+           "--report", str(report), "--trace-dir", str(tmp / "traces"), "--", str(script), *args]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    doc = json.loads(report.read_text()) if report.is_file() else None
+    traces = [read_trace(p) for p in doc["traces"]] if doc else []
+    return proc, doc, traces
+
+
+@pytest.fixture(scope="session")
+def emulate_run() -> EmulateRun:
+    return _emulate_run
