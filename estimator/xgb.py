@@ -9,10 +9,13 @@ import numpy as np
 import xgboost as xgb
 
 from estimator.learned import LearnedEstimator
+from estimator.tree_walker import TreeWalker
 
 
 #: batches at least this long are predicted on every core
 PARALLEL_ROWS = 65536
+#: batches at most this long skip XGBoost's per-call overhead (see estimator.tree_walker)
+WALKER_ROWS = 16
 
 
 class XGBoostEstimator(LearnedEstimator):
@@ -44,6 +47,7 @@ class XGBoostEstimator(LearnedEstimator):
         self.n_jobs = n_jobs
         self.seed = seed
         self.booster: xgb.Booster | None = None
+        self._walker: TreeWalker | None = None
 
     def get_params(self) -> dict[str, Any]:
         return super().get_params() | {
@@ -58,10 +62,15 @@ class XGBoostEstimator(LearnedEstimator):
                   "seed": self.seed}
         data = xgb.DMatrix(x, label=y, feature_names=self.feature_names)
         self.booster = xgb.train(params, data, num_boost_round=self.n_estimators)
+        self._walker = None
 
     def _predict_matrix(self, x: np.ndarray) -> np.ndarray:
         if self.booster is None:
             raise RuntimeError("xgboost estimator is not fitted")
+        if len(x) <= WALKER_ROWS:
+            if self._walker is None:
+                self._walker = TreeWalker(self.booster)
+            return self._walker.predict(x)
         if len(x) < PARALLEL_ROWS:  # small batches: one thread (no pool wake-up, no fight with a busy machine)
             return self.booster.inplace_predict(x, validate_features=False)
         self.booster.set_param({"nthread": os.cpu_count() or 1})
@@ -78,4 +87,5 @@ class XGBoostEstimator(LearnedEstimator):
     def _load_weights(self, path: Path, meta: dict[str, Any]) -> None:
         self.booster = xgb.Booster()
         self.booster.load_model(str(path / "model.ubj"))
+        self._walker = None
         self.booster.set_param({"nthread": self.n_jobs})
