@@ -623,25 +623,19 @@ def classify_kernel_name(name: str) -> dict | None:
     return None
 
 
+#: GEMM kernel-name fragments -> dtype, tried in order (after the TF32 check): the first match wins
+_GEMM_KERNEL_DTYPES: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p), d) for p, d in (
+    (r"bf16|bfloat16", "bf16"), (r"e4m3", "fp8_e4m3"), (r"e5m2", "fp8_e5m2"),
+    (r"hgemm|h1688|h16816|h884|f16|fp16|half|_h\d", "fp16"), (r"dgemm|f64|double", "fp64"),
+    (r"i8|int8|igemm", "int8"), (r"sgemm|f32|float", "fp32"),
+))
+
+
 def _gemm_kernel_dtype(text: str) -> str | None:
-    lowered = text.lower()
     if _TF32_KERNEL.search(text):
         return "tf32"
-    if re.search(r"bf16|bfloat16", lowered):
-        return "bf16"
-    if re.search(r"e4m3", lowered):
-        return "fp8_e4m3"
-    if re.search(r"e5m2", lowered):
-        return "fp8_e5m2"
-    if re.search(r"hgemm|h1688|h16816|h884|f16|fp16|half|_h\d", lowered):
-        return "fp16"
-    if re.search(r"dgemm|f64|double", lowered):
-        return "fp64"
-    if re.search(r"i8|int8|igemm", lowered):
-        return "int8"
-    if re.search(r"sgemm|f32|float", lowered):
-        return "fp32"
-    return None
+    lowered = text.lower()
+    return next((dtype for pattern, dtype in _GEMM_KERNEL_DTYPES if pattern.search(lowered)), None)
 
 
 def _template_dtype(text: str) -> str | None:
