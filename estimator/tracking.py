@@ -24,6 +24,21 @@ def tracking_uri(configured: str | None = None) -> str:
     return configured or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{REPO_ROOT / 'mlflow.db'}"
 
 
+def use_experiment(name: str, uri: str) -> None:
+    """Point MLflow at ``uri`` and select experiment ``name``, creating it if needed. With a SQLite store the
+    experiment's artifacts go beside the database (``<db folder>/mlartifacts/<name>``) rather than into ``./mlruns``
+    of whatever folder the command happened to run from."""
+    import mlflow
+
+    mlflow.set_tracking_uri(uri)
+    if mlflow.get_experiment_by_name(name) is None:
+        location = None
+        if uri.startswith("sqlite:///"):
+            location = (Path(uri[len("sqlite:///"):]).resolve().parent / "mlartifacts" / name).as_uri()
+        mlflow.create_experiment(name, artifact_location=location)
+    mlflow.set_experiment(name)
+
+
 def registered_name(family: str) -> str:
     return f"kernel-runtime-{family}"
 

@@ -209,7 +209,7 @@ def export_bundle(cfg: DictConfig, frames: dict[str, pd.DataFrame], evaluations:
 def run(cfg: DictConfig) -> float:
     import mlflow
 
-    from estimator.tracking import tracking_uri
+    from estimator.tracking import tracking_uri, use_experiment
 
     families = list(FAMILIES) if cfg.family == "all" else [str(f) for f in np.atleast_1d(cfg.family)]
     data = load_training_rows(cfg.data, families, cfg.seed)
@@ -217,8 +217,7 @@ def run(cfg: DictConfig) -> float:
     frames = {f: rows for f, rows in frames.items() if len(rows) >= cfg.min_rows}
     if not frames:
         raise SystemExit(f"no family among {', '.join(families)} has {cfg.min_rows} or more measured rows")
-    mlflow.set_tracking_uri(tracking_uri(cfg.mlflow.tracking_uri))
-    mlflow.set_experiment(cfg.mlflow.experiment)
+    use_experiment(cfg.mlflow.experiment, tracking_uri(cfg.mlflow.tracking_uri))
     evaluations: dict[str, Evaluation] = {}
     baselines: dict[str, Evaluation] = {}
     with mlflow.start_run(run_name=f"{cfg.family}-{cfg.model.kind}") if len(frames) > 1 else contextlib.nullcontext():

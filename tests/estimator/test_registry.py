@@ -91,11 +91,10 @@ def test_unknown_name_lists_what_exists():
 def test_load_from_mlflow_uri(gemm_model, gemm_rows, tmp_path, monkeypatch):
     import mlflow
 
-    from estimator.tracking import log_bundle
+    from estimator.tracking import log_bundle, use_experiment
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    mlflow.set_experiment("test")
+    use_experiment("test", f"sqlite:///{tmp_path / 'mlflow.db'}")
     bundle = FamilyRouter({"gemm": gemm_model}).save(tmp_path / "bundle")
     example = gemm_rows[["family", "hardware", "dtype", "m", "n", "k", "batch"]].head(3)
     with mlflow.start_run():
