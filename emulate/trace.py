@@ -48,6 +48,16 @@ Optional fields written by ``python -m emulate run`` (compatible extensions of v
   that hold it.
 - ``iteration``: ``source`` ("profiler" | "optimizer" | "backward": which marks cut the trace; null when the
   script had none and the whole run is one iteration). Step 0 starts the trace; step k starts after the k-th mark.
+
+Optional fields written by the Kineto importer (:mod:`emulate.kineto_to_trace`, for ``python -m emulate replay``):
+
+- device events: ``stall_us``, device time the recorded timeline shows before the op that nothing in the trace
+  explains (launch, stream order and the dependencies found all allow an earlier start: e.g. work of a CUDA graph
+  or of another process); the simulator holds the op that long before it starts.
+- ``iteration``: ``end: true`` closes the last iteration without opening a new one.
+- ``collective``: ``op`` may be ``send_recv`` (a grouped send/recv kernel) and carries the kernel's ``name``.
+- ``meta``: ``launch_latency_us``, ``measured_iterations_us`` (the ProfilerStep durations), ``profiler_steps``,
+  ``source``, ``importer``, ``schema``, ``device_name``.
 """
 from __future__ import annotations
 
