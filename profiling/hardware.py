@@ -15,6 +15,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from profiling.classify import canonical_dtype
 from profiling.paths import HARDWARE_DIR
 
 DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8")
@@ -54,7 +55,9 @@ class HardwareSpec(BaseModel):
 
     def peak_flops(self, dtype: str) -> float:
         """Dense peak FLOP/s for a dtype; dtypes without tensor-core support fall back to the fp32 rate."""
-        key = _canonical_dtype(dtype)
+        key = canonical_dtype(dtype) or dtype
+        if key.startswith("fp8"):  # one fp8 rate for both formats
+            key = "fp8"
         if key in self.peak_tflops:
             return self.peak_tflops[key] * 1e12
         if key == "fp8":  # no fp8 units: emulated through fp16 at best
@@ -78,14 +81,6 @@ class HardwareSpec(BaseModel):
     @property
     def inter_node_bandwidth(self) -> float:
         return (self.network_bandwidth_gbps or 12.5) * 1e9
-
-
-def _canonical_dtype(dtype: str) -> str:
-    d = dtype.lower()
-    if d.startswith("fp8") or d.startswith("float8"):
-        return "fp8"
-    return {"float32": "fp32", "float": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16",
-            "float64": "fp64", "double": "fp64"}.get(d, d)
 
 
 def _normalise_name(name: str) -> str:

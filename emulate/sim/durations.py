@@ -25,6 +25,7 @@ import pandas as pd
 from emulate.sim.program import COLLECTIVE, KERNEL, MEMCPY, MEMCPY_BLOCKING, MEMSET, RankProgram
 from emulate.trace import TraceFormatError
 from estimator.base import KernelEstimator
+from profiling.classify import tensor_dtype
 from profiling.families import FAMILIES
 from profiling.hardware import HardwareSpec, UnknownHardwareError, lookup
 
@@ -221,10 +222,11 @@ def _collective_spec(ev: dict[str, Any], ranks_per_node: int) -> dict[str, Any] 
 
 
 def _canonical_dtype(dtype: Any) -> str:
-    text = str(dtype or "bf16").lower().replace("torch.", "")
-    aliases = {"float": "fp32", "float32": "fp32", "half": "fp16", "float16": "fp16", "bfloat16": "bf16",
-               "double": "fp64", "float64": "fp64", "long": "int64", "int": "int64"}
-    return aliases.get(text, text)
+    """A trace's collective dtype (NCCL or torch spelling) as a family dtype; bf16 when none was recorded."""
+    if not dtype:
+        return "bf16"
+    text = str(dtype).lower()
+    return tensor_dtype(text) or text
 
 
 def _row(spec: Any, hardware: str, source: str, i: int) -> dict[str, Any]:
