@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from estimator.base import KernelEstimator
-from profiling.atomic import _jsonable, write_bytes_atomic
+from profiling import atomic
 
 BUNDLE_FORMAT = "stepcast-estimator-bundle"
 BUNDLE_FORMAT_VERSION = 1
@@ -30,7 +30,7 @@ KINDS: dict[str, str] = {
 
 def write_json_atomic(path: Path, obj: Any) -> None:
     """Bundle files are written with sorted keys, so that two exports of the same model are byte-identical."""
-    write_bytes_atomic(Path(path), (json.dumps(obj, indent=2, sort_keys=True, default=_jsonable) + "\n").encode())
+    atomic.write_json_atomic(path, obj, sort_keys=True)
 
 
 def read_json(path: Path) -> dict:

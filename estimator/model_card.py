@@ -6,7 +6,8 @@ from typing import Any
 
 import pandas as pd
 
-from estimator.bundle import write_bytes_atomic, write_json_atomic
+from estimator.bundle import write_json_atomic
+from profiling.atomic import write_bytes_atomic
 
 #: credit line per training-data source (the shared data's licences; README.md of ../shared/data)
 CREDITS: dict[str, str] = {

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from estimator.bundle import write_bytes_atomic
+from profiling.atomic import write_bytes_atomic
 from estimator.kernel_input import KernelInputError, check_kernels, read_kernels
 from profiling.hardware import UnknownHardwareError
 

@@ -36,9 +36,10 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
         tmp.write_bytes(data)
 
 
-def write_json_atomic(path: Path, obj: Any, indent: int | None = 2) -> None:
-    """JSON with sorted-free, stable formatting; numpy values and paths are converted."""
-    write_bytes_atomic(Path(path), (json.dumps(obj, indent=indent, default=_jsonable) + "\n").encode())
+def write_json_atomic(path: Path, obj: Any, indent: int | None = 2, sort_keys: bool = False) -> None:
+    """JSON (numpy values and paths converted); ``sort_keys`` makes equal objects byte-identical files."""
+    text = json.dumps(obj, indent=indent, sort_keys=sort_keys, default=_jsonable) + "\n"
+    write_bytes_atomic(Path(path), text.encode())
 
 
 def _jsonable(obj: Any) -> Any:
