@@ -83,7 +83,8 @@ class HardwareSpec(BaseModel):
         return (self.network_bandwidth_gbps or 12.5) * 1e9
 
 
-def _normalise_name(name: str) -> str:
+def normalise_name(name: str) -> str:
+    """Device names compared without case, spaces or punctuation ("NVIDIA A100-SXM4-80GB" ~ "nvidia a100 sxm4 80gb")."""
     return re.sub(r"[^a-z0-9]+", "", name.lower())
 
 
@@ -117,9 +118,9 @@ def lookup(id_or_name: str, catalog: dict[str, HardwareSpec] | None = None) -> H
     catalog = catalog if catalog is not None else load_catalog()
     if id_or_name in catalog:
         return catalog[id_or_name]
-    wanted = _normalise_name(id_or_name)
+    wanted = normalise_name(id_or_name)
     for spec in catalog.values():
-        if wanted in {_normalise_name(spec.id), _normalise_name(spec.name)} | {_normalise_name(a) for a in spec.aliases}:
+        if wanted in {normalise_name(spec.id), normalise_name(spec.name)} | {normalise_name(a) for a in spec.aliases}:
             return spec
     raise UnknownHardwareError(
         f"unknown hardware '{id_or_name}': expected one of {', '.join(sorted(catalog))} "

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from profiling.hardware import HardwareSpec, UnknownHardwareError, load_catalog, lookup
+from profiling.hardware import HardwareSpec, UnknownHardwareError, load_catalog, lookup, normalise_name
 
 
 class TraceFormatError(ValueError):
@@ -374,11 +374,11 @@ def hardware_from_device_name(name: str) -> HardwareSpec | None:
         return lookup(name)
     except UnknownHardwareError:
         pass
-    wanted = re.sub(r"[^a-z0-9]+", "", name.lower())
+    wanted = normalise_name(name)
     best: tuple[int, HardwareSpec] | None = None
     for spec in load_catalog().values():
         for alias in [spec.name, *spec.aliases]:
-            key = re.sub(r"[^a-z0-9]+", "", alias.lower())
+            key = normalise_name(alias)
             if len(key) >= 4 and key in wanted and (best is None or len(key) > best[0]):
                 best = (len(key), spec)
     return best[1] if best else None
