@@ -1,7 +1,7 @@
 """Build the virtual-GPU shim (emulate/csrc) with the system C compiler, once per source/header/compiler version.
 
-The shared object lands in ``<cache>/shim-<hash>/libcuda.so.1`` (cache: ``$STEPCAST_CACHE``, else
-``$XDG_CACHE_HOME/stepcast``, else ``~/.cache/stepcast``). It is compiled against the CUDA, cuBLAS, NCCL and cuDNN
+The shared object lands in ``<cache>/shim-<hash>/libcuda.so.1`` (cache: :func:`profiling.paths.cache_root`:
+``$STEPCAST_CACHE_DIR``, else ``$XDG_CACHE_HOME/stepcast``, else ``~/.cache/stepcast``). It is compiled against the CUDA, cuBLAS, NCCL and cuDNN
 headers of the NVIDIA wheels installed alongside torch. Concurrent builders (ranks, test workers) serialise on a
 lock file and the result appears atomically (compile to a temporary name, then ``os.replace``).
 
@@ -20,6 +20,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from profiling.paths import cache_root
+
 CSRC = Path(__file__).resolve().parent / "csrc"
 SOURCES = ("core.c", "runtime.c", "datapath.c", "dedup.c", "driver.c", "cublas.c", "nccl.c", "cudnn.c")
 SONAME = "libcuda.so.1"
@@ -27,13 +29,6 @@ SONAME = "libcuda.so.1"
 
 class ShimBuildError(RuntimeError):
     """The shim cannot be built here; the message says why and how to fix it (one line)."""
-
-
-def cache_root() -> Path:
-    if os.environ.get("STEPCAST_CACHE"):
-        return Path(os.environ["STEPCAST_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "stepcast"
 
 
 def nvidia_root() -> Path:

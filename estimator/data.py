@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from estimator.importers import IMPORTERS, SOURCES
 from estimator.importers.common import DataImportError, TRAINING_COLUMNS, empty_frame
 from profiling.atomic import atomic_path
 from profiling.families import FAMILIES
-from profiling.paths import DATASETS_DIR, REPO_ROOT, shared_data_root
+from profiling.paths import DATASETS_DIR, REPO_ROOT, cache_root, shared_data_root
 
 log = logging.getLogger(__name__)
 
@@ -32,13 +31,6 @@ log = logging.getLogger(__name__)
 CODE_FILES: tuple[str, ...] = ("estimator/importers/*.py", "profiling/kineto.py", "profiling/classify.py",
                                "profiling/families.py", "profiling/hardware.py", "profiling/schema.py",
                                "conf/hardware/*.yaml")
-
-
-def cache_root() -> Path:
-    configured = os.environ.get("STEPCAST_CACHE_DIR")
-    if configured:
-        return Path(configured)
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "stepcast"
 
 
 def load_measurements(families: Iterable[str] | None = None, sources: Iterable[str] | None = None,
@@ -127,4 +119,4 @@ def _write_atomic(frame: pd.DataFrame, path: Path) -> None:
         frame.to_parquet(tmp, index=False)
 
 
-__all__ = ["load_measurements", "cache_root", "source_digest", "DataImportError"]
+__all__ = ["load_measurements", "source_digest", "DataImportError"]

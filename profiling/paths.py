@@ -14,3 +14,12 @@ MODELS_DIR = REPO_ROOT / "models"
 def shared_data_root() -> Path:
     """Root of the third-party measurements (read-only). Setting: STEPCAST_SHARED_DATA, default ../shared/data."""
     return Path(os.environ.get("STEPCAST_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
+
+
+def cache_root() -> Path:
+    """Where built and parsed artefacts are cached (the shim, parsed measurements). Setting: STEPCAST_CACHE_DIR,
+    default $XDG_CACHE_HOME/stepcast, else ~/.cache/stepcast."""
+    configured = os.environ.get("STEPCAST_CACHE_DIR")
+    if configured:
+        return Path(configured)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "stepcast"

@@ -8,7 +8,8 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from estimator.data import cache_root, load_measurements
+from estimator.data import load_measurements
+from profiling.paths import cache_root
 from estimator.importers import SOURCES, DataImportError
 from profiling.families import FAMILIES
 

@@ -14,7 +14,7 @@ from emulate import shim_build
 
 @pytest.fixture()
 def clean_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("STEPCAST_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("STEPCAST_CACHE_DIR", str(tmp_path / "cache"))
     return tmp_path / "cache"
 
 
