@@ -16,10 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-try:  # optional: the classifier turns op context into estimator rows
-    from profiling.classify import classify_kernel_name, classify_op
-except ImportError:  # pragma: no cover - the classifier ships with the repo
-    classify_op = classify_kernel_name = None
+from profiling.classify import classify_kernel_name, classify_op
 
 SOURCES = {1: "profiler", 2: "optimizer", 3: "backward"}
 # cudaDataType_t -> families dtype
@@ -123,7 +120,7 @@ def _listify(value: Any) -> Any:
 
 
 def _kernel_spec(op: dict | None, name: str) -> dict | None:
-    if classify_op is None or op is None:
+    if op is None:
         return None
     try:
         row = classify_op(op["op"], op["shapes"], op["dtypes"], kernel_name=name, args=op.get("args"))

@@ -48,13 +48,10 @@ class SweepConfigError(ValueError):
 
 def as_plain(value: Any) -> Any:
     """OmegaConf containers to plain Python (callers may pass either)."""
-    try:
-        from omegaconf import DictConfig, ListConfig, OmegaConf
+    from omegaconf import DictConfig, ListConfig, OmegaConf
 
-        if isinstance(value, (DictConfig, ListConfig)):
-            return OmegaConf.to_container(value, resolve=True)
-    except ImportError:  # pragma: no cover - omegaconf is a dependency
-        pass
+    if isinstance(value, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(value, resolve=True)
     return value
 
 
