@@ -29,6 +29,7 @@ from emulate.kineto_to_trace import convert_file
 from emulate.report import build_report, steady_indices
 from emulate.sim.program import KERNEL
 from emulate.simulate import simulate
+from estimator.metrics import summary
 from profiling.paths import shared_data_root
 
 PATTERNS = ("hta/tests/data/**/*.json.gz", "kineto/tb_plugin/samples/**/*.json.gz")
@@ -71,7 +72,7 @@ def evaluate(path: Path, estimator: Any) -> dict[str, Any]:
     row.update({
         "predicted_ms": report["iteration_time_ms"],
         "predicted_error": _error(report["iteration_time_ms"], measured_ms),
-        "kernel_error": float(np.abs(pred - meas).sum() / meas.sum() * 100.0) if len(timed) else float("nan"),
+        "kernel_error": summary(pred, meas)["time_weighted_ape"] if len(timed) else float("nan"),
         "retimed_share": len(timed) / max(len(kernels), 1) * 100.0, "estimator": report["estimator"],
     })
     return row
