@@ -96,9 +96,13 @@ def gemm(frame: Kernels) -> Work:
 
 
 def causal_fraction(seq_q: np.ndarray, seq_kv: np.ndarray, causal: np.ndarray) -> np.ndarray:
-    """Share of the score matrix a causal mask keeps (bottom-right aligned, as in FlashAttention): about one half when
-    seq_q == seq_kv, close to 1 for a short query over a long cache."""
-    kept = 1.0 - (seq_q - 1.0) / (2.0 * np.maximum(seq_kv, 1.0))
+    """Share of the seq_q x seq_kv score matrix a causal mask keeps, the mask bottom-right aligned as in FlashAttention
+    and attention over a KV cache: query i (from 0) sees seq_kv - seq_q + i + 1 keys, none while that is not positive.
+    That is 1 - (seq_q - 1) / (2 seq_kv) for seq_q <= seq_kv (about one half when equal, close to 1 for a short query
+    over a long cache) and (seq_kv + 1) / (2 seq_q) for seq_q > seq_kv (the first seq_q - seq_kv queries see
+    nothing). (torch's ``is_causal=True`` is top-left aligned when seq_q != seq_kv: not what these rows describe.)"""
+    sq, skv = np.maximum(seq_q, 1.0), np.maximum(seq_kv, 1.0)
+    kept = np.where(sq <= skv, 1.0 - (sq - 1.0) / (2.0 * skv), (skv + 1.0) / (2.0 * sq))
     return np.where(causal, np.clip(kept, 0.0, 1.0), 1.0)
 
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from estimator.importers import kineto, llmcompass, neusight, profiler, vidur, vidur_network
+from estimator.importers import kineto, llmcompass, neusight, profiler, vidur, vidur_attention, vidur_network
 from estimator.importers.common import SOURCES, TRAINING_COLUMNS, DataImportError
 
 #: source name (the ``source`` column) -> the modules that produce its rows
 IMPORTERS: dict[str, tuple[ModuleType, ...]] = {
     "profiler": (profiler,),
-    "vidur": (vidur, vidur_network),
+    "vidur": (vidur, vidur_network, vidur_attention),
     "neusight": (neusight,),
     "kineto": (kineto,),
     "llmcompass": (llmcompass,),
