@@ -1,15 +1,17 @@
 """Accuracy and speed of the estimators, side by side (prints tables; a few minutes on 2 cores).
 
-    python -m estimator.benchmark [--suites vidur,neusight,families,speed] [--gemm-train-rows 40000]
+    python -m estimator.benchmark [--suites vidur,neusight,families,one_model,speed] [--gemm-train-rows 40000]
                                   [--max-train-rows 10000] [--max-folds 1] [--json out.json]
 
 1. Vidur H100 GEMMs, whole models held out (one fold per model).
 2. NeuSight fp32 GEMMs, leave one GPU out (mean APE per held-out GPU).
-   Both also compare the two targets of the XGBoost model: efficiency vs log-time; training rows are subsampled
-   to ``--gemm-train-rows``.
+   Both also compare the two targets of the XGBoost model (efficiency vs log-time) and the default ensemble (48 trees
+   of depth 8) with one six times costlier (300 of depth 6); training rows are subsampled to ``--gemm-train-rows``.
 3. Every family with data: random / held-out shapes / leave-one-hardware-out / out-of-range splits (at most
    ``--max-folds`` folds per split, those with the most test rows; training rows subsampled to ``--max-train-rows``).
-4. Prediction throughput (1,000,000 GEMM rows, batched) and single-kernel latency of the shipped default bundle.
+4. One XGBoost across all families against one per family (random split; why the bundles hold one per family).
+5. Prediction throughput (1,000,000 GEMM rows of distinct random shapes, batched; the median of three calls) and
+   single-kernel latency of the shipped default bundle.
 
 Every learned model is fit on each fold's training rows only; the roofline has nothing to fit.
 """
@@ -37,8 +39,12 @@ MODELS: dict[str, tuple[str, dict, str | None]] = {
     "random_forest": ("random_forest", {"n_estimators": 50, "max_features": 0.5}, "log_time"),
     "roofline": ("roofline", {}, None),
 }
-SUITES = ("vidur", "neusight", "families", "speed")
-TARGET_COMPARISON = {"xgboost(log_time)": ("xgboost", {}, "log_time")}
+SUITES = ("vidur", "neusight", "families", "one_model", "speed")
+#: for the two GEMM suites: the other target, and the six-times-costlier ensemble the default was cut down from
+GEMM_COMPARISONS = {
+    "xgboost(log_time)": ("xgboost", {}, "log_time"),
+    "xgboost(300x6)": ("xgboost", {"n_estimators": 300, "max_depth": 6, "learning_rate": 0.08}, "efficiency"),
+}
 
 
 POOLED = "pooled"  # the row of every held-out prediction of a split scored together
@@ -78,14 +84,14 @@ def side_by_side(results: pd.DataFrame, title: str, metric: str = "mean_ape", by
 
 def suite_vidur_h100(data: pd.DataFrame, max_train_rows: int | None) -> pd.DataFrame:
     frame = data[(data["family"] == "gemm") & (data["source"] == "vidur") & (data["hardware"] == "h100-sxm")]
-    res = score_folds(frame.reset_index(drop=True), "held_out_shapes", MODELS | TARGET_COMPARISON, max_train_rows, None)
+    res = score_folds(frame.reset_index(drop=True), "held_out_shapes", MODELS | GEMM_COMPARISONS, max_train_rows, None)
     side_by_side(res, "Vidur H100 GEMMs, whole models held out: mean APE % (target <= 5, aim 2)")
     return res.assign(suite="vidur_h100_held_out_models")
 
 
 def suite_neusight_logo(data: pd.DataFrame, max_train_rows: int | None) -> pd.DataFrame:
     frame = data[(data["family"] == "gemm") & (data["source"] == "neusight") & (data["dtype"] == "fp32")]
-    res = score_folds(frame.reset_index(drop=True), "leave_one_hardware_out", MODELS | TARGET_COMPARISON,
+    res = score_folds(frame.reset_index(drop=True), "leave_one_hardware_out", MODELS | GEMM_COMPARISONS,
                       max_train_rows, None)
     side_by_side(res, "NeuSight fp32 GEMMs, leave one GPU out: mean APE % per held-out GPU (aim < 15)")
     return res.assign(suite="neusight_fp32_gemm_logo")
@@ -105,6 +111,55 @@ def suite_families(data: pd.DataFrame, max_train_rows: int | None, max_folds: in
         side_by_side(pooled, f"{family}: time-weighted error % by split", metric="time_weighted_ape", by="split")
         out.append(res.assign(suite=f"family_{family}"))
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
+
+
+def suite_one_model(data: pd.DataFrame, max_train_rows: int | None) -> pd.DataFrame:
+    """One XGBoost model across every family against one per family, on each family's random split: the measurement
+    behind shipping one model per family. The shared model sees the union of the families' features (NaN where a
+    family has no such feature) plus a family code, and the same efficiency target and parameters."""
+    from estimator.evaluate import subsample
+    from estimator.features import features
+    from estimator.splits import folds
+    from estimator.xgb import XGBoostEstimator
+
+    train, test = {}, {}
+    for family, frame in data.groupby("family", sort=True):
+        if len(frame) < 100:
+            continue
+        frame = frame.reset_index(drop=True)
+        fold = next(folds("random", frame))
+        train[family], test[family] = subsample(frame.iloc[fold.train], max_train_rows), frame.iloc[fold.test]
+    families = list(train)
+
+    def union(parts: dict[str, pd.DataFrame], names: list[str] | None = None):
+        feats = {f: features(f, rows) for f, rows in parts.items()}
+        names = names or ["family"] + sorted({n for ff in feats.values() for n in ff.names})
+        blocks = []
+        for f, ff in feats.items():
+            block = np.full((len(ff.matrix), len(names)), np.nan, dtype=np.float32)
+            block[:, 0] = families.index(f)
+            for i, name in enumerate(ff.names):
+                block[:, names.index(name)] = ff.matrix[:, i]
+            blocks.append(block)
+        return np.concatenate(blocks), np.concatenate([ff.baseline_us for ff in feats.values()]), names
+
+    x, base, names = union(train)
+    y = np.log(np.concatenate([rows["runtime_us"].to_numpy() for rows in train.values()]) / base)
+    shared = XGBoostEstimator(family="all")
+    shared.feature_names = names
+    shared._fit_matrix(x, y)
+    x_test, base_test, _ = union(test, names)
+    pred_shared = np.exp(shared._predict_matrix(x_test).astype(np.float64)) * base_test
+    rows, start = [], 0
+    for f in families:
+        truth = test[f]["runtime_us"].to_numpy()
+        own = XGBoostEstimator(family=f).fit(train[f], train[f]["runtime_us"].to_numpy()).predict(test[f])
+        for label, pred in (("per family", own), ("one model", pred_shared[start:start + len(truth)])):
+            rows.append({"family": f, "model": label} | summary(pred, truth))
+        start += len(truth)
+    res = pd.DataFrame(rows)
+    side_by_side(res, "One XGBoost per family vs one across families, random split: mean APE %", by="family")
+    return res.assign(suite="one_model_vs_per_family")
 
 
 def random_gemms(n: int, seed: int = 0) -> pd.DataFrame:
@@ -131,21 +186,23 @@ def speed(n: int = 1_000_000) -> dict[str, float]:
     frame = random_gemms(n)
     model.predict(frame.head(1000))  # warm up
     results: dict[str, float] = {}
-    t = time.perf_counter()
-    pred = model.predict(frame)
-    results["batched_kernels_per_s"] = n / (time.perf_counter() - t)
-    assert np.all(np.isfinite(pred))
+
+    def per_second(call, rows: int) -> float:
+        times = []
+        for _ in range(3):
+            t = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - t)
+        return rows / float(np.median(times))
+
+    results["batched_kernels_per_s"] = per_second(lambda: model.predict(frame), n)
+    assert np.all(np.isfinite(model.predict(frame.head(1000))))
     trace = trace_like_gemms(n)
-    t = time.perf_counter()
-    model.predict(trace)
-    results["batched_trace_like_kernels_per_s"] = n / (time.perf_counter() - t)  # 2,000 distinct shapes
-    t = time.perf_counter()
-    feats = features("gemm", frame)
-    results["features_kernels_per_s"] = n / (time.perf_counter() - t)
+    results["batched_trace_like_kernels_per_s"] = per_second(lambda: model.predict(trace), n)  # 2,000 shapes
+    results["features_one_thread_kernels_per_s"] = per_second(lambda: features("gemm", frame), n)
     if gemm is not None and hasattr(gemm, "_predict_matrix"):
-        t = time.perf_counter()
-        gemm._predict_matrix(feats.matrix)
-        results["model_only_kernels_per_s"] = n / (time.perf_counter() - t)
+        feats = features("gemm", frame)
+        results["model_one_thread_kernels_per_s"] = per_second(lambda: gemm._predict_matrix(feats.matrix), n)
     one = frame.head(1).copy()
     spec = {k: (v.item() if hasattr(v, "item") else v) for k, v in one.iloc[0].to_dict().items()}
     for label, arg in (("single_call_frame_ms", one), ("single_call_dict_ms", [spec])):
@@ -192,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
             parts.append(suite_neusight_logo(data, args.gemm_train_rows))
         if "families" in suites:
             parts.append(suite_families(data, args.max_train_rows, args.max_folds))
+        if "one_model" in suites:
+            parts.append(suite_one_model(data, args.max_train_rows))
         results["accuracy"] = pd.concat(parts, ignore_index=True).to_dict(orient="records")
     if "speed" in suites:
         results["speed"] = speed()

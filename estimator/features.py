@@ -2,9 +2,12 @@
 
 Every family gets: log2 of its shape columns, dtype width, FLOPs, bytes moved, arithmetic intensity, the pure
 roofline time from the catalog, and the device's spec figures (so a device with no measurements is still described,
-by its yaml). GEMMs add wave quantisation: for plausible tile shapes, the output tiles, the waves over the SM count
-and the last wave's occupancy (time steps up when tiles cross a multiple of the SM count). Collectives add bytes,
-ranks, intra/inter node and the link bandwidth.
+by its yaml). GEMMs add wave quantisation: for each plausible output tile, the tile count and the quantisation
+overhead (the tile slots of all waves over the SM count, over the useful output elements: 1 when the tiles divide the
+output and fill the last wave), plus the smallest overhead over the tiles (what the best tile choice would pay).
+Time steps up where the tiles cross a multiple of the SM count, and these features put the steps of every (n, k) at
+the same values, which is what lets a model place them for shapes it has not seen. Collectives add bytes, ranks,
+intra/inter node and the link bandwidth.
 
 ``baseline_us`` is the analytical estimate (``RooflineEstimator`` with its default parameters); the ``efficiency``
 target of the learned models is log(runtime / baseline).
@@ -23,7 +26,8 @@ from estimator.workload import COLLECTIVE_BUS_FACTOR, ELEMENTWISE_OPS, NORM_OPS,
 from profiling.families import DTYPES, FAMILIES
 
 #: (rows, cols) of output tiles cuBLAS/CUTLASS commonly pick; the model learns which matters where.
-GEMM_TILES: tuple[tuple[int, int], ...] = ((128, 128), (128, 256), (64, 128), (256, 128))
+GEMM_TILES: tuple[tuple[int, int], ...] = ((64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 128),
+                                          (64, 256), (256, 64))
 
 #: categorical columns encoded as integer codes over a fixed vocabulary (unknown values -> -1)
 VOCABULARY: dict[str, tuple[str, ...]] = {
@@ -63,7 +67,8 @@ def encode(values: pd.Series | np.ndarray, vocabulary: tuple[str, ...]) -> np.nd
 
 
 def _log2(x: np.ndarray) -> np.ndarray:
-    return np.log2(np.maximum(x, 1e-30))
+    """log2 in float32 (what the feature matrix holds; three times faster than float64 over a million rows)."""
+    return np.log2(np.maximum(x, 1e-30, dtype=np.float32))
 
 
 def _num(frame: Kernels, name: str) -> np.ndarray:
@@ -71,13 +76,21 @@ def _num(frame: Kernels, name: str) -> np.ndarray:
 
 
 def gemm_waves(m: np.ndarray, n: np.ndarray, batch: np.ndarray, sms: np.ndarray) -> dict[str, np.ndarray]:
-    out = {}
+    """Per tile: log2 tile count and log2 quantisation overhead; and the smallest overhead over the tiles."""
+    out: dict[str, np.ndarray] = {}
+    # log2(slots / useful) = log2(waves) + log2(sms * tm * tn) - log2(m n batch); row/column tile counts computed
+    # once per tile size (this runs on every kernel of a step, so it avoids repeating whole-column work)
+    rows = {t: np.ceil(m / t) for t in {tm for tm, _ in GEMM_TILES}}
+    cols = {t: np.ceil(n / t) * batch for t in {tn for _, tn in GEMM_TILES}}
+    log2_sms, log2_useful = _log2(sms), _log2(m * n * batch)
+    best = None
     for tm, tn in GEMM_TILES:
-        tiles = np.ceil(m / tm) * np.ceil(n / tn) * batch
-        waves = np.ceil(tiles / sms)
+        tiles = rows[tm] * cols[tn]
+        overhead = _log2(np.ceil(tiles / sms)) + (log2_sms + np.log2(tm * tn) - log2_useful)
         out[f"log2_tiles_{tm}x{tn}"] = _log2(tiles)
-        out[f"waves_{tm}x{tn}"] = waves
-        out[f"wave_eff_{tm}x{tn}"] = tiles / (waves * sms)
+        out[f"log2_overhead_{tm}x{tn}"] = overhead
+        best = overhead if best is None else np.minimum(best, overhead)
+    out["log2_overhead_min"] = best
     return out
 
 
@@ -86,8 +99,7 @@ def family_features(family: str, frame: Kernels, w: Work, hw: RowHardware) -> di
     sms = hw.spec["hw_sm_count"]
     if family == "gemm":
         m, n, k, b = (_num(frame, c) for c in ("m", "n", "k", "batch"))
-        f |= {"log2_m": _log2(m), "log2_n": _log2(n), "log2_k": _log2(k), "log2_batch": _log2(b),
-              "m_mod_128": m % 128, "n_mod_128": n % 128, "k_mod_64": k % 64}
+        f |= {"log2_m": _log2(m), "log2_n": _log2(n), "log2_k": _log2(k), "log2_batch": _log2(b)}
         f |= gemm_waves(m, n, b, sms)
     elif family == "attention":
         b, hq, hkv, sq, skv, d = (_num(frame, c)
@@ -124,8 +136,22 @@ def family_features(family: str, frame: Kernels, w: Work, hw: RowHardware) -> di
     return f
 
 
+#: string key columns turned into categoricals once per call (each is read by several helpers; factorising a million
+#: strings costs tens of milliseconds every time, a categorical's codes nothing)
+CATEGORICAL_KEYS = ("hardware", "dtype", "op", "pass")
+
+
+def _categorical_keys(frame: Kernels) -> Kernels:
+    if not isinstance(frame, pd.DataFrame):
+        return frame
+    convert = {c: pd.Categorical(frame[c]) for c in CATEGORICAL_KEYS
+               if c in frame.columns and not isinstance(frame[c].dtype, pd.CategoricalDtype)}
+    return frame.assign(**convert) if convert else frame
+
+
 def features(family: str, frame: Kernels) -> FeatureFrame:
     """Features of every row of a frame holding only ``family``'s rows."""
+    frame = _categorical_keys(frame)
     w = work(family, frame)
     hw = row_hardware(frame["hardware"], frame["dtype"])
     roof_s = np.maximum(w.flops / hw.peak_flops, w.bytes / hw.memory_bandwidth)

@@ -54,7 +54,18 @@ class RowHardware:
     inter_node_bandwidth: np.ndarray  # B/s
     gpus_per_node: np.ndarray
     is_gpu: np.ndarray  # bool
-    ids: np.ndarray  # catalog id of every row (object)
+    codes: np.ndarray  # index into ``devices`` of every row
+    devices: tuple[str, ...]  # catalog id of each distinct device in the frame
+    device_spec: dict[str, np.ndarray]  # SPEC_FEATURES -> one value per distinct device
+
+    @property
+    def ids(self) -> np.ndarray:
+        """Catalog id of every row (object array)."""
+        return np.asarray(self.devices, dtype=object)[self.codes]
+
+    def per_row(self, per_device: np.ndarray) -> np.ndarray:
+        """Spread one value per distinct device (a check done once per device, not per row) over the rows."""
+        return np.asarray(per_device)[self.codes]
 
 
 @functools.lru_cache(maxsize=64)
@@ -85,7 +96,8 @@ def row_hardware(hardware: pd.Series | np.ndarray, dtype: pd.Series | np.ndarray
     specs = [_spec(str(h)) for h in hw_ids]
     peak = np.array([[_peak(str(h), str(d)) for d in dtypes] for h in hw_ids], dtype=np.float64)
     vectors = [_vector(str(h)) for h in hw_ids]
-    spec_cols = {name: np.array([v[name] for v in vectors])[hw_codes] for name in SPEC_FEATURES}
+    device_spec = {name: np.array([v[name] for v in vectors], dtype=np.float64) for name in SPEC_FEATURES}
+    spec_cols = {name: values[hw_codes] for name, values in device_spec.items()}
 
     def per_device(values: list[float]) -> np.ndarray:
         return np.asarray(values, dtype=np.float64)[hw_codes]
@@ -98,5 +110,7 @@ def row_hardware(hardware: pd.Series | np.ndarray, dtype: pd.Series | np.ndarray
         inter_node_bandwidth=per_device([s.inter_node_bandwidth for s in specs]),
         gpus_per_node=per_device([s.gpus_per_node for s in specs]),
         is_gpu=per_device([s.kind == "gpu" for s in specs]).astype(bool),
-        ids=np.asarray([s.id for s in specs], dtype=object)[hw_codes],
+        codes=np.asarray(hw_codes),
+        devices=tuple(s.id for s in specs),
+        device_spec=device_spec,
     )

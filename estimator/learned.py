@@ -12,7 +12,9 @@ Targets (``target``):
 from __future__ import annotations
 
 import hashlib
+import os
 from abc import abstractmethod
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +60,13 @@ class LearnedEstimator(KernelEstimator):
         if len(uniques) and (len(uniques) > 1 or str(uniques[0]) != self.family):
             raise ValueError(f"{self.name} estimator for '{self.family}' got rows of family "
                              f"{', '.join(map(str, uniques))} (route mixed frames through estimator.load())")
-        return features(self.family, frame)
+        feats = features(self.family, frame)
+        if self.feature_names and feats.names != self.feature_names:
+            differ = next((f"{a!r} vs {b!r}" for a, b in zip(self.feature_names, feats.names) if a != b),
+                          f"{len(self.feature_names)} vs {len(feats.names)} features")
+            raise ValueError(f"{self.name}@{self.version} ({self.family}) was trained on other features than this "
+                             f"version computes (first difference: {differ}): retrain or re-export the bundle")
+        return feats
 
     def fit(self, frame: pd.DataFrame, runtime_us: np.ndarray) -> "LearnedEstimator":
         runtime_us = np.asarray(runtime_us, dtype=np.float64)
@@ -91,12 +99,21 @@ class LearnedEstimator(KernelEstimator):
         if distinct is not None:
             rows, inverse = distinct
             return tuple(a[inverse] for a in self.predict_with_support(rows))
+        parts = split_for_cores(frame)
+        if parts is not None:
+            with ThreadPoolExecutor(len(parts)) as pool:
+                done = list(pool.map(self._predict_with_support, parts))
+            return tuple(np.concatenate(column) for column in zip(*done))
+        return self._predict_with_support(frame)
+
+    def _predict_with_support(self, frame: Kernels) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         feats = self._features(frame)
         y = self._predict_matrix(feats.matrix).astype(np.float64)
         pred = np.exp(y) * feats.baseline_us if self.target == "efficiency" else np.exp(y)
         support = self._require_support()
-        seen = np.isin(feats.hardware.ids, support.hardware)
-        return pred, support.shape_in_range(frame), seen, support.spec_in_range(feats.hardware.spec)
+        hw = feats.hardware
+        return (pred, support.shape_in_range(frame), hw.per_row(support.seen(hw.devices)),
+                hw.per_row(support.spec_in_range(hw.device_spec)))
 
     def in_range(self, frame: pd.DataFrame) -> np.ndarray:
         return self._require_support().in_range(as_kernels(frame))
@@ -105,7 +122,8 @@ class LearnedEstimator(KernelEstimator):
         from estimator.hardware_table import row_hardware
 
         frame = as_kernels(frame)
-        return self._require_support().spec_in_range(row_hardware(frame["hardware"], frame["dtype"]).spec)
+        hw = row_hardware(frame["hardware"], frame["dtype"])
+        return hw.per_row(self._require_support().spec_in_range(hw.device_spec))
 
     def _require_support(self) -> Support:
         if self.support is None:
@@ -157,6 +175,18 @@ class LearnedEstimator(KernelEstimator):
 
 #: frames at least this long are checked for repeated kernels
 DEDUP_MIN_ROWS = 4096
+#: frames at least this long are cut in one part per core, each predicted on its own thread: the features are numpy
+#: (which releases the GIL over whole columns) and the regressors predict on one thread each, so a million kernels
+#: use every core from the first column to the last
+PARALLEL_MIN_ROWS = 1 << 17
+
+
+def split_for_cores(frame: Kernels) -> list[pd.DataFrame] | None:
+    cores = min(os.cpu_count() or 1, 8)
+    if cores < 2 or not isinstance(frame, pd.DataFrame) or len(frame) < PARALLEL_MIN_ROWS:
+        return None
+    bounds = np.linspace(0, len(frame), cores + 1).astype(int)
+    return [frame.iloc[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])]
 
 
 def distinct_rows(frame: Kernels, family: str, max_share: float = 0.5) -> tuple[pd.DataFrame, np.ndarray] | None:

@@ -68,18 +68,21 @@ class FamilyRouter(KernelEstimator):
     def rule(self, family: str) -> str:
         return self.rules.get(family, self.fallback_rule)
 
-    def _route(self, frame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Predictions, estimator label and in-range flag for every row."""
+    def _route(self, frame, labels: bool = True) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """Predictions, estimator label (None unless ``labels``: a million-row object column is not free) and
+        in-range flag for every row."""
         frame = as_kernels(frame)
         pred = np.empty(len(frame), dtype=np.float64)
-        label = np.empty(len(frame), dtype=object)
+        label = np.empty(len(frame), dtype=object) if labels else None
         ok = np.ones(len(frame), dtype=bool)
         fallback_label = _label(self.fallback)
         for family, pos in family_positions(frame):
             rows = take(frame, pos)
             model = self.estimators.get(family)
             if model is None:
-                pred[pos], label[pos], ok[pos] = self.fallback.predict(rows), fallback_label, False
+                pred[pos], ok[pos] = self.fallback.predict(rows), False
+                if labels:
+                    label[pos] = fallback_label
                 continue
             p, shape_ok, seen, spec_ok = self._learned(model, rows)
             use_fallback = fallback_mask(self.rule(family), shape_ok, seen, spec_ok)
@@ -87,7 +90,8 @@ class FamilyRouter(KernelEstimator):
                 p = p.copy()
                 p[use_fallback] = self.fallback.predict(take(rows, np.flatnonzero(use_fallback)))
             pred[pos], ok[pos] = p, shape_ok & seen
-            label[pos] = np.where(use_fallback, fallback_label, _label(model))
+            if labels:
+                label[pos] = np.where(use_fallback, fallback_label, _label(model))
         return pred, label, ok
 
     @staticmethod
@@ -102,10 +106,10 @@ class FamilyRouter(KernelEstimator):
         return p, inside, np.ones(len(p), dtype=bool), spec_ok
 
     def predict(self, frame: pd.DataFrame | list[dict]) -> np.ndarray:
-        return self._route(frame)[0]
+        return self._route(frame, labels=False)[0]
 
     def in_range(self, frame: pd.DataFrame) -> np.ndarray:
-        return self._route(frame)[2]
+        return self._route(frame, labels=False)[2]
 
     def predict_frame(self, frame: pd.DataFrame | list[dict]) -> pd.DataFrame:
         pred, label, ok = self._route(frame)

@@ -52,14 +52,19 @@ class Support:
             ok &= (v >= lo - 1e-9) & (v <= self.shape_max[c] + 1e-9)
         return ok
 
+    def seen(self, devices) -> np.ndarray:
+        """Whether each catalog id was in the training data."""
+        return np.array([str(d) in self.hardware for d in devices], dtype=bool)
+
     def hardware_seen(self, frame: Kernels) -> np.ndarray:
         codes, uniques = factorize(frame["hardware"])
-        return np.array([str(u) in self.hardware for u in uniques], dtype=bool)[codes]
+        return self.seen(uniques)[codes]
 
     def in_range(self, frame: Kernels) -> np.ndarray:
         return self.shape_in_range(frame) & self.hardware_seen(frame)
 
     def spec_in_range(self, spec: dict[str, np.ndarray]) -> np.ndarray:
+        """Per entry of the spec arrays (pass one entry per distinct device and spread it, not one per row)."""
         ok = np.isin(spec["hw_is_gpu"], self.kinds)
         for c, lo in self.spec_min.items():
             v = spec[c]

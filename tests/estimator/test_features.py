@@ -14,12 +14,19 @@ def gemm(hardware: str, m, n) -> pd.DataFrame:
                          "batch": 1})
 
 
-def test_waves_step_when_tiles_cross_the_sm_count():
+def test_quantisation_overhead_steps_when_tiles_cross_the_sm_count():
     sms = lookup("h100-sxm").sm_count  # 132: 128x128 tiles of a (128*132) x 128 output fill exactly one wave
     f = features("gemm", gemm("h100-sxm", [128 * sms, 128 * (sms + 1)], 128))
-    assert f.column("waves_128x128").tolist() == [1.0, 2.0]
-    assert f.column("wave_eff_128x128")[0] == 1.0
-    assert f.column("wave_eff_128x128")[1] < 0.51
+    assert abs(f.column("log2_overhead_128x128")[0]) < 1e-5  # no padding, last wave full
+    # one tile more opens a second wave of 132 slots for 133 tiles: overhead 264/133, just under 2x
+    assert abs(2 ** f.column("log2_overhead_128x128")[1] - 2 * sms / (sms + 1)) < 1e-4
+    assert np.all(f.column("log2_overhead_min") <= f.column("log2_overhead_128x128"))
+
+
+def test_quantisation_overhead_counts_padding_of_a_partial_tile():
+    f = features("gemm", gemm("h100-sxm", 64, 128))  # a 64-row output in a 128-row tile: half the slots wasted
+    tiles = 1  # one 128x128 tile, one wave of 132 slots of which 1 is used
+    assert abs(2 ** f.column("log2_overhead_128x128")[0] - 132 * 128 * 128 / (64 * 128) / tiles) < 1e-2
 
 
 def test_one_row_per_kernel_and_finite_for_an_unmeasured_gpu():
