@@ -5,8 +5,8 @@
 
 1. Vidur H100 GEMMs, whole models held out (one fold per model).
 2. NeuSight fp32 GEMMs, leave one GPU out (mean APE per held-out GPU).
-   Both also compare the two targets of the XGBoost model (efficiency vs log-time) and the default ensemble (48 trees
-   of depth 8) with one six times costlier (300 of depth 6); training rows are subsampled to ``--gemm-train-rows``.
+   Both also compare the two targets of the XGBoost model (efficiency vs log-time) and the default ensemble (40 trees
+   of depth 6) with one 7.5 times costlier (300 of depth 6); training rows are subsampled to ``--gemm-train-rows``.
 3. Every family with data: random / held-out shapes / leave-one-hardware-out / out-of-range splits (at most
    ``--max-folds`` folds per split, those with the most test rows; training rows subsampled to ``--max-train-rows``).
 4. One XGBoost across all families against one per family (random split; why the bundles hold one per family).
@@ -40,7 +40,7 @@ MODELS: dict[str, tuple[str, dict, str | None]] = {
     "roofline": ("roofline", {}, None),
 }
 SUITES = ("vidur", "neusight", "families", "one_model", "speed")
-#: for the two GEMM suites: the other target, and the six-times-costlier ensemble the default was cut down from
+#: for the two GEMM suites: the other target, and the 7.5-times-costlier ensemble the default was cut down from
 GEMM_COMPARISONS = {
     "xgboost(log_time)": ("xgboost", {}, "log_time"),
     "xgboost(300x6)": ("xgboost", {"n_estimators": 300, "max_depth": 6, "learning_rate": 0.08}, "efficiency"),

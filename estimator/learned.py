@@ -182,8 +182,10 @@ PARALLEL_MIN_ROWS = 1 << 17
 
 
 def split_for_cores(frame: Kernels) -> list[pd.DataFrame] | None:
+    if not isinstance(frame, pd.DataFrame) or len(frame) < PARALLEL_MIN_ROWS:
+        return None
     cores = min(os.cpu_count() or 1, 8)
-    if cores < 2 or not isinstance(frame, pd.DataFrame) or len(frame) < PARALLEL_MIN_ROWS:
+    if cores < 2:
         return None
     bounds = np.linspace(0, len(frame), cores + 1).astype(int)
     return [frame.iloc[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])]

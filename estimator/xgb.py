@@ -4,10 +4,11 @@ The default objective is absolute error on the log target (efficiency or log-tim
 suits a mean-APE metric and is not dragged by the few kernels whose measured time jumps (a different cuBLAS kernel
 choice at the next shape); it scored 6.3 against 6.6 % mean APE for squared error on Vidur's held-out H100 models.
 
-The default size, 48 trees of depth 8, is set by prediction cost: a tree ensemble costs about 2 ns per row and tree
-level on two cores, and a training step's worth of distinct GEMMs has to be timed at a million a second, features
-included. Against 300 trees of depth 6 (six times the cost) it gives up 0.35 points of held-out-model error on
-Vidur's H100 GEMMs and 0.3 on NeuSight leave-one-GPU-out, and is better on a random split (see README, Estimators).
+The default size, 40 trees of depth 6, is set by prediction cost: a tree ensemble costs about 2.5 ns per row and tree
+level on one core, and a million distinct GEMMs have to be timed in a second on two cores, features included.
+Against 300 trees of depth 6 (7.5 times the cost) it gives up about 0.3 points of held-out-model error on Vidur's
+H100 GEMMs and nothing on NeuSight leave-one-GPU-out; deeper or more trees at a similar cost did no better (a random
+search over 15 configurations: 6.4 - 7.3 % on the Vidur split; see README, Estimators).
 """
 from __future__ import annotations
 
@@ -34,9 +35,9 @@ class XGBoostEstimator(LearnedEstimator):
         target: str = "efficiency",
         spec_tolerance: float = 2.0,
         objective: str = "reg:absoluteerror",
-        n_estimators: int = 48,
-        max_depth: int = 8,
-        learning_rate: float = 0.25,
+        n_estimators: int = 40,
+        max_depth: int = 6,
+        learning_rate: float = 0.3,
         subsample: float = 0.9,
         colsample_bytree: float = 0.9,
         min_child_weight: float = 1.0,
