@@ -40,6 +40,8 @@ class KernelColumns:
     @classmethod
     def from_frame(cls, frame: pd.DataFrame) -> "KernelColumns":
         # one conversion of the whole (small) frame: per-column access costs ~30 us a column in pandas
+        if len(frame) == 1:  # a single kernel (the emulator's call): one row as a list, a third of the cost
+            return cls({k: _array([v]) for k, v in zip(frame.columns, frame.iloc[0].tolist())})
         values = frame.to_numpy(dtype=object)
         return cls({k: _array(values[:, i].tolist()) for i, k in enumerate(frame.columns)})
 

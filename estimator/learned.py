@@ -23,7 +23,7 @@ import pandas as pd
 
 from estimator.base import KernelEstimator
 from estimator.bundle import read_json, write_json_atomic
-from estimator.features import FeatureFrame, features
+from estimator.features import FeatureFrame, categorical_keys, features
 from estimator.frames import Kernels, as_kernels, factorize
 from estimator.support import Support
 from profiling.families import key_columns
@@ -100,7 +100,8 @@ class LearnedEstimator(KernelEstimator):
             rows, inverse = distinct
             return tuple(a[inverse] for a in self.predict_with_support(rows))
         parts = split_for_cores(frame)
-        if parts is not None:
+        if parts is not None:  # string keys made categorical once here, not in every part under the GIL
+            parts = split_for_cores(categorical_keys(frame))
             with ThreadPoolExecutor(len(parts)) as pool:
                 done = list(pool.map(self._predict_with_support, parts))
             return tuple(np.concatenate(column) for column in zip(*done))

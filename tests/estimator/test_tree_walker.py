@@ -44,3 +44,17 @@ def test_shipped_gemm_model_predicts_the_same_through_both_paths():
     small = np.concatenate([model.predict(rows[i:i + 4]) for i in range(0, len(rows), 4)])  # walker
     large = model.predict(rows * 2)[: len(rows)]                                             # xgboost
     np.testing.assert_allclose(small, large, rtol=1e-4)
+
+
+def test_one_row_frames_predict_like_the_batch_they_came_from():
+    import pandas as pd
+
+    import estimator
+
+    model = estimator.load()
+    frame = pd.DataFrame({"family": pd.Categorical(["gemm"] * 6), "hardware": ["h100-sxm", "a100-sxm-80gb"] * 3,
+                          "dtype": pd.array(["bf16", "fp16", "fp32"] * 2, dtype="string"),
+                          "m": [1, 512, 8192, 37, 4096, 300], "n": [4096, 12288, 8192, 11008, 4096, 64],
+                          "k": [4096, 4096, 1024, 4096, 4096, 100], "batch": [1, 1, 1, 1, 1, 8]})
+    one_by_one = [model.predict(frame.iloc[[i]])[0] for i in range(len(frame))]
+    np.testing.assert_allclose(one_by_one, model.predict(frame), rtol=1e-6)
