@@ -4,10 +4,11 @@ The default objective is absolute error on the log target (efficiency or log-tim
 suits a mean-APE metric and is not dragged by the few kernels whose measured time jumps (a different cuBLAS kernel
 choice at the next shape); it scored 6.3 against 6.6 % mean APE for squared error on Vidur's held-out H100 models.
 
-The default size, 40 trees of depth 6, is set by prediction cost: a tree ensemble costs about 2.5 ns per row and tree
-level on one core, and a million distinct GEMMs have to be timed in a second on two cores, features included.
-Against 300 trees of depth 6 (7.5 times the cost) it gives up about 0.3 points of held-out-model error on Vidur's
-H100 GEMMs and nothing on NeuSight leave-one-GPU-out; deeper or more trees at a similar cost did no better (a random
+The default size, 32 trees of depth 6, is set by prediction cost: a tree ensemble costs about 2.5 ns per row and tree
+level on one core, and a million distinct GEMMs have to be timed in a second on two cores, features included, on a
+shared machine whose speed varies by half from minute to minute. Against 300 trees of depth 6 (9.4 times the cost)
+it gives up about 0.3 points of held-out-model error on Vidur's H100 GEMMs and nothing on NeuSight
+leave-one-GPU-out (40 trees scored the same as 32); deeper or more trees at a similar cost did no better (a random
 search over 15 configurations: 6.4 - 7.3 % on the Vidur split; see README, Estimators).
 """
 from __future__ import annotations
@@ -35,9 +36,9 @@ class XGBoostEstimator(LearnedEstimator):
         target: str = "efficiency",
         spec_tolerance: float = 2.0,
         objective: str = "reg:absoluteerror",
-        n_estimators: int = 40,
+        n_estimators: int = 32,
         max_depth: int = 6,
-        learning_rate: float = 0.3,
+        learning_rate: float = 0.35,
         subsample: float = 0.9,
         colsample_bytree: float = 0.9,
         min_child_weight: float = 1.0,
