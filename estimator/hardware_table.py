@@ -58,11 +58,6 @@ class RowHardware:
     devices: tuple[str, ...]  # catalog id of each distinct device in the frame
     device_spec: dict[str, np.ndarray]  # SPEC_FEATURES -> one value per distinct device
 
-    @property
-    def ids(self) -> np.ndarray:
-        """Catalog id of every row (object array)."""
-        return np.asarray(self.devices, dtype=object)[self.codes]
-
     def per_row(self, per_device: np.ndarray) -> np.ndarray:
         """Spread one value per distinct device (a check done once per device, not per row) over the rows."""
         return np.asarray(per_device)[self.codes]

@@ -100,8 +100,7 @@ class LearnedEstimator(KernelEstimator):
             rows, inverse = distinct
             return tuple(a[inverse] for a in self.predict_with_support(rows))
         parts = split_for_cores(frame)
-        if parts is not None:  # string keys made categorical once here, not in every part under the GIL
-            parts = split_for_cores(categorical_keys(frame))
+        if parts is not None:
             with ThreadPoolExecutor(len(parts)) as pool:
                 done = list(pool.map(self._predict_with_support, parts))
             return tuple(np.concatenate(column) for column in zip(*done))
@@ -188,6 +187,7 @@ def split_for_cores(frame: Kernels) -> list[pd.DataFrame] | None:
     cores = min(os.cpu_count() or 1, 8)
     if cores < 2:
         return None
+    frame = categorical_keys(frame)  # once here, not in every part, where converting strings holds the GIL
     bounds = np.linspace(0, len(frame), cores + 1).astype(int)
     return [frame.iloc[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])]
 
