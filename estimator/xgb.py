@@ -2,7 +2,8 @@
 
 The default objective is absolute error on the log target (efficiency or log-time): the median in log space, which
 suits a mean-APE metric and is not dragged by the few kernels whose measured time jumps (a different cuBLAS kernel
-choice at the next shape); it scored 6.3 against 6.6 % mean APE for squared error on Vidur's held-out H100 models.
+choice at the next shape); it scored 6.4 against 6.7 % mean APE for squared error on Vidur's held-out H100 models
+(300 trees of depth 6, same folds).
 
 The default size, 32 trees of depth 6, is set by prediction cost: a tree ensemble costs about 2.5 ns per row and tree
 level on one core, and a million distinct GEMMs have to be timed in a second on two cores, features included, on a
