@@ -1,6 +1,7 @@
 """Accuracy and speed of the estimators, side by side (prints tables; a few minutes on 2 cores).
 
-    python -m estimator.benchmark [--suites vidur,neusight,families,one_model,speed] [--gemm-train-rows 40000]
+    python -m estimator.benchmark [--suites vidur,neusight,families,one_model,speed,training_models]
+                                  [--gemm-train-rows 40000]
                                   [--max-train-rows 10000] [--max-folds 1] [--json out.json]
 
 1. Vidur H100 GEMMs, whole models held out (one fold per model).
@@ -10,8 +11,11 @@
 3. Every family with data: random / held-out shapes / leave-one-hardware-out / out-of-range splits (at most
    ``--max-folds`` folds per split, those with the most test rows; training rows subsampled to ``--max-train-rows``).
 4. One XGBoost across all families against one per family (random split; why the bundles hold one per family).
-5. Prediction throughput (1,000,000 GEMM rows of distinct random shapes, batched; the median of three calls) and
-   single-kernel latency of the shipped default bundle (run first, before the training of suites 1-4).
+5. How the held-out-model error falls with the number of training models: Vidur's A100 GEMMs (the only device
+   with more than four models: eight), each model held out and predicted by XGBoost trained on 3, 5 or all 7 others
+   (3 and 5: the mean of three random draws). Why the H100 figure of suite 1, trained on three models, is data-bound.
+6. Prediction throughput (1,000,000 GEMM rows of distinct random shapes, batched; the median of three calls) and
+   single-kernel latency of the shipped default bundle (run first, before the training of the other suites).
 
 Every learned model is fit on each fold's training rows only; the roofline has nothing to fit.
 """
@@ -39,7 +43,7 @@ MODELS: dict[str, tuple[str, dict, str | None]] = {
     "random_forest": ("random_forest", {"n_estimators": 50, "max_features": 0.5}, "log_time"),
     "roofline": ("roofline", {}, None),
 }
-SUITES = ("vidur", "neusight", "families", "one_model", "speed")
+SUITES = ("vidur", "neusight", "families", "one_model", "speed", "training_models")
 #: for the two GEMM suites: the other target, and the 9.4-times-costlier ensemble the default was cut down from
 GEMM_COMPARISONS = {
     "xgboost(log_time)": ("xgboost", {}, "log_time"),
@@ -95,6 +99,37 @@ def suite_neusight_logo(data: pd.DataFrame, max_train_rows: int | None) -> pd.Da
                       max_train_rows, None)
     side_by_side(res, "NeuSight fp32 GEMMs, leave one GPU out: mean APE % per held-out GPU (aim < 15)")
     return res.assign(suite="neusight_fp32_gemm_logo")
+
+
+def suite_training_models(data: pd.DataFrame, max_train_rows: int | None, draws: int = 3,
+                          sizes: tuple[int, ...] = (3, 5, 7)) -> pd.DataFrame:
+    from estimator.splits import Fold
+
+    frame = data[(data["family"] == "gemm") & (data["source"] == "vidur") & (data["hardware"] == "a100-sxm-80gb")]
+    frame = frame.reset_index(drop=True)
+    model = frame["model"].astype(str).to_numpy()
+    names = list(pd.unique(model))
+    kind, params, target = MODELS["xgboost"]
+    rng = np.random.default_rng(0)
+    rows = []
+    for held in names:
+        others = [m for m in names if m != held]
+        for size in (s for s in sizes if s <= len(others)):
+            picks = [others] if size == len(others) else [list(rng.choice(others, size, replace=False))
+                                                          for _ in range(draws)]
+            for pick in picks:
+                fold = Fold("held_out_shapes", held, np.flatnonzero(np.isin(model, pick)), np.flatnonzero(model == held))
+                p = evaluate_fold(kind, "gemm", frame, fold, params, target, max_train_rows)
+                rows.append({"held_out": held, "model": f"{size} models", "draw": ",".join(pick)}
+                            | summary(p["predicted_us"].to_numpy(), p["runtime_us"].to_numpy()))
+    res = pd.DataFrame(rows)
+    mean = res.groupby(["held_out", "model"], sort=False)[["mean_ape", "n"]].mean().reset_index()
+    overall = (mean.assign(weighted=mean["mean_ape"] * mean["n"]).groupby("model", sort=False)[["weighted", "n"]].sum()
+               .reset_index())  # every held-out row counts once, as in suite 1's pooled row
+    overall = overall.assign(mean_ape=overall["weighted"] / overall["n"], held_out=POOLED)
+    side_by_side(pd.concat([mean, overall], ignore_index=True),
+                 "Vidur A100 GEMMs, each model held out, XGBoost trained on N other models: mean APE %", by="held_out")
+    return res.assign(suite="vidur_a100_training_models")
 
 
 def suite_families(data: pd.DataFrame, max_train_rows: int | None, max_folds: int | None) -> pd.DataFrame:
@@ -252,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
             parts.append(suite_families(data, args.max_train_rows, args.max_folds))
         if "one_model" in suites:
             parts.append(suite_one_model(data, args.max_train_rows))
+        if "training_models" in suites:
+            parts.append(suite_training_models(data, args.gemm_train_rows))
         results["accuracy"] = pd.concat(parts, ignore_index=True).to_dict(orient="records")
     if args.json:
         from estimator.bundle import write_json_atomic

@@ -2,7 +2,9 @@
 
 - ``random``: rows at random (interpolation between measured points);
 - ``held_out_shapes``: whole groups held out (``group``: a Vidur model, a profiler sampling set): one fold per group
-  when there are at least three, else a random fifth of the distinct shapes held out across every device;
+  when there are at least three, else a random fifth of the distinct shapes held out across every device. A group
+  that is the only data of one of its devices is not held out whole (that would test an unseen device, which is
+  ``leave_one_hardware_out``'s job): its fold holds out a random fifth of that group's distinct shapes instead;
 - ``leave_one_hardware_out``: one fold per device (trained on the others, described to the model by its spec);
 - ``out_of_range``: the rows with the largest work (top decile of FLOPs + bytes) held out, trained on the rest;
 - ``fixed_eval``: a stable fifth of rows chosen by a hash of each row's kernel columns, the same for every run
@@ -49,15 +51,25 @@ def held_out_shapes(frame: pd.DataFrame, test_share: float = 0.2, seed: int = 0)
     groups = frame["group"].astype(str).to_numpy() if "group" in frame else np.full(len(frame), "")
     distinct = pd.unique(groups)
     if len(distinct) >= 3:
+        hardware = frame["hardware"].astype(str).to_numpy()
         for g in distinct:
             test = groups == g
-            yield Fold("held_out_shapes", str(g), _positions(~test), _positions(test))
+            if set(pd.unique(hardware[test])) <= set(pd.unique(hardware[~test])):
+                yield Fold("held_out_shapes", str(g), _positions(~test), _positions(test))
+            else:  # the group alone measures a device: hold out a fifth of its shapes, keep the device seen
+                test &= _some_shapes(frame, test_share, seed)
+                yield Fold("held_out_shapes", f"{g} (a fifth of its shapes)", _positions(~test), _positions(test))
         return
+    test = _some_shapes(frame, test_share, seed)
+    yield Fold("held_out_shapes", "shapes", _positions(~test), _positions(test))
+
+
+def _some_shapes(frame: pd.DataFrame, share: float, seed: int) -> np.ndarray:
+    """Rows whose shape (key columns but the device) is in a random ``share`` of the distinct shapes."""
     h = shape_hash(frame)
     shapes = pd.unique(h)
-    chosen = np.random.default_rng(seed).random(len(shapes)) < test_share
-    test = np.isin(h, shapes[chosen])
-    yield Fold("held_out_shapes", "shapes", _positions(~test), _positions(test))
+    chosen = np.random.default_rng(seed).random(len(shapes)) < share
+    return np.isin(h, shapes[chosen])
 
 
 def leave_one_hardware_out(frame: pd.DataFrame) -> Iterator[Fold]:

@@ -1,0 +1,24 @@
+"""The training-models suite: every model is held out and predicted from draws of N others, never itself."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from estimator.benchmark import POOLED, suite_training_models
+from tests.estimator.conftest import synthetic_gemms
+
+
+def four_models() -> pd.DataFrame:
+    frame = synthetic_gemms(800, hardware=("a100-sxm-80gb",))
+    frame["model"] = np.array(["m1", "m2", "m3", "m4"])[np.arange(len(frame)) % 4]
+    return frame.assign(source="vidur", group=frame["model"])
+
+
+def test_each_model_is_held_out_and_predicted_from_draws_of_the_others():
+    res = suite_training_models(four_models(), max_train_rows=None, draws=2, sizes=(1, 3))
+    assert set(res["held_out"]) == {"m1", "m2", "m3", "m4"}
+    assert res.groupby(["held_out", "model"]).size().to_dict() == {
+        (m, size): count for m in ("m1", "m2", "m3", "m4") for size, count in (("1 models", 2), ("3 models", 1))}
+    for held, draw in zip(res["held_out"], res["draw"]):
+        assert held not in draw.split(",")
+    assert (res["n"] == 200).all() and np.isfinite(res["mean_ape"]).all() and POOLED not in set(res["held_out"])
