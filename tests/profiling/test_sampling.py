@@ -49,3 +49,21 @@ def test_plan_is_deterministic_and_capped():
 
 def test_point_id_ignores_key_order():
     assert point_id({"a": 1, "b": "x"}) == point_id({"b": "x", "a": 1}) != point_id({"a": 2, "b": "x"})
+
+
+def test_llm_series_sweep_covers_every_token_count_of_many_gemm_shapes():
+    """The GPU token-series sweep: each forward (n, k) of each model is measured at every token count."""
+    from omegaconf import OmegaConf
+
+    from profiling.paths import CONF_DIR
+
+    sweep = OmegaConf.load(CONF_DIR / "profiling" / "gemm" / "llm_series.yaml")
+    points = [p.values for p in plan_family("gemm", sweep, "h200", 0)]
+    tokens = set(sweep.models[0].tokens)
+    assert {p["dtype"] for p in points} == {"fp16"} and {p["op"] for p in points} == {"mm"}
+    forward = {}
+    for p in points:
+        if p["trans_b"] and not p["trans_a"]:
+            forward.setdefault((p["n"], p["k"]), set()).add(p["m"])
+    assert len(forward) >= 75  # Vidur's four H100 models give 52 (n, k) pairs, three of them about 40
+    assert all(ms == tokens for ms in forward.values())
