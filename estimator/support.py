@@ -1,7 +1,11 @@
 """Training support of a learned estimator: what it has seen, so predictions outside it can be flagged.
 
 A row is in range when each shape feature (log2 of the family's numeric key columns) lies within the training
-minimum and maximum and its device was in the training data. ``spec_in_range`` is looser: the device's kind
+minimum and maximum and its device was in the training data. For a collective, "its device" means the device running
+that collective at that topology (op, ranks, ranks per node): NCCL's algorithm and links change with them, and a
+measured device's held-out topologies are predicted worse than by the alpha-beta model (Vidur's A40 at 8 ranks,
+trained on its 2-rank rows: 383 % against 41 %), so a device measured only at other rank counts or ops counts as
+unseen there. ``spec_in_range`` is looser: the device's kind
 (GPU/CPU) was seen and each spec figure lies within the training range widened by ``spec_tolerance`` (a factor);
 the router falls back to the roofline where even that fails (see :mod:`estimator.router`).
 """
@@ -12,8 +16,12 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from estimator.features import SHAPE_COLUMNS, FeatureFrame
-from estimator.frames import Kernels, factorize, num
+from estimator.frames import Kernels, factorize, num, text
 from estimator.hardware_table import SPEC_FEATURES
+
+#: per family, the key columns that qualify a device: the (device, values) combination must have been seen
+SEEN_WITH: dict[str, tuple[str, ...]] = {"collective": ("op", "ranks", "ranks_per_node")}
+TEXT_KEYS = ("op",)
 
 #: spec figures compared by ratio (a device may be up to this factor beyond the training range)
 SPEC_RANGE_FEATURES = ("hw_sm_count", "hw_memory_bandwidth_gbps", "hw_peak_fp32_tflops", "hw_clock_mhz")
@@ -29,6 +37,7 @@ class Support:
     hardware: list[str] = field(default_factory=list)
     kinds: list[float] = field(default_factory=list)  # hw_is_gpu values seen
     spec_tolerance: float = 2.0
+    configurations: list[str] = field(default_factory=list)  # "device/op/ranks/ranks_per_node" seen (SEEN_WITH)
 
     @classmethod
     def fit(cls, family: str, frame: Kernels, feats: FeatureFrame, spec_tolerance: float = 2.0) -> "Support":
@@ -43,6 +52,7 @@ class Support:
             hardware=sorted({str(h) for h in factorize(frame["hardware"])[1]}),
             kinds=sorted({float(k) for k in np.unique(feats.hardware.spec["hw_is_gpu"])}),
             spec_tolerance=spec_tolerance,
+            configurations=sorted(set(configuration_keys(family, frame))) if family in SEEN_WITH else [],
         )
 
     def shape_in_range(self, frame: Kernels) -> np.ndarray:
@@ -58,7 +68,14 @@ class Support:
 
     def hardware_seen(self, frame: Kernels) -> np.ndarray:
         codes, uniques = factorize(frame["hardware"])
-        return self.seen(uniques)[codes]
+        return self.seen(uniques)[codes] & self.configuration_seen(frame)
+
+    def configuration_seen(self, frame: Kernels) -> np.ndarray:
+        """Whether each row's device was seen in the row's configuration (all True for families without one)."""
+        if self.family not in SEEN_WITH or not self.configurations:
+            return np.ones(len(frame), dtype=bool)
+        codes, uniques = factorize(configuration_keys(self.family, frame))
+        return np.isin(np.asarray(uniques, dtype=object), self.configurations)[codes]
 
     def in_range(self, frame: Kernels) -> np.ndarray:
         return self.shape_in_range(frame) & self.hardware_seen(frame)
@@ -77,6 +94,15 @@ class Support:
     @classmethod
     def from_dict(cls, data: dict) -> "Support":
         return cls(**data)
+
+
+def configuration_keys(family: str, frame: Kernels) -> np.ndarray:
+    """"device/value/value" per row, over the family's SEEN_WITH columns."""
+    keys = np.asarray(frame["hardware"], dtype=object).astype(str)
+    for c in SEEN_WITH[family]:
+        values = text(frame, c).astype(str) if c in TEXT_KEYS else np.char.mod("%g", num(frame, c))
+        keys = np.char.add(np.char.add(keys, "/"), values)
+    return keys.astype(object)
 
 
 assert set(SPEC_RANGE_FEATURES) <= set(SPEC_FEATURES)

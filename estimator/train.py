@@ -30,6 +30,7 @@ from estimator.metrics import breakdown, summary
 from estimator.models import make_estimator
 from estimator.router import FamilyRouter
 from estimator.splits import fixed_eval
+from estimator.support import SEEN_WITH
 from profiling.families import FAMILIES, key_columns
 
 log = logging.getLogger("estimator.train")
@@ -193,7 +194,9 @@ def export_bundle(cfg: DictConfig, frames: dict[str, pd.DataFrame], evaluations:
     tables = [t for t in tables if len(t)]
     metrics = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
     rules = choose_rules(metrics, cfg.model.kind, cfg.fallback_rule) if len(metrics) else {}
-    notes += [f"{family}: fallback rule '{rules.get(family, cfg.fallback_rule)}'" for family in models]
+    notes += [f"{family}: fallback rule '{rules.get(family, cfg.fallback_rule)}'"
+              + (f" (a device counts as seen only at the {', '.join(SEEN_WITH[family])} it was measured at)"
+                 if family in SEEN_WITH else "") for family in models]
     out = Path(hydra.utils.to_absolute_path(cfg.export))
     FamilyRouter(models, fallback_rule=cfg.fallback_rule, version=version,
                  rules={f: r for f, r in rules.items() if f in models}).save(out)

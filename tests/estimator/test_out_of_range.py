@@ -81,3 +81,21 @@ def test_rules_follow_the_held_out_figures():
     ], columns=["family", "split", "model", "mean_ape"])
     assert choose_rules(metrics, "xgboost", "unsupported_spec") == {
         "collective": "unseen_hardware", "gemm": "unsupported_spec", "norm": "out_of_range"}
+
+
+def collectives(hardware: str, ranks: float, op: str = "all_reduce", n: int = 60) -> pd.DataFrame:
+    size = np.logspace(10, 30, n, base=2.0)
+    frame = pd.DataFrame({"family": "collective", "hardware": hardware, "dtype": "bf16", "op": op, "bytes": size,
+                          "ranks": ranks, "ranks_per_node": ranks})
+    frame["runtime_us"] = RooflineEstimator().predict(frame) * 1.3
+    return frame
+
+
+def test_a_collective_topology_a_device_was_not_measured_at_counts_as_unseen_hardware():
+    train = pd.concat([collectives("a100-sxm-80gb", 2), collectives("a100-sxm-80gb", 8), collectives("a40", 2)])
+    model = XGBoostEstimator(family="collective", n_estimators=10).fit(train, train["runtime_us"].to_numpy())
+    frame = pd.concat([collectives("a40", 2, n=1), collectives("a40", 8, n=1),  # a40 measured at 2 ranks only
+                       collectives("a40", 2, op="all_gather", n=1)], ignore_index=True)  # and all_reduce only
+    assert model.in_range(frame).tolist() == [True, False, False]
+    out = FamilyRouter({"collective": model}, rules={"collective": "unseen_hardware"}).predict_frame(frame)
+    assert [e.split("@")[0] for e in out["estimator"]] == ["xgboost", "roofline", "roofline"]
