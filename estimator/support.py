@@ -5,9 +5,11 @@ minimum and maximum and its device was in the training data. For a collective, "
 that collective at that topology (op, ranks, ranks per node): NCCL's algorithm and links change with them, and a
 measured device's held-out topologies are predicted worse than by the alpha-beta model (Vidur's A40 at 8 ranks,
 trained on its 2-rank rows: 383 % against 41 %), so a device measured only at other rank counts or ops counts as
-unseen there. ``spec_in_range`` is looser: the device's kind
-(GPU/CPU) was seen and each spec figure lies within the training range widened by ``spec_tolerance`` (a factor);
-the router falls back to the roofline where even that fails (see :mod:`estimator.router`).
+unseen there.
+
+``spec_in_range`` is looser: the device's kind (GPU/CPU) was seen and each spec figure lies within the training
+range widened by ``spec_tolerance`` (a factor); the router falls back to the roofline where even that fails (see
+:mod:`estimator.router`).
 """
 from __future__ import annotations
 
