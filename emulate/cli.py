@@ -112,8 +112,9 @@ def main(argv: list[str] | None = None) -> int:
                                      description="Run unmodified PyTorch training scripts on virtual GPUs.")
     sub = parser.add_subparsers(dest="command", required=True)
     add_run_parser(sub)
-    from emulate import replay
+    from emulate import replay, validate
 
     replay.register(sub)
+    validate.register(sub)
     ns = parser.parse_args(argv)
     return ns.func(ns)

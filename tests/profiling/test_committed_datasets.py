@@ -1,11 +1,13 @@
-"""The datasets committed under datasets/ follow the schema, and the summary command reads them."""
+"""The datasets committed under datasets/ follow the schema (their real training runs too), and the summary command
+reads them."""
 from __future__ import annotations
 
 import pytest
 
 from profiling.card import read_card
 from profiling.families import FAMILIES
-from profiling.paths import DATASETS_DIR
+from emulate.validate import load_real
+from profiling.paths import DATASETS_DIR, REPO_ROOT
 from profiling.schema import read_family
 from profiling.summary import main as summary_main
 
@@ -21,6 +23,9 @@ def test_committed_dataset_is_valid(folder):
         assert len(frame) == summary.points and (frame["hardware"] == folder.name).all()
         assert frame["point_id"].is_unique
     assert not (folder / ".shards").exists()
+    for path in sorted(folder.glob("real_runs/*.json")):  # real training runs (python -m emulate.measure_real)
+        run = load_real(path)
+        assert run["hardware"] == folder.name and (REPO_ROOT / run["script"]).is_file(), path
 
 
 def test_cpu_dataset_covers_every_family_in_fp32_and_bf16():
