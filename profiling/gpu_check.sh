@@ -65,7 +65,9 @@ if [[ "${VALIDATE:-1}" != "0" ]]; then
         [[ -e "${real}" ]] || continue
         name=$(basename "${real}" .json)
         python -m emulate validate --real "${real}" --report "outputs/validate/${name}.json" || true
-        [[ -n "${OUT:-}" && -e "outputs/validate/${name}.json" ]] && mkdir -p "${OUT}/validate" \
-            && cp "outputs/validate/${name}.json" "${OUT}/validate/"
+        if [[ -n "${OUT:-}" && -e "outputs/validate/${name}.json" ]]; then
+            mkdir -p "${OUT}/validate"
+            cp "outputs/validate/${name}.json" "${OUT}/validate/"
+        fi
     done
 fi
