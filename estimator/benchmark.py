@@ -13,7 +13,8 @@
 4. One XGBoost across all families against one per family (random split; why the bundles hold one per family).
 5. How the held-out-model error falls with the number of training models: Vidur's A100 GEMMs (the only device
    with more than four models: eight), each model held out and predicted by XGBoost trained on 3, 5 or all 7 others
-   (3 and 5: the mean of three random draws). Why the H100 figure of suite 1, trained on three models, is data-bound.
+   (3 and 5: the mean of three random draws); and the H100's four models, one held out, on every device Vidur
+   measured them on. Why the H100 figure of suite 1, trained on three models, is data-bound.
 6. Prediction throughput (1,000,000 GEMM rows of distinct random shapes, batched; the median of three calls) and
    single-kernel latency of the shipped default bundle (run first, before the training of the other suites).
 
@@ -129,7 +130,27 @@ def suite_training_models(data: pd.DataFrame, max_train_rows: int | None, draws:
     overall = overall.assign(mean_ape=overall["weighted"] / overall["n"], held_out=POOLED)
     side_by_side(pd.concat([mean, overall], ignore_index=True),
                  "Vidur A100 GEMMs, each model held out, XGBoost trained on N other models: mean APE %", by="held_out")
-    return res.assign(suite="vidur_a100_training_models")
+    return pd.concat([res.assign(suite="vidur_a100_training_models"), same_models_elsewhere(data, max_train_rows)],
+                     ignore_index=True)
+
+
+def same_models_elsewhere(data: pd.DataFrame, max_train_rows: int | None) -> pd.DataFrame:
+    """The H100's models, one held out and the other three trained on, on every device Vidur measured them on:
+    whether the H100 figure is about those models or about the H100."""
+    vidur = data[(data["family"] == "gemm") & (data["source"] == "vidur")]
+    h100_models = set(vidur.loc[vidur["hardware"] == "h100-sxm", "model"].astype(str))
+    rows = []
+    for device, frame in vidur[vidur["model"].astype(str).isin(h100_models)].groupby("hardware", sort=True):
+        if frame["model"].nunique() < len(h100_models):
+            continue
+        res = score_folds(frame.reset_index(drop=True), "held_out_shapes", {"xgboost": MODELS["xgboost"]},
+                          max_train_rows, None)
+        rows.append(res[res["fold"] == POOLED].assign(fold=str(device)))
+    if not rows:
+        return pd.DataFrame()
+    res = pd.concat(rows, ignore_index=True)
+    side_by_side(res, f"The H100's {len(h100_models)} Vidur models, one held out, on each device: mean APE %")
+    return res.assign(suite="vidur_h100_models_per_device")
 
 
 def suite_families(data: pd.DataFrame, max_train_rows: int | None, max_folds: int | None) -> pd.DataFrame:

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
@@ -47,9 +48,30 @@ def evaluate_fold(kind: str, family: str, frame: pd.DataFrame, fold: Fold, param
     test = frame.iloc[fold.test]
     model = make_estimator(kind, family, params, target).fit(train, train["runtime_us"].to_numpy())
     out = test[["family", "hardware", "runtime_us"]].copy()
-    out["predicted_us"] = model.predict(test)
+    if hasattr(model, "predict_with_support"):  # the flags the router's fallback rules read (bundle_predictions)
+        out["predicted_us"], out["shape_ok"], out["hardware_seen"], out["spec_ok"] = model.predict_with_support(test)
+    else:
+        out["predicted_us"] = model.predict(test)
     out["split"], out["fold"] = fold.split, fold.name
     return out
+
+
+def bundle_predictions(learned: Evaluation, roofline: Evaluation, rule: str) -> Evaluation:
+    """What a bundle would have predicted on the held-out rows: the learned model's prediction, or the roofline's
+    where the family's fallback ``rule`` sends the row (same folds, same rows: both evaluations ran on one frame
+    with one seed)."""
+    from estimator.router import fallback_mask
+
+    ours, theirs = learned.predictions, roofline.predictions
+    if not len(ours) or "shape_ok" not in ours:
+        return Evaluation(pd.DataFrame())
+    keys = ["split", "fold"]
+    theirs = theirs.set_index(keys, append=True)["predicted_us"]
+    fallback_us = theirs.reindex(ours.set_index(keys, append=True).index).to_numpy()
+    use = fallback_mask(rule, *(ours[c].to_numpy(dtype=bool) for c in ("shape_ok", "hardware_seen", "spec_ok")))
+    preds = ours.drop(columns=["shape_ok", "hardware_seen", "spec_ok"]).assign(
+        predicted_us=np.where(use, fallback_us, ours["predicted_us"].to_numpy()), fallback=use)
+    return Evaluation(pd.DataFrame(), preds)
 
 
 def evaluate(kind: str, family: str, frame: pd.DataFrame, splits: Iterable[str], params: dict[str, Any] | None = None,

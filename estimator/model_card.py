@@ -58,6 +58,8 @@ def write_card(path: Path, *, version: str, model_kind: str, target: str, fallba
         "## Features", "",
         *[f"- {family}: {', '.join(names)}" for family, names in features.items()], "",
         "## Metrics (held-out rows, APE in %)", "",
+        f"`{model_kind}` and `roofline`: each model alone. `bundle`: what this bundle predicts on the same rows, the "
+        f"learned model or, where the family's fallback rule sends a row, the roofline.", "",
         markdown_table(metrics) if len(metrics) else "(none)", "",
         *(["## Notes", "", *[f"- {n}" for n in notes], ""] if notes else []),
     ]

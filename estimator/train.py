@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from estimator.evaluate import Evaluation, evaluate, subsample
+from estimator.evaluate import Evaluation, bundle_predictions, evaluate, subsample
 from estimator.metrics import breakdown, summary
 from estimator.models import make_estimator
 from estimator.router import FamilyRouter
@@ -194,6 +194,9 @@ def export_bundle(cfg: DictConfig, frames: dict[str, pd.DataFrame], evaluations:
     tables = [t for t in tables if len(t)]
     metrics = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
     rules = choose_rules(metrics, cfg.model.kind, cfg.fallback_rule) if len(metrics) else {}
+    shipped = [metrics_table(bundle_predictions(evaluations[f], baselines[f], rules.get(f, cfg.fallback_rule)))
+               .assign(family=f, model="bundle") for f in models if f in baselines]
+    metrics = pd.concat([metrics, *[t for t in shipped if len(t)]], ignore_index=True)
     notes += [f"{family}: fallback rule '{rules.get(family, cfg.fallback_rule)}'"
               + (f" (a device counts as seen only at the {', '.join(SEEN_WITH[family])} it was measured at)"
                  if family in SEEN_WITH else "") for family in models]
