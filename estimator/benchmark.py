@@ -4,7 +4,9 @@
                                   [--gemm-train-rows 40000]
                                   [--max-train-rows 10000] [--max-folds 1] [--json out.json]
 
-1. Vidur H100 GEMMs, whole models held out (one fold per model).
+1. Vidur H100 GEMMs, whole models held out (one fold per model). Where the profiler has measured GEMMs on an H100
+   or H200 (``datasets/``), one more column adds them to each fold's training rows, less the held-out model's
+   weights.
 2. NeuSight fp32 GEMMs, leave one GPU out (mean APE per held-out GPU).
    Both also compare the two targets of the XGBoost model (efficiency vs log-time) and the default ensemble (32 trees
    of depth 6) with one 9.4 times costlier (300 of depth 6); training rows are subsampled to ``--gemm-train-rows``.
@@ -33,6 +35,7 @@ from rich.table import Table
 
 from estimator.evaluate import evaluate_fold, select_folds
 from estimator.metrics import summary
+from estimator.models import make_estimator
 from estimator.splits import SPLITS
 
 console = Console(width=140)
@@ -87,11 +90,55 @@ def side_by_side(results: pd.DataFrame, title: str, metric: str = "mean_ape", by
     console.print(table)
 
 
+#: profiler GEMMs that may join the Vidur H100 folds' training rows: the same 132-SM Hopper die, 16-bit dtypes
+HOPPER_PROFILES = {"hardware": ("h100-sxm", "h200"), "dtype": ("fp16", "bf16")}
+WITH_PROFILES = "xgboost(+profiled)"
+
+
 def suite_vidur_h100(data: pd.DataFrame, max_train_rows: int | None) -> pd.DataFrame:
     frame = data[(data["family"] == "gemm") & (data["source"] == "vidur") & (data["hardware"] == "h100-sxm")]
-    res = score_folds(frame.reset_index(drop=True), "held_out_shapes", MODELS | GEMM_COMPARISONS, max_train_rows, None)
-    side_by_side(res, "Vidur H100 GEMMs, whole models held out: mean APE % (target <= 5, aim 2)")
+    frame = frame.reset_index(drop=True)
+    res = score_folds(frame, "held_out_shapes", MODELS | GEMM_COMPARISONS, max_train_rows, None)
+    profiled = data[(data["family"] == "gemm") & (data["source"] == "profiler")
+                    & data["hardware"].astype(str).isin(HOPPER_PROFILES["hardware"])
+                    & data["dtype"].astype(str).isin(HOPPER_PROFILES["dtype"])]
+    if len(profiled):
+        res = pd.concat([res, with_profiles(frame, profiled, max_train_rows)], ignore_index=True)
+    side_by_side(res, "Vidur H100 GEMMs, whole models held out: mean APE % (target <= 5, aim 2)"
+                 + (f"; {WITH_PROFILES}: plus {len(profiled):,} profiled Hopper GEMMs" if len(profiled) else ""))
     return res.assign(suite="vidur_h100_held_out_models")
+
+
+def without_weights_of(extra: pd.DataFrame, held_out: pd.DataFrame) -> pd.DataFrame:
+    """``extra`` without the GEMMs of the held-out model's weights: a row goes when two of its (m, n, k) are one of
+    the held-out (n, k) pairs in either order (forward, input-gradient and weight-gradient GEMMs of that weight)."""
+    held = {tuple(p) for p in np.sort(held_out[["n", "k"]].to_numpy(dtype=np.int64), axis=1)}
+    dims = extra[["m", "n", "k"]].to_numpy(dtype=np.int64)
+    hit = np.zeros(len(extra), dtype=bool)
+    for i, j in ((1, 2), (0, 1), (0, 2)):
+        hit |= np.fromiter((tuple(p) in held for p in np.sort(dims[:, [i, j]], axis=1)), dtype=bool, count=len(dims))
+    return extra[~hit]
+
+
+def with_profiles(frame: pd.DataFrame, profiled: pd.DataFrame, max_train_rows: int | None) -> pd.DataFrame:
+    """Suite 1's folds with the profiled Hopper GEMMs added to each fold's training rows, less the held-out model's
+    weights (what the profiler's token series, conf/profiling/gemm/llm_series.yaml, is for)."""
+    from estimator.evaluate import subsample
+
+    kind, params, target = MODELS["xgboost"]
+    rows, parts = [], []
+    for fold in select_folds(frame, "held_out_shapes"):
+        test = frame.iloc[fold.test]
+        train = pd.concat([frame.iloc[fold.train], without_weights_of(profiled, test)], ignore_index=True)
+        train = subsample(train, max_train_rows)
+        model = make_estimator(kind, "gemm", params, target).fit(train, train["runtime_us"].to_numpy())
+        p = model.predict(test)
+        parts.append((p, test["runtime_us"].to_numpy()))
+        rows.append({"split": fold.split, "fold": fold.name, "model": WITH_PROFILES}
+                    | summary(p, test["runtime_us"].to_numpy()))
+    pred, truth = (np.concatenate(x) for x in zip(*parts))
+    rows.append({"split": "held_out_shapes", "fold": POOLED, "model": WITH_PROFILES} | summary(pred, truth))
+    return pd.DataFrame(rows)
 
 
 def suite_neusight_logo(data: pd.DataFrame, max_train_rows: int | None) -> pd.DataFrame:
