@@ -26,7 +26,9 @@ decides what the simulator must see:
   CUDA graph, another process on the GPU, launch latency above the median). The simulator holds the op that long.
 - ``meta.launch_latency_us``: the median time from launch call to kernel start when the stream was idle.
 - kernels get a ``spec`` from :func:`profiling.classify.classify_op` (op name, Input Dims, Input type) when the
-  op context is recorded and the kernel's name does not contradict the family.
+  op context is recorded and the kernel's name does not contradict the family; of the kernels one op call
+  launched, the first of each family takes it and the others are ``op_part`` (a split-K GEMM's reduction, a
+  cuBLASLt epilogue: the estimators time the op as a whole).
 """
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from emulate.trace import FORMAT, VERSION, write_trace
+from emulate.trace import FORMAT, VERSION, OpCalls, write_trace
 from profiling import kineto
 from profiling.classify import canonical_dtype, classify_kernel_name, classify_op
 from profiling.families import dtype_bytes
@@ -252,8 +254,13 @@ def _host_items(ops: pd.DataFrame, stall: np.ndarray, syncs: list[dict[str, Any]
     items = list(syncs)
     op_rows = trace.events if "collective_name" in trace.events.columns else None
     comm_seq: dict[str, int] = {}
+    op_parts = OpCalls()
     for row, held in zip(ops.itertuples(), stall.tolist()):
         ev = _device_event(row, comm_seq, op_rows, trace.world_size)
+        if ev.get("spec") and ev["kind"] == "kernel" and row.op_index >= 0:
+            first = op_parts.mark(ev, int(row.op_index))
+            if first is not None:
+                first["op_duration_us"] = first.get("op_duration_us", first["duration_us"]) + ev["duration_us"]
         if held > 0:
             ev["stall_us"] = round(held, 3)
         items.append({"ts": float(row.launch), "end": float(row.call_end), "order": float(row.order),

@@ -9,7 +9,8 @@ For each trace (one rank each) it prints:
   stalls per step (summed over all ops launched in the steady-state steps, any stream) relative to the step
   time: how much of the fidelity they carry;
 - ``predicted``: the prediction with every kernel the estimator can describe re-timed by the estimator on the
-  trace's own GPU, its error, the time-weighted kernel error (sum |pred - meas| / sum meas over re-timed kernels)
+  trace's own GPU, its error, the time-weighted kernel error (sum |pred - meas| / sum meas over re-timed kernels,
+  each with the measured time of its whole op call: a split-K GEMM's reduction counts with its GEMM)
   and the share of kernels re-timed (the rest have no spec: no op shapes were recorded, or an unclassified
   kernel, and keep their measured duration).
 """
@@ -67,7 +68,7 @@ def evaluate(path: Path, estimator: Any) -> dict[str, Any]:
     prog, us = result.programs[0], result.durations.us[0]
     kernels = [i for i in prog.device_index.tolist() if prog.kind[i] == KERNEL]
     timed = [i for i in kernels if prog.events[i].get("spec")]
-    meas = np.array([prog.events[i]["duration_us"] for i in timed])
+    meas = np.array([prog.events[i].get("op_duration_us", prog.events[i]["duration_us"]) for i in timed])
     pred = np.array([us[i] for i in timed])
     row.update({
         "predicted_ms": report["iteration_time_ms"],

@@ -1,7 +1,7 @@
 """Read the shim's per-rank log (+ the capture layer's op table) and turn it into trace-v1 events.
 
 Log lines are tab-separated. Timed calls: ``<kind> <t_ns> <gap_ns> <thread> <op id> <fields...>``; the kinds are
-K kernel launch, G cuBLAS/cuBLASLt GEMM, C memcpy, S memset, M malloc, f free, R event record, W stream wait
+K kernel launch (its last field: the op call, shared by the kernels one call launches), G cuBLAS/cuBLASLt GEMM, C memcpy, S memset, M malloc, f free, R event record, W stream wait
 event, E event sync, Y stream sync, D device sync, N collective. Notes (no host time of their own): ``H t0``,
 ``F <id> <mangled kernel name>``, ``X <comm id> <ranks> <rank>``, ``U <entry point answered generically>``,
 ``I <t_ns> 0 <thread> <op> <source> <count>`` (iteration mark; source 1 profiler, 2 optimizer, 3 backward).
@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from emulate.trace import OpCalls
 from profiling.classify import classify_kernel_name, classify_op
 
 SOURCES = {1: "profiler", 2: "optimizer", 3: "backward"}
@@ -170,6 +171,7 @@ def rank_events(log: RankLog, *, comm_sizes: dict[str, int], ranks_per_node: int
     events: list[dict[str, Any]] = [{"kind": "iteration", "step": 0, "source": SOURCES.get(source), "t_ns": 0,
                                      "gap_ns": 0, "thread": 0}]
     stream_ids: dict[int, int] = {0: 0}
+    op_parts = OpCalls()
     for p in log.records:
         kind = p[0]
         op_id = int(p[4])
@@ -190,6 +192,8 @@ def rank_events(log: RankLog, *, comm_sizes: dict[str, int], ranks_per_node: int
             name = demangle(log.kernels.get(int(p[6]), f"kernel_{p[6]}"))
             ev = {"kind": "kernel", "stream": stream(p[5]), "name": name, "grid": _dims(p[7]), "block": _dims(p[8]),
                   "shmem": int(p[9]), "lib": None, **ctx, "spec": _kernel_spec(op, name)}
+            if ev["spec"] and len(p) > 10 and int(p[10]):
+                op_parts.mark(ev, (op_id, int(p[10])))
         elif kind == "G":
             g = gemm_fields(p)
             ev = {"kind": "kernel", "stream": stream(p[5]), "name": p[7], "grid": None, "block": None, "shmem": 0,

@@ -40,6 +40,10 @@ Optional fields written by ``python -m emulate run`` (compatible extensions of v
   ``gemm``: ``m``, ``n``, ``k``, ``batch``, ``transa``, ``transb`` (cuBLAS column-major, as passed), ``dtype_a``,
   ``dtype_b``, ``dtype_c``, ``compute`` (cublasComputeType, e.g. ``32f``, ``32f_fast_tf32``), ``tf32`` (bool),
   ``epilogue`` (cublasLt epilogue enum); their ``spec`` is the row-major GEMM (m = rows of torch's output).
+- ``kernel``: ``op_part: true`` on a further kernel of an op call whose first kernel of the same family carries
+  the op's ``spec`` (its ``spec`` is then null): the estimators time ops as a whole (every source times the op's
+  kernels together), so the op's time goes to its first kernel and this one adds none when durations are predicted
+  (a FlashAttention backward launches three kernels, a layer-norm backward two, a split-K GEMM a reduction).
 - ``memcpy``/``memset``: ``op``.  ``malloc``: ``failed: true`` (and ``ptr`` null) for an allocation the device
   refused (out of memory).
 - ``collective``: ``count`` and ``dtype`` as passed to NCCL (all_gather: per-rank send count; reduce_scatter:
@@ -51,6 +55,9 @@ Optional fields written by ``python -m emulate run`` (compatible extensions of v
 
 Optional fields written by the Kineto importer (:mod:`emulate.kineto_to_trace`, for ``python -m emulate replay``):
 
+- ``kernel``: ``op_part`` as above (an op call is the Kineto ``cpu_op`` that launched the kernel); the op call's
+  first kernel carries ``op_duration_us``, the measured time of all its kernels of that family (what the
+  estimators predict for the op).
 - device events: ``stall_us``, device time the recorded timeline shows before the op that nothing in the trace
   explains (launch, stream order and the dependencies found all allow an earlier start: e.g. work of a CUDA graph
   or of another process); the simulator holds the op that long before it starts.
@@ -118,3 +125,21 @@ def read_trace(path: str | Path) -> dict[str, Any]:
             raise TraceFormatError(f"{path}: events[{i}].kind: expected one of {sorted(EVENT_KINDS)}, "
                                    f"found {ev.get('kind')!r}")
     return doc
+
+
+class OpCalls:
+    """Gives an op call's spec to its first kernel of each family only: the estimators time an op as a whole (every
+    data source times all the kernels of an op call together), so its further kernels of that family become
+    ``op_part`` kernels, which add no predicted time (trace format: the module docstring)."""
+
+    def __init__(self) -> None:
+        self.first: dict[tuple[Any, str], dict[str, Any]] = {}
+
+    def mark(self, ev: dict[str, Any], call: Any) -> dict[str, Any] | None:
+        """Mark ``ev`` (a kernel with a spec) of op call ``call``; returns the call's first kernel when ``ev`` became
+        an ``op_part``, else None."""
+        first = self.first.setdefault((call, ev["spec"]["family"]), ev)
+        if first is ev:
+            return None
+        ev["spec"], ev["op_part"] = None, True
+        return first

@@ -41,6 +41,7 @@ void sc_op_instance_begin(void) {
     cur_instance_kernels = 0;
 }
 void sc_note_kernel_write(void) { cur_instance_kernels++; }
+uint64_t sc_op_instance(void) { return cur_instance; }
 
 /* remove [lo, hi) from the remembered ranges, except ranges written by op instance `keep` (0: none kept) */
 static void forget_locked(uintptr_t lo, uintptr_t hi, uint64_t keep) {

@@ -82,6 +82,8 @@ void sc_shm_member_state(void *shm, int rank, uint64_t program, int stopped);
 /* Small data paths (datapath.c). */
 size_t sc_real_limit(void);
 void sc_op_instance_begin(void);
+/* the op call (instance) the calling thread is in: kernels of one call share it (0 before any op) */
+uint64_t sc_op_instance(void);
 void sc_note_kernel_write(void);
 void sc_range_written(const void *p, size_t n);
 void sc_range_forget(const void *p, size_t n);

@@ -6,7 +6,8 @@ Order of preference for each op (``mode`` is "measured" or "predicted"):
 2. kernels and collectives with a ``spec`` (collectives without one get a spec built from op/bytes/ranks): the
    estimator's prediction on the target hardware. All ranks' rows go to ONE ``predict_frame`` call. Rows the
    estimator answers with its analytical fallback (label ``roofline@...``) are counted as fallbacks.
-3. kernels without a spec: the measured duration scaled by the ratio of memory bandwidths (source -> target
+3. ``op_part`` kernels (further kernels of an op call whose first kernel carries the op's spec): 0, the op's
+   predicted time covers them. Other kernels without a spec: the measured duration scaled by the ratio of memory bandwidths (source -> target
    hardware; most unclassified kernels are memory bound) when one was recorded, else a launch floor. Counted.
    Collectives without op/bytes keep their recorded duration.
 4. memcpy / memset: bandwidth model from the catalog: host<->device over PCIe, device copies read and write HBM.
@@ -106,8 +107,9 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
                     j = None
                 positions.append(i)
                 ids.append(j if j is not None else row_of(spec, prog.source, i))
-            else:
+            elif not events[i].get("op_part"):
                 no_spec.append((r, i, events[i].get("duration_us")))
+            # op_part: timed with its op's first kernel; its duration stays 0
         uses.append((r, positions, ids, True))
         positions, ids = [], []
         for i in todo[~is_kernel].tolist():

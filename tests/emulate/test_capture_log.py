@@ -82,3 +82,26 @@ def test_describe_gives_one_entry_per_positional_argument():
     assert shapes == ((2, 3), ((2, 3), (3,)), (), ())
     assert dtypes == ("torch.float32", ("torch.float32", "torch.float16"), "", "")
     assert values == (None, None, 2, (1, 0)) and kwargs == (("keepdim", True),)
+
+
+def test_an_op_calls_further_kernels_are_timed_with_its_first(tmp_path):
+    """A layer-norm backward launches two norm kernels per call: the estimators time the call as a whole, so only
+    the first carries the spec; a new call (another op-call number in the K record's last field) gets its own."""
+    log = tmp_path / "rank0.log"
+    log.write_text("\n".join([
+        "H\t1",
+        "F\t0\tlayer_norm_grad_input_kernel",
+        "F\t1\tGammaBetaBackwardCUDAKernel_layer_norm",
+        "K\t100\t0\t0\t0\t0\t0\t1,1,1\t128,1,1\t0\t7",
+        "K\t200\t0\t0\t0\t0\t1\t1,1,1\t128,1,1\t0\t7",
+        "K\t300\t0\t0\t0\t0\t0\t1,1,1\t128,1,1\t0\t8",
+        "K\t400\t0\t0\t0\t0\t1\t1,1,1\t128,1,1\t0\t8",
+    ]) + "\n")
+    (tmp_path / "rank0.log.ops.json").write_text(json.dumps({"ops": [
+        {"op": "aten.native_layer_norm_backward.default",
+         "shapes": [[8, 64], [8, 64], [64], [8, 1], [8, 1], [64], [64], []],
+         "dtypes": ["torch.float32"] * 7 + [""], "args": [None] * 7 + [[True, True, True]], "kwargs": {}}]}))
+    kernels = [e for e in rank_events(read_rank_log(log), comm_sizes={}, ranks_per_node=1) if e["kind"] == "kernel"]
+    assert [bool(e["spec"]) for e in kernels] == [True, False, True, False]
+    assert [e.get("op_part", False) for e in kernels] == [False, True, False, True]
+    assert kernels[0]["spec"]["family"] == "norm" and kernels[0]["spec"]["pass"] == "bwd"

@@ -68,8 +68,10 @@ def test_gpt_attention_calls_carry_their_shapes(gpt_run):
                 "heads_kv": GPT["heads"], "seq_q": GPT["seq"], "seq_kv": GPT["seq"],
                 "head_dim": GPT["d_model"] // GPT["heads"], "causal": True, "pass": "fwd"}
     assert all(e["spec"] == expected for e in fwd)
-    main_bwd = [e for e in bwd if "dq_dk_dv" in e["name"]]
-    assert len(main_bwd) == GPT["layers"] and all(e["spec"] == {**expected, "pass": "bwd"} for e in main_bwd)
+    # the backward launches three kernels per call; the call is timed once, by its first kernel
+    timed = [e for e in bwd if e["spec"]]
+    assert len(timed) == GPT["layers"] and all(e["spec"] == {**expected, "pass": "bwd"} for e in timed)
+    assert sum(bool(e.get("op_part")) for e in bwd) == len(bwd) - len(timed) == 2 * GPT["layers"]
 
 
 def test_gpt_optimizer_kernels_and_iterations(gpt_run):

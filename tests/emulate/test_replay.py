@@ -1,5 +1,6 @@
 """Fidelity of the simulator on real profiler traces (../shared/data): replaying the measured kernel durations
-must reproduce each rank's measured ProfilerStep time within 3% (the whole-trace span where there are none)."""
+must reproduce each rank's measured ProfilerStep time within 3% (the whole-trace span where there are none); an op
+call's kernels are timed as one op."""
 from __future__ import annotations
 
 import math
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from emulate.kineto_to_trace import convert_file
 from emulate.replay import replay
 from profiling.paths import shared_data_root
 
@@ -49,3 +51,18 @@ def test_predicted_replay_runs_on_other_hardware(shared_data: Path):
     assert math.isfinite(report["iteration_time_ms"]) and report["iteration_time_ms"] > 0
     assert report["fallback_kernels"] > 0            # the roofline is not a learned model: every kernel counts
     assert report["per_rank"][0]["measured_iteration_time_ms"] > 0
+
+
+@pytest.mark.shared_data
+def test_a_split_k_gemms_reduction_is_timed_with_its_gemm(shared_data: Path):
+    """HTA's control trace (A100): cuBLAS split-K GEMMs launch a reduction kernel in the same aten::mm call. Only
+    the GEMM kernel carries the spec; the reduction is an op_part, and the GEMM's op_duration_us adds its time."""
+    doc = convert_file(shared_data / "hta/tests/data/trace_diff/control/control.json.gz")
+    kernels = [e for e in doc["events"] if e["kind"] == "kernel"]
+    reductions = [e for e in kernels if e["name"].startswith("void splitKreduce_kernel") and e.get("op")]
+    assert reductions and all(e.get("op_part") and not e.get("spec") for e in reductions)
+    parts = [e for e in kernels if e.get("op_part")]
+    firsts = [e for e in kernels if "op_duration_us" in e]
+    assert firsts and all(e["spec"] for e in firsts)
+    extra = sum(e["op_duration_us"] - e["duration_us"] for e in firsts)
+    assert extra == pytest.approx(sum(e["duration_us"] for e in parts))

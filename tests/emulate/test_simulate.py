@@ -306,3 +306,14 @@ def test_collective_rows_know_the_topology(nodes, ranks_per_node):
     assert (row["family"], row["op"], row["bytes"], row["ranks"]) == ("collective", "all_reduce", 1 << 20, 16)
     assert row["ranks_per_node"] == ranks_per_node and row["hardware"] == "h100-sxm"
     assert report["iteration_time_ms"] == pytest.approx(0.005)
+
+
+def test_an_op_part_kernel_adds_no_predicted_time_and_is_no_fallback():
+    est = CountingEstimator()
+    b = builder()
+    b.kernel(stream=1, spec=GEMM)                # the op call's first kernel: the op's predicted 10 us
+    b.add("kernel", 0.0, stream=1, name="splitKreduce_kernel", grid=[1, 1, 1], block=[128, 1, 1], shmem=0,
+          lib=None, duration_us=4.0, spec=None, op_part=True)
+    b.device_sync()
+    predicted = run(b, durations="predicted", estimator=est)
+    assert predicted["iteration_time_ms"] == pytest.approx(10.0 / 1e3) and predicted["fallback_kernels"] == 0
