@@ -44,6 +44,18 @@ OPTIMIZER_OPS: dict[str, tuple[float, float]] = {
     "adamw": (16, 12), "adam": (16, 12), "sgd": (8, 3), "adagrad": (8, 5), "rmsprop": (8, 6), "lion": (8, 5),
 }
 
+# A single torch._foreach_* op (what the unfused "foreach" optimizers and grad clipping launch, one op per update
+# term; profiling.classify names them foreach_<op>) -> (tensor lists read + written per element, FLOPs per element),
+# in the row's dtype, for the forms optimizers call (in place, Scalar / ScalarList / one other list). An AdamW step is
+# seven of these; timing each as a whole optimizer step over-predicted it 2-3 times. Unknown foreach ops: 3 lists.
+FOREACH_OPS: dict[str, tuple[float, float]] = {
+    **{op: (2, 1) for op in ("add", "sub", "mul", "div", "sqrt", "neg", "reciprocal", "abs", "sign", "exp", "pow",
+                             "clamp_min", "clamp_max", "copy")},
+    "lerp": (3, 2), "maximum": (3, 1), "minimum": (3, 1), "addcmul": (4, 2), "addcdiv": (4, 2), "norm": (1, 2),
+    "zero": (1, 0),
+}
+FOREACH_DEFAULT = (3.0, 1.0)
+
 # Collective op -> (algorithm bandwidth factor, latency steps per rank as a function of ranks n). The factor is
 # nccl-tests' bus-bandwidth factor: bytes each rank moves over its link = size * factor(n), where size is the larger
 # of the send and receive buffers per rank.
@@ -142,11 +154,20 @@ def norm(frame: Kernels) -> Work:
 
 
 def optimizer(frame: Kernels) -> Work:
+    """Whole optimizer steps (``adamw_fused``, ``sgd_foreach``...: the parameter read and written and its gradient
+    read in the row's dtype, plus the fp32 states), or one ``foreach_<op>`` over the parameters (FOREACH_OPS)."""
     params = _col(frame, "params")
     table = _op_table(frame["op"], OPTIMIZER_OPS, OPTIMIZER_OPS["adamw"])
     eb = element_bytes(frame)
+    flops, moved = params * table[:, 1], params * (3.0 * eb + table[:, 0])
+    codes, uniques = factorize(frame["op"])
+    single = np.array([str(u).startswith("foreach_") for u in uniques], dtype=bool)[codes]
+    if single.any():
+        per = np.array([FOREACH_OPS.get(str(u)[len("foreach_"):], FOREACH_DEFAULT) for u in uniques])[codes]
+        flops = np.where(single, params * per[:, 1], flops)
+        moved = np.where(single, params * eb * per[:, 0], moved)
     zeros = np.zeros(len(frame))
-    return Work(params * table[:, 1], params * (3.0 * eb + table[:, 0]), zeros, zeros)
+    return Work(flops, moved, zeros, zeros)
 
 
 def bus_factor(names: np.ndarray, ranks: np.ndarray) -> np.ndarray:

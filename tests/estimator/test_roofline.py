@@ -66,3 +66,13 @@ def test_save_load_round_trip(tmp_path):
     loaded = RooflineEstimator.load(model.save(tmp_path / "roofline"))
     frame = gemms("a100-sxm-80gb", [512, 2048])
     np.testing.assert_array_equal(loaded.predict(frame), model.predict(frame))
+
+
+def test_a_single_foreach_op_moves_its_own_tensor_lists_not_a_whole_optimizer_step():
+    from estimator.workload import work
+
+    ops = ["foreach_mul", "foreach_lerp", "foreach_addcdiv", "foreach_unheard_of", "adamw_foreach"]
+    frame = pd.DataFrame({"family": "optimizer", "dtype": "fp32", "op": ops, "params": 1e9})
+    moved = work("optimizer", frame).bytes / 1e9 / 4  # in fp32 tensor lists
+    # in place x *= s: read + write one list; lerp_(m, g, w): two read, one written; addcdiv_(p, m, d): three + one
+    assert moved.tolist() == [2.0, 3.0, 4.0, 3.0, 7.0]  # unknown foreach: 3 lists; a whole AdamW step: p, g, m, v...
