@@ -1,8 +1,9 @@
 """Read the shim's per-rank log (+ the capture layer's op table) and turn it into trace-v1 events.
 
 Log lines are tab-separated. Timed calls: ``<kind> <t_ns> <gap_ns> <thread> <op id> <fields...>``; the kinds are
-K kernel launch (its last field: the op call, shared by the kernels one call launches), G cuBLAS/cuBLASLt GEMM, C memcpy, S memset, M malloc, f free, R event record, W stream wait
-event, E event sync, Y stream sync, D device sync, N collective. Notes (no host time of their own): ``H t0``,
+K kernel launch (its last field: the op call, shared by the kernels one call launches), G cuBLAS/cuBLASLt GEMM,
+C memcpy, S memset, M malloc, f free, R event record, W stream wait event, E event sync, Y stream sync, D device
+sync, N collective. Notes (no host time of their own): ``H t0``,
 ``F <id> <mangled kernel name>``, ``X <comm id> <ranks> <rank>``, ``U <entry point answered generically>``,
 ``I <t_ns> 0 <thread> <op> <source> <count>`` (iteration mark; source 1 profiler, 2 optimizer, 3 backward).
 """

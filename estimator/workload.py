@@ -153,21 +153,24 @@ def norm(frame: Kernels) -> Work:
     return Work(flops, moved, zeros, zeros)
 
 
+def _optimizer_rates(op: str) -> tuple[float, float, float]:
+    """(tensors moved in the row's dtype, fp32 state bytes, FLOPs) per parameter of one optimizer op."""
+    if op.startswith("foreach_"):
+        lists, flops = FOREACH_OPS.get(op[len("foreach_"):], FOREACH_DEFAULT)
+        return lists, 0.0, flops
+    base = op if op in OPTIMIZER_OPS else op.rsplit("_", 1)[0]  # "adamw_fused" -> "adamw"
+    state, flops = OPTIMIZER_OPS.get(base, OPTIMIZER_OPS["adamw"])
+    return 3.0, state, flops  # the parameter read and written, its gradient read
+
+
 def optimizer(frame: Kernels) -> Work:
-    """Whole optimizer steps (``adamw_fused``, ``sgd_foreach``...: the parameter read and written and its gradient
-    read in the row's dtype, plus the fp32 states), or one ``foreach_<op>`` over the parameters (FOREACH_OPS)."""
+    """Whole optimizer steps (``adamw_fused``, ``sgd_foreach``...: the parameter and its gradient in the row's dtype,
+    plus the fp32 states), or one ``foreach_<op>`` over the parameters (FOREACH_OPS)."""
     params = _col(frame, "params")
-    table = _op_table(frame["op"], OPTIMIZER_OPS, OPTIMIZER_OPS["adamw"])
-    eb = element_bytes(frame)
-    flops, moved = params * table[:, 1], params * (3.0 * eb + table[:, 0])
     codes, uniques = factorize(frame["op"])
-    single = np.array([str(u).startswith("foreach_") for u in uniques], dtype=bool)[codes]
-    if single.any():
-        per = np.array([FOREACH_OPS.get(str(u)[len("foreach_"):], FOREACH_DEFAULT) for u in uniques])[codes]
-        flops = np.where(single, params * per[:, 1], flops)
-        moved = np.where(single, params * eb * per[:, 0], moved)
+    rates = np.array([_optimizer_rates(str(u)) for u in uniques], dtype=np.float64).reshape(len(uniques), 3)[codes]
     zeros = np.zeros(len(frame))
-    return Work(flops, moved, zeros, zeros)
+    return Work(params * rates[:, 2], params * (rates[:, 0] * element_bytes(frame) + rates[:, 1]), zeros, zeros)
 
 
 def bus_factor(names: np.ndarray, ranks: np.ndarray) -> np.ndarray:

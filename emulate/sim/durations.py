@@ -7,8 +7,9 @@ Order of preference for each op (``mode`` is "measured" or "predicted"):
    estimator's prediction on the target hardware. All ranks' rows go to ONE ``predict_frame`` call. Rows the
    estimator answers with its analytical fallback (label ``roofline@...``) are counted as fallbacks.
 3. ``op_part`` kernels (further kernels of an op call whose first kernel carries the op's spec): 0, the op's
-   predicted time covers them. Other kernels without a spec: the measured duration scaled by the ratio of memory bandwidths (source -> target
-   hardware; most unclassified kernels are memory bound) when one was recorded, else a launch floor. Counted.
+   predicted time covers them. Other kernels without a spec: the measured duration scaled by the ratio of memory
+   bandwidths (source -> target hardware; most unclassified kernels are memory bound) when one was recorded, else a
+   launch floor. Counted.
    Collectives without op/bytes keep their recorded duration.
 4. memcpy / memset: bandwidth model from the catalog: host<->device over PCIe, device copies read and write HBM.
 """
