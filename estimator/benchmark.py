@@ -35,7 +35,6 @@ from rich.table import Table
 
 from estimator.evaluate import evaluate_fold, select_folds
 from estimator.metrics import summary
-from estimator.models import make_estimator
 from estimator.splits import SPLITS
 
 console = Console(width=140)
@@ -59,10 +58,11 @@ POOLED = "pooled"  # the row of every held-out prediction of a split scored toge
 
 
 def score_folds(frame: pd.DataFrame, split: str, models: dict, max_train_rows: int | None,
-                max_folds: int | None) -> pd.DataFrame:
-    """One row per (fold, model): the fold's summary; plus the pooled rows (fold=POOLED)."""
+                max_folds: int | None, folds: list | None = None) -> pd.DataFrame:
+    """One row per (fold, model): the fold's summary; plus the pooled rows (fold=POOLED). ``folds``: these instead
+    of ``split``'s own."""
     rows, pooled = [], {}
-    for fold in select_folds(frame, split, max_folds=max_folds):
+    for fold in folds if folds is not None else select_folds(frame, split, max_folds=max_folds):
         for label, (kind, params, target) in models.items():
             family = str(frame["family"].iat[0])
             p = evaluate_fold(kind, family, frame, fold, params, target, max_train_rows)
@@ -123,22 +123,15 @@ def without_weights_of(extra: pd.DataFrame, held_out: pd.DataFrame) -> pd.DataFr
 def with_profiles(frame: pd.DataFrame, profiled: pd.DataFrame, max_train_rows: int | None) -> pd.DataFrame:
     """Suite 1's folds with the profiled Hopper GEMMs added to each fold's training rows, less the held-out model's
     weights (what the profiler's token series, conf/profiling/gemm/llm_series.yaml, is for)."""
-    from estimator.evaluate import subsample
+    from estimator.splits import Fold
 
-    kind, params, target = MODELS["xgboost"]
-    rows, parts = [], []
+    profiled = profiled.reset_index(drop=True)  # positions, which the folds index by
+    both = pd.concat([frame, profiled], ignore_index=True)
+    folds = []
     for fold in select_folds(frame, "held_out_shapes"):
-        test = frame.iloc[fold.test]
-        train = pd.concat([frame.iloc[fold.train], without_weights_of(profiled, test)], ignore_index=True)
-        train = subsample(train, max_train_rows)
-        model = make_estimator(kind, "gemm", params, target).fit(train, train["runtime_us"].to_numpy())
-        p = model.predict(test)
-        parts.append((p, test["runtime_us"].to_numpy()))
-        rows.append({"split": fold.split, "fold": fold.name, "model": WITH_PROFILES}
-                    | summary(p, test["runtime_us"].to_numpy()))
-    pred, truth = (np.concatenate(x) for x in zip(*parts))
-    rows.append({"split": "held_out_shapes", "fold": POOLED, "model": WITH_PROFILES} | summary(pred, truth))
-    return pd.DataFrame(rows)
+        allowed = len(frame) + without_weights_of(profiled, frame.iloc[fold.test]).index.to_numpy()
+        folds.append(Fold(fold.split, fold.name, np.concatenate([fold.train, allowed]), fold.test))
+    return score_folds(both, "held_out_shapes", {WITH_PROFILES: MODELS["xgboost"]}, max_train_rows, None, folds)
 
 
 def suite_neusight_logo(data: pd.DataFrame, max_train_rows: int | None) -> pd.DataFrame:
