@@ -74,6 +74,9 @@ def measure(script: Path, args: list[str], native_backends: bool = False) -> dic
     started = stamps[0]
     try:
         runpy.run_path(str(script), run_name="__main__")
+    except SystemExit as done:  # sys.exit(main()): a zero exit is a finished run
+        if done.code not in (None, 0):
+            raise
     finally:
         sys.argv = argv
         handle.remove()

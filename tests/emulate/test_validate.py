@@ -40,6 +40,15 @@ def test_a_real_run_is_timed_at_its_optimizer_steps(tmp_path):
     assert run["format"] == FORMAT and run["script"] == str(script.resolve()) and run["args"] == []
 
 
+def test_a_script_that_exits_with_sys_exit_zero_is_a_finished_run(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(CPU_TRAINING + "raise SystemExit(0)\n")
+    assert measure(script, [])["optimizer_steps"] == 4
+    script.write_text(CPU_TRAINING + "raise SystemExit(3)\n")
+    with pytest.raises(SystemExit):
+        measure(script, [])
+
+
 def stored_run(path: Path, **fields) -> Path:
     doc = {"format": FORMAT, "version": FORMAT_VERSION, "hardware": "h100-sxm", "script": "examples/gpt.py",
            "args": ["--steps", "3"], "iteration_time_ms": 5.0, "iterations_ms": [900.0, 5.0, 5.0],
