@@ -17,7 +17,7 @@ REPORT_FIELDS = ("hardware", "world_size", "iteration_time_ms", "iterations_ms",
                  "mfu", "per_rank", "fallback_kernels")
 BREAKDOWN = ("compute", "communication", "exposed_communication", "host_bound", "idle")
 # big enough that the GPU, not this machine's Python, sets the step time on both targets
-GPT_ARGS = ("--layers=4", "--d-model=1024", "--heads=16", "--seq=512", "--batch=8", "--steps=4")
+GPT_ARGS = ("--layers=4", "--d-model=1024", "--heads=16", "--seq=1024", "--batch=16", "--steps=4")
 
 
 def predict(tmp: Path, script: str, *args: str, hardware: str = "h100-sxm", nproc: int = 1) -> dict:
