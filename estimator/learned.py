@@ -112,8 +112,8 @@ class LearnedEstimator(KernelEstimator):
         pred = np.exp(y) * feats.baseline_us if self.target == "efficiency" else np.exp(y)
         support = self._require_support()
         hw = feats.hardware
-        seen = hw.per_row(support.seen(hw.devices)) & support.configuration_seen(frame)
-        return pred, support.shape_in_range(frame), seen, hw.per_row(support.spec_in_range(hw.device_spec))
+        return (pred, support.shape_in_range(frame), support.hardware_seen(frame, hw),
+                hw.per_row(support.spec_in_range(hw.device_spec)))
 
     def in_range(self, frame: pd.DataFrame) -> np.ndarray:
         return self._require_support().in_range(as_kernels(frame))

@@ -19,7 +19,7 @@ import numpy as np
 
 from estimator.features import SHAPE_COLUMNS, FeatureFrame
 from estimator.frames import Kernels, factorize, num, text
-from estimator.hardware_table import SPEC_FEATURES
+from estimator.hardware_table import SPEC_FEATURES, RowHardware
 
 #: per family, the key columns that qualify a device: the (device, values) combination must have been seen
 SEEN_WITH: dict[str, tuple[str, ...]] = {"collective": ("op", "ranks", "ranks_per_node")}
@@ -68,9 +68,15 @@ class Support:
         """Whether each catalog id was in the training data."""
         return np.array([str(d) in self.hardware for d in devices], dtype=bool)
 
-    def hardware_seen(self, frame: Kernels) -> np.ndarray:
-        codes, uniques = factorize(frame["hardware"])
-        return self.seen(uniques)[codes] & self.configuration_seen(frame)
+    def hardware_seen(self, frame: Kernels, hw: RowHardware | None = None) -> np.ndarray:
+        """Per row: its device was seen (in the row's configuration, for SEEN_WITH families). ``hw``: the frame's
+        devices when already resolved (the feature pass has them), else they are factorised here."""
+        if hw is not None:
+            devices = hw.per_row(self.seen(hw.devices))
+        else:
+            codes, uniques = factorize(frame["hardware"])
+            devices = self.seen(uniques)[codes]
+        return devices & self.configuration_seen(frame)
 
     def configuration_seen(self, frame: Kernels) -> np.ndarray:
         """Whether each row's device was seen in the row's configuration (all True for families without one)."""
