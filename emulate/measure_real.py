@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from emulate.report import steady_indices
 from profiling.atomic import write_json_atomic
 
 FORMAT = "stepcast-real-run"
@@ -38,10 +39,10 @@ FORMAT_VERSION = 1
 
 
 def steady_iterations_ms(stamps: list[float]) -> tuple[list[float], list[float]]:
-    """(all iterations, steady-state iterations) in ms from the script's start and its step stamps (seconds): the
-    emulator's rule."""
+    """(all iterations, steady-state iterations) in ms from the script's start and its step stamps (seconds),
+    steady state as the emulator's report counts it (:func:`emulate.report.steady_indices`)."""
     iterations = [(b - a) * 1e3 for a, b in zip(stamps, stamps[1:])]
-    return iterations, iterations[1:] if len(iterations) >= 2 else iterations
+    return iterations, [iterations[i] for i in steady_indices(len(iterations))]
 
 
 def _portable(script: Path) -> str:
