@@ -15,7 +15,8 @@ from rich.console import Console
 from rich.table import Table
 
 from emulate.sim.durations import assign_durations, ranks_per_node_for
-from emulate.sim.engine import collate, run
+from emulate.sim.collate import collate
+from emulate.sim.engine import run
 from emulate.sim.program import build_program
 from emulate.sim.synthetic import training_like_traces
 from emulate.simulate import DEFAULT_LAUNCH_LATENCY_US, simulate

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from emulate.sim.durations import Durations, assign_durations, ranks_per_node_for
-from emulate.sim.engine import CollectiveGroup, RankTimeline, collate, run
+from emulate.sim.collate import CollectiveGroup, collate
+from emulate.sim.engine import RankTimeline, run
 from emulate.sim.program import RankProgram, build_program
 from emulate.trace import TraceFormatError, read_trace
 from estimator.base import KernelEstimator

@@ -12,7 +12,7 @@ Model (design notes, "Collation and simulation"):
   time (the latest record of that handle before the wait in host order: exactly CUDA's semantics, which is what
   keying waiters by (handle, record version) achieves in a queue-based simulator);
 - ``event_sync`` / ``stream_sync`` / ``device_sync`` / a blocking memcpy hold the host until the awaited work ends;
-- a collective matched across ranks (see :func:`collate`) starts when the last member's stream reaches it and ends,
+- a collective matched across ranks (see :func:`emulate.sim.collate.collate`) starts when the last member's stream reaches it and ends,
   on every member, ``duration`` later; an unmatched one (ranks absent from the traces) runs alone.
 
 Why no priority queue: within one rank every time is a function of events earlier in host order (a stream's
@@ -26,13 +26,13 @@ ranks waiting on each other is a real deadlock of the traced program, reported a
 from __future__ import annotations
 
 import functools
-from collections import defaultdict, deque
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
+from emulate.sim.collate import CollectiveGroup
 from emulate.sim.durations import Durations
 from emulate.sim.program import (
     COLLECTIVE, DEVICE_SYNC, EVENT_RECORD, EVENT_SYNC, MEMCPY_BLOCKING, STREAM_SYNC, STREAM_WAIT_EVENT, RankProgram,
@@ -43,18 +43,6 @@ PENDING = -1.0  # a stream tail that waits for a collective's peers
 
 class SimulationDeadlock(RuntimeError):
     """Ranks wait on each other's collectives in an order that can never complete."""
-
-
-@dataclass
-class CollectiveGroup:
-    """One collective call as every member rank sees it."""
-
-    key: tuple
-    expected: int
-    members: list[tuple[int, int]] = field(default_factory=list)   # (rank index, event position)
-    duration_ns: float = 0.0
-    arrived: int = 0
-    last_arrival: float = 0.0
 
 
 @dataclass
@@ -84,66 +72,6 @@ class RankTimeline:
         if all(int(i) in recorded for i in positions):
             return np.array([recorded[int(i)] for i in positions], dtype=np.float64)
         return self.host[positions]
-
-
-def collate(programs: list[RankProgram], durations: Durations) -> tuple[list[list[int]], list[CollectiveGroup]]:
-    """Match collectives across ranks by (communicator, sequence number); point-to-point ops by (communicator,
-    source, destination, n-th transfer between them). Returns each rank's group index per event (-1: runs alone)
-    and the groups.
-
-    Matching needs every rank of the job: when the traces hold fewer ranks than ``world_size``, every collective
-    runs alone with its own (recorded or predicted) duration."""
-    group_of = [[-1] * p.n_events for p in programs]
-    world = {p.world_size for p in programs}
-    if len(world) > 1:
-        raise ValueError(f"traces disagree on world_size: {', '.join(f'{p.source}={p.world_size}' for p in programs)}")
-    ranks = [p.rank for p in programs]
-    if len(set(ranks)) != len(ranks):
-        dup = next(r for r in ranks if ranks.count(r) > 1)
-        raise ValueError(f"rank {dup} appears in more than one trace: "
-                         f"{', '.join(p.source for p in programs if p.rank == dup)}")
-    if len(programs) < programs[0].world_size or len(programs) == 1:
-        return group_of, []
-
-    by_key: dict[tuple, CollectiveGroup] = {}
-    for r, prog in enumerate(programs):
-        seq_on: dict[Any, int] = defaultdict(int)
-        p2p_seq: dict[tuple, int] = defaultdict(int)
-        for i in np.flatnonzero(prog.kind_array == COLLECTIVE).tolist():
-            ev = prog.events[i]
-            op, comm = ev.get("op"), ev.get("comm")
-            if op in ("send", "recv") and ev.get("peer") is not None:
-                src, dst = (prog.rank, int(ev["peer"])) if op == "send" else (int(ev["peer"]), prog.rank)
-                n = p2p_seq[(comm, src, dst)]
-                p2p_seq[(comm, src, dst)] += 1
-                key, expected = ("p2p", comm, src, dst, n), 2
-            else:
-                seq = ev.get("comm_seq")
-                if seq is None:
-                    seq = seq_on[comm]
-                seq_on[comm] += 1
-                key, expected = ("coll", comm, seq), int(ev.get("ranks") or prog.world_size)
-            grp = by_key.get(key)
-            if grp is None:
-                grp = by_key[key] = CollectiveGroup(key=key, expected=expected)
-            grp.members.append((r, i))
-            if len(grp.members) > grp.expected:
-                raise ValueError(f"{prog.source}: events[{i}]: collective {key[1:]!r} has more members than its "
-                                 f"{grp.expected} ranks (duplicate comm_seq?)")
-
-    groups: list[CollectiveGroup] = []
-    for grp in by_key.values():
-        if len(grp.members) != grp.expected:
-            continue  # some members' traces are absent: run alone
-        us = [float(durations.us[r][i]) for r, i in grp.members]
-        all_measured = all(bool(durations.measured[r][i]) for r, i in grp.members)
-        # A recorded collective duration includes the time its rank waited for the others: the last to arrive
-        # waited least, so the smallest recorded duration is the transfer itself.
-        grp.duration_ns = (min(us) if all_measured else max(us)) * 1e3
-        for r, i in grp.members:
-            group_of[r][i] = len(groups)
-        groups.append(grp)
-    return group_of, groups
 
 
 class _RankState:

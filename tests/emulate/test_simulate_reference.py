@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from emulate.sim.durations import assign_durations
-from emulate.sim.engine import collate, run
+from emulate.sim.collate import collate
+from emulate.sim.engine import run
 from emulate.sim.program import (
     COLLECTIVE, DEVICE_SYNC, EVENT_RECORD, EVENT_SYNC, ITERATION, MEMCPY_BLOCKING, STREAM_SYNC, STREAM_WAIT_EVENT,
     build_program,
