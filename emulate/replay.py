@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from emulate.kineto_to_trace import convert_file
+from emulate.sim.engine import SimulationDeadlock
 from emulate.simulate import DURATION_MODES, publish, simulate
 from emulate.trace import TraceFormatError
 from estimator.base import KernelEstimator
@@ -31,7 +32,7 @@ def replay(paths: list[Path], durations: str = "measured", hardware: str | None 
 
     paths = [Path(p) for p in paths]
     iterator = paths if quiet or len(paths) == 1 else track(paths, description="reading traces")
-    docs = [convert_file(p) for p in iterator]
+    docs = [_convert(p) for p in iterator]
     target = hardware or _own_hardware(docs)
     if target is None and durations == "predicted":
         raise ValueError(f"{paths[0]}: the trace does not name a GPU of the hardware catalog: pass --hardware")
@@ -40,6 +41,18 @@ def replay(paths: list[Path], durations: str = "measured", hardware: str | None 
     result = simulate(docs, target, durations=durations, estimator=estimator, sources=[str(p) for p in paths])
     return publish(result, paths, report_path, timeline_path, quiet=quiet, console=console,
                    extra={"source_hardware": sorted({d["hardware"] for d in docs})})
+
+
+def _convert(path: Path) -> dict[str, Any]:
+    """One Kineto trace as trace v1. A file the importer cannot read (an empty trace, an event it does not expect)
+    is bad input, said in one line naming the file, whatever the importer raised."""
+    try:
+        return convert_file(path)
+    except (TraceFormatError, KinetoFormatError, ValueError, OSError):
+        raise
+    except Exception as exc:  # the importer's own failure on an unexpected file: still the file's fault here
+        raise ValueError(f"{path}: not a profiler trace the importer can read ({type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0] if str(exc) else 'no message'})") from exc
 
 
 def _own_hardware(docs: list[dict[str, Any]]) -> str | None:
@@ -67,13 +80,22 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 
 def run_command(args: argparse.Namespace) -> int:
+    """Exit 2 with one line for bad input: unreadable traces, unknown hardware, collectives the ranks disagree on
+    (:class:`emulate.sim.collate.CollectiveMismatch`) and traces that deadlock in simulation."""
     try:
         replay(args.traces, durations=args.durations, hardware=args.hardware, report_path=args.report,
                timeline_path=args.trace, estimator=args.estimator)
-    except (TraceFormatError, KinetoFormatError, UnknownHardwareError, ValueError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (TraceFormatError, KinetoFormatError, UnknownHardwareError, ValueError, OSError,
+            SimulationDeadlock) as exc:
+        print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
     return 0
+
+
+def one_line(exc: BaseException) -> str:
+    """An error's message on one console line (a deadlock lists every stuck rank; newlines would split it)."""
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
 
 
 def main(argv: list[str] | None = None) -> int:

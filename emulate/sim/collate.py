@@ -24,6 +24,52 @@ class CollectiveGroup:
     last_arrival: float = 0.0
 
 
+class CollectiveMismatch(ValueError):
+    """The ranks' traces disagree on a collective: the message (one line) names the ranks, events and call."""
+
+
+#: Fields every member of a collective must agree on. ``bytes`` is each rank's own traffic: equal for every
+#: collective whose members move the same amount (all_to_all's split sizes may differ per rank, so it is exempt).
+AGREED_FIELDS = ("op", "dtype", "bytes")
+UNEVEN_OPS = frozenset({"all_to_all", "alltoall", "all_to_allv"})
+
+
+def _describe_call(prog: RankProgram, i: int) -> str:
+    ev = prog.events[i]
+    size = f" of {ev['bytes']} B" if ev.get("bytes") is not None else ""
+    return f"rank {prog.rank} ({prog.source} events[{i}]: {ev.get('op')} {ev.get('dtype') or ''}{size})"
+
+
+def _call_name(key: tuple) -> str:
+    if key[0] == "p2p":
+        return f"point-to-point transfer #{key[4]} from rank {key[2]} to rank {key[3]} on communicator {key[1]!r}"
+    return f"collective #{key[2]} on communicator {key[1]!r}"
+
+
+def _check_members_agree(grp: CollectiveGroup, programs: list[RankProgram]) -> None:
+    (r0, i0), rest = grp.members[0], grp.members[1:]
+    first = programs[r0].events[i0]
+    fields = [f for f in AGREED_FIELDS if not (f == "bytes" and first.get("op") in UNEVEN_OPS)]
+    for r, i in rest:
+        ev = programs[r].events[i]
+        differ = [f for f in fields if first.get(f) is not None and ev.get(f) is not None and first[f] != ev[f]]
+        if differ:
+            raise CollectiveMismatch(
+                f"{_call_name(grp.key)}: {_describe_call(programs[r0], i0)} and {_describe_call(programs[r], i)} "
+                f"disagree on {', '.join(differ)}: the ranks' collective orders differ (a call one rank skipped "
+                "or made in another order)")
+
+
+def _describe_missing(grp: CollectiveGroup, programs: list[RankProgram]) -> str:
+    present = sorted(programs[r].rank for r, _ in grp.members)
+    r0, i0 = grp.members[0]
+    absent = ""
+    if grp.expected == len(programs):  # a world communicator: the absent members are known
+        absent = f"; rank(s) {sorted(set(p.rank for p in programs) - set(present))} never made it"
+    return (f"{_call_name(grp.key)}: only rank(s) {present} of its {grp.expected} members reached it "
+            f"(first: {_describe_call(programs[r0], i0)}){absent}: the traces are a full set, so a member is "
+            "missing a call")
+
 
 def collate(programs: list[RankProgram], durations: Durations) -> tuple[list[list[int]], list[CollectiveGroup]]:
     """Match collectives across ranks by (communicator, sequence number); point-to-point ops by (communicator,
@@ -31,7 +77,10 @@ def collate(programs: list[RankProgram], durations: Durations) -> tuple[list[lis
     and the groups.
 
     Matching needs every rank of the job: when the traces hold fewer ranks than ``world_size``, every collective
-    runs alone with its own (recorded or predicted) duration."""
+    runs alone with its own (recorded or predicted) duration. With every rank present, a collective whose members
+    disagree (operation, dtype, bytes) or that some member never reached raises :class:`CollectiveMismatch`: the
+    ranks' collective orders differ, and pairing them anyway would shift every later collective by one and still
+    give a plausible report."""
     group_of = [[-1] * p.n_events for p in programs]
     world = {p.world_size for p in programs}
     if len(world) > 1:
@@ -70,10 +119,17 @@ def collate(programs: list[RankProgram], durations: Durations) -> tuple[list[lis
                 raise ValueError(f"{prog.source}: events[{i}]: collective {key[1:]!r} has more members than its "
                                  f"{grp.expected} ranks (duplicate comm_seq?)")
 
+    full = len(programs) == programs[0].world_size
+    if full:
+        for grp in by_key.values():
+            _check_members_agree(grp, programs)
+        for grp in by_key.values():
+            if len(grp.members) != grp.expected:
+                raise CollectiveMismatch(_describe_missing(grp, programs))
     groups: list[CollectiveGroup] = []
     for grp in by_key.values():
         if len(grp.members) != grp.expected:
-            continue  # some members' traces are absent: run alone
+            continue  # some members' traces are absent (only when the set of traces is not full): run alone
         us = [float(durations.us[r][i]) for r, i in grp.members]
         all_measured = all(bool(durations.measured[r][i]) for r, i in grp.members)
         # A recorded collective duration includes the time its rank waited for the others: the last to arrive
