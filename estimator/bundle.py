@@ -6,6 +6,10 @@ per-family estimators is a folder with ``manifest.json``::
     {"format": "stepcast-estimator-bundle", "format_version": 1, "version": "...",
      "families": {"gemm": "gemm", ...},          # family -> sub-folder holding one estimator
      "fallback": "roofline", "fallback_rule": "unsupported_spec"}
+
+Both kinds of folder carry ``SHA256SUMS`` (see :mod:`estimator.checksums`): a bundle's covers ``manifest.json`` and
+every file of every folder the manifest names, and is verified before any of them is parsed; every path the manifest
+names must stay inside the bundle.
 """
 from __future__ import annotations
 
@@ -15,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from estimator.base import KernelEstimator
+from estimator.checksums import Checksums, folder_files, inside, write_checksums
 from profiling import atomic
+from profiling.families import FAMILIES
 
 BUNDLE_FORMAT = "stepcast-estimator-bundle"
 BUNDLE_FORMAT_VERSION = 1
@@ -50,12 +56,91 @@ def estimator_class(kind: str) -> type[KernelEstimator]:
     return getattr(importlib.import_module(module), cls)
 
 
-def load_estimator_dir(path: Path) -> KernelEstimator:
-    """Load one estimator folder (``meta.json``)."""
-    meta = read_json(Path(path) / "meta.json")
-    if "kind" not in meta:
+def load_estimator_dir(path: Path, verified: bool = False) -> KernelEstimator:
+    """Load one estimator folder (``meta.json``), checking its SHA256SUMS first unless the caller has already
+    ``verified`` it (a bundle verifies all its folders at once)."""
+    path = Path(path)
+    if not verified:
+        Checksums.read(path).check_all(folder_files(path))
+    meta = read_json(path / "meta.json")
+    if not isinstance(meta.get("kind"), str):
         raise ValueError(f"{path / 'meta.json'}: field 'kind' missing (expected one of {', '.join(KINDS)})")
-    return estimator_class(meta["kind"]).load(path)
+    try:
+        return estimator_class(meta["kind"]).load(path)
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"{path / 'meta.json'}: field {exc} missing or malformed (expected what "
+                         f"{meta['kind']} estimators write)") from None
+
+
+def seal_estimator_dir(path: Path) -> Path:
+    """Write an estimator folder's SHA256SUMS (every file in it)."""
+    return write_checksums(path, folder_files(path))
+
+
+def check_manifest(manifest: object, source: Path) -> dict[str, Any]:
+    """The fields the loader relies on, each checked with a one-line error naming ``source`` and the field."""
+    if not isinstance(manifest, dict):
+        raise ValueError(f"{source}: expected a JSON object")
+    if manifest.get("format") != BUNDLE_FORMAT:
+        raise ValueError(f"{source}: field 'format' is {manifest.get('format')!r}, expected '{BUNDLE_FORMAT}'")
+    families = manifest.get("families")
+    if not isinstance(families, dict) or not all(isinstance(v, str) for v in families.values()):
+        got = "missing" if families is None else f"{type(families).__name__} {families!r}"[:80]
+        raise ValueError(f"{source}: field 'families': expected an object of family -> sub-folder, got {got}")
+    unknown = [f for f in families if f not in FAMILIES]
+    if unknown:
+        raise ValueError(f"{source}: field 'families': unknown family '{unknown[0]}' (expected some of "
+                         f"{', '.join(FAMILIES)})")
+    fallback = manifest.get("fallback")
+    if fallback is not None and not isinstance(fallback, str):
+        raise ValueError(f"{source}: field 'fallback': expected a sub-folder name or null, got {fallback!r}")
+    for name in ("fallback_rule", "version"):
+        if name in manifest and not isinstance(manifest[name], str):
+            raise ValueError(f"{source}: field '{name}': expected a string, got {manifest[name]!r}")
+    rules = manifest.get("fallback_rules")
+    if rules is not None and not (isinstance(rules, dict) and all(isinstance(v, str) for v in rules.values())):
+        raise ValueError(f"{source}: field 'fallback_rules': expected an object of family -> rule, got {rules!r}")
+    return manifest
+
+
+def named_folders(root: Path, manifest: dict[str, Any]) -> dict[str, Path]:
+    """family (or ``_fallback``) -> the folder the manifest names for it, refused if it leaves the bundle."""
+    source = Path(root) / "manifest.json"
+    named = {family: inside(root, sub, source) for family, sub in manifest["families"].items()}
+    if manifest.get("fallback"):
+        named["_fallback"] = inside(root, manifest["fallback"], source)
+    return named
+
+
+def bundle_files(root: Path, manifest: dict[str, Any]) -> list[Path]:
+    """What a bundle's SHA256SUMS covers: the manifest and every file of every folder it names."""
+    files = {Path(root) / "manifest.json"}
+    for folder in named_folders(root, manifest).values():
+        files.update(folder_files(folder))
+    return sorted(files)
+
+
+def seal_bundle(root: Path) -> Path:
+    """Write the SHA256SUMS of every folder a bundle's manifest names, then the bundle's own (what the exporter
+    does after writing a bundle, and ``python -m estimator.bundle_checksums`` for a bundle written before)."""
+    root = Path(root)
+    manifest = check_manifest(read_json(root / "manifest.json"), root / "manifest.json")
+    for folder in named_folders(root, manifest).values():
+        if not (folder / "meta.json").is_file():
+            raise ValueError(f"{folder}: no meta.json (named by {root / 'manifest.json'})")
+        seal_estimator_dir(folder)
+    return write_checksums(root, bundle_files(root, manifest))
+
+
+def verified_manifest(root: Path) -> dict[str, Any]:
+    """A bundle's manifest, after checking that the manifest itself, and then every file of every folder it names,
+    match the bundle's SHA256SUMS (nothing is parsed before its checksum is)."""
+    root = Path(root)
+    checksums = Checksums.read(root)
+    checksums.check(root / "manifest.json")
+    manifest = check_manifest(read_json(root / "manifest.json"), root / "manifest.json")
+    checksums.check_all(bundle_files(root, manifest))
+    return manifest
 
 
 def is_bundle(path: Path) -> bool:

@@ -30,14 +30,28 @@ def read_kernels(path: Path) -> pd.DataFrame:
     path = Path(path)
     if not path.is_file():
         raise KernelInputError(f"{path}: no such file")
+    if path.suffix not in {".parquet", ".pq", ".csv", ".txt"}:
+        raise KernelInputError(f"{path}: expected a .csv or .parquet file")
+    if path.stat().st_size == 0:
+        raise KernelInputError(f"{path}: empty (expected a header line, then one row per kernel)")
     if path.suffix in {".parquet", ".pq"}:
-        return pd.read_parquet(path)
-    if path.suffix in {".csv", ".txt"}:
+        import pyarrow
+
         try:
-            return pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
-        except pd.errors.ParserError as exc:
-            raise KernelInputError(f"{path}: not valid CSV ({str(exc).splitlines()[0]})") from None
-    raise KernelInputError(f"{path}: expected a .csv or .parquet file")
+            return pd.read_parquet(path)
+        except (pyarrow.ArrowException, OSError, ValueError) as exc:
+            raise KernelInputError(f"{path}: not a readable parquet file ({_first_line(exc)})") from None
+    try:
+        return pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""], encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise KernelInputError(f"{path}: not a UTF-8 text CSV (byte {exc.start}: {exc.reason}; a binary file?)"
+                               ) from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise KernelInputError(f"{path}: not valid CSV ({_first_line(exc)})") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    return next((line.strip() for line in str(exc).splitlines() if line.strip()), exc.__class__.__name__)[:200]
 
 
 class _Locator:
@@ -109,6 +123,10 @@ def check_kernels(frame: pd.DataFrame, name: str = "<input>", csv: bool = True,
                 text = values.astype("string").str.strip().str.lower()
                 fail(rows & ~text.isin(list(TRUE | FALSE)).fillna(False).to_numpy(bool), column, "true or false")
             else:
+                if not _numeric_dtype(values):  # a parquet column of datetimes would pass as 1.6e18 nanoseconds
+                    failures.append((_first(rows), f"column '{column}': expected numbers, got a column of dtype "
+                                                    f"{values.dtype}", KernelInputError))
+                    continue
                 number = pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64)
                 low = 0.0 if column in NON_NEGATIVE else 1.0
                 bad = ~np.isfinite(number) | (number < low)
@@ -117,6 +135,16 @@ def check_kernels(frame: pd.DataFrame, name: str = "<input>", csv: bool = True,
         pos, message, error = min(failures, key=lambda f: f[0])
         raise error(f"{loc.where(pos)}: {message}")
     return _typed(frame)
+
+
+def _numeric_dtype(values: pd.Series) -> bool:
+    """Numbers (int, float) or text to parse (CSV cells, object columns); not datetimes, durations, booleans or
+    categories, whose integer codes are no shape."""
+    dtype = values.dtype
+    if pd.api.types.is_bool_dtype(dtype) or isinstance(dtype, pd.CategoricalDtype):
+        return False
+    return (pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_string_dtype(dtype)
+            or pd.api.types.is_object_dtype(dtype))
 
 
 def _known(value, catalog) -> str | None:

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from estimator.base import KernelEstimator
-from estimator.bundle import read_json, write_json_atomic
+from estimator.bundle import read_json, seal_estimator_dir, write_json_atomic
 from estimator.features import FeatureFrame, categorical_keys, features
 from estimator.frames import Kernels, as_kernels, factorize
 from estimator.support import Support
@@ -147,6 +147,7 @@ class LearnedEstimator(KernelEstimator):
         path.mkdir(parents=True, exist_ok=True)
         self._save_weights(path)
         write_json_atomic(path / "meta.json", self._meta() | self._extra_meta())
+        seal_estimator_dir(path)
         return path
 
     @classmethod

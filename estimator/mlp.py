@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
@@ -121,5 +122,12 @@ class MLPEstimator(LearnedEstimator):
     def _load_weights(self, path: Path, meta: dict[str, Any]) -> None:
         self.norm = meta["normalisation"]
         self.network = build_network(len(self.feature_names), self.hidden)
-        self.network.load_state_dict(load_file(str(path / "model.safetensors")))
+        weights = path / "model.safetensors"
+        try:
+            self.network.load_state_dict(load_file(str(weights)))
+        except FileNotFoundError:
+            raise ValueError(f"{weights}: missing (expected the MLP's weights)") from None
+        except (SafetensorError, RuntimeError) as exc:  # a damaged file, or weights of another architecture
+            raise ValueError(f"{weights}: not readable as this MLP's weights ({str(exc).splitlines()[0][:200]})"
+                             ) from None
         self.network.eval()

@@ -16,6 +16,7 @@ import pandas as pd
 
 from profiling.atomic import write_bytes_atomic
 from estimator.kernel_input import KernelInputError, check_kernels, read_kernels
+from profiling.errors import report
 from profiling.hardware import UnknownHardwareError
 
 
@@ -33,11 +34,21 @@ def write_table(frame: pd.DataFrame, path: Path) -> None:
         raise KernelInputError(f"{path}: expected an output file ending in .csv or .parquet")
 
 
+def same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one file (also through links, or spelled differently)."""
+    if a.exists() and b.exists():
+        return a.samefile(b)
+    return a.resolve() == b.resolve()
+
+
 def predict_file(input_path: Path, output_path: Path, hardware: str | None = None, model: str | None = None) -> int:
     import estimator
 
     if output_path.suffix not in {".parquet", ".pq", ".csv", ".txt"}:
         raise KernelInputError(f"{output_path}: expected an output file ending in .csv or .parquet")
+    if same_file(input_path, output_path):
+        raise KernelInputError(f"{output_path}: --output is the --input file; expected another path (the predictions "
+                               "would overwrite the kernels)")
     raw = read_kernels(input_path)
     kernels = check_kernels(raw, name=str(input_path), csv=input_path.suffix not in {".parquet", ".pq"},
                             hardware=hardware)
@@ -61,9 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         n = predict_file(args.input, args.output, args.hardware, args.model)
-    except (KernelInputError, UnknownHardwareError, ValueError, FileNotFoundError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    except (KernelInputError, UnknownHardwareError, ValueError, OSError) as exc:
+        return report(exc)
     print(f"{n} kernels -> {args.output}", file=sys.stderr)
     return 0
 

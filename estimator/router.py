@@ -118,7 +118,7 @@ class FamilyRouter(KernelEstimator):
         return out
 
     def save(self, path: str | Path) -> Path:
-        from estimator.bundle import BUNDLE_FORMAT, BUNDLE_FORMAT_VERSION, write_json_atomic
+        from estimator.bundle import BUNDLE_FORMAT, BUNDLE_FORMAT_VERSION, seal_bundle, write_json_atomic
 
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
@@ -130,21 +130,24 @@ class FamilyRouter(KernelEstimator):
             "families": {f: f for f in self.estimators}, "fallback": "_fallback", "fallback_rule": self.fallback_rule,
             "fallback_rules": {f: self.rule(f) for f in self.estimators},
         })
+        seal_bundle(path)
         return path
 
     @classmethod
     def load(cls, path: str | Path) -> "FamilyRouter":
-        from estimator.bundle import BUNDLE_FORMAT, load_estimator_dir, read_json
+        """Load a bundle folder; every file is checked against its SHA256SUMS before any is parsed."""
+        from estimator.bundle import load_estimator_dir, named_folders, verified_manifest
 
         path = Path(path)
-        manifest = read_json(path / "manifest.json")
-        if manifest.get("format") != BUNDLE_FORMAT:
-            raise ValueError(f"{path / 'manifest.json'}: field 'format' is {manifest.get('format')!r}, "
-                             f"expected '{BUNDLE_FORMAT}'")
-        estimators = {f: load_estimator_dir(path / sub) for f, sub in manifest["families"].items()}
-        fallback = load_estimator_dir(path / manifest["fallback"]) if manifest.get("fallback") else None
-        return cls(estimators, fallback, manifest.get("fallback_rule", "unsupported_spec"),
-                   str(manifest.get("version", "0")), manifest.get("fallback_rules"))
+        manifest = verified_manifest(path)
+        folders = named_folders(path, manifest)
+        estimators = {f: load_estimator_dir(folders[f], verified=True) for f in manifest["families"]}
+        fallback = load_estimator_dir(folders["_fallback"], verified=True) if "_fallback" in folders else None
+        try:
+            return cls(estimators, fallback, manifest.get("fallback_rule", "unsupported_spec"),
+                       str(manifest.get("version", "0")), manifest.get("fallback_rules"))
+        except ValueError as exc:
+            raise ValueError(f"{path / 'manifest.json'}: {exc}") from None
 
 
 def _label(model: KernelEstimator) -> str:

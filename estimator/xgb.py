@@ -95,6 +95,10 @@ class XGBoostEstimator(LearnedEstimator):
 
     def _load_weights(self, path: Path, meta: dict[str, Any]) -> None:
         self.booster = xgb.Booster()
-        self.booster.load_model(str(path / "model.ubj"))
+        try:
+            self.booster.load_model(str(path / "model.ubj"))
+        except xgb.core.XGBoostError as exc:  # the native message is a multi-line stack without the file name
+            first = next((line for line in str(exc).splitlines() if line.strip()), "")
+            raise ValueError(f"{path / 'model.ubj'}: not a readable XGBoost model ({first.strip()[:200]})") from None
         self._walker = None
         self.booster.set_param({"nthread": 1})
