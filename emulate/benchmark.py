@@ -17,6 +17,7 @@ from rich.table import Table
 from emulate.sim.durations import assign_durations, ranks_per_node_for
 from emulate.sim.collate import collate
 from emulate.sim.engine import run
+from emulate.sim.host import plan as host_plan
 from emulate.sim.program import build_program
 from emulate.sim.synthetic import training_like_traces
 from emulate.simulate import DEFAULT_LAUNCH_LATENCY_US, simulate
@@ -46,7 +47,8 @@ def measure(ranks: int, events_per_rank: int, mode: str, repeats: int) -> dict[s
         t2 = cpu()
         group_of, groups = collate(programs, durations)
         t3 = cpu()
-        run(programs, durations, group_of, groups, 1.0, [DEFAULT_LAUNCH_LATENCY_US] * ranks)
+        setups = host_plan(programs, host_speed=1.0, latency_us=[DEFAULT_LAUNCH_LATENCY_US] * ranks, costs_us={}).setups
+        run(programs, durations, group_of, groups, setups)
         t4 = cpu()
         w0 = time.perf_counter()
         c0 = cpu()

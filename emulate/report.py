@@ -6,19 +6,30 @@ Fields::
     iteration_time_ms      median of the steady-state iterations of the slowest rank
     iterations_ms          per iteration index, the slowest rank's time (steady-state and warm-up alike)
     steady_iterations      which iteration indices count as steady state (all but the first, when >= 2)
+    determinism            {steady_iterations, spread}: how many steady iterations the median is over and their
+                           spread ((max - min) / median) on the slowest rank
+    warnings               what the simulation had to assume (too few iterations, ranks not aligned ...)
+    launch_queue_depth, ranks_aligned   the host model's settings (emulate.config, emulate.sim.host)
     peak_memory_bytes      largest over ranks (device memory from the traces' malloc/free; null without any)
     breakdown_ms           {compute, communication, exposed_communication, host_bound, idle} of the slowest rank
     mfu                    model FLOP utilisation, or null when no kernel has a GEMM/attention spec
-    per_rank               [{rank, iteration_time_ms, iterations_ms, peak_memory_bytes, breakdown_ms,
+    per_rank               [{rank, iteration_time_ms, iterations_ms, device_busy_ms, host_ms,
+                             waiting_on_peers_ms, peak_memory_bytes, breakdown_ms,
                              measured_iteration_time_ms (when the trace recorded it)}]
+                           device_busy_ms / host_ms: per iteration, the time some device op ran and the host's own
+                           work (its gaps, without waits); waiting_on_peers_ms: the steady iteration's time a
+                           collective had reached its stream and waited for other ranks (= breakdown idle)
     fallback_kernels       kernels timed without a learned model (analytical estimate or launch floor)
     fallback_reasons       those kernels by reason
 
-Iterations of a rank: from one ``iteration`` marker's host time to the next one's; the last ends at a closing
-marker (``end: true``). Without a closing marker, the stretch after the last marker is not an iteration (it runs
-into whatever the script does after training) unless it is the only one; then it ends when the rank's host and
-devices are done. A trace without markers is one iteration. Steady state: every iteration but the first (warm-up:
-allocator growth, library handles, autotuning) when there are at least two.
+Iterations of a rank are device-inclusive: the boundary at an ``iteration`` marker is the later of the marker's
+host time and the end of all device work the host issued before it, so an iteration is never shorter than its
+device work, however far the host ran ahead (a host that never synchronises is throttled by the launch queue
+in the simulation too). The last iteration ends at a closing marker (``end: true``). Without a closing marker, the
+stretch after the last marker is not an iteration (it runs into whatever the script does after training) unless
+it is the only one; then it ends when the rank's host and devices are done. A trace without markers is one
+iteration. Steady state: every iteration but the first (warm-up: allocator growth, library handles, autotuning)
+when there are at least two.
 
 Breakdown, per rank, over its steady-state window W (first steady iteration's start to last one's end). Device time
 in W is partitioned into four disjoint parts:
@@ -46,8 +57,9 @@ from typing import Any
 
 import numpy as np
 
-from profiling.atomic import atomic_text
+from emulate.config import MIN_ITERATIONS_FOR_STEADY_STATE
 from emulate.sim.engine import RankTimeline
+from profiling.atomic import atomic_text
 from emulate.sim.program import COLLECTIVE, KERNEL, RankProgram
 from profiling.hardware import HardwareSpec
 
@@ -71,12 +83,17 @@ def build_report(result) -> dict[str, Any]:
         scale = it_us / width if width > 0 else 0.0
         ideal = ideal_compute_us(prog, tl, window, hw) if hw is not None else 0.0
         ideal_per_iteration += ideal / len(steady) if len(steady) else 0.0
+        busy, host = iteration_activity(prog, tl, spans)
+        breakdown = {k: v * scale / 1e3 for k, v in parts.items()}
         entry: dict[str, Any] = {
             "rank": prog.rank,
             "iteration_time_ms": it_us / 1e3,
             "iterations_ms": (times / 1e3).tolist(),
+            "device_busy_ms": (busy / 1e3).tolist(),
+            "host_ms": (host / 1e3).tolist(),
+            "waiting_on_peers_ms": breakdown["idle"],
             "peak_memory_bytes": prog.peak_memory_bytes,
-            "breakdown_ms": {k: v * scale / 1e3 for k, v in parts.items()},
+            "breakdown_ms": breakdown,
         }
         measured = prog.meta.get("measured_iterations_us")
         if measured:
@@ -92,6 +109,17 @@ def build_report(result) -> dict[str, Any]:
     flops_time_ms = ideal_per_iteration / 1e3
     mfu = flops_time_ms / (len(per_rank) * iteration_ms) if iteration_ms > 0 and flops_time_ms > 0 else None
     times = result.durations
+    steady_slowest = np.asarray(slowest["iterations_ms"])[steady_indices(len(slowest["iterations_ms"]))]
+    spread = float((steady_slowest.max() - steady_slowest.min()) / np.median(steady_slowest)) \
+        if len(steady_slowest) and np.median(steady_slowest) > 0 else 0.0
+    warnings = list(result.warnings or [])
+    if n_it < MIN_ITERATIONS_FOR_STEADY_STATE:
+        warnings.append(f"only {n_it} iteration(s): no steady state to measure (the first iteration is warm-up); "
+                        f"run at least {MIN_ITERATIONS_FOR_STEADY_STATE} (mark them with prof.step(), optimizer "
+                        "steps or backward passes)")
+    if all(len(p.iteration_index) <= 1 and p.end_marker is None for p in result.programs):
+        warnings.append("no iteration marks (profiler steps, optimizer steps or backward passes): the whole run "
+                        "was taken as one iteration")
     return {
         "hardware": hw.id if hw is not None else prog_hardware(result.programs),
         "world_size": result.world_size,
@@ -103,6 +131,10 @@ def build_report(result) -> dict[str, Any]:
         "iteration_time_ms": iteration_ms,
         "iterations_ms": [max(e["iterations_ms"][j] for e in per_rank) for j in range(n_it)],
         "steady_iterations": steady_indices(n_it).tolist(),
+        "determinism": {"steady_iterations": int(len(steady_slowest)), "spread": spread},
+        "warnings": warnings,
+        "launch_queue_depth": result.queue_depth,
+        "ranks_aligned": result.aligned,
         "peak_memory_bytes": max((e["peak_memory_bytes"] for e in per_rank if e["peak_memory_bytes"] is not None),
                                  default=None),
         "breakdown_ms": dict(slowest["breakdown_ms"]),
@@ -125,17 +157,48 @@ def steady_indices(n: int) -> np.ndarray:
 
 
 def iteration_spans(prog: RankProgram, tl: RankTimeline) -> np.ndarray:
-    """(start, end) in simulated us of each iteration of a rank (module docstring)."""
-    marks = tl.host_of(prog.iteration_index) if len(prog.iteration_index) else np.array([0.0])
+    """(start, end) in simulated us of each iteration of a rank: device-inclusive boundaries (module docstring)."""
+    positions = prog.iteration_index
     if prog.end_marker is not None:
-        ends = np.append(marks[1:], float(tl.host_of(np.array([prog.end_marker]))[0]))
-    elif len(marks) >= 2:
+        positions = np.append(positions, prog.end_marker)
+        bounds = iteration_boundaries(prog, tl, positions)
+        return np.column_stack([bounds[:-1], bounds[1:]])
+    if len(positions) >= 2:
         # No closing marker: what follows the last marker is not known to be a whole iteration (it runs into
         # whatever the script does after training), so it is left out.
-        marks, ends = marks[:-1], marks[1:]
+        bounds = iteration_boundaries(prog, tl, positions)
+        return np.column_stack([bounds[:-1], bounds[1:]])
+    start = iteration_boundaries(prog, tl, positions)[:1] if len(positions) else np.array([0.0])
+    return np.column_stack([start, [tl.end_time]])
+
+
+def iteration_boundaries(prog: RankProgram, tl: RankTimeline, positions: np.ndarray) -> np.ndarray:
+    """At each marker position: the later of its host time and the end of every device op issued before it."""
+    host = tl.host_of(positions)
+    device = prog.device_index
+    if not len(device):
+        return host
+    done = np.maximum.accumulate(tl.end[device])
+    before = np.searchsorted(device, positions) - 1
+    return np.maximum(host, np.where(before >= 0, done[np.maximum(before, 0)], -np.inf))
+
+
+def iteration_activity(prog: RankProgram, tl: RankTimeline, spans: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per iteration: device busy time (some device op runs) and host work (the gaps of the events the host issued
+    in it, waits excluded), in us."""
+    device = prog.device_index
+    s, e = tl.start[device], tl.end[device]
+    busy = np.array([union_length(np.clip(s, a, b), np.clip(e, a, b)) for a, b in spans])
+    gaps = tl.gap_us if tl.gap_us is not None else np.asarray(prog.gap_ns, dtype=np.float64) * 1e-3
+    cumulative = np.concatenate(([0.0], np.cumsum(gaps)))
+    marks = prog.iteration_index
+    if prog.end_marker is not None:
+        marks = np.append(marks, prog.end_marker)
+    if len(marks) >= 2:
+        host = cumulative[marks[1:len(spans) + 1] + 1] - cumulative[marks[:len(spans)] + 1]
     else:
-        ends = np.array([tl.end_time])
-    return np.column_stack([marks, ends])
+        host = np.array([cumulative[-1]])
+    return busy, host
 
 
 def union_length(starts: np.ndarray, ends: np.ndarray) -> float:
@@ -246,4 +309,9 @@ def print_summary(report: dict[str, Any], console=None) -> None:
     table.add_row("kernels without a learned model", str(report["fallback_kernels"]))
     if report.get("estimator"):
         table.add_row("estimator", report["estimator"])
+    det = report.get("determinism")
+    if det:
+        table.add_row("steady iterations (spread)", f"{det['steady_iterations']} ({det['spread'] * 100:.1f}%)")
     console.print(table)
+    for line in report.get("warnings") or []:
+        console.print(f"[yellow]warning:[/yellow] {line}")

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from emulate.sim.durations import Durations, assign_durations, ranks_per_node_for
+from emulate import config
+from emulate.sim import host as host_model
 from emulate.sim.collate import CollectiveGroup, collate
 from emulate.sim.engine import RankTimeline, run
 from emulate.sim.program import RankProgram, build_program
@@ -23,9 +25,7 @@ from emulate.trace import TraceFormatError, read_trace
 from estimator.base import KernelEstimator
 from profiling.hardware import HardwareSpec, UnknownHardwareError, lookup
 
-#: Submission latency of a kernel on an idle GPU (launch call -> kernel start) when the trace does not say
-#: (``meta.launch_latency_us``, which the Kineto importer measures).
-DEFAULT_LAUNCH_LATENCY_US = 3.0
+DEFAULT_LAUNCH_LATENCY_US = config.DEFAULT_LAUNCH_LATENCY_US
 DURATION_MODES = ("predicted", "measured")
 
 
@@ -39,21 +39,31 @@ class SimulationResult:
     nodes: int
     host_speed: float
     groups: list[CollectiveGroup]
+    queue_depth: int = config.LAUNCH_QUEUE_DEPTH
+    aligned: bool = False                  # ranks were aligned after warm-up (emulate.sim.host)
+    warnings: list[str] | None = None      # what the simulation had to assume, one line each
 
     @property
     def world_size(self) -> int:
         return self.programs[0].world_size
 
 
-def simulate(traces: list[dict[str, Any]], hardware: str | None, nodes: int = 1, host_speed: float = 1.0,
-             durations: str = "predicted", estimator: KernelEstimator | str | None = None,
-             sources: list[str] | None = None) -> SimulationResult:
+def simulate(traces: list[dict[str, Any]], hardware: str | None, nodes: int = 1,
+             host_speed: float = config.HOST_SPEED, durations: str = "predicted",
+             estimator: KernelEstimator | str | None = None, sources: list[str] | None = None,
+             queue_depth: int = config.LAUNCH_QUEUE_DEPTH, align_ranks: bool | None = None,
+             call_costs_us: dict[str, float] | None = None) -> SimulationResult:
     """Simulate the ranks whose traces (dicts as :func:`emulate.trace.read_trace` returns) are given.
 
     ``durations``: "predicted" (the estimator on ``hardware``) or "measured" (each event's ``duration_us`` where
     present, predictions elsewhere). ``estimator``: an estimator, a name for :func:`estimator.load`, or None for
     the shipped default (loaded only when some duration must be predicted). ``hardware`` may be None only for
-    measured durations of traces that do not name a catalogued GPU (the report then has no MFU)."""
+    measured durations of traces that do not name a catalogued GPU (the report then has no MFU).
+
+    Host model (:mod:`emulate.sim.host`): ``host_speed`` divides host time; ``call_costs_us`` ({event kind: us},
+    default: :func:`emulate.host_costs.load_costs`) is added to captured gaps; ``align_ranks`` None aligns
+    captured ranks after warm-up and keeps the recorded offsets of real traces. ``queue_depth``: the launch queue
+    (:data:`emulate.config.LAUNCH_QUEUE_DEPTH`)."""
     if not traces:
         raise ValueError("no traces to simulate")
     if durations not in DURATION_MODES:
@@ -65,14 +75,18 @@ def simulate(traces: list[dict[str, Any]], hardware: str | None, nodes: int = 1,
     times = assign_durations(programs, spec, durations, _LazyEstimator(estimator), rpn)
     group_of, groups = collate(programs, times)
     latency = [float(p.meta.get("launch_latency_us", DEFAULT_LAUNCH_LATENCY_US)) for p in programs]
-    timelines = run(programs, times, group_of, groups, host_speed, latency)
-    return SimulationResult(programs, timelines, times, spec, durations, nodes, host_speed, groups)
+    costs = host_model.default_costs() if call_costs_us is None else call_costs_us
+    plan = host_model.plan(programs, host_speed=host_speed, latency_us=latency, costs_us=costs, align=align_ranks)
+    timelines = run(programs, times, group_of, groups, plan.setups, queue_depth)
+    return SimulationResult(programs, timelines, times, spec, durations, nodes, host_speed, groups,
+                            queue_depth=queue_depth, aligned=plan.aligned, warnings=plan.warnings)
 
 
 def simulate_traces(trace_paths: list[Path], hardware: str, nodes: int = 1, report_path: Path | None = None,
-                    timeline_path: Path | None = None, host_speed: float = 1.0, durations: str = "predicted",
-                    estimator: KernelEstimator | str | None = None, extra: dict[str, Any] | None = None,
-                    console=None) -> dict[str, Any]:
+                    timeline_path: Path | None = None, host_speed: float = config.HOST_SPEED,
+                    durations: str = "predicted", estimator: KernelEstimator | str | None = None,
+                    extra: dict[str, Any] | None = None, console=None,
+                    queue_depth: int = config.LAUNCH_QUEUE_DEPTH) -> dict[str, Any]:
     """Read the trace files, simulate, print the summary table, write the report (atomically) and the timeline.
     Returns the report dict (fields: :func:`emulate.report.build_report`); ``extra`` fields the report does not
     already have are added to it."""
@@ -80,7 +94,7 @@ def simulate_traces(trace_paths: list[Path], hardware: str, nodes: int = 1, repo
     paths = [Path(p) for p in trace_paths]
     docs = [read_trace(p) for p in paths]
     result = simulate(docs, hardware, nodes=nodes, host_speed=host_speed, durations=durations,
-                      estimator=estimator, sources=[str(p) for p in paths])
+                      estimator=estimator, sources=[str(p) for p in paths], queue_depth=queue_depth)
     return publish(result, paths, report_path, timeline_path, extra=extra, console=console)
 
 
@@ -134,7 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("traces", nargs="+", type=Path, help="stepcast trace files, one per rank")
     parser.add_argument("--hardware", required=True, help="target hardware id (conf/hardware/<id>.yaml)")
     parser.add_argument("--nodes", type=int, default=1)
-    parser.add_argument("--host-speed", type=float, default=1.0, help="target host speed relative to the capture's")
+    parser.add_argument("--host-speed", type=float, default=config.HOST_SPEED,
+                        help="target host CPU speed relative to the capturing one (default %(default)s)")
+    parser.add_argument("--launch-queue", type=int, default=config.LAUNCH_QUEUE_DEPTH,
+                        help="device ops a host may have pending before a launch blocks (default %(default)s)")
     parser.add_argument("--durations", choices=DURATION_MODES, default="predicted")
     parser.add_argument("--estimator", default=None, help="estimator.load source (default: shipped models)")
     parser.add_argument("--report", type=Path, default=None)
@@ -143,9 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         simulate_traces(args.traces, args.hardware, nodes=args.nodes, report_path=args.report,
                         timeline_path=args.trace, host_speed=args.host_speed, durations=args.durations,
-                        estimator=args.estimator)
+                        estimator=args.estimator, queue_depth=args.launch_queue)
     except (TraceFormatError, UnknownHardwareError, ValueError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"stepcast: {exc}", file=sys.stderr)
         return 2
     return 0
 

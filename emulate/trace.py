@@ -64,7 +64,13 @@ Optional fields written by the Kineto importer (:mod:`emulate.kineto_to_trace`, 
 - ``iteration``: ``end: true`` closes the last iteration without opening a new one.
 - ``collective``: ``op`` may be ``send_recv`` (a grouped send/recv kernel) and carries the kernel's ``name``.
 - ``meta``: ``launch_latency_us``, ``measured_iterations_us`` (the ProfilerStep durations), ``profiler_steps``,
-  ``source``, ``importer``, ``schema``, ``device_name``.
+  ``source``, ``importer``, ``schema``, ``device_name``; ``clock_origin_us`` (the profiler-clock time of the first
+  event: ranks of one node share that clock, so replay keeps their start offsets) and ``call_costs_in_gaps: true``
+  (the gaps already hold the real runtime calls' host cost, which the simulator adds to captured gaps otherwise).
+
+Host-model fields any producer may set (read by :mod:`emulate.sim.host`): ``meta.call_costs_in_gaps`` (default
+false: a captured trace's gaps lack the cost of the intercepted calls), ``meta.clock_origin_us``,
+``meta.host_clock`` ("cpu" | "wall": how the capture measured gaps).
 """
 from __future__ import annotations
 

@@ -3,8 +3,11 @@ collectives.
 
 Model (design notes, "Collation and simulation"):
 
-- the host of a rank advances by each event's gap (divided by ``host_speed`` before we get here) and issues the
-  event at that time; device work does not hold the host (launch overhead overlaps execution);
+- the host of a rank advances by each event's gap (settled by :mod:`emulate.sim.host`: CPU time, runtime-call
+  costs, host speed) and issues the event at that time; device work does not hold the host (launch overhead
+  overlaps execution) until ``queue_depth`` device ops it issued are unfinished: then the launch blocks until the
+  oldest of them ends (CUDA's bounded pending-launch queue, :data:`emulate.config.LAUNCH_QUEUE_DEPTH`), so a host
+  that runs ahead is throttled to its GPU's pace;
 - a device op starts at ``max(issue time + launch latency, its stream's tail) + stall`` (``stall_us``: a hold the
   importer measured but could not explain, 0 for captured traces) and occupies its stream for its duration;
   different streams overlap;
@@ -12,8 +15,11 @@ Model (design notes, "Collation and simulation"):
   time (the latest record of that handle before the wait in host order: exactly CUDA's semantics, which is what
   keying waiters by (handle, record version) achieves in a queue-based simulator);
 - ``event_sync`` / ``stream_sync`` / ``device_sync`` / a blocking memcpy hold the host until the awaited work ends;
-- a collective matched across ranks (see :func:`emulate.sim.collate.collate`) starts when the last member's stream reaches it and ends,
-  on every member, ``duration`` later; an unmatched one (ranks absent from the traces) runs alone.
+- a collective matched across ranks (see :func:`emulate.sim.collate.collate`) starts when the last member's stream
+  reaches it and ends, on every member, ``duration`` later; an unmatched one (ranks absent from the traces) runs
+  alone;
+- an alignment marker (:mod:`emulate.sim.host`: the first steady-state iteration boundary of captured ranks) is a
+  barrier: the host waits for its own device work, then for every other rank's, and all resume together.
 
 Why no priority queue: within one rank every time is a function of events earlier in host order (a stream's
 predecessors, records issued before a wait, work issued before a sync), so evaluating events in host order IS the
@@ -32,8 +38,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from emulate import config
 from emulate.sim.collate import CollectiveGroup
 from emulate.sim.durations import Durations
+from emulate.sim.host import RankSetup
 from emulate.sim.program import (
     COLLECTIVE, DEVICE_SYNC, EVENT_RECORD, EVENT_SYNC, MEMCPY_BLOCKING, STREAM_SYNC, STREAM_WAIT_EVENT, RankProgram,
 )
@@ -61,6 +69,7 @@ class RankTimeline:
     derive_host: Callable[[], np.ndarray] = field(repr=False)
 
     host_recorded: dict[int, float] = field(default_factory=dict, repr=False)  # host times the loop stored (us)
+    gap_us: np.ndarray | None = field(default=None, repr=False)  # effective host gap before each event (us)
 
     @functools.cached_property
     def host(self) -> np.ndarray:
@@ -74,49 +83,70 @@ class RankTimeline:
         return self.host[positions]
 
 
+class _Barrier:
+    """The alignment barrier: every rank's host and devices meet at it once (module docstring)."""
+
+    def __init__(self, expected: int) -> None:
+        self.expected = expected
+        self.arrived = 0
+        self.time = 0.0
+        self.members: list[int] = []
+
+    @property
+    def done(self) -> bool:
+        return self.arrived >= self.expected
+
+
 class _RankState:
     """Mutable state of one rank between runs (a rank yields while a collective waits for its peers). Times are
     nanoseconds here (the trace's unit for gaps, so the hot loop adds them without conversion)."""
 
-    def __init__(self, index: int, prog: RankProgram, dur: np.ndarray, group_of: list[int], host_speed: float,
-                 latency_us: float) -> None:
+    def __init__(self, index: int, prog: RankProgram, dur: np.ndarray, group_of: list[int], setup: RankSetup,
+                 queue_depth: int) -> None:
         n = prog.n_events
         self.index = index
         self.prog = prog
         self.n = n
         self.kind = prog.kind
-        self.gap = prog.gap_ns if host_speed == 1.0 else [g / host_speed for g in prog.gap_ns]
+        self.gap = setup.gap_ns
         self.stream = prog.stream
         self.handle = prog.handle
         self.stall = prog.stall_ns
         self.dur_array = dur * 1e3       # the loop counts nanoseconds, as the trace's gaps do
         self.dur = self.dur_array.tolist()
         self.group_of = group_of
-        self.latency = latency_us * 1e3
+        self.latency = setup.latency_us * 1e3
+        self.align_at = setup.align_at
+        self.at_barrier = False
         self.host: dict[int, float] = {}   # only events other than plain device ops (see _timeline)
         self.start: dict[int, float] = {}  # likewise
         self.end = [0.0] * n
         self.tail = [0.0] * max(1, len(prog.stream_ids))
         self.event_time = [0.0] * (max(prog.handle, default=-1) + 1)
         self.arrival: dict[int, float] = {}
-        self.h = 0.0
+        self.depth = queue_depth
+        self.ring = [0] * queue_depth      # positions of the last queue_depth device ops issued
+        self.issued = 0
+        self.origin = self.h = setup.start_us * 1e3
         self.i = 0
 
 
 def run(programs: list[RankProgram], durations: Durations, group_of: list[list[int]],
-        groups: list[CollectiveGroup], host_speed: float, latency_us: list[float]) -> list[RankTimeline]:
-    """Simulate every rank; see the module docstring."""
-    if host_speed <= 0:
-        raise ValueError(f"host_speed: expected a positive factor, found {host_speed}")
-    states = [_RankState(r, p, durations.us[r], group_of[r], host_speed, latency_us[r])
+        groups: list[CollectiveGroup], setups: list[RankSetup],
+        queue_depth: int = config.LAUNCH_QUEUE_DEPTH) -> list[RankTimeline]:
+    """Simulate every rank; see the module docstring. ``setups``: per rank, from :func:`emulate.sim.host.plan`."""
+    if queue_depth < 1:
+        raise ValueError(f"queue_depth: expected a positive number of device ops, found {queue_depth}")
+    states = [_RankState(r, p, durations.us[r], group_of[r], setups[r], queue_depth)
               for r, p in enumerate(programs)]
+    barrier = _Barrier(sum(1 for s in states if s.align_at >= 0))
     runnable = deque(states)
     queued = {id(s) for s in states}
     while runnable:
         st = runnable.popleft()
         queued.discard(id(st))
         woken: list[int] = []
-        _advance(st, states, groups, woken)
+        _advance(st, states, groups, barrier, woken)
         for r in woken:
             other = states[r]
             if other.i < other.n and id(other) not in queued:
@@ -128,12 +158,15 @@ def run(programs: list[RankProgram], durations: Durations, group_of: list[list[i
     return [_timeline(st) for st in states]
 
 
-def _advance(st: _RankState, states: list[_RankState], groups: list[CollectiveGroup], woken: list[int]) -> None:
+def _advance(st: _RankState, states: list[_RankState], groups: list[CollectiveGroup], barrier: _Barrier,
+             woken: list[int]) -> None:
     """Run one rank's events in host order until the end or until one touches a stream held by a collective that
-    still waits for peers. The hot loop: locals only, the common kinds tested first."""
+    still waits for peers (or waits at the alignment barrier). The hot loop: locals only, the common kinds tested
+    first."""
     kind, gap, stream, handle, dur, stall = st.kind, st.gap, st.stream, st.handle, st.dur, st.stall
     host, start, end, tail, event_time = st.host, st.start, st.end, st.tail, st.event_time
     lat = st.latency
+    ring, depth, issued, align_at = st.ring, st.depth, st.issued, st.align_at
     h = st.h
     i = st.i
     for i in range(st.i, st.n):
@@ -144,6 +177,15 @@ def _advance(st: _RankState, states: list[_RankState], groups: list[CollectiveGr
             q = tail[s]
             if q < 0.0:
                 break
+            if issued >= depth:  # the launch queue is full: wait for the oldest op still in it
+                e = end[ring[issued % depth]]
+                if e < 0.0:
+                    break  # ... a collective still waiting for its peers
+                if e > t:
+                    t = e
+                    host[i] = t
+            ring[issued % depth] = i
+            issued += 1
             b = t + lat
             if q > b:
                 b = q
@@ -151,6 +193,16 @@ def _advance(st: _RankState, states: list[_RankState], groups: list[CollectiveGr
             end[i] = q             # start and host time are derived afterwards (_timeline)
             tail[s] = q
         elif k > COLLECTIVE + 2:  # host-side kinds (record, wait, syncs, iteration)
+            if i == align_at:
+                if not st.at_barrier:
+                    if min(tail) < 0.0:
+                        break
+                    st.at_barrier = True
+                    _arrive_barrier(barrier, max(t, max(tail)), st.index, woken)
+                if not barrier.done:
+                    break
+                if barrier.time > t:
+                    t = barrier.time
             host[i] = t
             if k == EVENT_RECORD:
                 q = tail[stream[i]]
@@ -189,11 +241,19 @@ def _advance(st: _RankState, states: list[_RankState], groups: list[CollectiveGr
                 end[i] = t
             # ITERATION: only its host time matters
         elif k == MEMCPY_BLOCKING:
-            host[i] = t
             s = stream[i]
             q = tail[s]
             if q < 0.0:
                 break
+            if issued >= depth:
+                e = end[ring[issued % depth]]
+                if e < 0.0:
+                    break
+                if e > t:
+                    t = e
+            ring[issued % depth] = i
+            issued += 1
+            host[i] = t
             b = t + lat
             if q > b:
                 b = q
@@ -205,11 +265,19 @@ def _advance(st: _RankState, states: list[_RankState], groups: list[CollectiveGr
             if q > t:
                 t = q
         elif k == COLLECTIVE:
-            host[i] = t
             s = stream[i]
             q = tail[s]
             if q < 0.0:
                 break
+            if issued >= depth:
+                e = end[ring[issued % depth]]
+                if e < 0.0:
+                    break
+                if e > t:
+                    t = e
+            ring[issued % depth] = i
+            issued += 1
+            host[i] = t
             b = t + lat
             if q > b:
                 b = q
@@ -223,6 +291,7 @@ def _advance(st: _RankState, states: list[_RankState], groups: list[CollectiveGr
             else:
                 st.arrival[i] = b
                 tail[s] = PENDING
+                end[i] = PENDING  # until the last member arrives (the launch queue may wait on it)
                 _arrive(groups[g], b, states, woken)
         else:  # MALLOC / FREE: memory is settled before simulation (RankProgram.peak_memory_bytes)
             host[i] = t
@@ -231,12 +300,14 @@ def _advance(st: _RankState, states: list[_RankState], groups: list[CollectiveGr
         i = st.n
     st.h = h
     st.i = i
+    st.issued = issued
 
 
 def _timeline(st: _RankState) -> RankTimeline:
     """The rank's times in us. The hot loop stores only the end of plain device ops: their start is end -
     duration, and the host issued op i at the resume time of the last other event before it plus the gaps since
-    (the host waits only at those other events); host times are derived only when asked for."""
+    (the host waits only at those other events and at launches the full queue held, which the loop stores); host
+    times are derived only when asked for."""
     kind = st.prog.kind_array
     end = np.asarray(st.end, dtype=np.float64)
     start = end - st.dur_array
@@ -244,31 +315,41 @@ def _timeline(st: _RankState) -> RankTimeline:
         start[i] = b
     device = st.prog.device_index
     device_end = float(end[device].max()) * 1e-3 if len(device) else 0.0
-    host_at, gap = dict(st.host), st.gap
+    host_at, gap, origin = dict(st.host), st.gap, st.origin
 
     def derive_host() -> np.ndarray:
         host = np.zeros(len(kind))
         anchors = np.fromiter(host_at.keys(), dtype=np.int64, count=len(host_at))
         order = np.argsort(anchors)
         anchors = anchors[order]
-        host[anchors] = np.fromiter(host_at.values(), dtype=np.float64, count=len(host_at))[order]
+        recorded = np.fromiter(host_at.values(), dtype=np.float64, count=len(host_at))[order]
         plain = np.flatnonzero(kind < MEMCPY_BLOCKING)
         cumulative = np.cumsum(np.asarray(gap, dtype=np.float64))
         if len(anchors):
             akind = kind[anchors]
-            resume = host[anchors]
-            resume = np.where(np.isin(akind, (EVENT_SYNC, STREAM_SYNC, DEVICE_SYNC)), end[anchors], resume)
-            resume = np.where(akind == MEMCPY_BLOCKING, np.maximum(host[anchors], end[anchors]), resume)
+            resume = np.where(np.isin(akind, (EVENT_SYNC, STREAM_SYNC, DEVICE_SYNC)), end[anchors], recorded)
+            resume = np.where(akind == MEMCPY_BLOCKING, np.maximum(recorded, end[anchors]), resume)
             last = np.maximum(np.searchsorted(anchors, plain) - 1, 0)
             before = anchors[last] < plain
-            host[plain] = np.where(before, resume[last] - cumulative[anchors[last]], 0.0) + cumulative[plain]
+            host[plain] = np.where(before, resume[last] - cumulative[anchors[last]], origin) + cumulative[plain]
+            host[anchors] = recorded   # launches the full queue held keep the time they were issued
         else:
-            host[plain] = cumulative[plain]
+            host[plain] = origin + cumulative[plain]
         return host * 1e-3
 
     return RankTimeline(start=start * 1e-3, end=end * 1e-3, arrival={i: a * 1e-3 for i, a in st.arrival.items()},
                         end_time=max(st.h * 1e-3, device_end), derive_host=derive_host,
-                        host_recorded={i: t * 1e-3 for i, t in host_at.items()})
+                        host_recorded={i: t * 1e-3 for i, t in host_at.items()},
+                        gap_us=np.asarray(gap, dtype=np.float64) * 1e-3)
+
+
+def _arrive_barrier(barrier: _Barrier, when: float, rank: int, woken: list[int]) -> None:
+    barrier.arrived += 1
+    barrier.members.append(rank)
+    if when > barrier.time:
+        barrier.time = when
+    if barrier.done:
+        woken.extend(barrier.members)
 
 
 def _arrive(grp: CollectiveGroup, when: float, states: list[_RankState], woken: list[int]) -> None:

@@ -93,6 +93,8 @@ def build_program(doc: dict[str, Any], source: str = "<trace>") -> RankProgram:
             raise ValueError("negative gap")
     except (TypeError, ValueError):
         raise TraceFormatError(_first_bad_event(events, source)) from None
+    if (recorded < 0).any() or (stall_us < 0).any():
+        raise TraceFormatError(_first_bad_event(events, source))
     stream_ids = list(dense)[1:]
     kinds = np.asarray(kind, dtype=np.int8)
     codes_of_stream = np.asarray(stream, dtype=np.int64)
@@ -191,8 +193,10 @@ def _check_event(ev: Any, i: int, source: str) -> str | None:
             int(ev["bytes"])
         except (TypeError, ValueError):
             return f"{where}.bytes: expected an integer, found {ev['bytes']!r}"
-    if ev.get("duration_us") is not None and not isinstance(ev["duration_us"], (int, float)):
-        return f"{where}.duration_us: expected a number of microseconds, found {ev['duration_us']!r}"
+    for name in ("duration_us", "stall_us"):
+        value = ev.get(name)
+        if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0):
+            return f"{where}.{name}: expected a non-negative number of microseconds, found {value!r}"
     try:
         hash(ev.get("stream")), hash(ev.get("event")), hash(ev.get("ptr"))
     except TypeError:

@@ -14,12 +14,14 @@ from emulate.trace import FORMAT, VERSION
 
 
 class TraceBuilder:
-    """Appends events in host order; ``gap_us`` is the host time since the previous event (stored as gap_ns)."""
+    """Appends events in host order; ``gap_us`` is the host time since the previous event (stored as gap_ns), all
+    of it: no runtime-call cost is added (``meta.call_costs_in_gaps``, :mod:`emulate.sim.host`) unless the caller's
+    ``meta`` says otherwise."""
 
     def __init__(self, rank: int = 0, world_size: int = 1, hardware: str = "h100-sxm",
                  meta: dict[str, Any] | None = None) -> None:
         self.rank, self.world_size, self.hardware = rank, world_size, hardware
-        self.meta = dict(meta or {})
+        self.meta = {"call_costs_in_gaps": True, **(meta or {})}
         self.events: list[dict[str, Any]] = []
         self._t_ns = 0
 

@@ -81,10 +81,10 @@ def test_host_bound_sequence():
         b.kernel(stream=1, duration_us=1.0, gap_us=20.0)
     report = run(b)
     # The host issues kernels at 20, 40, ... 200 us and closes the iteration at 200 us; the device computes
-    # 1 us of every 20 and otherwise waits for the host (the last kernel runs past the iteration's end).
-    assert report["iteration_time_ms"] == pytest.approx(0.200)
+    # 1 us of every 20 and otherwise waits for the host; the iteration ends when its last kernel does (201 us).
+    assert report["iteration_time_ms"] == pytest.approx(0.201)
     parts = report["breakdown_ms"]
-    assert parts["compute"] == pytest.approx(0.009)
+    assert parts["compute"] == pytest.approx(0.010)
     assert parts["host_bound"] == pytest.approx(0.191)
 
 
@@ -111,7 +111,7 @@ def test_host_speed_scales_host_gaps():
     for _ in range(10):
         b.kernel(stream=1, duration_us=1.0, gap_us=20.0)
     report = run(b, host_speed=2.0)
-    assert report["iteration_time_ms"] == pytest.approx(0.100)
+    assert report["iteration_time_ms"] == pytest.approx(0.101)
 
 
 def two_ranks(rank0_compute: float, rank1_compute: float, comm_us: tuple[float, float]) -> list[TraceBuilder]:
@@ -276,7 +276,7 @@ def test_simulate_traces_writes_report_and_timeline(tmp_path):
     b.device_sync()
     b.iteration(1, end=True)
     path = write_trace(tmp_path / "rank0.json.gz", rank=0, world_size=1, hardware="h100-sxm", events=b.events,
-                       meta=NO_LATENCY)
+                       meta=b.meta)
     report = simulate_traces([path], "h100-sxm", report_path=tmp_path / "out" / "report.json",
                              timeline_path=tmp_path / "out" / "timeline.json", durations="measured")
     assert json.loads((tmp_path / "out" / "report.json").read_text())["iteration_time_ms"] == \
@@ -317,3 +317,12 @@ def test_an_op_part_kernel_adds_no_predicted_time_and_is_no_fallback():
     b.device_sync()
     predicted = run(b, durations="predicted", estimator=est)
     assert predicted["iteration_time_ms"] == pytest.approx(10.0 / 1e3) and predicted["fallback_kernels"] == 0
+
+
+@pytest.mark.parametrize(("field", "value"), [("duration_us", -3.0), ("stall_us", -1.0), ("gap_ns", -5)])
+def test_a_negative_duration_stall_or_gap_is_rejected_naming_the_event(tmp_path, field, value):
+    ok = {"seq": 0, "kind": "kernel", "t_ns": 0, "gap_ns": 0, "stream": 1, "duration_us": 1.0}
+    bad = {**ok, "seq": 1, field: value}
+    path = write_trace(tmp_path / "rank0.json", rank=0, world_size=1, hardware="h100-sxm", events=[ok, bad])
+    with pytest.raises(TraceFormatError, match=rf"rank0.json: events\[1\].{field}: expected a non-negative"):
+        simulate_traces([path], "h100-sxm", durations="measured")

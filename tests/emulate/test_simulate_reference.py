@@ -1,6 +1,7 @@
 """The host-order engine against a textbook discrete-event simulator (priority queue, busy streams with FIFO
-queues, event markers keyed by record version, blocked hosts re-checked on every completion) on random traces:
-both must give every device op the same start and end and every iteration marker the same host time.
+queues, event markers keyed by record version, blocked hosts re-checked on every completion, a bounded launch
+queue, an alignment barrier) on random traces: both must give every device op the same start and end and every
+iteration marker the same host time.
 
 The reference below is written for clarity, not speed, and shares nothing with the engine but its inputs (the
 programs, the durations and the matched collectives)."""
@@ -17,6 +18,7 @@ import pytest
 from emulate.sim.durations import assign_durations
 from emulate.sim.collate import collate
 from emulate.sim.engine import run
+from emulate.sim.host import plan as host_plan
 from emulate.sim.program import (
     COLLECTIVE, DEVICE_SYNC, EVENT_RECORD, EVENT_SYNC, ITERATION, MEMCPY_BLOCKING, STREAM_SYNC, STREAM_WAIT_EVENT,
     build_program,
@@ -28,8 +30,11 @@ LATENCY_US = 2.0
 
 
 class ReferenceDES:
-    def __init__(self, programs, durations, group_of, groups):
+    def __init__(self, programs, durations, group_of, groups, depth, align_at):
         self.p, self.dur, self.group_of, self.groups = programs, durations.us, group_of, groups
+        self.depth, self.align_at = depth, align_at
+        self.device_issued = [[] for _ in programs]     # positions of the device ops each host issued, in order
+        self.at_barrier = []                            # (rank, time its host and streams were ready)
         self.heap, self.tick = [], itertools.count()
         n = len(programs)
         self.start = [np.zeros(p.n_events) for p in programs]
@@ -62,6 +67,15 @@ class ReferenceDES:
 
     def issue(self, t, r, i):
         p, k = self.p[r], self.p[r].kind[i]
+        if k <= COLLECTIVE:
+            issued = self.device_issued[r]
+            if len(issued) >= self.depth and self.end[r][issued[-self.depth]] == 0:
+                oldest = issued[-self.depth]   # the launch queue is full until the oldest op in it ends
+                return self.block(t, r, lambda: self.end[r][oldest] > 0, lambda t2: self.issue(t2, r, i))
+            issued.append(i)
+        if i == self.align_at[r] and not any(a[0] == r for a in self.at_barrier):
+            return self.block(t, r, lambda: all(self.stream_idle(r, x) for x in self.queue[r]),
+                              lambda t2: self.arrive_at_barrier(t2, r, i))
         self.host[r][i] = t
         self.pc[r] = i + 1
         s, h = p.stream[i], p.handle[i]
@@ -87,14 +101,23 @@ class ReferenceDES:
             return self.block(t, r, lambda: all(self.stream_idle(r, x) for x in self.queue[r]))
         self.host_next(t, r)
 
-    def block(self, t, r, ready):
-        self.blocked[r] = ready
+    def block(self, t, r, ready, resume=None):
+        self.blocked[r] = (ready, resume)
         self.recheck_host(t, r)
 
     def recheck_host(self, t, r):
-        if self.blocked[r] is not None and self.blocked[r]():
+        if self.blocked[r] is not None and self.blocked[r][0]():
+            resume = self.blocked[r][1]
             self.blocked[r] = None
-            self.host_next(t, r)
+            (resume or (lambda t2: self.host_next(t2, r)))(t)
+
+    def arrive_at_barrier(self, t, r, i):
+        self.at_barrier.append((r, t))
+        members = sum(1 for a in self.align_at if a >= 0)
+        if len(self.at_barrier) == members:
+            go = max(a[1] for a in self.at_barrier)
+            for rr, _ in self.at_barrier:
+                self.at(go, self.issue, rr, self.align_at[rr])
 
     def complete(self, r, h, v):
         """Has record version v of event h completed? (version 0: never recorded, complete by definition)"""
@@ -194,14 +217,16 @@ def random_traces(seed: int, ranks: int) -> list[dict]:
 
 @pytest.mark.parametrize("seed", range(25))
 @pytest.mark.parametrize("ranks", [1, 3])
-def test_engine_matches_the_reference_simulator(seed, ranks):
+@pytest.mark.parametrize("depth", [4, 1024])
+def test_engine_matches_the_reference_simulator(seed, ranks, depth):
     programs = [build_program(d) for d in random_traces(seed, ranks)]
     durations = assign_durations(programs, lookup("h100-sxm"), "measured", None, 8)
     group_of, groups = collate(programs, durations)
-    timelines = run(programs, durations, group_of, groups, 1.0, [LATENCY_US] * ranks)
+    setups = host_plan(programs, host_speed=1.0, latency_us=[LATENCY_US] * ranks, costs_us={}).setups
+    timelines = run(programs, durations, group_of, groups, setups, queue_depth=depth)
     for grp in groups:  # run() consumed the arrival counters; the reference counts afresh
         grp.arrived, grp.last_arrival = 0, 0.0
-    ref = ReferenceDES(programs, durations, group_of, groups)
+    ref = ReferenceDES(programs, durations, group_of, groups, depth, [s.align_at for s in setups])
     ref.run()
     for r, (prog, tl) in enumerate(zip(programs, timelines)):
         dev = prog.device_index

@@ -1,0 +1,58 @@
+"""Every setting of the simulation in one place (the model of ``torch/_inductor/config.py``): the default, the
+environment variable that overrides it, and why the default is what it is.
+
+Read once at import; command-line options (``python -m emulate run --launch-queue ...``) override per run.
+"""
+from __future__ import annotations
+
+import os
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if value in (None, ""):
+        return default
+    try:
+        parsed = int(value)
+    except ValueError:
+        raise ValueError(f"environment variable {name}: expected a positive integer, found {value!r}") from None
+    if parsed < 1:
+        raise ValueError(f"environment variable {name}: expected a positive integer, found {value!r}")
+    return parsed
+
+
+def _env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    if value in (None, ""):
+        return default
+    try:
+        parsed = float(value)
+    except ValueError:
+        raise ValueError(f"environment variable {name}: expected a positive number, found {value!r}") from None
+    if not parsed > 0:
+        raise ValueError(f"environment variable {name}: expected a positive number, found {value!r}")
+    return parsed
+
+
+#: Device operations (kernels, copies, memsets, collectives) a host thread may have issued and not yet seen finish
+#: before its next launch blocks (``STEPCAST_LAUNCH_QUEUE_DEPTH``). CUDA does not document the size of its
+#: pending-launch queue; 1024 is the figure commonly measured on current drivers. What matters for the prediction
+#: is that it is bounded: a host that runs ahead of its GPU is throttled to the GPU's pace.
+LAUNCH_QUEUE_DEPTH: int = _env_int("STEPCAST_LAUNCH_QUEUE_DEPTH", 1024)
+
+#: Submission latency of a kernel on an idle GPU (launch call -> kernel start) when the trace does not say
+#: (``meta.launch_latency_us``, which the Kineto importer measures on real traces).
+DEFAULT_LAUNCH_LATENCY_US: float = 3.0
+
+#: Speed of the target's host CPU relative to the capturing machine's (``STEPCAST_HOST_SPEED``, ``--host-speed``):
+#: every host gap of a captured trace, and the runtime-call costs added to it, are divided by it. 1.0 means "a host
+#: like the one that captured"; 2.0 a host twice as fast.
+HOST_SPEED: float = _env_float("STEPCAST_HOST_SPEED", 1.0)
+
+#: Fewer iterations than this leave no steady state to measure (the first is warm-up, and a median of one steady
+#: iteration says nothing about its spread): the report warns.
+MIN_ITERATIONS_FOR_STEADY_STATE: int = 3
+
+#: Where the runtime-call costs (what the real CUDA runtime and driver spend on the host per call, and the shim
+#: does not) come from: :mod:`emulate.host_costs` calibrates them from the runtime calls of real profiler traces.
+HOST_CALL_COSTS_FILE: str = os.path.join(os.path.dirname(os.path.abspath(__file__)), "host_call_costs.json")

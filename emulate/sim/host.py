@@ -1,0 +1,99 @@
+"""The host side of the model: how much host time each event costs, where each rank's clock starts, and where
+ranks are aligned after warm-up. Everything here is settled before the simulation runs.
+
+- **Host gaps.** A captured gap is the capturing thread's CPU time between two intercepted calls (the shim's
+  ``STEPCAST_HOST_CLOCK=cpu``), so another process on the emulating machine does not lengthen it. The shim answers
+  each call at once, so the cost of the real runtime call (:mod:`emulate.host_costs`) is added per event kind. Real
+  profiler traces already hold those costs in their gaps (``meta.call_costs_in_gaps``). All of it is divided by the
+  host-speed factor (:data:`emulate.config.HOST_SPEED`).
+- **Start offsets.** Ranks of one node replayed from real profiler traces keep the recorded offsets between their
+  first events (``meta.clock_origin_us``: Kineto clocks of one node agree): an early rank's first collective then
+  waits for the late ones, as it did.
+- **Alignment after warm-up.** Captured ranks start together but their warm-up host time differs (one-time set-up,
+  compilation, cache misses): that skew is an artefact of capture, not of the job. At the first steady-state
+  iteration boundary every rank waits for its own device work and for every other rank (a barrier), so the skew
+  never shows up as steady-state idle time. Replays of real traces are not aligned: their skew is real.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from emulate.sim.program import KIND_CODES, MEMCPY_BLOCKING, RankProgram
+
+#: meta fields of the trace format (emulate/trace.py) read here
+CLOCK_ORIGIN = "clock_origin_us"
+COSTS_IN_GAPS = "call_costs_in_gaps"
+
+
+@dataclass(frozen=True)
+class RankSetup:
+    """Per-rank inputs of the simulation besides the trace and the durations."""
+
+    latency_us: float
+    gap_ns: list[float]          # effective host gap before each event (ns)
+    start_us: float = 0.0        # when the rank's first event may happen on the common clock
+    align_at: int = -1           # position of the iteration marker where ranks are aligned (-1: none)
+
+
+@dataclass
+class HostPlan:
+    setups: list[RankSetup]
+    aligned: bool
+    warnings: list[str] = field(default_factory=list)
+
+
+def effective_gaps(prog: RankProgram, host_speed: float, costs_us: dict[str, float]) -> list[float]:
+    """Host gap before each event in ns: the recorded gap, plus the real runtime call's cost unless the trace's
+    gaps already hold it, over the host-speed factor."""
+    if host_speed <= 0:
+        raise ValueError(f"host_speed: expected a positive factor, found {host_speed}")
+    gaps = np.asarray(prog.gap_ns, dtype=np.float64)
+    if not prog.meta.get(COSTS_IN_GAPS) and costs_us:
+        per_code = np.zeros(max(KIND_CODES.values()) + 1)
+        for kind, us in costs_us.items():
+            if kind in KIND_CODES:
+                per_code[KIND_CODES[kind]] = us * 1e3
+        per_code[MEMCPY_BLOCKING] = 0.0  # a blocking copy's call is its wait, which the simulator models
+        gaps = gaps + per_code[prog.kind_array]
+    if host_speed != 1.0:
+        gaps = gaps / host_speed
+    return gaps.tolist()
+
+
+def plan(programs: list[RankProgram], *, host_speed: float, latency_us: list[float],
+         costs_us: dict[str, float], align: bool | None = None) -> HostPlan:
+    """Per-rank setups. ``align``: None decides from the traces (align captures, keep replays' recorded
+    offsets)."""
+    warnings: list[str] = []
+    origins = [p.meta.get(CLOCK_ORIGIN) for p in programs]
+    recorded = all(isinstance(o, (int, float)) for o in origins)
+    starts = [float(o) - float(min(origins)) for o in origins] if recorded and len(programs) > 1 else \
+        [0.0] * len(programs)
+    if align is None:
+        align = not recorded
+    counts = [len(p.iteration_index) for p in programs]
+    align_at = [-1] * len(programs)
+    if align and len(programs) > 1:
+        if len(set(counts)) > 1:
+            warnings.append("ranks disagree on their number of iterations ("
+                            + ", ".join(f"rank {p.rank}: {c}" for p, c in zip(programs, counts))
+                            + "): ranks are not aligned after warm-up, so warm-up skew may show as idle time")
+            align = False
+        elif counts[0] >= 2:
+            align_at = [int(p.iteration_index[1]) for p in programs]
+        else:
+            align = False
+    setups = [RankSetup(latency_us=lat, gap_ns=effective_gaps(p, host_speed, costs_us), start_us=s, align_at=a)
+              for p, lat, s, a in zip(programs, latency_us, starts, align_at)]
+    return HostPlan(setups=setups, aligned=any(a >= 0 for a in align_at), warnings=warnings)
+
+
+def default_costs() -> dict[str, float]:
+    from emulate.host_costs import load_costs
+
+    return load_costs()
+
+
+__all__ = ["RankSetup", "HostPlan", "effective_gaps", "plan", "default_costs", "CLOCK_ORIGIN", "COSTS_IN_GAPS"]

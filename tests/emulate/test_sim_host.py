@@ -1,0 +1,170 @@
+"""The host side of the model (emulate.sim.host, the launch queue of emulate.sim.engine, device-inclusive
+iterations of emulate.report): known-answer synthetic traces. Launch latency is 0 so the arithmetic stays plain."""
+from __future__ import annotations
+
+import pytest
+
+from emulate.host_costs import load_costs
+from emulate.report import build_report
+from emulate.sim.program import build_program
+from emulate.sim.synthetic import TraceBuilder
+from emulate.simulate import simulate
+
+NO_LATENCY = {"launch_latency_us": 0.0}
+
+
+def report_of(*builders: TraceBuilder, **kwargs) -> dict:
+    kwargs.setdefault("durations", "measured")
+    return build_report(simulate([b.doc() for b in builders], "h100-sxm", **kwargs))
+
+
+def no_sync_loop(iterations: int = 6, kernels: int = 50, kernel_us: float = 20.0, gap_us: float = 2.0,
+                 rank: int = 0, world_size: int = 1, meta: dict | None = None) -> TraceBuilder:
+    """A training loop that never synchronises: per iteration, ``kernels`` kernels of ``kernel_us`` issued
+    ``gap_us`` apart, then a profiler step. Device time per iteration: kernels x kernel_us; host time: kernels x
+    gap_us."""
+    b = TraceBuilder(rank=rank, world_size=world_size, meta={**NO_LATENCY, **(meta or {})})
+    for step in range(iterations):
+        b.iteration(step)
+        for _ in range(kernels):
+            b.kernel(stream=1, duration_us=kernel_us, gap_us=gap_us)
+    b.iteration(iterations, end=True)
+    return b
+
+
+@pytest.mark.parametrize("depth", [8, 1024, 10**9])
+def test_a_host_that_never_synchronises_is_reported_at_its_device_time(depth):
+    # Device 1000 us per iteration, host 100 us: the host runs ahead, but an iteration cannot be shorter than its
+    # device work, whatever the queue depth (an unbounded queue included).
+    report = report_of(no_sync_loop(), queue_depth=depth)
+    assert report["iteration_time_ms"] == pytest.approx(1.000)
+    rank = report["per_rank"][0]
+    assert rank["device_busy_ms"][2] == pytest.approx(1.000)
+    assert rank["host_ms"][2] == pytest.approx(0.100)
+
+
+def test_a_full_launch_queue_blocks_the_host_until_the_oldest_op_ends():
+    b = TraceBuilder(meta=NO_LATENCY)
+    b.iteration(0)
+    for _ in range(3):
+        b.kernel(stream=1, duration_us=100.0)
+    b.kernel(stream=2, duration_us=1.0)        # another stream: free, but the host may not issue it before 100 us
+    b.iteration(1, end=True)
+    result = simulate([b.doc()], "h100-sxm", durations="measured", queue_depth=2)
+    tl, prog = result.timelines[0], result.programs[0]
+    kernels = prog.device_index
+    assert list(tl.host[kernels]) == pytest.approx([0.0, 0.0, 100.0, 200.0])
+    assert tl.start[kernels[-1]] == pytest.approx(200.0)
+
+
+def test_runtime_call_costs_are_added_to_captured_gaps_only():
+    captured = no_sync_loop(kernels=10, kernel_us=1.0, gap_us=0.0, meta={"call_costs_in_gaps": False})
+    replayed = no_sync_loop(kernels=10, kernel_us=1.0, gap_us=0.0)
+    costs = {"kernel": 5.0}
+    # captured: each launch costs the host 5 us, so the host sets the pace: 10 x 5 us per iteration
+    assert report_of(captured, call_costs_us=costs)["iteration_time_ms"] == pytest.approx(0.050)
+    assert report_of(replayed, call_costs_us=costs)["iteration_time_ms"] == pytest.approx(0.010)
+
+
+def test_host_speed_divides_the_call_costs_too():
+    captured = no_sync_loop(kernels=10, kernel_us=1.0, gap_us=0.0, meta={"call_costs_in_gaps": False})
+    assert report_of(captured, call_costs_us={"kernel": 5.0}, host_speed=2.0)["iteration_time_ms"] == \
+        pytest.approx(0.025)
+
+
+def test_the_shipped_call_costs_name_trace_kinds():
+    costs = load_costs()
+    assert set(costs) >= {"kernel", "memcpy", "memset", "event_record", "collective"}
+    assert all(v > 0 for v in costs.values())
+
+
+def skewed_ranks(warmup_gap_us: tuple[float, float]) -> list[TraceBuilder]:
+    """Two data-parallel ranks: a warm-up iteration of local work whose host time differs by rank, then identical
+    steady iterations of 100 us compute and a 50 us all-reduce, each ended by a stream sync (the loss read)."""
+    out = []
+    for rank, warmup in enumerate(warmup_gap_us):
+        b = TraceBuilder(rank=rank, world_size=2, meta=NO_LATENCY)
+        seq = 0
+        for step in range(5):
+            b.iteration(step)
+            b.kernel(stream=1, duration_us=100.0, gap_us=warmup if step == 0 else 1.0)
+            if step:
+                b.record(event=1, stream=1)
+                b.wait(stream=2, event=1)
+                b.collective(stream=2, comm_seq=seq, duration_us=50.0)
+                seq += 1
+                b.stream_sync(stream=2)
+        b.iteration(5, end=True)
+        out.append(b)
+    return out
+
+
+def test_warm_up_skew_never_shows_as_steady_state_idle_time():
+    even = report_of(*skewed_ranks((0.0, 0.0)))
+    skewed = report_of(*skewed_ranks((0.0, 3000.0)))
+    assert skewed["ranks_aligned"]
+    assert skewed["iteration_time_ms"] == pytest.approx(even["iteration_time_ms"])
+    assert all(r["waiting_on_peers_ms"] == pytest.approx(0.0) for r in skewed["per_rank"])
+    assert skewed["breakdown_ms"] == pytest.approx(even["breakdown_ms"])
+
+
+def test_without_alignment_warm_up_skew_would_be_idle_time():
+    """The control of the test above: unaligned, the early rank's first steady all-reduce waits 3 ms."""
+    report = report_of(*skewed_ranks((0.0, 3000.0)), align_ranks=False)
+    assert not report["ranks_aligned"]
+    assert report["per_rank"][0]["waiting_on_peers_ms"] > 0.1
+
+
+def test_replayed_ranks_keep_their_recorded_start_offsets():
+    ranks = skewed_ranks((0.0, 0.0))
+    ranks[0].meta["clock_origin_us"] = 1_000.0
+    ranks[1].meta["clock_origin_us"] = 1_500.0   # started 500 us after rank 0
+    result = simulate([b.doc() for b in ranks], "h100-sxm", durations="measured")
+    assert not result.aligned
+    report = build_report(result)
+    first_collective = {p.rank: int(p.device_index[2]) for p in result.programs}
+    starts = [tl.start[first_collective[p.rank]] for p, tl in zip(result.programs, result.timelines)]
+    # rank 1 starts 500 us late: its first all-reduce can begin after 500 + 2 x 100 us of compute
+    assert starts[0] == pytest.approx(starts[1]) == pytest.approx(700.0)
+    early, late = report["per_rank"]
+    assert early["waiting_on_peers_ms"] > 0
+    assert early["iterations_ms"][1] == pytest.approx(late["iterations_ms"][1] + 0.5)
+
+
+def test_fewer_than_three_iterations_get_a_warning():
+    report = report_of(no_sync_loop(iterations=2))
+    assert any("no steady state" in w for w in report["warnings"])
+    assert not any("no steady state" in w for w in report_of(no_sync_loop(iterations=4))["warnings"])
+
+
+def test_ranks_that_disagree_on_their_iterations_get_one_line_saying_what_was_assumed():
+    a, b = skewed_ranks((0.0, 0.0))
+    doc_b = b.doc()
+    doc_b["events"] = [e for e in doc_b["events"] if not (e["kind"] == "iteration" and e["step"] == 3)]
+    result = simulate([a.doc(), doc_b], "h100-sxm", durations="measured")
+    assert not result.aligned
+    assert len(result.warnings) == 1 and "disagree on their number of iterations" in result.warnings[0]
+
+
+def test_a_script_without_iteration_marks_is_one_iteration_with_a_warning():
+    b = TraceBuilder(meta=NO_LATENCY)
+    b.kernel(stream=1, duration_us=10.0)
+    report = report_of(b)
+    assert report["iterations_ms"] == pytest.approx([0.010])
+    assert any("no iteration marks" in w for w in report["warnings"])
+
+
+def test_determinism_note_gives_the_steady_iterations_and_their_spread():
+    report = report_of(no_sync_loop(iterations=6))
+    assert report["determinism"]["steady_iterations"] == 5
+    assert report["determinism"]["spread"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_effective_gaps_leave_blocking_copies_without_a_call_cost():
+    b = TraceBuilder(meta={"call_costs_in_gaps": False})
+    b.memcpy(1024, blocking=True, duration_us=1.0, gap_us=1.0)
+    b.memcpy(1024, blocking=False, duration_us=1.0, gap_us=1.0)
+    from emulate.sim.host import effective_gaps
+
+    gaps = effective_gaps(build_program(b.doc()), 1.0, {"memcpy": 8.0})
+    assert gaps == pytest.approx([1_000.0, 9_000.0])
