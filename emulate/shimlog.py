@@ -3,7 +3,9 @@
 Log lines are tab-separated. Timed calls: ``<kind> <t_ns> <gap_ns> <thread> <op id> <fields...>``; the kinds are
 K kernel launch (its last field: the op call, shared by the kernels one call launches), G cuBLAS/cuBLASLt GEMM,
 C memcpy, S memset, M malloc, f free, R event record, W stream wait event, E event sync, Y stream sync, D device
-sync, N collective. Notes (no host time of their own): ``H t0``,
+sync, N collective. The gap is the host time since the previous call returned, in the clock the ``H`` line names:
+``cpu`` (the calling thread's CPU time since its own previous call; the default) or ``wall`` (STEPCAST_HOST_CLOCK=wall;
+logs from before the setting, with no clock named, are wall). Notes (no host time of their own): ``H t0 clock``,
 ``F <id> <mangled kernel name>``, ``X <comm id> <ranks> <rank>``, ``U <entry point answered generically>``,
 ``I <t_ns> 0 <thread> <op> <source> <count>`` (iteration mark; source 1 profiler, 2 optimizer, 3 backward).
 """
@@ -21,6 +23,7 @@ from emulate.trace import OpCalls
 from profiling.classify import classify_kernel_name, classify_op
 
 SOURCES = {1: "profiler", 2: "optimizer", 3: "backward"}
+HOST_CLOCKS = ("cpu", "wall")
 # cudaDataType_t -> families dtype
 CUDA_DTYPES = {0: "fp32", 1: "fp64", 2: "fp16", 3: "int8", 10: "int32", 14: "bf16", 28: "fp8_e4m3", 29: "fp8_e5m2"}
 # cublasComputeType_t
@@ -50,6 +53,7 @@ class RankLog:
     unhandled: list[str] = field(default_factory=list)
     ops: list[dict[str, Any]] = field(default_factory=list)
     sidecar: dict[str, Any] = field(default_factory=dict)
+    host_clock: str = "wall"  # the clock of the gaps: "cpu" (thread CPU time) or "wall"
 
 
 def read_rank_log(path: str | Path) -> RankLog:
@@ -71,7 +75,10 @@ def read_rank_log(path: str | Path) -> RankLog:
         elif kind == "U":
             out.unhandled.append(parts[1])
         elif kind == "H":
-            continue
+            if len(parts) > 2:
+                if parts[2] not in HOST_CLOCKS:
+                    raise ShimLogError(f"{path}:{lineno}: host clock must be one of {HOST_CLOCKS}, found {parts[2]!r}")
+                out.host_clock = parts[2]
         elif len(parts) >= 5:
             out.records.append(parts)
         else:
@@ -272,5 +279,5 @@ def peak_device_bytes(events: list[dict[str, Any]]) -> int:
     return peak
 
 
-__all__ = ["RankLog", "ShimLogError", "read_rank_log", "rank_events", "comm_sizes", "demangle", "gemm_spec",
+__all__ = ["HOST_CLOCKS", "RankLog", "ShimLogError", "read_rank_log", "rank_events", "comm_sizes", "demangle", "gemm_spec",
            "collective_bytes", "peak_device_bytes"]

@@ -3,9 +3,11 @@
 #define _GNU_SOURCE
 #include "shim.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -16,8 +18,17 @@ sc_config_t sc_cfg;
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static FILE *log_file;
-static uint64_t t_origin, last_return;
-static volatile int64_t excluded_ns;   /* host time the capture layer declared as its own, not the script's */
+static uint64_t t_origin;
+/* Host time between intercepted calls (the gap), in one of two clocks chosen once by STEPCAST_HOST_CLOCK:
+ * cpu (default): the calling thread's CPU time since its own previous return, so other processes on a shared
+ * machine and time spent sleeping or blocked add nothing and reruns agree; wall: CLOCK_MONOTONIC since any thread's
+ * previous return (the clock before; kept for comparison). The capture layer's own time (stepcast_pause/resume) is
+ * measured in the same clock and taken off. */
+static int host_clock_cpu = 1;
+static uint64_t wall_last_return;
+static volatile int64_t wall_excluded_ns;
+static __thread uint64_t cpu_enter, cpu_last_return;
+static __thread int64_t cpu_excluded_ns;
 static __thread int cur_op = -1;
 /* Device work since the last iteration mark of each mark source (1 profiler, 2 optimizer, 3 backward), and that
  * of the iteration the last mark of each source ended. */
@@ -25,20 +36,67 @@ static __thread int cur_op = -1;
 static uint64_t window_hash[4] = {FNV0, FNV0, FNV0, FNV0};
 static uint64_t iteration_hash[4];
 uint64_t sc_last_iteration_hash(int source) { return source >= 0 && source < 4 ? iteration_hash[source] : 0; }
-static __thread uint64_t pause_ts;
+static __thread uint64_t pause_ts;   /* in the host clock */
 static __thread uint64_t hash_override;   /* set by sc_log_kernel for the next sc_emit */
 static __thread int thread_no = -1;
 static int next_thread_no;
+static uint64_t device_work;  /* pieces of device work so far: the event clock (sc_event_mark) */
 
-uint64_t sc_now_ns(void) {
+static uint64_t clock_ns(clockid_t clock) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t sc_now_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
+
+/* The host clock's reading (see host_clock_cpu). */
+static uint64_t host_now_ns(void) { return host_clock_cpu ? clock_ns(CLOCK_THREAD_CPUTIME_ID) : sc_now_ns(); }
+
+uint64_t sc_call_enter(void) {
+    sc_init();
+    if (host_clock_cpu) cpu_enter = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+    return sc_now_ns();
 }
 
 static long env_long(const char *name, long dflt) {
     const char *v = getenv(name);
     return v && *v ? strtol(v, NULL, 10) : dflt;
+}
+
+/* Only the process the launcher started writes the rank's log. It marks itself in STEPCAST_LOG_OWNER before the
+ * Python interpreter copies the environment, so the processes it execs (Triton's and Inductor's compile workers,
+ * DeepSpeed's JIT builds, `subprocess.run`) inherit the mark, find another pid in it and neither open (which would
+ * truncate) nor write the log; they still see the virtual GPU. STEPCAST_LOG itself stays: the capture layer reads
+ * it. */
+static int log_owner(void) {
+    const char *path = getenv("STEPCAST_LOG");
+    if (!path || !*path) return 0;
+    char pid[24];
+    snprintf(pid, sizeof pid, "%ld", (long)getpid());
+    const char *owner = getenv("STEPCAST_LOG_OWNER");
+    if (owner && *owner && strcmp(owner, pid) != 0) return 0;
+    setenv("STEPCAST_LOG_OWNER", pid, 1);
+    return 1;
+}
+
+/* A forked child (os.fork, multiprocessing's fork start method, DataLoader workers) gets a copy of the log's stdio
+ * buffer: it must neither write nor flush it (exit() flushes every open stream), or the rank's records would be
+ * written twice. The child drops the buffer unwritten and stops logging. The log lock is held across fork so the
+ * child never inherits it locked by another thread. */
+static void fork_prepare(void) { pthread_mutex_lock(&log_lock); }
+static void fork_parent(void) { pthread_mutex_unlock(&log_lock); }
+static void fork_child(void) {
+    if (log_file) {
+        __fpurge(log_file);
+        int null_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+        if (null_fd >= 0) {  /* anything buffered later still goes nowhere near the parent's file */
+            dup2(null_fd, fileno(log_file));
+            close(null_fd);
+        }
+        log_file = NULL;
+    }
+    pthread_mutex_unlock(&log_lock);
 }
 
 static void do_init(void) {
@@ -58,16 +116,23 @@ static void do_init(void) {
     if (sc_cfg.device_count > SC_MAX_DEVICES) sc_cfg.device_count = SC_MAX_DEVICES;
     int maj = sc_cfg.cc_major, min = sc_cfg.cc_minor;
     sc_cfg.max_threads_per_sm = (maj == 8 && min > 0) || maj == 12 ? 1536 : (maj == 7 && min == 5) ? 1024 : 2048;
-    t_origin = last_return = sc_now_ns();
-    const char *path = getenv("STEPCAST_LOG");
-    if (path && *path) {
-        log_file = fopen(path, "w");
+    const char *clock = getenv("STEPCAST_HOST_CLOCK");
+    if (clock && *clock && strcmp(clock, "cpu") != 0 && strcmp(clock, "wall") != 0) {
+        fprintf(stderr, "stepcast: STEPCAST_HOST_CLOCK must be cpu or wall, found %s\n", clock);
+        _exit(2);
+    }
+    host_clock_cpu = !(clock && strcmp(clock, "wall") == 0);
+    t_origin = wall_last_return = sc_now_ns();
+    if (log_owner()) {
+        const char *path = getenv("STEPCAST_LOG");
+        log_file = fopen(path, "we");  /* close-on-exec: an exec'd child has no use for the descriptor */
         if (!log_file) {
             fprintf(stderr, "stepcast: cannot open the capture log %s\n", path);
             _exit(3);
         }
         setvbuf(log_file, NULL, _IOFBF, 1 << 20);
-        fprintf(log_file, "H\t%lu\n", (unsigned long)t_origin);
+        fprintf(log_file, "H\t%lu\t%s\n", (unsigned long)t_origin, host_clock_cpu ? "cpu" : "wall");
+        pthread_atfork(fork_prepare, fork_parent, fork_child);
     }
 }
 
@@ -85,12 +150,20 @@ int sc_logging(void) { sc_init(); return log_file != NULL; }
 
 
 void sc_emit(uint64_t t_enter, char kind, const char *fmt, ...) {
+    if (kind == 'K' || kind == 'G' || kind == 'C' || kind == 'S' || kind == 'N')
+        __atomic_fetch_add(&device_work, 1, __ATOMIC_RELAXED);
     if (!sc_logging()) return;
     if (thread_no < 0) thread_no = __atomic_fetch_add(&next_thread_no, 1, __ATOMIC_RELAXED);
     pthread_mutex_lock(&log_lock);
-    int64_t excl = __atomic_exchange_n(&excluded_ns, 0, __ATOMIC_RELAXED);
-    int64_t gap = (int64_t)(t_enter - last_return) - excl;
-    if (t_enter < last_return || gap < 0) gap = 0;
+    int64_t gap;
+    if (host_clock_cpu) {  /* this thread's CPU time since its own previous return (thread start at first) */
+        gap = (int64_t)(cpu_enter - cpu_last_return) - cpu_excluded_ns;
+        cpu_excluded_ns = 0;
+    } else {
+        int64_t excl = __atomic_exchange_n(&wall_excluded_ns, 0, __ATOMIC_RELAXED);
+        gap = t_enter < wall_last_return ? 0 : (int64_t)(t_enter - wall_last_return) - excl;
+    }
+    if (gap < 0) gap = 0;
     char fields[512];
     va_list ap;
     va_start(ap, fmt);
@@ -111,7 +184,8 @@ void sc_emit(uint64_t t_enter, char kind, const char *fmt, ...) {
         }
         for (int s = 0; s < 4; s++) window_hash[s] = (window_hash[s] ^ h) * 0x100000001b3ull;
     }
-    last_return = sc_now_ns();
+    if (host_clock_cpu) cpu_last_return = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+    else wall_last_return = sc_now_ns();
     pthread_mutex_unlock(&log_lock);
 }
 
@@ -145,9 +219,12 @@ void sc_unhandled(const char *name) {
 }
 
 /* ---- Python-facing capture API (called through ctypes by emulate/capture.py) ---- */
-SC_EXPORT void stepcast_pause(void) { pause_ts = sc_now_ns(); }
+SC_EXPORT void stepcast_pause(void) { pause_ts = host_now_ns(); }
 SC_EXPORT void stepcast_resume(void) {
-    if (pause_ts) __atomic_fetch_add(&excluded_ns, (int64_t)(sc_now_ns() - pause_ts), __ATOMIC_RELAXED);
+    if (!pause_ts) return;
+    int64_t own = (int64_t)(host_now_ns() - pause_ts);
+    if (host_clock_cpu) cpu_excluded_ns += own;
+    else __atomic_fetch_add(&wall_excluded_ns, own, __ATOMIC_RELAXED);
     pause_ts = 0;
 }
 /* Enter an aten op: resume the clock and make `op` the op of every call this thread makes until op_exit. */
@@ -295,6 +372,10 @@ int sc_is_device_ptr(const void *ptr) {
     return va_base && (const char *)ptr >= va_base && (const char *)ptr < va_base + DEV_RANGE * SC_MAX_DEVICES;
 }
 
+int sc_device_of_ptr(const void *ptr) {
+    return sc_is_device_ptr(ptr) ? (int)(((uintptr_t)ptr - (uintptr_t)va_base) / DEV_RANGE) : -1;
+}
+
 SC_EXPORT long long stepcast_device_used(int d) { return d >= 0 && d < SC_MAX_DEVICES ? (long long)dev_used[d] : -1; }
 SC_EXPORT long long stepcast_device_peak(int d) { return d >= 0 && d < SC_MAX_DEVICES ? (long long)dev_peak[d] : -1; }
 SC_EXPORT int stepcast_device_in_use(void) { return any_device_set ? cur_device : 0; }
@@ -421,7 +502,24 @@ void sc_log_kernel(uint64_t t_enter, const void *func, unsigned gx, unsigned gy,
 }
 
 /* ---- streams and events: handles are pointers to small records carrying a trace id ---- */
-typedef struct { uint32_t magic; int id; } sc_handle_t;
+typedef struct { uint32_t magic; int id; uint64_t work_mark; } sc_handle_t;
+
+/* The emulated device's clock, for code that times itself with events (Triton's and Inductor's autotuners,
+ * torch.utils.benchmark): every piece of device work (kernel, library call, copy, memset, collective) counts one
+ * nominal microsecond, so elapsed times are positive and grow with the work; they predict nothing (that is the
+ * simulator's job) and all candidates of an autotuner tie on equal launch counts, which keeps its first choice. */
+#define SC_NOMINAL_WORK_MS 1e-3f
+void sc_event_mark(void *event) {
+    sc_handle_t *h = event;
+    if (h && h->magic == 0xE7E7) h->work_mark = __atomic_load_n(&device_work, __ATOMIC_RELAXED);
+}
+
+int sc_event_elapsed_ms(const void *start, const void *end, float *ms) {
+    const sc_handle_t *a = start, *b = end;
+    if (!a || !b || a->magic != 0xE7E7 || b->magic != 0xE7E7) return -1;
+    *ms = (float)((int64_t)(b->work_mark - a->work_mark)) * SC_NOMINAL_WORK_MS;
+    return 0;
+}
 static int next_stream_id = 1, next_event_id = 1;
 
 void *sc_new_stream(void) {

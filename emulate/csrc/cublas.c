@@ -37,7 +37,7 @@ static void log_gemm(uint64_t t, cudaStream_t s, const char *lib, const char *fn
                                   int k, const T *alpha, const T *A, int lda, const T *B, int ldb, const T *beta, \
                                   T *C, int ldc) {                                                               \
         (void)alpha; (void)A; (void)lda; (void)B; (void)ldb; (void)beta; (void)C; (void)ldc;                     \
-        log_gemm(sc_now_ns(), BLAS(h)->stream, "cublas", #name, ta, tb, m, n, k, 1, dtype, dtype, dtype, compute, \
+        log_gemm(sc_call_enter(), BLAS(h)->stream, "cublas", #name, ta, tb, m, n, k, 1, dtype, dtype, dtype, compute, \
                  BLAS(h)->math, 0);                                                                              \
         return CUBLAS_STATUS_SUCCESS;                                                                            \
     }
@@ -50,7 +50,7 @@ LEGACY(cublasDgemm_v2, double, CUDA_R_64F, CUBLAS_COMPUTE_64F)
                                   long long sb, const T *beta, T *C, int ldc, long long sc, int batch) {          \
         (void)alpha; (void)A; (void)lda; (void)sa; (void)B; (void)ldb; (void)sb; (void)beta; (void)C; (void)ldc;  \
         (void)sc;                                                                                                \
-        log_gemm(sc_now_ns(), BLAS(h)->stream, "cublas", #name, ta, tb, m, n, k, batch, dtype, dtype, dtype,      \
+        log_gemm(sc_call_enter(), BLAS(h)->stream, "cublas", #name, ta, tb, m, n, k, batch, dtype, dtype, dtype,      \
                  compute, BLAS(h)->math, 0);                                                                     \
         return CUBLAS_STATUS_SUCCESS;                                                                            \
     }
@@ -62,7 +62,7 @@ LEGACY_STRIDED(cublasDgemmStridedBatched, double, CUDA_R_64F, CUBLAS_COMPUTE_64F
                                   int k, const T *alpha, const T *const A[], int lda, const T *const B[], int ldb,\
                                   const T *beta, T *const C[], int ldc, int batch) {                             \
         (void)alpha; (void)A; (void)lda; (void)B; (void)ldb; (void)beta; (void)C; (void)ldc;                     \
-        log_gemm(sc_now_ns(), BLAS(h)->stream, "cublas", #name, ta, tb, m, n, k, batch, dtype, dtype, dtype,      \
+        log_gemm(sc_call_enter(), BLAS(h)->stream, "cublas", #name, ta, tb, m, n, k, batch, dtype, dtype, dtype,      \
                  compute, BLAS(h)->math, 0);                                                                     \
         return CUBLAS_STATUS_SUCCESS;                                                                            \
     }
@@ -74,7 +74,7 @@ SC_EXPORT cublasStatus_t cublasSgemmEx(cublasHandle_t h, cublasOperation_t ta, c
                                        const void *B, cudaDataType bt, int ldb, const float *beta, void *C,
                                        cudaDataType ct, int ldc) {
     (void)alpha; (void)A; (void)lda; (void)B; (void)ldb; (void)beta; (void)C; (void)ldc;
-    log_gemm(sc_now_ns(), BLAS(h)->stream, "cublas", "cublasSgemmEx", ta, tb, m, n, k, 1, at, bt, ct,
+    log_gemm(sc_call_enter(), BLAS(h)->stream, "cublas", "cublasSgemmEx", ta, tb, m, n, k, 1, at, bt, ct,
              CUBLAS_COMPUTE_32F, BLAS(h)->math, 0);
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -84,7 +84,7 @@ SC_EXPORT cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cu
                                       const void *B, cudaDataType bt, int ldb, const void *beta, void *C,
                                       cudaDataType ct, int ldc, cublasComputeType_t compute, cublasGemmAlgo_t algo) {
     (void)alpha; (void)A; (void)lda; (void)B; (void)ldb; (void)beta; (void)C; (void)ldc; (void)algo;
-    log_gemm(sc_now_ns(), BLAS(h)->stream, "cublas", "cublasGemmEx", ta, tb, m, n, k, 1, at, bt, ct, compute,
+    log_gemm(sc_call_enter(), BLAS(h)->stream, "cublas", "cublasGemmEx", ta, tb, m, n, k, 1, at, bt, ct, compute,
              BLAS(h)->math, 0);
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -97,7 +97,7 @@ SC_EXPORT cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOper
                                                     cublasComputeType_t compute, cublasGemmAlgo_t algo) {
     (void)alpha; (void)A; (void)lda; (void)sa; (void)B; (void)ldb; (void)sb; (void)beta; (void)C; (void)ldc;
     (void)sc; (void)algo;
-    log_gemm(sc_now_ns(), BLAS(h)->stream, "cublas", "cublasGemmStridedBatchedEx", ta, tb, m, n, k, batch, at, bt,
+    log_gemm(sc_call_enter(), BLAS(h)->stream, "cublas", "cublasGemmStridedBatchedEx", ta, tb, m, n, k, batch, at, bt,
              ct, compute, BLAS(h)->math, 0);
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -108,7 +108,7 @@ SC_EXPORT cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOper
                                   const T *A, int lda, const T *x, int incx, const T *beta, T *y, int incy) {     \
         (void)alpha; (void)A; (void)lda; (void)x; (void)incx; (void)beta; (void)y; (void)incy;                   \
         long out = tr == CUBLAS_OP_N ? m : n, red = tr == CUBLAS_OP_N ? n : m;                                   \
-        log_gemm(sc_now_ns(), BLAS(h)->stream, "cublas", #name, tr, CUBLAS_OP_N, out, 1, red, 1, dtype, dtype,    \
+        log_gemm(sc_call_enter(), BLAS(h)->stream, "cublas", #name, tr, CUBLAS_OP_N, out, 1, red, 1, dtype, dtype,    \
                  dtype, compute, BLAS(h)->math, 0);                                                              \
         return CUBLAS_STATUS_SUCCESS;                                                                            \
     }
@@ -197,7 +197,7 @@ SC_EXPORT cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t
                                         cublasLtMatrixLayout_t Cd, void *D, cublasLtMatrixLayout_t Dd,
                                         const cublasLtMatmulAlgo_t *algo, void *ws, size_t wss, cudaStream_t s) {
     (void)h; (void)alpha; (void)A; (void)B; (void)beta; (void)C; (void)D; (void)algo; (void)ws; (void)wss;
-    uint64_t t = sc_now_ns();
+    uint64_t t = sc_call_enter();
     const sc_lt_desc *p = (const sc_lt_desc *)desc;
     const sc_lt_layout *a = (const sc_lt_layout *)Ad, *b = (const sc_lt_layout *)Bd, *c = (const sc_lt_layout *)Cd,
                        *d = (const sc_lt_layout *)(Dd ? Dd : Cd);

@@ -4,6 +4,7 @@
 #include "shim.h"
 
 #include <cuda.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,8 +40,19 @@ SC_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) {
     *c = (CUcontext)&dummy_ctx[d & (SC_MAX_DEVICES - 1)];
     return CUDA_SUCCESS;
 }
-SC_EXPORT CUresult cuModuleLoad(CUmodule *m, const char *path) { (void)path; *m = (CUmodule)calloc(1, 16); return CUDA_SUCCESS; }
-SC_EXPORT CUresult cuModuleLoadData(CUmodule *m, const void *img) { (void)img; *m = (CUmodule)calloc(1, 16); return CUDA_SUCCESS; }
+/* Modules (Triton's compiled kernels, NVRTC output): the image is never run, so a module is an empty handle; the
+ * kernel names come with cuModuleGetFunction. A path that cannot be read fails as on the real driver. */
+SC_EXPORT CUresult cuModuleLoadData(CUmodule *m, const void *img) {
+    if (!img) return CUDA_ERROR_INVALID_VALUE;
+    *m = (CUmodule)calloc(1, 16);
+    return CUDA_SUCCESS;
+}
+SC_EXPORT CUresult cuModuleLoad(CUmodule *m, const char *path) {
+    FILE *f = path ? fopen(path, "rb") : NULL;
+    if (!f) return CUDA_ERROR_FILE_NOT_FOUND;
+    fclose(f);
+    return cuModuleLoadData(m, path);
+}
 SC_EXPORT CUresult cuModuleLoadDataEx(CUmodule *m, const void *img, unsigned int n, CUjit_option *o, void **v) {
     (void)n; (void)o; (void)v;
     return cuModuleLoadData(m, img);
@@ -54,8 +66,18 @@ SC_EXPORT CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *na
 SC_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                   unsigned bz, unsigned shmem, CUstream s, void **params, void **extra) {
     (void)params; (void)extra;
-    sc_log_kernel(sc_now_ns(), f, gx, gy, gz, bx, by, bz, shmem, s);
+    sc_log_kernel(sc_call_enter(), f, gx, gy, gz, bx, by, bz, shmem, s);
     return CUDA_SUCCESS;
+}
+SC_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
+    (void)params; (void)extra;
+    if (!c) return CUDA_ERROR_INVALID_VALUE;
+    sc_log_kernel(sc_call_enter(), f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ,
+                  c->sharedMemBytes, c->hStream);
+    return CUDA_SUCCESS;
+}
+SC_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
+    return cuLaunchKernelEx(c, f, params, extra);
 }
 SC_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                              unsigned by, unsigned bz, unsigned shmem, CUstream s, void **params) {
@@ -87,16 +109,85 @@ SC_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunctio
     *n = v > 32 ? 32 : v;
     return CUDA_SUCCESS;
 }
-SC_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute a, CUdeviceptr p) {
+/* Pointer attributes as the real driver gives them: device allocations and pinned / registered host memory are
+ * known; any other pointer is CUDA_ERROR_INVALID_VALUE (Triton's launcher relies on it to reject CPU tensors). */
+static CUresult pointer_attribute(void *data, CUpointer_attribute a, CUdeviceptr p) {
+    const void *ptr = (const void *)(uintptr_t)p;
+    int device = sc_device_of_ptr(ptr), pinned = device < 0 && sc_is_pinned_host_ptr(ptr);
+    if (device < 0 && !pinned) return CUDA_ERROR_INVALID_VALUE;
+    int ordinal = device >= 0 ? device : sc_current_device();
     switch (a) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT: *(CUcontext *)data = (CUcontext)&dummy_ctx[ordinal]; break;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-        *(unsigned *)data = sc_is_device_ptr((void *)p) ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+        *(unsigned *)data = device >= 0 ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
         break;
-    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data = sc_current_device(); break;
-    default: memset(data, 0, sizeof(void *));
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *(CUdeviceptr *)data = p; break;  /* unified addressing */
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+        if (device >= 0) return CUDA_ERROR_INVALID_VALUE;
+        *(void **)data = (void *)ptr;
+        break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data = ordinal; break;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID: *(unsigned long long *)data = (unsigned long long)p; break;
+    case CU_POINTER_ATTRIBUTE_MAPPED: *(int *)data = 1; break;
+    case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS: *(int *)data = CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE; break;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: *(int *)data = device >= 0; break;
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+    case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
+        *(int *)data = 0;
+        break;
+    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES: *(unsigned long long *)data = 0; break;
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: *(void **)data = NULL; break;
+    default: return CUDA_ERROR_NOT_SUPPORTED;  /* ranges and mappings: no caller seen yet */
     }
     return CUDA_SUCCESS;
 }
+SC_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute a, CUdeviceptr p) {
+    return pointer_attribute(data, a, p);
+}
+/* The plural form never fails on an unknown pointer: it answers the "unregistered" values (zeros) instead. */
+SC_EXPORT CUresult cuPointerGetAttributes(unsigned n, CUpointer_attribute *attrs, void **data, CUdeviceptr p) {
+    for (unsigned i = 0; i < n; i++) {
+        if (pointer_attribute(data[i], attrs[i], p) == CUDA_SUCCESS) continue;
+        if (attrs[i] == CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) *(int *)data[i] = -2;
+        else if (attrs[i] == CU_POINTER_ATTRIBUTE_MEMORY_TYPE || attrs[i] == CU_POINTER_ATTRIBUTE_MAPPED ||
+                 attrs[i] == CU_POINTER_ATTRIBUTE_SYNC_MEMOPS || attrs[i] == CU_POINTER_ATTRIBUTE_IS_MANAGED)
+            *(int *)data[i] = 0;
+        else *(void **)data[i] = NULL;
+    }
+    return CUDA_SUCCESS;
+}
+/* Thread-block clusters (sm90+), with one block per SM as Triton asks: SMs / blocks per cluster. */
+SC_EXPORT CUresult cuOccupancyMaxActiveClusters(int *n, CUfunction f, const CUlaunchConfig *c) {
+    (void)f;
+    sc_init();
+    if (!n || !c) return CUDA_ERROR_INVALID_VALUE;
+    unsigned cluster = 1;
+    for (unsigned i = 0; i < c->numAttrs; i++)
+        if (c->attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
+            const CUlaunchAttributeValue *v = &c->attrs[i].value;
+            cluster = v->clusterDim.x * (v->clusterDim.y ? v->clusterDim.y : 1) * (v->clusterDim.z ? v->clusterDim.z : 1);
+        }
+    if (sc_cfg.cc_major < 9 || cluster == 0) return CUDA_ERROR_INVALID_VALUE;
+    *n = sc_cfg.sm_count / (int)cluster;
+    return CUDA_SUCCESS;
+}
+
+/* Context limits (stack, printf FIFO, malloc heap...): remembered, with the real driver's defaults. */
+static size_t ctx_limits[CU_LIMIT_MAX] = {[CU_LIMIT_STACK_SIZE] = 1024, [CU_LIMIT_PRINTF_FIFO_SIZE] = 1 << 20,
+                                          [CU_LIMIT_MALLOC_HEAP_SIZE] = 8 << 20, [CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH] = 2,
+                                          [CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT] = 2048,
+                                          [CU_LIMIT_MAX_L2_FETCH_GRANULARITY] = 64};
+SC_EXPORT CUresult cuCtxGetLimit(size_t *v, CUlimit limit) {
+    if (!v || (unsigned)limit >= CU_LIMIT_MAX) return CUDA_ERROR_INVALID_VALUE;
+    *v = __atomic_load_n(&ctx_limits[limit], __ATOMIC_RELAXED);
+    return CUDA_SUCCESS;
+}
+SC_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t v) {
+    if ((unsigned)limit >= CU_LIMIT_MAX) return CUDA_ERROR_INVALID_VALUE;
+    __atomic_store_n(&ctx_limits[limit], v, __ATOMIC_RELAXED);
+    return CUDA_SUCCESS;
+}
+
 SC_EXPORT CUresult cuLinkCreate_v2(unsigned n, CUjit_option *o, void **v, CUlinkState *st) {
     (void)n; (void)o; (void)v;
     *st = (CUlinkState)calloc(1, 16);
@@ -121,6 +212,17 @@ SC_EXPORT CUresult cuTensorMapEncodeTiled(CUtensorMap *m, CUtensorMapDataType t,
                                           CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill oob) {
     (void)t; (void)rank; (void)addr; (void)dims; (void)strides; (void)box; (void)elem; (void)il; (void)sw; (void)l2;
     (void)oob;
+    memset(m, 0, sizeof *m);
+    return CUDA_SUCCESS;
+}
+/* Tensor-memory-accelerator descriptors (Hopper TMA): opaque to the caller and never read here. */
+SC_EXPORT CUresult cuTensorMapEncodeIm2col(CUtensorMap *m, CUtensorMapDataType t, cuuint32_t rank, void *addr,
+                                           const cuuint64_t *dims, const cuuint64_t *strides, const int *lower,
+                                           const int *upper, cuuint32_t channels, cuuint32_t pixels,
+                                           const cuuint32_t *elem, CUtensorMapInterleave il, CUtensorMapSwizzle sw,
+                                           CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill oob) {
+    (void)t; (void)rank; (void)addr; (void)dims; (void)strides; (void)lower; (void)upper; (void)channels;
+    (void)pixels; (void)elem; (void)il; (void)sw; (void)l2; (void)oob;
     memset(m, 0, sizeof *m);
     return CUDA_SUCCESS;
 }

@@ -155,7 +155,7 @@ SC_EXPORT ncclResult_t ncclGroupEnd(void) {
 /* kind for sc_exchange: 0 all_reduce, 1 broadcast, 2 all_gather, 3 reduce_scatter, 4 reduce; -1 no data */
 static ncclResult_t log_coll_data(const char *op, ncclComm_t comm, size_t count, ncclDataType_t dt, int peer,
                                   cudaStream_t stream, int kind, const void *send, void *recv, int redop) {
-    uint64_t t = sc_now_ns();
+    uint64_t t = sc_call_enter();
     sc_comm *c = (sc_comm *)comm;
     pthread_mutex_lock(&c->lock);
     uint64_t seq = c->seq++;

@@ -52,9 +52,23 @@ uint64_t span_bytes(const at::Tensor &t) {
     return (uint64_t)(last + 1) * t.element_size();
 }
 
+// The device address of a CUDA tensor with memory behind it; null for tensors that have none to point at: the
+// fake tensors torch.compile traces with (a CUDA device, no storage), functional wrappers, not-yet-allocated data.
+// Asking those for data_ptr() throws, and every throw in a callback is printed by RecordFunction.
+const void *device_data(const at::Tensor &t) {
+    if (!t.defined() || !t.is_cuda() || !t.has_storage() || !t.unsafeGetTensorImpl()->unsafe_storage().data())
+        return nullptr;
+    try {
+        return t.const_data_ptr();
+    } catch (const c10::Error &) {
+        return nullptr;
+    }
+}
+
 bool known(const at::Tensor &t) {  // host tensors (wrapped scalars, CPU operands) hold real bytes anyway
     if (!t.defined() || t.device().is_cpu()) return t.defined();
-    return t.is_cuda() && (t.numel() == 0 || stepcast_range_known((uintptr_t)t.data_ptr(), span_bytes(t)));
+    const void *p = device_data(t);
+    return p && (t.numel() == 0 || stepcast_range_known((uintptr_t)p, span_bytes(t)));
 }
 
 at::Tensor host_view(const at::Tensor &t) {
@@ -91,7 +105,7 @@ bool replay_on_host(const at::RecordFunction &fn, const SavedInputs *saved) {
     }
     std::vector<at::Tensor> outs;
     for (const auto &v : fn.outputs()) {
-        if (!v.isTensor() || !v.toTensor().defined() || !v.toTensor().is_cuda()) return false;
+        if (!v.isTensor() || !device_data(v.toTensor())) return false;
         outs.push_back(v.toTensor());
     }
     try {
@@ -249,10 +263,10 @@ void on_exit(const at::RecordFunction &fn, at::ObserverContext *ctx) {
     bool replayed = ctx && replay_on_host(fn, static_cast<SavedInputs *>(ctx));
     if (!replayed && stepcast_needs_untrack()) {  // a kernel wrote the outputs: remembered bytes stale
         for (const auto &v : fn.outputs()) {
-            if (v.isTensor() && v.toTensor().defined() && v.toTensor().is_cuda()) {
+            const void *p = v.isTensor() ? device_data(v.toTensor()) : nullptr;
+            if (p) {
                 const auto &t = v.toTensor();
-                stepcast_untrack((unsigned long long)(uintptr_t)t.data_ptr(),
-                                 (unsigned long long)(t.numel() * t.element_size()));
+                stepcast_untrack((unsigned long long)(uintptr_t)p, (unsigned long long)(t.numel() * t.element_size()));
             }
         }
     }

@@ -161,7 +161,7 @@ SC_EXPORT cudaError_t cudaPeekAtLastError(void) { return cudaSuccess; }
 
 /* ---------------- memory ---------------- */
 SC_EXPORT cudaError_t cudaMalloc(void **ptr, size_t bytes) {
-    uint64_t t = sc_now_ns();
+    uint64_t t = sc_call_enter();
     sc_init();
     if (sc_device_alloc(bytes, ptr) != 0) {
         sc_emit(t, 'M', "0\t%zu\t0", bytes);
@@ -172,7 +172,7 @@ SC_EXPORT cudaError_t cudaMalloc(void **ptr, size_t bytes) {
 }
 SC_EXPORT cudaError_t cudaMallocAsync(void **ptr, size_t bytes, cudaStream_t s) { (void)s; return cudaMalloc(ptr, bytes); }
 SC_EXPORT cudaError_t cudaFree(void *ptr) {
-    uint64_t t = sc_now_ns();
+    uint64_t t = sc_call_enter();
     if (!ptr) return cudaSuccess;
     size_t bytes = sc_device_free(ptr);
     sc_emit(t, 'f', "%lu\t%zu", (unsigned long)(uintptr_t)ptr, bytes);
@@ -265,7 +265,7 @@ static void log_copy(uint64_t t, size_t bytes, const char *dir, cudaStream_t s, 
 }
 
 SC_EXPORT cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind) {
-    uint64_t t = sc_now_ns();
+    uint64_t t = sc_call_enter();
     const char *dir = direction(dst, src, kind);
     move(dst, src, bytes, dir);
     log_copy(t, bytes, dir, NULL, 1);
@@ -273,7 +273,7 @@ SC_EXPORT cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum 
 }
 SC_EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind,
                                       cudaStream_t s) {
-    uint64_t t = sc_now_ns();
+    uint64_t t = sc_call_enter();
     const char *dir = direction(dst, src, kind);
     move(dst, src, bytes, dir);
     log_copy(t, bytes, dir, s, 0);
@@ -281,7 +281,7 @@ SC_EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, 
 }
 SC_EXPORT cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                                         size_t height, enum cudaMemcpyKind kind, cudaStream_t s) {
-    uint64_t t = sc_now_ns();
+    uint64_t t = sc_call_enter();
     const char *dir = direction(dst, src, kind);
     for (size_t r = 0; r < height; r++) move((char *)dst + r * dpitch, (const char *)src + r * spitch, width, dir);
     log_copy(t, width * height, dir, s, 0);
@@ -290,23 +290,23 @@ SC_EXPORT cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *sr
 SC_EXPORT cudaError_t cudaMemcpyPeerAsync(void *dst, int dd, const void *src, int sd, size_t bytes, cudaStream_t s) {
     (void)dd; (void)sd;
     move(dst, src, bytes, "d2d");
-    log_copy(sc_now_ns(), bytes, "d2d", s, 0);
+    log_copy(sc_call_enter(), bytes, "d2d", s, 0);
     return cudaSuccess;
 }
 SC_EXPORT cudaError_t cudaMemcpyToSymbol(const void *symbol, const void *src, size_t bytes, size_t offset,
                                          enum cudaMemcpyKind kind) {
     (void)symbol; (void)src; (void)offset; (void)kind;
-    log_copy(sc_now_ns(), bytes, "h2d", NULL, 1);
+    log_copy(sc_call_enter(), bytes, "h2d", NULL, 1);
     return cudaSuccess;
 }
 SC_EXPORT cudaError_t cudaMemset(void *ptr, int value, size_t bytes) {
     device_memset(ptr, value, bytes);
-    sc_emit(sc_now_ns(), 'S', "0\t%zu", bytes);
+    sc_emit(sc_call_enter(), 'S', "0\t%zu", bytes);
     return cudaSuccess;
 }
 SC_EXPORT cudaError_t cudaMemsetAsync(void *ptr, int value, size_t bytes, cudaStream_t s) {
     device_memset(ptr, value, bytes);
-    sc_emit(sc_now_ns(), 'S', "%d\t%zu", sc_stream_id(s), bytes);
+    sc_emit(sc_call_enter(), 'S', "%d\t%zu", sc_stream_id(s), bytes);
     return cudaSuccess;
 }
 SC_EXPORT cudaError_t cudaGetSymbolAddress(void **ptr, const void *symbol) {
@@ -339,13 +339,13 @@ SC_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t s) { (void)s; return cudaSu
 SC_EXPORT cudaError_t cudaStreamGetPriority(cudaStream_t s, int *prio) { (void)s; *prio = 0; return cudaSuccess; }
 SC_EXPORT cudaError_t cudaStreamQuery(cudaStream_t s) { (void)s; return cudaSuccess; }
 SC_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t s) {
-    sc_emit(sc_now_ns(), 'Y', "%d", sc_stream_id(s));
+    sc_emit(sc_call_enter(), 'Y', "%d", sc_stream_id(s));
     return cudaSuccess;
 }
-SC_EXPORT cudaError_t cudaDeviceSynchronize(void) { sc_emit(sc_now_ns(), 'D', "%s", ""); return cudaSuccess; }
+SC_EXPORT cudaError_t cudaDeviceSynchronize(void) { sc_emit(sc_call_enter(), 'D', "%s", ""); return cudaSuccess; }
 SC_EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags) {
     (void)flags;
-    sc_emit(sc_now_ns(), 'W', "%d\t%d", sc_stream_id(s), sc_event_id(e));
+    sc_emit(sc_call_enter(), 'W', "%d\t%d", sc_stream_id(s), sc_event_id(e));
     return cudaSuccess;
 }
 SC_EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus *st) {
@@ -375,7 +375,8 @@ SC_EXPORT cudaError_t cudaEventCreate(cudaEvent_t *e) { *e = sc_new_event(); ret
 SC_EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int f) { (void)f; *e = sc_new_event(); return cudaSuccess; }
 SC_EXPORT cudaError_t cudaEventDestroy(cudaEvent_t e) { (void)e; return cudaSuccess; }
 SC_EXPORT cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
-    sc_emit(sc_now_ns(), 'R', "%d\t%d", sc_event_id(e), sc_stream_id(s));
+    sc_event_mark(e);
+    sc_emit(sc_call_enter(), 'R', "%d\t%d", sc_event_id(e), sc_stream_id(s));
     return cudaSuccess;
 }
 SC_EXPORT cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned int f) {
@@ -384,13 +385,12 @@ SC_EXPORT cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, un
 }
 SC_EXPORT cudaError_t cudaEventQuery(cudaEvent_t e) { (void)e; return cudaSuccess; }
 SC_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t e) {
-    sc_emit(sc_now_ns(), 'E', "%d", sc_event_id(e));
+    sc_emit(sc_call_enter(), 'E', "%d", sc_event_id(e));
     return cudaSuccess;
 }
 SC_EXPORT cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
-    (void)a; (void)b;
-    *ms = 0.0f;   /* device time is the simulator's to predict, not the emulator's */
-    return cudaSuccess;
+    /* device time is the simulator's to predict: this is the nominal event clock (core.c, sc_event_mark) */
+    return sc_event_elapsed_ms(a, b, ms) == 0 ? cudaSuccess : cudaErrorInvalidResourceHandle;
 }
 SC_EXPORT cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *data) {
     (void)s;
@@ -451,12 +451,12 @@ SC_EXPORT cudaError_t __cudaGetKernel(cudaKernel_t *kernel, const void *hostFun)
 SC_EXPORT cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 g, dim3 b, void **args, size_t shmem,
                                          cudaStream_t s) {
     (void)args;
-    sc_log_kernel(sc_now_ns(), kernel, g.x, g.y, g.z, b.x, b.y, b.z, shmem, s);
+    sc_log_kernel(sc_call_enter(), kernel, g.x, g.y, g.z, b.x, b.y, b.z, shmem, s);
     return cudaSuccess;
 }
 SC_EXPORT cudaError_t cudaLaunchKernel(const void *func, dim3 g, dim3 b, void **args, size_t shmem, cudaStream_t s) {
     (void)args;
-    sc_log_kernel(sc_now_ns(), func, g.x, g.y, g.z, b.x, b.y, b.z, shmem, s);
+    sc_log_kernel(sc_call_enter(), func, g.x, g.y, g.z, b.x, b.y, b.z, shmem, s);
     return cudaSuccess;
 }
 SC_EXPORT cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 g, dim3 b, void **args, size_t shmem,
@@ -465,7 +465,7 @@ SC_EXPORT cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 g, dim3
 }
 SC_EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *c, const void *func, void **args) {
     (void)args;
-    sc_log_kernel(sc_now_ns(), func, c->gridDim.x, c->gridDim.y, c->gridDim.z, c->blockDim.x, c->blockDim.y,
+    sc_log_kernel(sc_call_enter(), func, c->gridDim.x, c->gridDim.y, c->gridDim.z, c->blockDim.x, c->blockDim.y,
                   c->blockDim.z, c->dynamicSmemBytes, c->stream);
     return cudaSuccess;
 }

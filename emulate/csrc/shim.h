@@ -31,10 +31,14 @@ typedef struct {
 extern sc_config_t sc_cfg;
 void sc_init(void);
 uint64_t sc_now_ns(void);
+/* First thing in every logged entry point: the wall time of entry (the record's t_ns, and sc_emit's t_enter);
+ * under the CPU host clock it also notes the thread's CPU time at entry, where the gap ends. */
+uint64_t sc_call_enter(void);
 
 /* Event log. sc_emit writes "<kind>\t<t_ns>\t<gap_ns>\t<thread>\t<op>\t" + the formatted fields + "\n".
- * t_enter is the call's entry time (sc_now_ns() taken first thing); the gap is the host time since the previous
- * logged call returned, minus the time the Python capture layer declared as its own (stepcast_pause/resume). */
+ * t_enter is the call's wall-clock entry time (sc_call_enter() taken first thing); the gap is the host time since
+ * the previous logged call returned (core.c: the calling thread's CPU time by default, STEPCAST_HOST_CLOCK), minus
+ * the time the Python capture layer declared as its own (stepcast_pause/resume). */
 void sc_emit(uint64_t t_enter, char kind, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 int sc_logging(void);
 /* A raw line that is not a timed call (definitions, notes): leaves the gap accounting alone. */
@@ -51,6 +55,7 @@ int sc_current_device(void);
 int sc_device_alloc(size_t bytes, void **out);  /* 0 on success, -1 when the device is full */
 size_t sc_device_free(void *ptr);               /* returns the size freed (0 if unknown) */
 int sc_is_device_ptr(const void *ptr);
+int sc_device_of_ptr(const void *ptr);      /* the device whose range holds ptr, else -1 */
 int sc_device_memory_writable(void);
 int sc_is_pinned_host_ptr(const void *ptr);
 void sc_set_current_device(int device);
@@ -59,6 +64,9 @@ void sc_host_range_remove(const void *ptr);
 size_t sc_device_used_bytes(int device);
 void *sc_new_stream(void);
 void *sc_new_event(void);
+/* Events as a device clock (core.c): a record notes the device work so far; elapsed = work between, nominally. */
+void sc_event_mark(void *event);
+int sc_event_elapsed_ms(const void *start, const void *end, float *ms);  /* -1 when either is not an event */
 
 /* Kernel names: a registered host stub / module function -> its (mangled) device name, logged once ('F' line). */
 typedef struct sc_func {
