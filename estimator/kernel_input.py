@@ -20,6 +20,8 @@ from profiling.hardware import UnknownHardwareError, load_catalog, lookup
 NON_NEGATIVE = frozenset({"numel", "bytes", "params"})
 CHOICES = {"pass": ("fwd", "bwd")}
 TRUE, FALSE = {"true", "1", "yes", "t", "1.0"}, {"false", "0", "no", "f", "0.0"}
+#: a CSV whose first this many bytes hold a NUL byte is binary
+BINARY_PROBE_BYTES = 8192
 
 
 class KernelInputError(ValueError):
@@ -41,10 +43,14 @@ def read_kernels(path: Path) -> pd.DataFrame:
             return pd.read_parquet(path)
         except (pyarrow.ArrowException, OSError, ValueError) as exc:
             raise KernelInputError(f"{path}: not a readable parquet file ({_first_line(exc)})") from None
+    with open(path, "rb") as f:
+        nul = f.read(BINARY_PROBE_BYTES).find(b"\0")
+    if nul >= 0:  # what git calls binary; a parser would report some later line
+        raise KernelInputError(f"{path}: a binary file (NUL byte at offset {nul}), expected CSV text")
     try:
         return pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""], encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise KernelInputError(f"{path}: not a UTF-8 text CSV (byte {exc.start}: {exc.reason}; a binary file?)"
+        raise KernelInputError(f"{path}: not UTF-8 text ({exc.reason}), expected CSV text"
                                ) from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         raise KernelInputError(f"{path}: not valid CSV ({_first_line(exc)})") from None

@@ -94,10 +94,11 @@ def load_mlflow(uri: str) -> KernelEstimator:
     """Download a registered model's artifacts and load the bundle inside (never unpickles anything)."""
     import mlflow
 
-    from estimator.tracking import tracking_uri
+    from estimator.tracking import connect, tracking_errors, tracking_uri
 
-    mlflow.set_tracking_uri(tracking_uri())
-    local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri))
+    store = connect(tracking_uri())
+    with tracking_errors(store):
+        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri))
     for candidate in [local, *sorted(p.parent for p in local.rglob("manifest.json")),
                       *sorted(p.parent for p in local.rglob("meta.json"))]:
         if is_bundle(candidate) or is_estimator_dir(candidate):

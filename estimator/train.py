@@ -31,19 +31,30 @@ from estimator.models import make_estimator
 from estimator.router import FamilyRouter
 from estimator.splits import fixed_eval
 from estimator.support import SEEN_WITH
+from profiling.errors import exit_on, run_hydra_app
 from profiling.families import FAMILIES, key_columns
 
 log = logging.getLogger("estimator.train")
+
+
+class TrainingInputError(ValueError):
+    """A training config or data file that cannot be used (one line naming the setting or file)."""
 
 
 def load_training_rows(data: DictConfig, families: list[str], seed: int = 0) -> pd.DataFrame:
     """Rows per SCHEMA.md, from ``data.path`` or estimator.data.load_measurements, filtered as configured."""
     if data.path:
         path = Path(data.path)
-        frame = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+        if not path.is_file():
+            raise TrainingInputError(f"data.path: {path}: no such file (expected training rows, .parquet or .csv)")
+        try:
+            frame = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+        except (OSError, ValueError) as exc:  # pyarrow's and pandas' parse errors are ValueErrors
+            raise TrainingInputError(f"data.path: {path}: not readable ({str(exc).splitlines()[0][:200]})") from None
         missing = {"family", "hardware", "dtype", "runtime_us"} - set(frame.columns)
         if missing:
-            raise ValueError(f"{path}: missing column(s) {', '.join(sorted(missing))} (expected training rows)")
+            raise TrainingInputError(f"{path}: missing column(s) {', '.join(sorted(missing))} "
+                                     "(expected training rows)")
         frame = frame[frame["family"].isin(families)]
         frame = frame.assign(source=frame["source"] if "source" in frame else path.name)
     else:
@@ -215,18 +226,24 @@ def export_bundle(cfg: DictConfig, frames: dict[str, pd.DataFrame], evaluations:
 def run(cfg: DictConfig) -> float:
     import mlflow
 
-    from estimator.tracking import tracking_uri, use_experiment
+    from estimator.tracking import tracking_errors, tracking_uri, use_experiment
 
     families = list(FAMILIES) if cfg.family == "all" else [str(f) for f in np.atleast_1d(cfg.family)]
+    unknown = [f for f in families if f not in FAMILIES]
+    if unknown:
+        raise TrainingInputError(f"family: unknown family '{unknown[0]}': expected one of {', '.join(FAMILIES)} "
+                                 "or all")
+    uri = tracking_uri(cfg.mlflow.tracking_uri)
+    use_experiment(cfg.mlflow.experiment, uri)  # first: a store that is down fails in seconds, before any training
     data = load_training_rows(cfg.data, families, cfg.seed)
     frames = {f: data[data["family"] == f].reset_index(drop=True) for f in families}
     frames = {f: rows for f, rows in frames.items() if len(rows) >= cfg.min_rows}
     if not frames:
-        raise SystemExit(f"no family among {', '.join(families)} has {cfg.min_rows} or more measured rows")
-    use_experiment(cfg.mlflow.experiment, tracking_uri(cfg.mlflow.tracking_uri))
+        raise TrainingInputError(f"no family among {', '.join(families)} has {cfg.min_rows} or more measured rows")
     evaluations: dict[str, Evaluation] = {}
     baselines: dict[str, Evaluation] = {}
-    with mlflow.start_run(run_name=f"{cfg.family}-{cfg.model.kind}") if len(frames) > 1 else contextlib.nullcontext():
+    with tracking_errors(uri), \
+            mlflow.start_run(run_name=f"{cfg.family}-{cfg.model.kind}") if len(frames) > 1 else contextlib.nullcontext():
         for family, rows in frames.items():
             evaluations[family], baselines[family], _ = train_family(cfg, family, rows)
             table = metrics_table(evaluations[family])
@@ -242,8 +259,12 @@ def run(cfg: DictConfig) -> float:
 
 @hydra.main(version_base="1.3", config_path="../conf/estimator", config_name="train")
 def main(cfg: DictConfig) -> float:
-    return run(cfg)
+    from estimator.checksums import BundleIntegrityError
+    from estimator.tracking import TrackingError
+
+    with exit_on((TrackingError, TrainingInputError, BundleIntegrityError)):
+        return run(cfg)
 
 
 if __name__ == "__main__":
-    main()
+    run_hydra_app(main)

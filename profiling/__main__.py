@@ -16,6 +16,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
+from profiling.errors import exit_on, run_hydra_app
 from profiling.schema import DatasetSchemaError
 from profiling.model_catalog import UnknownModelError
 from profiling.paths import CONF_DIR
@@ -28,14 +29,12 @@ USER_ERRORS = (ConfigError, SweepConfigError, DatasetSchemaError, UnknownModelEr
 @hydra.main(config_path=str(CONF_DIR / "profiling"), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     try:
-        run(cfg)
-    except USER_ERRORS as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+        with exit_on(USER_ERRORS):
+            run(cfg)
     except KeyboardInterrupt:
         print("interrupted: every measured point is saved; run the same command again to resume", file=sys.stderr)
         sys.exit(130)
 
 
 if __name__ == "__main__":
-    main()
+    run_hydra_app(main)

@@ -4,15 +4,16 @@ One place, so every CLI agrees (``python -m estimator.predict``, ``python -m est
 ``python -m estimator.bundle_checksums``, ``python -m profiling``, ``python -m profiling.summary``). Status 2 is
 what argparse uses for bad usage; a traceback is kept for genuine bugs.
 
-Hydra apps need a wrapper: Hydra prints its own errors (a mistyped override, an unknown config option) over several
-lines and exits 1, and prints a traceback for any exception the task raises. :func:`run_hydra_app` lets those
-exceptions reach it instead and reports the expected ones in one line.
+Hydra apps need more: Hydra prints its own errors (a mistyped override, an unknown config option) over several lines
+and exits 1, and a traceback for any exception the task raises. The task reports its users' errors itself
+(:func:`exit_on`), and :func:`run_hydra_app` reports Hydra's in one line.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from typing import Any, Callable, NoReturn
+from typing import Any, Callable, Iterator, NoReturn
 
 USAGE_ERROR = 2
 
@@ -40,25 +41,32 @@ def fail(message: object) -> NoReturn:
     sys.exit(report(message))
 
 
-def run_hydra_app(app: Callable[[], Any], user_errors: tuple[type[BaseException], ...]) -> Any:
-    """Call a ``@hydra.main`` function; Hydra's own config errors and ``user_errors`` end in one line and exit 2.
+@contextlib.contextmanager
+def exit_on(errors: tuple[type[BaseException], ...]) -> Iterator[None]:
+    """Inside a command (a Hydra task included): ``errors`` end it with one line and exit 2. A Hydra task must exit
+    itself: an exception that leaves it makes Hydra print an extra 'Error executing job' line first."""
+    try:
+        yield
+    except errors as exc:
+        fail(exc)
+
+
+def run_hydra_app(app: Callable[[], Any]) -> Any:
+    """Call a ``@hydra.main`` function so that Hydra's own config errors (a mistyped override, an unknown option
+    of a config group) end in one line and exit 2.
 
     HYDRA_FULL_ERROR=1 makes Hydra re-raise instead of printing; a user who set it themselves keeps Hydra's full
-    report of its own errors."""
+    report."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    user_wants_traces = bool(os.environ.get("HYDRA_FULL_ERROR"))
+    if os.environ.get("HYDRA_FULL_ERROR"):
+        return app()
     os.environ["HYDRA_FULL_ERROR"] = "1"
-    config_errors: tuple[type[BaseException], ...] = () if user_wants_traces else (HydraException,
-                                                                                   OmegaConfBaseException)
     try:
         return app()
-    except user_errors as exc:
-        fail(exc)
-    except config_errors as exc:
+    except (HydraException, OmegaConfBaseException) as exc:
         cause = exc.__cause__
-        fail(f"{one_line(exc)}" + (f" ({one_line(cause).split(' full_key:')[0]})" if cause else ""))
+        fail(one_line(exc) + (f" ({one_line(cause).split(' full_key:')[0]})" if cause else ""))
     finally:
-        if not user_wants_traces:
-            os.environ.pop("HYDRA_FULL_ERROR", None)
+        os.environ.pop("HYDRA_FULL_ERROR", None)

@@ -102,6 +102,30 @@ def check_families(families: Any) -> list[str]:
     return names
 
 
+#: numeric run settings: (type, smallest value, may be null)
+RUN_SETTINGS: dict[str, tuple[type, float, bool]] = {
+    "budget_minutes": (float, 0, False),  # 0 measures nothing but merges what an interrupted run left
+    "max_points": (int, 1, True),
+    "shard_points": (int, 1, False),
+    "seed": (int, 0, False),
+    "threads": (int, 1, True),
+}
+
+
+def check_settings(cfg: Any) -> None:
+    """Each numeric run setting is a number of the right kind and range (one line naming the setting otherwise)."""
+    for name, (kind, low, nullable) in RUN_SETTINGS.items():
+        value = cfg.get(name)
+        if value is None and nullable:
+            continue
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        whole = kind is float or (number and float(value).is_integer())
+        if not number or not whole or value < low:
+            expected = ("a number of minutes >= 0" if name == "budget_minutes" else
+                        f"a whole number >= {low:g}" + (" or null" if nullable else ""))
+            raise ConfigError(f"{name}: expected {expected}, got {value!r}")
+
+
 def make_row(point: Point, result: Measurement | str, timing: str, threads: int | None) -> dict[str, Any]:
     """One dataset row: the point's columns, then the measurement or the failure."""
     row: dict[str, Any] = {**point.values, "point_id": point.id, "sample": point.sample, "threads": threads}
@@ -137,6 +161,7 @@ class Runner:
     def __init__(self, cfg: Any) -> None:
         self.cfg = cfg
         self.families = check_families(cfg.families)
+        check_settings(cfg)
         self.target = resolve_hardware(str(cfg.hardware))
         if cfg.get("threads"):
             torch.set_num_threads(int(cfg.threads))

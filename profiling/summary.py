@@ -13,8 +13,10 @@ from rich.console import Console
 from rich.table import Table
 
 from profiling.card import read_card
+from profiling.errors import report
 from profiling.families import FAMILIES
 from profiling.schema import DatasetSchemaError, read_family
+from profiling.store import SHARDS_DIR, FamilyStore
 
 
 def summarise(folder: Path) -> pd.DataFrame:
@@ -30,16 +32,36 @@ def summarise(folder: Path) -> pd.DataFrame:
     ).reset_index()
 
 
+def pending_shards(folder: Path) -> dict[str, int]:
+    """family -> shard files a run wrote but has not merged yet (a run that was killed leaves them)."""
+    counts = {f: len(FamilyStore(folder, f).shards()) for f in FAMILIES}
+    return {f: n for f, n in counts.items() if n}
+
+
+def pending_note(pending: dict[str, int]) -> str:
+    files = sum(pending.values())
+    return (f"{files} shard file{'s' if files > 1 else ''} of measured rows pending under {SHARDS_DIR}/ "
+            f"({', '.join(pending)})")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", type=Path, help="datasets/<hardware-id>")
     args = parser.parse_args(argv)
+    pending = pending_shards(args.folder)
+    if pending and not (args.folder / "card.json").exists():
+        return report(f"{args.folder}: {pending_note(pending)}; no card.json yet, so the run was stopped before it "
+                      "finished: run the same python -m profiling command again to resume (it measures only the "
+                      "missing points, then merges the shards and writes the card; budget_minutes=0 merges without "
+                      "measuring more)")
     try:
         card = read_card(args.folder / "card.json")
         table_data = summarise(args.folder)
     except DatasetSchemaError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return report(exc)
+    if pending:
+        print(f"stepcast: note: {pending_note(pending)}, not counted below (an interrupted run; run it again to "
+              "resume and merge them)", file=sys.stderr)
     fp = card.fingerprint
     size = sum(p.stat().st_size for p in args.folder.glob("*") if p.is_file())
     table = Table(title=f"{card.hardware}: {fp.device_name}, torch {fp.torch}, {card.timing}, "

@@ -43,4 +43,4 @@ def test_summary_prints_every_family(capsys, tmp_path):
     printed = capsys.readouterr().out
     assert all(family in printed for family in FAMILIES)
     assert summary_main([str(tmp_path)]) == 2
-    assert capsys.readouterr().err.startswith("error: ")
+    assert capsys.readouterr().err.startswith("stepcast: ")

@@ -41,6 +41,6 @@ def test_cli_prints_one_line_and_exits_2(cli, tmp_path):
     result = cli("families=[gemm,conv]")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "error: families: unknown family 'conv': expected one of gemm, attention, elementwise, norm, collective, "
+        "stepcast: families: unknown family 'conv': expected one of gemm, attention, elementwise, norm, collective, "
         "optimizer"]
     assert not any(tmp_path.glob("*/*.parquet"))
