@@ -1,0 +1,113 @@
+"""Run one emulation through the public CLI (``python -m emulate run --report --trace --trace-dir``) and read back
+what the benchmark compares: the report, and each iteration's predicted kernel time by kernel family.
+
+Going through the CLI (not the simulator's functions) means the benchmark measures what a user gets, and picks up
+changes to how iterations are measured without edits here. Results are cached per (key, git HEAD) under
+``cache_root()/e2e/``, so an interrupted benchmark resumes and a new commit re-runs everything.
+
+Kernel time per iteration: the captured trace (``--trace-dir``, format ``stepcast-trace`` v1) gives every event's
+``seq``, each kernel's ``spec.family`` and the ``seq`` of each iteration marker (iteration k runs from the k-th
+marker to the next); the predicted timeline (``--trace``) gives each device slice's duration under ``args.seq``.
+"""
+from __future__ import annotations
+
+import bisect
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from emulate.trace import read_trace
+from profiling.atomic import write_json_atomic
+from profiling.paths import REPO_ROOT, cache_root
+
+DEVICE_CATEGORIES = ("kernel", "memcpy", "memset", "collective")
+OTHER = "other"  # kernels with no estimator spec (embedding, index, RNG...), copies and memsets
+
+
+def git_head() -> str:
+    """The commit the results belong to ('unknown' outside a git checkout)."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return out.stdout.strip()
+
+
+def cache_path(key: str, head: str | None = None) -> Path:
+    """Where the result of ``key`` at commit ``head`` is cached."""
+    safe = "".join(c if c.isalnum() or c in "-_.+" else "_" for c in key)
+    return cache_root() / "e2e" / (head or git_head())[:12] / f"{safe}.json"
+
+
+def cached(key: str, compute, fresh: bool = False) -> dict[str, Any]:
+    """``compute()``'s result for ``key`` at the current commit, from the cache when present (unless ``fresh``).
+    Failures are cached too: at one commit they fail the same way, and a re-run should not pay for them again."""
+    path = cache_path(key)
+    if path.is_file() and not fresh:
+        return json.loads(path.read_text())
+    result = compute()
+    write_json_atomic(path, result)
+    return result
+
+
+def failure_line(stderr: str) -> str:
+    """The most telling line of a failed run: the CLI's own ``stepcast:`` line, else the exception's last line."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ("Error" in ln or "error" in ln) and not ln.startswith(("File ", "warn"))]
+    own = [ln for ln in lines if ln.startswith("stepcast:")]
+    picked = errors[-1] if errors else (own[-1] if own else (lines[-1] if lines else "no output"))
+    return picked[:300]
+
+
+def emulate_script(script: Path, args: list[str], hardware: str, nproc: int = 1, timeout_s: float = 1800.0,
+                   kernels: bool = True) -> dict[str, Any]:
+    """Run ``python -m emulate run`` on ``script`` and return {ok, report, iterations (rank 0's kernel ms by family
+    per iteration; only with ``kernels``, which writes the predicted timeline), wall_s} or {ok: False, error,
+    command, wall_s}."""
+    with tempfile.TemporaryDirectory(prefix="stepcast-e2e-") as tmp:
+        tmpdir = Path(tmp)
+        report_path, timeline_path, trace_dir = tmpdir / "report.json", tmpdir / "timeline.json", tmpdir / "traces"
+        cmd = [sys.executable, "-m", "emulate", "run", "--hardware", hardware, "--nproc", str(nproc),
+               "--report", str(report_path), *(["--trace", str(timeline_path)] if kernels else []),
+               "--trace-dir", str(trace_dir), "--", str(script), *args]
+        started = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return {"ok": False, "error": f"timed out after {timeout_s:.0f} s", "command": " ".join(cmd),
+                    "wall_s": time.perf_counter() - started}
+        wall = time.perf_counter() - started
+        if proc.returncode != 0 or not report_path.is_file() or (kernels and not timeline_path.is_file()):
+            return {"ok": False, "error": failure_line(proc.stderr), "command": " ".join(cmd), "wall_s": wall}
+        out = {"ok": True, "report": json.loads(report_path.read_text()), "wall_s": wall}
+        if kernels:
+            rank0 = sorted(trace_dir.glob("rank0.trace.json*"))
+            out["iterations"] = iteration_family_ms(read_trace(rank0[0]), json.loads(timeline_path.read_text()))
+    return out
+
+
+def iteration_family_ms(trace: dict[str, Any], timeline: dict[str, Any], rank: int = 0) -> list[dict[str, float]]:
+    """Per iteration of one rank, its predicted device time (ms) by kernel family (``other``: no spec).
+
+    A kernel belongs to the iteration whose markers bracket its launch (its ``seq``), wherever it ends up running
+    on the simulated clock, so that the sum is the device work the iteration issued."""
+    events = trace["events"]
+    family = {e["seq"]: ((e.get("spec") or {}).get("family") or OTHER) if e["kind"] == "kernel" else OTHER
+              for e in events if e["kind"] in DEVICE_CATEGORIES}
+    marks = [e["seq"] for e in events if e["kind"] == "iteration"]
+    if not marks or marks[0] != events[0]["seq"]:
+        marks = [events[0]["seq"] if events else 0, *marks]
+    out: list[dict[str, float]] = [defaultdict(float) for _ in marks]
+    for ev in timeline.get("traceEvents", []):
+        if ev.get("ph") != "X" or ev.get("pid") != rank or ev.get("cat") not in DEVICE_CATEGORIES:
+            continue
+        seq = (ev.get("args") or {}).get("seq")
+        if seq is None or seq not in family:
+            continue
+        out[bisect.bisect_right(marks, seq) - 1][family[seq]] += float(ev.get("dur", 0.0)) / 1e3
+    return [dict(d) for d in out]

@@ -1,0 +1,236 @@
+"""End-to-end benchmark against real whole-model measurements (``python -m emulate.e2e_benchmark``).
+
+Sources (``--sources``, default all):
+
+- ``neusight``: NeuSight's end-to-end labels (BERT-large, GPT-2 large, GPT-3 XL / 2.7B, OPT-1.3B on P100, P4, T4,
+  V100, A100 PCIe; fp32, TF32 off, forward or forward + backward, no optimizer step). Each label's model is built
+  from its HuggingFace config by ``examples/hf_model.py`` and run as NeuSight ran it, on the labelled virtual GPU;
+  predicted forward, backward and total are compared with the label, and the mean |error| of the total per GPU is
+  printed. A second table sets the predicted kernel time per family beside NeuSight's per-operator trace (its
+  ``.csv``, one layer scaled to the model), to show where the error comes from.
+- ``torchtitan``: torchtitan's published H100 runs (Llama 3.1 8B, FSDP on 8 GPUs, local batch 2, selective
+  activation checkpointing), reproduced by ``examples/llama_fsdp2.py`` and emulated with 8 ranks; tokens/s/GPU and
+  peak memory against the published figures.
+- ``nosync``: the GPT-2 large training loop without synchronisation (``examples/hf_model.py --no-sync``): the
+  predicted iteration must be at least the device time of an iteration (its kernels' predicted durations).
+
+Every emulation goes through ``python -m emulate run`` and is cached per (row, git HEAD) under the cache folder, so
+a re-run resumes; ``--fresh`` ignores the cache. ``--json`` writes every row for quoting.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+from collections import Counter
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from rich.console import Console
+from rich.table import Table
+
+from emulate.e2e import labelled, neusight, nosync, torchtitan
+from emulate.e2e.emulation import cached, emulate_script, git_head
+from profiling.atomic import write_json_atomic
+from profiling.paths import shared_data_root
+
+SOURCES = ("neusight", "torchtitan", "nosync")
+QUICK_MODELS = ("bert_large",)
+
+
+def error_pct(predicted: float, measured: float) -> float:
+    return (predicted - measured) / measured * 100.0 if measured else float("nan")
+
+
+def fmt_err(value: float | None) -> str:
+    return "" if value is None or value != value else f"{value:+.1f}%"
+
+
+def select_labels(labels: list[neusight.Label], gpus: list[str] | None, models: list[str] | None,
+                  quick: bool) -> list[neusight.Label]:
+    """Labels on the chosen GPUs (catalog ids or a part of one: 'v100') and models; ``quick``: BERT-large only,
+    the smallest batch per GPU and mode."""
+    chosen = [lb for lb in labels
+              if (not gpus or any(g.lower() in lb.hardware for g in gpus))
+              and (not models or lb.model in models)]
+    if quick:
+        smallest: dict[tuple[str, str], neusight.Label] = {}
+        for lb in chosen:
+            if lb.model in QUICK_MODELS:
+                key = (lb.hardware, lb.mode)
+                if key not in smallest or lb.batch < smallest[key].batch:
+                    smallest[key] = lb
+        chosen = sorted(smallest.values(), key=lambda lb: (lb.hardware, lb.mode))
+    return chosen
+
+
+def neusight_row(label: neusight.Label, fresh: bool) -> dict[str, Any]:
+    """Emulate one label (cached) and compare it with the measurement."""
+    def compute() -> dict[str, Any]:
+        result = emulate_script(labelled.SCRIPT, neusight.script_args(label, labelled.REPS), label.hardware)
+        row: dict[str, Any] = {"ok": result["ok"], "wall_s": round(result["wall_s"], 1)}
+        if not result["ok"]:
+            row.update(error=result["error"], command=result["command"])
+            return row
+        passes = labelled.read_passes(result, label.mode)
+        row.update(passes)
+        row["fallback_kernels"] = result["report"].get("fallback_kernels")
+        row["estimator"] = result["report"].get("estimator")
+        return row
+
+    row = cached(label.key, compute, fresh)
+    row.update(label=label.path.stem, gpu=label.hardware, model=label.model, mode=label.mode,
+               measured={"forward_ms": label.forward_ms, "backward_ms": label.backward_ms,
+                         "total_ms": label.total_ms})
+    if row["ok"]:
+        for part in ("forward", "backward", "total"):
+            row[f"{part}_error"] = error_pct(row[f"{part}_ms"], row["measured"][f"{part}_ms"])
+        row["csv_families"] = neusight.csv_family_ms(label) if label.csv.is_file() else None
+    return row
+
+
+def run_rows(items: list, compute: Callable[[Any], dict[str, Any]], name: Callable[[Any], str],
+             console: Console) -> list[dict[str, Any]]:
+    """``compute`` each item, with a progress line per item."""
+    rows = []
+    for n, item in enumerate(items, 1):
+        t0 = time.perf_counter()
+        row = compute(item)
+        state = "ok" if row.get("ok") else f"failed: {row.get('error', '')[:120]}"
+        console.print(f"[{n}/{len(items)}] {name(item)}: {state} ({time.perf_counter() - t0:.1f} s)",
+                      highlight=False)
+        rows.append(row)
+    return rows
+
+
+def neusight_tables(rows: list[dict[str, Any]], console: Console) -> dict[str, dict[str, float]]:
+    """The label table, the per-GPU means (returned) and the per-family table."""
+    table = Table(title="NeuSight end-to-end labels: predicted vs measured (ms), fp32, TF32 off")
+    for column in ("GPU", "label", "fwd meas", "fwd pred", "err", "bwd meas", "bwd pred", "err", "total meas",
+                   "total pred", "err", "s"):
+        table.add_column(column, justify="left" if column in ("GPU", "label") else "right")
+    for r in rows:
+        m = r["measured"]
+        if not r["ok"]:
+            table.add_row(r["gpu"], r["label"], f"{m['forward_ms']:.1f}", "failed", "", f"{m['backward_ms']:.1f}",
+                          "", "", f"{m['total_ms']:.1f}", "", "", f"{r['wall_s']:.0f}")
+            continue
+        train = r["mode"] == "train"
+        table.add_row(r["gpu"], r["label"], f"{m['forward_ms']:.1f}", f"{r['forward_ms']:.1f}",
+                      fmt_err(r["forward_error"]), f"{m['backward_ms']:.1f}" if train else "",
+                      f"{r['backward_ms']:.1f}" if train else "", fmt_err(r["backward_error"]) if train else "",
+                      f"{m['total_ms']:.1f}", f"{r['total_ms']:.1f}", fmt_err(r["total_error"]), f"{r['wall_s']:.0f}")
+    console.print(table)
+    means: dict[str, dict[str, float]] = {}
+    for gpu in sorted({r["gpu"] for r in rows}):
+        ok = [r for r in rows if r["gpu"] == gpu and r["ok"]]
+        entry = {"labels": len([r for r in rows if r["gpu"] == gpu]), "emulated": len(ok)}
+        if ok:
+            entry["mean_abs_total_error"] = statistics.fmean(abs(r["total_error"]) for r in ok)
+        train = [r for r in ok if r["mode"] == "train"]
+        if train:
+            entry["mean_abs_train_total_error"] = statistics.fmean(abs(r["total_error"]) for r in train)
+        means[gpu] = entry
+    summary = Table(title="Mean |error| of the total per GPU (aim: at most 8 %)")
+    for column in ("GPU", "labels", "emulated", "all labels", "training labels"):
+        summary.add_column(column, justify="left" if column == "GPU" else "right")
+    for gpu, e in means.items():
+        summary.add_row(gpu, str(e["labels"]), str(e["emulated"]), fmt_abs(e.get("mean_abs_total_error")),
+                        fmt_abs(e.get("mean_abs_train_total_error")))
+    console.print(summary)
+
+    families = Table(title="Where the error comes from: predicted kernel ms by family vs NeuSight's per-op trace "
+                           "(one layer x layers; forward + backward)")
+    for column in ("GPU", "label", *(f"{f} meas/pred" for f in neusight.FAMILIES), "trace host", "pred gaps"):
+        families.add_column(column, justify="left" if column in ("GPU", "label") else "right")
+    for r in rows:
+        if not r["ok"] or not r.get("csv_families"):
+            continue
+        csv, pred = r["csv_families"], r["families"]
+        cells = []
+        for family in neusight.FAMILIES:
+            meas = sum(csv[p].get(family, 0.0) for p in csv)
+            got = sum(pred[p].get(family, 0.0) for p in pred)
+            cells.append(f"{meas:.0f}/{got:.0f} {fmt_err(error_pct(got, meas)) if meas > 0.5 else ''}")
+        kernel_ms = sum(sum(d.values()) for d in pred.values())
+        host = sum(csv[p].get(neusight.HOST, 0.0) for p in csv)
+        families.add_row(r["gpu"], r["label"], *cells, f"{host:.0f}", f"{r['total_ms'] - kernel_ms:.0f}")
+    console.print(families)
+    console.print("meas/pred: NeuSight's isolated per-op times summed (layer rows x layers) / the emulator's "
+                  "predicted kernel time; trace host: NeuSight rows that launch no kernel (size, view...); pred "
+                  "gaps: predicted pass time not covered by kernels (host gaps, launch waits)")
+    return means
+
+
+def fmt_abs(value: float | None) -> str:
+    return "" if value is None else f"{value:.1f}%"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m emulate.e2e_benchmark", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sources", default=",".join(SOURCES), help=f"comma-separated, of {', '.join(SOURCES)}")
+    parser.add_argument("--gpus", default=None, help="NeuSight GPUs: comma-separated catalog ids or parts ('v100,t4')")
+    parser.add_argument("--models", default=None, help="NeuSight models: comma-separated config stems "
+                        "(bert_large, gpt2_large, gpt3_xl, gpt3_27, opt_13)")
+    parser.add_argument("--modes", default="inf,train", help="NeuSight label modes (default inf,train)")
+    parser.add_argument("--quick", action="store_true", help="BERT-large labels only (smallest batch per GPU and "
+                        "mode), the no-sync check, no torchtitan")
+    parser.add_argument("--fresh", action="store_true", help="ignore cached results of this commit")
+    parser.add_argument("--root", type=Path, default=None, help="shared data folder (default: the setting)")
+    parser.add_argument("--json", type=Path, default=None, help="write every row here (JSON)")
+    args = parser.parse_args(argv)
+    sources = [s.strip() for s in args.sources.split(",") if s.strip()]
+    unknown = [s for s in sources if s not in SOURCES]
+    if unknown:
+        print(f"stepcast: unknown source(s) {', '.join(unknown)}; expected some of {', '.join(SOURCES)}",
+              file=sys.stderr)
+        return 2
+    if args.quick and "torchtitan" in sources and args.sources == ",".join(SOURCES):
+        sources.remove("torchtitan")
+    root = args.root or shared_data_root()
+    console = Console(width=200)
+    started = time.perf_counter()
+    out: dict[str, Any] = {"git_head": git_head(), "root": str(root)}
+
+    if "neusight" in sources:
+        labels, skipped = neusight.discover(root)
+        if not labels and not skipped:
+            print(f"stepcast: no NeuSight labels under {root / neusight.LABEL_DIR} (set STEPCAST_SHARED_DATA)",
+                  file=sys.stderr)
+            return 2
+        modes = {m.strip() for m in args.modes.split(",")}
+        chosen = [lb for lb in select_labels(labels, split(args.gpus), split(args.models), args.quick)
+                  if lb.mode in modes]
+        rows = run_rows(chosen, lambda lb: neusight_row(lb, args.fresh), lambda lb: f"{lb.hardware} {lb.path.stem}",
+                        console)
+        means = neusight_tables(rows, console) if rows else {}
+        reasons = Counter(why for _, why in skipped)
+        console.print("skipped labels: " + "; ".join(f"{n} {why}" for why, n in reasons.items()), highlight=False)
+        out["neusight"] = {"rows": rows, "mean_per_gpu": means,
+                           "skipped": [{"label": str(p), "why": why} for p, why in skipped]}
+
+    if "nosync" in sources:
+        row = nosync.check(args.fresh)
+        nosync.print_table(row, console)
+        out["nosync"] = row
+
+    if "torchtitan" in sources:
+        rows = run_rows(torchtitan.published_rows(root), lambda pub: torchtitan.run_row(pub, args.fresh),
+                        lambda pub: pub.name, console)
+        torchtitan.print_table(rows, console)
+        out["torchtitan"] = rows
+
+    out["wall_s"] = round(time.perf_counter() - started, 1)
+    console.print(f"wall time {out['wall_s']:.0f} s (git {out['git_head'][:10]}; cached rows are not re-run)")
+    if args.json:
+        write_json_atomic(args.json, out)
+    return 0
+
+
+def split(value: str | None) -> list[str] | None:
+    return [v.strip() for v in value.split(",") if v.strip()] if value else None
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
