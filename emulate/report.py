@@ -5,7 +5,7 @@ Fields::
     hardware, world_size, durations ("predicted" | "measured"), estimator,
     iteration_time_ms      median of the steady-state iterations of the slowest rank
     iterations_ms          per iteration index, the slowest rank's time (steady-state and warm-up alike)
-    steady_iterations      which iteration indices count as steady state (all but the first, when >= 2)
+    steady_iterations      which iteration indices of the slowest rank count as steady state
     determinism            {steady_iterations, spread}: how many steady iterations the median is over and their
                            spread ((max - min) / median) on the slowest rank
     warnings               what the simulation had to assume (too few iterations, ranks not aligned ...)
@@ -28,8 +28,9 @@ device work, however far the host ran ahead (a host that never synchronises is t
 in the simulation too). The last iteration ends at a closing marker (``end: true``). Without a closing marker, the
 stretch after the last marker is not an iteration (it runs into whatever the script does after training) unless
 it is the only one; then it ends when the rank's host and devices are done. A trace without markers is one
-iteration. Steady state: every iteration but the first (warm-up: allocator growth, library handles, autotuning)
-when there are at least two.
+iteration. Steady state (:func:`emulate.sim.program.steady_iterations`): among all iterations but the first
+(warm-up), those that repeat the most common event sequence, so that a second iteration still growing the
+allocator or autotuning is left out; when no sequence repeats, all but the first.
 
 Breakdown, per rank, over its steady-state window W (first steady iteration's start to last one's end). Device time
 in W is partitioned into four disjoint parts:
@@ -60,7 +61,7 @@ import numpy as np
 from emulate.config import MIN_ITERATIONS_FOR_STEADY_STATE
 from emulate.sim.engine import RankTimeline
 from profiling.atomic import atomic_text
-from emulate.sim.program import COLLECTIVE, KERNEL, RankProgram
+from emulate.sim.program import COLLECTIVE, KERNEL, RankProgram, iteration_bounds, steady_iterations
 from profiling.hardware import HardwareSpec
 
 BREAKDOWN_TERMS = ("compute", "communication", "exposed_communication", "host_bound", "idle")
@@ -75,7 +76,7 @@ def build_report(result) -> dict[str, Any]:
     for prog, tl in zip(result.programs, result.timelines):
         spans = iteration_spans(prog, tl)
         times = spans[:, 1] - spans[:, 0]
-        steady = steady_indices(len(times))
+        steady = steady_iterations(prog)
         it_us = float(statistics.median(times[steady])) if len(steady) else 0.0
         window = (float(spans[steady[0], 0]), float(spans[steady[-1], 1])) if len(steady) else (0.0, 0.0)
         parts = breakdown_us(prog, tl, window)
@@ -88,6 +89,7 @@ def build_report(result) -> dict[str, Any]:
         entry: dict[str, Any] = {
             "rank": prog.rank,
             "iteration_time_ms": it_us / 1e3,
+            "steady_iterations": steady.tolist(),
             "iterations_ms": (times / 1e3).tolist(),
             "device_busy_ms": (busy / 1e3).tolist(),
             "host_ms": (host / 1e3).tolist(),
@@ -109,7 +111,7 @@ def build_report(result) -> dict[str, Any]:
     flops_time_ms = ideal_per_iteration / 1e3
     mfu = flops_time_ms / (len(per_rank) * iteration_ms) if iteration_ms > 0 and flops_time_ms > 0 else None
     times = result.durations
-    steady_slowest = np.asarray(slowest["iterations_ms"])[steady_indices(len(slowest["iterations_ms"]))]
+    steady_slowest = np.asarray(slowest["iterations_ms"])[slowest["steady_iterations"]]
     spread = float((steady_slowest.max() - steady_slowest.min()) / np.median(steady_slowest)) \
         if len(steady_slowest) and np.median(steady_slowest) > 0 else 0.0
     warnings = list(result.warnings or [])
@@ -130,7 +132,7 @@ def build_report(result) -> dict[str, Any]:
         "host_speed": result.host_speed,
         "iteration_time_ms": iteration_ms,
         "iterations_ms": [max(e["iterations_ms"][j] for e in per_rank) for j in range(n_it)],
-        "steady_iterations": steady_indices(n_it).tolist(),
+        "steady_iterations": slowest["steady_iterations"],
         "determinism": {"steady_iterations": int(len(steady_slowest)), "spread": spread},
         "warnings": warnings,
         "launch_queue_depth": result.queue_depth,
@@ -157,19 +159,16 @@ def steady_indices(n: int) -> np.ndarray:
 
 
 def iteration_spans(prog: RankProgram, tl: RankTimeline) -> np.ndarray:
-    """(start, end) in simulated us of each iteration of a rank: device-inclusive boundaries (module docstring)."""
-    positions = prog.iteration_index
-    if prog.end_marker is not None:
-        positions = np.append(positions, prog.end_marker)
-        bounds = iteration_boundaries(prog, tl, positions)
-        return np.column_stack([bounds[:-1], bounds[1:]])
-    if len(positions) >= 2:
-        # No closing marker: what follows the last marker is not known to be a whole iteration (it runs into
-        # whatever the script does after training), so it is left out.
-        bounds = iteration_boundaries(prog, tl, positions)
-        return np.column_stack([bounds[:-1], bounds[1:]])
-    start = iteration_boundaries(prog, tl, positions)[:1] if len(positions) else np.array([0.0])
-    return np.column_stack([start, [tl.end_time]])
+    """(start, end) in simulated us of each iteration of a rank (:func:`emulate.sim.program.iteration_bounds`),
+    with device-inclusive boundaries (module docstring)."""
+    bounds = iteration_bounds(prog)
+    if bounds[-1][1] == prog.n_events and (prog.end_marker is None):   # the one open stretch: ends with the rank
+        start = iteration_boundaries(prog, tl, np.array([bounds[0][0]]))[:1] if len(prog.iteration_index) \
+            else np.array([0.0])
+        return np.column_stack([start, [tl.end_time]])
+    positions = np.array([a for a, _ in bounds] + [bounds[-1][1]])
+    marks = iteration_boundaries(prog, tl, positions)
+    return np.column_stack([marks[:-1], marks[1:]])
 
 
 def iteration_boundaries(prog: RankProgram, tl: RankTimeline, positions: np.ndarray) -> np.ndarray:
@@ -191,13 +190,8 @@ def iteration_activity(prog: RankProgram, tl: RankTimeline, spans: np.ndarray) -
     busy = np.array([union_length(np.clip(s, a, b), np.clip(e, a, b)) for a, b in spans])
     gaps = tl.gap_us if tl.gap_us is not None else np.asarray(prog.gap_ns, dtype=np.float64) * 1e-3
     cumulative = np.concatenate(([0.0], np.cumsum(gaps)))
-    marks = prog.iteration_index
-    if prog.end_marker is not None:
-        marks = np.append(marks, prog.end_marker)
-    if len(marks) >= 2:
-        host = cumulative[marks[1:len(spans) + 1] + 1] - cumulative[marks[:len(spans)] + 1]
-    else:
-        host = np.array([cumulative[-1]])
+    bounds = np.array(iteration_bounds(prog))
+    host = cumulative[np.minimum(bounds[:, 1] + 1, len(gaps))] - cumulative[bounds[:, 0] + 1]
     return busy, host
 
 

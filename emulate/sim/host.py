@@ -2,10 +2,14 @@
 ranks are aligned after warm-up. Everything here is settled before the simulation runs.
 
 - **Host gaps.** A captured gap is the capturing thread's CPU time between two intercepted calls (the shim's
-  ``STEPCAST_HOST_CLOCK=cpu``), so another process on the emulating machine does not lengthen it. The shim answers
-  each call at once, so the cost of the real runtime call (:mod:`emulate.host_costs`) is added per event kind. Real
-  profiler traces already hold those costs in their gaps (``meta.call_costs_in_gaps``). All of it is divided by the
-  host-speed factor (:data:`emulate.config.HOST_SPEED`).
+  ``STEPCAST_HOST_CLOCK=cpu``), so being descheduled by another process costs nothing. CPU time still picks up
+  interference (page faults, cache and TLB misses caused by other processes, allocator first touches): the steady
+  iterations of a capture repeat the same calls, so each call's gap is taken as its smallest over the steady
+  iterations that match event for event (the cost of the work itself; more is interference, as ``timeit`` takes
+  the best of its repeats). The shim answers each call at once, so the cost of the real runtime call
+  (:mod:`emulate.host_costs`) is added per event kind. Real profiler traces hold those costs in their gaps
+  (``meta.call_costs_in_gaps``), and their gaps are what happened, so neither applies to them. All of it is then
+  divided by the host-speed factor (:data:`emulate.config.HOST_SPEED`).
 - **Start offsets.** Ranks of one node replayed from real profiler traces keep the recorded offsets between their
   first events (``meta.clock_origin_us``: Kineto clocks of one node agree): an early rank's first collective then
   waits for the late ones, as it did.
@@ -20,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from emulate.sim.program import KIND_CODES, MEMCPY_BLOCKING, RankProgram
+from emulate.sim.program import KIND_CODES, MEMCPY_BLOCKING, RankProgram, iteration_bounds, steady_iterations
 
 #: meta fields of the trace format (emulate/trace.py) read here
 CLOCK_ORIGIN = "clock_origin_us"
@@ -44,13 +48,36 @@ class HostPlan:
     warnings: list[str] = field(default_factory=list)
 
 
+def captured(prog: RankProgram) -> bool:
+    """A trace of the shim (whose gaps lack the runtime calls' costs), as opposed to a real or synthetic one."""
+    return not prog.meta.get(COSTS_IN_GAPS)
+
+
+def steady_gaps(prog: RankProgram, gaps: np.ndarray) -> np.ndarray:
+    """``gaps`` with each position of the steady iterations (:func:`emulate.sim.program.steady_iterations`: they
+    repeat one event sequence) replaced by its minimum over them (module docstring). Other iterations keep their
+    own gaps."""
+    steady = steady_iterations(prog)
+    bounds = iteration_bounds(prog)
+    spans = [bounds[k] for k in steady.tolist()]
+    if len(spans) < 2 or len({b - a for a, b in spans}) > 1:
+        return gaps
+    out = gaps.copy()
+    smallest = np.min(np.stack([gaps[a:b] for a, b in spans]), axis=0)
+    for a, b in spans:
+        out[a:b] = smallest
+    return out
+
+
 def effective_gaps(prog: RankProgram, host_speed: float, costs_us: dict[str, float]) -> list[float]:
-    """Host gap before each event in ns: the recorded gap, plus the real runtime call's cost unless the trace's
-    gaps already hold it, over the host-speed factor."""
+    """Host gap before each event in ns: for captures, the recorded gap (its steady-state minimum) plus the real
+    runtime call's cost; for real and synthetic traces the recorded gap; over the host-speed factor."""
     if host_speed <= 0:
         raise ValueError(f"host_speed: expected a positive factor, found {host_speed}")
     gaps = np.asarray(prog.gap_ns, dtype=np.float64)
-    if not prog.meta.get(COSTS_IN_GAPS) and costs_us:
+    if captured(prog):
+        gaps = steady_gaps(prog, gaps)
+    if captured(prog) and costs_us:
         per_code = np.zeros(max(KIND_CODES.values()) + 1)
         for kind, us in costs_us.items():
             if kind in KIND_CODES:
@@ -73,7 +100,7 @@ def plan(programs: list[RankProgram], *, host_speed: float, latency_us: list[flo
         [0.0] * len(programs)
     if align is None:
         align = not recorded
-    counts = [len(p.iteration_index) for p in programs]
+    counts = [len(iteration_bounds(p)) for p in programs]
     align_at = [-1] * len(programs)
     if align and len(programs) > 1:
         if len(set(counts)) > 1:
@@ -82,7 +109,9 @@ def plan(programs: list[RankProgram], *, host_speed: float, latency_us: list[flo
                             + "): ranks are not aligned after warm-up, so warm-up skew may show as idle time")
             align = False
         elif counts[0] >= 2:
-            align_at = [int(p.iteration_index[1]) for p in programs]
+            # at the start of the first iteration that is steady on every rank
+            first = max(int(steady_iterations(p)[0]) for p in programs)
+            align_at = [iteration_bounds(p)[first][0] for p in programs]
         else:
             align = False
     setups = [RankSetup(latency_us=lat, gap_ns=effective_gaps(p, host_speed, costs_us), start_us=s, align_at=a)

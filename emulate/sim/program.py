@@ -202,3 +202,32 @@ def _check_event(ev: Any, i: int, source: str) -> str | None:
     except TypeError:
         return f"{where}: 'stream', 'event' and 'ptr' must be numbers or strings"
     return None
+
+
+def iteration_bounds(prog: RankProgram) -> list[tuple[int, int]]:
+    """Event positions [start, end) of each iteration of a rank: from one ``iteration`` marker to the next; the
+    last ends at a closing marker (``end: true``); without one, the stretch after the last marker is not an
+    iteration unless it is the only one (:mod:`emulate.report` has the why)."""
+    marks = prog.iteration_index.tolist()
+    if prog.end_marker is not None:
+        marks.append(prog.end_marker)
+    elif len(marks) < 2:
+        return [(marks[0] if marks else 0, prog.n_events)]
+    return list(zip(marks[:-1], marks[1:]))
+
+
+def steady_iterations(prog: RankProgram) -> np.ndarray:
+    """Indices of a rank's steady-state iterations: among all but the first (warm-up), those that repeat the most
+    common event sequence (kinds and ops), so that iterations still growing the allocator, autotuning or
+    initialising lazily are left out. When no sequence repeats: all but the first (all, for a single one)."""
+    bounds = iteration_bounds(prog)
+    n = len(bounds)
+    if n < 3:
+        return np.arange(1 if n >= 2 else 0, n)
+    kinds = prog.kind_array
+    ops = [ev.get("op") or ev.get("name") for ev in prog.events]
+    signatures = [(kinds[a:b].tobytes(), tuple(ops[a:b])) for a, b in bounds[1:]]
+    common = max(signatures, key=signatures.count)
+    if signatures.count(common) < 2:
+        return np.arange(1, n)
+    return np.array([k + 1 for k, sig in enumerate(signatures) if sig == common])

@@ -168,3 +168,37 @@ def test_effective_gaps_leave_blocking_copies_without_a_call_cost():
 
     gaps = effective_gaps(build_program(b.doc()), 1.0, {"memcpy": 8.0})
     assert gaps == pytest.approx([1_000.0, 9_000.0])
+
+
+def growing_then_steady(gaps_us: list[float], captured: bool = True) -> TraceBuilder:
+    """A warm-up iteration, one that still grows the allocator, then iterations of one kernel whose host gap is
+    ``gaps_us[k]`` (the same calls each time)."""
+    b = TraceBuilder(meta={**NO_LATENCY, "call_costs_in_gaps": not captured})
+    b.iteration(0)
+    b.malloc(ptr=1, nbytes=1 << 20)
+    b.kernel(stream=1, duration_us=1.0, gap_us=10.0)
+    b.iteration(1)
+    b.malloc(ptr=2, nbytes=1 << 20)
+    b.kernel(stream=1, duration_us=1.0, gap_us=10.0)
+    for k, gap in enumerate(gaps_us):
+        b.iteration(2 + k)
+        b.kernel(stream=1, duration_us=1.0, gap_us=gap)
+    b.iteration(2 + len(gaps_us), end=True)
+    return b
+
+
+def test_steady_state_leaves_out_iterations_that_still_grow_the_allocator():
+    from emulate.sim.program import steady_iterations
+
+    prog = build_program(growing_then_steady([5.0, 5.0, 5.0]).doc())
+    assert steady_iterations(prog).tolist() == [2, 3, 4]
+
+
+def test_captured_steady_iterations_take_each_calls_smallest_gap():
+    # interference made one steady iteration's call 40 us slower: the capture's steady state is the work itself
+    noisy = report_of(growing_then_steady([5.0, 45.0, 5.0]), call_costs_us={})
+    quiet = report_of(growing_then_steady([5.0, 5.0, 5.0]), call_costs_us={})
+    assert noisy["iterations_ms"][2:] == pytest.approx(quiet["iterations_ms"][2:])
+    # a real trace's gaps are what happened
+    real = report_of(growing_then_steady([5.0, 45.0, 5.0], captured=False))
+    assert real["iterations_ms"][3] == pytest.approx(0.045)
