@@ -1,8 +1,16 @@
 """The capture layer inside the emulated process: run an unmodified script on the virtual GPU and tag every call
 the shim logs with the aten op it belongs to.
 
-Started by ``python -m emulate run`` as ``python -m emulate.capture SCRIPT [ARGS...]`` with the shim preloaded
-(``LD_PRELOAD``) and ``STEPCAST_LOG`` naming this rank's log. It
+Started by ``python -m emulate run`` as ``python -P .../emulate/capture.py SCRIPT [ARGS...]`` (by file path, so
+that nothing of the project is on the script's ``sys.path``) with the shim preloaded (``LD_PRELOAD``) and
+``STEPCAST_LOG`` naming this rank's log. It
+
+- belongs to its launcher: the kernel sends it SIGTERM when ``emulate run`` dies (``PR_SET_PDEATHSIG``), and
+  SIGTERM, from the launcher or anyone, makes it flush the shim's log (a buffered FILE), write its op table with
+  status ``signal`` and exit with 128 + 15, so a stopped rank keeps its trace up to the signal. SIGTERM is blocked
+  in every thread (the mask is set before torch starts any) and taken by one watcher thread with ``sigwait``,
+  which runs even while the main thread sits in a long call that released the GIL; forked children (data loader
+  workers) get the default disposition back;
 
 - tells the shim, around each aten op, the op's id, so every launch, GEMM, copy and collective the shim logs
   carries it; the op table (name, input shapes, dtypes, scalar arguments) goes to ``<log>.ops.json`` at exit.
@@ -27,14 +35,34 @@ import ctypes
 import json
 import os
 import runpy
+import signal
 import sys
 import threading
 from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
-import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+PR_SET_PDEATHSIG = 1
+STOP_SIGNAL = signal.SIGTERM
+
+
+def _belong_to_launcher() -> None:
+    """Block SIGTERM (for the watcher thread; before torch exists, so every thread inherits the mask), ask for it
+    when the launcher dies, and leave at once if it already has (between fork and the prctl)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {STOP_SIGNAL})
+    os.register_at_fork(after_in_child=lambda: signal.pthread_sigmask(signal.SIG_UNBLOCK, {STOP_SIGNAL}))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, int(STOP_SIGNAL), 0, 0, 0)
+    launcher = os.environ.get("STEPCAST_LAUNCHER_PID")
+    if launcher and os.getppid() != int(launcher):
+        os._exit(128 + int(STOP_SIGNAL))
+
+
+if __name__ == "__main__":
+    _belong_to_launcher()
+
+import torch  # noqa: E402  (after the signal mask: torch's threads must inherit it)
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 SOURCE_PROFILER, SOURCE_OPTIMIZER, SOURCE_BACKWARD = 1, 2, 3
 SOURCES_BY_ID = {SOURCE_PROFILER: "profiler", SOURCE_OPTIMIZER: "optimizer", SOURCE_BACKWARD: "backward"}
@@ -235,6 +263,23 @@ def _memory_stats(shim: ctypes.CDLL) -> dict[str, Any]:
     return stats
 
 
+def _remove_shared_memory() -> None:
+    """The run's shared-memory areas (small collectives, dedup: /dev/shm/stepcast-<run id>-*). The launcher
+    removes them too; this covers a launcher that was killed outright."""
+    run = os.environ.get("STEPCAST_RUN_ID")
+    if run:
+        for area in Path("/dev/shm").glob(f"stepcast-{run}-*"):
+            area.unlink(missing_ok=True)
+
+
+def _watch_stop_signal(on_stop: Callable[[int], None]) -> None:
+    """Run ``on_stop(signum)`` on a thread of its own when SIGTERM arrives (blocked elsewhere: see
+    :func:`_belong_to_launcher`). Without the launcher's mask (a rank started by hand) it is blocked here."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {STOP_SIGNAL})
+    threading.Thread(target=lambda: on_stop(signal.sigwait({STOP_SIGNAL})), name="stepcast-stop",
+                     daemon=True).start()
+
+
 def main(argv: list[str]) -> int:
     if not argv:
         print("usage: python -m emulate.capture SCRIPT [ARGS...]", file=sys.stderr)
@@ -246,8 +291,13 @@ def main(argv: list[str]) -> int:
     native = os.environ.get("STEPCAST_OPCTX")
     recorder = NativeOpContext(native) if native else OpRecorder(shim)
     status: dict[str, Any] = {"exit": "ok"}
+    sidecar_lock = threading.Lock()
 
     def write_sidecar(extra: dict[str, Any] | None = None) -> None:
+        with sidecar_lock:
+            _write_sidecar(extra)
+
+    def _write_sidecar(extra: dict[str, Any] | None = None) -> None:
         shim.stepcast_flush()
         sidecar = {"ops": recorder.dump(), "memory": _memory_stats(shim), "status": status,
                    "op_context": "record_function" if native else "dispatch_mode",
@@ -268,10 +318,21 @@ def main(argv: list[str]) -> int:
         sys.stderr.flush()
         os._exit(0)
 
+    def stop_on_signal(signum: int) -> None:
+        """SIGTERM (the launcher stops this rank, or it died): keep what was captured, then leave at once."""
+        nonlocal status
+        status = {"exit": "signal", "signal": signal.Signals(signum).name}
+        write_sidecar()
+        _remove_shared_memory()  # the run is ending: its launcher stops every rank, or it is gone
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(128 + signum)
+
+    _watch_stop_signal(stop_on_signal)
     _install_iteration_marks(shim, stop_as_duplicate if os.environ.get("STEPCAST_DEDUP", "1") == "1" else None)
     _skip_value_checks()
     sys.argv = [str(script), *argv[1:]]
-    sys.path[0] = str(script.parent)
+    sys.path.insert(0, str(script.parent))  # as ``python script.py`` does (with -P nothing else was put there)
     try:
         with recorder:
             runpy.run_path(str(script), run_name="__main__")

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from profiling.atomic import write_json_atomic
-from profiling.hardware import UnknownHardwareError, lookup
+from profiling.hardware import HardwareSpec, UnknownHardwareError, lookup
 
 
 def add_run_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -20,8 +20,9 @@ def add_run_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--nodes", type=int, default=1, help="nodes (all ranks run on this machine; default 1)")
     p.add_argument("--report", type=Path, help="write the report (JSON) here")
     p.add_argument("--trace", type=Path, help="write the simulated timeline (Chrome trace JSON) here")
-    p.add_argument("--trace-dir", type=Path, default=Path("stepcast-capture"),
-                   help="folder for the per-rank captured traces (default ./stepcast-capture)")
+    p.add_argument("--trace-dir", type=Path, default=None,
+                   help="folder for the per-rank captured traces, locked while this run uses it (default: a new "
+                   "folder under the cache, <cache>/runs/<time>-<pid>, the newest 20 kept)")
     p.add_argument("--host-speed", type=float, default=1.0, help="target host CPU speed relative to this one")
     p.add_argument("--gzip", action="store_true", help="write the traces gzip-compressed (.trace.json.gz)")
     p.add_argument("--capture-only", action="store_true", help="write the traces and the capture report; skip "
@@ -36,75 +37,163 @@ def add_run_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_command(ns: argparse.Namespace) -> int:
-    from emulate.launcher import EmulationUnavailable, check_torch_build, launch, remove_shared_memory, wait
+    """Check the arguments, capture every rank, then simulate. Exit codes: :mod:`emulate.launcher`."""
+    from emulate.launcher import EmulationUnavailable, check_torch_build
+    from emulate.run_dirs import CaptureDir, CaptureDirBusy, new_run_dir
     from emulate.shim_build import ShimBuildError, opctx_path, shim_path
 
     try:
         spec = lookup(ns.hardware)
     except UnknownHardwareError as exc:
-        print(f"stepcast: {exc}", file=sys.stderr)
-        return 2
+        return fail(str(exc))
     if not ns.script.is_file():
-        print(f"stepcast: script {ns.script} not found", file=sys.stderr)
-        return 2
+        return fail(f"script {ns.script} not found")
     if ns.nproc < 1 or ns.nodes < 1:
-        print("stepcast: --nproc and --nodes must be at least 1", file=sys.stderr)
-        return 2
+        return fail("--nproc and --nodes must be at least 1")
+    per_node = spec.gpus_per_node or 8
+    if ns.nproc > per_node:
+        nodes = -(-ns.nproc * ns.nodes // per_node)
+        return fail(f"--nproc {ns.nproc} is more than the {per_node} GPUs of a {spec.id} node (gpus_per_node in "
+                    f"conf/hardware/{spec.id}.yaml): --nproc is ranks per node, use --nodes {nodes} --nproc "
+                    f"{per_node} for {ns.nproc * ns.nodes} ranks")
     script_args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
     try:
         check_torch_build()
         shim = shim_path()
     except (EmulationUnavailable, ShimBuildError) as exc:
-        print(f"stepcast: {exc}", file=sys.stderr)
-        return 2
+        return fail(str(exc))
     try:
         opctx: Path | None = None if ns.python_op_context else opctx_path()
     except ShimBuildError as exc:
         print(f"stepcast: {exc}; recording op context with the slower Python dispatch mode", file=sys.stderr)
         opctx = None
-    world = ns.nproc * ns.nodes
-    trace_dir = ns.trace_dir.resolve()
-    for stale in trace_dir.glob("rank*.log*"):
-        stale.unlink()
-    started = time.perf_counter()
-    ranks = launch(ns.script.resolve(), script_args, shim=shim, spec=spec, nproc=ns.nproc, nodes=ns.nodes,
-                   trace_dir=trace_dir, distributed=world > 1, opctx=opctx, dedup=not ns.no_dedup)
     try:
-        codes = wait(ranks)
-    finally:
-        remove_shared_memory(trace_dir)
-    capture_s = time.perf_counter() - started
+        capture_dir = CaptureDir(ns.trace_dir.resolve()) if ns.trace_dir else new_run_dir()
+    except (CaptureDirBusy, ValueError, OSError) as exc:
+        return fail(str(exc))
+    with capture_dir:
+        capture_dir.clear_previous_capture()
+        return capture_and_simulate(ns, spec, shim, opctx, script_args, capture_dir.path)
 
-    from emulate.collate import collate
+
+def capture_and_simulate(ns: argparse.Namespace, spec: HardwareSpec, shim: Path, opctx: Path | None,
+                         script_args: list[str], trace_dir: Path) -> int:
+    from emulate.collate import collate, repair_log
+    from emulate.launcher import (
+        EXIT_RANK_FAILED, RankProcess, RunInterrupted, exit_codes, failed_ranks, launch, new_run_id,
+        remove_shared_memory, stop, stop_signals_raise, wait,
+    )
+
+    world = ns.nproc * ns.nodes
+    run_id = new_run_id()
+    ranks: list[RankProcess] = []
+    interrupted: RunInterrupted | None = None
+    started = time.perf_counter()
+    with stop_signals_raise():
+        try:
+            launch(ns.script.resolve(), script_args, shim=shim, spec=spec, nproc=ns.nproc, nodes=ns.nodes,
+                   trace_dir=trace_dir, run_id=run_id, ranks=ranks, opctx=opctx, dedup=not ns.no_dedup)
+            wait(ranks)
+        except RunInterrupted as exc:
+            interrupted = exc
+            stop(ranks)
+        finally:
+            if interrupted is None and any(rp.proc.poll() is None for rp in ranks):
+                stop(ranks)  # the launcher itself failed: never leave a rank behind
+            remove_shared_memory(run_id)
+    capture_s = time.perf_counter() - started
+    codes = exit_codes(ranks)
+    failed = failed_ranks(ranks)
+    partial = interrupted is not None or any(code != 0 for code in codes.values())
+    if interrupted is not None:
+        reason, exit_code = f"stopped by {interrupted.name}", interrupted.exit_code
+    elif failed:
+        reason = (f"the script failed on rank(s) {sorted(failed)} (exit {', '.join(map(str, failed.values()))})"
+                  f"{', the others were stopped' if len(failed) < len(ranks) else ''}")
+        exit_code = EXIT_RANK_FAILED
+    else:
+        reason, exit_code = None, 0
 
     logs = [r.log for r in ranks]
     missing = [str(p) for p in logs if not p.is_file()]
-    if missing:
-        print(f"stepcast: no capture log from {', '.join(missing)} (the rank died before the shim loaded)",
-              file=sys.stderr)
-        return max(codes.values()) or 1
+    if missing or len(ranks) < world:
+        absent = missing or [f"rank{r}.log" for r in range(len(ranks), world)]
+        print(f"stepcast: {reason or 'capture incomplete'}: no capture log from {', '.join(absent)} (the rank ended "
+              f"before the shim loaded); capture folder {trace_dir}", file=sys.stderr)
+        if ns.report:
+            write_json_atomic(ns.report, {"partial": True, "partial_reason": reason, "capture_dir": str(trace_dir),
+                                          "exit_codes": [codes.get(r) for r in range(world)]}, indent=1)
+        return exit_code or EXIT_RANK_FAILED
+    if partial:
+        for log in logs:
+            repair_log(log)
     capture = collate(logs, hardware=spec.id, world_size=world, ranks_per_node=ns.nproc, trace_dir=trace_dir,
                       gzip=ns.gzip)
-    capture["capture_seconds"] = round(capture_s, 3)
-    capture["exit_codes"] = [codes[r.rank] for r in ranks]
-    failed = {rank: code for rank, code in codes.items() if code != 0}
-    if failed:
-        print(f"stepcast: the script failed on rank(s) {sorted(failed)}: traces up to the failure are in "
-              f"{trace_dir}", file=sys.stderr)
+    capture.update({"capture_dir": str(trace_dir), "capture_seconds": round(capture_s, 3),
+                    "exit_codes": [codes[r.rank] for r in ranks], "partial": partial})
+    if partial:
+        capture["partial_reason"] = reason
+    if ns.capture_only:
         if ns.report:
             write_json_atomic(ns.report, capture, indent=1)
-        return next(iter(failed.values()))
-    if not ns.capture_only:
-        from emulate.simulate import simulate_traces
+        if partial:
+            print(f"stepcast: {reason}: traces up to then are in {trace_dir}", file=sys.stderr)
+        else:
+            print(f"stepcast: captured {world} rank(s) on a virtual {spec.name}: peak memory "
+                  f"{capture['peak_memory_bytes'] / 2**30:.2f} GiB; traces in {trace_dir}")
+        return exit_code
+    return simulate_capture(ns, spec, capture, reason, exit_code)
 
-        simulate_traces([Path(t) for t in capture["traces"]], spec.id, ns.nodes, ns.report, ns.trace,
-                        host_speed=ns.host_speed, extra=capture)
-    else:
-        print(f"stepcast: captured {world} rank(s) on a virtual {spec.name}: peak memory "
-              f"{capture['peak_memory_bytes'] / 2**30:.2f} GiB; traces in {trace_dir}")
-        if ns.report:
-            write_json_atomic(ns.report, capture, indent=1)
-    return 0
+
+def simulate_capture(ns: argparse.Namespace, spec: HardwareSpec, capture: dict, reason: str | None,
+                     exit_code: int) -> int:
+    """Simulate the captured traces and write the report. A partial capture is simulated over the iterations
+    every rank completed (``iterations_simulated``); with none, the report holds the capture facts only."""
+    from emulate.collate import complete_iterations
+    from emulate.replay import one_line
+    from emulate.sim.engine import SimulationDeadlock
+    from emulate.simulate import publish, simulate
+    from emulate.trace import TraceFormatError, read_trace
+
+    paths = [Path(t) for t in capture["traces"]]
+    try:
+        docs = [read_trace(p) for p in paths]
+        if reason is not None:
+            docs, done = complete_iterations(docs)
+            capture["iterations_simulated"] = done
+            if not done:
+                return partial_without_simulation(ns, capture, reason, exit_code, "no iteration completed on every rank")
+        result = simulate(docs, spec.id, nodes=ns.nodes, host_speed=ns.host_speed, sources=[str(p) for p in paths])
+        report = publish(result, paths, ns.report, ns.trace, extra=capture, quiet=reason is not None)
+    except (TraceFormatError, ValueError, SimulationDeadlock) as exc:
+        if reason is not None:
+            return partial_without_simulation(ns, capture, reason, exit_code, one_line(exc))
+        return fail(f"{one_line(exc)}; traces in {capture['capture_dir']}")
+    if reason is not None:
+        print(f"stepcast: {reason}: partial report over {capture['iterations_simulated']} complete iteration(s): "
+              f"{report['iteration_time_ms']:.3f} ms per iteration{written(ns.report)}; traces up to then in "
+              f"{capture['capture_dir']}", file=sys.stderr)
+    return exit_code
+
+
+def partial_without_simulation(ns: argparse.Namespace, capture: dict, reason: str, exit_code: int,
+                               why: str) -> int:
+    capture["simulation_skipped"] = why
+    if ns.report:
+        write_json_atomic(ns.report, capture, indent=1)
+    print(f"stepcast: {reason}: not simulated ({why}){written(ns.report)}; traces up to then in "
+          f"{capture['capture_dir']}", file=sys.stderr)
+    return exit_code
+
+
+def written(report: Path | None) -> str:
+    return f"; partial report in {report}" if report else ""
+
+
+def fail(message: str) -> int:
+    """Bad input: one line, exit 2."""
+    print(f"stepcast: {message}", file=sys.stderr)
+    return 2
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,4 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     replay.register(sub)
     validate.register(sub)
     ns = parser.parse_args(argv)
-    return ns.func(ns)
+    try:
+        return ns.func(ns)
+    except KeyboardInterrupt:  # Ctrl-C outside a capture (simulation, replay): no traceback
+        print("stepcast: interrupted", file=sys.stderr)
+        return 128 + 2

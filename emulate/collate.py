@@ -28,6 +28,29 @@ def splice_duplicate(own: list[dict[str, Any]], representative: list[dict[str, A
     return events
 
 
+def repair_log(path: Path) -> bool:
+    """A rank killed mid-write (SIGKILL after the stop grace) can leave half a record at the end of its log: cut
+    it, so the records it did write are read. Returns whether anything was cut."""
+    if not path.is_file():
+        return False
+    with open(path, "rb+") as f:
+        data = f.read()
+        if not data or data.endswith(b"\n"):
+            return False
+        f.truncate(data.rfind(b"\n") + 1)
+    return True
+
+
+def complete_iterations(docs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """Traces of a stopped run cut at the last iteration boundary every rank reached, so that each collective in
+    what remains has all its members; returns the cut traces and how many iterations they hold (0: none)."""
+    marks = [[i for i, e in enumerate(doc["events"]) if e["kind"] == "iteration"] for doc in docs]
+    done = min(len(m) for m in marks) - 1 if marks else 0
+    if done < 1:
+        return docs, 0
+    return [{**doc, "events": doc["events"][:m[done] + 1]} for doc, m in zip(docs, marks)], done
+
+
 def collate(log_paths: list[Path], *, hardware: str, world_size: int, ranks_per_node: int, trace_dir: Path,
             gzip: bool = False) -> dict[str, Any]:
     """Write ``trace_dir/rank<k>.trace.json[.gz]`` for every rank and return the capture report fields."""

@@ -1,7 +1,19 @@
-"""Start the emulated ranks: check that torch can be emulated, describe the target GPU to the shim, and run one
-child process per rank the way torchrun does (rendezvous on loopback, RANK/LOCAL_RANK/WORLD_SIZE set)."""
+"""Start the emulated ranks and own them: check that torch can be emulated, describe the target GPU to the shim,
+run one child process per rank the way torchrun does (rendezvous on loopback, torchrun's variables set), and stop
+them all when the run is stopped or one rank fails.
+
+Ownership: each rank leads its own process group (so a terminal's Ctrl-C reaches only ``emulate run``, which stops
+the ranks itself, and a rank's own children are stopped with it) and asks the kernel for SIGTERM when its launcher
+dies (``PR_SET_PDEATHSIG`` in :mod:`emulate.capture`), so no rank outlives ``emulate run``, even one killed by
+SIGKILL. Stopping sends SIGTERM, on which a rank flushes its capture log and writes its op table, waits
+``STOP_GRACE_S`` and then kills what is left.
+
+Exit codes of ``emulate run``: 0 done; 2 bad input (arguments, traces the ranks disagree on, a deadlock);
+``EXIT_RANK_FAILED`` (3) a rank failed and the others were stopped; 128 + N stopped by signal N (130 for SIGINT,
+143 for SIGTERM). The last two still write a report of what was captured, marked ``partial``."""
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
@@ -9,13 +21,22 @@ import signal
 import socket
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from profiling.hardware import HardwareSpec
-from profiling.paths import REPO_ROOT
 
 SUPPORTED_CUDA_MAJOR = 13
+STOP_GRACE_S = 5.0       # how long a stopped rank may take to flush its capture before it is killed
+EXIT_RANK_FAILED = 3
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+CAPTURE_SCRIPT = Path(__file__).resolve().with_name("capture.py")
+#: Allocator settings the emulator cannot serve: the driver's virtual-memory API behind expandable segments is
+#: not emulated. torch reads both names (PYTORCH_ALLOC_CONF is the newer one).
+ALLOC_CONF_VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+UNSUPPORTED_ALLOC_OPTIONS = ("expandable_segments:true",)
 
 
 class EmulationUnavailable(RuntimeError):
@@ -72,13 +93,14 @@ def gpu_environment(spec: HardwareSpec, device_count: int) -> dict[str, str]:
     }
 
 
-def run_id(trace_dir: Path) -> str:
-    """Names this run's shared-memory areas (small collectives, emulate/csrc/datapath.c)."""
-    return f"{os.getpid()}-{abs(hash(str(trace_dir))) % 10**8}"
+def new_run_id() -> str:
+    """Names this run's shared-memory areas (/dev/shm/stepcast-<run id>-*: small collectives and dedup,
+    emulate/csrc/datapath.c and dedup.c); unique per run, so concurrent runs never share one."""
+    return f"{os.getpid()}-{os.urandom(4).hex()}"
 
 
-def remove_shared_memory(trace_dir: Path) -> None:
-    for area in Path("/dev/shm").glob(f"stepcast-{run_id(trace_dir)}-*"):  # small collectives, dedup
+def remove_shared_memory(run_id: str) -> None:
+    for area in Path("/dev/shm").glob(f"stepcast-{run_id}-*"):
         area.unlink(missing_ok=True)
 
 
@@ -88,69 +110,152 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def strip_unsupported_alloc_options(env: dict[str, str]) -> list[str]:
+    """Remove allocator options the emulator cannot serve from both variable names, keeping the others; returns
+    one note per variable changed (for stderr)."""
+    notes = []
+    for name in ALLOC_CONF_VARIABLES:
+        value = env.get(name)
+        if value is None:
+            continue
+        options = [o for o in value.split(",") if o.strip()]
+        kept = [o for o in options if o.strip().replace(" ", "").lower() not in UNSUPPORTED_ALLOC_OPTIONS]
+        if len(kept) == len(options):
+            continue
+        if kept:
+            env[name] = ",".join(kept)
+        else:
+            env.pop(name)
+        notes.append(f"stepcast: ignoring expandable_segments:True in {name} (the driver's virtual-memory API is "
+                     "not emulated; the caching allocator's ordinary segments are used)")
+    return notes
+
+
+def torchrun_environment(rank: int, nproc: int, nodes: int, master_port: int) -> dict[str, str]:
+    """What torchrun sets for one worker (also for a single rank: scripts read LOCAL_RANK unconditionally)."""
+    world = nproc * nodes
+    return {"RANK": str(rank), "LOCAL_RANK": str(rank % nproc), "GROUP_RANK": str(rank // nproc),
+            "ROLE_RANK": str(rank), "NODE_RANK": str(rank // nproc), "WORLD_SIZE": str(world),
+            "LOCAL_WORLD_SIZE": str(nproc), "GROUP_WORLD_SIZE": str(nodes), "ROLE_WORLD_SIZE": str(world),
+            "ROLE_NAME": "default", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port),
+            "TORCHELASTIC_RUN_ID": "stepcast", "TORCHELASTIC_RESTART_COUNT": "0",
+            "TORCHELASTIC_MAX_RESTARTS": "0"}
+
+
 @dataclass
 class RankProcess:
     rank: int
     log: Path
     proc: subprocess.Popen
+    stopped: bool = False  # the launcher stopped it (its exit code is then the stop's, not a failure)
 
 
 def launch(script: Path, script_args: list[str], *, shim: Path, spec: HardwareSpec, nproc: int, nodes: int,
-           trace_dir: Path, distributed: bool, opctx: Path | None = None, dedup: bool = True) -> list[RankProcess]:
-    """Start world_size = nproc * nodes ranks on this machine (each node's ranks see nproc virtual devices)."""
-    world = nproc * nodes
+           trace_dir: Path, run_id: str, ranks: list[RankProcess], opctx: Path | None = None,
+           dedup: bool = True) -> list[RankProcess]:
+    """Start world_size = nproc * nodes ranks on this machine (each node's ranks see nproc virtual devices),
+    appending each to ``ranks`` as soon as it runs, so that a stop during the start still finds every rank.
+
+    The capture layer is run by its file path with ``python -P``: nothing of this project is put on the script's
+    ``sys.path`` (the repository's ``datasets/``, ``models/`` or ``conf/`` folders would shadow the user's
+    packages of the same names)."""
     base = dict(os.environ)
+    for note in strip_unsupported_alloc_options(base):
+        print(note, file=sys.stderr)
     base.update(gpu_environment(spec, nproc))
     preload = " ".join(p for p in (str(shim), base.get("LD_PRELOAD", "")) if p)
     base.update({
         "LD_PRELOAD": preload,
         "LD_LIBRARY_PATH": os.pathsep.join(p for p in (str(shim.parent), base.get("LD_LIBRARY_PATH", "")) if p),
         "STEPCAST_SHIM": str(shim),
-        "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), base.get("PYTHONPATH", "")) if p),
         "CUDA_MODULE_LOADING": "LAZY",
-        "STEPCAST_RUN_ID": run_id(trace_dir),
+        "STEPCAST_RUN_ID": run_id,
+        "STEPCAST_LAUNCHER_PID": str(os.getpid()),
         "STEPCAST_OPCTX": str(opctx) if opctx else "",
         "STEPCAST_DEDUP": "1" if dedup else "0",
     })
-    if "expandable_segments:True" in base.get("PYTORCH_CUDA_ALLOC_CONF", ""):
-        base.pop("PYTORCH_CUDA_ALLOC_CONF")  # the driver's virtual-memory API is not emulated
-    if distributed:
-        base.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(world),
-                     "LOCAL_WORLD_SIZE": str(nproc), "GROUP_WORLD_SIZE": str(nodes),
-                     "TORCHELASTIC_RUN_ID": "stepcast"})
+    port = free_port()
     trace_dir.mkdir(parents=True, exist_ok=True)
-    ranks = []
-    for rank in range(world):
-        env = dict(base)
+    for rank in range(nproc * nodes):
+        env = {**base, **torchrun_environment(rank, nproc, nodes, port)}
         log = trace_dir / f"rank{rank}.log"
         env["STEPCAST_LOG"] = str(log)
-        if distributed:
-            env.update({"RANK": str(rank), "LOCAL_RANK": str(rank % nproc), "GROUP_RANK": str(rank // nproc),
-                        "ROLE_RANK": str(rank), "NODE_RANK": str(rank // nproc)})
-        cmd = [sys.executable, "-m", "emulate.capture", str(script), *script_args]
-        ranks.append(RankProcess(rank, log, subprocess.Popen(cmd, env=env)))
+        cmd = [sys.executable, "-P", str(CAPTURE_SCRIPT), str(script), *script_args]
+        ranks.append(RankProcess(rank, log, subprocess.Popen(cmd, env=env, process_group=0)))
     return ranks
+
+
+class RunInterrupted(Exception):
+    """``emulate run`` received SIGTERM or SIGINT; ``exit_code`` is 128 + the signal number."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+        self.exit_code = 128 + signum
+        super().__init__(f"stopped by {self.name}")
+
+
+@contextlib.contextmanager
+def stop_signals_raise() -> Iterator[None]:
+    """While the ranks run, SIGTERM and SIGINT raise :class:`RunInterrupted` in the main thread (no
+    KeyboardInterrupt traceback); the first one wins and later ones are ignored until the ranks are stopped."""
+    def handler(signum: int, _frame) -> None:
+        for s in STOP_SIGNALS:
+            signal.signal(s, signal.SIG_IGN)
+        raise RunInterrupted(signum)
+
+    previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def stop(ranks: list[RankProcess], grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM to every rank's process group (a rank flushes its capture and exits), SIGKILL to whatever is left
+    after ``grace_s``; returns when every rank has exited."""
+    for rp in ranks:
+        if rp.proc.poll() is None:
+            rp.stopped = True
+            _signal_group(rp.proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for rp in ranks:
+        try:
+            rp.proc.wait(timeout=max(deadline - time.monotonic(), 0.0))
+        except subprocess.TimeoutExpired:
+            _signal_group(rp.proc.pid, signal.SIGKILL)
+            rp.proc.wait()
+        _signal_group(rp.proc.pid, signal.SIGKILL)  # the rank's own children (data loader workers), if any
 
 
 def wait(ranks: list[RankProcess]) -> dict[int, int]:
     """Exit code per rank; when one rank fails, the others are stopped (they would wait on it forever)."""
-    codes: dict[int, int] = {}
-    try:
-        pending = {r.rank: r for r in ranks}
-        while pending:
-            for rank, rp in list(pending.items()):
-                try:
-                    code = rp.proc.wait(timeout=0.2)
-                except subprocess.TimeoutExpired:
-                    continue
-                codes[rank] = code
-                del pending[rank]
-                if code != 0:
-                    for other in pending.values():
-                        other.proc.send_signal(signal.SIGTERM)
-    except KeyboardInterrupt:
-        for rp in ranks:
-            if rp.proc.poll() is None:
-                rp.proc.send_signal(signal.SIGTERM)
-        raise
-    return codes
+    pending = {r.rank: r for r in ranks}
+    while pending:
+        for rank, rp in list(pending.items()):
+            try:
+                rp.proc.wait(timeout=0.2)
+            except subprocess.TimeoutExpired:
+                continue
+            del pending[rank]
+            if rp.proc.returncode != 0:
+                stop(list(pending.values()))
+                pending.clear()
+                break
+    return exit_codes(ranks)
+
+
+def exit_codes(ranks: list[RankProcess]) -> dict[int, int]:
+    """Exit code per rank (negative: killed by that signal; None: still running)."""
+    return {rp.rank: rp.proc.returncode for rp in ranks}
+
+
+def failed_ranks(ranks: list[RankProcess]) -> dict[int, int]:
+    """Ranks that ended with an error of their own (not stopped by the launcher), with their exit codes."""
+    return {rp.rank: rp.proc.returncode for rp in ranks if rp.proc.returncode not in (0, None) and not rp.stopped}

@@ -1,0 +1,262 @@
+"""``python -m emulate run`` owns its ranks: SIGTERM, Ctrl-C or a failed rank stops every rank, keeps what each
+captured, removes the run's shared memory and writes a partial report, with one line and a documented exit code;
+each run captures into a folder of its own; the script sees what torchrun would give it and nothing of the project;
+collectives the ranks disagree on end the run with one line."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from emulate.launcher import EXIT_RANK_FAILED, strip_unsupported_alloc_options
+from emulate.run_dirs import CaptureDir, prune_runs, runs_root
+from emulate.trace import read_trace
+from profiling.paths import REPO_ROOT
+
+DDP = REPO_ROOT / "examples" / "ddp.py"
+
+
+def emulate_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "emulate", "run", *args]
+
+
+def processes_logging_into(folder: Path) -> list[int]:
+    """Live processes whose capture log (STEPCAST_LOG) lies in ``folder``: the run's ranks."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            env = (entry / "environ").read_bytes().split(b"\0")
+            if any(v.startswith(f"STEPCAST_LOG={folder}/".encode()) for v in env):
+                found.append(int(entry.name))
+    return found
+
+
+def shared_memory_of(launcher_pid: int) -> list[str]:
+    return [p.name for p in Path("/dev/shm").glob(f"stepcast-{launcher_pid}-*")]
+
+
+class Output:
+    """Collects a process's stdout lines on a thread, so a test can wait for a line without blocking."""
+
+    def __init__(self, stream) -> None:
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=lambda: self.lines.extend(iter(stream.readline, "")), daemon=True)
+        self._thread.start()
+
+    def wait_for(self, prefix: str, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(line.startswith(prefix) for line in self.lines):
+                return True
+            time.sleep(0.1)
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_every_rank_keeps_their_traces_and_writes_a_partial_report(tmp_path, sig):
+    traces, report = tmp_path / "traces", tmp_path / "report.json"
+    proc = subprocess.Popen(emulate_cmd("--nproc", "2", "--no-dedup", "--report", str(report), "--trace-dir",
+                                        str(traces), "--", str(DDP), "--steps", "100000"),
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out = Output(proc.stdout)
+        assert out.wait_for("step 3:", timeout=120), "the run never reached step 3"
+        assert len(processes_logging_into(traces)) == 2
+        proc.send_signal(sig)
+        started = time.monotonic()
+        code = proc.wait(timeout=30)
+        seconds = time.monotonic() - started
+        stderr = proc.stderr.read()
+    finally:
+        for pid in processes_logging_into(traces):  # what the old launcher left behind
+            os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 128 + sig and seconds < 10, (code, seconds, stderr[-2000:])
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"stepcast: stopped by {sig.name}"), stderr[-2000:]
+    assert processes_logging_into(traces) == [] and shared_memory_of(proc.pid) == []
+    doc = json.loads(report.read_text())
+    assert doc["partial"] is True and doc["capture_dir"] == str(traces) and doc["iterations_simulated"] >= 4
+    for rank in doc["ranks"]:
+        assert rank["status"] == {"exit": "signal", "signal": "SIGTERM"}  # the launcher stopped it
+        assert rank["iterations"] >= 4                                    # its trace up to the signal
+    assert doc["iteration_time_ms"] > 0
+
+
+@pytest.mark.slow
+def test_a_failed_rank_stops_the_others_and_exits_3_with_a_partial_report(tmp_path):
+    script = tmp_path / "fails.py"
+    script.write_text(textwrap.dedent("""
+        import os, torch, torch.distributed as dist
+        local = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local)
+        dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+        model = torch.nn.Linear(64, 64).cuda()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        step = 0
+        while True:                       # rank 0 would run until stopped
+            model(torch.randn(8, 64, device="cuda")).sum().backward()
+            dist.all_reduce(model.weight.grad)
+            opt.step()
+            step += 1
+            if step == 3 and dist.get_rank() == 1:
+                raise RuntimeError("rank 1 gives up")
+        """))
+    traces, report = tmp_path / "traces", tmp_path / "report.json"
+    started = time.monotonic()
+    proc = subprocess.run(emulate_cmd("--nproc", "2", "--no-dedup", "--report", str(report), "--trace-dir",
+                                      str(traces), "--", str(script)),
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == EXIT_RANK_FAILED, proc.stderr[-2000:]
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("stepcast:")]
+    assert len(ours) == 1 and "failed on rank(s) [1]" in ours[0] and "others were stopped" in ours[0]
+    assert processes_logging_into(traces) == [] and time.monotonic() - started < 60
+    doc = json.loads(report.read_text())
+    assert doc["partial"] is True and doc["exit_codes"][0] == 128 + signal.SIGTERM and doc["exit_codes"][1] == 1
+    assert doc["ranks"][1]["status"]["message"] == "rank 1 gives up"
+    assert doc["iterations_simulated"] >= 2 and doc["iteration_time_ms"] > 0
+
+
+@pytest.mark.slow
+def test_two_runs_in_one_folder_each_capture_into_their_own(tmp_path):
+    def script(name: str, n: int, m: int) -> Path:
+        path = tmp_path / f"{name}.py"
+        path.write_text(textwrap.dedent(f"""
+            import torch
+            a = torch.randn({m}, 16, device="cuda")
+            b = torch.randn(16, 8, device="cuda")
+            for _ in range({n}):
+                (a @ b).sum().item()
+            """))
+        return path
+
+    runs = {"a": (3, 32), "b": (5, 64)}
+    procs = {name: subprocess.Popen(emulate_cmd("--capture-only", "--report", f"{name}.json", "--",
+                                                str(script(name, n, m))),
+                                    cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for name, (n, m) in runs.items()}
+    for name, proc in procs.items():
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-2000:]
+    dirs = set()
+    for name, (n, m) in runs.items():
+        doc = json.loads((tmp_path / f"{name}.json").read_text())
+        folder = Path(doc["capture_dir"])
+        assert folder.parent == runs_root() and Path(doc["traces"][0]).parent == folder
+        dirs.add(folder)
+        gemms = [e["spec"] for e in read_trace(doc["traces"][0])["events"] if e["kind"] == "kernel" and e.get("gemm")]
+        assert [(g["m"], g["n"], g["k"]) for g in gemms] == [(m, 8, 16)] * n  # its own script's, as alone
+    assert len(dirs) == 2 and not (tmp_path / "stepcast-capture").exists()
+
+
+def test_a_capture_folder_in_use_is_refused_in_one_line(tmp_path):
+    script = tmp_path / "s.py"
+    script.write_text("print('never runs')\n")
+    with CaptureDir(tmp_path / "busy"):
+        proc = subprocess.run(emulate_cmd("--trace-dir", str(tmp_path / "busy"), "--", str(script)), cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "in use by another run" in lines[0]
+    assert "never runs" not in proc.stdout
+
+
+def test_pruning_keeps_the_newest_run_folders_and_any_in_use(tmp_path):
+    folders = []
+    for i in range(5):
+        folders.append(tmp_path / f"2026010{i}-000000-1")
+        folders[-1].mkdir()
+    with CaptureDir(folders[0]):  # the oldest, but a live run holds it
+        removed = prune_runs(tmp_path, keep=2)
+    assert sorted(removed) == folders[1:3]
+    assert sorted(p for p in tmp_path.iterdir()) == [folders[0], *folders[3:]]
+
+
+def test_more_ranks_than_a_node_has_gpus_names_nodes(tmp_path):
+    script = tmp_path / "s.py"
+    script.write_text("print('never runs')\n")
+    proc = subprocess.run(emulate_cmd("--nproc", "16", "--", str(script)), cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "--nodes 2 --nproc 8" in lines[0], proc.stderr[-2000:]
+
+
+def test_expandable_segments_is_stripped_from_both_allocator_variables():
+    env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,max_split_size_mb:64",
+           "PYTORCH_ALLOC_CONF": "expandable_segments:True", "OTHER": "x"}
+    notes = strip_unsupported_alloc_options(env)
+    assert env == {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64", "OTHER": "x"}
+    assert len(notes) == 2 and all("\n" not in n for n in notes)
+    assert strip_unsupported_alloc_options(env) == []
+
+
+@pytest.mark.slow
+def test_one_rank_sees_torchruns_variables_and_nothing_of_the_project(tmp_path):
+    script = tmp_path / "env.py"
+    script.write_text(textwrap.dedent("""
+        import importlib.util, json, os, sys, torch
+        torch.empty(1 << 20, device="cuda")          # the allocator reads its configuration here
+        names = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
+                 "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"]
+        print("ENV", json.dumps({"env": {n: os.environ.get(n) for n in names}, "path": sys.path,
+                                 "datasets": importlib.util.find_spec("datasets") is not None}))
+        """))
+    env = {**os.environ, "PYTORCH_ALLOC_CONF": "expandable_segments:True",
+           "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,max_split_size_mb:64"}
+    proc = subprocess.run(emulate_cmd("--capture-only", "--nproc", "1", "--trace-dir", str(tmp_path / "t"), "--",
+                                      str(script)), cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("ENV "))[4:])
+    assert {k: seen["env"][k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK")} == \
+        {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": "0"}
+    assert seen["env"]["MASTER_ADDR"] == "127.0.0.1" and int(seen["env"]["MASTER_PORT"]) > 0
+    assert seen["env"]["PYTORCH_CUDA_ALLOC_CONF"] == "max_split_size_mb:64" and seen["env"]["PYTORCH_ALLOC_CONF"] is None
+    assert sum("ignoring expandable_segments:True" in line for line in proc.stderr.splitlines()) == 2
+    # the repository's datasets/ folder would shadow HuggingFace datasets; the script's own folder comes first
+    assert seen["datasets"] is False and str(REPO_ROOT) not in seen["path"] and seen["path"][0] == str(tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["missing", "deadlock"])
+def test_collectives_the_ranks_disagree_on_end_the_run_with_one_line(tmp_path, fault):
+    script = tmp_path / "disagree.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, torch, torch.distributed as dist
+        local = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local)
+        dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+        a, b = dist.new_group([0, 1]), dist.new_group([0, 1])
+        big = torch.empty(4 << 20, device="cuda")    # 16 MiB: not exchanged for real, so no rank waits in capture
+        rank = dist.get_rank()
+        for step in range(3):
+            big.add_(1.0)
+            if {fault!r} == "missing":
+                if not (rank == 1 and step == 1):    # rank 1 skips one all-reduce
+                    dist.all_reduce(big, group=a)
+            else:                                    # opposite orders: a real program would hang
+                for g in ((a, b) if rank == 0 else (b, a)):
+                    dist.all_reduce(big, group=g)
+            torch.cuda.synchronize()
+        dist.destroy_process_group()
+        """))
+    proc = subprocess.run(emulate_cmd("--nproc", "2", "--no-dedup", "--trace-dir", str(tmp_path / "t"), "--",
+                                      str(script)), cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("stepcast:")]
+    assert proc.returncode == 2 and len(ours) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    if fault == "missing":
+        assert "only rank(s) [0] of its 2 members" in ours[0] and "rank(s) [1] never made it" in ours[0]
+    else:
+        assert "rank 0 is stuck" in ours[0] and "rank 1 is stuck" in ours[0]
