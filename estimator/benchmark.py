@@ -46,7 +46,7 @@ MODELS: dict[str, tuple[str, dict, str | None]] = {
     "random_forest": ("random_forest", {"n_estimators": 50, "max_features": 0.5}, "log_time"),
     "roofline": ("roofline", {}, None),
 }
-SUITES = ("vidur", "neusight", "families", "one_model", "speed", "training_models")
+SUITES = ("vidur", "neusight", "families", "one_model", "speed", "training_models", "aiconfigurator", "nccl")
 #: for the two GEMM suites: the other target, and the 9.4-times-costlier ensemble the default was cut down from
 GEMM_COMPARISONS = {
     "xgboost(log_time)": ("xgboost", {}, "log_time"),
@@ -58,14 +58,22 @@ POOLED = "pooled"  # the row of every held-out prediction of a split scored toge
 
 
 def score_folds(frame: pd.DataFrame, split: str, models: dict, max_train_rows: int | None,
-                max_folds: int | None, folds: list | None = None) -> pd.DataFrame:
+                max_folds: int | None, folds: list | None = None, by: tuple[str, ...] = ()) -> pd.DataFrame:
     """One row per (fold, model): the fold's summary; plus the pooled rows (fold=POOLED). ``folds``: these instead
-    of ``split``'s own."""
+    of ``split``'s own. ``by``: columns of ``frame``; adds pooled rows per value of each (fold ``pooled <value>``).
+
+    A model entry is (kind, params, target) for ``estimator.models.make_estimator``, or (a callable returning an
+    unfitted estimator, None, None)."""
     rows, pooled = [], {}
     for fold in folds if folds is not None else select_folds(frame, split, max_folds=max_folds):
         for label, (kind, params, target) in models.items():
             family = str(frame["family"].iat[0])
-            p = evaluate_fold(kind, family, frame, fold, params, target, max_train_rows)
+            if callable(kind):
+                p = fit_predict(kind(), frame, fold, max_train_rows)
+            else:
+                p = evaluate_fold(kind, family, frame, fold, params, target, max_train_rows)
+            for column in by:
+                p[column] = frame[column].to_numpy()[fold.test]
             rows.append({"split": split, "fold": fold.name, "model": label}
                         | summary(p["predicted_us"].to_numpy(), p["runtime_us"].to_numpy()))
             pooled.setdefault(label, []).append(p)
@@ -73,7 +81,21 @@ def score_folds(frame: pd.DataFrame, split: str, models: dict, max_train_rows: i
         p = pd.concat(parts)
         rows.append({"split": split, "fold": POOLED, "model": label}
                     | summary(p["predicted_us"].to_numpy(), p["runtime_us"].to_numpy()))
+        for value, part in (item for column in by for item in p.groupby(column, sort=True)):
+            rows.append({"split": split, "fold": f"{POOLED} {value}", "model": label}
+                        | summary(part["predicted_us"].to_numpy(), part["runtime_us"].to_numpy()))
     return pd.DataFrame(rows)
+
+
+def fit_predict(model, frame: pd.DataFrame, fold, max_train_rows: int | None) -> pd.DataFrame:
+    """``evaluate_fold`` for an estimator instance that ``estimator.models`` does not build by name."""
+    from estimator.evaluate import subsample
+
+    train = subsample(frame.iloc[fold.train], max_train_rows)
+    test = frame.iloc[fold.test]
+    model.fit(train, train["runtime_us"].to_numpy())
+    return test[["family", "hardware", "runtime_us"]].assign(predicted_us=model.predict(test), split=fold.split,
+                                                            fold=fold.name)
 
 
 def side_by_side(results: pd.DataFrame, title: str, metric: str = "mean_ape", by: str = "fold") -> None:
@@ -90,22 +112,27 @@ def side_by_side(results: pd.DataFrame, title: str, metric: str = "mean_ape", by
     console.print(table)
 
 
-#: profiler GEMMs that may join the Vidur H100 folds' training rows: the same 132-SM Hopper die, 16-bit dtypes
+#: other GEMMs that may join the Vidur H100 folds' training rows: the same 132-SM Hopper die, 16-bit dtypes, from the
+#: profiler (column xgboost(+profiled)) and from aiconfigurator (xgboost(+aiconfigurator))
 HOPPER_PROFILES = {"hardware": ("h100-sxm", "h200"), "dtype": ("fp16", "bf16")}
-WITH_PROFILES = "xgboost(+profiled)"
+EXTRA_SOURCES = {"profiler": "xgboost(+profiled)", "aiconfigurator": "xgboost(+aiconfigurator)"}
+WITH_PROFILES = EXTRA_SOURCES["profiler"]
 
 
 def suite_vidur_h100(data: pd.DataFrame, max_train_rows: int | None) -> pd.DataFrame:
     frame = data[(data["family"] == "gemm") & (data["source"] == "vidur") & (data["hardware"] == "h100-sxm")]
     frame = frame.reset_index(drop=True)
     res = score_folds(frame, "held_out_shapes", MODELS | GEMM_COMPARISONS, max_train_rows, None)
-    profiled = data[(data["family"] == "gemm") & (data["source"] == "profiler")
-                    & data["hardware"].astype(str).isin(HOPPER_PROFILES["hardware"])
-                    & data["dtype"].astype(str).isin(HOPPER_PROFILES["dtype"])]
-    if len(profiled):
-        res = pd.concat([res, with_profiles(frame, profiled, max_train_rows)], ignore_index=True)
+    notes = []
+    for source, label in EXTRA_SOURCES.items():
+        extra = data[(data["family"] == "gemm") & (data["source"] == source)
+                     & data["hardware"].astype(str).isin(HOPPER_PROFILES["hardware"])
+                     & data["dtype"].astype(str).isin(HOPPER_PROFILES["dtype"])]
+        if len(extra):
+            res = pd.concat([res, with_profiles(frame, extra, max_train_rows, label)], ignore_index=True)
+            notes.append(f"{label}: plus up to {len(extra):,} {source} Hopper GEMMs")
     side_by_side(res, "Vidur H100 GEMMs, whole models held out: mean APE % (target <= 5, aim 2)"
-                 + (f"; {WITH_PROFILES}: plus {len(profiled):,} profiled Hopper GEMMs" if len(profiled) else ""))
+                 + "".join(f"; {n}" for n in notes))
     return res.assign(suite="vidur_h100_held_out_models")
 
 
@@ -120,18 +147,24 @@ def without_weights_of(extra: pd.DataFrame, held_out: pd.DataFrame) -> pd.DataFr
     return extra[~hit]
 
 
-def with_profiles(frame: pd.DataFrame, profiled: pd.DataFrame, max_train_rows: int | None) -> pd.DataFrame:
-    """Suite 1's folds with the profiled Hopper GEMMs added to each fold's training rows, less the held-out model's
-    weights (what the profiler's token series, conf/profiling/gemm/llm_series.yaml, is for)."""
+def with_profiles(frame: pd.DataFrame, profiled: pd.DataFrame, max_train_rows: int | None,
+                  label: str = WITH_PROFILES) -> pd.DataFrame:
+    """Suite 1's folds with other Hopper GEMMs (the profiler's, aiconfigurator's) added to each fold's training rows,
+    less the held-out model's weights (what the profiler's token series, conf/profiling/gemm/llm_series.yaml, is
+    for). The added rows are subsampled so that, with the fold's own rows, they fit ``max_train_rows``: every Vidur
+    training row is kept."""
     from estimator.splits import Fold
 
     profiled = profiled.reset_index(drop=True)  # positions, which the folds index by
     both = pd.concat([frame, profiled], ignore_index=True)
     folds = []
+    rng = np.random.default_rng(0)
     for fold in select_folds(frame, "held_out_shapes"):
-        allowed = len(frame) + without_weights_of(profiled, frame.iloc[fold.test]).index.to_numpy()
+        allowed = without_weights_of(profiled, frame.iloc[fold.test]).index.to_numpy()
+        room = len(allowed) if max_train_rows is None else max(max_train_rows - len(fold.train), 0)
+        allowed = np.sort(rng.choice(allowed, min(room, len(allowed)), replace=False)) + len(frame)
         folds.append(Fold(fold.split, fold.name, np.concatenate([fold.train, allowed]), fold.test))
-    return score_folds(both, "held_out_shapes", {WITH_PROFILES: MODELS["xgboost"]}, max_train_rows, None, folds)
+    return score_folds(both, "held_out_shapes", {label: MODELS["xgboost"]}, None, None, folds)
 
 
 def suite_neusight_logo(data: pd.DataFrame, max_train_rows: int | None) -> pd.DataFrame:
@@ -191,6 +224,95 @@ def same_models_elsewhere(data: pd.DataFrame, max_train_rows: int | None) -> pd.
     res = pd.concat(rows, ignore_index=True)
     side_by_side(res, f"The H100's {len(h100_models)} Vidur models, one held out, on each device: mean APE %")
     return res.assign(suite="vidur_h100_models_per_device")
+
+
+#: aiconfigurator's Hopper GPUs (the same 132-SM die), whose GEMM and attention tables the suite scores
+HOPPER = ("h100-sxm", "h200")
+AIC_MODELS = {"xgboost": MODELS["xgboost"], "roofline": MODELS["roofline"]}
+
+
+def suite_aiconfigurator(data: pd.DataFrame, max_train_rows: int | None) -> pd.DataFrame:
+    """aiconfigurator's tables (estimator.importers.aiconfigurator_*): bf16 Linear GEMMs on H100/H200 with whole
+    (n, k) pairs held out (five fixed sets; the rows' ``group``), every GPU's GEMMs trained on the other GPUs only,
+    and Hopper FlashAttention-3 prefill / decode with whole head configurations held out."""
+    aic = data[data["source"] == "aiconfigurator"]
+    out = []
+    gemm = aic[aic["family"] == "gemm"].reset_index(drop=True)
+    if len(gemm):
+        hopper = gemm[gemm["hardware"].astype(str).isin(HOPPER)].reset_index(drop=True)
+        res = score_folds(hopper, "held_out_shapes", AIC_MODELS, max_train_rows, None, by=("hardware",))
+        side_by_side(res, "aiconfigurator H100/H200 bf16 Linear GEMMs, whole (n, k) pairs held out: mean APE % "
+                          "(target <= 5)")
+        out.append(res.assign(suite="aiconfigurator_gemm_held_out_nk"))
+        res = score_folds(gemm, "leave_one_hardware_out", AIC_MODELS, max_train_rows, None)
+        side_by_side(res, "aiconfigurator bf16 Linear GEMMs, each GPU trained on the others only: mean APE %")
+        out.append(res.assign(suite="aiconfigurator_gemm_logo"))
+    attention = aic[(aic["family"] == "attention") & aic["hardware"].astype(str).isin(HOPPER)]
+    if len(attention):
+        attention = attention.assign(phase=np.where(attention["seq_q"] == 1, "decode", "prefill")).reset_index(
+            drop=True)
+        res = score_folds(attention, "held_out_shapes", AIC_MODELS, max_train_rows, None, by=("phase",))
+        side_by_side(res, "aiconfigurator Hopper attention (FA3, bf16), whole head configurations held out: "
+                          "mean APE % (target <= 8)")
+        out.append(res.assign(suite="aiconfigurator_attention_held_out_heads"))
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
+
+
+#: size buckets of the NCCL suite (bytes per rank, left-closed)
+SIZE_BUCKETS = (0, 2 ** 16, 2 ** 20, 2 ** 24, np.inf)
+SIZE_LABELS = ("<64KiB", "64KiB-1MiB", "1-16MiB", ">=16MiB")
+
+
+def nccl_models() -> dict:
+    from estimator.nccl import NcclEstimator
+
+    return {"alpha-beta": MODELS["roofline"], "xgboost": MODELS["xgboost"],
+            "nccl": (NcclEstimator, None, None), "nccl+residual": (lambda: NcclEstimator(residual=True), None, None)}
+
+
+def nccl_folds(frame: pd.DataFrame, test_share: float = 0.2, seed: int = 0) -> list:
+    """Held-out sizes (a random fifth of each source's distinct sizes, every op, count and device) and held-out GPU
+    counts (every single-node row at 2, 4 or 8 ranks, trained on the other counts and on multi-node rows)."""
+    from estimator.splits import Fold
+
+    folds = []
+    sizes = frame[["source", "bytes"]].drop_duplicates()
+    chosen = sizes[np.random.default_rng(seed).random(len(sizes)) < test_share]
+    test = frame.set_index(["source", "bytes"]).index.isin(chosen.set_index(["source", "bytes"]).index)
+    folds.append(Fold("held_out_sizes", "sizes", np.flatnonzero(~test), np.flatnonzero(test)))
+    single = (frame["ranks"] <= frame["ranks_per_node"]).to_numpy()
+    for count in (2, 4, 8):
+        test = single & (frame["ranks"] == count).to_numpy()
+        if test.any():
+            folds.append(Fold("held_out_gpu_counts", f"{count} GPUs", np.flatnonzero(~test), np.flatnonzero(test)))
+    return folds
+
+
+def suite_nccl(data: pd.DataFrame) -> pd.DataFrame:
+    """NCCL on GPUs (aiconfigurator's nccl-tests tables, Vidur's torch.distributed tables): the NCCL-structured model
+    (estimator.nccl) with and without its learned residual against alpha-beta and XGBoost, on held-out sizes and
+    held-out GPU counts; errors by source, op and size bucket."""
+    frame = data[(data["family"] == "collective") & data["hardware"].astype(str).map(_is_gpu)].reset_index(drop=True)
+    if not len(frame):
+        return pd.DataFrame()
+    bucket = pd.cut(frame["bytes"], SIZE_BUCKETS, right=False, labels=SIZE_LABELS).astype(str)
+    frame = frame.assign(where=frame["source"].astype(str) + " " + frame["op"].astype(str),
+                         size_bucket=frame["source"].astype(str) + " " + bucket)
+    out = []
+    folds = nccl_folds(frame)
+    for split in ("held_out_sizes", "held_out_gpu_counts"):
+        res = score_folds(frame, split, nccl_models(), None, None, [f for f in folds if f.split == split],
+                          by=("where", "size_bucket"))
+        side_by_side(res, f"NCCL, {split.replace('_', ' ')}: mean APE % per fold, then by source and op, by source "
+                          "and size (target <= 10 within a node)")
+        out.append(res.assign(suite=f"nccl_{split}"))
+    return pd.concat(out, ignore_index=True)
+
+
+def _is_gpu(hardware: str) -> bool:
+    from profiling.hardware import lookup
+
+    return lookup(hardware).kind == "gpu"
 
 
 def suite_families(data: pd.DataFrame, max_train_rows: int | None, max_folds: int | None) -> pd.DataFrame:
@@ -350,6 +472,10 @@ def main(argv: list[str] | None = None) -> int:
             parts.append(suite_one_model(data, args.max_train_rows))
         if "training_models" in suites:
             parts.append(suite_training_models(data, args.gemm_train_rows))
+        if "aiconfigurator" in suites:
+            parts.append(suite_aiconfigurator(data, args.gemm_train_rows))
+        if "nccl" in suites:
+            parts.append(suite_nccl(data))
         results["accuracy"] = pd.concat(parts, ignore_index=True).to_dict(orient="records")
     if args.json:
         from estimator.bundle import write_json_atomic

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from estimator.importers import kineto, llmcompass, neusight, profiler, vidur, vidur_attention, vidur_network
+from estimator.importers import (aiconfigurator_attention, aiconfigurator_gemm, aiconfigurator_nccl, kineto, llmcompass,
+                                 neusight, profiler, vidur, vidur_attention, vidur_network)
 from estimator.importers.common import SOURCES, TRAINING_COLUMNS, DataImportError
 
 #: source name (the ``source`` column) -> the modules that produce its rows
@@ -18,6 +19,7 @@ IMPORTERS: dict[str, tuple[ModuleType, ...]] = {
     "neusight": (neusight,),
     "kineto": (kineto,),
     "llmcompass": (llmcompass,),
+    "aiconfigurator": (aiconfigurator_gemm, aiconfigurator_attention, aiconfigurator_nccl),
 }
 assert tuple(IMPORTERS) == SOURCES
 

@@ -18,7 +18,7 @@ import pandas as pd
 from profiling.families import COMMON_COLUMNS, DTYPES, FAMILIES
 from profiling.hardware import load_catalog
 
-SOURCES: tuple[str, ...] = ("profiler", "vidur", "neusight", "kineto", "llmcompass")
+SOURCES: tuple[str, ...] = ("profiler", "vidur", "neusight", "kineto", "llmcompass", "aiconfigurator")
 
 KEY_COLUMNS: tuple[str, ...] = tuple(dict.fromkeys(
     COMMON_COLUMNS + tuple(c for cols in FAMILIES.values() for c in cols)))

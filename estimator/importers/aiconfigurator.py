@@ -1,0 +1,83 @@
+"""What the three aiconfigurator importers share: where NVIDIA's per-op tables lie, which catalog device each
+folder is, how a table is read, and how repeated measurements of one kernel are merged.
+
+Layout (``aiconfigurator/SOURCE.md`` in the shared data): ``aiconfigurator/aic-core/src/aiconfigurator_core/systems/
+data/<gpu>/<table kind>/<framework>/<version>/<table>.parquet`` (``gemm``, ``attention``, ``comm``); a version folder
+holding only ``reuse.yaml`` points at another version's tables and adds no measurement, so globbing parquet files
+reads every measurement once. Latency is in milliseconds in every table.
+
+Device: the table's ``device`` column (the vendor name, e.g. ``NVIDIA H100 80GB HBM3``) is looked up among the
+catalog's aliases (``conf/hardware/*.yaml``); a table without that column (the H100/H200 NCCL 2.23 tables) takes the
+folder name (``h100_sxm`` -> ``H100 SXM``). GPUs the catalog does not describe (L40S, GB200, B300, GB300, RTX PRO
+6000 at this commit) are skipped with a log line: a row must name a catalog device, and one yaml in
+``conf/hardware/`` brings them in.
+
+Merging: the same kernel shape is timed by several framework releases (vLLM, SGLang, TensorRT-LLM, each a few
+versions) that call the same library kernel; the importers keep one row per (device, backend, shape), the median
+over those measurements, so no shape weighs more in training for having been re-measured.
+"""
+from __future__ import annotations
+
+import logging
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from estimator.importers.common import DataImportError
+from profiling.hardware import UnknownHardwareError, lookup
+
+log = logging.getLogger(__name__)
+
+SOURCE = "aiconfigurator"
+DATA_DIR = Path("aiconfigurator/aic-core/src/aiconfigurator_core/systems/data")
+#: held-out splits hold out whole shape sets: each (n, k) pair or head configuration falls in one of this many groups
+GROUP_SETS = 5
+
+
+def tables(root: Path, kind: str, name: str) -> list[Path]:
+    """Every ``<name>`` parquet of one table kind (``gemm``, ``attention``, ``comm``) under ``root``."""
+    return sorted((Path(root) / DATA_DIR).glob(f"*/{kind}/**/{name}"))
+
+
+def gpu_folder(path: Path, root: Path) -> str:
+    return Path(path).relative_to(Path(root) / DATA_DIR).parts[0]
+
+
+def read_table(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
+    """One parquet table, checked for the columns the importer relies on (one-line error naming file and column)."""
+    try:
+        frame = pd.read_parquet(path)
+    except (OSError, ValueError) as exc:
+        raise DataImportError(f"{path}: unreadable parquet ({exc.__class__.__name__}: "
+                              f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+    for column in required:
+        if column not in frame.columns:
+            raise DataImportError(f"{path}: column '{column}' is missing")
+    return frame
+
+
+def catalog_device(frame: pd.DataFrame, path: Path, root: Path) -> str | None:
+    """The catalog id of the GPU a table measured, or None (logged) when the catalog does not describe it."""
+    names = pd.unique(frame["device"].astype(str)) if "device" in frame.columns else []
+    if len(names) > 1:
+        raise DataImportError(f"{path}: column 'device': several devices in one table ({', '.join(names[:3])})")
+    name = str(names[0]) if len(names) else gpu_folder(path, root).replace("_", " ")
+    try:
+        return lookup(name).id
+    except UnknownHardwareError:
+        log.info("aiconfigurator: %s: device '%s' is not in the hardware catalog; skipped", path, name)
+        return None
+
+
+def median_rows(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """One row per distinct ``keys``: the median ``latency`` (ms) of its measurements."""
+    return frame.groupby(keys, sort=True, dropna=False)["latency"].median().reset_index()
+
+
+def shape_set(*columns: np.ndarray) -> np.ndarray:
+    """A stable group number in [0, GROUP_SETS) per row from integer shape columns (CRC-32 of their values), the same
+    on every device and every run, so a held-out set is held out everywhere."""
+    keys = ["x".join(str(int(v)) for v in values) for values in zip(*columns)]
+    return np.fromiter((zlib.crc32(k.encode()) % GROUP_SETS for k in keys), dtype=np.int64, count=len(keys))

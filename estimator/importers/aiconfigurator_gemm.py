@@ -1,0 +1,59 @@
+"""aiconfigurator's Linear GEMMs: ``<gpu>/gemm/<framework>/<version>/gemm_perf.parquet`` (NVIDIA, Apache-2.0).
+
+Columns ``framework, version, device, op_name, kernel_source, gemm_dtype, m, n, k, latency``; the op is a Linear
+layer, y[m, n] = x[m, k] @ W[n, k]^T, **latency in milliseconds**. Imported: the ``bfloat16`` rows, which every
+framework runs through ``torch.nn.functional.linear`` on cuBLAS/cuBLASLt (kernel_source
+``torch.nn.functional.linear``, ``sglang_torch_linear``, ``sglang``, ``vllm_default``, ``torch_flow``: the
+frameworks' unquantised Linear method); the fp8 / fp8-block / nvfp4 / int8 / int4 rows are CUTLASS, DeepGEMM or
+FlashInfer kernels that a PyTorch training step does not call (torch's fp8 path is cuBLASLt ``_scaled_mm``), so
+they would teach the fp8 rows a different library.
+
+Rows with m = 0 (TensorRT-LLM 1.2.0rc5 timed empty GEMMs on the H100: 0.5 us, launch only, no work) are dropped.
+Rows: family ``gemm``, m, n, k as given, batch 1, dtype ``bf16``, ``runtime_us`` the median over the framework
+releases that timed the shape (``estimator.importers.aiconfigurator``), ``gemm_op`` ``linear``, ``backend``
+``cublas``. ``group`` is ``aiconfigurator-gemm/nk<i>``: the (n, k) pair's fixed set among five, so held-out splits
+hold out whole weight shapes on every device at once (a Vidur model's weights are a handful of (n, k) pairs too).
+
+Timing method (SOURCE.md): CUDA graphs around repeated launches with the weights rotated across copies so that
+they are not served from L2: every call reads its weight from HBM, as a layer's weight is read once per pass in a
+training step, and no launch gap is counted. At small m (memory-bound: the weight read dominates) this is close
+to a kernel inside a training step, and slower than a loop over one buffer that keeps the weight in L2; at large m
+the three agree within a few percent. Which source the models treat as "inside a training step", and the offset
+applied to these rows, is ``estimator.importers.timing``'s business.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from estimator.importers.aiconfigurator import (SOURCE, catalog_device, median_rows, read_table, shape_set,
+                                                tables)
+from estimator.importers.common import finalize
+
+REQUIRED = ("kernel_source", "gemm_dtype", "m", "n", "k", "latency")
+#: the one dtype whose rows are plain torch Linear (cuBLAS)
+TORCH_DTYPE = "bfloat16"
+
+
+def input_files(root: Path) -> list[Path]:
+    return tables(root, "gemm", "gemm_perf.parquet")
+
+
+def load(root: Path) -> pd.DataFrame:
+    """Every bf16 Linear GEMM of a catalog device, one row per (device, m, n, k)."""
+    parts = []
+    for path in input_files(root):
+        raw = read_table(path, REQUIRED)
+        hardware = catalog_device(raw, path, root)
+        if hardware is None:
+            continue
+        raw = raw[(raw["gemm_dtype"].astype(str) == TORCH_DTYPE) & (raw[["m", "n", "k"]] >= 1).all(axis=1)]
+        parts.append(raw[["m", "n", "k", "latency"]].assign(hardware=hardware))
+    if not parts:
+        return finalize(pd.DataFrame(), SOURCE)
+    rows = median_rows(pd.concat(parts, ignore_index=True), ["hardware", "m", "n", "k"])
+    rows = rows.assign(family="gemm", dtype="bf16", batch=1, runtime_us=rows["latency"] * 1000.0,
+                       gemm_op="linear", backend="cublas",
+                       group="aiconfigurator-gemm/nk" + pd.Series(shape_set(rows["n"], rows["k"])).astype(str))
+    return finalize(rows.drop(columns="latency"), SOURCE)
