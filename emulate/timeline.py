@@ -3,6 +3,8 @@
 One process per rank ("rank N"); in it one track for the host thread (iterations and the time it spends blocked in
 synchronising calls) and one track per device stream (kernels, copies, collectives; a collective that waits for
 peer ranks shows the wait as a separate "wait for peers" slice). Times are microseconds, as the format expects.
+Kernel slices are named by :func:`short_kernel_name` (templates and argument lists elided: demangled names run to
+thousands of characters); the whole name is in the slice's ``args.kernel``.
 """
 from __future__ import annotations
 
@@ -16,8 +18,33 @@ from emulate.sim.program import (
 )
 
 HOST_TID = 0
+SHORT_NAME_MAX = 96
 _SYNC_NAMES = {EVENT_SYNC: "event_sync", STREAM_SYNC: "stream_sync", DEVICE_SYNC: "device_sync",
                MEMCPY_BLOCKING: "blocking memcpy"}
+
+
+def short_kernel_name(name: str) -> str:
+    """``void at::native::elementwise_kernel<128, 4, ...>(int, ...)`` -> ``at::native::elementwise_kernel``: the
+    qualified function name without return type, template arguments or parameter list."""
+    text = name.replace("(anonymous namespace)", "{anon}")
+    out: list[str] = []
+    depth = 0
+    for ch in text:
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth = max(depth - 1, 0)
+        elif depth == 0:
+            if ch == "(":
+                break            # the parameter list
+            out.append(ch)
+    short = "".join(out).strip()
+    if " " in short:             # a return type ("void ...")
+        short = short.rsplit(" ", 1)[-1]
+    short = short.replace("{anon}", "(anonymous)")
+    if not short:
+        short = name
+    return short if len(short) <= SHORT_NAME_MAX else short[:SHORT_NAME_MAX - 3] + "..."
 
 
 def stream_tid(index: int) -> int:
@@ -70,8 +97,10 @@ def _device_slices(prog: RankProgram, tl, measured) -> Iterator[dict[str, Any]]:
         elif code == MEMSET:
             name, cat = "memset", "memset"
         else:
-            name, cat = str(ev.get("name") or "kernel"), "kernel"
+            name, cat = short_kernel_name(str(ev.get("name") or "kernel")), "kernel"
         args = {"seq": i, "duration": "measured" if measured[i] else "predicted"}
+        if cat == "kernel" and ev.get("name"):
+            args["kernel"] = ev["name"]
         if ev.get("op"):
             args["op"] = ev["op"]
         yield {"ph": "X", "name": name, "cat": cat, "pid": pid, "tid": tid, "ts": float(start[i]),

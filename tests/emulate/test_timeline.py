@@ -26,3 +26,25 @@ def test_timeline_has_one_track_per_stream_and_rank(tmp_path):
     host = [ev for ev in slices if ev["tid"] == HOST_TID]
     assert host and all(ev["cat"] in ("iteration", "sync") for ev in host)
     assert [p.name for p in tmp_path.iterdir()] == ["timeline.json"]
+
+
+def test_kernel_slices_have_short_names_and_keep_the_whole_name_in_their_args(tmp_path):
+    from emulate.sim.synthetic import TraceBuilder
+    from emulate.timeline import short_kernel_name
+
+    full = ("void at::native::(anonymous namespace)::vectorized_elementwise_kernel<4, "
+            "at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3> >(int, "
+            "at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)")
+    assert short_kernel_name(full) == "at::native::(anonymous)::vectorized_elementwise_kernel"
+    assert short_kernel_name("nvjet_sm90_tst_256x128_64x4_2x4_h_bz_coopA_TNT") == \
+        "nvjet_sm90_tst_256x128_64x4_2x4_h_bz_coopA_TNT"
+    assert short_kernel_name("ampere_sgemm_128x64_nn") == "ampere_sgemm_128x64_nn"
+    b = TraceBuilder()
+    b.iteration(0)
+    b.kernel(stream=1, duration_us=1.0, name=full)
+    b.iteration(1, end=True)
+    doc = json.loads(write_timeline(simulate([b.doc()], "h100-sxm", durations="measured"),
+                                    tmp_path / "t.json").read_text())
+    kernel = next(ev for ev in doc["traceEvents"] if ev.get("cat") == "kernel")
+    assert kernel["name"] == "at::native::(anonymous)::vectorized_elementwise_kernel"
+    assert kernel["args"]["kernel"] == full
