@@ -1,0 +1,45 @@
+"""An emulated CUDA *driver* (``libcuda.so.1``) on which the real NVIDIA libraries of torch's wheels run unchanged.
+
+The older shim (emulate/csrc, preloaded) replaces the CUDA runtime and stubs cuBLAS/cuDNN, so the kernels it
+records are not the ones a GPU would run. Here only the driver is emulated: torch's own ``libcudart``, cuBLAS and
+cuBLASLt (and the runtimes linked statically into them) run as they are, make their own choices from the device
+the driver describes, and launch their real kernels through ``cuLaunchKernel`` / ``cuLaunchKernelEx``, which the
+driver logs instead of executing. Nothing else is needed: the driver is found through ``LD_LIBRARY_PATH``.
+
+Pieces
+    :mod:`.build`       compiles csrc/ (one file per API area) plus two generated files: the versioned
+                        ``cuGetProcAddress`` table (from cudaTypedefs.h) and NOT_SUPPORTED stubs for the rest.
+    :mod:`.device`      the device description from the catalog (conf/hardware/<id>.yaml).
+    :mod:`.launchlog`   reads the launch log.
+    :mod:`.gemm_choice` the top cuBLASLt heuristic choice and its launched kernels, batched, with the version.
+    :mod:`.torch_gemm`  what torch.matmul launches on the same virtual device.
+
+Environment (what a launcher sets for each process)
+    ``LD_LIBRARY_PATH``           the folder of :func:`.build.driver_path` first (no ``LD_PRELOAD``).
+    ``STEPCAST_DRIVER_ATTRS``     ``<CUdevice_attribute id>=<value>,...`` from :func:`.device.driver_environment`,
+                                  which also sets ``STEPCAST_DRIVER_GPCS`` and the ``STEPCAST_GPU_*`` /
+                                  ``STEPCAST_DEVICE_COUNT`` variables of :func:`emulate.launcher.gpu_environment`.
+                                  Without them the driver reports no device (``cuInit`` answers NO_DEVICE).
+    ``STEPCAST_DRIVER_LOG``       log prefix; each process appends to ``<prefix>.<pid>.jsonl`` (per pid, since
+                                  Inductor's compile workers load the driver too).
+    ``STEPCAST_DRIVER_DEBUG``     also log occupancy answers and print unsupported entry points on stderr.
+
+Log format: one JSON object a line. ``{"event": "launch", "name": <kernel name as the library registered it,
+mangled>, "grid": [x, y, z], "block": [x, y, z], "smem": <dynamic shared memory bytes>, "cluster": [x, y, z],
+"stream": <stream id: 1 legacy default, 2 per-thread default, 3+ created>, "via": <entry point>}``; also
+``unsupported`` (an entry point answered NOT_SUPPORTED, once per name), ``export_table`` (a private table asked
+for, with the answer) and ``proc_missing`` (a ``cuGetProcAddress`` name/version without an entry).
+
+Plugging into ``python -m emulate run`` (not done here; the launcher has its owner): per rank, build with
+:func:`.build.driver_path`, add :func:`.device.driver_environment` (spec, nproc), put the driver's folder first on
+``LD_LIBRARY_PATH``, drop the shim from ``LD_PRELOAD``, set ``STEPCAST_DRIVER_LOG`` inside the trace folder and turn
+the launch records into trace events (timing comes from the estimators, keyed by the real kernel name and grid).
+
+Verified (tests/emulate/test_driver_*.py, CPU only): torch 2.14.1's libcudart initialises on it (the integrity
+check passes), ``torch.cuda.is_available()``, the catalog's name / capability / SM count / memory; randn,
+elementwise, reductions, ``.item()`` through pinned memory; bf16 / fp16 / fp32 ``torch.matmul`` on h100-sxm,
+a100-sxm-80gb and l4 launch exactly the kernels (names, grids, clusters) that cuBLASLt's top heuristic choice
+launches for the same problem. Not emulated yet: graph capture, events' elapsed time, cuDNN, Triton
+(``torch.compile``), NVML. Modelled, not measured: cluster occupancy (SM pairs spread evenly over the GPCs) and
+per-kernel registers / static shared memory (32 / 0: the kernel images are not parsed).
+"""

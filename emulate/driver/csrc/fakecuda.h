@@ -1,0 +1,66 @@
+/* Shared declarations of the emulated CUDA driver (emulate/driver/csrc).
+ *
+ * Each file implements one API area with the *current* ABI of each entry point: cuda.h's own macros give the
+ * exported name (cuMemAlloc -> cuMemAlloc_v2), so the compiler checks every signature against the header.
+ * Everything not implemented here answers CUDA_ERROR_NOT_SUPPORTED (generated stubs, see build.py).
+ * Device memory is never backed: addresses come from a PROT_NONE window, so a host read of one would crash. */
+#ifndef FAKECUDA_H
+#define FAKECUDA_H
+
+#include <cuda.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define FK_EXPORT __attribute__((visibility("default")))
+
+/* ---- device description (device.c), read once from the environment that emulate/driver/device.py writes ---- */
+typedef struct {
+    char name[256];
+    size_t total_mem;
+    int attrs[CU_DEVICE_ATTRIBUTE_MAX];
+    int gpc_count;   /* SMs are split evenly over this many GPCs (modelled: cluster occupancy) */
+    CUuuid uuid;
+} fk_device_t;
+
+int fk_device_count(void);
+const fk_device_t *fk_device(int ordinal);
+int fk_attr(int attribute);  /* device 0's value */
+CUcontext fk_primary_context(void);
+void fk_ensure_init(void);
+
+/* ---- the launch log (launch.c) ---- */
+void fk_log_unsupported(const char *name);
+void fk_log_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- kernels and functions (module.c): one object serves as CUkernel and CUfunction ---- */
+typedef struct fk_function {
+    uint32_t magic;
+    char *name;
+    void *library;          /* owning library or module */
+    int max_dynamic_smem;   /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES as set by the caller */
+    int non_portable_cluster;
+    int carveout;
+    struct fk_function *next;
+} fk_function_t;
+#define FK_FUNCTION_MAGIC 0x464b464eu
+fk_function_t *fk_function_of(const void *handle);
+int fk_function_static_smem(const fk_function_t *f);
+int fk_function_regs(const fk_function_t *f);
+
+/* ---- memory (memory.c) ---- */
+int fk_is_device_pointer(CUdeviceptr p);
+int fk_is_host_pointer(const void *p, int *is_mapped);
+
+/* ---- streams (stream.c) ---- */
+unsigned long long fk_stream_id(CUstream s);
+
+/* ---- occupancy (launch.c) ---- */
+int fk_blocks_per_sm(const fk_function_t *f, int threads, size_t dynamic_smem);
+
+/* ---- private tables (export.c) ---- */
+CUresult fk_export_table(const void **table, const CUuuid *id);
+
+extern pthread_mutex_t fk_lock;
+
+#endif

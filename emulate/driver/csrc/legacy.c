@@ -1,0 +1,30 @@
+/* Older ABIs that the runtimes still ask for by version through cuGetProcAddress: cuda.h maps each plain name to
+ * its newest form, so these are defined after undoing that mapping. */
+#include "fakecuda.h"
+
+#undef cuStreamGetCaptureInfo
+#undef cuGetProcAddress
+#undef cuStreamGetCaptureInfo_v2
+#undef cuCtxCreate
+
+CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream, CUstreamCaptureStatus *, cuuint64_t *, CUgraph *, const CUgraphNode **,
+                                           const CUgraphEdgeData **, size_t *);
+CUresult CUDAAPI cuGetProcAddress_v2(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+
+FK_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream s, CUstreamCaptureStatus *status, cuuint64_t *id) {
+    return cuStreamGetCaptureInfo_v3(s, status, id, NULL, NULL, NULL, NULL);
+}
+FK_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo_v2(CUstream s, CUstreamCaptureStatus *status, cuuint64_t *id, CUgraph *graph,
+                                                     const CUgraphNode **deps, size_t *n) {
+    return cuStreamGetCaptureInfo_v3(s, status, id, graph, deps, NULL, n);
+}
+FK_EXPORT CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags) {
+    return cuGetProcAddress_v2(symbol, pfn, version, flags, NULL);
+}
+
+#undef cuDeviceGetUuid
+FK_EXPORT CUresult CUDAAPI cuDeviceGetUuid(CUuuid *uuid, CUdevice dev) { return cuDeviceGetUuid_v2(uuid, dev); }
+
+#undef cuDevicePrimaryCtxRelease
+CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev);
+FK_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) { return cuDevicePrimaryCtxRelease_v2(dev); }

@@ -1,0 +1,332 @@
+/* Memory: device memory is never backed (addresses from one PROT_NONE window, so a host read of a device pointer
+ * crashes instead of returning made-up data); pinned and managed memory are real host memory, as the host reads
+ * them (.item() goes through pinned memory). Copies into host memory from the device write zeros. */
+#include "fakecuda.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define WINDOW_BYTES (1ull << 42)  /* address space only: expandable segments reserve ~96 GB at a time */
+#define ALIGN 512ull
+
+typedef struct { uintptr_t base; size_t size; int kind; unsigned flags; unsigned long long id; } range_t;
+enum { DEVICE = 1, HOST = 2, REGISTERED = 3, MANAGED = 4, RESERVED = 5 };
+
+static uintptr_t window, window_next;
+static range_t *ranges;
+static size_t n_ranges, cap_ranges;
+static size_t device_in_use;
+static unsigned long long next_id = 1;
+static pthread_once_t window_once = PTHREAD_ONCE_INIT;
+
+static void reserve_window(void) {
+    void *p = mmap(NULL, WINDOW_BYTES, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p != MAP_FAILED) window = window_next = ((uintptr_t)p + (1u << 21) - 1) & ~(uintptr_t)((1u << 21) - 1);
+}
+static void add_range(uintptr_t base, size_t size, int kind, unsigned flags) {
+    if (n_ranges == cap_ranges) {
+        cap_ranges = cap_ranges ? 2 * cap_ranges : 256;
+        ranges = realloc(ranges, cap_ranges * sizeof *ranges);
+    }
+    ranges[n_ranges++] = (range_t){base, size, kind, flags, next_id++};
+}
+static range_t *find(uintptr_t p) {  /* callers hold fk_lock */
+    for (size_t i = n_ranges; i-- > 0;)
+        if (p >= ranges[i].base && p < ranges[i].base + (ranges[i].size ? ranges[i].size : 1)) return &ranges[i];
+    return NULL;
+}
+static void drop(range_t *r) { *r = ranges[--n_ranges]; }
+
+/* address space from the window; 0 when exhausted */
+static uintptr_t window_take(size_t bytes, size_t align) {
+    pthread_once(&window_once, reserve_window);
+    if (!window) return 0;
+    uintptr_t p = (window_next + align - 1) & ~(uintptr_t)(align - 1);
+    if (p + bytes > window + WINDOW_BYTES - (1u << 21)) return 0;
+    window_next = p + bytes;
+    return p;
+}
+CUdeviceptr fk_device_alloc(size_t bytes) {
+    pthread_mutex_lock(&fk_lock);
+    uintptr_t p = window_take(bytes ? bytes : 1, ALIGN);
+    if (p) add_range(p, bytes, DEVICE, 0);
+    pthread_mutex_unlock(&fk_lock);
+    return (CUdeviceptr)p;
+}
+int fk_is_device_pointer(CUdeviceptr p) {
+    pthread_once(&window_once, reserve_window);
+    return window && p >= window && p < window + WINDOW_BYTES;
+}
+int fk_is_host_pointer(const void *p, int *is_mapped) {
+    pthread_mutex_lock(&fk_lock);
+    range_t *r = find((uintptr_t)p);
+    int kind = r ? r->kind : 0;
+    if (is_mapped) *is_mapped = r && (r->flags & CU_MEMHOSTALLOC_DEVICEMAP);
+    pthread_mutex_unlock(&fk_lock);
+    return kind == HOST || kind == REGISTERED;
+}
+
+FK_EXPORT CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize) {
+    if (!dptr || !bytesize) return CUDA_ERROR_INVALID_VALUE;
+    const fk_device_t *d = fk_device(0);
+    pthread_mutex_lock(&fk_lock);
+    int full = d && d->total_mem && device_in_use + bytesize > d->total_mem;
+    pthread_mutex_unlock(&fk_lock);
+    if (full) return CUDA_ERROR_OUT_OF_MEMORY;
+    CUdeviceptr p = fk_device_alloc(bytesize);
+    if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&fk_lock);
+    device_in_use += bytesize;
+    pthread_mutex_unlock(&fk_lock);
+    *dptr = p;
+    return CUDA_SUCCESS;
+}
+FK_EXPORT CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) { return cuMemAlloc(dptr, bytesize); }
+FK_EXPORT CUresult CUDAAPI cuMemAllocPitch(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
+                                           unsigned int ElementSizeBytes) {
+    size_t pitch = (WidthInBytes + 511) & ~(size_t)511;
+    *pPitch = pitch;
+    return cuMemAlloc(dptr, pitch * Height);
+}
+FK_EXPORT CUresult CUDAAPI cuMemFree(CUdeviceptr dptr) {
+    if (!dptr) return CUDA_SUCCESS;
+    CUresult rc = CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&fk_lock);
+    range_t *r = find(dptr);
+    if (r && r->kind == DEVICE && r->base == dptr) {
+        device_in_use -= r->size;
+        drop(r);
+        rc = CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&fk_lock);
+    return rc;
+}
+FK_EXPORT CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) { return cuMemFree(dptr); }
+FK_EXPORT CUresult CUDAAPI cuMemGetInfo(size_t *free, size_t *total) {
+    const fk_device_t *d = fk_device(0);
+    if (!d) return CUDA_ERROR_NO_DEVICE;
+    pthread_mutex_lock(&fk_lock);
+    if (total) *total = d->total_mem;
+    if (free) *free = d->total_mem > device_in_use ? d->total_mem - device_in_use : 0;
+    pthread_mutex_unlock(&fk_lock);
+    return CUDA_SUCCESS;
+}
+FK_EXPORT CUresult CUDAAPI cuMemGetAddressRange(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr) {
+    pthread_mutex_lock(&fk_lock);
+    range_t *r = find(dptr);
+    if (r) { if (pbase) *pbase = r->base; if (psize) *psize = r->size; }
+    pthread_mutex_unlock(&fk_lock);
+    return r ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+/* ---- host memory ---- */
+FK_EXPORT CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags) {
+    if (!pp) return CUDA_ERROR_INVALID_VALUE;
+    void *p = NULL;
+    if (posix_memalign(&p, 4096, bytesize ? bytesize : 1) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&fk_lock);
+    add_range((uintptr_t)p, bytesize, HOST, Flags | CU_MEMHOSTALLOC_DEVICEMAP);
+    pthread_mutex_unlock(&fk_lock);
+    *pp = p;
+    return CUDA_SUCCESS;
+}
+FK_EXPORT CUresult CUDAAPI cuMemAllocHost(void **pp, size_t bytesize) { return cuMemHostAlloc(pp, bytesize, 0); }
+FK_EXPORT CUresult CUDAAPI cuMemFreeHost(void *p) {
+    pthread_mutex_lock(&fk_lock);
+    range_t *r = find((uintptr_t)p);
+    int ok = r && r->kind == HOST && r->base == (uintptr_t)p;
+    if (ok) drop(r);
+    pthread_mutex_unlock(&fk_lock);
+    if (!ok) return CUDA_ERROR_INVALID_VALUE;
+    free(p);
+    return CUDA_SUCCESS;
+}
+FK_EXPORT CUresult CUDAAPI cuMemHostGetDevicePointer(CUdeviceptr *pdptr, void *p, unsigned int Flags) {
+    if (!pdptr || !fk_is_host_pointer(p, NULL)) return CUDA_ERROR_INVALID_VALUE;
+    *pdptr = (CUdeviceptr)p;  /* unified addressing: the device sees host memory at the same address */
+    return CUDA_SUCCESS;
+}
+FK_EXPORT CUresult CUDAAPI cuMemHostGetFlags(unsigned int *pFlags, void *p) {
+    pthread_mutex_lock(&fk_lock);
+    range_t *r = find((uintptr_t)p);
+    if (r && pFlags) *pFlags = r->flags;
+    pthread_mutex_unlock(&fk_lock);
+    return r && (r->kind == HOST || r->kind == REGISTERED) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+FK_EXPORT CUresult CUDAAPI cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags) {
+    pthread_mutex_lock(&fk_lock);
+    int already = find((uintptr_t)p) != NULL;
+    if (!already) add_range((uintptr_t)p, bytesize, REGISTERED, Flags | CU_MEMHOSTALLOC_DEVICEMAP);
+    pthread_mutex_unlock(&fk_lock);
+    return already ? CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED : CUDA_SUCCESS;
+}
+FK_EXPORT CUresult CUDAAPI cuMemHostUnregister(void *p) {
+    pthread_mutex_lock(&fk_lock);
+    range_t *r = find((uintptr_t)p);
+    int ok = r && r->kind == REGISTERED;
+    if (ok) drop(r);
+    pthread_mutex_unlock(&fk_lock);
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+}
+FK_EXPORT CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags) {
+    void *p = NULL;
+    if (!dptr || posix_memalign(&p, 4096, bytesize ? bytesize : 1) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
+    memset(p, 0, bytesize);
+    pthread_mutex_lock(&fk_lock);
+    add_range((uintptr_t)p, bytesize, MANAGED, flags);
+    pthread_mutex_unlock(&fk_lock);
+    *dptr = (CUdeviceptr)p;
+    return CUDA_SUCCESS;
+}
+
+/* ---- copies and fills (asynchronous ones complete at once: nothing runs) ---- */
+static void copy(uintptr_t dst, uintptr_t src, size_t n) {
+    if (!n || fk_is_device_pointer(dst)) return;  /* the device side holds no data */
+    if (fk_is_device_pointer(src)) memset((void *)dst, 0, n);
+    else memmove((void *)dst, (const void *)src, n);
+}
+static void fill(uintptr_t dst, unsigned value, size_t n, size_t width) {
+    if (fk_is_device_pointer(dst)) return;
+    for (size_t i = 0; i < n; i++) memcpy((char *)dst + i * width, &value, width);
+}
+FK_EXPORT CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) { copy(dst, src, n); return CUDA_SUCCESS; }
+FK_EXPORT CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { copy(dst, src, n); return CUDA_SUCCESS; }
+FK_EXPORT CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t n) { copy(dst, (uintptr_t)src, n); return CUDA_SUCCESS; }
+FK_EXPORT CUresult CUDAAPI cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, CUstream s) { return cuMemcpyHtoD(dst, src, n); }
+FK_EXPORT CUresult CUDAAPI cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t n) { copy((uintptr_t)dst, src, n); return CUDA_SUCCESS; }
+FK_EXPORT CUresult CUDAAPI cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t n, CUstream s) { return cuMemcpyDtoH(dst, src, n); }
+FK_EXPORT CUresult CUDAAPI cuMemcpyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t n) { copy(dst, src, n); return CUDA_SUCCESS; }
+FK_EXPORT CUresult CUDAAPI cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { copy(dst, src, n); return CUDA_SUCCESS; }
+FK_EXPORT CUresult CUDAAPI cuMemcpyPeer(CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n) { copy(dst, src, n); return CUDA_SUCCESS; }
+FK_EXPORT CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n, CUstream s) { copy(dst, src, n); return CUDA_SUCCESS; }
+static CUresult copy2d(const CUDA_MEMCPY2D *c) {
+    uintptr_t dst = c->dstMemoryType == CU_MEMORYTYPE_HOST ? (uintptr_t)c->dstHost : (uintptr_t)c->dstDevice;
+    uintptr_t src = c->srcMemoryType == CU_MEMORYTYPE_HOST ? (uintptr_t)c->srcHost : (uintptr_t)c->srcDevice;
+    if (c->dstMemoryType == CU_MEMORYTYPE_ARRAY || c->srcMemoryType == CU_MEMORYTYPE_ARRAY) return CUDA_ERROR_NOT_SUPPORTED;
+    for (size_t row = 0; row < c->Height; row++)
+        copy(dst + (c->dstY + row) * c->dstPitch + c->dstXInBytes, src + (c->srcY + row) * c->srcPitch + c->srcXInBytes,
+             c->WidthInBytes);
+    return CUDA_SUCCESS;
+}
+FK_EXPORT CUresult CUDAAPI cuMemcpy2D(const CUDA_MEMCPY2D *c) { return copy2d(c); }
+FK_EXPORT CUresult CUDAAPI cuMemcpy2DUnaligned(const CUDA_MEMCPY2D *c) { return copy2d(c); }
+FK_EXPORT CUresult CUDAAPI cuMemcpy2DAsync(const CUDA_MEMCPY2D *c, CUstream s) { return copy2d(c); }
+FK_EXPORT CUresult CUDAAPI cuMemsetD8(CUdeviceptr d, unsigned char v, size_t n) { fill(d, v, n, 1); return CUDA_SUCCESS; }
+FK_EXPORT CUresult CUDAAPI cuMemsetD16(CUdeviceptr d, unsigned short v, size_t n) { fill(d, v, n, 2); return CUDA_SUCCESS; }
+FK_EXPORT CUresult CUDAAPI cuMemsetD32(CUdeviceptr d, unsigned int v, size_t n) { fill(d, v, n, 4); return CUDA_SUCCESS; }
+FK_EXPORT CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream s) { fill(d, v, n, 1); return CUDA_SUCCESS; }
+FK_EXPORT CUresult CUDAAPI cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream s) { fill(d, v, n, 2); return CUDA_SUCCESS; }
+FK_EXPORT CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream s) { fill(d, v, n, 4); return CUDA_SUCCESS; }
+FK_EXPORT CUresult CUDAAPI cuMemsetD2D8Async(CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h, CUstream s) {
+    for (size_t r = 0; r < h; r++) fill(d + r * pitch, v, w, 1);
+    return CUDA_SUCCESS;
+}
+FK_EXPORT CUresult CUDAAPI cuMemsetD2D32Async(CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h, CUstream s) {
+    for (size_t r = 0; r < h; r++) fill(d + r * pitch, v, w, 4);
+    return CUDA_SUCCESS;
+}
+FK_EXPORT CUresult CUDAAPI cuMemPrefetchAsync_v2(CUdeviceptr p, size_t n, CUmemLocation loc, unsigned int flags, CUstream s) { return CUDA_SUCCESS; }
+FK_EXPORT CUresult CUDAAPI cuMemAdvise_v2(CUdeviceptr p, size_t n, CUmem_advise advice, CUmemLocation loc) { return CUDA_SUCCESS; }
+
+/* ---- pointer attributes ---- */
+static CUresult pointer_attribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr, int strict) {
+    pthread_mutex_lock(&fk_lock);
+    range_t *r = find(ptr);
+    range_t copy_r = r ? *r : (range_t){0};
+    pthread_mutex_unlock(&fk_lock);
+    int device = r ? copy_r.kind == DEVICE || copy_r.kind == RESERVED : fk_is_device_pointer(ptr);
+    if (!r && !device) {
+        if (strict) return CUDA_ERROR_INVALID_VALUE;  /* an unregistered host pointer, as the real driver says */
+        memset(data, 0, attribute == CU_POINTER_ATTRIBUTE_CONTEXT || attribute == CU_POINTER_ATTRIBUTE_DEVICE_POINTER ||
+                            attribute == CU_POINTER_ATTRIBUTE_HOST_POINTER || attribute == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR ||
+                            attribute == CU_POINTER_ATTRIBUTE_RANGE_SIZE || attribute == CU_POINTER_ATTRIBUTE_BUFFER_ID
+                        ? 8 : 4);
+        if (attribute == CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) *(int *)data = -2;
+        return CUDA_SUCCESS;
+    }
+    switch (attribute) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT: *(CUcontext *)data = fk_primary_context(); break;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *(unsigned *)data = device ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST; break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *(CUdeviceptr *)data = ptr; break;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+        if (device) return CUDA_ERROR_INVALID_VALUE;
+        *(void **)data = (void *)ptr;
+        break;
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: *(int *)data = 1; break;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID: *(unsigned long long *)data = copy_r.id; break;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED: *(int *)data = copy_r.kind == MANAGED; break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data = 0; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *(CUdeviceptr *)data = r ? copy_r.base : ptr; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *(size_t *)data = copy_r.size; break;
+    case CU_POINTER_ATTRIBUTE_MAPPED: *(int *)data = 1; break;
+    case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS: *(int *)data = CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE; break;
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: *(void **)data = NULL; break;
+    default: return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
+}
+FK_EXPORT CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr) {
+    if (!data) return CUDA_ERROR_INVALID_VALUE;
+    return pointer_attribute(data, attribute, ptr, 1);
+}
+FK_EXPORT CUresult CUDAAPI cuPointerGetAttributes(unsigned int n, CUpointer_attribute *attributes, void **data, CUdeviceptr ptr) {
+    for (unsigned i = 0; i < n; i++)
+        if (data[i] && pointer_attribute(data[i], attributes[i], ptr, 0) != CUDA_SUCCESS) {
+            /* attributes that do not apply read as zero, as the real driver answers */
+        }
+    return CUDA_SUCCESS;
+}
+FK_EXPORT CUresult CUDAAPI cuPointerSetAttribute(const void *value, CUpointer_attribute attribute, CUdeviceptr ptr) { return CUDA_SUCCESS; }
+
+/* ---- virtual memory management (expandable segments) ---- */
+typedef struct { uint32_t magic; size_t size; } phys_t;
+FK_EXPORT CUresult CUDAAPI cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
+                                                         CUmemAllocationGranularity_flags option) {
+    *granularity = 2u << 20;
+    return CUDA_SUCCESS;
+}
+FK_EXPORT CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                                               unsigned long long flags) {
+    pthread_mutex_lock(&fk_lock);
+    uintptr_t p = window_take(size, alignment > (2u << 20) ? alignment : (2u << 20));
+    if (p) add_range(p, size, RESERVED, 0);
+    pthread_mutex_unlock(&fk_lock);
+    if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+    *ptr = p;
+    return CUDA_SUCCESS;
+}
+FK_EXPORT CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+    pthread_mutex_lock(&fk_lock);
+    range_t *r = find(ptr);
+    if (r && r->kind == RESERVED) drop(r);
+    pthread_mutex_unlock(&fk_lock);
+    return CUDA_SUCCESS;
+}
+FK_EXPORT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+                                       unsigned long long flags) {
+    const fk_device_t *d = fk_device(0);
+    pthread_mutex_lock(&fk_lock);
+    int full = d && d->total_mem && device_in_use + size > d->total_mem;
+    if (!full) device_in_use += size;
+    pthread_mutex_unlock(&fk_lock);
+    if (full) return CUDA_ERROR_OUT_OF_MEMORY;
+    phys_t *h = malloc(sizeof *h);
+    *h = (phys_t){0x464b5048u, size};
+    *handle = (CUmemGenericAllocationHandle)(uintptr_t)h;
+    return CUDA_SUCCESS;
+}
+FK_EXPORT CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
+    phys_t *h = (phys_t *)(uintptr_t)handle;
+    if (!h || h->magic != 0x464b5048u) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&fk_lock);
+    device_in_use -= h->size;
+    pthread_mutex_unlock(&fk_lock);
+    h->magic = 0;
+    free(h);
+    return CUDA_SUCCESS;
+}
+FK_EXPORT CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                                    unsigned long long flags) { return CUDA_SUCCESS; }
+FK_EXPORT CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size) { return CUDA_SUCCESS; }
+FK_EXPORT CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count) { return CUDA_SUCCESS; }

@@ -1,0 +1,131 @@
+/* Streams and events. All work completes at once (nothing executes), so every query answers "done". */
+#include "fakecuda.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct { uint32_t magic; unsigned long long id; unsigned flags; int priority; } fk_stream_t;
+typedef struct { uint32_t magic; unsigned flags; unsigned long long stream; } fk_event_t;
+#define FK_STREAM_MAGIC 0x464b5354u
+#define FK_EVENT_MAGIC 0x464b4556u
+
+static unsigned long long next_stream_id = 3;  /* 1: the legacy default stream, 2: the per-thread one */
+static __thread CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+static fk_stream_t *as_stream(CUstream s) {
+    fk_stream_t *st = (fk_stream_t *)s;
+    return (uintptr_t)s > 2 && st->magic == FK_STREAM_MAGIC ? st : NULL;
+}
+unsigned long long fk_stream_id(CUstream s) {
+    if (!s || s == CU_STREAM_LEGACY) return 1;
+    if (s == CU_STREAM_PER_THREAD) return 2;
+    fk_stream_t *st = as_stream(s);
+    return st ? st->id : 0;
+}
+
+FK_EXPORT CUresult CUDAAPI cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority) {
+    if (!phStream) return CUDA_ERROR_INVALID_VALUE;
+    fk_stream_t *s = calloc(1, sizeof *s);
+    s->magic = FK_STREAM_MAGIC;
+    s->flags = flags;
+    s->priority = priority;
+    pthread_mutex_lock(&fk_lock);
+    s->id = next_stream_id++;
+    pthread_mutex_unlock(&fk_lock);
+    *phStream = (CUstream)s;
+    return CUDA_SUCCESS;
+}
+FK_EXPORT CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int flags) { return cuStreamCreateWithPriority(phStream, flags, 0); }
+FK_EXPORT CUresult CUDAAPI cuStreamDestroy(CUstream hStream) {
+    fk_stream_t *s = as_stream(hStream);
+    if (!s) return CUDA_ERROR_INVALID_HANDLE;
+    s->magic = 0;
+    free(s);
+    return CUDA_SUCCESS;
+}
+FK_EXPORT CUresult CUDAAPI cuStreamQuery(CUstream hStream) { return CUDA_SUCCESS; }
+FK_EXPORT CUresult CUDAAPI cuStreamSynchronize(CUstream hStream) { return CUDA_SUCCESS; }
+FK_EXPORT CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags) { return CUDA_SUCCESS; }
+FK_EXPORT CUresult CUDAAPI cuStreamGetPriority(CUstream hStream, int *priority) {
+    fk_stream_t *s = as_stream(hStream);
+    *priority = s ? s->priority : 0;
+    return CUDA_SUCCESS;
+}
+FK_EXPORT CUresult CUDAAPI cuStreamGetFlags(CUstream hStream, unsigned int *flags) {
+    fk_stream_t *s = as_stream(hStream);
+    *flags = s ? s->flags : 0;
+    return CUDA_SUCCESS;
+}
+FK_EXPORT CUresult CUDAAPI cuStreamGetId(CUstream hStream, unsigned long long *streamId) {
+    *streamId = fk_stream_id(hStream);
+    return CUDA_SUCCESS;
+}
+FK_EXPORT CUresult CUDAAPI cuStreamGetCtx(CUstream hStream, CUcontext *pctx) { *pctx = fk_primary_context(); return CUDA_SUCCESS; }
+FK_EXPORT CUresult CUDAAPI cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx) {
+    *pCtx = fk_primary_context();
+    if (pGreenCtx) *pGreenCtx = NULL;
+    return CUDA_SUCCESS;
+}
+FK_EXPORT CUresult CUDAAPI cuStreamGetDevice(CUstream hStream, CUdevice *device) { *device = 0; return CUDA_SUCCESS; }
+FK_EXPORT CUresult CUDAAPI cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags) {
+    callback(hStream, CUDA_SUCCESS, userData);
+    return CUDA_SUCCESS;
+}
+FK_EXPORT CUresult CUDAAPI cuStreamSetAttribute(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value) { return CUDA_SUCCESS; }
+FK_EXPORT CUresult CUDAAPI cuStreamGetAttribute(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out) {
+    memset(value_out, 0, sizeof *value_out);
+    return CUDA_SUCCESS;
+}
+
+/* ---- capture: never active in this slice (graph capture answers NOT_SUPPORTED) ---- */
+FK_EXPORT CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus) {
+    *captureStatus = CU_STREAM_CAPTURE_STATUS_NONE;
+    return CUDA_SUCCESS;
+}
+FK_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out,
+                                                  CUgraph *graph_out, const CUgraphNode **dependencies_out,
+                                                  const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out) {
+    if (captureStatus_out) *captureStatus_out = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (id_out) *id_out = 0;
+    if (graph_out) *graph_out = NULL;
+    if (dependencies_out) *dependencies_out = NULL;
+    if (edgeData_out) *edgeData_out = NULL;
+    if (numDependencies_out) *numDependencies_out = 0;
+    return CUDA_SUCCESS;
+}
+FK_EXPORT CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode) {
+    CUstreamCaptureMode old = capture_mode;
+    capture_mode = *mode;
+    *mode = old;
+    return CUDA_SUCCESS;
+}
+
+/* ---- events ---- */
+static fk_event_t *as_event(CUevent e) {
+    fk_event_t *ev = (fk_event_t *)e;
+    return ev && ev->magic == FK_EVENT_MAGIC ? ev : NULL;
+}
+FK_EXPORT CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int Flags) {
+    if (!phEvent) return CUDA_ERROR_INVALID_VALUE;
+    fk_event_t *e = calloc(1, sizeof *e);
+    e->magic = FK_EVENT_MAGIC;
+    e->flags = Flags;
+    *phEvent = (CUevent)e;
+    return CUDA_SUCCESS;
+}
+FK_EXPORT CUresult CUDAAPI cuEventDestroy(CUevent hEvent) {
+    fk_event_t *e = as_event(hEvent);
+    if (!e) return CUDA_ERROR_INVALID_HANDLE;
+    e->magic = 0;
+    free(e);
+    return CUDA_SUCCESS;
+}
+FK_EXPORT CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream) {
+    fk_event_t *e = as_event(hEvent);
+    if (!e) return CUDA_ERROR_INVALID_HANDLE;
+    e->stream = fk_stream_id(hStream);
+    return CUDA_SUCCESS;
+}
+FK_EXPORT CUresult CUDAAPI cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags) { return cuEventRecord(hEvent, hStream); }
+FK_EXPORT CUresult CUDAAPI cuEventQuery(CUevent hEvent) { return as_event(hEvent) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; }
+FK_EXPORT CUresult CUDAAPI cuEventSynchronize(CUevent hEvent) { return as_event(hEvent) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; }

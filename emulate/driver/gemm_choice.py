@@ -1,0 +1,228 @@
+"""Which kernel(s) the real cuBLASLt of torch's wheel launches for a GEMM on a virtual device.
+
+A child process with the emulated driver on ``LD_LIBRARY_PATH`` (no preload, nothing executes) loads the wheel's
+``libcublasLt`` with ctypes, asks ``cublasLtMatmulAlgoGetHeuristic`` for the top algorithm and runs
+``cublasLtMatmul`` with it; the driver logs each launch (real kernel name, grid, block, cluster). Many shapes share
+one child (the first query in a process costs ~0.1 s of lazy set-up, later ones microseconds), and each answer
+carries the cuBLASLt version, since the choice belongs to the library version.
+
+Shapes are cuBLAS's column-major problems: ``op(A)`` is m x k, ``op(B)`` k x n, C m x n, with ``transa`` /
+``transb`` in {"N", "T"}. :func:`torch_mm_gemm` gives the problem torch's row-major ``A @ B`` becomes.
+
+    python -m emulate.driver.gemm_choice --hardware h100-sxm --m 4096 --n 4096 --k 4096 --dtype bf16
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from emulate.driver.build import driver_path, header_constants
+from emulate.driver.device import driver_environment
+from emulate.driver.launchlog import Launch, read_launches
+from emulate.shim_build import nvidia_root
+from profiling.hardware import lookup
+
+DTYPES = {"bf16": "CUDA_R_16BF", "fp16": "CUDA_R_16F", "fp32": "CUDA_R_32F"}
+ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+#: torch's cuBLAS workspace when CUBLAS_WORKSPACE_CONFIG=:4096:8 (what the torch comparison sets): 32 MiB
+WORKSPACE_BYTES = 4096 * 1024 * 8
+CHILD_TIMEOUT_S = 600
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """One cuBLAS problem, column-major as cuBLAS sees it."""
+    m: int
+    n: int
+    k: int
+    dtype: str = "bf16"
+    transa: str = "T"
+    transb: str = "N"
+
+    def __post_init__(self) -> None:
+        if min(self.m, self.n, self.k) < 1:
+            raise ValueError(f"gemm m, n, k must be positive, got {self.m}, {self.n}, {self.k}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"gemm dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+        if self.transa not in "NT" or self.transb not in "NT" or len(self.transa + self.transb) != 2:
+            raise ValueError(f"gemm transa/transb must be 'N' or 'T', got {self.transa!r}, {self.transb!r}")
+
+
+def torch_mm_gemm(m: int, n: int, k: int, dtype: str) -> Gemm:
+    """torch's ``(m, k) @ (k, n)`` on contiguous row-major tensors: cuBLAS computes C^T = B^T A^T, N/N, n x m x k."""
+    return Gemm(m=n, n=m, k=k, dtype=dtype, transa="N", transb="N")
+
+
+@dataclass
+class GemmChoice:
+    gemm: Gemm
+    hardware: str
+    cublaslt_version: int
+    algorithms_found: int
+    workspace_bytes: int
+    waves: float
+    launches: list[Launch] = field(default_factory=list)
+
+    @property
+    def kernel(self) -> str:
+        """The main kernel: the first launch that is not a split-K reduction or a fill."""
+        names = [launch.name for launch in self.launches]
+        main = [n for n in names if "splitKreduce" not in n and "memset" not in n.lower()]
+        return (main or names or [""])[0]
+
+
+def choose(gemms: list[Gemm], hardware: str, *, workspace_bytes: int = WORKSPACE_BYTES) -> list[GemmChoice]:
+    """The top heuristic choice and its launched kernels for each problem, on virtual device ``hardware``."""
+    spec = lookup(hardware)
+    env = dict(os.environ)
+    env.update(driver_environment(spec))
+    lib = driver_path()
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(lib.parent), env.get("LD_LIBRARY_PATH", "")) if p)
+    with tempfile.TemporaryDirectory(prefix="stepcast-gemm-") as tmp:
+        env["STEPCAST_DRIVER_LOG"] = str(Path(tmp) / "driver")
+        request = json.dumps({"workspace": workspace_bytes, "gemms": [asdict(g) for g in gemms]})
+        proc = subprocess.run([sys.executable, "-m", "emulate.driver.gemm_choice", "--child"], input=request,
+                              capture_output=True, text=True, env=env, timeout=CHILD_TIMEOUT_S)
+        if proc.returncode != 0:
+            tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+            raise RuntimeError(f"cuBLASLt on the emulated {hardware} failed (exit {proc.returncode}): {tail}")
+        answers = json.loads(proc.stdout)
+    return [GemmChoice(gemm=g, hardware=spec.id, cublaslt_version=a["version"], algorithms_found=a["found"],
+                       workspace_bytes=a["workspace"], waves=a["waves"],
+                       launches=[Launch(**launch) for launch in a["launches"]])
+            for g, a in zip(gemms, answers, strict=True)]
+
+
+# ---------------------------------------------------------------------------------------------- the child side
+
+class _HeuristicResult(ctypes.Structure):
+    _fields_ = [("algo", ctypes.c_uint64 * 8), ("workspaceSize", ctypes.c_size_t), ("state", ctypes.c_int),
+                ("wavesCount", ctypes.c_float), ("reserved", ctypes.c_int * 4)]
+
+
+class _Child:
+    """cuBLASLt through ctypes, on whatever libcuda.so.1 the loader finds (the emulated one)."""
+
+    def __init__(self) -> None:
+        self.k = {**header_constants("cublasLt.h", "CUBLASLT_"), **header_constants("cublas_api.h", "CUBLAS_"),
+                  **header_constants("library_types.h", "CUDA_R_")}
+        self.cuda = ctypes.CDLL("libcuda.so.1")
+        self.lt = ctypes.CDLL(str(nvidia_root() / "cu13" / "lib" / "libcublasLt.so.13"))
+        self.lt.cublasLtGetVersion.restype = ctypes.c_size_t
+        self.version = int(self.lt.cublasLtGetVersion())
+        self._check(self.cuda.cuInit(0), "cuInit")
+        ctx = ctypes.c_void_p()
+        self._check(self.cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0), "cuDevicePrimaryCtxRetain")
+        self._check(self.cuda.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+        self.handle = ctypes.c_void_p()
+        self._check(self.lt.cublasLtCreate(ctypes.byref(self.handle)), "cublasLtCreate")
+
+    @staticmethod
+    def _check(status: int, what: str) -> None:
+        if status != 0:
+            raise RuntimeError(f"{what} returned {status}")
+
+    def _alloc(self, nbytes: int) -> ctypes.c_uint64:
+        ptr = ctypes.c_uint64()
+        self._check(self.cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(max(nbytes, 1))), "cuMemAlloc")
+        return ptr
+
+    def _free(self, ptr: ctypes.c_uint64) -> None:
+        self.cuda.cuMemFree_v2(ptr)
+
+    def _layout(self, dtype: int, rows: int, cols: int) -> ctypes.c_void_p:
+        layout = ctypes.c_void_p()
+        self._check(self.lt.cublasLtMatrixLayoutCreate(ctypes.byref(layout), dtype, ctypes.c_uint64(rows),
+                                                        ctypes.c_uint64(cols), ctypes.c_int64(rows)),
+                    "cublasLtMatrixLayoutCreate")
+        return layout
+
+    def run(self, g: Gemm, workspace: int, log: Path) -> dict:
+        k = self.k
+        dtype = k[DTYPES[g.dtype]]
+        desc = ctypes.c_void_p()
+        self._check(self.lt.cublasLtMatmulDescCreate(ctypes.byref(desc), k["CUBLAS_COMPUTE_32F"], k["CUDA_R_32F"]),
+                    "cublasLtMatmulDescCreate")
+        for attr, op in (("CUBLASLT_MATMUL_DESC_TRANSA", g.transa), ("CUBLASLT_MATMUL_DESC_TRANSB", g.transb)):
+            value = ctypes.c_int32(k["CUBLAS_OP_T"] if op == "T" else k["CUBLAS_OP_N"])
+            self._check(self.lt.cublasLtMatmulDescSetAttribute(desc, k[attr], ctypes.byref(value), 4), attr)
+        a_rows, a_cols = (g.k, g.m) if g.transa == "T" else (g.m, g.k)
+        b_rows, b_cols = (g.n, g.k) if g.transb == "T" else (g.k, g.n)
+        a, b, c = self._layout(dtype, a_rows, a_cols), self._layout(dtype, b_rows, b_cols), self._layout(dtype, g.m, g.n)
+        pref = ctypes.c_void_p()
+        self._check(self.lt.cublasLtMatmulPreferenceCreate(ctypes.byref(pref)), "cublasLtMatmulPreferenceCreate")
+        ws = ctypes.c_uint64(workspace)
+        self._check(self.lt.cublasLtMatmulPreferenceSetAttribute(pref, k["CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES"],
+                                                                 ctypes.byref(ws), 8), "max workspace")
+        result = _HeuristicResult()
+        found = ctypes.c_int()
+        self._check(self.lt.cublasLtMatmulAlgoGetHeuristic(self.handle, desc, a, b, c, c, pref, 1,
+                                                           ctypes.byref(result), ctypes.byref(found)),
+                    "cublasLtMatmulAlgoGetHeuristic")
+        size = ELEMENT_BYTES[g.dtype]
+        bufs = [self._alloc(g.m * g.k * size), self._alloc(g.k * g.n * size), self._alloc(g.m * g.n * size),
+                self._alloc(workspace)]
+        alpha, beta = ctypes.c_float(1.0), ctypes.c_float(0.0)
+        start = log.stat().st_size if log.exists() else 0
+        self._check(self.lt.cublasLtMatmul(self.handle, desc, ctypes.byref(alpha), bufs[0], a, bufs[1], b,
+                                           ctypes.byref(beta), bufs[2], c, bufs[2], c, ctypes.byref(result.algo),
+                                           bufs[3], ctypes.c_size_t(workspace), None), "cublasLtMatmul")
+        launches = read_launches(log, start)
+        for buf in bufs:
+            self._free(buf)
+        for layout in (a, b, c):
+            self.lt.cublasLtMatrixLayoutDestroy(layout)
+        self.lt.cublasLtMatmulPreferenceDestroy(pref)
+        self.lt.cublasLtMatmulDescDestroy(desc)
+        return {"version": self.version, "found": found.value, "workspace": int(result.workspaceSize),
+                "waves": float(result.wavesCount), "launches": [asdict(x) for x in launches]}
+
+
+def _child_main() -> int:
+    request = json.load(sys.stdin)
+    log = Path(f"{os.environ['STEPCAST_DRIVER_LOG']}.{os.getpid()}.jsonl")
+    child = _Child()
+    answers = [child.run(Gemm(**g), int(request["workspace"]), log) for g in request["gemms"]]
+    json.dump(answers, sys.stdout)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m emulate.driver.gemm_choice", description=__doc__.split("\n")[0])
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--hardware", default="h100-sxm", help="catalog id (conf/hardware/<id>.yaml)")
+    parser.add_argument("--m", type=int)
+    parser.add_argument("--n", type=int)
+    parser.add_argument("--k", type=int)
+    parser.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
+    parser.add_argument("--layout", default="TN", help="cuBLAS transa+transb, e.g. TN (default) or NN")
+    parser.add_argument("--torch", action="store_true", help="m, n, k are torch's (m,k)@(k,n); use its cuBLAS layout")
+    args = parser.parse_args(argv)
+    if args.child:
+        return _child_main()
+    try:
+        if args.m is None or args.n is None or args.k is None:
+            raise ValueError("--m, --n and --k are required")
+        if args.torch:
+            gemm = torch_mm_gemm(args.m, args.n, args.k, args.dtype)
+        else:
+            gemm = Gemm(args.m, args.n, args.k, args.dtype, args.layout[:1], args.layout[1:])
+        lookup(args.hardware)
+    except (ValueError, KeyError) as exc:
+        print(f"stepcast: {exc}", file=sys.stderr)
+        return 2
+    (choice,) = choose([gemm], args.hardware)
+    print(json.dumps({"hardware": choice.hardware, "gemm": asdict(gemm), "cublaslt_version": choice.cublaslt_version,
+                      "kernel": choice.kernel, "launches": [asdict(x) for x in choice.launches]}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
