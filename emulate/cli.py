@@ -104,7 +104,6 @@ def capture_and_simulate(ns: argparse.Namespace, spec: HardwareSpec, shim: Path,
     capture_s = time.perf_counter() - started
     codes = exit_codes(ranks)
     failed = failed_ranks(ranks)
-    partial = interrupted is not None or any(code != 0 for code in codes.values())
     if interrupted is not None:
         reason, exit_code = f"stopped by {interrupted.name}", interrupted.exit_code
     elif failed:
@@ -113,6 +112,7 @@ def capture_and_simulate(ns: argparse.Namespace, spec: HardwareSpec, shim: Path,
         exit_code = EXIT_RANK_FAILED
     else:
         reason, exit_code = None, 0
+    partial = reason is not None
 
     logs = [r.log for r in ranks]
     missing = [str(p) for p in logs if not p.is_file()]

@@ -131,6 +131,33 @@ def test_a_failed_rank_stops_the_others_and_exits_3_with_a_partial_report(tmp_pa
 
 
 @pytest.mark.slow
+def test_a_rank_killed_outright_still_gives_a_partial_report_of_what_was_captured(tmp_path):
+    traces, report = tmp_path / "traces", tmp_path / "report.json"
+    proc = subprocess.Popen(emulate_cmd("--nproc", "2", "--no-dedup", "--report", str(report), "--trace-dir",
+                                        str(traces), "--", str(DDP), "--steps", "100000"),
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert Output(proc.stdout).wait_for("step 40:", timeout=120), "the run never reached step 40"
+        rank1 = next(pid for pid in processes_logging_into(traces)
+                     if f"STEPCAST_LOG={traces}/rank1.log".encode() in Path(f"/proc/{pid}/environ").read_bytes())
+        os.kill(rank1, signal.SIGKILL)  # no flush, no op table: only what the shim's buffer had written
+        code = proc.wait(timeout=30)
+        stderr = proc.stderr.read()
+    finally:
+        for pid in processes_logging_into(traces):
+            os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+    assert code == EXIT_RANK_FAILED, stderr[-2000:]
+    ours = [line for line in stderr.splitlines() if line.startswith("stepcast:")]
+    assert len(ours) == 1 and "failed on rank(s) [1] (exit -9)" in ours[0], stderr[-2000:]
+    doc = json.loads(report.read_text())
+    assert doc["partial"] is True and doc["exit_codes"] == [128 + signal.SIGTERM, -signal.SIGKILL]
+    assert doc["ranks"][1]["status"]["exit"].startswith("no op table") and doc["ranks"][1]["events"] > 0
+    assert processes_logging_into(traces) == [] and shared_memory_of(proc.pid) == []
+
+
+@pytest.mark.slow
 def test_two_runs_in_one_folder_each_capture_into_their_own(tmp_path):
     def script(name: str, n: int, m: int) -> Path:
         path = tmp_path / f"{name}.py"
