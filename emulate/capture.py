@@ -322,11 +322,13 @@ def main(argv: list[str]) -> int:
         """SIGTERM (the launcher stops this rank, or it died): keep what was captured, then leave at once."""
         nonlocal status
         status = {"exit": "signal", "signal": signal.Signals(signum).name}
-        write_sidecar()
-        _remove_shared_memory()  # the run is ending: its launcher stops every rank, or it is gone
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(128 + signum)
+        try:
+            write_sidecar()
+            _remove_shared_memory()  # the run is ending: its launcher stops every rank, or it is gone
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:  # whatever failed above, the rank leaves now (the launcher is waiting for it)
+            os._exit(128 + signum)
 
     _watch_stop_signal(stop_on_signal)
     _install_iteration_marks(shim, stop_as_duplicate if os.environ.get("STEPCAST_DEDUP", "1") == "1" else None)
