@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from emulate.collate import complete_iterations, repair_log
 from emulate.launcher import EXIT_RANK_FAILED, strip_unsupported_alloc_options
+from emulate.sim.synthetic import TraceBuilder
 from emulate.run_dirs import CaptureDir, prune_runs, runs_root
 from emulate.trace import read_trace
 from profiling.paths import REPO_ROOT
@@ -287,3 +289,26 @@ def test_collectives_the_ranks_disagree_on_end_the_run_with_one_line(tmp_path, f
         assert "only rank(s) [0] of its 2 members" in ours[0] and "rank(s) [1] never made it" in ours[0]
     else:
         assert "rank 0 is stuck" in ours[0] and "rank 1 is stuck" in ours[0]
+
+
+def test_a_log_cut_mid_record_keeps_its_whole_records(tmp_path):
+    log = tmp_path / "rank0.log"
+    log.write_bytes(b"H\t1\nK\t10\t0\t0\t-1\t0\t1\t1,1,1\t1,1,1\t0\nK\t20\t0\t0")  # SIGKILL mid-write
+    assert repair_log(log) and log.read_bytes().endswith(b"\t0\n") and log.read_bytes().count(b"\n") == 2
+    assert not repair_log(log)
+
+
+def test_a_stopped_run_is_simulated_over_the_iterations_every_rank_completed():
+    docs = []
+    for rank, iterations in enumerate((5, 3)):      # rank 1 was stopped during its fourth iteration
+        b = TraceBuilder(rank=rank, world_size=2)
+        for step in range(iterations):
+            b.iteration(step)
+            b.kernel(stream=1, duration_us=5.0)
+            b.collective(stream=1, comm_seq=step, duration_us=10.0)
+        docs.append(b.doc())
+    cut, done = complete_iterations(docs)
+    assert done == 2
+    assert [sum(e["kind"] == "collective" for e in d["events"]) for d in cut] == [2, 2]
+    assert all(d["events"][-1]["kind"] == "iteration" for d in cut)
+    assert complete_iterations(docs[:1] + [TraceBuilder(rank=1, world_size=2).doc()])[1] == 0
