@@ -17,23 +17,18 @@ import argparse
 import ctypes
 import json
 import os
-import subprocess
 import sys
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from emulate.driver.build import driver_path, header_constants
-from emulate.driver.device import driver_environment
+from emulate.driver.build import header_constants
+from emulate.driver.child import WORKSPACE_BYTES, run_python
 from emulate.driver.launchlog import Launch, read_launches
 from emulate.shim_build import nvidia_root
 from profiling.hardware import lookup
 
 DTYPES = {"bf16": "CUDA_R_16BF", "fp16": "CUDA_R_16F", "fp32": "CUDA_R_32F"}
 ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
-#: torch's cuBLAS workspace when CUBLAS_WORKSPACE_CONFIG=:4096:8 (what the torch comparison sets): 32 MiB
-WORKSPACE_BYTES = 4096 * 1024 * 8
-CHILD_TIMEOUT_S = 600
 
 
 @dataclass(frozen=True)
@@ -81,19 +76,12 @@ class GemmChoice:
 def choose(gemms: list[Gemm], hardware: str, *, workspace_bytes: int = WORKSPACE_BYTES) -> list[GemmChoice]:
     """The top heuristic choice and its launched kernels for each problem, on virtual device ``hardware``."""
     spec = lookup(hardware)
-    env = dict(os.environ)
-    env.update(driver_environment(spec))
-    lib = driver_path()
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(lib.parent), env.get("LD_LIBRARY_PATH", "")) if p)
-    with tempfile.TemporaryDirectory(prefix="stepcast-gemm-") as tmp:
-        env["STEPCAST_DRIVER_LOG"] = str(Path(tmp) / "driver")
-        request = json.dumps({"workspace": workspace_bytes, "gemms": [asdict(g) for g in gemms]})
-        proc = subprocess.run([sys.executable, "-m", "emulate.driver.gemm_choice", "--child"], input=request,
-                              capture_output=True, text=True, env=env, timeout=CHILD_TIMEOUT_S)
-        if proc.returncode != 0:
-            tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-            raise RuntimeError(f"cuBLASLt on the emulated {hardware} failed (exit {proc.returncode}): {tail}")
-        answers = json.loads(proc.stdout)
+    request = json.dumps({"workspace": workspace_bytes, "gemms": [asdict(g) for g in gemms]})
+    run = run_python(["-m", "emulate.driver.gemm_choice", "--child"], spec.id, stdin=request)
+    if run.returncode != 0:
+        tail = (run.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise RuntimeError(f"cuBLASLt on the emulated {hardware} failed (exit {run.returncode}): {tail}")
+    answers = json.loads(run.stdout)
     return [GemmChoice(gemm=g, hardware=spec.id, cublaslt_version=a["version"], algorithms_found=a["found"],
                        workspace_bytes=a["workspace"], waves=a["waves"],
                        launches=[Launch(**launch) for launch in a["launches"]])

@@ -2,26 +2,19 @@
 emulated driver on ``LD_LIBRARY_PATH`` (no preload, torch's real libcudart and cuBLAS) and runs each product on
 never-backed tensors; the driver's launch log gives the kernels per product.
 
-The child's environment pins ``CUBLAS_WORKSPACE_CONFIG`` so torch's cuBLAS workspace equals the one
-:mod:`emulate.driver.gemm_choice` offers the heuristic (the workspace size changes cuBLAS's choice)."""
+The child runs through :mod:`emulate.driver.child` (which pins torch's cuBLAS workspace to the heuristic's)."""
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from emulate.driver.build import driver_path
-from emulate.driver.device import driver_environment
-from emulate.driver.gemm_choice import WORKSPACE_BYTES
+from emulate.driver.child import run_python
 from emulate.driver.launchlog import Launch, read_launches
-from profiling.hardware import lookup
 
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
-CHILD_TIMEOUT_S = 600
 
 
 @dataclass(frozen=True)
@@ -43,27 +36,12 @@ class TorchRun:
     launches: list[list[Launch]]  # per product
 
 
-def child_environment(hardware: str, log_prefix: Path) -> dict[str, str]:
-    """The environment of a process that runs torch on the emulated ``hardware`` and logs to ``log_prefix``."""
-    env = dict(os.environ)
-    env.update(driver_environment(lookup(hardware)))
-    lib = driver_path()
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(lib.parent), env.get("LD_LIBRARY_PATH", "")) if p)
-    env["STEPCAST_DRIVER_LOG"] = str(log_prefix)
-    env["CUBLAS_WORKSPACE_CONFIG"] = f":{WORKSPACE_BYTES // 8 // 1024}:8"
-    env.pop("LD_PRELOAD", None)
-    return env
-
-
 def run_products(products: list[Product], hardware: str) -> TorchRun:
-    with tempfile.TemporaryDirectory(prefix="stepcast-torch-") as tmp:
-        env = child_environment(hardware, Path(tmp) / "driver")
-        proc = subprocess.run([sys.executable, "-m", "emulate.driver.torch_gemm"], capture_output=True, text=True,
-                              input=json.dumps([asdict(p) for p in products]), env=env, timeout=CHILD_TIMEOUT_S)
-        if proc.returncode != 0:
-            tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-            raise RuntimeError(f"torch on the emulated {hardware} failed (exit {proc.returncode}): {tail}")
-        out = json.loads(proc.stdout)
+    run = run_python(["-m", "emulate.driver.torch_gemm"], hardware, stdin=json.dumps([asdict(p) for p in products]))
+    if run.returncode != 0:
+        tail = (run.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise RuntimeError(f"torch on the emulated {hardware} failed (exit {run.returncode}): {tail}")
+    out = json.loads(run.stdout)
     return TorchRun(hardware=hardware, device_name=out["name"], capability=tuple(out["capability"]),
                     sm_count=out["sm_count"], total_memory=out["total_memory"],
                     launches=[[Launch(**x) for x in per] for per in out["launches"]])
