@@ -2,11 +2,11 @@
 run one child process per rank the way torchrun does (rendezvous on loopback, torchrun's variables set), and stop
 them all when the run is stopped or one rank fails.
 
-Ownership: each rank leads its own process group (so a terminal's Ctrl-C reaches only ``emulate run``, which stops
-the ranks itself, and a rank's own children are stopped with it) and asks the kernel for SIGTERM when its launcher
-dies (``PR_SET_PDEATHSIG`` in :mod:`emulate.capture`), so no rank outlives ``emulate run``, even one killed by
-SIGKILL. Stopping sends SIGTERM, on which a rank flushes its capture log and writes its op table, waits
-``STOP_GRACE_S`` and then kills what is left.
+Ownership: each rank leads its own session and process group, as torchrun's workers do (so a terminal's Ctrl-C
+reaches only ``emulate run``, which stops the ranks itself, and a rank's own children are stopped with it) and asks
+the kernel for SIGTERM when its launcher dies (``PR_SET_PDEATHSIG`` in :mod:`emulate.capture`), so no rank outlives
+``emulate run``, even one killed by SIGKILL. Stopping sends SIGTERM, on which a rank flushes its capture log and
+writes its op table, waits ``STOP_GRACE_S`` and then kills what is left.
 
 Exit codes of ``emulate run``: 0 done; 2 bad input (arguments, traces the ranks disagree on, a deadlock);
 ``EXIT_RANK_FAILED`` (3) a rank failed and the others were stopped; 128 + N stopped by signal N (130 for SIGINT,
@@ -181,7 +181,7 @@ def launch(script: Path, script_args: list[str], *, shim: Path, spec: HardwareSp
         log = trace_dir / f"rank{rank}.log"
         env["STEPCAST_LOG"] = str(log)
         cmd = [sys.executable, "-P", str(CAPTURE_SCRIPT), str(script), *script_args]
-        ranks.append(RankProcess(rank, log, subprocess.Popen(cmd, env=env, process_group=0)))
+        ranks.append(RankProcess(rank, log, subprocess.Popen(cmd, env=env, start_new_session=True)))
     return ranks
 
 
