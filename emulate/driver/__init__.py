@@ -13,6 +13,7 @@ Pieces
     :mod:`.launchlog`   reads the launch log.
     :mod:`.gemm_choice` the top cuBLASLt heuristic choice and its launched kernels, batched, with the version.
     :mod:`.torch_gemm`  what torch.matmul launches on the same virtual device.
+    :mod:`.child`       runs a Python program on the emulated driver and collects its log.
 
 Environment (what a launcher sets for each process)
     ``LD_LIBRARY_PATH``           the folder of :func:`.build.driver_path` first (no ``LD_PRELOAD``).
@@ -39,7 +40,14 @@ Verified (tests/emulate/test_driver_*.py, CPU only): torch 2.14.1's libcudart in
 check passes), ``torch.cuda.is_available()``, the catalog's name / capability / SM count / memory; randn,
 elementwise, reductions, ``.item()`` through pinned memory; bf16 / fp16 / fp32 ``torch.matmul`` on h100-sxm,
 a100-sxm-80gb and l4 launch exactly the kernels (names, grids, clusters) that cuBLASLt's top heuristic choice
-launches for the same problem. Not emulated yet: graph capture, events' elapsed time, cuDNN, Triton
-(``torch.compile``), NVML. Modelled, not measured: cluster occupancy (SM pairs spread evenly over the GPCs) and
-per-kernel registers / static shared memory (32 / 0: the kernel images are not parsed).
+launches for the same problem; cuDNN convolutions (fp32 / bf16, forward and backward, ``cudnn.benchmark``),
+Linear backward on autograd's thread, cuDNN SDPA forward / backward, ``torch.compile`` (Triton: ptxas on the host,
+launches through the driver), CUDA graph capture and replay (each replay logs the captured kernels again), and
+``expandable_segments`` (virtual memory API; ``libnvidia-ml.so.1`` from csrc/nvml.c stands in for NVML).
+
+Not modelled: time. ``cuEventElapsedTime`` answers 0 ms (logged once as ``elapsed_time``), so autotuners see ties
+and keep their first, heuristic candidate; the predicted time of the work between the events would be the real
+answer. Modelled, not measured: cluster occupancy (SM pairs spread evenly over the GPCs; H100: 66 / 32 / 16 / 8
+clusters of 2 / 4 / 8 / 16) and per-kernel registers / static shared memory (32 / 0: the images are not parsed).
+Graphs built node by node (not by capture) answer NOT_SUPPORTED.
 """

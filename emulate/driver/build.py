@@ -22,8 +22,10 @@ from emulate.shim_build import ShimBuildError, _cached_build, compiler, include_
 from profiling.paths import cache_root
 
 CSRC = Path(__file__).resolve().parent / "csrc"
-SOURCES = ("init.c", "device.c", "memory.c", "module.c", "launch.c", "stream.c", "export.c", "legacy.c")
+SOURCES = ("init.c", "device.c", "memory.c", "module.c", "launch.c", "stream.c", "graph.c", "export.c", "legacy.c")
 SONAME = "libcuda.so.1"
+NVML_SONAME = "libnvidia-ml.so.1"
+NVML_SOURCE = "nvml.c"
 CUDA_ERROR_NOT_SUPPORTED = 801
 #: the PFN_ typedefs: the driver API, then the profiler and graphics-interop ones (which stay NOT_SUPPORTED)
 TYPEDEF_HEADERS = ("cudaTypedefs.h", "cudaProfilerTypedefs.h", "cudaGLTypedefs.h", "cudaEGLTypedefs.h",
@@ -99,7 +101,7 @@ def generate_stubs(names: list[str]) -> str:
 
 def _build_key(cc: str, cuda_inc: Path) -> str:
     h = hashlib.sha256()
-    for name in (*SOURCES, "fakecuda.h"):
+    for name in (*SOURCES, "fakecuda.h", NVML_SOURCE):
         h.update((CSRC / name).read_bytes())
     h.update(Path(__file__).read_bytes())
     h.update(subprocess.run([cc, "--version"], capture_output=True, text=True).stdout.encode())
@@ -109,7 +111,8 @@ def _build_key(cc: str, cuda_inc: Path) -> str:
 
 
 def driver_path(*, rebuild: bool = False) -> Path:
-    """Path of the built driver (``<cache>/driver-<hash>/libcuda.so.1``), building it first when needed."""
+    """Path of the built driver (``<cache>/driver-<hash>/libcuda.so.1``), building it first when needed; the
+    folder also holds ``libnvidia-ml.so.1`` (csrc/nvml.c), found through the same ``LD_LIBRARY_PATH``."""
     cc = compiler()
     incs = include_dirs()
     cuda_inc = cuda_include(incs)
@@ -124,7 +127,13 @@ def driver_path(*, rebuild: bool = False) -> Path:
                 *(f"-I{i}" for i in incs), *(str(CSRC / s) for s in SOURCES), str(tmp / "procaddr.c"),
                 str(tmp / "stubs.c"), "-o", str(out), "-lpthread"]
 
-    return _cached_build(cache_root() / f"driver-{_build_key(cc, cuda_inc)}", SONAME, command, "the driver", rebuild)
+    def nvml_command(tmp: Path, out: Path) -> list[str]:
+        return [cc, "-O2", "-g0", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall", "-Wextra", "-Wno-unused-parameter",
+                f"-Wl,-soname,{NVML_SONAME}", f"-I{cuda_inc}", str(CSRC / NVML_SOURCE), "-o", str(out)]
+
+    out_dir = cache_root() / f"driver-{_build_key(cc, cuda_inc)}"
+    _cached_build(out_dir, NVML_SONAME, nvml_command, "the NVML stand-in", rebuild)
+    return _cached_build(out_dir, SONAME, command, "the driver", rebuild)
 
 
 if __name__ == "__main__":

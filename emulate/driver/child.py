@@ -46,11 +46,14 @@ class ChildRun:
         return [e["name"] for per in self.events.values() for e in per if e.get("event") == "launch"]
 
 
-def run_python(args: list[str], hardware: str, *, stdin: str = "", timeout: float = CHILD_TIMEOUT_S) -> ChildRun:
-    """``python <args>`` on the emulated ``hardware``."""
+def run_python(args: list[str], hardware: str, *, stdin: str = "", extra_env: dict[str, str] | None = None,
+               timeout: float = CHILD_TIMEOUT_S) -> ChildRun:
+    """``python <args>`` on the emulated ``hardware`` (``extra_env`` added to its environment)."""
     with tempfile.TemporaryDirectory(prefix="stepcast-driver-") as tmp:
         prefix = Path(tmp) / "driver"
-        proc = subprocess.run([sys.executable, *args], input=stdin, capture_output=True, text=True,
-                              env=environment(hardware, prefix), timeout=timeout)
+        env = environment(hardware, prefix)
+        env.update(extra_env or {})
+        proc = subprocess.run([sys.executable, *args], input=stdin, capture_output=True, text=True, env=env,
+                              timeout=timeout)
         events = {int(p.name.split(".")[-2]): read_events(p) for p in Path(tmp).glob("driver.*.jsonl")}
     return ChildRun(proc.returncode, proc.stdout, proc.stderr, events)

@@ -29,6 +29,44 @@ print(f(torch.randn(64, 512, device="cuda"), torch.randn(64, 512, device="cuda")
 """
 
 
+RUNTIME = r"""
+import torch, torch.nn.functional as F
+a = torch.randn(256, 256, device="cuda")
+side = torch.cuda.Stream()
+with torch.cuda.stream(side):
+    a @ a  # warm-up outside the capture, as torch.cuda.graphs asks
+torch.cuda.synchronize()
+g = torch.cuda.CUDAGraph()
+with torch.cuda.graph(g):
+    b = a @ a + 1
+for _ in range(3):
+    g.replay()
+torch.cuda.synchronize()
+torch.backends.cudnn.benchmark = True
+F.conv2d(torch.randn(8, 32, 28, 28, device="cuda"), torch.randn(32, 32, 3, 3, device="cuda"), padding=1)
+big = torch.empty(3 << 30, dtype=torch.uint8, device="cuda")
+free, total = torch.cuda.mem_get_info()
+print("reserved", torch.cuda.memory_reserved(), "free", free, "total", total)
+"""
+
+
+@pytest.mark.slow
+def test_graph_replays_cudnn_benchmark_and_expandable_segments_work():
+    run = run_python(["-c", RUNTIME], "h100-sxm", extra_env={"PYTORCH_ALLOC_CONF": "expandable_segments:True"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    launches = [e for per in run.events.values() for e in per if e.get("event") == "launch"]
+    replayed = [e["name"] for e in launches if e["via"] == "cuGraphLaunch"]
+    one = replayed[: len(replayed) // 3]
+    assert replayed == one * 3  # the captured kernels, once per replay
+    assert "gemm" in one[0] and "add" in one[-1]  # a @ a, then + 1
+    direct = [e["name"] for e in launches if e["via"] != "cuGraphLaunch" and e["name"] == one[0]]
+    assert len(direct) == one.count(one[0])  # the warm-up only: captured launches are not run at capture
+    assert any("fprop" in e["name"] for e in launches)  # cudnn.benchmark chose and ran a convolution
+    words = run.stdout.split()
+    reserved, free, total = int(words[1]), int(words[3]), int(words[5])
+    assert reserved >= 3 << 30 and total - free >= 3 << 30  # expandable segments map device memory
+
+
 @pytest.mark.slow
 def test_cudnn_convolutions_linear_backward_and_sdpa_run_their_real_kernels():
     run = run_python(["-c", LAYERS], "h100-sxm")

@@ -52,8 +52,23 @@ int fk_function_regs(const fk_function_t *f);
 int fk_is_device_pointer(CUdeviceptr p);
 int fk_is_host_pointer(const void *p, int *is_mapped);
 
-/* ---- streams (stream.c) ---- */
+/* ---- streams (stream.c) and graphs (graph.c) ---- */
 unsigned long long fk_stream_id(CUstream s);
+typedef struct fk_graph fk_graph_t;
+fk_graph_t *fk_stream_capture(CUstream s);             /* the graph a stream is capturing into, or NULL */
+unsigned long long fk_graph_capture_id(const fk_graph_t *g);
+void fk_stream_join_capture(CUstream s, fk_graph_t *g); /* a stream waiting on a captured event joins */
+void fk_streams_end_capture(fk_graph_t *g);             /* every stream capturing into g stops */
+int fk_stream_begin_capture(CUstream s, fk_graph_t *g);
+
+/* one launch, as logged and as a captured graph node */
+typedef struct {
+    char name[6000];  /* JSON-escaped */
+    unsigned grid[3], block[3], smem, cluster[3];
+    const char *via;
+} fk_launch_rec_t;
+void fk_log_launch(const fk_launch_rec_t *rec, unsigned long long stream, const char *via);
+int fk_graph_add_launch(fk_graph_t *g, const fk_launch_rec_t *rec);
 
 /* ---- occupancy (launch.c) ---- */
 int fk_blocks_per_sm(const fk_function_t *f, int threads, size_t dynamic_smem);

@@ -57,6 +57,14 @@ static void json_string(char *out, size_t cap, const char *s) {
     out[o] = 0;
 }
 
+void fk_log_launch(const fk_launch_rec_t *r, unsigned long long stream, const char *via) {
+    fk_log_line("{\"event\":\"launch\",\"name\":\"%s\",\"grid\":[%u,%u,%u],\"block\":[%u,%u,%u],\"smem\":%u,"
+                "\"cluster\":[%u,%u,%u],\"stream\":%llu,\"via\":\"%s\"}",
+                r->name, r->grid[0], r->grid[1], r->grid[2], r->block[0], r->block[1], r->block[2], r->smem,
+                r->cluster[0], r->cluster[1], r->cluster[2], stream, via);
+}
+
+/* a launch on a capturing stream becomes a node of the graph (logged at each replay), else it is logged now */
 CUresult fk_launch(fk_function_t *f, const unsigned grid[3], const unsigned block[3], unsigned smem, CUstream stream,
                    const unsigned cluster[3], const char *via) {
     if (!f) return CUDA_ERROR_INVALID_HANDLE;
@@ -64,12 +72,16 @@ CUresult fk_launch(fk_function_t *f, const unsigned grid[3], const unsigned bloc
     if (!grid[0] || !grid[1] || !grid[2] || !threads || threads > (unsigned)fk_attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK))
         return CUDA_ERROR_INVALID_VALUE;
     if ((int)smem > f->max_dynamic_smem && smem > 48 * 1024) return CUDA_ERROR_INVALID_VALUE;
-    char name[6000];
-    json_string(name, sizeof name, f->name);
-    fk_log_line("{\"event\":\"launch\",\"name\":\"%s\",\"grid\":[%u,%u,%u],\"block\":[%u,%u,%u],\"smem\":%u,"
-                "\"cluster\":[%u,%u,%u],\"stream\":%llu,\"via\":\"%s\"}",
-                name, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem, cluster[0], cluster[1], cluster[2],
-                fk_stream_id(stream), via);
+    static __thread fk_launch_rec_t rec;
+    json_string(rec.name, sizeof rec.name, f->name);
+    memcpy(rec.grid, grid, sizeof rec.grid);
+    memcpy(rec.block, block, sizeof rec.block);
+    memcpy(rec.cluster, cluster, sizeof rec.cluster);
+    rec.smem = smem;
+    rec.via = via;
+    fk_graph_t *g = fk_stream_capture(stream);
+    if (g) return fk_graph_add_launch(g, &rec) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    fk_log_launch(&rec, fk_stream_id(stream), via);
     return CUDA_SUCCESS;
 }
 

@@ -4,13 +4,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct { uint32_t magic; unsigned long long id; unsigned flags; int priority; } fk_stream_t;
-typedef struct { uint32_t magic; unsigned flags; unsigned long long stream; } fk_event_t;
+typedef struct fk_stream {
+    uint32_t magic;
+    unsigned long long id;
+    unsigned flags;
+    int priority;
+    fk_graph_t *capture;
+    struct fk_stream *next;
+} fk_stream_t;
+typedef struct { uint32_t magic; unsigned flags; unsigned long long stream; fk_graph_t *capture; } fk_event_t;
 #define FK_STREAM_MAGIC 0x464b5354u
 #define FK_EVENT_MAGIC 0x464b4556u
 
 static unsigned long long next_stream_id = 3;  /* 1: the legacy default stream, 2: the per-thread one */
 static __thread CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+static fk_stream_t *streams;  /* every live stream, for ending a capture that others joined */
 
 static fk_stream_t *as_stream(CUstream s) {
     fk_stream_t *st = (fk_stream_t *)s;
@@ -31,6 +39,8 @@ FK_EXPORT CUresult CUDAAPI cuStreamCreateWithPriority(CUstream *phStream, unsign
     s->priority = priority;
     pthread_mutex_lock(&fk_lock);
     s->id = next_stream_id++;
+    s->next = streams;
+    streams = s;
     pthread_mutex_unlock(&fk_lock);
     *phStream = (CUstream)s;
     return CUDA_SUCCESS;
@@ -39,13 +49,23 @@ FK_EXPORT CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int flags
 FK_EXPORT CUresult CUDAAPI cuStreamDestroy(CUstream hStream) {
     fk_stream_t *s = as_stream(hStream);
     if (!s) return CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&fk_lock);
+    for (fk_stream_t **p = &streams; *p; p = &(*p)->next)
+        if (*p == s) { *p = s->next; break; }
+    pthread_mutex_unlock(&fk_lock);
     s->magic = 0;
     free(s);
     return CUDA_SUCCESS;
 }
 FK_EXPORT CUresult CUDAAPI cuStreamQuery(CUstream hStream) { return CUDA_SUCCESS; }
 FK_EXPORT CUresult CUDAAPI cuStreamSynchronize(CUstream hStream) { return CUDA_SUCCESS; }
-FK_EXPORT CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags) { return CUDA_SUCCESS; }
+static fk_event_t *as_event(CUevent e);
+FK_EXPORT CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags) {
+    fk_event_t *e = as_event(hEvent);
+    if (!e) return CUDA_ERROR_INVALID_HANDLE;
+    if (e->capture && !fk_stream_capture(hStream)) fk_stream_join_capture(hStream, e->capture);
+    return CUDA_SUCCESS;
+}
 FK_EXPORT CUresult CUDAAPI cuStreamGetPriority(CUstream hStream, int *priority) {
     fk_stream_t *s = as_stream(hStream);
     *priority = s ? s->priority : 0;
@@ -77,17 +97,38 @@ FK_EXPORT CUresult CUDAAPI cuStreamGetAttribute(CUstream hStream, CUstreamAttrID
     return CUDA_SUCCESS;
 }
 
-/* ---- capture: never active in this slice (graph capture answers NOT_SUPPORTED) ---- */
+/* ---- capture (graph.c holds the graphs) ---- */
+fk_graph_t *fk_stream_capture(CUstream hStream) {
+    fk_stream_t *s = as_stream(hStream);
+    return s ? s->capture : NULL;
+}
+void fk_stream_join_capture(CUstream hStream, fk_graph_t *g) {
+    fk_stream_t *s = as_stream(hStream);
+    if (s) s->capture = g;
+}
+int fk_stream_begin_capture(CUstream hStream, fk_graph_t *g) {
+    fk_stream_t *s = as_stream(hStream);  /* the default streams cannot be captured */
+    if (!s || s->capture) return 0;
+    s->capture = g;
+    return 1;
+}
+void fk_streams_end_capture(fk_graph_t *g) {
+    pthread_mutex_lock(&fk_lock);
+    for (fk_stream_t *s = streams; s; s = s->next)
+        if (s->capture == g) s->capture = NULL;
+    pthread_mutex_unlock(&fk_lock);
+}
 FK_EXPORT CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus) {
-    *captureStatus = CU_STREAM_CAPTURE_STATUS_NONE;
+    *captureStatus = fk_stream_capture(hStream) ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
     return CUDA_SUCCESS;
 }
 FK_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out,
                                                   CUgraph *graph_out, const CUgraphNode **dependencies_out,
                                                   const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out) {
-    if (captureStatus_out) *captureStatus_out = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (id_out) *id_out = 0;
-    if (graph_out) *graph_out = NULL;
+    fk_graph_t *g = fk_stream_capture(hStream);
+    if (captureStatus_out) *captureStatus_out = g ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+    if (id_out) *id_out = g ? fk_graph_capture_id(g) : 0;
+    if (graph_out) *graph_out = (CUgraph)g;
     if (dependencies_out) *dependencies_out = NULL;
     if (edgeData_out) *edgeData_out = NULL;
     if (numDependencies_out) *numDependencies_out = 0;
@@ -124,8 +165,22 @@ FK_EXPORT CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream) {
     fk_event_t *e = as_event(hEvent);
     if (!e) return CUDA_ERROR_INVALID_HANDLE;
     e->stream = fk_stream_id(hStream);
+    e->capture = fk_stream_capture(hStream);
     return CUDA_SUCCESS;
 }
 FK_EXPORT CUresult CUDAAPI cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags) { return cuEventRecord(hEvent, hStream); }
 FK_EXPORT CUresult CUDAAPI cuEventQuery(CUevent hEvent) { return as_event(hEvent) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; }
 FK_EXPORT CUresult CUDAAPI cuEventSynchronize(CUevent hEvent) { return as_event(hEvent) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; }
+
+/* Timing is not modelled here (nothing runs): every interval reads 0 ms, so autotuners (cudnn.benchmark, Inductor
+ * max-autotune) see ties and keep their first, heuristic candidate. The log says so once per process. */
+FK_EXPORT CUresult CUDAAPI cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd) {
+    if (!pMilliseconds || !as_event(hStart) || !as_event(hEnd)) return CUDA_ERROR_INVALID_HANDLE;
+    static int said;
+    if (!said) {
+        said = 1;
+        fk_log_line("{\"event\":\"elapsed_time\",\"answer_ms\":0,\"why\":\"timing is not modelled by the driver\"}");
+    }
+    *pMilliseconds = 0.0f;
+    return CUDA_SUCCESS;
+}
