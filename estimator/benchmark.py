@@ -1,12 +1,12 @@
 """Accuracy and speed of the estimators, side by side (prints tables; a few minutes on 2 cores).
 
-    python -m estimator.benchmark [--suites vidur,neusight,families,one_model,speed,training_models]
+    python -m estimator.benchmark [--suites vidur,neusight,families,one_model,speed,training_models,aiconfigurator,nccl]
                                   [--gemm-train-rows 40000]
                                   [--max-train-rows 10000] [--max-folds 1] [--json out.json]
 
-1. Vidur H100 GEMMs, whole models held out (one fold per model). Where the profiler has measured GEMMs on an H100
-   or H200 (``datasets/``), one more column adds them to each fold's training rows, less the held-out model's
-   weights.
+1. Vidur H100 GEMMs, whole models held out (one fold per model). Where the profiler (``datasets/``) or
+   aiconfigurator has measured 16-bit GEMMs on an H100 or H200, one more column per source adds them to each fold's
+   training rows, less the held-out model's weights (subsampled to fit ``--gemm-train-rows``, every Vidur row kept).
 2. NeuSight fp32 GEMMs, leave one GPU out (mean APE per held-out GPU).
    Both also compare the two targets of the XGBoost model (efficiency vs log-time) and the default ensemble (32 trees
    of depth 6) with one 9.4 times costlier (300 of depth 6); training rows are subsampled to ``--gemm-train-rows``.
@@ -19,6 +19,12 @@
    measured them on. Why the H100 figure of suite 1, trained on three models, is data-bound.
 6. Prediction throughput (1,000,000 GEMM rows of distinct random shapes, batched; the median of three calls) and
    single-kernel latency of the shipped default bundle (run first, before the training of the other suites).
+7. aiconfigurator (``--suites aiconfigurator``): H100/H200 bf16 Linear GEMMs with whole (n, k) pairs held out (five
+   fixed sets), each of its four GPUs' GEMMs trained on the other three only, Hopper FlashAttention-3 prefill and
+   decode with whole head configurations held out; XGBoost against the roofline, ``--gemm-train-rows`` per fold.
+8. NCCL (``--suites nccl``): the NCCL-structured model (``estimator.nccl``) with and without its learned residual
+   against alpha-beta and XGBoost on GPU collectives, held-out sizes (a fifth of each source's sizes) and held-out GPU
+   counts (2, 4, 8 within a node); by source, op and size bucket.
 
 Every learned model is fit on each fold's training rows only; the roofline has nothing to fit.
 """
@@ -302,9 +308,9 @@ def suite_nccl(data: pd.DataFrame) -> pd.DataFrame:
     folds = nccl_folds(frame)
     for split in ("held_out_sizes", "held_out_gpu_counts"):
         res = score_folds(frame, split, nccl_models(), None, None, [f for f in folds if f.split == split],
-                          by=("where", "size_bucket"))
-        side_by_side(res, f"NCCL, {split.replace('_', ' ')}: mean APE % per fold, then by source and op, by source "
-                          "and size (target <= 10 within a node)")
+                          by=("source", "where", "size_bucket"))
+        side_by_side(res, f"NCCL, {split.replace('_', ' ')}: mean APE % per fold, then by source, source and op, "
+                          "source and size (target <= 10 within a node)")
         out.append(res.assign(suite=f"nccl_{split}"))
     return pd.concat(out, ignore_index=True)
 

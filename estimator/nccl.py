@@ -12,7 +12,8 @@ more than two ranks take part (PCIe then); across nodes the catalog's per-GPU ne
   of every 128, Simple all of them but with a fence per step (highest latency). Per protocol: a per-step latency,
   the share of the catalog link bandwidth reached once every channel is busy, and the **channel fill**: the bytes
   on the wire below which not all channels carry data (NCCL gives each channel at least one chunk), so a smaller
-  call costs as much as one of fill bytes;
+  call costs as much as one of fill bytes; and the reach, n^2 / (n^2 + loss) of that bandwidth at n ranks (fewer
+  ranks stream less of it: measured, not derived);
 - **ring** (every op): all_reduce 2(n-1) steps, all_gather / reduce_scatter / broadcast n-1, moving nccl-tests'
   bus-bandwidth share of the buffer (``estimator.workload.bus_factor``); across nodes the ring crosses the network
   at the catalog's per-GPU network bandwidth with a network latency per inter-node hop;
@@ -27,7 +28,7 @@ Fitted figures (log-parameters, ``scipy.optimize.least_squares`` on the log erro
 collective measurements gets the median of the fitted devices' figures, applied to its own catalog link and network
 bandwidths, which is how multi-node and unmeasured GPUs are predicted. ``residual=True`` adds a small XGBoost on
 log(measured / model) over (op, log2 bytes, ranks, ranks per node, the model's chosen candidate and time, the link
-bandwidth), pooled across devices.
+bandwidth, the source: a row without one is taken as nccl-tests' timing), pooled across devices and sources.
 """
 from __future__ import annotations
 
@@ -59,6 +60,7 @@ PARAMS: dict[str, float] = {
     "nvls_step_us": 3.0, "nvls_share": 1.0,
     "p2p_us": 3.0, "p2p_peer_us": 0.5,
     "net_step_us": 6.0, "net_share": 0.8,
+    "ring_loss": 1.0,
 }
 NAMES = tuple(PARAMS)
 NVLS_OPS = ("all_reduce", "all_gather", "reduce_scatter")
@@ -66,6 +68,7 @@ P2P_OPS = ("all_to_all", "send_recv")
 #: candidate labels, in the column order of ``candidate_times``
 #: whose figures predict a row of a device that has no fit of the row's own source
 PREFERRED_SOURCES = ("aiconfigurator", "profiler", "vidur")
+RESIDUAL_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "send_recv")
 CANDIDATES = tuple(f"ring/{p}" for p in PROTOCOLS) + tuple(f"tree/{p}" for p in PROTOCOLS) + ("nvls/Simple",) + \
     ("p2p/LL", "p2p/Simple")
 
@@ -117,10 +120,13 @@ def candidate_times(rows: Rows, p: dict[str, float]) -> np.ndarray:
     ring_net_steps = np.where(multi, ring_steps * nodes / n, 0.0)  # the hops that leave a node
     tree_intra = np.where(is_ar, 2.0 * (r - 1.0), r - 1.0)
     tree_net = np.where(is_ar, 2.0, 1.0) * np.ceil(np.log2(nodes))
+    # fewer ranks reach less of the link: n^2 / (n^2 + ring_loss) of it (aiconfigurator's 512 MiB calls on H100, A100
+    # and B200 alike: 0.71-0.77 of the 8-GPU bus bandwidth at 2 GPUs, 0.92-0.95 at 4)
+    reach = n * n / (n * n + p["ring_loss"])
     out = []
     for algorithm in ("ring", "tree"):
         for proto in PROTOCOLS:
-            bw = link * p[f"share_{proto}"] * PAYLOAD_SHARE[proto]
+            bw = link * p[f"share_{proto}"] * PAYLOAD_SHARE[proto] * reach
             moved = wire if algorithm == "ring" else np.where(is_ar, 2.0, 1.0) * size
             t = np.maximum(moved, p[f"fill_bytes_{proto}"]) / bw
             if algorithm == "ring":
@@ -136,7 +142,7 @@ def candidate_times(rows: Rows, p: dict[str, float]) -> np.ndarray:
         np.where(is_ar, 2.0, 1.0) * p["nvls_step_us"]
     out.append(np.where(nvls_ok, t, np.inf))
     for proto in ("LL", "Simple"):
-        bw = link * p[f"share_{proto}"] * PAYLOAD_SHARE[proto]
+        bw = link * p[f"share_{proto}"] * PAYLOAD_SHARE[proto] * reach
         t = np.maximum(wire, p[f"fill_bytes_{proto}"]) / bw + p["p2p_us"] + (n - 1.0) * p["p2p_peer_us"] + \
             np.where(multi, p["net_step_us"], 0.0)
         out.append(np.where(p2p, t, np.inf))
@@ -161,13 +167,14 @@ def model_us(rows: Rows, p: dict[str, float], softness: float = 0.0) -> tuple[np
 
 
 #: the range each figure may take in a fit (physical limits, and what keeps the search out of flat regions)
-BOUNDS: dict[str, tuple[float, float]] = {"us": (0.05, 200.0), "share": (0.05, 2.0), "bytes": (64.0, 2.0 ** 27)}
+BOUNDS: dict[str, tuple[float, float]] = {"us": (0.05, 200.0), "share": (0.05, 2.0), "bytes": (64.0, 2.0 ** 27),
+                                          "loss": (0.01, 20.0)}
 #: rows per fit (a random subset of bigger tables: the figures are few, and the fit costs per row)
 FIT_ROWS = 800
 
 
 def _kind(name: str) -> str:
-    return "share" if "share" in name else "bytes" if "bytes" in name else "us"
+    return "share" if "share" in name else "bytes" if "bytes" in name else "loss" if "loss" in name else "us"
 
 
 def fit_device(rows: Rows, runtime_us: np.ndarray, starts: int = 3, seed: int = 0) -> dict[str, float]:
@@ -234,8 +241,12 @@ class NcclEstimator(KernelEstimator):
             import xgboost as xgb
 
             base, x = self._model(rows, keys)
+            # every (device, source) weighs the same: Vidur's dense size sweeps would otherwise set the residual of
+            # nccl-tests' 500-row tables
+            _, index, counts = np.unique(keys, return_inverse=True, return_counts=True)
+            data = xgb.DMatrix(x, label=np.log(y / base), weight=1.0 / counts[index])
             self._booster = xgb.train({"max_depth": 4, "eta": 0.1, "objective": "reg:absoluteerror",
-                                       "nthread": 2, "seed": 0}, xgb.DMatrix(x, label=np.log(y / base)), 64)
+                                       "nthread": 2, "seed": 0}, data, 64)
         return self
 
     @staticmethod
@@ -263,17 +274,17 @@ class NcclEstimator(KernelEstimator):
         for key in pd.unique(keys):
             mask = keys == key
             out[mask], choice[mask] = model_us(rows.take(mask), self._figures(str(key)))
-        ops = {op: i for i, op in enumerate(("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
-                                             "reduce", "send_recv"))}
-        x = np.column_stack([np.vectorize(lambda o: ops.get(o, -1), otypes=[float])(rows.op) if len(rows.op) else
-                             np.zeros(0), np.log2(rows.size + 1.0), rows.ranks, rows.per_node, choice,
-                             np.log2(out), np.log2(rows.link)])
+        ops = pd.Categorical(rows.op, categories=RESIDUAL_OPS).codes
+        sources = pd.Categorical([k.split("|")[1] or PREFERRED_SOURCES[0] for k in keys],
+                                 categories=PREFERRED_SOURCES).codes
+        x = np.column_stack([ops, sources, np.log2(rows.size + 1.0), rows.ranks, rows.per_node, choice, np.log2(out),
+                             np.log2(rows.link)]).astype(np.float64)
         return out, x
 
     def chosen(self, frame: pd.DataFrame) -> np.ndarray:
         """The candidate (``ring/LL128``, ``nvls/Simple``, ...) the model says NCCL runs, per row."""
         frame = as_frame(frame)
-        choice = self._model(Rows.of(frame), self._keys(frame))[1][:, 4].astype(int)
+        choice = self._model(Rows.of(frame), self._keys(frame))[1][:, 5].astype(int)
         return np.array(CANDIDATES)[choice]
 
     def predict(self, frame: pd.DataFrame) -> np.ndarray:

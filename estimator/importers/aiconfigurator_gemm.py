@@ -16,10 +16,19 @@ hold out whole weight shapes on every device at once (a Vidur model's weights ar
 
 Timing method (SOURCE.md): CUDA graphs around repeated launches with the weights rotated across copies so that
 they are not served from L2: every call reads its weight from HBM, as a layer's weight is read once per pass in a
-training step, and no launch gap is counted. At small m (memory-bound: the weight read dominates) this is close
-to a kernel inside a training step, and slower than a loop over one buffer that keeps the weight in L2; at large m
-the three agree within a few percent. Which source the models treat as "inside a training step", and the offset
-applied to these rows, is ``estimator.importers.timing``'s business.
+training step, and no launch gap is counted (the emulator adds host and launch gaps itself).
+
+Which source stands for "a kernel inside a training step": this project's profiler (``datasets/``: CUDA events per
+op with L2 flushed before each repetition, so cold weights too) and, on devices it has not measured, these rows,
+unscaled: both time the kernel alone with its weight coming from HBM, which is how a training step meets it.
+Vidur is not reconciled to them by an offset. On the 23 (n, k) pairs both measured on the H100 (6,003 Vidur rows,
+aiconfigurator interpolated in log m), Vidur's in-model timings with an older cuBLAS are slower by a median 1.00x at
+m <= 16, 1.05x at 16-64, 1.22x at 64-256, 1.37x at 256-1024 and 1.13x at 1024-4096, with a spread of 0.09-0.20
+within each range: kernel choices, not a timing offset. aiconfigurator's own time at the same (n, k), times that
+offset per log2 m fitted on the same rows, predicts Vidur at 9.4 % mean APE, worse than a model trained on three
+other Vidur models (6.7 %); adding these rows to the Vidur H100 folds scores 7.0 (``python -m estimator.benchmark
+--suites vidur``, column ``xgboost(+aiconfigurator)``). The ``source`` column keeps each row's origin for a model
+that takes it as a feature.
 """
 from __future__ import annotations
 

@@ -1,0 +1,103 @@
+"""aiconfigurator's GEMM, attention and NCCL tables become training rows with the right units, shapes and devices."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from estimator.data import load_measurements
+from estimator.importers import aiconfigurator_attention, aiconfigurator_gemm, aiconfigurator_nccl
+from estimator.importers.aiconfigurator import DATA_DIR
+from estimator.importers.common import DataImportError
+
+
+def write(root: Path, relative: str, rows: list[dict]) -> Path:
+    path = root / DATA_DIR / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_parquet(path)
+    return path
+
+
+def gemm(device: str, dtype: str, m: int, n: int, k: int, latency_ms: float, source: str = "torch_flow") -> dict:
+    return {"framework": "X", "version": "1", "device": device, "op_name": "gemm", "kernel_source": source,
+            "gemm_dtype": dtype, "m": m, "n": n, "k": k, "latency": latency_ms}
+
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def test_bf16_linear_gemms_are_merged_over_releases_in_microseconds(tmp_path):
+    write(tmp_path, "h100_sxm/gemm/vllm/0.24.0/gemm_perf.parquet", [
+        gemm(H100, "bfloat16", 64, 4096, 1024, 0.010), gemm(H100, "fp8", 64, 4096, 1024, 0.004),
+        gemm(H100, "bfloat16", 0, 4096, 1024, 0.0005)])
+    write(tmp_path, "h100_sxm/gemm/sglang/0.5.9/gemm_perf.parquet", [gemm(H100, "bfloat16", 64, 4096, 1024, 0.012)])
+    write(tmp_path, "h100_sxm/gemm/trtllm/1.0/gemm_perf.parquet", [gemm(H100, "bfloat16", 64, 4096, 1024, 0.030)])
+    write(tmp_path, "h200_sxm/gemm/vllm/0.24.0/gemm_perf.parquet", [gemm("NVIDIA H200", "bfloat16", 8, 4096, 1024,
+                                                                         0.009)])
+    write(tmp_path, "l40s/gemm/trtllm/1.3/gemm_perf.parquet", [gemm("NVIDIA L40S", "bfloat16", 8, 64, 64, 0.002)])
+    rows = aiconfigurator_gemm.load(tmp_path).sort_values("hardware").reset_index(drop=True)
+    # fp8 (a CUTLASS kernel), the empty m=0 GEMM and the uncatalogued L40S are left out; three releases -> median
+    assert rows[["hardware", "m", "n", "k", "batch", "dtype"]].values.tolist() == [
+        ["h100-sxm", 64.0, 4096.0, 1024.0, 1.0, "bf16"], ["h200", 8.0, 4096.0, 1024.0, 1.0, "bf16"]]
+    assert rows["runtime_us"].tolist() == pytest.approx([12.0, 9.0])
+    # one (n, k) pair is one held-out group on every device
+    assert rows["group"].nunique() == 1 and rows["group"].iat[0].startswith("aiconfigurator-gemm/nk")
+    assert set(rows["source"]) == {"aiconfigurator"}
+
+
+def attention(kind: str, source: str, isl: int, step: int, latency_ms: float, **overrides) -> dict:
+    row = {"framework": "X", "version": "1", "device": H100, "op_name": kind, "kernel_source": source,
+           "batch_size": 4, "isl": isl, "num_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "beam_width": 1,
+           "attn_dtype": "bfloat16", "kv_cache_dtype": "bfloat16", "step": step, "window_size": 0,
+           "latency": latency_ms}
+    return row | overrides
+
+
+def test_prefill_and_decode_map_onto_the_attention_columns_one_library_per_device(tmp_path):
+    write(tmp_path, "h100_sxm/attention/vllm/0.24.0/context_attention_perf.parquet", [
+        attention("context", "vllm_flash_attn_fa3", 1024, 0, 0.2),
+        attention("context", "vllm_flash_attn_fa3", 1024, 0, 0.1, window_size=128),
+        attention("context", "vllm_flash_attn_fa3", 1024, 0, 0.1, kv_cache_dtype="fp8")])
+    write(tmp_path, "h100_sxm/attention/trtllm/1.3/context_attention_perf.parquet", [
+        attention("context", "torch_flow", 1024, 0, 0.15)])
+    write(tmp_path, "h100_sxm/attention/vllm/0.24.0/generation_attention_perf.parquet", [
+        attention("generation", "vllm_flash_attn_fa3", 1, 4095, 0.03)])
+    rows = aiconfigurator_attention.load(tmp_path).sort_values("seq_q").reset_index(drop=True)
+    cols = ["batch", "heads_q", "heads_kv", "seq_q", "seq_kv", "head_dim", "causal", "pass", "backend"]
+    assert rows[cols].values.tolist() == [[4.0, 32.0, 8.0, 1.0, 4096.0, 128.0, False, "fwd", "fa3"],
+                                          [4.0, 32.0, 8.0, 1024.0, 1024.0, 128.0, True, "fwd", "fa3"]]
+    assert rows["runtime_us"].tolist() == pytest.approx([30.0, 200.0])
+
+
+def nccl(op: str, dtype: str, gpus: int, elements: int, latency_ms: float, device: str | None = H100) -> dict:
+    row = {"op_name": op, "kernel_source": "NCCL", "nccl_dtype": dtype, "num_gpus": gpus, "message_size": elements,
+           "latency": latency_ms}
+    return row | ({"framework": "TRTLLM", "version": "2.29", "device": device} if device else {})
+
+
+def test_nccl_message_size_is_elements_and_becomes_bytes_per_rank(tmp_path):
+    write(tmp_path, "h100_sxm/comm/nccl/2.29.2/nccl_perf.parquet", [
+        nccl("all_reduce", "half", 8, 1024, 0.02), nccl("alltoall", "int8", 4, 1024, 0.01)])
+    write(tmp_path, "h200_sxm/comm/nccl/2.23/nccl_perf.parquet", [nccl("all_gather", "half", 2, 512, 0.005, None)])
+    write(tmp_path, "h100_sxm/comm/vllm/0.14.0/custom_allreduce_perf.parquet", [nccl("all_reduce", "half", 8, 1, 1.0)])
+    rows = aiconfigurator_nccl.load(tmp_path).sort_values(["ranks"]).reset_index(drop=True)
+    assert rows[["hardware", "op", "dtype", "bytes", "ranks", "ranks_per_node"]].values.tolist() == [
+        ["h200", "all_gather", "fp16", 1024.0, 2.0, 2.0],  # no device column: the folder names the GPU
+        ["h100-sxm", "all_to_all", "int8", 1024.0, 4.0, 4.0],
+        ["h100-sxm", "all_reduce", "fp16", 2048.0, 8.0, 8.0]]
+    assert rows["runtime_us"].tolist() == pytest.approx([5.0, 10.0, 20.0])
+    assert rows["group"].tolist() == [f"aiconfigurator-nccl/{n}gpu" for n in (2, 4, 8)]
+
+
+def test_an_unknown_collective_is_one_line_naming_file_and_column(tmp_path):
+    path = write(tmp_path, "h100_sxm/comm/nccl/2.29.2/nccl_perf.parquet", [nccl("allreduce2", "half", 8, 8, 0.1)])
+    with pytest.raises(DataImportError, match=f"{path}: column 'op_name'"):
+        aiconfigurator_nccl.load(tmp_path)
+
+
+def test_the_source_is_registered_with_load_measurements(tmp_path):
+    write(tmp_path, "h100_sxm/gemm/vllm/0.24.0/gemm_perf.parquet", [gemm(H100, "bfloat16", 64, 4096, 1024, 0.01)])
+    write(tmp_path, "h100_sxm/comm/nccl/2.29.2/nccl_perf.parquet", [nccl("all_reduce", "half", 8, 1024, 0.02)])
+    rows = load_measurements(sources=["aiconfigurator"], root=tmp_path, cache_dir=tmp_path / "cache")
+    assert sorted(rows["family"]) == ["collective", "gemm"] and set(rows["source"]) == {"aiconfigurator"}
