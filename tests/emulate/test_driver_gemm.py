@@ -75,3 +75,15 @@ def test_gemm_choice_cli_rejects_bad_input_in_one_line():
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.startswith("stepcast: gemm m, n, k must be positive")
+
+
+@pytest.mark.parametrize(("hardware", "family"), [("t4", "magma_sgemmEx"), ("b200", "nvjet_sm100")])
+def test_gemm_choice_covers_older_and_newer_catalog_gpus(hardware, family):
+    """sm_75 (no reserved shared memory per block: occupancy must not divide by zero) and sm_100."""
+    (choice,) = choose([Gemm(4096, 4096, 4096)], hardware)
+    assert family in choice.kernel
+
+
+def test_gemm_choice_reports_a_device_the_library_does_not_support():
+    with pytest.raises(RuntimeError, match="cublasLtCreate returned"):  # CUDA 13 dropped sm_70
+        choose([Gemm(64, 64, 64)], "v100-sxm2-32gb")

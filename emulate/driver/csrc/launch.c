@@ -137,9 +137,9 @@ int fk_blocks_per_sm(const fk_function_t *f, int threads, size_t dynamic_smem) {
     int by_regs = regs_per_warp ? fk_attr(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR) / regs_per_warp / warps : by_warps;
     size_t per_block = dynamic_smem + (size_t)fk_function_static_smem(f);
     if (per_block > (size_t)fk_attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)) return 0;
-    per_block += (size_t)fk_attr(CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK);
-    int by_smem = (int)((size_t)fk_attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR) / per_block);
+    per_block += (size_t)fk_attr(CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK);  /* 0 before sm_80 */
     int n = fk_attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR);
+    int by_smem = per_block ? (int)((size_t)fk_attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR) / per_block) : n;
     if (by_warps < n) n = by_warps;
     if (by_regs < n) n = by_regs;
     if (by_smem < n) n = by_smem;
