@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -26,6 +27,7 @@ from profiling.atomic import write_json_atomic
 from profiling.paths import REPO_ROOT, cache_root
 
 DEVICE_CATEGORIES = ("kernel", "memcpy", "memset", "collective")
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt)\b[^:]*:")
 OTHER = "other"  # kernels with no estimator spec (embedding, index, RNG...), copies and memsets
 
 
@@ -56,9 +58,10 @@ def cached(key: str, compute, fresh: bool = False) -> dict[str, Any]:
 
 
 def failure_line(stderr: str) -> str:
-    """The most telling line of a failed run: the CLI's own ``stepcast:`` line, else the exception's last line."""
+    """The most telling line of a failed run: the exception line (``torch.AcceleratorError: ...``), else the CLI's
+    own ``stepcast:`` line, else the last line."""
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
-    errors = [ln for ln in lines if ("Error" in ln or "error" in ln) and not ln.startswith(("File ", "warn"))]
+    errors = [ln for ln in lines if EXCEPTION_LINE.match(ln)]
     own = [ln for ln in lines if ln.startswith("stepcast:")]
     picked = errors[-1] if errors else (own[-1] if own else (lines[-1] if lines else "no output"))
     return picked[:300]

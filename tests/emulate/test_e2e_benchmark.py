@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from emulate.e2e import labelled, neusight, nosync, torchtitan
-from emulate.e2e.emulation import OTHER, iteration_family_ms
+from emulate.e2e.emulation import OTHER, failure_line, iteration_family_ms
 from profiling.paths import shared_data_root
 
 V100 = "neusight/scripts/asplos/label/Tesla_V100-PCIE-32GB"
@@ -98,6 +98,15 @@ def test_kernel_time_is_bucketed_by_the_iteration_that_launched_it():
         {"ph": "X", "pid": 0, "cat": "iteration", "ts": 0.0, "dur": 10.0},
     ]}
     assert iteration_family_ms(trace, timeline) == [{"gemm": 1.0}, {OTHER: 0.75, "gemm": 2.0}]
+
+
+def test_a_failed_run_is_summarised_by_its_exception_line():
+    stderr = ("Traceback (most recent call last):\n  File \"x.py\", line 3, in <module>\n"
+              "torch.AcceleratorError: CUDA error: error reported by the stepcast virtual device\n"
+              "Search for `cudaErrorUnknown' in https://docs.nvidia.com/cuda/ for more information.\n\n"
+              "stepcast: the script failed on rank(s) [0]: traces up to the failure are in /tmp/t\n")
+    assert failure_line(stderr) == "torch.AcceleratorError: CUDA error: error reported by the stepcast virtual device"
+    assert failure_line("stepcast: script x.py not found\n") == "stepcast: script x.py not found"
 
 
 def test_passes_are_read_from_the_last_repetition():
