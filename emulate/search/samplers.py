@@ -1,0 +1,220 @@
+"""The search loop: an Optuna sampler proposes configurations, :class:`Search` evaluates them.
+
+Samplers come from Optuna (``search.sampler``): ``cmaes`` (CmaEsSampler: CMA-ES over each parameter's position in
+its ordered list of choices, so tp 1 < 2 < 4 keeps its order), ``random`` and ``grid`` (every configuration once)
+as baselines. Each parameter is suggested as an integer index into its choices, so every sampler can only choose
+from the space.
+
+What a proposal costs: a configuration seen before in this search is answered from memory; one the cache holds
+is answered from the cache (``cache hit``); one a cheap check rules out (:meth:`emulate.search.space.Space.rule_out`)
+is ``pruned`` without emulation; only the rest are emulated. ``evaluations`` counts the distinct configurations
+that needed an emulation's answer (emulated now or found in the cache): the search's real cost, independent of
+what an earlier run left in the cache. An infeasible or pruned proposal is told to the sampler as
+:data:`INFEASIBLE_COST` (worse than any feasible one; CMA-ES only uses the ranking of the values).
+
+Local parallelism: ``jobs`` proposals are evaluated at once (Optuna's thread pool, each trial a subprocess); a
+configuration being emulated by one thread is waited for, not emulated again, by another.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from emulate.search.space import Config, SearchConfig, Space, format_config
+from emulate.search.trials import Target, TrialCache, TrialInterrupted, TrialResult, estimator_version, run_trial, trial_key
+
+#: the cost told to the sampler for an infeasible or pruned configuration (ms per step, or per token)
+INFEASIBLE_COST = 1e12
+
+Runner = Callable[..., dict[str, Any]]
+
+
+def make_sampler(kind: str, space: Space, seed: int):
+    """The Optuna sampler named ``kind`` over the space's choice indices."""
+    import optuna
+
+    if kind == "cmaes":
+        return optuna.samplers.CmaEsSampler(seed=seed, n_startup_trials=1, warn_independent_sampling=False)
+    if kind == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if kind == "grid":
+        return optuna.samplers.GridSampler({name: list(range(len(c))) for name, c in space.cfg.space.items()})
+    raise ValueError(f"search.sampler: expected cmaes, random or grid, got {kind!r}")
+
+
+@dataclass
+class SearchOutcome:
+    sampler: str
+    trials: list[TrialResult] = field(default_factory=list)   # one per proposal, in order (repeats included)
+    evaluations: int = 0        # distinct configurations answered by an emulation (now or from the cache)
+    emulated: int = 0           # of those, emulated in this run
+    cache_hits: int = 0
+    pruned: int = 0             # distinct configurations ruled out by a cheap check
+    infeasible: int = 0         # distinct configurations that ran out of memory
+    errors: int = 0
+    wall_s: float = 0.0
+    baseline: TrialResult | None = None
+
+    def best(self) -> TrialResult | None:
+        feasible = [t for t in self.trials if t.feasible]
+        return min(feasible, key=cost) if feasible else None
+
+    def distinct(self) -> list[TrialResult]:
+        seen: dict[str, TrialResult] = {}
+        for t in self.trials:
+            seen.setdefault(json.dumps(t.config, sort_keys=True), t)
+        return list(seen.values())
+
+
+def cost(result: TrialResult) -> float:
+    """What the search minimises: milliseconds per token when the config says how many tokens a step trains, else
+    milliseconds per step."""
+    if not result.feasible:
+        return INFEASIBLE_COST
+    if result.tokens_per_s:
+        return 1e3 / result.tokens_per_s
+    return float(result.iteration_time_ms)
+
+
+class Search:
+    """Evaluates configurations of one search config against the cache and the emulator."""
+
+    def __init__(self, cfg: SearchConfig, target: Target, cache: TrialCache, jobs: int = 1,
+                 runner: Runner = run_trial, timeout_s: float | None = None,
+                 progress: Callable[[TrialResult], None] | None = None) -> None:
+        self.cfg, self.space, self.target, self.cache = cfg, Space(cfg), target, cache
+        self.jobs, self.runner, self.timeout_s, self.progress = jobs, runner, timeout_s, progress
+        self.estimator = estimator_version()
+        self._lock = threading.Lock()
+        self._known: dict[str, Future] = {}
+        self._oom: list[Config] = []
+
+    def evaluate(self, config: Config, outcome: SearchOutcome | None = None) -> TrialResult:
+        """The result for ``config``: from this search's memory, the cache, a cheap check or an emulation."""
+        ident = json.dumps(config, sort_keys=True)
+        with self._lock:
+            future = self._known.get(ident)
+            mine = future is None
+            if mine:
+                future = self._known[ident] = Future()
+        if not mine:
+            return future.result()
+        try:
+            result = self._evaluate_new(config, outcome)
+        except BaseException as exc:
+            with self._lock:
+                del self._known[ident]
+            future.set_exception(exc)
+            raise
+        future.set_result(result)
+        return result
+
+    def _evaluate_new(self, config: Config, outcome: SearchOutcome | None) -> TrialResult:
+        with self._lock:
+            ooms = list(self._oom)
+        why = self.space.rule_out(config, self.target.memory_gib, ooms)
+        if why is not None:
+            self._count(outcome, "pruned")
+            return TrialResult(config=config, status="pruned", reason=why)
+        args, env = self.space.script_command(config)
+        key = trial_key(self.cfg.script_path(), args, env, self.target, self.estimator)
+        doc = self.cache.get(key)
+        cached = doc is not None
+        if doc is None:
+            doc = self.runner(self.cfg.script_path(), args, env, self.target, timeout_s=self.timeout_s)
+            self.cache.put(key, {**doc, "config": config, "args": args, "env": env})
+        result = TrialResult(config=config, status=doc["status"], iteration_time_ms=doc.get("iteration_time_ms"),
+                             peak_memory_bytes=doc.get("peak_memory_bytes"), reason=doc.get("reason"),
+                             emulation_s=float(doc.get("emulation_s", 0.0)), cached=cached, key=key,
+                             warnings=list(doc.get("warnings", [])))
+        tokens = self.space.tokens_per_step(config)
+        if result.feasible and tokens and result.iteration_time_ms:
+            result.tokens_per_s = tokens / (result.iteration_time_ms / 1e3)
+        if result.status == "oom":
+            with self._lock:
+                self._oom.append(config)
+        self._count(outcome, "evaluations", "cache_hits" if cached else "emulated",
+                    {"oom": "infeasible", "error": "errors"}.get(result.status))
+        return result
+
+    def _count(self, outcome: SearchOutcome | None, *names: str | None) -> None:
+        if outcome is None:
+            return
+        with self._lock:
+            for name in names:
+                if name:
+                    setattr(outcome, name, getattr(outcome, name) + 1)
+
+    def run(self, sampler: str | None = None, max_evaluations: int | None = None,
+            max_trials: int | None = None, seed: int | None = None) -> SearchOutcome:
+        """Propose and evaluate until the budget (distinct evaluations, proposals) or the grid is spent."""
+        import optuna
+
+        budget = self.cfg.search
+        kind = sampler or budget.sampler
+        max_evaluations = max_evaluations or budget.max_evaluations
+        max_trials = max_trials or budget.max_trials
+        if kind == "grid":
+            max_trials = min(max_trials, self.space.size())
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        study = optuna.create_study(direction="minimize",
+                                    sampler=make_sampler(kind, self.space, budget.seed if seed is None else seed))
+        outcome = SearchOutcome(sampler=kind)
+        started = time.perf_counter()
+        if not any(self.space.rule_out(c, self.target.memory_gib, []) is None for c in self.space.all_configs()):
+            for config in self.space.all_configs():  # nothing passes the cheap checks: no sampler, no emulation
+                outcome.trials.append(self.evaluate(config, outcome))
+            outcome.wall_s = time.perf_counter() - started
+            return outcome
+
+        def objective(trial) -> float:
+            config = self.space.from_index({name: trial.suggest_int(name, 0, len(choices) - 1)
+                                            for name, choices in self.cfg.space.items()})
+            result = self.evaluate(config, outcome)
+            with self._lock:
+                outcome.trials.append(result)
+            if self.progress:
+                self.progress(result)
+            return cost(result)
+
+        def stop_when_spent(study, trial) -> None:
+            if max_evaluations is not None and outcome.evaluations >= max_evaluations:
+                study.stop()
+
+        try:
+            study.optimize(objective, n_trials=max_trials, n_jobs=self.jobs, callbacks=[stop_when_spent],
+                           catch=())
+        finally:
+            outcome.wall_s = time.perf_counter() - started
+        if self.cfg.baseline is not None:
+            outcome.baseline = self.evaluate(dict(self.cfg.baseline))
+        return outcome
+
+
+def no_feasible_reason(outcome: SearchOutcome) -> str:
+    """One line saying why a search found nothing feasible."""
+    distinct = outcome.distinct()
+    counts = {s: sum(t.status == s for t in distinct) for s in ("pruned", "oom", "error")}
+    parts = [f"{n} {label}" for n, label in ((counts["pruned"], "ruled out before emulation"),
+                                           (counts["oom"], "out of memory"), (counts["error"], "failed"))
+             if n]
+    example = next((t for t in distinct if t.status in ("oom", "error")), None)
+    if example is not None:
+        detail = f"; e.g. {format_config(example.config)}: {example.reason}"
+    elif distinct:
+        reasons = Counter(t.reason for t in distinct)
+        reason, n = reasons.most_common(1)[0]
+        detail = f"; most common reason ({n} of {len(distinct)}): {reason}"
+    else:
+        detail = ""
+    return (f"no feasible configuration among the {len(distinct)} tried ({', '.join(parts) or 'none evaluated'})"
+            f"{detail}")
+
+
+__all__ = ["INFEASIBLE_COST", "Search", "SearchOutcome", "TrialInterrupted", "cost", "make_sampler",
+           "no_feasible_reason"]

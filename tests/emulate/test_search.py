@@ -1,0 +1,222 @@
+"""Configuration search (emulate/search): constraints and pruning, the trial cache and resuming, the samplers, the
+no-feasible line. The evaluator is a stand-in runner here (an analytic step time), so these run in seconds; the
+real emulations (out-of-memory trials, MLflow) are in test_search_emulated.py."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from emulate.search.samplers import INFEASIBLE_COST, Search, no_feasible_reason
+from emulate.search.space import Space, SearchConfigError, parse_config
+from emulate.search.trials import Target, TrialCache, TrialInterrupted, trial_key
+
+SCRIPT = "print('a training script')\n"
+TARGET = Target(hardware="h100-sxm", spec_json="{}", nproc=8, nodes=1, memory_gib=80.0)
+
+
+def config_doc(script: Path, **changes) -> dict:
+    doc = {"name": "toy", "script": str(script), "gpus": 8,
+           "fixed": {"global_batch": 16},
+           "space": {"tp": [1, 2, 4, 8], "pp": [1, 2, 4], "micro_batch": [1, 2, 4, 8]},
+           "derived": {"dp": "gpus // (tp * pp)"},
+           "constraints": ["tp * pp * dp == gpus", "global_batch % (micro_batch * dp) == 0"],
+           "args": ["--tp={tp}", "--pp={pp}", "--mb={micro_batch}"],
+           "tokens_per_step": "global_batch * 1024"}
+    doc.update(changes)
+    return doc
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    path = tmp_path / "train.py"
+    path.write_text(SCRIPT)
+    return path
+
+
+class FakeRunner:
+    """Answers like the emulator would, from the script arguments: a step time with a unique optimum at
+    tp=2, pp=2, micro_batch=4, and out of memory when micro_batch > tp x pp."""
+
+    def __init__(self, interrupt_at: int | None = None, delay_s: float = 0.0) -> None:
+        self.calls: list[list[str]] = []
+        self.interrupt_at, self.delay_s = interrupt_at, delay_s
+        self.lock = threading.Lock()
+
+    def __call__(self, script, args, env, target, timeout_s=None):
+        with self.lock:
+            if self.interrupt_at is not None and len(self.calls) == self.interrupt_at:
+                raise TrialInterrupted("stopped by signal 15")
+            self.calls.append(args)
+        time.sleep(self.delay_s)
+        tp, pp, mb = (int(a.split("=")[1]) for a in args)
+        if mb > tp * pp:
+            return {"status": "oom", "reason": "rank0: CUDA out of memory", "emulation_s": 1.0}
+        ms = 10.0 + 3.0 * abs(tp - 2) + 4.0 * abs(pp - 2) + 2.0 * abs(mb - 4)
+        return {"status": "ok", "iteration_time_ms": ms, "peak_memory_bytes": mb * 2**30, "emulation_s": 1.0}
+
+
+def search(doc: dict, tmp_path: Path, runner: FakeRunner, jobs: int = 1) -> Search:
+    return Search(parse_config(doc, "toy.yaml"), TARGET, TrialCache(tmp_path / "cache"), jobs=jobs, runner=runner)
+
+
+def test_constraints_rule_configurations_out_before_emulation(script, tmp_path):
+    runner = FakeRunner()
+    outcome = search(config_doc(script), tmp_path, runner).run(sampler="grid")
+    space = Space(parse_config(config_doc(script), "toy.yaml"))
+    emulated = [dict(zip(("tp", "pp", "micro_batch"), (int(a.split("=")[1]) for a in args))) for args in runner.calls]
+    assert emulated and all(space.broken_constraint(c) is None for c in emulated)
+    pruned = [t for t in outcome.trials if t.status == "pruned"]
+    assert {"tp": 4, "pp": 4, "micro_batch": 1} in [t.config for t in pruned]  # tp*pp = 16 > 8 GPUs
+    assert all(t.reason.startswith(("constraint", "needs at least the memory")) for t in pruned)
+    assert len(outcome.trials) == space.size()
+
+
+def test_memory_lower_bound_prunes_without_emulating(script, tmp_path):
+    doc = config_doc(script, memory={"lower_bound_gib": "120 / (tp * pp)"})  # fits only when tp * pp >= 2
+    runner = FakeRunner()
+    outcome = search(doc, tmp_path, runner).run(sampler="grid")
+    assert all(not a[0].endswith("=1") or not a[1].endswith("=1") for a in runner.calls)
+    assert any(t.reason and t.reason.startswith("memory lower bound 120.0 GiB > 80 GiB") for t in outcome.trials)
+
+
+def test_configuration_needing_more_memory_than_an_oom_one_is_pruned(script, tmp_path):
+    doc = config_doc(script, memory={"monotone": {"micro_batch": "increasing"}},
+                     space={"tp": [1], "pp": [1], "micro_batch": [1, 2, 4, 8]},
+                     constraints=[], derived={"dp": "8"})
+    runner = FakeRunner()
+    s = search(doc, tmp_path, runner)
+    assert s.evaluate({"tp": 1, "pp": 1, "micro_batch": 4}).status == "oom"
+    result = s.evaluate({"tp": 1, "pp": 1, "micro_batch": 8})
+    assert result.status == "pruned" and "ran out of memory" in result.reason
+    assert s.evaluate({"tp": 1, "pp": 1, "micro_batch": 2}).status == "oom"  # below: emulated, not assumed
+    assert s.evaluate({"tp": 1, "pp": 1, "micro_batch": 1}).status == "ok"
+    assert len(runner.calls) == 3
+
+
+def test_out_of_memory_trials_are_infeasible_and_never_best(script, tmp_path):
+    outcome = search(config_doc(script), tmp_path, FakeRunner()).run(sampler="grid")
+    assert outcome.infeasible > 0
+    assert outcome.best().config == {"tp": 2, "pp": 2, "micro_batch": 4}
+    assert outcome.best().tokens_per_s == pytest.approx(16 * 1024 / 0.010)
+
+
+def test_repeated_search_emulates_nothing(script, tmp_path):
+    first = FakeRunner()
+    a = search(config_doc(script), tmp_path, first).run(sampler="grid")
+    again = FakeRunner()
+    b = search(config_doc(script), tmp_path, again).run(sampler="grid")
+    assert first.calls and again.calls == []
+    assert b.cache_hits == b.evaluations == a.evaluations and b.emulated == 0
+    assert b.best().config == a.best().config
+
+
+def test_cache_key_follows_script_content_and_estimator(script):
+    key = trial_key(script, ["--tp=1"], {}, TARGET, "est-1")
+    assert trial_key(script, ["--tp=1"], {}, TARGET, "est-2") != key
+    assert trial_key(script, ["--tp=2"], {}, TARGET, "est-1") != key
+    script.write_text(SCRIPT + "# changed\n")
+    assert trial_key(script, ["--tp=1"], {}, TARGET, "est-1") != key
+
+
+def test_interrupted_search_resumes_from_its_cache(script, tmp_path):
+    doc = config_doc(script)
+    broken = FakeRunner(interrupt_at=3)
+    with pytest.raises(TrialInterrupted):
+        search(doc, tmp_path, broken).run(sampler="grid")
+    assert len(broken.calls) == 3
+    resumed = FakeRunner()
+    outcome = search(doc, tmp_path, resumed).run(sampler="grid")
+    done_before = {tuple(c) for c in broken.calls}
+    assert not done_before & {tuple(c) for c in resumed.calls}
+    assert outcome.cache_hits == 3 and outcome.emulated == len(resumed.calls)
+    full = search(doc, tmp_path / "fresh", FakeRunner()).run(sampler="grid")
+    assert outcome.evaluations == full.evaluations
+
+
+@pytest.mark.parametrize("sampler", ["cmaes", "random", "grid"])
+def test_each_sampler_chooses_from_the_space(script, tmp_path, sampler):
+    doc = config_doc(script)
+    outcome = search(doc, tmp_path, FakeRunner()).run(sampler=sampler, max_trials=30)
+    assert len(outcome.trials) == 30
+    for t in outcome.trials:
+        assert all(t.config[name] in choices for name, choices in doc["space"].items())
+    if sampler == "grid":
+        assert len(outcome.distinct()) == 30
+
+
+def test_cmaes_finds_the_optimum_of_a_small_space_with_fewer_evaluations_than_the_grid(script, tmp_path):
+    doc = config_doc(script)
+    grid = search(doc, tmp_path / "g", FakeRunner()).run(sampler="grid")
+    cma = search(doc, tmp_path / "c", FakeRunner()).run(sampler="cmaes", max_trials=60)
+    assert cma.best().config == grid.best().config
+    assert cma.evaluations < grid.evaluations
+
+
+def test_parallel_jobs_emulate_each_configuration_once(script, tmp_path):
+    runner = FakeRunner(delay_s=0.02)
+    outcome = search(config_doc(script), tmp_path, runner, jobs=4).run(sampler="random", max_trials=40)
+    assert len(runner.calls) == len({tuple(c) for c in runner.calls}) == outcome.emulated
+
+
+def test_infeasible_and_pruned_proposals_cost_the_sampler_the_penalty(script, tmp_path):
+    s = search(config_doc(script), tmp_path, FakeRunner())
+    outcome = s.run(sampler="grid")
+    from emulate.search.samplers import cost
+
+    assert all(cost(t) == INFEASIBLE_COST for t in outcome.trials if not t.feasible)
+    assert all(cost(t) < INFEASIBLE_COST for t in outcome.trials if t.feasible)
+
+
+def test_space_admitting_nothing_feasible_says_why_in_one_line(script, tmp_path, capsys):
+    from emulate.search.cli import main
+
+    doc = config_doc(script, constraints=["tp * pp == 3"])
+    path = tmp_path / "none.yaml"
+    import yaml
+
+    path.write_text(yaml.safe_dump(doc))
+    code = main([str(path), "--no-mlflow", "--cache-dir", str(tmp_path / "cache"), "--output", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1
+    assert err[0].startswith("stepcast: no feasible configuration among the 48 tried (48 ruled out before emulation)")
+    assert err[0].endswith("most common reason (48 of 48): constraint tp * pp == 3")
+    assert json.loads((tmp_path / "out" / "trials.json").read_text())
+
+
+def test_bad_config_is_one_line_naming_the_field(script, tmp_path, capsys):
+    from emulate.search.cli import main
+
+    path = tmp_path / "bad.yaml"
+    path.write_text(f"script: {script}\ngpus: 8\nspace: {{tp: []}}\n")
+    assert main([str(path), "--no-mlflow"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].endswith("bad.yaml: space: tp: expected a non-empty list of choices")
+    with pytest.raises(SearchConfigError, match="constraints: .*only min\(\) and max\(\) may be called"):
+        parse_config(config_doc(script, constraints=["__import__('os')"]), "toy.yaml")
+
+
+def test_unreachable_tracking_store_fails_fast_in_one_line(script, tmp_path, capsys, monkeypatch):
+    from emulate.search.cli import main
+
+    import yaml
+
+    path = tmp_path / "toy.yaml"
+    path.write_text(yaml.safe_dump(config_doc(script)))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")
+    started = time.perf_counter()
+    assert main([str(path), "--cache-dir", str(tmp_path / "cache")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unreachable" in err[0] and time.perf_counter() - started < 10
+
+
+def test_no_feasible_reason_counts_each_kind(script, tmp_path):
+    doc = config_doc(script, space={"tp": [1], "pp": [1], "micro_batch": [4, 8]}, constraints=[],
+                     derived={"dp": "8"})
+    outcome = search(doc, tmp_path, FakeRunner()).run(sampler="grid")
+    line = no_feasible_reason(outcome)
+    assert outcome.best() is None
+    assert line.startswith("no feasible configuration among the 2 tried (2 out of memory)")
