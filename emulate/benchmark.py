@@ -46,8 +46,9 @@ def measure(ranks: int, events_per_rank: int, mode: str, repeats: int) -> dict[s
         durations = assign_durations(programs, hw, mode, estimator, ranks_per_node_for(ranks, 1))
         t2 = cpu()
         group_of, groups = collate(programs, durations)
+        setups = host_plan(programs, host_speed=1.0, latency_us=[DEFAULT_LAUNCH_LATENCY_US] * ranks,
+                           costs_us={}).setups
         t3 = cpu()
-        setups = host_plan(programs, host_speed=1.0, latency_us=[DEFAULT_LAUNCH_LATENCY_US] * ranks, costs_us={}).setups
         run(programs, durations, group_of, groups, setups)
         t4 = cpu()
         w0 = time.perf_counter()

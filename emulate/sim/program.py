@@ -8,12 +8,14 @@ peak, which needs no clock at all.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from emulate.trace import TraceFormatError
 
@@ -64,6 +66,18 @@ class RankProgram:
     @property
     def n_events(self) -> int:
         return len(self.kind)
+
+    @functools.cached_property
+    def op_codes(self) -> np.ndarray:
+        """A small int per event naming its op (kernels: the aten op, else the kernel name; other kinds: their
+        op or -1), so that iterations can be compared event for event at numpy speed."""
+        ops, _ = pd.factorize(pd.Series(list(map(dict.get, self.events, repeat("op"))), dtype=object))
+        names, _ = pd.factorize(pd.Series(list(map(dict.get, self.events, repeat("name"))), dtype=object))
+        return np.where(ops >= 0, ops, np.where(names >= 0, names + ops.max() + 1, -1)).astype(np.int32)
+
+    @functools.cached_property
+    def steady(self) -> np.ndarray:
+        return _steady_iterations(self)
 
 
 def build_program(doc: dict[str, Any], source: str = "<trace>") -> RankProgram:
@@ -220,14 +234,20 @@ def steady_iterations(prog: RankProgram) -> np.ndarray:
     """Indices of a rank's steady-state iterations: among all but the first (warm-up), those that repeat the most
     common event sequence (kinds and ops), so that iterations still growing the allocator, autotuning or
     initialising lazily are left out. When no sequence repeats: all but the first (all, for a single one)."""
+    return prog.steady
+
+
+def _steady_iterations(prog: RankProgram) -> np.ndarray:
     bounds = iteration_bounds(prog)
     n = len(bounds)
     if n < 3:
         return np.arange(1 if n >= 2 else 0, n)
-    kinds = prog.kind_array
-    ops = [ev.get("op") or ev.get("name") for ev in prog.events]
-    signatures = [(kinds[a:b].tobytes(), tuple(ops[a:b])) for a, b in bounds[1:]]
-    common = max(signatures, key=signatures.count)
-    if signatures.count(common) < 2:
+    kinds, ops = prog.kind_array, prog.op_codes
+    signatures = [(b - a, kinds[a:b].tobytes(), ops[a:b].tobytes()) for a, b in bounds[1:]]
+    counts: dict[tuple, int] = {}
+    for sig in signatures:
+        counts[sig] = counts.get(sig, 0) + 1
+    common = max(counts, key=counts.__getitem__)
+    if counts[common] < 2:
         return np.arange(1, n)
     return np.array([k + 1 for k, sig in enumerate(signatures) if sig == common])
