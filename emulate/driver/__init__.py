@@ -27,7 +27,8 @@ Environment (what a launcher sets for each process)
 
 Log format: one JSON object a line. ``{"event": "launch", "name": <kernel name as the library registered it,
 mangled>, "grid": [x, y, z], "block": [x, y, z], "smem": <dynamic shared memory bytes>, "cluster": [x, y, z],
-"stream": <stream id: 1 legacy default, 2 per-thread default, 3+ created>, "via": <entry point>}``; also
+"stream": <stream id: 1 legacy default, 2 per-thread default, 3+ created>, "device": <ordinal of the current
+context>, "via": <entry point, or cuGraphLaunch for a replayed graph node>}``; also
 ``unsupported`` (an entry point answered NOT_SUPPORTED, once per name), ``export_table`` (a private table asked
 for, with the answer) and ``proc_missing`` (a ``cuGetProcAddress`` name/version without an entry).
 

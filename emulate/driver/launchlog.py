@@ -16,6 +16,7 @@ class Launch:
     smem: int
     cluster: tuple[int, int, int]
     stream: int
+    device: int = 0
     via: str = ""
 
     def __post_init__(self) -> None:

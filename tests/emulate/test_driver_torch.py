@@ -86,3 +86,22 @@ def test_torch_compile_launches_its_triton_kernel():
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.strip().endswith("torch.Size([64])")
     assert any(n.startswith("triton_") and "fused" in n for n in run.launched())
+
+
+TWO_DEVICES = r"""
+import torch
+a = torch.randn(512, 512, device="cuda:1", dtype=torch.bfloat16)
+a @ a
+print(torch.cuda.device_count(), torch.randn(4, device="cuda:0").to("cuda:1").device)
+"""
+
+
+@pytest.mark.slow
+def test_launches_name_the_device_they_ran_on():
+    run = run_python(["-c", TWO_DEVICES], "a100-sxm-80gb", extra_env={"STEPCAST_DEVICE_COUNT": "2"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == ["2", "cuda:1"]
+    launches = [e for per in run.events.values() for e in per if e.get("event") == "launch"]
+    gemm = [e for e in launches if "gemm" in e["name"]]
+    assert gemm and all(e["device"] == 1 for e in gemm)
+    assert {e["device"] for e in launches} == {0, 1}

@@ -3,6 +3,7 @@
  * caller asks for, since one name has several ABIs) and cuGetExportTable (export.c). */
 #include "fakecuda.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct { const char *name; int version; void *fn; } fk_proc_t;
@@ -72,6 +73,8 @@ FK_EXPORT CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int 
     *pfn = best ? best->fn : NULL;
     if (status) *status = best ? CU_GET_PROC_ADDRESS_SUCCESS
                                : known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-    if (!best) fk_log_line("{\"event\":\"proc_missing\",\"name\":\"%s\",\"version\":%d}", symbol, version);
+    if (!best) fk_log_line("{\"event\":\"proc_missing\",\"name\":\"%.200s\",\"version\":%d}", symbol, version);
+    else if (getenv("STEPCAST_DRIVER_DEBUG"))
+        fk_log_line("{\"event\":\"proc\",\"name\":\"%.200s\",\"version\":%d}", symbol, version);
     return best ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
 }
