@@ -18,6 +18,7 @@ import ctypes
 import json
 import os
 import sys
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -63,6 +64,8 @@ class GemmChoice:
     algorithms_found: int
     workspace_bytes: int
     waves: float
+    heuristic_s: float  # wall time of the heuristic query in the child (the first one pays cuBLAS's lazy set-up)
+    query_launches: int  # kernels the query itself launched (none: nothing is timed)
     launches: list[Launch] = field(default_factory=list)
 
     @property
@@ -83,8 +86,8 @@ def choose(gemms: list[Gemm], hardware: str, *, workspace_bytes: int = WORKSPACE
         raise RuntimeError(f"cuBLASLt on the emulated {hardware} failed (exit {run.returncode}): {tail}")
     answers = json.loads(run.stdout)
     return [GemmChoice(gemm=g, hardware=spec.id, cublaslt_version=a["version"], algorithms_found=a["found"],
-                       workspace_bytes=a["workspace"], waves=a["waves"],
-                       launches=[Launch(**launch) for launch in a["launches"]])
+                       workspace_bytes=a["workspace"], waves=a["waves"], heuristic_s=a["heuristic_s"],
+                       query_launches=a["query_launches"], launches=[Launch(**launch) for launch in a["launches"]])
             for g, a in zip(gemms, answers, strict=True)]
 
 
@@ -151,9 +154,13 @@ class _Child:
                                                                  ctypes.byref(ws), 8), "max workspace")
         result = _HeuristicResult()
         found = ctypes.c_int()
+        before = log.stat().st_size if log.exists() else 0
+        t0 = time.perf_counter()
         self._check(self.lt.cublasLtMatmulAlgoGetHeuristic(self.handle, desc, a, b, c, c, pref, 1,
                                                            ctypes.byref(result), ctypes.byref(found)),
                     "cublasLtMatmulAlgoGetHeuristic")
+        heuristic_s = time.perf_counter() - t0
+        launched_by_query = len(read_launches(log, before))
         size = ELEMENT_BYTES[g.dtype]
         bufs = [self._alloc(g.m * g.k * size), self._alloc(g.k * g.n * size), self._alloc(g.m * g.n * size),
                 self._alloc(workspace)]
@@ -170,7 +177,8 @@ class _Child:
         self.lt.cublasLtMatmulPreferenceDestroy(pref)
         self.lt.cublasLtMatmulDescDestroy(desc)
         return {"version": self.version, "found": found.value, "workspace": int(result.workspaceSize),
-                "waves": float(result.wavesCount), "launches": [asdict(x) for x in launches]}
+                "waves": float(result.wavesCount), "heuristic_s": heuristic_s, "query_launches": launched_by_query,
+                "launches": [asdict(x) for x in launches]}
 
 
 def _child_main() -> int:

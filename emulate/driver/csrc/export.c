@@ -7,9 +7,7 @@
 #include "fakecuda.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 void *fk_module_from_image(const void *image);  /* module.c */
@@ -67,6 +65,7 @@ static void md2_final(md2_t *m, unsigned char out[16]) {
 static const unsigned char integrity_key[16] = {  /* derived from the runtime's key table as ZLUDA documents */
     0x14, 0x6a, 0xdd, 0xae, 0x53, 0xa9, 0xa7, 0x52, 0xaa, 0x08, 0x41, 0x36, 0x0b, 0xf5, 0x5a, 0x9f};
 
+/* exported (under a stepcast name) so a test can check it against the published sample */
 FK_EXPORT void stepcast_integrity_hmac(const void *msg, size_t len, unsigned char out[16]) {
     unsigned char pad[16], inner[16];
     md2_t m;
@@ -105,11 +104,7 @@ static CUresult cudart_launch(CUfunction f, unsigned gx, unsigned gy, unsigned g
     return fk_launch(fk_function_of(f), grid, block, smem, stream, cluster, "cudart");
 }
 
-static unsigned thread_id_for_hash(void) {
-    const char *which = getenv("STEPCAST_DRIVER_HASH_TID");
-    if (which && which[0] == 'g') return (unsigned)syscall(SYS_gettid);
-    return (unsigned)(size_t)pthread_self();
-}
+static unsigned thread_id_for_hash(void) { return (unsigned)(size_t)pthread_self(); }  /* the runtime's choice */
 
 static CUresult integrity_check(unsigned rt_version, unsigned long long timestamp, unsigned char result[16]) {
     if (!result) return CUDA_ERROR_INVALID_VALUE;
