@@ -10,10 +10,15 @@ Shapes are cuBLAS's column-major problems: ``op(A)`` is m x k, ``op(B)`` k x n, 
 ``transb`` in {"N", "T"}. :func:`torch_mm_gemm` gives the problem torch's row-major ``A @ B`` becomes.
 
     python -m emulate.driver.gemm_choice --hardware h100-sxm --m 4096 --n 4096 --k 4096 --dtype bf16
+    python -m emulate.driver.gemm_choice --hardware l4 --batch shapes.csv   # one JSON line per row
+
+A batch file is CSV with a header naming ``m,n,k`` and optionally ``dtype`` (default bf16) and ``layout``
+(cuBLAS transa+transb, default TN); ``--torch`` reads each row as torch's ``(m,k) @ (k,n)`` instead.
 """
 from __future__ import annotations
 
 import argparse
+import csv
 import ctypes
 import json
 import os
@@ -190,6 +195,29 @@ def _child_main() -> int:
     return 0
 
 
+def read_batch(path: Path, *, torch_layout: bool) -> list[Gemm]:
+    """The problems of a CSV batch file (see the module docstring); ValueError names the file and row."""
+    try:
+        rows = list(csv.DictReader(path.open()))
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read ({exc.strerror})") from exc
+    gemms = []
+    for line, row in enumerate(rows, start=2):
+        try:
+            m, n, k = int(row["m"]), int(row["n"]), int(row["k"])
+            dtype = (row.get("dtype") or "bf16").strip()
+            layout = (row.get("layout") or "TN").strip()
+            gemms.append(torch_mm_gemm(m, n, k, dtype) if torch_layout else Gemm(m, n, k, dtype, layout[:1], layout[1:]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{path} line {line}: expected integer m, n, k (and dtype, layout) columns: {exc}") from exc
+    return gemms
+
+
+def _answer(choice: GemmChoice) -> dict:
+    return {"hardware": choice.hardware, "gemm": asdict(choice.gemm), "cublaslt_version": choice.cublaslt_version,
+            "kernel": choice.kernel, "launches": [asdict(x) for x in choice.launches]}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m emulate.driver.gemm_choice", description=__doc__.split("\n")[0])
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -200,23 +228,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
     parser.add_argument("--layout", default="TN", help="cuBLAS transa+transb, e.g. TN (default) or NN")
     parser.add_argument("--torch", action="store_true", help="m, n, k are torch's (m,k)@(k,n); use its cuBLAS layout")
+    parser.add_argument("--batch", type=Path, help="CSV of problems (header m,n,k[,dtype][,layout]); JSON lines out")
     args = parser.parse_args(argv)
     if args.child:
         return _child_main()
     try:
-        if args.m is None or args.n is None or args.k is None:
-            raise ValueError("--m, --n and --k are required")
-        if args.torch:
-            gemm = torch_mm_gemm(args.m, args.n, args.k, args.dtype)
+        if args.batch is not None:
+            gemms = read_batch(args.batch, torch_layout=args.torch)
+        elif args.m is None or args.n is None or args.k is None:
+            raise ValueError("--m, --n and --k (or --batch FILE) are required")
+        elif args.torch:
+            gemms = [torch_mm_gemm(args.m, args.n, args.k, args.dtype)]
         else:
-            gemm = Gemm(args.m, args.n, args.k, args.dtype, args.layout[:1], args.layout[1:])
+            gemms = [Gemm(args.m, args.n, args.k, args.dtype, args.layout[:1], args.layout[1:])]
         lookup(args.hardware)
     except (ValueError, KeyError) as exc:
         print(f"stepcast: {exc}", file=sys.stderr)
         return 2
-    (choice,) = choose([gemm], args.hardware)
-    print(json.dumps({"hardware": choice.hardware, "gemm": asdict(gemm), "cublaslt_version": choice.cublaslt_version,
-                      "kernel": choice.kernel, "launches": [asdict(x) for x in choice.launches]}, indent=1))
+    choices = choose(gemms, args.hardware)
+    if args.batch is None:
+        print(json.dumps(_answer(choices[0]), indent=1))
+    for choice in choices if args.batch is not None else []:
+        print(json.dumps(_answer(choice)))
     return 0
 
 

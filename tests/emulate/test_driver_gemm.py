@@ -88,3 +88,21 @@ def test_gemm_choice_covers_older_and_newer_catalog_gpus(hardware, family):
 def test_gemm_choice_reports_a_device_the_library_does_not_support():
     with pytest.raises(RuntimeError, match="cublasLtCreate returned"):  # CUDA 13 dropped sm_70
         choose([Gemm(64, 64, 64)], "v100-sxm2-32gb")
+
+
+def test_gemm_choice_cli_labels_a_batch_file_one_json_line_per_row(tmp_path):
+    import json
+
+    batch = tmp_path / "shapes.csv"
+    batch.write_text("m,n,k,dtype,layout\n4096,4096,4096,bf16,TN\n141,512,512,fp16,NN\n")
+    proc = subprocess.run([sys.executable, "-m", "emulate.driver.gemm_choice", "--hardware", "a100-sxm-80gb",
+                           "--batch", str(batch)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [(r["gemm"]["m"], r["gemm"]["dtype"], r["gemm"]["transa"]) for r in rows] == [(4096, "bf16", "T"),
+                                                                                        (141, "fp16", "N")]
+    assert all(r["kernel"] and r["cublaslt_version"] >= 130000 and r["launches"] for r in rows)
+    batch.write_text("m,n\n1,2\n")
+    bad = subprocess.run([sys.executable, "-m", "emulate.driver.gemm_choice", "--batch", str(batch)],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.startswith(f"stepcast: {batch} line 2:")
