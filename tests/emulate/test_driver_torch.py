@@ -17,8 +17,10 @@ lin(torch.randn(788, 768, device="cuda", dtype=torch.bfloat16, requires_grad=Tru
 q = torch.randn(4, 16, 1024, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
 F.scaled_dot_product_attention(q, q, q, is_causal=True).sum().backward()
 print(x.grad.shape, w.grad.shape, q.grad.shape, float(x.grad.sum().item()))
-# Exiting the instant a cuDNN backward returns races autograd's worker thread, which still tidies up and needs the
-# GIL while the interpreter finalises ("terminate called without an active exception"); 10 ms is enough.
+# Exiting the instant a convolution's backward returns races torch's autograd worker thread: after waking the
+# caller it drops the GraphTask, whose ThreadLocalState holds a Python object, and its decref needs the GIL while
+# the interpreter finalises (gil_scoped_acquire -> pthread_exit -> "terminate called without an active
+# exception"). A torch race, not the driver's (the backtrace has no driver frame); 10 ms of slack avoids it.
 import time; time.sleep(0.05)
 """
 
