@@ -14,6 +14,7 @@ Pieces
     :mod:`.gemm_choice` the top cuBLASLt heuristic choice and its launched kernels, batched, with the version.
     :mod:`.torch_gemm`  what torch.matmul launches on the same virtual device.
     :mod:`.child`       runs a Python program on the emulated driver and collects its log.
+    :mod:`.real_gpu`    for a lent GPU: capture its attributes and matmul kernels, compare with the emulation.
 
 Environment (what a launcher sets for each process)
     ``LD_LIBRARY_PATH``           the folder of :func:`.build.driver_path` first (no ``LD_PRELOAD``).

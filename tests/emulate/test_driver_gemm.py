@@ -8,16 +8,13 @@ import sys
 import pytest
 
 from emulate.driver.gemm_choice import Gemm, choose, torch_mm_gemm
-from emulate.driver.torch_gemm import Product, TorchRun, run_products
+from emulate.driver.real_gpu import PRODUCTS
+from emulate.driver.torch_gemm import TorchRun, run_products
 from profiling.hardware import lookup
 
 HARDWARE = ("h100-sxm", "a100-sxm-80gb", "l4")
-#: torch's (m, k) @ (k, n): large square, misaligned m (150, 141: C's leading dimension not 16-byte aligned),
-#: skinny n, a single row, split-K shapes, and the three dtypes
-PRODUCTS = [Product(4096, 4096, 4096), Product(150, 8192, 28672), Product(8192, 150, 28672), Product(141, 512, 512),
-            Product(788, 3072, 768), Product(8192, 8, 4096), Product(16, 4096, 4096), Product(1, 4096, 4096),
-            Product(4096, 1000, 2048), Product(1024, 1024, 1024, "fp16"), Product(1024, 1024, 1024, "fp32"),
-            Product(150, 4096, 4096, "fp32")]
+# PRODUCTS, torch's (m, k) @ (k, n): large square, misaligned m (150, 141: C's leading dimension not 16-byte
+# aligned), skinny n, a single row, split-K shapes, and the three dtypes
 
 
 @pytest.fixture(scope="module")

@@ -107,3 +107,23 @@ def test_launches_name_the_device_they_ran_on():
     gemm = [e for e in launches if "gemm" in e["name"]]
     assert gemm and all(e["device"] == 1 for e in gemm)
     assert {e["device"] for e in launches} == {0, 1}
+
+
+@pytest.mark.slow
+def test_real_gpu_capture_and_compare_round_trip(tmp_path):
+    """The capture tool meant for a lent GPU, run on the emulated driver, reads back the catalog's attributes; the
+    comparer then finds no attribute difference, and flags a kernel that differs from what the driver runs."""
+    import json
+
+    from emulate.driver.real_gpu import compare
+
+    out = tmp_path / "capture.json"
+    run = run_python(["-m", "emulate.driver.real_gpu", "capture", "--no-kernels", "--out", str(out)], "l4")
+    assert run.returncode == 0, run.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    assert doc["name"] == "NVIDIA L4" and doc["attributes"]["MULTIPROCESSOR_COUNT"] == 58
+    assert compare(doc, "l4")["attributes"] == {}
+    assert "MULTIPROCESSOR_COUNT" in compare(doc, "h100-sxm")["attributes"]
+    doc["products"], doc["kernels"] = [{"m": 64, "n": 64, "k": 64, "dtype": "bf16"}], [["not_the_kernel"]]
+    diff = compare(doc, "l4")["kernels"]
+    assert len(diff) == 1 and diff[0]["real"] == ["not_the_kernel"] and diff[0]["emulated"]
