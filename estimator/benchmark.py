@@ -24,7 +24,8 @@
    decode with whole head configurations held out; XGBoost against the roofline, ``--gemm-train-rows`` per fold.
 8. NCCL (``--suites nccl``): the NCCL-structured model (``estimator.nccl``) with and without its learned residual
    against alpha-beta and XGBoost on GPU collectives, held-out sizes (a fifth of each source's sizes) and held-out GPU
-   counts (2, 4, 8 within a node); by source, op and size bucket.
+   counts (2, 4, 8 within a node), and multi-node rows predicted from single-node ones (the catalog's network
+   figures); by source, op and size bucket.
 
 Every learned model is fit on each fold's training rows only; the roofline has nothing to fit.
 """
@@ -291,6 +292,8 @@ def nccl_folds(frame: pd.DataFrame, test_share: float = 0.2, seed: int = 0) -> l
         test = single & (frame["ranks"] == count).to_numpy()
         if test.any():
             folds.append(Fold("held_out_gpu_counts", f"{count} GPUs", np.flatnonzero(~test), np.flatnonzero(test)))
+    if (~single).any():
+        folds.append(Fold("multi_node", "trained within nodes", np.flatnonzero(single), np.flatnonzero(~single)))
     return folds
 
 
@@ -306,7 +309,7 @@ def suite_nccl(data: pd.DataFrame) -> pd.DataFrame:
                          size_bucket=frame["source"].astype(str) + " " + bucket)
     out = []
     folds = nccl_folds(frame)
-    for split in ("held_out_sizes", "held_out_gpu_counts"):
+    for split in ("held_out_sizes", "held_out_gpu_counts", "multi_node"):
         res = score_folds(frame, split, nccl_models(), None, None, [f for f in folds if f.split == split],
                           by=("source", "where", "size_bucket"))
         side_by_side(res, f"NCCL, {split.replace('_', ' ')}: mean APE % per fold, then by source, source and op, "

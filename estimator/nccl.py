@@ -217,7 +217,12 @@ class NcclEstimator(KernelEstimator):
     name = "nccl"
     version = "1"
 
-    def __init__(self, residual: bool = False, min_rows: int = 30) -> None:
+    def __init__(self, residual: bool = False, min_rows: int = 30, family: str = "collective",
+                 target: str | None = None) -> None:
+        """``family`` / ``target``: what ``estimator.models.make_estimator`` passes every kind; only ``collective``
+        and the model's own target (log time) make sense here."""
+        if family != "collective":
+            raise ValueError(f"nccl estimator: family '{family}' is not 'collective'")
         self.residual = residual
         self.min_rows = min_rows
         self.params: dict[str, dict[str, float]] = {}

@@ -70,3 +70,5 @@ def test_nccl_folds_hold_out_whole_sizes_and_single_node_gpu_counts():
         assert set(frame.iloc[fold.test]["ranks"]) == {count}
         assert set(frame.iloc[fold.train]["ranks"]) == {2, 4, 8, 16} - {count}
     assert 16 in set(frame.iloc[folds["8 GPUs"].train]["ranks"])  # multi-node rows are never a held-out count
+    multi = folds["trained within nodes"]  # and are predicted from single-node rows alone
+    assert set(frame.iloc[multi.test]["ranks"]) == {16} and 16 not in set(frame.iloc[multi.train]["ranks"])
