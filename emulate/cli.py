@@ -150,7 +150,7 @@ def simulate_capture(ns: argparse.Namespace, spec: HardwareSpec, capture: dict, 
     """Simulate the captured traces and write the report. A partial capture is simulated over the iterations
     every rank completed (``iterations_simulated``); with none, the report holds the capture facts only."""
     from emulate.collate import complete_iterations
-    from emulate.replay import one_line
+    from profiling.errors import one_line
     from emulate.sim.engine import SimulationDeadlock
     from emulate.simulate import publish, simulate
     from emulate.trace import TraceFormatError, read_trace

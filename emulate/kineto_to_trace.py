@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from profiling.errors import report
 from emulate.trace import FORMAT, VERSION, OpCalls, write_trace
 from profiling import kineto
 from profiling.classify import canonical_dtype, classify_kernel_name, classify_op
@@ -365,8 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         doc = convert_file(args.kineto, args.hardware)
     except (kineto.TraceFormatError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return report(exc)
     write_trace(args.output, rank=doc["rank"], world_size=doc["world_size"], hardware=doc["hardware"],
                 events=doc["events"], meta=doc["meta"])
     print(f"{args.output}: {len(doc['events'])} events")

@@ -45,6 +45,17 @@ def steady_iterations_ms(stamps: list[float]) -> tuple[list[float], list[float]]
     return iterations, [iterations[i] for i in steady_indices(len(iterations))]
 
 
+def _hardware_id() -> str:
+    """The catalog id of the device the run used; for a CPU the catalog does not list, its would-be id (a CPU
+    run is a test of the timing, never emulated, so it needs no catalog entry)."""
+    from profiling.hardware import UnknownHardwareError, cpu_hardware_id, detect
+
+    try:
+        return detect().id
+    except UnknownHardwareError:
+        return cpu_hardware_id()
+
+
 def _portable(script: Path) -> str:
     """The script's path relative to the repository when inside it (stored runs are read from other checkouts)."""
     from profiling.paths import REPO_ROOT
@@ -83,10 +94,8 @@ def measure(script: Path, args: list[str], native_backends: bool = False) -> dic
         handle.remove()
     wall_s = time.perf_counter() - started
     iterations, steady = steady_iterations_ms(stamps)
-    from profiling.hardware import detect
-
     out: dict[str, Any] = {
-        "format": FORMAT, "version": FORMAT_VERSION, "hardware": detect().id,
+        "format": FORMAT, "version": FORMAT_VERSION, "hardware": _hardware_id(),
         "device_name": torch.cuda.get_device_name(0) if cuda else None, "torch": torch.__version__,
         "script": _portable(script), "args": list(args), "native_backends": native_backends,
         "iteration_time_ms": statistics.median(steady) if steady else None, "iterations_ms": iterations,

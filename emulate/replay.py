@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from emulate.kineto_to_trace import convert_file
+from profiling.errors import report
 from emulate.sim.engine import SimulationDeadlock
 from emulate.simulate import DURATION_MODES, publish, simulate
 from emulate.trace import TraceFormatError
@@ -87,15 +88,8 @@ def run_command(args: argparse.Namespace) -> int:
                timeline_path=args.trace, estimator=args.estimator)
     except (TraceFormatError, KinetoFormatError, UnknownHardwareError, ValueError, OSError,
             SimulationDeadlock) as exc:
-        print(f"error: {one_line(exc)}", file=sys.stderr)
-        return 2
+        return report(exc)
     return 0
-
-
-def one_line(exc: BaseException) -> str:
-    """An error's message on one console line (a deadlock lists every stuck rank; newlines would split it)."""
-    text = " ".join(str(exc).split())
-    return text or type(exc).__name__
 
 
 def main(argv: list[str] | None = None) -> int:

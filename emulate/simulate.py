@@ -19,10 +19,11 @@ from emulate.sim.durations import Durations, assign_durations, ranks_per_node_fo
 from emulate import config
 from emulate.sim import host as host_model
 from emulate.sim.collate import CollectiveGroup, collate
-from emulate.sim.engine import RankTimeline, run
+from emulate.sim.engine import RankTimeline, SimulationDeadlock, run
 from emulate.sim.program import RankProgram, build_program
 from emulate.trace import TraceFormatError, read_trace
 from estimator.base import KernelEstimator
+from profiling.errors import report
 from profiling.hardware import HardwareSpec, UnknownHardwareError, lookup
 
 DEFAULT_LAUNCH_LATENCY_US = config.DEFAULT_LAUNCH_LATENCY_US
@@ -161,9 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         simulate_traces(args.traces, args.hardware, nodes=args.nodes, report_path=args.report,
                         timeline_path=args.trace, host_speed=args.host_speed, durations=args.durations,
                         estimator=args.estimator, queue_depth=args.launch_queue)
-    except (TraceFormatError, UnknownHardwareError, ValueError, OSError) as exc:
-        print(f"stepcast: {exc}", file=sys.stderr)
-        return 2
+    except (TraceFormatError, UnknownHardwareError, ValueError, OSError, SimulationDeadlock) as exc:
+        return report(exc)
     return 0
 
 

@@ -27,8 +27,8 @@ def one_line(message: object) -> str:
         if line.startswith("Config search path"):
             break
         if line.strip():
-            kept.append(line.strip())
-    return " ".join(kept)
+            kept.append(" ".join(line.split()))
+    return " ".join(kept) or (type(message).__name__ if isinstance(message, BaseException) else "")
 
 
 def report(message: object) -> int:

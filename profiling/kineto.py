@@ -159,6 +159,8 @@ def read_trace(path: str | Path) -> KinetoTrace:
         events = events_frame(raw_events)
     except (TypeError, AttributeError, ValueError) as exc:
         raise TraceFormatError(f"{path}: malformed trace events ({exc.__class__.__name__}: {exc})") from None
+    if events.empty:
+        raise TraceFormatError(f"{path}: 'traceEvents' holds no complete events (ph 'X'): an empty trace")
     device_properties = meta.get("deviceProperties") or []
     distributed_info = meta.get("distributedInfo") or {}
     if not isinstance(device_properties, list) or not isinstance(distributed_info, dict):
