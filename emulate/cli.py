@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from emulate import config
 from profiling.atomic import write_json_atomic
 from profiling.hardware import HardwareSpec, UnknownHardwareError, lookup
 
@@ -23,7 +24,10 @@ def add_run_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--trace-dir", type=Path, default=None,
                    help="folder for the per-rank captured traces, locked while this run uses it (default: a new "
                    "folder under the cache, <cache>/runs/<time>-<pid>, the newest 20 kept)")
-    p.add_argument("--host-speed", type=float, default=1.0, help="target host CPU speed relative to this one")
+    p.add_argument("--host-speed", type=float, default=config.HOST_SPEED,
+                   help="target host CPU speed relative to this one: host time is divided by it (default %(default)s)")
+    p.add_argument("--launch-queue", type=int, default=config.LAUNCH_QUEUE_DEPTH,
+                   help="device ops a host may have pending before a launch blocks (default %(default)s)")
     p.add_argument("--gzip", action="store_true", help="write the traces gzip-compressed (.trace.json.gz)")
     p.add_argument("--capture-only", action="store_true", help="write the traces and the capture report; skip "
                    "the simulation")
@@ -163,7 +167,8 @@ def simulate_capture(ns: argparse.Namespace, spec: HardwareSpec, capture: dict, 
             capture["iterations_simulated"] = done
             if not done:
                 return partial_without_simulation(ns, capture, reason, exit_code, "no iteration completed on every rank")
-        result = simulate(docs, spec.id, nodes=ns.nodes, host_speed=ns.host_speed, sources=[str(p) for p in paths])
+        result = simulate(docs, spec.id, nodes=ns.nodes, host_speed=ns.host_speed, sources=[str(p) for p in paths],
+                          queue_depth=ns.launch_queue)
         report = publish(result, paths, ns.report, ns.trace, extra=capture, quiet=reason is not None)
     except (TraceFormatError, ValueError, SimulationDeadlock) as exc:
         if reason is not None:

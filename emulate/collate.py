@@ -75,7 +75,7 @@ def collate(log_paths: list[Path], *, hardware: str, world_size: int, ranks_per_
                 "torch": log.sidecar.get("torch"), "capture_host": platform.node(),
                 "capture_cpu": platform.processor() or platform.machine(), "status": log.sidecar.get("status"),
                 "generic_entry_points": sorted(set(log.unhandled)), "cudnn": "disabled (not emulated)",
-                "op_context": log.sidecar.get("op_context"),
+                "op_context": log.sidecar.get("op_context"), "host_clock": log.host_clock,
                 "deduplicated_from": deduplicated.get(rank),
                 "memory": memory}
         path = trace_dir / f"rank{rank}.trace.json{'.gz' if gzip else ''}"
