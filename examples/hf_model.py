@@ -18,7 +18,8 @@ ordinary loop instead: forward, loss, backward, ``prof.step()``, no synchronisat
 per step (the host runs ahead of the device).
 
     python examples/hf_model.py --config bert_large.json --mode inf --batch 8 --seq 512 --reps 2
-    python examples/hf_model.py --config gpt2_large.json --mode train --batch 4 --seq 1024 --no-sync --reps 3 --attention sdpa
+    python examples/hf_model.py --config gpt2_large.json --mode train --batch 4 --seq 1024 --no-sync --reps 3 \
+        --attention sdpa
 """
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The no-sync check: a training loop that never synchronises (GPT-2 large, HF ``GPT2LMHeadModel``, 36 layers,
-d 1280, batch 4 x 1024, fp32, HF's default SDPA attention, forward + backward, ``prof.step()`` each iteration, no ``.item()``) lets the host run
-ahead of the device, so its iteration is set by the device: the predicted iteration time must be at least the
-device time of an iteration, the sum of the predicted durations of the kernels it launches.
+d 1280, batch 4 x 1024, fp32, HF's default SDPA attention, forward + backward, ``prof.step()`` each iteration, no
+``.item()``) lets the host run ahead of the device, so its iteration is set by the device: the predicted iteration
+time must be at least the device time of an iteration, the sum of the predicted durations of the kernels it
+launches.
 """
 from __future__ import annotations
 

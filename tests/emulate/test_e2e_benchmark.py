@@ -188,3 +188,22 @@ def test_no_sync_iteration_covers_its_device_time(shared_data: Path, tmp_path: P
     assert row["ok"], row.get("error")
     assert row["device_ms"] > 100.0
     assert row["iteration_ms"] >= row["device_ms"] * (1 - nosync.TOLERANCE)
+
+
+def test_quick_keeps_the_smallest_bert_large_batch_per_gpu_and_mode(tmp_path: Path):
+    def label(gpu: str, name: str) -> neusight.Label:
+        return neusight.parse_label(write_label(tmp_path / "label" / gpu, name, num_layer=24, e2e_latency=1.0,
+                                                fw_latency=1.0, bwall_latency=0.0))
+
+    v100 = "Tesla_V100-PCIE-32GB"
+    labels = [label("Tesla_T4", "bert_large-inf-512-16.json"), label("Tesla_T4", "bert_large-inf-512-8.json"),
+              label("Tesla_T4", "gpt2_large-inf-1024-4.json"), label(v100, "bert_large-inf-512-8.json"),
+              label(v100, "bert_large-train-512-2.json")]
+    from emulate.e2e_benchmark import select_labels
+
+    quick = select_labels(labels, gpus=None, models=None, quick=True)
+    assert [(lb.hardware, lb.path.stem) for lb in quick] == [
+        ("t4", "bert_large-inf-512-8"), ("v100-pcie-32gb", "bert_large-inf-512-8"),
+        ("v100-pcie-32gb", "bert_large-train-512-2")]
+    assert [lb.path.stem for lb in select_labels(labels, ["v100"], ["bert_large"], quick=False)] == [
+        "bert_large-inf-512-8", "bert_large-train-512-2"]
