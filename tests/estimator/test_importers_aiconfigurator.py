@@ -101,3 +101,19 @@ def test_the_source_is_registered_with_load_measurements(tmp_path):
     write(tmp_path, "h100_sxm/comm/nccl/2.29.2/nccl_perf.parquet", [nccl("all_reduce", "half", 8, 1024, 0.02)])
     rows = load_measurements(sources=["aiconfigurator"], root=tmp_path, cache_dir=tmp_path / "cache")
     assert sorted(rows["family"]) == ["collective", "gemm"] and set(rows["source"]) == {"aiconfigurator"}
+
+
+@pytest.mark.shared_data
+def test_the_real_tables_give_four_catalog_gpus_per_family_below_peak(shared_data):
+    gemms = aiconfigurator_gemm.load(shared_data)
+    assert set(gemms["hardware"]) == {"h100-sxm", "h200", "b200", "a100-sxm-80gb"} and (gemms["m"] >= 1).all()
+    assert gemms.duplicated(["hardware", "m", "n", "k"]).sum() == 0  # one row per shape after merging releases
+    big = gemms[(gemms["hardware"] == "h100-sxm") & (gemms["m"] == 8192) & (gemms["n"] == 8192)
+                & (gemms["k"] == 8192)]
+    tflops = 2 * 8192 ** 3 / (big["runtime_us"].iat[0] * 1e-6) / 1e12
+    assert 500 < tflops < 989.4  # a large bf16 GEMM runs near, and below, the H100's dense peak
+    attention = aiconfigurator_attention.load(shared_data)
+    assert dict(attention.groupby("hardware")["backend"].first()) == {
+        "h100-sxm": "fa3", "h200": "fa3", "a100-sxm-80gb": "fa2", "b200": "flashinfer"}
+    collectives = aiconfigurator_nccl.load(shared_data)
+    assert set(collectives["ranks"]) == {2.0, 4.0, 8.0} and collectives["bytes"].max() == 2.0 ** 29  # 256M halves
