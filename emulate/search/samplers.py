@@ -85,10 +85,10 @@ class Search:
     """Evaluates configurations of one search config against the cache and the emulator."""
 
     def __init__(self, cfg: SearchConfig, target: Target, cache: TrialCache, jobs: int = 1,
-                 runner: Runner = run_trial, timeout_s: float | None = None,
+                 runner: Runner | None = None, timeout_s: float | None = None,
                  progress: Callable[[TrialResult], None] | None = None) -> None:
         self.cfg, self.space, self.target, self.cache = cfg, Space(cfg), target, cache
-        self.jobs, self.runner, self.timeout_s, self.progress = jobs, runner, timeout_s, progress
+        self.jobs, self.runner, self.timeout_s, self.progress = jobs, runner or run_trial, timeout_s, progress
         self.estimator = estimator_version()
         self._lock = threading.Lock()
         self._known: dict[str, Future] = {}

@@ -99,8 +99,9 @@ def trial_key(script: Path, args: list[str], env: dict[str, str], target: Target
 class TrialCache:
     """Results by key, one JSON file each."""
 
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory / "trials"
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.directory = root / "trials"
 
     def get(self, key: str) -> dict[str, Any] | None:
         path = self.directory / f"{key}.json"

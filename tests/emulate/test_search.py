@@ -220,3 +220,72 @@ def test_no_feasible_reason_counts_each_kind(script, tmp_path):
     line = no_feasible_reason(outcome)
     assert outcome.best() is None
     assert line.startswith("no feasible configuration among the 2 tried (2 out of memory)")
+
+
+class FakeRay:
+    """Stands in for ``ray`` and ``ray.tune`` (the real ones need a cluster): Tuner.fit asks the search algorithm
+    for trials until it says FINISHED or num_samples are done, runs the trainable in this process and reports
+    each result back, as Tune does."""
+
+    def __init__(self) -> None:
+        import types
+
+        self.address = None
+        ray = types.ModuleType("ray")
+        tune = types.ModuleType("ray.tune")
+        search = types.ModuleType("ray.tune.search")
+
+        class Searcher:
+            FINISHED = "FINISHED"
+
+            def __init__(self, metric=None, mode=None):
+                self.metric, self.mode = metric, mode
+
+        search.Searcher = Searcher
+        ray.init = lambda address=None, **kw: setattr(self, "address", address)
+        ray.tune = tune
+        tune.TuneConfig = lambda **kw: kw
+        tune.Tuner = self.tuner
+        self.modules = {"ray": ray, "ray.tune": tune, "ray.tune.search": search}
+
+    def tuner(self, trainable, tune_config):
+        class Result:
+            def __init__(self, metrics):
+                self.metrics = metrics
+
+        class Tuner:
+            def fit(_):
+                alg, results = tune_config["search_alg"], []
+                for i in range(tune_config["num_samples"]):
+                    config = alg.suggest(str(i))
+                    if config == "FINISHED":
+                        break
+                    metrics = trainable(config)
+                    alg.on_trial_complete(str(i), metrics)
+                    results.append(Result(metrics))
+                return results
+
+        return Tuner()
+
+
+def test_ray_adapter_runs_the_sampler_through_tune_with_the_cache(script, tmp_path, monkeypatch):
+    """With a fake Ray (the adapter's wiring: proposals -> remote evaluation -> outcome), not a real cluster."""
+    import sys
+
+    from emulate.search import samplers
+    from emulate.search.ray_adapter import run_on_ray
+
+    fake = FakeRay()
+    for name, module in fake.modules.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    runner = FakeRunner()
+    monkeypatch.setattr(samplers, "run_trial", runner)
+    doc = config_doc(script, search={"sampler": "random", "max_trials": 25, "seed": 3})
+    outcome = run_on_ray(search(doc, tmp_path, None), "ray://head:10001")
+    assert fake.address == "ray://head:10001" and len(outcome.trials) == 25
+    assert outcome.emulated == len(runner.calls) == len({tuple(c) for c in runner.calls})
+    assert outcome.best() is not None and outcome.best().feasible
+    again = run_on_ray(search(doc, tmp_path, None), "ray://head:10001")
+    assert again.emulated == 0 and again.cache_hits == again.evaluations
+    grid = run_on_ray(search({**doc, "search": {"sampler": "grid"}}, tmp_path, None), "ray://head:10001")
+    assert len(grid.trials) == 48 and len(grid.distinct()) == 48
