@@ -8,29 +8,17 @@ from __future__ import annotations
 import os
 
 
-def _env_int(name: str, default: int) -> int:
+def _env(name: str, default: float, cast: type) -> float:
+    """A positive number from the environment variable ``name``, else ``default``; a bad value is one line."""
     value = os.environ.get(name)
     if value in (None, ""):
         return default
     try:
-        parsed = int(value)
+        parsed = cast(value)
     except ValueError:
-        raise ValueError(f"environment variable {name}: expected a positive integer, found {value!r}") from None
-    if parsed < 1:
-        raise ValueError(f"environment variable {name}: expected a positive integer, found {value!r}")
-    return parsed
-
-
-def _env_float(name: str, default: float) -> float:
-    value = os.environ.get(name)
-    if value in (None, ""):
-        return default
-    try:
-        parsed = float(value)
-    except ValueError:
-        raise ValueError(f"environment variable {name}: expected a positive number, found {value!r}") from None
-    if not parsed > 0:
-        raise ValueError(f"environment variable {name}: expected a positive number, found {value!r}")
+        parsed = None
+    if parsed is None or not parsed > 0:
+        raise ValueError(f"environment variable {name}: expected a positive {cast.__name__}, found {value!r}")
     return parsed
 
 
@@ -38,7 +26,7 @@ def _env_float(name: str, default: float) -> float:
 #: before its next launch blocks (``STEPCAST_LAUNCH_QUEUE_DEPTH``). CUDA does not document the size of its
 #: pending-launch queue; 1024 is the figure commonly measured on current drivers. What matters for the prediction
 #: is that it is bounded: a host that runs ahead of its GPU is throttled to the GPU's pace.
-LAUNCH_QUEUE_DEPTH: int = _env_int("STEPCAST_LAUNCH_QUEUE_DEPTH", 1024)
+LAUNCH_QUEUE_DEPTH: int = int(_env("STEPCAST_LAUNCH_QUEUE_DEPTH", 1024, int))
 
 #: Submission latency of a kernel on an idle GPU (launch call -> kernel start) when the trace does not say
 #: (``meta.launch_latency_us``, which the Kineto importer measures on real traces).
@@ -47,7 +35,7 @@ DEFAULT_LAUNCH_LATENCY_US: float = 3.0
 #: Speed of the target's host CPU relative to the capturing machine's (``STEPCAST_HOST_SPEED``, ``--host-speed``):
 #: every host gap of a captured trace, and the runtime-call costs added to it, are divided by it. 1.0 means "a host
 #: like the one that captured"; 2.0 a host twice as fast.
-HOST_SPEED: float = _env_float("STEPCAST_HOST_SPEED", 1.0)
+HOST_SPEED: float = float(_env("STEPCAST_HOST_SPEED", 1.0, float))
 
 #: Fewer iterations than this leave no steady state to measure (the first is warm-up, and a median of one steady
 #: iteration says nothing about its spread): the report warns.

@@ -240,7 +240,7 @@ def _advance(st: _RankState, states: list[_RankState], groups: list[CollectiveGr
                     t = q
                 end[i] = t
             # ITERATION: only its host time matters
-        elif k == MEMCPY_BLOCKING:
+        elif k <= COLLECTIVE:  # a blocking memcpy or a collective: the host waits on it, or peers do
             s = stream[i]
             q = tail[s]
             if q < 0.0:
@@ -258,36 +258,14 @@ def _advance(st: _RankState, states: list[_RankState], groups: list[CollectiveGr
             if q > b:
                 b = q
             b += stall[i]
-            start[i] = b
-            q = b + dur[i]
-            end[i] = q
-            tail[s] = q
-            if q > t:
-                t = q
-        elif k == COLLECTIVE:
-            s = stream[i]
-            q = tail[s]
-            if q < 0.0:
-                break
-            if issued >= depth:
-                e = end[ring[issued % depth]]
-                if e < 0.0:
-                    break
-                if e > t:
-                    t = e
-            ring[issued % depth] = i
-            issued += 1
-            host[i] = t
-            b = t + lat
-            if q > b:
-                b = q
-            b += stall[i]
-            g = st.group_of[i]
+            g = st.group_of[i] if k == COLLECTIVE else -1
             if g < 0:
                 start[i] = b
                 q = b + dur[i]
                 end[i] = q
                 tail[s] = q
+                if k == MEMCPY_BLOCKING and q > t:
+                    t = q
             else:
                 st.arrival[i] = b
                 tail[s] = PENDING
