@@ -1,6 +1,7 @@
 """Build the virtual-GPU shim (emulate/csrc) with the system C compiler, once per source/header/compiler version.
 
-The shared object lands in ``<cache>/shim-<hash>/libcuda.so.1`` (cache: :func:`profiling.paths.cache_root`:
+The shared object lands in ``<cache>/shim-<hash>/libcuda.so.1``, with a stand-in ``libnvidia-ml.so.1`` beside it
+(csrc/nvml.c; the launcher's LD_LIBRARY_PATH names the folder) (cache: :func:`profiling.paths.cache_root`:
 ``$STEPCAST_CACHE_DIR``, else ``$XDG_CACHE_HOME/stepcast``, else ``~/.cache/stepcast``). It is compiled against the CUDA, cuBLAS, NCCL and cuDNN
 headers of the NVIDIA wheels installed alongside torch. Concurrent builders (ranks, test workers) serialise on a
 lock file and the result appears atomically (compile to a temporary name, then ``os.replace``).
@@ -25,6 +26,7 @@ from profiling.paths import cache_root
 CSRC = Path(__file__).resolve().parent / "csrc"
 SOURCES = ("core.c", "runtime.c", "datapath.c", "dedup.c", "driver.c", "cublas.c", "nccl.c", "cudnn.c")
 SONAME = "libcuda.so.1"
+NVML_SONAME = "libnvidia-ml.so.1"  # csrc/nvml.c, built next to the shim (torch's expandable segments need NVML)
 
 
 class ShimBuildError(RuntimeError):
@@ -78,7 +80,7 @@ def compiler() -> str:
 
 def _build_key(cc: str, incs: list[Path]) -> str:
     h = hashlib.sha256()
-    for name in (*SOURCES, "shim.h", "symbols.txt", "compat/fp_types.h", "compat/crt/host_defines.h"):
+    for name in (*SOURCES, "nvml.c", "shim.h", "symbols.txt", "compat/fp_types.h", "compat/crt/host_defines.h"):
         h.update((CSRC / name).read_bytes())
     h.update(Path(__file__).read_bytes())
     version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
@@ -124,7 +126,13 @@ def shim_path(*, rebuild: bool = False) -> Path:
                 "-Wno-unused-parameter", f"-Wl,-soname,{SONAME}", *(f"-I{i}" for i in incs),
                 *(str(CSRC / s) for s in SOURCES), str(stubs), "-o", str(out), "-ldl", "-lpthread", "-lrt"]
 
-    return _cached_build(cache_root() / f"shim-{_build_key(cc, incs)}", SONAME, command, "the shim", rebuild)
+    def nvml_command(tmp: Path, out: Path) -> list[str]:
+        return [cc, "-O2", "-g0", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall", "-Wextra",
+                f"-Wl,-soname,{NVML_SONAME}", str(CSRC / "nvml.c"), "-o", str(out)]
+
+    out_dir = cache_root() / f"shim-{_build_key(cc, incs)}"
+    _cached_build(out_dir, NVML_SONAME, nvml_command, "the NVML stand-in", rebuild)
+    return _cached_build(out_dir, SONAME, command, "the shim", rebuild)
 
 
 def opctx_path(*, rebuild: bool = False) -> Path:

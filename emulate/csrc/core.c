@@ -83,9 +83,9 @@ static long env_long(const char *name, long dflt) {
  * Python interpreter copies the environment, so the processes it execs (Triton's and Inductor's compile workers,
  * DeepSpeed's JIT builds, `subprocess.run`) inherit the mark, find another pid in it and neither open (which would
  * truncate) nor write the log; they still see the virtual GPU. STEPCAST_LOG itself stays: the capture layer reads
- * it. */
-static int log_owner(void) {
-    const char *path = getenv("STEPCAST_LOG");
+ * it. Every getenv comes before the setenv: bash (a preloaded wrapper) replaces both with its own, and its getenv
+ * stops seeing the inherited environment once its setenv has run. */
+static int log_owner(const char *path) {
     if (!path || !*path) return 0;
     char pid[24];
     snprintf(pid, sizeof pid, "%ld", (long)getpid());
@@ -138,8 +138,8 @@ static void do_init(void) {
     }
     host_clock_cpu = !(clock && strcmp(clock, "wall") == 0);
     t_origin = wall_last_return = sc_now_ns();
-    if (log_owner()) {
-        const char *path = getenv("STEPCAST_LOG");
+    const char *path = getenv("STEPCAST_LOG");
+    if (log_owner(path)) {
         log_file = fopen(path, "we");  /* close-on-exec: an exec'd child has no use for the descriptor */
         if (!log_file) {
             fprintf(stderr, "stepcast: cannot open the capture log %s\n", path);
@@ -283,6 +283,7 @@ static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
 static char *va_base;
 static int va_writable = 1;
 static uint64_t dev_top[SC_MAX_DEVICES], dev_used[SC_MAX_DEVICES], dev_peak[SC_MAX_DEVICES];
+static int dev_reservations[SC_MAX_DEVICES];  /* live address reservations of the virtual memory API */
 static __thread int cur_device = 0;
 static int any_device_set;
 
@@ -349,10 +350,19 @@ static size_t alloc_remove(uintptr_t ptr) {
     return bytes;
 }
 
+static size_t va_rounded(size_t bytes) {
+    size_t rounded = (bytes + ALIGN - 1) & ~(size_t)(ALIGN - 1);
+    return rounded ? rounded : ALIGN;
+}
+
+static void count_used_locked(int d, size_t bytes) {
+    dev_used[d] += bytes;
+    if (dev_used[d] > dev_peak[d]) dev_peak[d] = dev_used[d];
+}
+
 int sc_device_alloc(size_t bytes, void **out) {
     int d = cur_device;
-    size_t rounded = (bytes + ALIGN - 1) & ~(size_t)(ALIGN - 1);
-    if (rounded == 0) rounded = ALIGN;
+    size_t rounded = va_rounded(bytes);
     pthread_mutex_lock(&mem_lock);
     if (reserve_va() != 0 || dev_used[d] + bytes > sc_cfg.mem_bytes || dev_top[d] + rounded > DEV_RANGE) {
         pthread_mutex_unlock(&mem_lock);
@@ -361,12 +371,57 @@ int sc_device_alloc(size_t bytes, void **out) {
     }
     uintptr_t p = (uintptr_t)va_base + (uintptr_t)d * DEV_RANGE + dev_top[d];
     dev_top[d] += rounded;
-    dev_used[d] += bytes;
-    if (dev_used[d] > dev_peak[d]) dev_peak[d] = dev_used[d];
+    count_used_locked(d, bytes);
     alloc_insert(p, bytes);
     pthread_mutex_unlock(&mem_lock);
     *out = (void *)p;
     return 0;
+}
+
+/* The driver's virtual memory API splits cudaMalloc in two: address ranges (reserved from the device's window,
+ * no memory) and physical allocations (memory, counted against the target's budget, no address). */
+int sc_device_reserve(size_t bytes, void **out) {
+    int d = cur_device;
+    size_t rounded = va_rounded(bytes);
+    pthread_mutex_lock(&mem_lock);
+    if (reserve_va() != 0 || dev_top[d] + rounded > DEV_RANGE) {
+        pthread_mutex_unlock(&mem_lock);
+        *out = NULL;
+        return -1;
+    }
+    *out = va_base + (uintptr_t)d * DEV_RANGE + dev_top[d];
+    dev_top[d] += rounded;
+    dev_reservations[d]++;
+    pthread_mutex_unlock(&mem_lock);
+    return 0;
+}
+
+int sc_device_unreserve(void *ptr, size_t bytes) {
+    int d = sc_device_of_ptr(ptr);
+    if (d < 0) return -1;
+    pthread_mutex_lock(&mem_lock);
+    sc_range_forget(ptr, bytes);
+    size_t rounded = va_rounded(bytes);
+    if ((uintptr_t)ptr + rounded == (uintptr_t)va_base + (uintptr_t)d * DEV_RANGE + dev_top[d]) dev_top[d] -= rounded;
+    if (dev_reservations[d] > 0) dev_reservations[d]--;
+    pthread_mutex_unlock(&mem_lock);
+    return 0;
+}
+
+int sc_device_commit(int d, size_t bytes) {
+    if (d < 0 || d >= SC_MAX_DEVICES) return -1;
+    pthread_mutex_lock(&mem_lock);
+    int ok = dev_used[d] + bytes <= sc_cfg.mem_bytes;
+    if (ok) count_used_locked(d, bytes);
+    pthread_mutex_unlock(&mem_lock);
+    return ok ? 0 : -1;
+}
+
+void sc_device_uncommit(int d, size_t bytes) {
+    if (d < 0 || d >= SC_MAX_DEVICES) return;
+    pthread_mutex_lock(&mem_lock);
+    dev_used[d] -= bytes < dev_used[d] ? bytes : dev_used[d];
+    pthread_mutex_unlock(&mem_lock);
 }
 
 size_t sc_device_free(void *ptr) {
@@ -377,10 +432,10 @@ size_t sc_device_free(void *ptr) {
         sc_range_forget(ptr, bytes);
         int d = (int)(((uintptr_t)ptr - (uintptr_t)va_base) / DEV_RANGE);
         dev_used[d] -= bytes;
-        size_t rounded = (bytes + ALIGN - 1) & ~(size_t)(ALIGN - 1);
+        size_t rounded = va_rounded(bytes);
         if ((uintptr_t)ptr + rounded == (uintptr_t)va_base + (uintptr_t)d * DEV_RANGE + dev_top[d])
             dev_top[d] -= rounded;
-        if (dev_used[d] == 0) dev_top[d] = 0;
+        if (dev_used[d] == 0 && dev_reservations[d] == 0) dev_top[d] = 0;
     }
     pthread_mutex_unlock(&mem_lock);
     return bytes;

@@ -226,3 +226,86 @@ SC_EXPORT CUresult cuTensorMapEncodeIm2col(CUtensorMap *m, CUtensorMapDataType t
     memset(m, 0, sizeof *m);
     return CUDA_SUCCESS;
 }
+
+/* ---- virtual memory API (PYTORCH_ALLOC_CONF=expandable_segments:True): torch reserves a large address range
+ * per segment and maps physical chunks into it as the segment grows. Chunks are what the device holds: each is
+ * logged as an allocation (M/f records, the handle standing for the address) and counted against the target's
+ * memory, so the peak is exact and a chunk beyond the memory fails as on the real device. ---- */
+#define SC_VMM_GRANULARITY ((size_t)2 << 20)
+typedef struct { uint32_t magic; int device; size_t bytes; } sc_chunk_t;
+
+SC_EXPORT CUresult cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *prop,
+                                                 CUmemAllocationGranularity_flags option) {
+    (void)prop; (void)option;
+    if (!g) return CUDA_ERROR_INVALID_VALUE;
+    *g = SC_VMM_GRANULARITY;
+    return CUDA_SUCCESS;
+}
+SC_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *prop,
+                               unsigned long long flags) {
+    (void)flags;
+    uint64_t t = sc_call_enter();
+    if (!h || !prop || size == 0 || size % SC_VMM_GRANULARITY) return CUDA_ERROR_INVALID_VALUE;
+    if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id < 0 ||
+        prop->location.id >= sc_cfg.device_count)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (sc_device_commit(prop->location.id, size) != 0) {
+        sc_emit(t, 'M', "0\t%zu\t0", size);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    sc_chunk_t *c = calloc(1, sizeof *c);
+    c->magic = 0xC4C4;
+    c->device = prop->location.id;
+    c->bytes = size;
+    *h = (CUmemGenericAllocationHandle)(uintptr_t)c;
+    sc_emit(t, 'M', "%lu\t%zu\t1", (unsigned long)(uintptr_t)c, size);
+    return CUDA_SUCCESS;
+}
+SC_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h) {
+    uint64_t t = sc_call_enter();
+    sc_chunk_t *c = (sc_chunk_t *)(uintptr_t)h;
+    if (!c || c->magic != 0xC4C4) return CUDA_ERROR_INVALID_VALUE;
+    sc_device_uncommit(c->device, c->bytes);
+    sc_emit(t, 'f', "%lu\t%zu", (unsigned long)(uintptr_t)c, c->bytes);
+    c->magic = 0;
+    free(c);
+    return CUDA_SUCCESS;
+}
+SC_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle h) {
+    const sc_chunk_t *c = (const sc_chunk_t *)(uintptr_t)h;
+    if (!prop || !c || c->magic != 0xC4C4) return CUDA_ERROR_INVALID_VALUE;
+    memset(prop, 0, sizeof *prop);
+    prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop->location.id = c->device;
+    return CUDA_SUCCESS;
+}
+SC_EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                                       unsigned long long flags) {
+    (void)alignment; (void)addr; (void)flags;  /* the hint may be ignored, as the real driver may; 2 MiB aligned */
+    void *p;
+    if (!ptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
+    if (sc_device_reserve(size, &p) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
+    *ptr = (CUdeviceptr)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+SC_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+    return sc_device_unreserve((void *)(uintptr_t)ptr, size) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+SC_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h,
+                            unsigned long long flags) {
+    (void)offset; (void)flags;
+    const sc_chunk_t *c = (const sc_chunk_t *)(uintptr_t)h;
+    if (!c || c->magic != 0xC4C4 || !sc_is_device_ptr((void *)(uintptr_t)ptr) || size == 0) return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+SC_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+    if (!sc_is_device_ptr((void *)(uintptr_t)ptr)) return CUDA_ERROR_INVALID_VALUE;
+    sc_range_forget((void *)(uintptr_t)ptr, size);  /* bytes the small data paths remembered there are gone */
+    return CUDA_SUCCESS;
+}
+SC_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count) {
+    (void)size; (void)desc; (void)count;
+    return sc_is_device_ptr((void *)(uintptr_t)ptr) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+

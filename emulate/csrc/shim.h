@@ -54,6 +54,12 @@ int sc_event_id(const void *event);
 int sc_current_device(void);
 int sc_device_alloc(size_t bytes, void **out);  /* 0 on success, -1 when the device is full */
 size_t sc_device_free(void *ptr);               /* returns the size freed (0 if unknown) */
+/* Virtual memory API (cuMemAddressReserve / cuMemCreate): an address range without memory, memory without an
+ * address. reserve/commit return 0, or -1 when the device's window / memory is full. */
+int sc_device_reserve(size_t bytes, void **out);
+int sc_device_unreserve(void *ptr, size_t bytes);
+int sc_device_commit(int device, size_t bytes);
+void sc_device_uncommit(int device, size_t bytes);
 int sc_is_device_ptr(const void *ptr);
 int sc_device_of_ptr(const void *ptr);      /* the device whose range holds ptr, else -1 */
 int sc_device_memory_writable(void);

@@ -64,3 +64,16 @@ def test_every_entry_point_torch_imports_is_defined(clean_cache):
     defined = {line.split()[-1] for line in out.splitlines()}
     assert len(wanted) > 400
     assert sorted(wanted - defined) == []
+
+
+@pytest.mark.skipif(shutil.which("nm") is None or shutil.which("strings") is None, reason="needs binutils")
+def test_an_nvml_stand_in_is_built_beside_the_shim(clean_cache):
+    """torch's expandable segments call NVML through pointers it never checks: the launcher's LD_LIBRARY_PATH
+    (the shim's folder) must find a libnvidia-ml.so.1 with every function libc10_cuda.so names."""
+    nvml = shim_build.shim_path().parent / shim_build.NVML_SONAME
+    out = subprocess.run(["nm", "-D", "--defined-only", str(nvml)], capture_output=True, text=True).stdout
+    defined = {line.split()[-1] for line in out.splitlines()}
+    c10_cuda = shim_build.nvidia_root().parent / "torch" / "lib" / "libc10_cuda.so"
+    names = subprocess.run(["strings", str(c10_cuda)], capture_output=True, text=True).stdout.splitlines()
+    wanted = {s for s in names if s.startswith("nvml") and s.isidentifier()}
+    assert len(wanted) == 7 and wanted <= defined
