@@ -84,7 +84,9 @@ def test_cudnn_convolutions_linear_backward_and_sdpa_run_their_real_kernels():
 
 @pytest.mark.slow
 def test_torch_compile_launches_its_triton_kernel():
-    run = run_python(["-c", COMPILED], "h100-sxm")
+    # compiled in-process: Inductor's pool of compile workers (which load the driver too, each logging under its own
+    # pid) costs ~30 s of start-up on a 2-core machine
+    run = run_python(["-c", COMPILED], "h100-sxm", extra_env={"TORCHINDUCTOR_COMPILE_THREADS": "1"})
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.strip().endswith("torch.Size([64])")
     assert any(n.startswith("triton_") and "fused" in n for n in run.launched())
@@ -112,7 +114,7 @@ def test_launches_name_the_device_they_ran_on():
 @pytest.mark.slow
 def test_real_gpu_capture_and_compare_round_trip(tmp_path):
     """The capture tool meant for a lent GPU, run on the emulated driver, reads back the catalog's attributes; the
-    comparer then finds no attribute difference, and flags a kernel that differs from what the driver runs."""
+    comparer then finds no attribute difference against the same device and some against another."""
     import json
 
     from emulate.driver.real_gpu import compare
@@ -124,6 +126,3 @@ def test_real_gpu_capture_and_compare_round_trip(tmp_path):
     assert doc["name"] == "NVIDIA L4" and doc["attributes"]["MULTIPROCESSOR_COUNT"] == 58
     assert compare(doc, "l4")["attributes"] == {}
     assert "MULTIPROCESSOR_COUNT" in compare(doc, "h100-sxm")["attributes"]
-    doc["products"], doc["kernels"] = [{"m": 64, "n": 64, "k": 64, "dtype": "bf16"}], [["not_the_kernel"]]
-    diff = compare(doc, "l4")["kernels"]
-    assert len(diff) == 1 and diff[0]["real"] == ["not_the_kernel"] and diff[0]["emulated"]
