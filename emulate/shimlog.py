@@ -279,5 +279,5 @@ def peak_device_bytes(events: list[dict[str, Any]]) -> int:
     return peak
 
 
-__all__ = ["HOST_CLOCKS", "RankLog", "ShimLogError", "read_rank_log", "rank_events", "comm_sizes", "demangle", "gemm_spec",
-           "collective_bytes", "peak_device_bytes"]
+__all__ = ["HOST_CLOCKS", "RankLog", "ShimLogError", "read_rank_log", "rank_events", "comm_sizes", "demangle",
+           "gemm_spec", "collective_bytes", "peak_device_bytes"]

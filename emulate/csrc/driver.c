@@ -165,7 +165,8 @@ SC_EXPORT CUresult cuOccupancyMaxActiveClusters(int *n, CUfunction f, const CUla
     for (unsigned i = 0; i < c->numAttrs; i++)
         if (c->attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
             const CUlaunchAttributeValue *v = &c->attrs[i].value;
-            cluster = v->clusterDim.x * (v->clusterDim.y ? v->clusterDim.y : 1) * (v->clusterDim.z ? v->clusterDim.z : 1);
+            cluster = v->clusterDim.x * (v->clusterDim.y ? v->clusterDim.y : 1) *
+                      (v->clusterDim.z ? v->clusterDim.z : 1);
         }
     if (sc_cfg.cc_major < 9 || cluster == 0) return CUDA_ERROR_INVALID_VALUE;
     *n = sc_cfg.sm_count / (int)cluster;
@@ -296,7 +297,8 @@ SC_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGe
                             unsigned long long flags) {
     (void)offset; (void)flags;
     const sc_chunk_t *c = (const sc_chunk_t *)(uintptr_t)h;
-    if (!c || c->magic != 0xC4C4 || !sc_is_device_ptr((void *)(uintptr_t)ptr) || size == 0) return CUDA_ERROR_INVALID_VALUE;
+    if (!c || c->magic != 0xC4C4 || !sc_is_device_ptr((void *)(uintptr_t)ptr) || size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
     return CUDA_SUCCESS;
 }
 SC_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
