@@ -137,6 +137,8 @@ def build_program(doc: dict[str, Any], source: str = "<trace>") -> RankProgram:
         for j, i in enumerate(mem_pos.tolist()):
             ev = events[i]
             if kind[i] == MALLOC:
+                if ev.get("failed"):   # the device refused it (out of memory): nothing was allocated
+                    continue
                 nbytes = int(ev["bytes"])
                 live[ev.get("ptr", ("anon", i))] = nbytes
                 mem_delta[j] = nbytes

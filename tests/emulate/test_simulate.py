@@ -326,3 +326,12 @@ def test_a_negative_duration_stall_or_gap_is_rejected_naming_the_event(tmp_path,
     path = write_trace(tmp_path / "rank0.json", rank=0, world_size=1, hardware="h100-sxm", events=[ok, bad])
     with pytest.raises(TraceFormatError, match=rf"rank0.json: events\[1\].{field}: expected a non-negative"):
         simulate_traces([path], "h100-sxm", durations="measured")
+
+
+def test_an_allocation_the_device_refused_does_not_count_toward_peak_memory():
+    b = builder()
+    b.malloc(ptr=1, nbytes=60 << 30)
+    b.add("malloc", ptr=None, bytes=40 << 30, failed=True)   # out of memory: torch raises, nothing allocated
+    b.free(ptr=1)
+    report = run(b)
+    assert report["peak_memory_bytes"] == 60 << 30
