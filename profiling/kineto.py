@@ -25,14 +25,16 @@ Usage::
 """
 from __future__ import annotations
 
+import codecs
 import functools
 import gzip
 import json
 import re
 import zlib
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -145,19 +147,25 @@ class KinetoTrace:
 
 # ---- reading ------------------------------------------------------------------------------------------------------
 
-def read_trace(path: str | Path) -> KinetoTrace:
-    """Read one Kineto trace (``.json`` or ``.json.gz``). A malformed file raises TraceFormatError naming it."""
+READ_CHUNK_BYTES = 1 << 22       # compressed bytes read per refill of the streaming parser
+MAX_VALUE_CHARS = 1 << 28        # one JSON value (an event, deviceProperties) larger than this is malformed
+Progress = Callable[[int, int], None]  # (bytes of the file read so far, file size)
+
+
+def read_trace(path: str | Path, progress: Progress | None = None) -> KinetoTrace:
+    """Read one Kineto trace (``.json`` or ``.json.gz``). A malformed file raises TraceFormatError naming it.
+
+    The file is parsed as a stream (:class:`_JsonStream`): each event is decoded, its columns kept, and the event
+    dropped, so neither the text nor a list of event dicts is ever held whole (a 2M-kernel trace is ~8M events).
+    ``progress`` is called with the bytes of the file read so far and its size."""
     path = Path(path)
-    document = _load_json(path)
-    if isinstance(document, list):  # a bare Chrome trace: the event list alone
-        raw_events, meta = document, {}
-    elif isinstance(document, dict) and isinstance(document.get("traceEvents"), list):
-        raw_events, meta = document["traceEvents"], document
-    else:
-        raise TraceFormatError(f"{path}: not a Chrome trace (expected an object with a 'traceEvents' list)")
+    columns = _EventColumns()
     try:
-        events = events_frame(raw_events)
+        meta, schema = _scan(path, columns, progress)
+        events = columns.frame()
     except (TypeError, AttributeError, ValueError) as exc:
+        if isinstance(exc, TraceFormatError):
+            raise
         raise TraceFormatError(f"{path}: malformed trace events ({exc.__class__.__name__}: {exc})") from None
     if events.empty:
         raise TraceFormatError(f"{path}: 'traceEvents' holds no complete events (ph 'X'): an empty trace")
@@ -165,55 +173,235 @@ def read_trace(path: str | Path) -> KinetoTrace:
     distributed_info = meta.get("distributedInfo") or {}
     if not isinstance(device_properties, list) or not isinstance(distributed_info, dict):
         raise TraceFormatError(f"{path}: 'deviceProperties' must be a list and 'distributedInfo' an object")
-    schema = "old" if any(e.get("cat") in ("Operator", "Kernel") for e in raw_events[:5000] if isinstance(e, dict)) \
-        else "new"
     return KinetoTrace(path, events, device_properties, distributed_info, schema)
 
 
-def _load_json(path: Path) -> Any:
+def _scan(path: Path, columns: "_EventColumns", progress: Progress | None) -> tuple[dict[str, Any], str]:
+    """Stream the document into ``columns``; return its other top-level fields and the schema ("old" when one
+    of the first 5000 events has an old-schema category)."""
     try:
-        with path.open("rb") as fh:
-            magic = fh.read(2)
-        opener = gzip.open if magic == b"\x1f\x8b" else open
-        with opener(path, "rb") as fh:
-            return json.loads(fh.read())
+        size = path.stat().st_size
+        with path.open("rb") as raw:
+            gzipped = raw.read(2) == b"\x1f\x8b"
+            raw.seek(0)
+            body = gzip.GzipFile(fileobj=raw, mode="rb") if gzipped else raw
+            stream = _JsonStream(body, lambda: progress(raw.tell(), size) if progress else None)
+            meta: dict[str, Any] = {}
+            first = stream.peek()
+            if first == "[":  # a bare Chrome trace: the event list alone
+                stream.each_item(columns.add)
+            elif first == "{":
+                found = False
+                for key in stream.keys():
+                    if key == "traceEvents" and stream.peek() == "[":
+                        stream.each_item(columns.add)
+                        found = True
+                    else:
+                        meta[key] = stream.value()
+                if not found:
+                    raise TraceFormatError(f"{path}: not a Chrome trace (expected an object with a 'traceEvents' "
+                                           f"list)")
+            else:
+                stream.value()  # valid JSON of another kind, or the decoder's own error
+                raise TraceFormatError(f"{path}: not a Chrome trace (expected an object with a 'traceEvents' list)")
+            stream.end()
     except FileNotFoundError:
         raise TraceFormatError(f"{path}: no such file") from None
     except (OSError, EOFError, zlib.error) as exc:
         raise TraceFormatError(f"{path}: unreadable ({exc.__class__.__name__}: {exc})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise TraceFormatError(f"{path}: not valid JSON ({str(exc).splitlines()[0]})") from None
+    return meta, "old" if columns.old_schema else "new"
+
+
+class _JsonStream:
+    """One JSON document read incrementally: the top-level object's keys and the event array's items are walked
+    here, every value is decoded by the standard library's C decoder (``raw_decode``) from a text window refilled
+    chunk by chunk. No maintained streaming parser ships with the project's dependencies, and this keeps the
+    stdlib decoder's speed (the events are most of the time spent reading)."""
+
+    def __init__(self, fh: Any, on_read: Callable[[], None]) -> None:
+        self.fh, self.on_read = fh, on_read
+        self.decoder = json.JSONDecoder()
+        self.text = codecs.getincrementaldecoder("utf-8")()
+        self.buf, self.pos, self.eof = "", 0, False
+
+    def _fill(self) -> bool:
+        """Append the next chunk to the window (dropping what was consumed); False at the end of the file."""
+        if self.eof:
+            return False
+        data = self.fh.read(READ_CHUNK_BYTES)
+        self.eof = not data
+        self.buf = self.buf[self.pos:] + self.text.decode(data, final=self.eof)
+        self.pos = 0
+        self.on_read()
+        return True
+
+    def peek(self) -> str:
+        """The next non-blank character ('' at the end of the document), not consumed."""
+        while True:
+            n = len(self.buf)
+            while self.pos < n and self.buf[self.pos] in " \t\r\n":
+                self.pos += 1
+            if self.pos < n or not self._fill():
+                return self.buf[self.pos] if self.pos < len(self.buf) else ""
+
+    def _take(self, char: str) -> None:
+        if self.peek() != char:
+            raise json.JSONDecodeError(f"Expecting '{char}'", self.buf, self.pos)
+        self.pos += 1
+
+    def value(self) -> Any:
+        """Decode the next value; a value cut by the window's end is retried with more text."""
+        self.peek()
+        while True:
+            try:
+                obj, end = self.decoder.raw_decode(self.buf, self.pos)
+            except json.JSONDecodeError:
+                if len(self.buf) - self.pos > MAX_VALUE_CHARS or not self._fill():
+                    raise
+                continue
+            if end == len(self.buf) and self._fill():  # a number may go on in the next chunk
+                continue
+            self.pos = end
+            return obj
+
+    def each_item(self, visit: Callable[[Any], None]) -> None:
+        """Walk an array, calling ``visit`` on each item as it is decoded."""
+        self._take("[")
+        if self.peek() == "]":
+            self.pos += 1
+            return
+        while True:
+            visit(self.value())
+            if self.peek() == ",":
+                self.pos += 1
+                continue
+            self._take("]")
+            return
+
+    def keys(self) -> Iterator[str]:
+        """Walk an object: yields each key with the stream at its value, which the caller must consume."""
+        self._take("{")
+        if self.peek() == "}":
+            self.pos += 1
+            return
+        while True:
+            key = self.value()
+            if not isinstance(key, str):
+                raise json.JSONDecodeError("Expecting property name", self.buf, self.pos)
+            self._take(":")
+            yield key
+            if self.peek() == ",":
+                self.pos += 1
+                continue
+            self._take("}")
+            return
+
+    def end(self) -> None:
+        if self.peek() != "":
+            raise json.JSONDecodeError("Extra data", self.buf, self.pos)
+
+
+class _EventColumns:
+    """The columns of the complete events, filled one event at a time. Arguments are stored sparsely (row, value)
+    per column, since most events carry few of them; repeated values (names, ids of threads, shape lists) are
+    stored once and shared, which keeps millions of rows in little memory."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.name: list[Any] = []
+        self.cat: list[Any] = []
+        self.ts = array("d")
+        self.dur = array("d")
+        self.pid: list[Any] = []
+        self.tid: list[Any] = []
+        self.args: dict[str, tuple[array, list[Any]]] = {c: (array("q"), []) for c in dict.fromkeys(ARG_COLUMNS.values())}
+        self.shared: dict[Any, Any] = {}
+        self.shared_lists: dict[str, Any] = {}
+        self.seen = 0
+        self.old_schema = False
+
+    def _one(self, value: Any) -> Any:
+        if isinstance(value, (list, dict)):
+            return self.shared_lists.setdefault(repr(value), value)
+        try:
+            return self.shared.setdefault(value, value)
+        except TypeError:
+            return value
+
+    def add(self, e: dict[str, Any]) -> None:
+        cat = e.get("cat")
+        if self.seen < 5000:
+            self.seen += 1
+            self.old_schema = self.old_schema or cat in ("Operator", "Kernel")
+        if e.get("ph") != "X":
+            return
+        row, one = self.n, self._one
+        self.n += 1
+        self.name.append(one(e.get("name")))
+        self.cat.append(one(CATEGORY_ALIASES.get(cat, cat) if isinstance(cat, str) else cat))
+        ts, dur = e.get("ts"), e.get("dur")
+        self.ts.append(np.nan if ts is None else float(ts))
+        self.dur.append(0.0 if dur is None else float(dur))
+        self.pid.append(one(e.get("pid")))
+        self.tid.append(one(e.get("tid")))
+        a = e.get("args") or {}
+        for key, value in a.items():
+            column = ARG_COLUMNS.get(key)
+            if column is None or value is None or (key == "external id" and a.get("External id") is not None):
+                continue
+            rows, values = self.args[column]
+            rows.append(row)
+            values.append(one(value))
+
+    def frame(self) -> pd.DataFrame:
+        """The events frame (EVENT_COLUMNS, sorted by ts, fresh RangeIndex); the columns are released as it is
+        built."""
+        n = self.n
+        data: dict[str, Any] = {"name": _objects(self.name), "cat": _objects(self.cat),
+                                "ts": np.frombuffer(self.ts, dtype="float64"),
+                                "dur": np.frombuffer(self.dur, dtype="float64"),
+                                "pid": _to_int(pd.Series(_objects(self.pid))),
+                                "tid": _to_int(pd.Series(_objects(self.tid)))}
+        self.name = self.cat = self.pid = self.tid = []
+        for column, (rows, values) in self.args.items():
+            index = np.frombuffer(rows, dtype=np.int64)
+            if column in INT_COLUMNS:
+                numbers, missing = np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool)
+                if len(index):
+                    given = pd.to_numeric(pd.Series(_objects(values)), errors="coerce").astype("Int64").array
+                    numbers[index] = given.to_numpy(dtype=np.int64, na_value=0)
+                    missing[index] = given.isna()
+                full = pd.arrays.IntegerArray(numbers, missing)
+            else:
+                full = np.full(n, None, dtype=object)
+                full[index] = _objects(values)
+            data[column] = full
+        self.args = {}
+        df = pd.DataFrame(data)
+        gpu = df["cat"].isin(GPU_CATEGORIES)
+        df.loc[gpu & df["stream"].isna(), "stream"] = df.loc[gpu & df["stream"].isna(), "tid"]
+        keep = df["ts"].notna()
+        if not keep.all():
+            df = df[keep]
+        order = np.argsort(df["ts"].to_numpy(), kind="stable")
+        if (order != np.arange(len(order))).any():
+            df = df.take(order)
+        return df.reset_index(drop=True)
+
+
+def _objects(values: list[Any]) -> np.ndarray:
+    """A list as a 1-d object array (lists stay elements: numpy would otherwise make them a dimension)."""
+    return np.fromiter(values, dtype=object, count=len(values))
 
 
 def events_frame(raw_events: list[dict[str, Any]]) -> pd.DataFrame:
     """Complete events (``ph == "X"``) as a frame with EVENT_COLUMNS, sorted by ts, with a fresh RangeIndex."""
-    xs = [e for e in raw_events if e.get("ph") == "X"]
-    args = [e.get("args") or {} for e in xs]
-    data: dict[str, Any] = {
-        "name": [e.get("name") for e in xs],
-        "cat": [e.get("cat") for e in xs],
-        "ts": np.array([e.get("ts", np.nan) for e in xs], dtype="float64"),
-        "dur": np.array([e.get("dur", 0.0) for e in xs], dtype="float64"),
-        "pid": [e.get("pid") for e in xs],
-        "tid": [e.get("tid") for e in xs],
-    }
-    for key, column in ARG_COLUMNS.items():
-        values = [a.get(key) for a in args]
-        if column in data:  # both spellings present (old schema mixes them): fill the gaps only
-            data[column] = [v if v is not None else old for v, old in zip(values, data[column])]
-        else:
-            data[column] = values
-    df = pd.DataFrame(data)
-    df["cat"] = df["cat"].replace(CATEGORY_ALIASES)
-    for column in ("pid", "tid"):
-        df[column] = _to_int(df[column])
-    for column in INT_COLUMNS:
-        if column not in ("pid", "tid"):
-            df[column] = pd.to_numeric(df[column], errors="coerce").astype("Int64")
-    gpu = df["cat"].isin(GPU_CATEGORIES)
-    df.loc[gpu & df["stream"].isna(), "stream"] = df.loc[gpu & df["stream"].isna(), "tid"]
-    df = df[df["ts"].notna()].sort_values("ts", kind="stable").reset_index(drop=True)
-    return df
+    columns = _EventColumns()
+    for e in raw_events:
+        columns.add(e)
+    return columns.frame()
 
 
 def _to_int(column: pd.Series) -> pd.Series:
