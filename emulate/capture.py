@@ -3,7 +3,9 @@ the shim logs with the aten op it belongs to.
 
 Started by ``python -m emulate run`` as ``python -P .../emulate/capture.py SCRIPT [ARGS...]`` (by file path, so
 that nothing of the project is on the script's ``sys.path``) with the shim preloaded (``LD_PRELOAD``) and
-``STEPCAST_LOG`` naming this rank's log. It
+``STEPCAST_LOG`` naming this rank's log; or, with ``--backend driver`` (``STEPCAST_BACKEND=driver``), on the
+emulated driver (emulate/driver), which exports the same capture API (``stepcast_*``) and logs to
+``$STEPCAST_DRIVER_LOG.<pid>.jsonl``; ``STEPCAST_SHIM`` names the library that serves the API in both cases. It
 
 - belongs to its launcher: the kernel sends it SIGTERM when ``emulate run`` dies (``PR_SET_PDEATHSIG``), and
   SIGTERM, from the launcher or anyone, makes it flush the shim's log (a buffered FILE), write its op table with
@@ -21,8 +23,8 @@ that nothing of the project is on the script's ``sys.path``) with the shim prelo
   backward passes are all marked, with their source; the collator keeps the best source present;
 - deduplicates ranks: at the second profiler/optimizer mark, ranks whose device work in the iteration just ended
   hashes the same as a lower rank's stop (``STEPCAST_DEDUP=0`` disables); the collator rebuilds their traces;
-- turns cuDNN off (``torch.backends.cudnn.enabled = False`` and the cuDNN SDPA backend): cuDNN's graph API is not
-  emulated, so convolutions and batch norm run torch's native CUDA kernels and attention the flash / memory-efficient
+- on the shim, turns cuDNN off (``torch.backends.cudnn.enabled = False`` and the cuDNN SDPA backend): the shim
+  does not emulate cuDNN's graph API (on the driver, cuDNN runs for real and keeps torch's defaults), so convolutions and batch norm run torch's native CUDA kernels and attention the flash / memory-efficient
   kernels, which are captured like any other launch (on a real sm90+ GPU torch may choose cuDNN for these);
 - drops CUDA activities from ``torch.profiler`` (CUPTI needs a real driver) and skips DDP's cross-rank parameter
   shape check (device reads return zeros, so it would always fail);
@@ -70,7 +72,9 @@ _SCALARS = (bool, int, float, str, type(None))
 
 
 def _shim() -> ctypes.CDLL:
-    lib = ctypes.CDLL(os.environ["STEPCAST_SHIM"])
+    """The capture API. Loaded RTLD_GLOBAL: the RecordFunction hook (csrc/opctx.cpp) resolves its ``stepcast_*``
+    names from the global scope, where the preloaded shim already is and the driver is put here."""
+    lib = ctypes.CDLL(os.environ["STEPCAST_SHIM"], mode=ctypes.RTLD_GLOBAL)
     for name in ("stepcast_pause", "stepcast_resume", "stepcast_flush"):
         getattr(lib, name).restype = None
     lib.stepcast_op_enter.argtypes = [ctypes.c_int]
@@ -286,8 +290,9 @@ def main(argv: list[str]) -> int:
         return 2
     script = Path(argv[0]).resolve()
     shim = _shim()
-    torch.backends.cudnn.enabled = False
-    torch.backends.cuda.enable_cudnn_sdp(False)  # SDPA would pick cuDNN attention on sm90+; flash/efficient instead
+    if os.environ.get("STEPCAST_BACKEND", "shim") == "shim":
+        torch.backends.cudnn.enabled = False
+        torch.backends.cuda.enable_cudnn_sdp(False)  # SDPA would pick cuDNN attention on sm90+; flash/efficient
     native = os.environ.get("STEPCAST_OPCTX")
     recorder = NativeOpContext(native) if native else OpRecorder(shim)
     status: dict[str, Any] = {"exit": "ok"}

@@ -1,4 +1,6 @@
-"""Join the ranks' capture logs into trace-v1 files (one per rank) and the capture part of the report."""
+"""Join the ranks' capture logs into trace-v1 files (one per rank) and the capture part of the report. A log is
+the shim's (``rank<k>.log``, :mod:`emulate.shimlog`) or the emulated driver's (``rank<k>.log.driver.<pid>.jsonl``,
+:mod:`emulate.driver.tracelog`), told apart by its name."""
 from __future__ import annotations
 
 import platform
@@ -7,8 +9,12 @@ from typing import Any
 
 import copy
 
+from emulate.driver.tracelog import DriverLog, driver_events, is_driver_log, read_driver_log
 from emulate.shimlog import comm_sizes, peak_device_bytes, rank_events, read_rank_log
 from emulate.trace import write_trace
+
+
+CUDNN_ON_DRIVER = "enabled: the real cuDNN chooses and launches its kernels on the emulated driver"
 
 
 def splice_duplicate(own: list[dict[str, Any]], representative: list[dict[str, Any]], mark: int) -> list[dict[str, Any]]:
@@ -54,11 +60,16 @@ def complete_iterations(docs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]
 def collate(log_paths: list[Path], *, hardware: str, world_size: int, ranks_per_node: int, trace_dir: Path,
             gzip: bool = False) -> dict[str, Any]:
     """Write ``trace_dir/rank<k>.trace.json[.gz]`` for every rank and return the capture report fields."""
-    logs = [read_rank_log(p) for p in log_paths]
+    logs = [read_driver_log(p) if is_driver_log(p) else read_rank_log(p) for p in log_paths]
     sizes = comm_sizes(logs)
     per_rank: list[dict[str, Any]] = []
     traces: list[str] = []
-    all_events = [rank_events(log, comm_sizes=sizes, ranks_per_node=ranks_per_node) for log in logs]
+    all_events = [driver_events(log) if isinstance(log, DriverLog)
+                  else rank_events(log, comm_sizes=sizes, ranks_per_node=ranks_per_node) for log in logs]
+    backend = "driver" if any(isinstance(log, DriverLog) for log in logs) else "shim"
+    cudnn = (CUDNN_ON_DRIVER if backend == "driver" else
+             "disabled: convolutions and batch norm take torch's native CUDA kernels, SDPA the flash / "
+             "memory-efficient backends (a real sm90+ GPU may pick cuDNN)")
     deduplicated: dict[int, int] = {}
     for rank, log in enumerate(logs):
         dedup = log.sidecar.get("dedup")
@@ -74,7 +85,8 @@ def collate(log_paths: list[Path], *, hardware: str, world_size: int, ranks_per_
         meta = {"script": log.sidecar.get("script"), "argv": log.sidecar.get("argv"),
                 "torch": log.sidecar.get("torch"), "capture_host": platform.node(),
                 "capture_cpu": platform.processor() or platform.machine(), "status": log.sidecar.get("status"),
-                "generic_entry_points": sorted(set(log.unhandled)), "cudnn": "disabled (not emulated)",
+                "generic_entry_points": sorted(set(log.unhandled)), "backend": backend,
+                "cudnn": "enabled" if backend == "driver" else "disabled (not emulated)",
                 "op_context": log.sidecar.get("op_context"), "host_clock": log.host_clock,
                 "deduplicated_from": deduplicated.get(rank),
                 "memory": memory}
@@ -98,8 +110,8 @@ def collate(log_paths: list[Path], *, hardware: str, world_size: int, ranks_per_
     generic = sorted({name for log in logs for name in log.unhandled})
     return {
         "emulation": {
-            "cudnn": "disabled: convolutions and batch norm take torch's native CUDA kernels, SDPA the flash / "
-                     "memory-efficient backends (a real sm90+ GPU may pick cuDNN)",
+            "backend": backend,
+            "cudnn": cudnn,
             "device_reads": "real bytes for small data moved by copies, collectives and metadata ops; zeros for "
                             "anything a kernel computed (loss.item() reads 0.0)",
             "generic_entry_points": generic,

@@ -150,24 +150,60 @@ class RankProcess:
     stopped: bool = False  # the launcher stopped it (its exit code is then the stop's, not a failure)
 
 
+BACKENDS = ("shim", "driver")
+
+
+def backend_environment(backend: str, shim: Path, spec: HardwareSpec, nproc: int,
+                        base: dict[str, str]) -> dict[str, str]:
+    """What a rank needs to run on the chosen device emulation. ``shim``: the shim preloaded (it replaces the CUDA
+    runtime and stubs the libraries). ``driver``: the emulated driver (emulate/driver) first on the library path and
+    nothing preloaded, so torch's own libcudart, cuBLAS, cuDNN and Triton run and launch their real kernels; it
+    exports the shim's capture API, which the capture layer loads by path (``STEPCAST_SHIM``)."""
+    if backend == "shim":
+        lib = shim
+        env = {"LD_PRELOAD": " ".join(p for p in (str(shim), base.get("LD_PRELOAD", "")) if p)}
+    elif backend == "driver":
+        from emulate.driver.build import driver_path
+        from emulate.driver.device import driver_environment
+
+        lib = driver_path()
+        env = driver_environment(spec, nproc)
+    else:
+        raise ValueError(f"backend must be one of {BACKENDS}, found {backend!r}")
+    env.update({"LD_LIBRARY_PATH": os.pathsep.join(p for p in (str(lib.parent), base.get("LD_LIBRARY_PATH", "")) if p),
+                "STEPCAST_SHIM": str(lib), "STEPCAST_BACKEND": backend})
+    return env
+
+
+def rank_log(trace_dir: Path, rank: int, backend: str, pid: int) -> Path:
+    """The capture log of one rank: the shim's ``rank<k>.log``; the driver's per-process
+    ``rank<k>.log.driver.<pid>.jsonl`` (its prefix is ``STEPCAST_DRIVER_LOG``); the op table is
+    ``rank<k>.log.ops.json`` for both."""
+    log = trace_dir / f"rank{rank}.log"
+    return log if backend == "shim" else log.with_name(f"{log.name}.driver.{pid}.jsonl")
+
+
 def launch(script: Path, script_args: list[str], *, shim: Path, spec: HardwareSpec, nproc: int, nodes: int,
            trace_dir: Path, run_id: str, ranks: list[RankProcess], opctx: Path | None = None,
-           dedup: bool = True) -> list[RankProcess]:
+           dedup: bool = True, backend: str = "shim") -> list[RankProcess]:
     """Start world_size = nproc * nodes ranks on this machine (each node's ranks see nproc virtual devices),
     appending each to ``ranks`` as soon as it runs, so that a stop during the start still finds every rank.
+    ``backend`` is the device emulation (:func:`backend_environment`); the driver runs one rank only (NCCL is
+    emulated by the shim alone).
 
     The capture layer is run by its file path with ``python -P``: nothing of this project is put on the script's
     ``sys.path`` (the repository's ``datasets/``, ``models/`` or ``conf/`` folders would shadow the user's
     packages of the same names)."""
+    if backend == "driver" and nproc * nodes > 1:
+        raise EmulationUnavailable(f"--backend driver runs one rank only ({nproc * nodes} asked): NCCL is emulated "
+                                   "by the shim alone; use --backend shim")
     base = dict(os.environ)
-    for note in strip_unsupported_alloc_options(base):
-        print(note, file=sys.stderr)
+    if backend == "shim":  # the driver serves the virtual-memory API behind expandable segments
+        for note in strip_unsupported_alloc_options(base):
+            print(note, file=sys.stderr)
     base.update(gpu_environment(spec, nproc))
-    preload = " ".join(p for p in (str(shim), base.get("LD_PRELOAD", "")) if p)
+    base.update(backend_environment(backend, shim, spec, nproc, base))
     base.update({
-        "LD_PRELOAD": preload,
-        "LD_LIBRARY_PATH": os.pathsep.join(p for p in (str(shim.parent), base.get("LD_LIBRARY_PATH", "")) if p),
-        "STEPCAST_SHIM": str(shim),
         "CUDA_MODULE_LOADING": "LAZY",
         "STEPCAST_RUN_ID": run_id,
         "STEPCAST_LAUNCHER_PID": str(os.getpid()),
@@ -178,10 +214,12 @@ def launch(script: Path, script_args: list[str], *, shim: Path, spec: HardwareSp
     trace_dir.mkdir(parents=True, exist_ok=True)
     for rank in range(nproc * nodes):
         env = {**base, **torchrun_environment(rank, nproc, nodes, port)}
-        log = trace_dir / f"rank{rank}.log"
-        env["STEPCAST_LOG"] = str(log)
+        env["STEPCAST_LOG"] = str(trace_dir / f"rank{rank}.log")
+        if backend == "driver":
+            env["STEPCAST_DRIVER_LOG"] = f"{env['STEPCAST_LOG']}.driver"
         cmd = [sys.executable, "-P", str(CAPTURE_SCRIPT), str(script), *script_args]
-        ranks.append(RankProcess(rank, log, subprocess.Popen(cmd, env=env, start_new_session=True)))
+        proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+        ranks.append(RankProcess(rank, rank_log(trace_dir, rank, backend, proc.pid), proc))
     return ranks
 
 

@@ -22,7 +22,7 @@ from emulate.shim_build import ShimBuildError, _cached_build, compiler, include_
 from profiling.paths import cache_root
 
 CSRC = Path(__file__).resolve().parent / "csrc"
-SOURCES = ("init.c", "device.c", "memory.c", "module.c", "launch.c", "stream.c", "graph.c", "export.c", "legacy.c")
+SOURCES = ("init.c", "device.c", "memory.c", "module.c", "launch.c", "stream.c", "graph.c", "export.c", "legacy.c", "capture.c")
 SONAME = "libcuda.so.1"
 NVML_SONAME = "libnvidia-ml.so.1"
 NVML_SOURCE = "nvml.c"

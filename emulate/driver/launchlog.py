@@ -4,7 +4,7 @@ line: ``event`` is ``launch``, ``unsupported`` (an entry point answered NOT_SUPP
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 
@@ -34,5 +34,7 @@ def read_events(log: Path, start: int = 0) -> list[dict]:
 
 
 def read_launches(log: Path, start: int = 0) -> list[Launch]:
-    return [Launch(**{k: v for k, v in e.items() if k != "event"}) for e in read_events(log, start)
+    """The launch records (their capture fields, :mod:`emulate.driver.tracelog`'s, left out)."""
+    keep = {f.name for f in fields(Launch)}
+    return [Launch(**{k: v for k, v in e.items() if k in keep}) for e in read_events(log, start)
             if e.get("event") == "launch"]

@@ -258,8 +258,8 @@ FK_EXPORT CUresult CUDAAPI cuCtxGetApiVersion(CUcontext ctx, unsigned int *versi
     *version = 12010;  /* the context API version every driver since CUDA 12.1 reports */
     return CUDA_SUCCESS;
 }
-FK_EXPORT CUresult CUDAAPI cuCtxSynchronize(void) { return CUDA_SUCCESS; }
-FK_EXPORT CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx) { return CUDA_SUCCESS; }
+FK_EXPORT CUresult CUDAAPI cuCtxSynchronize(void) { fk_log_call("device_sync", "\"device\":0"); return CUDA_SUCCESS; }
+FK_EXPORT CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx) { return cuCtxSynchronize(); }
 FK_EXPORT CUresult CUDAAPI cuCtxGetLimit(size_t *pvalue, CUlimit limit) {
     fk_context_t *c = current_context();
     if (!c) return CUDA_ERROR_INVALID_CONTEXT;

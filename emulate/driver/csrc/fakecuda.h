@@ -32,6 +32,8 @@ void fk_ensure_init(void);
 /* ---- the launch log (launch.c) ---- */
 void fk_log_unsupported(const char *name);
 void fk_log_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* a record of a call the capture times (capture.c): the event name, then the record's own JSON fields */
+void fk_log_call(const char *event, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- kernels and functions (module.c): one object serves as CUkernel and CUfunction ---- */
 typedef struct fk_function {
@@ -51,6 +53,7 @@ int fk_function_regs(const fk_function_t *f);
 /* ---- memory (memory.c) ---- */
 int fk_is_device_pointer(CUdeviceptr p);
 int fk_is_host_pointer(const void *p, int *is_mapped);
+size_t fk_device_peak(void);  /* most device memory in use at once, bytes */
 
 /* ---- streams (stream.c) and graphs (graph.c) ---- */
 unsigned long long fk_stream_id(CUstream s);

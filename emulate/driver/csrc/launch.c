@@ -60,8 +60,8 @@ static void json_string(char *out, size_t cap, const char *s) {
 void fk_log_launch(const fk_launch_rec_t *r, unsigned long long stream, const char *via) {
     CUdevice device = 0;
     cuCtxGetDevice(&device);
-    fk_log_line("{\"event\":\"launch\",\"name\":\"%s\",\"grid\":[%u,%u,%u],\"block\":[%u,%u,%u],\"smem\":%u,"
-                "\"cluster\":[%u,%u,%u],\"stream\":%llu,\"device\":%d,\"via\":\"%s\"}",
+    fk_log_call("launch", "\"name\":\"%s\",\"grid\":[%u,%u,%u],\"block\":[%u,%u,%u],\"smem\":%u,"
+                "\"cluster\":[%u,%u,%u],\"stream\":%llu,\"device\":%d,\"via\":\"%s\"",
                 r->name, r->grid[0], r->grid[1], r->grid[2], r->block[0], r->block[1], r->block[2], r->smem,
                 r->cluster[0], r->cluster[1], r->cluster[2], stream, (int)device, via);
 }

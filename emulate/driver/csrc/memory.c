@@ -16,7 +16,7 @@ enum { DEVICE = 1, HOST = 2, REGISTERED = 3, MANAGED = 4, RESERVED = 5 };
 static uintptr_t window, window_next;
 static range_t *ranges;
 static size_t n_ranges, cap_ranges;
-static size_t device_in_use;
+static size_t device_in_use, device_peak;
 static unsigned long long next_id = 1;
 static pthread_once_t window_once = PTHREAD_ONCE_INIT;
 
@@ -67,18 +67,39 @@ int fk_is_host_pointer(const void *p, int *is_mapped) {
     return kind == HOST || kind == REGISTERED;
 }
 
+size_t fk_device_peak(void) {
+    pthread_mutex_lock(&fk_lock);
+    size_t peak = device_peak;
+    pthread_mutex_unlock(&fk_lock);
+    return peak;
+}
+/* callers hold fk_lock */
+static void count_in_use(size_t bytes) {
+    device_in_use += bytes;
+    if (device_in_use > device_peak) device_peak = device_in_use;
+}
+static void log_malloc(unsigned long long ptr, size_t bytes, int ok) {
+    fk_log_call("malloc", "\"ptr\":%llu,\"bytes\":%zu,\"ok\":%d", ptr, bytes, ok);
+}
+static void log_free(unsigned long long ptr, size_t bytes) {
+    fk_log_call("free", "\"ptr\":%llu,\"bytes\":%zu", ptr, bytes);
+}
+
 FK_EXPORT CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize) {
     if (!dptr || !bytesize) return CUDA_ERROR_INVALID_VALUE;
     const fk_device_t *d = fk_device(0);
     pthread_mutex_lock(&fk_lock);
     int full = d && d->total_mem && device_in_use + bytesize > d->total_mem;
     pthread_mutex_unlock(&fk_lock);
-    if (full) return CUDA_ERROR_OUT_OF_MEMORY;
-    CUdeviceptr p = fk_device_alloc(bytesize);
-    if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+    CUdeviceptr p = full ? 0 : fk_device_alloc(bytesize);
+    if (!p) {
+        log_malloc(0, bytesize, 0);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     pthread_mutex_lock(&fk_lock);
-    device_in_use += bytesize;
+    count_in_use(bytesize);
     pthread_mutex_unlock(&fk_lock);
+    log_malloc(p, bytesize, 1);
     *dptr = p;
     return CUDA_SUCCESS;
 }
@@ -92,14 +113,17 @@ FK_EXPORT CUresult CUDAAPI cuMemAllocPitch(CUdeviceptr *dptr, size_t *pPitch, si
 FK_EXPORT CUresult CUDAAPI cuMemFree(CUdeviceptr dptr) {
     if (!dptr) return CUDA_SUCCESS;
     CUresult rc = CUDA_ERROR_INVALID_VALUE;
+    size_t bytes = 0;
     pthread_mutex_lock(&fk_lock);
     range_t *r = find(dptr);
     if (r && r->kind == DEVICE && r->base == dptr) {
+        bytes = r->size;
         device_in_use -= r->size;
         drop(r);
         rc = CUDA_SUCCESS;
     }
     pthread_mutex_unlock(&fk_lock);
+    if (rc == CUDA_SUCCESS) log_free(dptr, bytes);
     return rc;
 }
 FK_EXPORT CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) { return cuMemFree(dptr); }
@@ -190,39 +214,60 @@ static void fill(uintptr_t dst, unsigned value, size_t n, size_t width) {
     if (fk_is_device_pointer(dst)) return;
     for (size_t i = 0; i < n; i++) memcpy((char *)dst + i * width, &value, width);
 }
-FK_EXPORT CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) { copy(dst, src, n); return CUDA_SUCCESS; }
-FK_EXPORT CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { copy(dst, src, n); return CUDA_SUCCESS; }
-FK_EXPORT CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t n) { copy(dst, (uintptr_t)src, n); return CUDA_SUCCESS; }
-FK_EXPORT CUresult CUDAAPI cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, CUstream s) { return cuMemcpyHtoD(dst, src, n); }
-FK_EXPORT CUresult CUDAAPI cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t n) { copy((uintptr_t)dst, src, n); return CUDA_SUCCESS; }
-FK_EXPORT CUresult CUDAAPI cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t n, CUstream s) { return cuMemcpyDtoH(dst, src, n); }
-FK_EXPORT CUresult CUDAAPI cuMemcpyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t n) { copy(dst, src, n); return CUDA_SUCCESS; }
-FK_EXPORT CUresult CUDAAPI cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { copy(dst, src, n); return CUDA_SUCCESS; }
-FK_EXPORT CUresult CUDAAPI cuMemcpyPeer(CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n) { copy(dst, src, n); return CUDA_SUCCESS; }
-FK_EXPORT CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n, CUstream s) { copy(dst, src, n); return CUDA_SUCCESS; }
-static CUresult copy2d(const CUDA_MEMCPY2D *c) {
+/* copies and fills are logged with their bytes, direction and stream; the synchronous entry points block */
+static void log_copy(uintptr_t dst, uintptr_t src, size_t n, CUstream s, int blocking) {
+    static const char *directions[2][2] = {{"h2h", "h2d"}, {"d2h", "d2d"}};
+    fk_log_call("memcpy", "\"stream\":%llu,\"bytes\":%zu,\"direction\":\"%s\",\"blocking\":%d",
+                blocking ? 1ull : fk_stream_id(s), n,
+                directions[fk_is_device_pointer(src) ? 1 : 0][fk_is_device_pointer(dst) ? 1 : 0], blocking);
+}
+static CUresult logged_copy(uintptr_t dst, uintptr_t src, size_t n, CUstream s, int blocking) {
+    log_copy(dst, src, n, s, blocking);
+    copy(dst, src, n);
+    return CUDA_SUCCESS;
+}
+static CUresult logged_fill(uintptr_t dst, unsigned value, size_t n, size_t width, CUstream s, int blocking) {
+    fk_log_call("memset", "\"stream\":%llu,\"bytes\":%zu,\"blocking\":%d", blocking ? 1ull : fk_stream_id(s),
+                n * width, blocking);
+    fill(dst, value, n, width);
+    return CUDA_SUCCESS;
+}
+FK_EXPORT CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) { return logged_copy(dst, src, n, NULL, 1); }
+FK_EXPORT CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { return logged_copy(dst, src, n, s, 0); }
+FK_EXPORT CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t n) { return logged_copy(dst, (uintptr_t)src, n, NULL, 1); }
+FK_EXPORT CUresult CUDAAPI cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, CUstream s) { return logged_copy(dst, (uintptr_t)src, n, s, 0); }
+FK_EXPORT CUresult CUDAAPI cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t n) { return logged_copy((uintptr_t)dst, src, n, NULL, 1); }
+FK_EXPORT CUresult CUDAAPI cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t n, CUstream s) { return logged_copy((uintptr_t)dst, src, n, s, 0); }
+FK_EXPORT CUresult CUDAAPI cuMemcpyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t n) { return logged_copy(dst, src, n, NULL, 1); }
+FK_EXPORT CUresult CUDAAPI cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { return logged_copy(dst, src, n, s, 0); }
+FK_EXPORT CUresult CUDAAPI cuMemcpyPeer(CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n) { return logged_copy(dst, src, n, NULL, 1); }
+FK_EXPORT CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n, CUstream s) { return logged_copy(dst, src, n, s, 0); }
+static CUresult copy2d(const CUDA_MEMCPY2D *c, CUstream s, int blocking) {
     uintptr_t dst = c->dstMemoryType == CU_MEMORYTYPE_HOST ? (uintptr_t)c->dstHost : (uintptr_t)c->dstDevice;
     uintptr_t src = c->srcMemoryType == CU_MEMORYTYPE_HOST ? (uintptr_t)c->srcHost : (uintptr_t)c->srcDevice;
     if (c->dstMemoryType == CU_MEMORYTYPE_ARRAY || c->srcMemoryType == CU_MEMORYTYPE_ARRAY) return CUDA_ERROR_NOT_SUPPORTED;
+    log_copy(dst, src, c->WidthInBytes * c->Height, s, blocking);
     for (size_t row = 0; row < c->Height; row++)
         copy(dst + (c->dstY + row) * c->dstPitch + c->dstXInBytes, src + (c->srcY + row) * c->srcPitch + c->srcXInBytes,
              c->WidthInBytes);
     return CUDA_SUCCESS;
 }
-FK_EXPORT CUresult CUDAAPI cuMemcpy2D(const CUDA_MEMCPY2D *c) { return copy2d(c); }
-FK_EXPORT CUresult CUDAAPI cuMemcpy2DUnaligned(const CUDA_MEMCPY2D *c) { return copy2d(c); }
-FK_EXPORT CUresult CUDAAPI cuMemcpy2DAsync(const CUDA_MEMCPY2D *c, CUstream s) { return copy2d(c); }
-FK_EXPORT CUresult CUDAAPI cuMemsetD8(CUdeviceptr d, unsigned char v, size_t n) { fill(d, v, n, 1); return CUDA_SUCCESS; }
-FK_EXPORT CUresult CUDAAPI cuMemsetD16(CUdeviceptr d, unsigned short v, size_t n) { fill(d, v, n, 2); return CUDA_SUCCESS; }
-FK_EXPORT CUresult CUDAAPI cuMemsetD32(CUdeviceptr d, unsigned int v, size_t n) { fill(d, v, n, 4); return CUDA_SUCCESS; }
-FK_EXPORT CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream s) { fill(d, v, n, 1); return CUDA_SUCCESS; }
-FK_EXPORT CUresult CUDAAPI cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream s) { fill(d, v, n, 2); return CUDA_SUCCESS; }
-FK_EXPORT CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream s) { fill(d, v, n, 4); return CUDA_SUCCESS; }
+FK_EXPORT CUresult CUDAAPI cuMemcpy2D(const CUDA_MEMCPY2D *c) { return copy2d(c, NULL, 1); }
+FK_EXPORT CUresult CUDAAPI cuMemcpy2DUnaligned(const CUDA_MEMCPY2D *c) { return copy2d(c, NULL, 1); }
+FK_EXPORT CUresult CUDAAPI cuMemcpy2DAsync(const CUDA_MEMCPY2D *c, CUstream s) { return copy2d(c, s, 0); }
+FK_EXPORT CUresult CUDAAPI cuMemsetD8(CUdeviceptr d, unsigned char v, size_t n) { return logged_fill(d, v, n, 1, NULL, 1); }
+FK_EXPORT CUresult CUDAAPI cuMemsetD16(CUdeviceptr d, unsigned short v, size_t n) { return logged_fill(d, v, n, 2, NULL, 1); }
+FK_EXPORT CUresult CUDAAPI cuMemsetD32(CUdeviceptr d, unsigned int v, size_t n) { return logged_fill(d, v, n, 4, NULL, 1); }
+FK_EXPORT CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream s) { return logged_fill(d, v, n, 1, s, 0); }
+FK_EXPORT CUresult CUDAAPI cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream s) { return logged_fill(d, v, n, 2, s, 0); }
+FK_EXPORT CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream s) { return logged_fill(d, v, n, 4, s, 0); }
 FK_EXPORT CUresult CUDAAPI cuMemsetD2D8Async(CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h, CUstream s) {
+    fk_log_call("memset", "\"stream\":%llu,\"bytes\":%zu,\"blocking\":0", fk_stream_id(s), w * h);
     for (size_t r = 0; r < h; r++) fill(d + r * pitch, v, w, 1);
     return CUDA_SUCCESS;
 }
 FK_EXPORT CUresult CUDAAPI cuMemsetD2D32Async(CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h, CUstream s) {
+    fk_log_call("memset", "\"stream\":%llu,\"bytes\":%zu,\"blocking\":0", fk_stream_id(s), 4 * w * h);
     for (size_t r = 0; r < h; r++) fill(d + r * pitch, v, w, 4);
     return CUDA_SUCCESS;
 }
@@ -308,12 +353,16 @@ FK_EXPORT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, siz
     const fk_device_t *d = fk_device(0);
     pthread_mutex_lock(&fk_lock);
     int full = d && d->total_mem && device_in_use + size > d->total_mem;
-    if (!full) device_in_use += size;
+    if (!full) count_in_use(size);
     pthread_mutex_unlock(&fk_lock);
-    if (full) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (full) {
+        log_malloc(0, size, 0);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     phys_t *h = malloc(sizeof *h);
     *h = (phys_t){0x464b5048u, size};
     *handle = (CUmemGenericAllocationHandle)(uintptr_t)h;
+    log_malloc((unsigned long long)(uintptr_t)h, size, 1);  /* the handle stands for the physical memory */
     return CUDA_SUCCESS;
 }
 FK_EXPORT CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
@@ -322,6 +371,7 @@ FK_EXPORT CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
     pthread_mutex_lock(&fk_lock);
     device_in_use -= h->size;
     pthread_mutex_unlock(&fk_lock);
+    log_free((unsigned long long)(uintptr_t)handle, h->size);
     h->magic = 0;
     free(h);
     return CUDA_SUCCESS;

@@ -58,12 +58,17 @@ FK_EXPORT CUresult CUDAAPI cuStreamDestroy(CUstream hStream) {
     return CUDA_SUCCESS;
 }
 FK_EXPORT CUresult CUDAAPI cuStreamQuery(CUstream hStream) { return CUDA_SUCCESS; }
-FK_EXPORT CUresult CUDAAPI cuStreamSynchronize(CUstream hStream) { return CUDA_SUCCESS; }
+FK_EXPORT CUresult CUDAAPI cuStreamSynchronize(CUstream hStream) {
+    fk_log_call("stream_sync", "\"stream\":%llu", fk_stream_id(hStream));
+    return CUDA_SUCCESS;
+}
 static fk_event_t *as_event(CUevent e);
 FK_EXPORT CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags) {
     fk_event_t *e = as_event(hEvent);
     if (!e) return CUDA_ERROR_INVALID_HANDLE;
     if (e->capture && !fk_stream_capture(hStream)) fk_stream_join_capture(hStream, e->capture);
+    if (!e->capture) fk_log_call("stream_wait_event", "\"stream\":%llu,\"handle\":%llu", fk_stream_id(hStream),
+                                 (unsigned long long)(uintptr_t)e);
     return CUDA_SUCCESS;
 }
 FK_EXPORT CUresult CUDAAPI cuStreamGetPriority(CUstream hStream, int *priority) {
@@ -166,11 +171,17 @@ FK_EXPORT CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream) {
     if (!e) return CUDA_ERROR_INVALID_HANDLE;
     e->stream = fk_stream_id(hStream);
     e->capture = fk_stream_capture(hStream);
+    if (!e->capture) fk_log_call("event_record", "\"handle\":%llu,\"stream\":%llu", (unsigned long long)(uintptr_t)e,
+                                 e->stream);
     return CUDA_SUCCESS;
 }
 FK_EXPORT CUresult CUDAAPI cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags) { return cuEventRecord(hEvent, hStream); }
 FK_EXPORT CUresult CUDAAPI cuEventQuery(CUevent hEvent) { return as_event(hEvent) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; }
-FK_EXPORT CUresult CUDAAPI cuEventSynchronize(CUevent hEvent) { return as_event(hEvent) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; }
+FK_EXPORT CUresult CUDAAPI cuEventSynchronize(CUevent hEvent) {
+    if (!as_event(hEvent)) return CUDA_ERROR_INVALID_HANDLE;
+    fk_log_call("event_sync", "\"handle\":%llu", (unsigned long long)(uintptr_t)hEvent);
+    return CUDA_SUCCESS;
+}
 
 /* Timing is not modelled here (nothing runs): every interval reads 0 ms, so autotuners (cudnn.benchmark, Inductor
  * max-autotune) see ties and keep their first, heuristic candidate. The log says so once per process. */

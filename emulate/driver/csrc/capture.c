@@ -1,0 +1,94 @@
+/* The capture API of `python -m emulate run --backend driver` (called by emulate/capture.py through ctypes and by
+ * the RecordFunction hook emulate/csrc/opctx.cpp, which resolves these names from the driver loaded RTLD_GLOBAL):
+ * the same stepcast_* entry points the shim exports, so one capture layer serves both backends.
+ *
+ * Every record a call logs (fk_log_call) carries the capture fields: "t" (ns since the first record), "gap" (the
+ * calling thread's CPU time since its own previous logged call returned, less the capture layer's own time between
+ * stepcast_pause and stepcast_resume: the shim's STEPCAST_HOST_CLOCK=cpu semantics), "thread" (0 = the first
+ * thread that logged), "op" (the aten op id the hook set, -1 outside ops) and "call" (the op call: one number per
+ * op entry, shared by the kernels that call launches). Iteration marks ("mark") take no host time of their own. */
+#include "fakecuda.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <time.h>
+
+static __thread int cur_op = -1;
+static __thread unsigned long long cur_call;
+static unsigned long long next_call;
+static __thread uint64_t cpu_last_return, pause_ts;
+static __thread int64_t cpu_excluded_ns;
+static __thread uint32_t cpu_resumes;
+static __thread int thread_no = -1;
+static int next_thread_no;
+static uint64_t t_origin;
+/* A thread CPU clock reading costs a system call; each interval holds one reading's cost, taken off per interval. */
+static uint64_t cpu_read_ns;
+static pthread_once_t calibrate_once = PTHREAD_ONCE_INIT;
+
+static uint64_t clock_ns(clockid_t clock) {
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+static uint64_t cpu_now(void) { return clock_ns(CLOCK_THREAD_CPUTIME_ID); }
+
+static void calibrate(void) {
+    enum { READS = 2000 };
+    uint64_t start = cpu_now();
+    for (int i = 0; i < READS; i++) (void)cpu_now();
+    cpu_read_ns = (cpu_now() - start) / (READS + 1);
+    t_origin = clock_ns(CLOCK_MONOTONIC);
+}
+
+void fk_log_call(const char *event, const char *fmt, ...) {
+    pthread_once(&calibrate_once, calibrate);
+    uint64_t enter = cpu_now();
+    if (thread_no < 0) thread_no = __atomic_fetch_add(&next_thread_no, 1, __ATOMIC_RELAXED);
+    int64_t gap = (int64_t)(enter - cpu_last_return) - cpu_excluded_ns - (int64_t)((cpu_resumes + 1) * cpu_read_ns);
+    if (gap < 0) gap = 0;
+    cpu_excluded_ns = 0;
+    cpu_resumes = 0;
+    char fields[7000];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(fields, sizeof fields, fmt, ap);
+    va_end(ap);
+    fk_log_line("{\"event\":\"%s\",\"t\":%llu,\"gap\":%lld,\"thread\":%d,\"op\":%d,\"call\":%llu,%s}", event,
+                (unsigned long long)(clock_ns(CLOCK_MONOTONIC) - t_origin), (long long)gap, thread_no, cur_op,
+                cur_op >= 0 ? cur_call : 0ull, fields);
+    cpu_last_return = cpu_now();
+}
+
+FK_EXPORT void stepcast_pause(void) { pause_ts = cpu_now(); }
+FK_EXPORT void stepcast_resume(void) {
+    if (!pause_ts) return;
+    cpu_excluded_ns += (int64_t)(cpu_now() - pause_ts);
+    cpu_resumes++;
+    pause_ts = 0;
+}
+/* Set the op without touching the clock (the RecordFunction hook brackets itself with pause/resume). */
+FK_EXPORT void stepcast_set_op(int op) {
+    cur_op = op;
+    if (op >= 0) cur_call = __atomic_add_fetch(&next_call, 1, __ATOMIC_RELAXED);
+}
+FK_EXPORT void stepcast_op_enter(int op) { stepcast_set_op(op); stepcast_resume(); }
+FK_EXPORT void stepcast_op_exit(int prev) { stepcast_pause(); cur_op = prev; }
+FK_EXPORT int stepcast_current_op(void) { return cur_op; }
+FK_EXPORT void stepcast_mark(int source, int step) {
+    pthread_once(&calibrate_once, calibrate);
+    if (thread_no < 0) thread_no = __atomic_fetch_add(&next_thread_no, 1, __ATOMIC_RELAXED);
+    fk_log_line("{\"event\":\"mark\",\"t\":%llu,\"thread\":%d,\"op\":%d,\"source\":%d,\"step\":%d}",
+                (unsigned long long)(clock_ns(CLOCK_MONOTONIC) - t_origin), thread_no, cur_op, source, step);
+}
+/* The log is written unbuffered (one write per record): nothing to flush. */
+FK_EXPORT void stepcast_flush(void) {}
+/* Rank deduplication is the shim's (emulate/csrc/dedup.c); the driver backend runs every rank: never a duplicate. */
+FK_EXPORT int stepcast_dedup(int source) { return -1; }
+/* Device memory holds no bytes here (no replay of small host-visible data): nothing to track. */
+FK_EXPORT int stepcast_needs_untrack(void) { return 0; }
+FK_EXPORT void stepcast_untrack(unsigned long long ptr, unsigned long long bytes) {}
+FK_EXPORT int stepcast_has_ranges(void) { return 0; }
+FK_EXPORT int stepcast_range_known(unsigned long long ptr, unsigned long long bytes) { return 0; }
+FK_EXPORT void stepcast_range_written(unsigned long long ptr, unsigned long long bytes) {}
+FK_EXPORT long long stepcast_device_peak(int device) { return device == 0 ? (long long)fk_device_peak() : -1; }

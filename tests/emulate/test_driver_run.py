@@ -1,0 +1,95 @@
+"""``python -m emulate run --backend driver``: the GPT example on the emulated driver, where torch's real cuBLAS,
+cuDNN and kernels run, predicts close to the shim backend (the estimators time ops, not kernel names) and its trace
+holds the kernels a real GPU of the target model runs (cuBLASLt's nvjet kernels on H100, ampere ones on A100)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from emulate.trace import read_trace
+from profiling.paths import REPO_ROOT
+
+pytestmark = pytest.mark.slow
+
+GPT_ARGS = ("--layers", "4", "--d-model", "1024", "--heads", "16", "--seq", "512", "--batch", "8", "--steps", "3")
+#: how the GEMM kernels cuBLASLt picks are named on each target
+GEMM_PREFIXES = {"h100-sxm": ("nvjet_sm90",), "a100-sxm-80gb": ("ampere_", "cutlass", "sm80_")}
+
+
+def emulate(tmp: Path, backend: str, hardware: str, script: Path, *args: str,
+            capture_only: bool = False) -> tuple[subprocess.CompletedProcess, dict | None]:
+    report = tmp / f"{backend}-{hardware}.json"
+    cmd = [sys.executable, "-m", "emulate", "run", "--backend", backend, "--hardware", hardware, "--report",
+           str(report), "--trace-dir", str(tmp / f"{backend}-{hardware}"), *(["--capture-only"] if capture_only else []),
+           "--", str(script), *args]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    return proc, json.loads(report.read_text()) if report.is_file() else None
+
+
+@pytest.fixture(scope="module", params=sorted(GEMM_PREFIXES))
+def gpt_runs(request, tmp_path_factory) -> tuple[str, dict, dict]:
+    hardware = request.param
+    tmp = tmp_path_factory.mktemp(hardware)
+    reports = {}
+    for backend in ("driver", "shim"):
+        proc, doc = emulate(tmp, backend, hardware, REPO_ROOT / "examples" / "gpt.py", *GPT_ARGS)
+        assert proc.returncode == 0 and doc is not None, proc.stderr[-3000:]
+        reports[backend] = doc
+    print(f"{hardware}: iteration driver {reports['driver']['iteration_time_ms']:.3f} ms, shim "
+          f"{reports['shim']['iteration_time_ms']:.3f} ms; peak driver {reports['driver']['peak_memory_bytes']}, shim "
+          f"{reports['shim']['peak_memory_bytes']}")
+    return hardware, reports["driver"], reports["shim"]
+
+
+def test_driver_backend_predicts_close_to_the_shim(gpt_runs):
+    _, driver, shim = gpt_runs
+    assert driver["emulation"]["backend"] == "driver" and shim["emulation"]["backend"] == "shim"
+    ratio = driver["iteration_time_ms"] / shim["iteration_time_ms"]
+    assert 1 / 1.5 < ratio < 1.5, (driver["iteration_time_ms"], shim["iteration_time_ms"])
+    assert abs(driver["peak_memory_bytes"] / shim["peak_memory_bytes"] - 1) < 0.10
+    # torch's own allocator statistics: the same script asks for the same memory on either backend
+    assert driver["ranks"][0]["max_memory_reserved"] == shim["ranks"][0]["max_memory_reserved"]
+
+
+def test_driver_trace_holds_the_targets_real_gemm_kernels(gpt_runs):
+    hardware, driver, _ = gpt_runs
+    doc = read_trace(driver["trace"])
+    assert doc["meta"]["backend"] == "driver" and doc["meta"]["op_context"] == "record_function"
+    kernels = [e for e in doc["events"] if e["kind"] == "kernel"]
+    gemms = [e for e in kernels if (e["spec"] or {}).get("family") == "gemm"]
+    assert gemms and all(e["lib"] is None and e["grid"] for e in gemms)
+    assert all(e["name"].startswith(GEMM_PREFIXES[hardware]) for e in gemms), {e["name"] for e in gemms}
+    assert all(e["op"] in ("aten.mm.default", "aten.addmm.default", "aten.bmm.default") for e in gemms)
+    # every kernel launched inside an op knows it, with the shapes the estimators read
+    assert all(e["op_shapes"] is not None for e in kernels if e["op"])
+    assert sum(e["op"] is not None for e in kernels) > 0.9 * len(kernels)
+    # host gaps are the thread's CPU time; iterations are cut at the optimizer's steps
+    iterations = [e for e in doc["events"] if e["kind"] == "iteration"]
+    assert [e["step"] for e in iterations] == [0, 1, 2, 3] and iterations[1]["source"] == "optimizer"
+    assert doc["meta"]["host_clock"] == "cpu" and sum(e["gap_ns"] for e in doc["events"]) > 0
+    kinds = {e["kind"] for e in doc["events"]}
+    assert {"malloc", "memcpy", "stream_sync"} <= kinds
+
+
+def test_allocation_beyond_the_device_raises_torchs_out_of_memory(tmp_path):
+    script = tmp_path / "oom.py"
+    script.write_text("import torch\n"
+                      "x = torch.empty(2**30, device='cuda')\n"  # 4 GiB: fits
+                      "y = torch.empty(100 * 2**30, dtype=torch.uint8, device='cuda')\n")  # 100 GiB: an H100 has 80
+    proc, doc = emulate(tmp_path, "driver", "h100-sxm", script, capture_only=True)
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert "OutOfMemoryError" in proc.stderr
+    rank = doc["ranks"][0]
+    assert rank["failed_mallocs"] >= 1 and rank["status"]["type"] == "torch.OutOfMemoryError"
+    assert rank["device_malloc_peak_bytes"] >= 2**32
+
+
+def test_driver_backend_refuses_more_than_one_rank():
+    cmd = [sys.executable, "-m", "emulate", "run", "--backend", "driver", "--nproc", "2", "--",
+           str(REPO_ROOT / "examples" / "ddp.py")]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.startswith("stepcast: --backend driver runs one rank only")
