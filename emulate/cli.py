@@ -33,6 +33,9 @@ def add_run_parser(subparsers: argparse._SubParsersAction) -> None:
                    "the simulation")
     p.add_argument("--no-dedup", action="store_true", help="run every rank to the end, even ranks identical to a "
                    "lower one")
+    p.add_argument("--backend", choices=("shim", "driver"), default="shim",
+                   help="device emulation: shim (default; NCCL emulated) or driver (torch's real cuBLAS, cuDNN and "
+                   "Triton launch the kernels a real GPU would run; one rank only)")
     p.add_argument("--python-op-context", action="store_true", help="record op context with a Python "
                    "TorchDispatchMode instead of the compiled RecordFunction hook")
     p.add_argument("script", type=Path, help="the training script")
@@ -60,6 +63,8 @@ def run_command(ns: argparse.Namespace) -> int:
         return fail(f"--nproc {ns.nproc} is more than the {per_node} GPUs of a {spec.id} node (gpus_per_node in "
                     f"conf/hardware/{spec.id}.yaml): --nproc is ranks per node, use --nodes {nodes} --nproc "
                     f"{per_node} for {ns.nproc * ns.nodes} ranks")
+    if ns.backend == "driver" and ns.nproc * ns.nodes > 1:
+        return fail("--backend driver runs one rank only: NCCL is emulated by the shim alone (use --backend shim)")
     script_args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
     try:
         check_torch_build()
@@ -96,7 +101,8 @@ def capture_and_simulate(ns: argparse.Namespace, spec: HardwareSpec, shim: Path,
     with stop_signals_raise():
         try:
             launch(ns.script.resolve(), script_args, shim=shim, spec=spec, nproc=ns.nproc, nodes=ns.nodes,
-                   trace_dir=trace_dir, run_id=run_id, ranks=ranks, opctx=opctx, dedup=not ns.no_dedup)
+                   trace_dir=trace_dir, run_id=run_id, ranks=ranks, opctx=opctx, dedup=not ns.no_dedup,
+                   backend=ns.backend)
             wait(ranks)
         except RunInterrupted as exc:
             interrupted = exc
