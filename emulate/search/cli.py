@@ -70,7 +70,7 @@ def load_config(config: str, overrides: list[str]):
 
 
 def run_command(ns: argparse.Namespace) -> int:
-    from emulate.search.samplers import Search, TrialInterrupted, no_feasible_reason
+    from emulate.search.samplers import Search, TrialInterrupted
     from emulate.search.space import SearchConfigError
     from emulate.search.trials import Target, TrialCache, default_cache_dir
     from estimator.tracking import TrackingError, connect, tracking_uri

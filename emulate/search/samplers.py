@@ -112,6 +112,8 @@ class Search:
             future.set_exception(exc)
             raise
         future.set_result(result)
+        if self.progress:
+            self.progress(result)
         return result
 
     def _evaluate_new(self, config: Config, outcome: SearchOutcome | None) -> TrialResult:
@@ -127,7 +129,8 @@ class Search:
         cached = doc is not None
         if doc is None:
             doc = self.runner(self.cfg.script_path(), args, env, self.target, timeout_s=self.timeout_s)
-            self.cache.put(key, {**doc, "config": config, "args": args, "env": env})
+            if not doc.get("transient"):
+                self.cache.put(key, {**doc, "config": config, "args": args, "env": env})
         result = TrialResult(config=config, status=doc["status"], iteration_time_ms=doc.get("iteration_time_ms"),
                              peak_memory_bytes=doc.get("peak_memory_bytes"), reason=doc.get("reason"),
                              emulation_s=float(doc.get("emulation_s", 0.0)), cached=cached, key=key,
@@ -178,8 +181,6 @@ class Search:
             result = self.evaluate(config, outcome)
             with self._lock:
                 outcome.trials.append(result)
-            if self.progress:
-                self.progress(result)
             return cost(result)
 
         def stop_when_spent(study, trial) -> None:

@@ -9,8 +9,10 @@ nothing it has run before, and a changed script or retrained estimator runs ever
 Outcome of a trial (``status``): ``ok`` (the report's iteration time and peak memory); ``oom``: the script raised
 torch's OutOfMemoryError on the virtual GPU (cudaMalloc fails beyond the target's memory), read from the ranks'
 sidecars (``rank<N>.log.ops.json`` field ``status``) or the script's output, so the configuration is infeasible;
-``error``: the script failed otherwise (the last line of its output says why). ``ok``, ``oom`` and ``error`` are
-cached; an interrupted emulation (exit 128 + N) is not.
+``error``: the script failed otherwise (the last line of its output says why). ``ok``, ``oom`` and a script's own
+failure (``emulate run`` exit 3: a rank failed) are cached; an interrupted emulation (exit 128 + N) raises
+:class:`TrialInterrupted`, and a failure of the emulator itself (any other exit: bad input, a crash, a timeout) is
+returned with ``transient: true`` and not cached, so fixing the tooling and rerunning the search retries it.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from profiling.atomic import write_json_atomic
 from profiling.paths import REPO_ROOT, cache_root
 
 OOM_MARKERS = ("OutOfMemoryError", "CUDA out of memory")
+EXIT_RANK_FAILED = 3  # emulate run: the script failed on some rank (emulate.launcher.EXIT_RANK_FAILED)
 CACHE_FORMAT = 1
 
 
@@ -132,7 +135,7 @@ def run_trial(script: Path, args: list[str], env: dict[str, str], target: Target
                                   env={**os.environ, **env}, capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired:
             return {"status": "error", "reason": f"emulation took longer than {timeout_s:g} s",
-                    "emulation_s": time.perf_counter() - started}
+                    "emulation_s": time.perf_counter() - started, "transient": True}
         seconds = time.perf_counter() - started
         if done.returncode > 128:
             raise TrialInterrupted(f"emulation stopped by signal {done.returncode - 128}")
@@ -147,7 +150,7 @@ def run_trial(script: Path, args: list[str], env: dict[str, str], target: Target
             return {"status": "oom", "reason": oom, "emulation_s": seconds}
         lines = [line for line in output.strip().splitlines() if line.strip()]
         return {"status": "error", "reason": f"exit {done.returncode}: {(lines or ['no output'])[-1][:300]}",
-                "emulation_s": seconds}
+                "emulation_s": seconds, "transient": done.returncode != EXIT_RANK_FAILED}
 
 
 def out_of_memory(trace_dir: Path, output: str) -> str | None:

@@ -289,3 +289,20 @@ def test_ray_adapter_runs_the_sampler_through_tune_with_the_cache(script, tmp_pa
     assert again.emulated == 0 and again.cache_hits == again.evaluations
     grid = run_on_ray(search({**doc, "search": {"sampler": "grid"}}, tmp_path, None), "ray://head:10001")
     assert len(grid.trials) == 48 and len(grid.distinct()) == 48
+
+
+def test_emulator_failure_is_not_cached_but_a_script_failure_is(script, tmp_path):
+    doc = config_doc(script, space={"tp": [1, 2], "pp": [1], "micro_batch": [1]}, constraints=[],
+                     derived={"dp": "8"})
+    answers = {"--tp=1": {"status": "error", "reason": "exit 1: AttributeError", "transient": True},
+               "--tp=2": {"status": "error", "reason": "exit 3: ValueError in the script"}}
+    calls: list[str] = []
+
+    def runner(script, args, env, target, timeout_s=None):
+        calls.append(args[0])
+        return answers[args[0]]
+
+    for _ in range(2):
+        Search(parse_config(doc, "toy.yaml"), TARGET, TrialCache(tmp_path / "cache"), runner=runner).run(
+            sampler="grid")
+    assert sorted(calls) == ["--tp=1", "--tp=1", "--tp=2"]
