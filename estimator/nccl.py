@@ -26,9 +26,9 @@ more than two ranks take part (PCIe then); across nodes the catalog's per-GPU ne
 
 Fitted figures (log-parameters, ``scipy.optimize.least_squares`` on the log error) are per device; a device with no
 collective measurements gets the median of the fitted devices' figures, applied to its own catalog link and network
-bandwidths, which is how multi-node and unmeasured GPUs are predicted. ``residual=True`` adds a small XGBoost on
-log(measured / model) over (op, log2 bytes, ranks, ranks per node, the model's chosen candidate and time, the link
-bandwidth, the source: a row without one is taken as nccl-tests' timing), pooled across devices and sources.
+bandwidths, which is how multi-node and unmeasured GPUs are predicted. ``residual=True`` adds a small XGBoost per
+source on log(measured / model) over (op, log2 bytes, ranks, ranks per node, the model's chosen candidate and
+time, the link bandwidth), every device of the source weighing the same; a row without a source takes nccl-tests'.
 """
 from __future__ import annotations
 
@@ -227,7 +227,7 @@ class NcclEstimator(KernelEstimator):
         self.min_rows = min_rows
         self.params: dict[str, dict[str, float]] = {}
         self.default: dict[str, float] = dict(PARAMS)
-        self._booster = None
+        self._boosters: dict = {}  # source -> XGBoost booster of log(measured / model)
 
     def families(self) -> tuple[str, ...]:
         return ("collective",)
@@ -246,12 +246,15 @@ class NcclEstimator(KernelEstimator):
             import xgboost as xgb
 
             base, x = self._model(rows, keys)
-            # every (device, source) weighs the same: Vidur's dense size sweeps would otherwise set the residual of
-            # nccl-tests' 500-row tables
-            _, index, counts = np.unique(keys, return_inverse=True, return_counts=True)
-            data = xgb.DMatrix(x, label=np.log(y / base), weight=1.0 / counts[index])
-            self._booster = xgb.train({"max_depth": 4, "eta": 0.1, "objective": "reg:absoluteerror",
-                                       "nthread": 2, "seed": 0}, data, 64)
+            sources = np.array([k.split("|")[1] for k in keys])
+            for source in pd.unique(sources):  # one residual per source: the timing methods differ in how, too
+                mask = sources == source
+                # every device weighs the same (mean weight 1, so XGBoost's minimum leaf weight still counts rows)
+                _, index, counts = np.unique(keys[mask], return_inverse=True, return_counts=True)
+                weight = mask.sum() / (len(counts) * counts[index])
+                data = xgb.DMatrix(x[mask], label=np.log(y[mask] / base[mask]), weight=weight)
+                self._boosters[str(source)] = xgb.train({"max_depth": 4, "eta": 0.1, "objective": "reg:absoluteerror",
+                                                         "nthread": 2, "seed": 0}, data, 64)
         return self
 
     @staticmethod
@@ -296,9 +299,15 @@ class NcclEstimator(KernelEstimator):
         frame = as_frame(frame)
         if len(frame) and set(frame["family"].astype(str)) != {"collective"}:
             raise ValueError("nccl estimator: only collective rows (column 'family')")
-        base, x = self._model(Rows.of(frame), self._keys(frame))
-        if self._booster is not None and len(x):
+        keys = self._keys(frame)
+        base, x = self._model(Rows.of(frame), keys)
+        if self._boosters and len(x):
             import xgboost as xgb
 
-            base = base * np.exp(self._booster.predict(xgb.DMatrix(x)))
+            sources = np.array([k.split("|")[1] for k in keys])
+            for source in pd.unique(sources):
+                mask = sources == source
+                fallback = next((s for s in PREFERRED_SOURCES if s in self._boosters), next(iter(self._boosters)))
+                booster = self._boosters.get(str(source), self._boosters[fallback])
+                base[mask] = base[mask] * np.exp(booster.predict(xgb.DMatrix(x[mask])))
         return base
