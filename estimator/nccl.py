@@ -282,9 +282,8 @@ class NcclEstimator(KernelEstimator):
         for key in pd.unique(keys):
             mask = keys == key
             out[mask], choice[mask] = model_us(rows.take(mask), self._figures(str(key)))
-        ops = pd.Categorical(rows.op, categories=RESIDUAL_OPS).codes
-        sources = pd.Categorical([k.split("|")[1] or PREFERRED_SOURCES[0] for k in keys],
-                                 categories=PREFERRED_SOURCES).codes
+        ops = pd.Index(RESIDUAL_OPS).get_indexer(rows.op)  # -1: unknown
+        sources = pd.Index(PREFERRED_SOURCES).get_indexer([k.split("|")[1] or PREFERRED_SOURCES[0] for k in keys])
         x = np.column_stack([ops, sources, np.log2(rows.size + 1.0), rows.ranks, rows.per_node, choice, np.log2(out),
                              np.log2(rows.link)]).astype(np.float64)
         return out, x
