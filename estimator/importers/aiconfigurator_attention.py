@@ -20,7 +20,9 @@ Both: heads_q = num_heads, heads_kv = num_key_value_heads, head_dim, pass ``fwd`
 ``flashinfer``, ``vllm_flashinfer`` and ``torch_flow_flashinfer`` are FlashInfer. The attention family has no backend
 column, so rows of two libraries at one shape would be two answers to one question: each device keeps the first of
 fa3, fa2, flashinfer that it has (Hopper: FA3; A100: FA2; B200: FlashInfer). TensorRT-LLM's FMHA (``torch_flow``,
-``trtllm_mha``, ``vllm_flashinfer_trtllm*``), FlashAttention-4 and Triton rows are not imported.
+``trtllm_mha``, ``vllm_flashinfer_trtllm*``), FlashAttention-4 and Triton rows are not imported. Caveat for training
+steps: torch's own SDPA flash backend is FlashAttention-2 on every GPU, so on Hopper these FA3 rows are the time of a
+script that calls ``flash_attn_interface`` (FA3), faster than stock SDPA; forward only, no backward rows.
 
 ``runtime_us``: the median over framework releases of one (device, backend, shape) (the same library kernel, re-timed
 by each release). ``group``: ``aiconfigurator-attention/heads<i>``, the (heads_q, heads_kv, head_dim) configuration's
