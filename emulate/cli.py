@@ -13,31 +13,44 @@ from profiling.atomic import write_json_atomic
 from profiling.hardware import HardwareSpec, UnknownHardwareError, lookup
 
 
+RUN_DESCRIPTION = """\
+Run a training script unchanged on virtual GPUs, capture what it asks of them, then simulate it with the
+kernel estimators and print the predicted iteration time and peak memory."""
+RUN_EPILOG = """\
+Nothing is written to the working folder unless asked (--report, --trace): captured traces go to --trace-dir,
+else <cache>/runs/<time>-<pid>/ (<cache>: STEPCAST_CACHE_DIR, else ~/.cache/stepcast). Exit: 0 done, 2 bad input,
+3 the script failed, 128+N signal N. Example:
+  stepcast run --hardware h100-sxm --report r.json -- examples/gpt.py --layers 4 --d-model 1024 --steps 6"""
+
+
+def HELP_FORMATTER(prog: str) -> argparse.HelpFormatter:
+    """Keeps the description's line breaks and puts option help beside the option, so --help fits a screen."""
+    return argparse.RawDescriptionHelpFormatter(prog, max_help_position=26)
+
+
 def add_run_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("run", help="run a PyTorch script on virtual GPUs and capture what it asks of them",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--hardware", default="h100-sxm", help="target GPU: a conf/hardware id or vendor name")
-    p.add_argument("--nproc", type=int, default=1, help="ranks per node, started like torchrun (default 1)")
-    p.add_argument("--nodes", type=int, default=1, help="nodes (all ranks run on this machine; default 1)")
-    p.add_argument("--report", type=Path, help="write the report (JSON) here")
-    p.add_argument("--trace", type=Path, help="write the simulated timeline (Chrome trace JSON) here")
-    p.add_argument("--trace-dir", type=Path, default=None,
-                   help="folder for the per-rank captured traces, locked while this run uses it (default: a new "
-                   "folder under the cache, <cache>/runs/<time>-<pid>, the newest 20 kept)")
-    p.add_argument("--host-speed", type=float, default=config.HOST_SPEED,
-                   help="target host CPU speed relative to this one: host time is divided by it (default %(default)s)")
-    p.add_argument("--launch-queue", type=int, default=config.LAUNCH_QUEUE_DEPTH,
-                   help="device ops a host may have pending before a launch blocks (default %(default)s)")
-    p.add_argument("--gzip", action="store_true", help="write the traces gzip-compressed (.trace.json.gz)")
-    p.add_argument("--capture-only", action="store_true", help="write the traces and the capture report; skip "
-                   "the simulation")
-    p.add_argument("--no-dedup", action="store_true", help="run every rank to the end, even ranks identical to a "
-                   "lower one")
+    p = subparsers.add_parser("run", help="run a PyTorch script on virtual GPUs and predict its step time and memory",
+                              description=RUN_DESCRIPTION, epilog=RUN_EPILOG,
+                              formatter_class=HELP_FORMATTER)
+    p.add_argument("--hardware", default="h100-sxm", metavar="ID",
+                   help="conf/hardware id or GPU name (default %(default)s)")
+    p.add_argument("--nproc", type=int, default=1, metavar="N", help="ranks per node, like torchrun (default 1)")
+    p.add_argument("--nodes", type=int, default=1, metavar="M", help="nodes, all run on this machine (default 1)")
+    p.add_argument("--report", type=Path, metavar="FILE", help="write the report (JSON) here")
+    p.add_argument("--trace", type=Path, metavar="FILE", help="write the predicted timeline (Perfetto JSON) here")
+    p.add_argument("--trace-dir", type=Path, default=None, metavar="DIR",
+                   help="folder for the captured traces (default: see below)")
+    p.add_argument("--host-speed", type=float, default=config.HOST_SPEED, metavar="X",
+                   help="target host CPU speed / this one's (default %(default)s)")
+    p.add_argument("--launch-queue", type=int, default=config.LAUNCH_QUEUE_DEPTH, metavar="N",
+                   help="device ops pending before a launch blocks (default %(default)s)")
+    p.add_argument("--gzip", action="store_true", help="write the captured traces gzip-compressed")
+    p.add_argument("--capture-only", action="store_true", help="capture the traces; skip the simulation")
+    p.add_argument("--no-dedup", action="store_true", help="run every rank, even ranks identical to a lower one")
     p.add_argument("--backend", choices=("shim", "driver"), default="shim",
                    help="device emulation: shim (default; NCCL emulated) or driver (torch's real cuBLAS, cuDNN and "
                    "Triton launch the kernels a real GPU would run; one rank only)")
-    p.add_argument("--python-op-context", action="store_true", help="record op context with a Python "
-                   "TorchDispatchMode instead of the compiled RecordFunction hook")
+    p.add_argument("--python-op-context", action="store_true", help="op context from Python (slower), not the C++ hook")
     p.add_argument("script", type=Path, help="the training script")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments (after --)")
     p.set_defaults(func=run_command)
@@ -207,18 +220,23 @@ def fail(message: str) -> int:
     return 2
 
 
+def dispatch(ns: argparse.Namespace) -> int:
+    """Run the parsed subcommand (``python -m emulate`` and the ``stepcast`` command both end here)."""
+    try:
+        return ns.func(ns)
+    except KeyboardInterrupt:  # Ctrl-C outside a capture (simulation, replay): no traceback
+        print("stepcast: interrupted", file=sys.stderr)
+        return 128 + 2
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m emulate",
-                                     description="Run unmodified PyTorch training scripts on virtual GPUs.")
+                                     description="Run unmodified PyTorch training scripts on virtual GPUs "
+                                                 "(also: the stepcast command).")
     sub = parser.add_subparsers(dest="command", required=True)
     add_run_parser(sub)
     from emulate import replay, validate
 
     replay.register(sub)
     validate.register(sub)
-    ns = parser.parse_args(argv)
-    try:
-        return ns.func(ns)
-    except KeyboardInterrupt:  # Ctrl-C outside a capture (simulation, replay): no traceback
-        print("stepcast: interrupted", file=sys.stderr)
-        return 128 + 2
+    return dispatch(parser.parse_args(argv))

@@ -62,20 +62,58 @@ def predict_file(input_path: Path, output_path: Path, hardware: str | None = Non
     return len(out)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m estimator.predict", description=__doc__.split("\n\n")[0])
+DESCRIPTION = """\
+Predict the runtime of each kernel in a CSV or parquet file with the kernel-runtime estimators.
+
+Input columns: family, hardware (catalog id; --hardware fills empty cells), dtype (fp32, tf32, fp16, bf16,
+fp8_e4m3, ...) and the family's own (profiling/families.py):
+  gemm         m, n, k, batch
+  attention    batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, causal, pass
+  elementwise  op, numel
+  norm         op, rows, cols, pass
+  collective   op, bytes, ranks, ranks_per_node
+  optimizer    op, params
+Output: the input columns plus predicted_us, estimator (name@version) and in_range. A bad row stops the
+command with one line naming file, line and column, and nothing is written."""
+EPILOG = """\
+example:
+  stepcast predict --input kernels.csv --output predictions.csv --hardware h100-sxm"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", required=True, type=Path, help="kernel rows (.csv or .parquet)")
-    parser.add_argument("--output", required=True, type=Path, help="where to write predictions (.csv or .parquet)")
+    parser.add_argument("--output", required=True, type=Path,
+                        help="where to write the predictions (.csv or .parquet, by suffix)")
     parser.add_argument("--hardware", help="catalog id (or vendor name) filling the hardware column where empty")
-    parser.add_argument("--model", help="bundle name or path, entry-point name, "
-                                        "or models:/kernel-runtime-<family>@champion")
-    args = parser.parse_args(argv)
+    parser.add_argument("--model", help="bundle name or path, entry-point name, or "
+                                        "models:/kernel-runtime-<family>@champion (default: STEPCAST_ESTIMATOR, "
+                                        "else the shipped models/xgboost with the roofline as fallback)")
+    parser.set_defaults(func=predict_command)
+
+
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``predict`` to the ``stepcast`` command's subcommands."""
+    parser = subparsers.add_parser("predict", help="predict kernel runtimes for a CSV or parquet file of kernels",
+                                   description=DESCRIPTION, epilog=EPILOG,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    return parser
+
+
+def predict_command(args: argparse.Namespace) -> int:
     try:
         n = predict_file(args.input, args.output, args.hardware, args.model)
     except (KernelInputError, UnknownHardwareError, ValueError, OSError) as exc:
         return report(exc)
     print(f"{n} kernels -> {args.output}", file=sys.stderr)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m estimator.predict", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    return predict_command(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -33,8 +33,11 @@ from estimator.splits import fixed_eval
 from estimator.support import SEEN_WITH
 from profiling.errors import exit_on, run_hydra_app
 from profiling.families import FAMILIES, key_columns
+from profiling.paths import CONF_DIR
+from stepcast.hydra_apps import register_resolvers
 
 log = logging.getLogger("estimator.train")
+register_resolvers()  # ${stepcast_cache:...}: Hydra's run folders go under the stepcast cache
 
 
 class TrainingInputError(ValueError):
@@ -257,7 +260,7 @@ def run(cfg: DictConfig) -> float:
     return float(np.mean(scores)) if scores else float("nan")
 
 
-@hydra.main(version_base="1.3", config_path="../conf/estimator", config_name="train")
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR / "estimator"), config_name="train")  # absolute: also when imported by the stepcast command
 def main(cfg: DictConfig) -> float:
     from estimator.checksums import BundleIntegrityError
     from estimator.tracking import TrackingError

@@ -22,7 +22,9 @@ from profiling.model_catalog import UnknownModelError
 from profiling.paths import CONF_DIR
 from profiling.runner import ConfigError, run
 from profiling.sampling import SweepConfigError
+from stepcast.hydra_apps import register_resolvers
 
+register_resolvers()  # ${stepcast_cache:...}: Hydra's run folders go under the stepcast cache
 USER_ERRORS = (ConfigError, SweepConfigError, DatasetSchemaError, UnknownModelError)
 
 

@@ -157,6 +157,49 @@ def measure_point(point: Point, target: Target, settings: MeasureSettings, flush
             torch.cuda.empty_cache()
 
 
+class LineProgress(Progress):
+    """Progress without a live display, for a log file, a pipe or CI: one plain line when a family starts and
+    then at most one every ``interval_s`` seconds (a live display there would print every refresh, cutting names
+    to the default width)."""
+
+    def __init__(self, *columns: Any, console: Console, interval_s: float = 5.0) -> None:
+        super().__init__(*columns, console=console, disable=True)
+        self.interval_s = interval_s
+        self._last_line = float("-inf")
+        self._last_task: TaskID | None = None
+
+    def update(self, task_id: TaskID, **kwargs: Any) -> None:
+        super().update(task_id, **kwargs)
+        self._maybe_print(task_id)
+
+    def advance(self, task_id: TaskID, advance: float = 1) -> None:
+        super().advance(task_id, advance)
+        self._maybe_print(task_id)
+
+    def _maybe_print(self, task_id: TaskID) -> None:
+        now = time.monotonic()
+        if task_id == self._last_task and now - self._last_line < self.interval_s:
+            return
+        self._last_line, self._last_task = now, task_id
+        task = next(t for t in self.tasks if t.id == task_id)
+        eta = f", about {task.time_remaining:.0f} s left" if task.time_remaining is not None else ""
+        current = task.fields.get("current") or ""
+        self.console.print(f"{task.description}: {task.completed:.0f}/{task.total:.0f} points, "
+                           f"{task.elapsed or 0:.0f} s{eta}{'; now ' + current if current else ''}",
+                           soft_wrap=True, markup=False, highlight=False)
+
+
+def make_progress(console: Console, enabled: bool) -> Progress:
+    """Rich progress bars on a terminal; a line every few seconds otherwise (:class:`LineProgress`)."""
+    if enabled and not console.is_terminal:
+        return LineProgress(console=console)
+    return Progress(
+        TextColumn("{task.description:<12}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[current]}", style="dim"),
+        console=console, disable=not enabled,
+    )
+
+
 class Runner:
     def __init__(self, cfg: Any) -> None:
         self.cfg = cfg
@@ -196,11 +239,7 @@ class Runner:
         order = sorted(self.families, key=lambda f: f != "collective") if self.world else self.families
         budget_s = float(self.cfg.budget_minutes) * 60.0
         started = time.monotonic()
-        progress = Progress(
-            TextColumn("{task.description:<12}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[current]}", style="dim"),
-            console=self.console, disable=not self.cfg.get("progress", True) or self.rank != 0,
-        )
+        progress = make_progress(self.console, enabled=bool(self.cfg.get("progress", True)) and self.rank == 0)
         tasks = {f: progress.add_task(f, total=len(todo[f]), current="") for f in order}
         flush = L2Flusher(int(self.target.spec.l2_cache_mib * 2**20)) \
             if self.target.device == "cuda" and self.settings.l2_flush else None

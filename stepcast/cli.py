@@ -1,0 +1,125 @@
+"""``stepcast <command> ...``: parse the command line and hand each subcommand to the module that owns it.
+
+argparse subcommands (run, replay, validate, search, predict) are registered from their owners' own parser
+builders, so ``stepcast run`` and ``python -m emulate run`` accept the same arguments; the Hydra apps (profile,
+train) and the benchmark, which parse ``sys.argv`` or build their own parser, get everything after their name."""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+PROG = "stepcast"
+
+EPILOG = """\
+examples:
+  stepcast run -- examples/gpt.py --layers 4 --d-model 1024 --heads 16 --seq 512 --batch 8 --steps 6
+  stepcast run --help                    each command's settings, defaults and where its output goes
+
+Captures and Hydra run records go under the cache: STEPCAST_CACHE_DIR, else ~/.cache/stepcast.
+Exit codes: 0 done, 2 bad input (one line saying why), 3 the script failed, 128+N stopped by signal N."""
+
+# epilogs for subcommands whose parsers other modules build: each --help ends with an example
+REPLAY_EPILOG = """\
+The report and the timeline are written only where --report / --trace say.
+example:
+  stepcast replay rank0.json.gz rank1.json.gz --durations predicted --hardware h100-sxm --report r.json"""
+VALIDATE_EPILOG = """\
+The comparison is printed; --report / --save-real write files only where they say.
+examples:
+  stepcast validate -- examples/gpt.py --steps 8          (on a GPU: real vs emulated)
+  stepcast validate --real datasets/<gpu>/real_runs/gpt-1.3b.json   (anywhere: a stored run)"""
+SEARCH_EPILOG = """\
+example:
+  stepcast search megatron_gpt search.sampler=grid search.max_evaluations=4 --no-mlflow"""
+
+# commands that parse their own argv (Hydra reads sys.argv; the benchmark builds its own parser)
+PASSTHROUGH_HELP = {
+    "profile": "measure kernels on this machine into a dataset (Hydra app: key=value settings)",
+    "train": "train, evaluate and export kernel-runtime estimators (Hydra app: key=value settings)",
+    "benchmark": "score XGBoost, MLP, random forest and roofline on the measured data",
+}
+
+
+def run_profile(argv: list[str]) -> int:
+    from profiling.__main__ import main as profile_main
+    from stepcast.hydra_apps import run_hydra_main
+
+    return run_hydra_main(profile_main, f"{PROG} profile", argv)
+
+
+def run_train(argv: list[str]) -> int:
+    from estimator.train import main as train_main
+    from stepcast.hydra_apps import run_hydra_main
+
+    return run_hydra_main(train_main, f"{PROG} train", argv)
+
+
+BENCHMARK_EPILOG = """\
+Prints the tables; writes a file only with --json. Example:
+  stepcast benchmark --suites speed,families --json bench.json"""
+
+
+def run_benchmark(argv: list[str]) -> int:
+    """estimator.benchmark builds its own parser; its --help gets the example every stepcast help ends with."""
+    from estimator.benchmark import main as benchmark_main
+
+    if not {"-h", "--help"} & set(argv):
+        return benchmark_main(argv)
+    try:
+        benchmark_main(["--help"])
+    except SystemExit:
+        pass
+    print(f"\n{BENCHMARK_EPILOG}")
+    return 0
+
+
+PASSTHROUGH: dict[str, Callable[[list[str]], int]] = {
+    "profile": run_profile, "train": run_train, "benchmark": run_benchmark,
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command tree; the pass-through commands appear in the listing and parse their own arguments."""
+    from emulate.cli import add_run_parser
+    from emulate import replay, validate
+    from estimator.predict import register as register_predict
+
+    parser = argparse.ArgumentParser(
+        prog=PROG, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Predict the step time and peak memory of unmodified PyTorch training scripts on GPUs you do "
+                    "not have, on a machine with no GPU.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="<command>")
+    add_run_parser(sub)
+    with_epilog(replay.register(sub), REPLAY_EPILOG)
+    validate.register(sub)
+    with_epilog(sub.choices["validate"], VALIDATE_EPILOG)
+    register_search(sub)
+    register_predict(sub)
+    for name, text in PASSTHROUGH_HELP.items():
+        sub.add_parser(name, help=text, add_help=False)
+    return parser
+
+
+def register_search(sub: argparse._SubParsersAction) -> None:
+    """``stepcast search`` when :mod:`emulate.search` is installed (it needs the optional 'search' extra)."""
+    try:
+        from emulate.search.cli import register
+    except ImportError:
+        return
+    with_epilog(register(sub), SEARCH_EPILOG)
+
+
+def with_epilog(parser: argparse.ArgumentParser, epilog: str) -> argparse.ArgumentParser:
+    parser.epilog = epilog
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in PASSTHROUGH:
+        return PASSTHROUGH[argv[0]](argv[1:])
+    from emulate.cli import dispatch
+
+    return dispatch(build_parser().parse_args(argv))
