@@ -488,7 +488,11 @@ SC_EXPORT cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *a, const 
     memset(a, 0, sizeof *a);
     a->maxThreadsPerBlock = 1024;
     a->numRegs = 32;
-    a->ptxVersion = a->binaryVersion = sc_cfg.cc_major * 10 + sc_cfg.cc_minor;
+    /* The version of the code the fat binary would run: the target's own architecture, but never below the oldest
+     * one a CUDA 13 build carries (sm_75): on a V100/P100/P4 target an older answer sends CUB's dispatch to a
+     * kernel variant the binary lacks ("invalid device function" in radix sort, embedding backward). */
+    int arch = sc_cfg.cc_major * 10 + sc_cfg.cc_minor;
+    a->ptxVersion = a->binaryVersion = arch < SC_OLDEST_ARCH ? SC_OLDEST_ARCH : arch;
     a->maxDynamicSharedSizeBytes = 48 << 10;
     a->preferredShmemCarveout = -1;
     return cudaSuccess;

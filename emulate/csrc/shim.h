@@ -5,6 +5,8 @@
  * imports. Device work becomes a no-op; each call that the simulator needs is appended to a per-rank text log
  * (one event per line, tab-separated; emulate/shimlog.py parses it). */
 #ifndef STEPCAST_SHIM_H
+/* The oldest GPU architecture whose code CUDA 13 builds (torch's cu130 wheels) carry: sm_75. */
+#define SC_OLDEST_ARCH 75
 #define STEPCAST_SHIM_H
 
 #include <stddef.h>
