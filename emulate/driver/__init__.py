@@ -11,6 +11,7 @@ Pieces
                         ``cuGetProcAddress`` table (from cudaTypedefs.h) and NOT_SUPPORTED stubs for the rest.
     :mod:`.device`      the device description from the catalog (conf/hardware/<id>.yaml).
     :mod:`.launchlog`   reads the launch log.
+    :mod:`.tracelog`    the log of a ``python -m emulate run --backend driver`` rank as trace-v1 events.
     :mod:`.gemm_choice` the top cuBLASLt heuristic choice and its launched kernels, batched, with the version.
     :mod:`.torch_gemm`  what torch.matmul launches on the same virtual device.
     :mod:`.child`       runs a Python program on the emulated driver and collects its log.
@@ -33,10 +34,16 @@ context>, "via": <entry point, or cuGraphLaunch for a replayed graph node>}``; a
 ``unsupported`` (an entry point answered NOT_SUPPORTED, once per name), ``export_table`` (a private table asked
 for, with the answer) and ``proc_missing`` (a ``cuGetProcAddress`` name/version without an entry).
 
-Plugging into ``python -m emulate run`` (not done here; the launcher has its owner): per rank, build with
-:func:`.build.driver_path`, add :func:`.device.driver_environment` (spec, nproc), put the driver's folder first on
-``LD_LIBRARY_PATH``, drop the shim from ``LD_PRELOAD``, set ``STEPCAST_DRIVER_LOG`` inside the trace folder and turn
-the launch records into trace events (timing comes from the estimators, keyed by the real kernel name and grid).
+``python -m emulate run --backend driver`` (one rank): :func:`emulate.launcher.backend_environment` sets the above
+and ``STEPCAST_SHIM`` to the driver, which also exports the capture API the shim does (csrc/capture.c:
+``stepcast_op_enter/exit/set_op/pause/resume/mark/...``; emulate/capture.py loads it ``RTLD_GLOBAL``, so the
+RecordFunction hook resolves against it). The log then also holds one timed record per call the capture times
+(``launch``, ``malloc``/``free`` (cuMemAlloc and the virtual-memory API's cuMemCreate/Release; ``ok`` 0 for a refused
+one), ``memcpy``, ``memset``, ``event_record``, ``stream_wait_event``, ``event_sync``, ``stream_sync``,
+``device_sync``) with ``t``, ``gap`` (the thread's CPU time since its previous record, capture-layer time taken off),
+``thread``, ``op`` and ``call`` (the op call), and ``mark`` records (iterations); :mod:`.tracelog` makes trace-v1
+events of them. Not there yet: NCCL (real libnccl crashes on the unbacked device memory; the shim's emulation is
+needed) and rank deduplication (``stepcast_dedup`` answers -1).
 
 Verified (tests/emulate/test_driver_*.py, CPU only): torch 2.14.1's libcudart initialises on it (the integrity
 check passes), ``torch.cuda.is_available()``, the catalog's name / capability / SM count / memory; randn,
