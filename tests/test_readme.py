@@ -1,0 +1,51 @@
+"""The README's "what you will see" block is what the README's first command prints (tools/readme_sample.py makes
+it; machine-dependent values read <varies>), and the README's first command is the one that block shows."""
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from profiling.paths import REPO_ROOT
+
+spec = importlib.util.spec_from_file_location("readme_sample", REPO_ROOT / "tools" / "readme_sample.py")
+readme_sample = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(readme_sample)
+
+def summary(iterations: str, mfu: str) -> str:
+    """A summary as stepcast run prints it (rich sizes the value column to its longest value)."""
+    rows = [("world size (ranks simulated)", "1 (1)"), ("iterations", iterations), ("peak memory", "1.58 GiB"),
+            ("  host bound", "0.738 ms"), ("MFU", mfu)]
+    width = max(len(v) for _, v in rows)
+    body = [f"│ {label.ljust(28)} │ {value.rjust(width)} │" for label, value in rows]
+    return "\n".join(["      Predicted iteration", f"┌{'─' * 30}┬{'─' * (width + 2)}┐", *body,
+                      f"└{'─' * 30}┴{'─' * (width + 2)}┘", "step 5: loss 0.0000"])
+
+
+def test_mask_hides_only_machine_dependent_rows_and_keeps_the_table_whole():
+    masked = readme_sample.mask(summary("1031.24, 8.47, 7.17, 7.17 ms", "18.5%")).splitlines()
+    table = masked[1:8]
+    assert len({len(line) for line in table}) == 1, "\n".join(masked)
+    values = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in table[1:-1]}
+    assert values == {"world size (ranks simulated)": "1 (1)", "iterations": "<varies>", "peak memory": "1.58 GiB",
+                      "host bound": "<varies>", "MFU": "<varies>"}
+    assert masked[-1] == "step 5: loss 0.0000"
+
+
+def test_mask_gives_the_same_block_whatever_the_varying_values():
+    assert readme_sample.mask(summary("1031.24, 8.47, 7.17, 7.17 ms", "18.5%")) == \
+        readme_sample.mask(summary("998.10, 12.03, 9.91, 10.02 ms", "9.1%"))
+
+
+def test_readme_first_command_is_the_sampled_one():
+    text = (REPO_ROOT / "README.md").read_text()
+    assert f'pip install -e ".[dev]" && {" ".join(readme_sample.COMMAND)}' in text
+
+
+@pytest.mark.slow
+def test_readme_sample_is_what_the_command_prints():
+    """Runs the README's example (about 20-45 s on 2 cores); on a mismatch run python tools/readme_sample.py --write."""
+    text = (REPO_ROOT / "README.md").read_text()
+    expected = readme_sample.readme_block(text)
+    got = readme_sample.block(readme_sample.mask(readme_sample.run_example()))
+    assert got == expected, "README block is stale: python tools/readme_sample.py --write"
