@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     from emulate.search.trials import Target, TrialCache, default_cache_dir
     from profiling.hardware import lookup
 
-    console = Console(width=170)
+    console = Console(width=200)
     try:
         cfg = load_config(args.config, BENCHMARK_OVERRIDES if args.override is None else args.override)
     except SearchConfigError as exc:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from functools import partial
 
 import torch
 import torch.distributed as dist
@@ -45,7 +44,7 @@ def check_layout(args: argparse.Namespace, world: int) -> int:
         sys.exit(f"megatron_gpt: --global-batch {args.global_batch} is not a multiple of micro-batch x dp = "
                  f"{args.micro_batch * dp}")
     if args.layers % args.pp or args.heads % args.tp:
-        sys.exit(f"megatron_gpt: --layers must divide by --pp and --heads by --tp")
+        sys.exit("megatron_gpt: --layers must divide by --pp and --heads by --tp")
     return dp
 
 

@@ -74,6 +74,7 @@ def plot_trials(outcome: SearchOutcome, path: Path, title: str) -> Path:
     curve = [(x, v) for x, v in zip(xs, best_so_far(outcome)) if v is not None]
     if curve:
         ax.step(*zip(*curve), where="post", color="tab:green", label="best so far")
+    ax.set_xlim(0.5, len(xs) + 0.5)
     ax.set_xlabel("trial")
     ax.set_ylabel(objective_label(outcome))
     ax.set_title(title)

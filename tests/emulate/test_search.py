@@ -306,3 +306,14 @@ def test_emulator_failure_is_not_cached_but_a_script_failure_is(script, tmp_path
         Search(parse_config(doc, "toy.yaml"), TARGET, TrialCache(tmp_path / "cache"), runner=runner).run(
             sampler="grid")
     assert sorted(calls) == ["--tp=1", "--tp=1", "--tp=2"]
+
+
+def test_search_registers_as_a_subcommand_of_python_m_emulate():
+    import argparse
+
+    from emulate.search.cli import register, run_command
+
+    parser = argparse.ArgumentParser(prog="python -m emulate")
+    register(parser.add_subparsers(dest="command", required=True))
+    ns = parser.parse_args(["search", "megatron_gpt", "search.sampler=grid", "--jobs", "2"])
+    assert ns.func is run_command and ns.overrides == ["search.sampler=grid"] and ns.jobs == 2
