@@ -317,3 +317,22 @@ def test_search_registers_as_a_subcommand_of_python_m_emulate():
     register(parser.add_subparsers(dest="command", required=True))
     ns = parser.parse_args(["search", "megatron_gpt", "search.sampler=grid", "--jobs", "2"])
     assert ns.func is run_command and ns.overrides == ["search.sampler=grid"] and ns.jobs == 2
+
+
+def test_interrupted_cli_search_says_how_to_resume(script, tmp_path, capsys, monkeypatch):
+    import yaml
+
+    from emulate.search import samplers
+    from emulate.search.cli import main
+
+    path = tmp_path / "toy.yaml"
+    path.write_text(yaml.safe_dump(config_doc(script, search={"sampler": "grid"})))
+    argv = [str(path), "--no-mlflow", "--cache-dir", str(tmp_path / "cache"), "--output", str(tmp_path / "out")]
+    monkeypatch.setattr(samplers, "run_trial", FakeRunner(interrupt_at=2))
+    assert main(argv) == 130
+    assert capsys.readouterr().err.strip() == ("stepcast: search interrupted; results so far are cached: run the same "
+                                               "command again to resume")
+    resumed = FakeRunner()
+    monkeypatch.setattr(samplers, "run_trial", resumed)
+    assert main(argv) == 0
+    assert "(cached)" in capsys.readouterr().out and len(resumed.calls) > 0
