@@ -235,7 +235,8 @@ def rank_events(log: RankLog, *, comm_sizes: dict[str, int], ranks_per_node: int
             my_rank = log.comms.get(comm, (0, -1))[1]
             nbytes = collective_bytes(coll, count, dtype, ranks, my_rank, peer)
             ev = {"kind": "collective", "stream": stream(p[5]), "op": coll, "comm": comm, "comm_seq": seq,
-                  "ranks": ranks, "peer": peer if peer >= 0 else None, "count": count, "dtype": dtype,
+                  "ranks": ranks, "peer": peer if peer >= 0 else None,
+                  "comm_rank": my_rank if my_rank >= 0 else None, "count": count, "dtype": dtype,
                   "bytes": nbytes, "group": int(p[13]) or None, "torch_op": ctx["op"],
                   "spec": {"family": "collective", "dtype": dtype if dtype in ("fp32", "fp16", "bf16", "fp64")
                            else "fp32", "op": COLLECTIVE_FAMILY_OPS.get(coll, coll), "bytes": nbytes,

@@ -24,7 +24,9 @@ Kinds and their fields:
 - ``event_sync``: ``event``.   ``stream_sync``: ``stream``.   ``device_sync``.
 - ``collective``: ``stream``, ``op`` (all_reduce | all_gather | reduce_scatter | all_to_all | broadcast | reduce |
   send | recv), ``comm`` (communicator id, same string on every member), ``comm_seq`` (n-th call on that
-  communicator), ``ranks`` (communicator size), ``peer`` (send/recv) , ``count``, ``dtype``, ``bytes`` (per rank, the
+  communicator), ``ranks`` (communicator size), ``peer`` (send/recv: the other rank, numbered within the
+  communicator as NCCL takes it; a global rank when the trace has no ``comm_rank``), ``comm_rank`` (optional: this
+  rank's number within the communicator), ``count``, ``dtype``, ``bytes`` (per rank, the
   larger of send and receive buffer), ``spec`` (family ``collective`` row).
 - ``iteration``: ``step`` (marks the start of a training iteration: profiler step, optimizer step or backward).
 

@@ -49,7 +49,8 @@ def _call_name(key: tuple) -> str:
 def _check_members_agree(grp: CollectiveGroup, programs: list[RankProgram]) -> None:
     (r0, i0), rest = grp.members[0], grp.members[1:]
     first = programs[r0].events[i0]
-    fields = [f for f in AGREED_FIELDS if not (f == "bytes" and first.get("op") in UNEVEN_OPS)]
+    fields = [f for f in AGREED_FIELDS if not (f == "bytes" and first.get("op") in UNEVEN_OPS)
+              and not (f == "op" and grp.key[0] == "p2p")]   # a transfer pairs a send with a recv
     for r, i in rest:
         ev = programs[r].events[i]
         differ = [f for f in fields if first.get(f) is not None and ev.get(f) is not None and first[f] != ev[f]]
@@ -93,6 +94,7 @@ def collate(programs: list[RankProgram], durations: Durations) -> tuple[list[lis
     if len(programs) < programs[0].world_size or len(programs) == 1:
         return group_of, []
 
+    global_rank = _communicator_members(programs)
     by_key: dict[tuple, CollectiveGroup] = {}
     for r, prog in enumerate(programs):
         seq_on: dict[Any, int] = defaultdict(int)
@@ -101,7 +103,8 @@ def collate(programs: list[RankProgram], durations: Durations) -> tuple[list[lis
             ev = prog.events[i]
             op, comm = ev.get("op"), ev.get("comm")
             if op in ("send", "recv") and ev.get("peer") is not None:
-                src, dst = (prog.rank, int(ev["peer"])) if op == "send" else (int(ev["peer"]), prog.rank)
+                peer = global_rank.get((comm, int(ev["peer"])), int(ev["peer"]))
+                src, dst = (prog.rank, peer) if op == "send" else (peer, prog.rank)
                 n = p2p_seq[(comm, src, dst)]
                 p2p_seq[(comm, src, dst)] += 1
                 key, expected = ("p2p", comm, src, dst, n), 2
@@ -139,3 +142,15 @@ def collate(programs: list[RankProgram], durations: Durations) -> tuple[list[lis
             group_of[r][i] = len(groups)
         groups.append(grp)
     return group_of, groups
+
+
+def _communicator_members(programs: list[RankProgram]) -> dict[tuple[Any, int], int]:
+    """(communicator, rank within it) -> global rank, from the collectives that record ``comm_rank``: NCCL numbers
+    a send's peer within the communicator (a pipeline stage's communicator {0, 2} calls rank 2 'peer 1')."""
+    members: dict[tuple[Any, int], int] = {}
+    for prog in programs:
+        for i in np.flatnonzero(prog.kind_array == COLLECTIVE).tolist():
+            ev = prog.events[i]
+            if ev.get("comm_rank") is not None:
+                members.setdefault((ev.get("comm"), int(ev["comm_rank"])), prog.rank)
+    return members

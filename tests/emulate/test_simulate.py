@@ -335,3 +335,20 @@ def test_an_allocation_the_device_refused_does_not_count_toward_peak_memory():
     b.free(ptr=1)
     report = run(b)
     assert report["peak_memory_bytes"] == 60 << 30
+
+
+def test_a_send_names_its_peer_within_the_communicator():
+    """Pipeline stages {0, 2} and {1, 3} of a 4-rank job: NCCL numbers the peer within the stage communicator, so
+    rank 0 sends to 'peer 1' (global rank 2) and rank 2 receives from 'peer 0'."""
+    builders = []
+    for rank in range(4):
+        b = builder(rank, world_size=4)
+        comm, first = ("pp-a", rank == 0) if rank in (0, 2) else ("pp-b", rank == 1)
+        op, peer = ("send", 1) if first else ("recv", 0)
+        b.add("collective", stream=2, op=op, comm=comm, ranks=2, peer=peer, comm_rank=0 if first else 1,
+              bytes=1 << 20, dtype="bf16", duration_us=10.0)
+        b.device_sync()
+        builders.append(b)
+    report = run(*builders)
+    assert report["collectives_matched"] == 2
+    assert report["iteration_time_ms"] == pytest.approx(0.010)
