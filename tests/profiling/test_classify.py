@@ -204,3 +204,19 @@ def test_real_trace_ops_classify(shared_data: Path):
         by_name = classify_kernel_name(r.name)
         if by_name and by_name["family"] == "gemm":
             assert row["family"] == "gemm", (r.op_name, r.name)
+
+
+def test_cudnn_attention_ops_and_kernels_are_attention_with_their_pass():
+    """The emulated driver runs cuDNN, so SDPA takes its cuDNN backend on sm90 (aten._cudnn_attention_*)."""
+    from profiling.classify import classify_kernel_name, classify_op
+
+    qkv = ((8, 16, 512, 64),) * 3
+    fwd = classify_op("aten._cudnn_attention_forward.default", qkv + ((),) * 8, ("torch.bfloat16",) * 3 + ("",) * 8,
+                      args=(None,) * 10 + (True,))
+    assert fwd == {"family": "attention", "dtype": "bf16", "batch": 8, "heads_q": 16, "heads_kv": 16, "seq_q": 512,
+                   "seq_kv": 512, "head_dim": 64, "causal": True, "pass": "fwd"}
+    bwd = classify_op("aten._cudnn_attention_backward.default", ((8, 16, 512, 64),) * 5 + ((),) * 10,
+                      ("torch.bfloat16",) * 5 + ("",) * 10, args=(None,) * 14 + (True,))
+    assert bwd["pass"] == "bwd" and bwd["causal"]
+    assert classify_kernel_name("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_3_64x128x128_"
+                                "4x1x1_kernel0_0") == {"family": "attention", "pass": "bwd"}
