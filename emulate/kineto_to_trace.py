@@ -36,8 +36,9 @@ import argparse
 import bisect
 import math
 import sys
+from array import array
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -57,59 +58,151 @@ NCCL_OPS = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter
             "send": "send", "recv": "recv"}
 DEPENDENCY_SLACK_US = 10.0   # an op may start this long after the dependency that released it (scheduling)
 DELAY_TOLERANCE_US = 1.0     # starts later than the model allows by less than this are jitter, not dependencies
+PROGRESS_EVERY = 1 << 16     # device ops converted between two progress reports
+# what the conversion reads of the kernels frame (the rest is dropped once the events frame is gone)
+DEVICE_OP_COLUMNS = ("cat", "name", "ts", "dur", "stream", "bytes", "grid", "block", "runtime_name", "runtime_ts",
+                     "runtime_dur", "op_index", "op_name", "op_input_dims", "op_input_types", "launch", "call_end",
+                     "order")
 
 
-def convert(trace: kineto.KinetoTrace, hardware: str | None = None, stalls: bool = True) -> dict[str, Any]:
+ConvertProgress = Callable[[str, int, int], None]  # (stage, done, total)
+
+
+def convert(trace: kineto.KinetoTrace, hardware: str | None = None, stalls: bool = True,
+            progress: ConvertProgress | None = None) -> dict[str, Any]:
     """The trace-v1 document (as :func:`emulate.trace.read_trace` returns) of one Kineto trace. ``stalls=False``
     leaves out the unexplained holds (``stall_us``): an ablation that shows how much of a replay's fidelity they
-    carry."""
+    carry. ``progress`` is told how far the conversion is (stage, ops done, ops in all)."""
+    return _convert_owned([trace], hardware, stalls, progress)
+
+
+def _convert_owned(box: list[kineto.KinetoTrace], hardware: str | None, stalls: bool,
+                   progress: ConvertProgress | None) -> dict[str, Any]:
+    """:func:`convert` of the trace in ``box``, which it takes out: when the caller holds no other reference, the
+    trace's events frame is freed as soon as the columns the conversion needs are out of it (a 2M-kernel trace's
+    frame is gigabytes; the document built next is of the same order)."""
+    trace = box.pop()
+    report_stage = progress or (lambda stage, done, total: None)
+    report_stage("joining kernels to launches", 0, 1)
+    facts = {"rank": trace.rank, "world_size": trace.world_size, "hardware_id": trace.hardware_id,
+             "device_name": trace.device_name, "path": str(trace.path), "schema": trace.schema}
+    steps = trace.profiler_steps()
     ops = _device_ops(trace)
-    latency = _launch_latency(ops)
     syncs = _sync_calls(trace, ops)
+    op_rows = _collective_ops(trace, ops)
+    del trace  # the events frame goes with it when nobody else holds the trace
+    ops = ops[[c for c in DEVICE_OP_COLUMNS if c in ops.columns]]
+    latency = _launch_latency(ops)
+    report_stage("finding dependencies", 0, 1)
     dependencies, stall = _dependencies(ops, latency)
     if not stalls:
         stall[:] = 0.0
-    items = _host_items(ops, stall, syncs, trace)
-    items.extend(dependencies)
-    steps = trace.profiler_steps()
-    host_end = max((it["end"] for it in items), default=0.0)
-    device_end = float((ops["ts"] + ops["dur"]).max()) if len(ops) else host_end
+    items = _HostItems()
+    for sync in syncs:
+        items.add(sync["ts"], sync["end"], sync["order"], True, sync["ev"])
+    _host_items(items, ops, stall, op_rows, facts["world_size"], report_stage)
+    device_end = float((ops["ts"] + ops["dur"]).max()) if len(ops) else None
+    del ops, stall
+    for dep in dependencies:
+        items.add(dep["ts"], dep["end"], dep["order"], False, dep["ev"])
+    host_end = items.host_end()
+    device_end = host_end if device_end is None else device_end
     if len(steps):
         for row in steps.itertuples():
-            items.append({"ts": float(row.ts), "end": float(row.ts), "order": -1.0,
-                          "ev": {"kind": "iteration", "step": int(row.step)}})
+            items.add(float(row.ts), float(row.ts), -1.0, False, {"kind": "iteration", "step": int(row.step)})
         last = steps.iloc[-1]
-        items.append({"ts": float(last.end), "end": float(last.end), "order": -1.0,
-                      "ev": {"kind": "iteration", "step": int(last.step) + 1, "end": True}})
+        items.add(float(last.end), float(last.end), -1.0, False,
+                  {"kind": "iteration", "step": int(last.step) + 1, "end": True})
         measured = steps["dur"].astype(float).tolist()
     else:
-        first = min((it["ts"] for it in items), default=0.0)
-        items.append({"ts": first, "end": first, "order": -2.0, "ev": {"kind": "iteration", "step": 0}})
+        first = items.first_ts()
+        items.add(first, first, -2.0, False, {"kind": "iteration", "step": 0})
         final = max(host_end, device_end)
-        items.append({"ts": host_end, "end": final, "order": 1e18, "blocking": True,
-                      "ev": {"kind": "device_sync"}})
-        items.append({"ts": final, "end": final, "order": 2e18, "ev": {"kind": "iteration", "step": 1, "end": True}})
+        items.add(host_end, final, 1e18, True, {"kind": "device_sync"})
+        items.add(final, final, 2e18, False, {"kind": "iteration", "step": 1, "end": True})
         measured = [final - first]
-    events = _sequence(items)
+    clock_origin = items.first_ts()
+    report_stage("ordering host events", 0, 1)
+    events = items.sequence()
     meta = {
-        "source": str(trace.path), "importer": "emulate.kineto_to_trace", "schema": trace.schema,
-        "device_name": trace.device_name, "launch_latency_us": latency, "measured_iterations_us": measured,
+        "source": facts["path"], "importer": "emulate.kineto_to_trace", "schema": facts["schema"],
+        "device_name": facts["device_name"], "launch_latency_us": latency, "measured_iterations_us": measured,
         "profiler_steps": steps["step"].astype(int).tolist() if len(steps) else [],
         # the host gaps below hold the real runtime calls' own cost; the trace's first event on the profiler's
         # clock, which the ranks of one node share (emulate.sim.host keeps their offsets)
-        "call_costs_in_gaps": True, "clock_origin_us": _clock_origin(items),
+        "call_costs_in_gaps": True, "clock_origin_us": clock_origin,
     }
-    return {"format": FORMAT, "version": VERSION, "rank": trace.rank, "world_size": trace.world_size,
-            "hardware": hardware or trace.hardware_id or "unknown", "meta": meta, "events": events}
+    return {"format": FORMAT, "version": VERSION, "rank": facts["rank"], "world_size": facts["world_size"],
+            "hardware": hardware or facts["hardware_id"] or "unknown", "meta": meta, "events": events}
 
 
-def _clock_origin(items: list[dict[str, Any]]) -> float:
-    """The profiler-clock time (us) of the trace's first event, as :func:`_sequence` counts from it."""
-    return float(min((it["ts"] for it in items), default=0.0))
+class _HostItems:
+    """Host-ordered items in parallel columns (start, return, tie-break order, blocking, the trace event): one dict
+    per item, the event itself, and no wrapper, since a large trace has millions of them."""
+
+    def __init__(self) -> None:
+        self.ts, self.end, self.order = array("d"), array("d"), array("d")
+        self.blocking = bytearray()
+        self.events: list[dict[str, Any] | None] = []
+
+    @property
+    def n(self) -> int:
+        return len(self.events)
+
+    def add(self, ts: float, end: float, order: float, blocking: bool, ev: dict[str, Any]) -> None:
+        self.ts.append(ts)
+        self.end.append(end)
+        self.order.append(order)
+        self.blocking.append(bool(blocking))
+        self.events.append(ev)
+
+    def host_end(self) -> float:
+        return float(max(self.end)) if self.n else 0.0
+
+    def first_ts(self) -> float:
+        """The profiler-clock time (us) of the trace's first event, as :meth:`sequence` counts from it."""
+        return float(min(self.ts)) if self.n else 0.0
+
+    def sequence(self) -> list[dict[str, Any]]:
+        """Host-ordered trace events with seq, t_ns and gap_ns (gaps start at the previous call's start, or at its
+        return when it blocked). Each event dict is rebuilt in the format's field order and its source dropped
+        at once, so the two forms never coexist."""
+        ts, end, order = (np.frombuffer(a, dtype=np.float64) for a in (self.ts, self.end, self.order))
+        blocking = np.frombuffer(bytes(self.blocking), dtype=bool)
+        idx = np.lexsort((order, ts))  # by (ts, order), stable like a sort by that key
+        ts, end, blocking = ts[idx], end[idx], blocking[idx]
+        t0 = float(ts[0]) if len(ts) else 0.0
+        # the host is free again at each item's start, or at its return when it blocked; never earlier than before
+        release = np.where(blocking, end, ts)
+        free = np.maximum.accumulate(np.concatenate(([t0], release[:-1]))) if len(ts) else ts
+        t_ns = np.rint((ts - t0) * 1e3).astype(np.int64).tolist()
+        gap_ns = np.rint(np.maximum(0.0, ts - free) * 1e3).astype(np.int64).tolist()
+        source, self.events = self.events, []
+        out = []
+        for seq, i in enumerate(idx.tolist()):
+            ev = source[i]
+            source[i] = None
+            fields = {"seq": seq, "kind": ev["kind"], "t_ns": t_ns[seq], "gap_ns": gap_ns[seq]}
+            fields.update((k, v) for k, v in ev.items() if k != "kind" and v is not None)
+            out.append(fields)
+        return out
 
 
-def convert_file(path: str | Path, hardware: str | None = None, stalls: bool = True) -> dict[str, Any]:
-    return convert(kineto.read_trace(path), hardware, stalls)
+def _collective_ops(trace: kineto.KinetoTrace, ops: pd.DataFrame) -> pd.DataFrame | None:
+    """The host ops (``record_param_comms``) around the NCCL kernels, by event row: their arguments name the
+    collective. None when the trace has no such columns."""
+    if "collective_name" not in trace.events.columns or ops.empty:
+        return None
+    rows = ops.loc[ops["name"].astype(str).str.startswith("nccl") & (ops["op_index"] >= 0), "op_index"]
+    return trace.events.loc[np.unique(rows.to_numpy(dtype=np.int64))]
+
+
+def convert_file(path: str | Path, hardware: str | None = None, stalls: bool = True,
+                 progress: ConvertProgress | None = None) -> dict[str, Any]:
+    """Read and convert one Kineto trace; ``progress`` hears of reading ("reading", bytes, file size) and of the
+    conversion's stages."""
+    read_progress = (lambda done, total: progress("reading", done, total)) if progress else None
+    return _convert_owned([kineto.read_trace(path, read_progress)], hardware, stalls, progress)
 
 
 # ---- device ops ---------------------------------------------------------------------------------------------------
@@ -154,7 +247,7 @@ def _launch_latency(ops: pd.DataFrame) -> float:
 
 
 def _device_event(row: Any, comm_seq: dict[str, int], op_rows: pd.DataFrame | None,
-                  world_size: int) -> dict[str, Any]:
+                  world_size: int, shared: "_SharedValues | None" = None) -> dict[str, Any]:
     cat, name = row.cat, str(row.name)
     if cat == "gpu_memcpy":
         token = name.split()[1].lower() if len(name.split()) > 1 else ""
@@ -167,10 +260,12 @@ def _device_event(row: Any, comm_seq: dict[str, int], op_rows: pd.DataFrame | No
         return {"kind": "memset", "stream": int(row.stream), "bytes": _int(row.bytes), "duration_us": float(row.dur)}
     if name.startswith("nccl"):
         return _collective_event(row, comm_seq, op_rows, world_size)
-    ev = {"kind": "kernel", "stream": int(row.stream), "name": name, "grid": _triple(row.grid),
-          "block": _triple(row.block), "shmem": None, "lib": None, "op": _str(row.op_name),
-          "op_shapes": _list(row.op_input_dims), "op_dtypes": _list(row.op_input_types),
-          "spec": _kernel_spec(row), "duration_us": float(row.dur)}
+    if shared is None:
+        shared = _SharedValues()
+    ev = {"kind": "kernel", "stream": int(row.stream), "name": name, "grid": shared.as_list(row.grid, _triple),
+          "block": shared.as_list(row.block, _triple), "shmem": None, "lib": None, "op": _str(row.op_name),
+          "op_shapes": shared.as_list(row.op_input_dims, _list), "op_dtypes": shared.as_list(row.op_input_types, _list),
+          "spec": shared.spec(row), "duration_us": float(row.dur)}
     return ev
 
 
@@ -258,23 +353,50 @@ def _awaited_stream(by_stream: dict[int, tuple[np.ndarray, np.ndarray]], ts: flo
     return best
 
 
-def _host_items(ops: pd.DataFrame, stall: np.ndarray, syncs: list[dict[str, Any]],
-                trace: kineto.KinetoTrace) -> list[dict[str, Any]]:
-    items = list(syncs)
-    op_rows = trace.events if "collective_name" in trace.events.columns else None
+def _host_items(items: "_HostItems", ops: pd.DataFrame, stall: np.ndarray, op_rows: pd.DataFrame | None,
+                world_size: int, report_stage: ConvertProgress) -> None:
+    """Each device op as a host item (its launch call) of ``items``. Values repeated across millions of kernels
+    (spec, grid, block, op shapes) are made once and shared by every event that has them."""
     comm_seq: dict[str, int] = {}
     op_parts = OpCalls()
-    for row, held in zip(ops.itertuples(), stall.tolist()):
-        ev = _device_event(row, comm_seq, op_rows, trace.world_size)
+    shared = _SharedValues()
+    total = len(ops)
+    for n, (row, held) in enumerate(zip(ops.itertuples(), stall.tolist())):
+        if n % PROGRESS_EVERY == 0:
+            report_stage("converting device ops", n, total)
+        ev = _device_event(row, comm_seq, op_rows, world_size, shared)
         if ev.get("spec") and ev["kind"] == "kernel" and row.op_index >= 0:
             first = op_parts.mark(ev, int(row.op_index))
             if first is not None:
                 first["op_duration_us"] = first.get("op_duration_us", first["duration_us"]) + ev["duration_us"]
         if held > 0:
             ev["stall_us"] = round(held, 3)
-        items.append({"ts": float(row.launch), "end": float(row.call_end), "order": float(row.order),
-                      "blocking": ev.get("blocking", False), "ev": ev})
-    return items
+        items.add(float(row.launch), float(row.call_end), float(row.order), ev.get("blocking", False), ev)
+    report_stage("converting device ops", total, total)
+
+
+class _SharedValues:
+    """One object per distinct value: a kernel's spec (classifying an op is the slow part of the conversion, and
+    a training step repeats the same few hundred ops), its grid and block, its op's shapes and dtypes. The reader
+    already shares equal lists (:mod:`profiling.kineto`), so identity is the key, and the frame holding those
+    lists outlives this table."""
+
+    def __init__(self) -> None:
+        self.specs: dict[tuple, dict[str, Any] | None] = {}
+        self.lists: dict[int, list | None] = {}
+
+    def spec(self, row: Any) -> dict[str, Any] | None:
+        key = (row.op_name if isinstance(row.op_name, str) else None, id(row.op_input_dims),
+               id(row.op_input_types), row.name)
+        if key not in self.specs:
+            self.specs[key] = _kernel_spec(row)
+        return self.specs[key]
+
+    def as_list(self, value: Any, convert: Callable[[Any], list | None]) -> list | None:
+        key = id(value)
+        if key not in self.lists:
+            self.lists[key] = convert(value)
+        return self.lists[key]
 
 
 def _dependencies(ops: pd.DataFrame, latency: float) -> tuple[list[dict[str, Any]], np.ndarray]:
@@ -315,23 +437,6 @@ def _dependencies(ops: pd.DataFrame, latency: float) -> tuple[list[dict[str, Any
         if start[i] - released > DELAY_TOLERANCE_US:
             stall[i] = start[i] - released
     return items, stall
-
-
-def _sequence(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Host-ordered trace events with seq, t_ns and gap_ns (gaps start at the previous call's start, or at its
-    return when it blocked)."""
-    items.sort(key=lambda it: (it["ts"], it["order"]))
-    events = []
-    t0 = items[0]["ts"] if items else 0.0
-    free = t0
-    for seq, it in enumerate(items):
-        ts = it["ts"]
-        ev = {"seq": seq, "kind": it["ev"]["kind"], "t_ns": int(round((ts - t0) * 1e3)),
-              "gap_ns": int(round(max(0.0, ts - free) * 1e3))}
-        ev.update((k, v) for k, v in it["ev"].items() if k != "kind" and v is not None)
-        events.append(ev)
-        free = max(free, it["end"] if it.get("blocking") else ts)
-    return events
 
 
 # ---- small conversions --------------------------------------------------------------------------------------------

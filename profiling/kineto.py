@@ -316,19 +316,22 @@ class _EventColumns:
         self.dur = array("d")
         self.pid: list[Any] = []
         self.tid: list[Any] = []
-        self.args: dict[str, tuple[array, list[Any]]] = {c: (array("q"), []) for c in dict.fromkeys(ARG_COLUMNS.values())}
+        self.args: dict[str, tuple[array, list[Any]]] = {c: (array("q"), []) for c in dict.fromkeys(ARG_COLUMNS.values())
+                                                         if c not in INT_COLUMNS}
+        # integer columns: plain ints go to typed arrays (8 bytes a value); anything else is kept aside
+        self.ints: dict[str, tuple[array, array, array, list[Any]]] = {
+            c: (array("q"), array("q"), array("q"), []) for c in INT_COLUMNS if c not in ("pid", "tid")}
         self.shared: dict[Any, Any] = {}
         self.shared_lists: dict[str, Any] = {}
         self.seen = 0
         self.old_schema = False
 
     def _one(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.shared.setdefault(value, value)
         if isinstance(value, (list, dict)):
             return self.shared_lists.setdefault(repr(value), value)
-        try:
-            return self.shared.setdefault(value, value)
-        except TypeError:
-            return value
+        return value
 
     def add(self, e: dict[str, Any]) -> None:
         cat = e.get("cat")
@@ -351,44 +354,66 @@ class _EventColumns:
             column = ARG_COLUMNS.get(key)
             if column is None or value is None or (key == "external id" and a.get("External id") is not None):
                 continue
+            if column in self.ints:
+                rows, numbers, other_rows, others = self.ints[column]
+                if type(value) is int and -(1 << 63) <= value < (1 << 63):
+                    rows.append(row)
+                    numbers.append(value)
+                else:
+                    other_rows.append(row)
+                    others.append(value)
+                continue
             rows, values = self.args[column]
             rows.append(row)
             values.append(one(value))
 
     def frame(self) -> pd.DataFrame:
-        """The events frame (EVENT_COLUMNS, sorted by ts, fresh RangeIndex); the columns are released as it is
-        built."""
+        """The events frame (EVENT_COLUMNS, sorted by ts, fresh RangeIndex). Each column is put in time order and
+        its source released before the next is built, and the frame adopts the arrays without copying them: the
+        peak stays near one frame's size."""
         n = self.n
-        data: dict[str, Any] = {"name": _objects(self.name), "cat": _objects(self.cat),
-                                "ts": np.frombuffer(self.ts, dtype="float64"),
-                                "dur": np.frombuffer(self.dur, dtype="float64"),
-                                "pid": _to_int(pd.Series(_objects(self.pid))),
-                                "tid": _to_int(pd.Series(_objects(self.tid)))}
-        self.name = self.cat = self.pid = self.tid = []
-        for column, (rows, values) in self.args.items():
-            index = np.frombuffer(rows, dtype=np.int64)
-            if column in INT_COLUMNS:
+        ts = np.frombuffer(self.ts, dtype="float64")
+        order = np.flatnonzero(~np.isnan(ts))
+        order = order[np.argsort(ts[order], kind="stable")]
+        in_order = len(order) == n and bool((order == np.arange(n)).all())
+
+        def ordered(values: Any) -> Any:
+            return values if in_order else values[order]
+
+        data: dict[str, Any] = {}
+        for column in ("name", "cat"):
+            data[column] = ordered(_objects(getattr(self, column)))
+            setattr(self, column, [])
+        data["ts"], data["dur"] = ordered(ts.copy()), ordered(np.frombuffer(self.dur, dtype="float64").copy())
+        self.ts = self.dur = array("d")
+        for column in ("pid", "tid"):
+            data[column] = ordered(_to_int(pd.Series(_objects(getattr(self, column)))).array)
+            setattr(self, column, [])
+        for column in dict.fromkeys(ARG_COLUMNS.values()):
+            if column in self.ints:
+                rows, given, other_rows, others = self.ints.pop(column)
                 numbers, missing = np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool)
-                if len(index):
-                    given = pd.to_numeric(pd.Series(_objects(values)), errors="coerce").astype("Int64").array
-                    numbers[index] = given.to_numpy(dtype=np.int64, na_value=0)
-                    missing[index] = given.isna()
-                full = pd.arrays.IntegerArray(numbers, missing)
+                index = np.frombuffer(rows, dtype=np.int64)
+                numbers[index], missing[index] = np.frombuffer(given, dtype=np.int64), False
+                if others:  # strings, floats: as pandas converts them (unreadable -> NA)
+                    index = np.frombuffer(other_rows, dtype=np.int64)
+                    parsed = pd.to_numeric(pd.Series(_objects(others)), errors="coerce").astype("Int64").array
+                    numbers[index] = parsed.to_numpy(dtype=np.int64, na_value=0)
+                    missing[index] = parsed.isna()
+                data[column] = pd.arrays.IntegerArray(ordered(numbers), ordered(missing))
             else:
+                rows, values = self.args.pop(column)
                 full = np.full(n, None, dtype=object)
-                full[index] = _objects(values)
-            data[column] = full
-        self.args = {}
-        df = pd.DataFrame(data)
-        gpu = df["cat"].isin(GPU_CATEGORIES)
-        df.loc[gpu & df["stream"].isna(), "stream"] = df.loc[gpu & df["stream"].isna(), "tid"]
-        keep = df["ts"].notna()
-        if not keep.all():
-            df = df[keep]
-        order = np.argsort(df["ts"].to_numpy(), kind="stable")
-        if (order != np.arange(len(order))).any():
-            df = df.take(order)
-        return df.reset_index(drop=True)
+                full[np.frombuffer(rows, dtype=np.int64)] = _objects(values)
+                data[column] = ordered(full)
+        # GPU activities without a stream argument (old schema) run on the stream their tid names
+        stream, tid = data["stream"], data["tid"]
+        fill = np.isin(data["cat"], GPU_CATEGORIES) & stream.isna() & ~tid.isna()
+        if fill.any():
+            numbers, missing = stream.to_numpy(dtype=np.int64, na_value=0), stream.isna()
+            numbers[fill], missing[fill] = tid.to_numpy(dtype=np.int64, na_value=0)[fill], False
+            data["stream"] = pd.arrays.IntegerArray(numbers, missing)
+        return pd.DataFrame(data, copy=False)
 
 
 def _objects(values: list[Any]) -> np.ndarray:
