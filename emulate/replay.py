@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
-from emulate.kineto_to_trace import convert_file
+from emulate.kineto_to_trace import ConvertProgress, convert_file
 from profiling.errors import report
 from emulate.sim.engine import SimulationDeadlock
 from emulate.simulate import DURATION_MODES, publish, simulate
@@ -24,31 +25,86 @@ from estimator.base import KernelEstimator
 from profiling.hardware import UnknownHardwareError, lookup
 from profiling.kineto import TraceFormatError as KinetoFormatError
 
+PROGRESS_EVERY_S = 5.0  # seconds between two progress lines when stderr is not a terminal
+
 
 def replay(paths: list[Path], durations: str = "measured", hardware: str | None = None,
            report_path: Path | None = None, timeline_path: Path | None = None,
            estimator: KernelEstimator | str | None = None, quiet: bool = False, console=None) -> dict[str, Any]:
     """Convert, simulate, print the summary (unless ``quiet``), write the report and timeline; return the report."""
-    from rich.progress import track
-
     paths = [Path(p) for p in paths]
-    iterator = paths if quiet or len(paths) == 1 else track(paths, description="reading traces")
-    docs = [_convert(p) for p in iterator]
-    target = hardware or _own_hardware(docs)
-    if target is None and durations == "predicted":
-        raise ValueError(f"{paths[0]}: the trace does not name a GPU of the hardware catalog: pass --hardware")
-    if target is not None:
-        target = lookup(target).id
-    result = simulate(docs, target, durations=durations, estimator=estimator, sources=[str(p) for p in paths])
+    with StageProgress(enabled=not quiet) as progress:
+        docs = []
+        for k, p in enumerate(paths):
+            prefix = f"{p.name} ({k + 1}/{len(paths)}): " if len(paths) > 1 else f"{p.name}: "
+            docs.append(_convert(p, lambda stage, done, total: progress.update(prefix + stage, done, total)))
+        target = hardware or _own_hardware(docs)
+        if target is None and durations == "predicted":
+            raise ValueError(f"{paths[0]}: the trace does not name a GPU of the hardware catalog: pass --hardware")
+        if target is not None:
+            target = lookup(target).id
+        progress.update(f"simulating {sum(len(d['events']) for d in docs):,} events", 0, 1)
+        result = simulate(docs, target, durations=durations, estimator=estimator, sources=[str(p) for p in paths])
+        del docs[:]  # the programs hold the events now
+        progress.update("simulating", 1, 1)
     return publish(result, paths, report_path, timeline_path, quiet=quiet, console=console,
                    extra={"source_hardware": sorted({d["hardware"] for d in docs})})
 
 
-def _convert(path: Path) -> dict[str, Any]:
+class StageProgress:
+    """How far a replay is: reading (bytes of the file), converting (device ops), simulating. On a terminal a rich
+    progress bar; otherwise (a log, a pipe) one line on stderr when a stage starts and every ``every_s`` seconds
+    within it, so that a long replay is never silent."""
+
+    def __init__(self, enabled: bool = True, every_s: float = PROGRESS_EVERY_S, stream: TextIO | None = None,
+                 terminal: bool | None = None) -> None:
+        self.enabled, self.every_s = enabled, every_s
+        self.stream = stream or sys.stderr
+        self.terminal = self.stream.isatty() if terminal is None else terminal
+        self.bar: Any = None
+        self.task: Any = None
+        self.label: str | None = None
+        self.last = 0.0
+        self.t0 = time.monotonic()
+
+    def __enter__(self) -> "StageProgress":
+        if self.enabled and self.terminal:
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
+                                TimeElapsedColumn(), console=Console(file=self.stream), transient=True)
+            self.bar.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+    def update(self, label: str, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            if label != self.label:
+                if self.task is not None:
+                    self.bar.update(self.task, completed=self.bar.tasks[self.task].total)
+                self.task = self.bar.add_task(label, total=max(total, 1))
+            self.bar.update(self.task, completed=done, total=max(total, 1))
+            self.label = label
+            return
+        now = time.monotonic()
+        if label == self.label and now - self.last < self.every_s:
+            return
+        self.label, self.last = label, now
+        share = f" {100.0 * done / total:.0f}%" if total > 1 else ""
+        print(f"stepcast: {label}{share} ({now - self.t0:.0f} s)", file=self.stream, flush=True)
+
+
+def _convert(path: Path, progress: ConvertProgress | None = None) -> dict[str, Any]:
     """One Kineto trace as trace v1. A file the importer cannot read (an empty trace, an event it does not expect)
     is bad input, said in one line naming the file, whatever the importer raised."""
     try:
-        return convert_file(path)
+        return convert_file(path, progress=progress)
     except (TraceFormatError, KinetoFormatError, ValueError, OSError):
         raise
     except Exception as exc:  # the importer's own failure on an unexpected file: still the file's fault here
