@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import gc
 import math
 import sys
 from array import array
@@ -58,8 +59,12 @@ NCCL_OPS = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter
             "send": "send", "recv": "recv"}
 DEPENDENCY_SLACK_US = 10.0   # an op may start this long after the dependency that released it (scheduling)
 DELAY_TOLERANCE_US = 1.0     # starts later than the model allows by less than this are jitter, not dependencies
+# the event arguments the conversion reads (profiling.kineto columns); the others are not kept when reading
+READ_ARGUMENTS = ("external_id", "correlation", "stream", "device", "bytes", "grid", "block", "input_dims",
+                  "input_types", "collective_name", "in_msg_nelems", "out_msg_nelems", "group_size",
+                  "collective_dtype", "process_group_name")
 PROGRESS_EVERY = 1 << 16     # device ops converted between two progress reports
-# what the conversion reads of the kernels frame (the rest is dropped once the events frame is gone)
+# what the conversion reads of the kernels frame (profiling.kineto.join_kernels): the rest is dropped at once
 DEVICE_OP_COLUMNS = ("cat", "name", "ts", "dur", "stream", "bytes", "grid", "block", "runtime_name", "runtime_ts",
                      "runtime_dur", "op_index", "op_name", "op_input_dims", "op_input_types", "launch", "call_end",
                      "order")
@@ -91,7 +96,7 @@ def _convert_owned(box: list[kineto.KinetoTrace], hardware: str | None, stalls: 
     syncs = _sync_calls(trace, ops)
     op_rows = _collective_ops(trace, ops)
     del trace  # the events frame goes with it when nobody else holds the trace
-    ops = ops[[c for c in DEVICE_OP_COLUMNS if c in ops.columns]]
+    gc.collect()  # pandas' caches hold the frame in reference cycles: free its gigabytes now, not at a later pass
     latency = _launch_latency(ops)
     report_stage("finding dependencies", 0, 1)
     dependencies, stall = _dependencies(ops, latency)
@@ -202,7 +207,7 @@ def convert_file(path: str | Path, hardware: str | None = None, stalls: bool = T
     """Read and convert one Kineto trace; ``progress`` hears of reading ("reading", bytes, file size) and of the
     conversion's stages."""
     read_progress = (lambda done, total: progress("reading", done, total)) if progress else None
-    return _convert_owned([kineto.read_trace(path, read_progress)], hardware, stalls, progress)
+    return _convert_owned([kineto.read_trace(path, read_progress, READ_ARGUMENTS)], hardware, stalls, progress)
 
 
 # ---- device ops ---------------------------------------------------------------------------------------------------
@@ -215,6 +220,7 @@ def _device_ops(trace: kineto.KinetoTrace) -> pd.DataFrame:
     it ahead of everything launched later in host order. Without such a predecessor it was queued before the
     profiler started (a GPU running behind its host): it counts as launched when the trace begins."""
     k = trace.kernels()
+    k = k[[c for c in DEVICE_OP_COLUMNS if c in k.columns]]  # what the conversion reads: each copy below is smaller
     if k.empty:
         return k.assign(launch=[], call_end=[], order=[])
     k = k[k["stream"].notna()].copy()

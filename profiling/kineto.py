@@ -34,7 +34,7 @@ import zlib
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Collection, Iterator
 
 import numpy as np
 import pandas as pd
@@ -152,14 +152,17 @@ MAX_VALUE_CHARS = 1 << 28        # one JSON value (an event, deviceProperties) l
 Progress = Callable[[int, int], None]  # (bytes of the file read so far, file size)
 
 
-def read_trace(path: str | Path, progress: Progress | None = None) -> KinetoTrace:
+def read_trace(path: str | Path, progress: Progress | None = None,
+               arguments: Collection[str] | None = None) -> KinetoTrace:
     """Read one Kineto trace (``.json`` or ``.json.gz``). A malformed file raises TraceFormatError naming it.
 
     The file is parsed as a stream (:class:`_JsonStream`): each event is decoded, its columns kept, and the event
     dropped, so neither the text nor a list of event dicts is ever held whole (a 2M-kernel trace is ~8M events).
-    ``progress`` is called with the bytes of the file read so far and its size."""
+    ``progress`` is called with the bytes of the file read so far and its size. ``arguments``: the argument
+    columns to keep (default: all of ARG_COLUMNS' columns); a reader of millions of events that needs few of them
+    saves a column of every row for each one left out."""
     path = Path(path)
-    columns = _EventColumns()
+    columns = _EventColumns(arguments)
     try:
         meta, schema = _scan(path, columns, progress)
         events = columns.frame()
@@ -308,7 +311,12 @@ class _EventColumns:
     per column, since most events carry few of them; repeated values (names, ids of threads, shape lists) are
     stored once and shared, which keeps millions of rows in little memory."""
 
-    def __init__(self) -> None:
+    def __init__(self, arguments: Collection[str] | None = None) -> None:
+        known = dict.fromkeys(ARG_COLUMNS.values())
+        unknown = set(arguments or ()) - set(known)
+        if unknown:
+            raise ValueError(f"arguments: unknown columns {sorted(unknown)}; expected some of {list(known)}")
+        self.kept = [c for c in known if arguments is None or c in arguments]
         self.n = 0
         self.name: list[Any] = []
         self.cat: list[Any] = []
@@ -316,11 +324,11 @@ class _EventColumns:
         self.dur = array("d")
         self.pid: list[Any] = []
         self.tid: list[Any] = []
-        self.args: dict[str, tuple[array, list[Any]]] = {c: (array("q"), []) for c in dict.fromkeys(ARG_COLUMNS.values())
+        self.args: dict[str, tuple[array, list[Any]]] = {c: (array("q"), []) for c in self.kept
                                                          if c not in INT_COLUMNS}
         # integer columns: plain ints go to typed arrays (8 bytes a value); anything else is kept aside
         self.ints: dict[str, tuple[array, array, array, list[Any]]] = {
-            c: (array("q"), array("q"), array("q"), []) for c in INT_COLUMNS if c not in ("pid", "tid")}
+            c: (array("q"), array("q"), array("q"), []) for c in INT_COLUMNS if c in self.kept}
         self.shared: dict[Any, Any] = {}
         self.shared_lists: dict[str, Any] = {}
         self.seen = 0
@@ -363,6 +371,8 @@ class _EventColumns:
                     other_rows.append(row)
                     others.append(value)
                 continue
+            if column not in self.args:
+                continue  # a column the caller left out
             rows, values = self.args[column]
             rows.append(row)
             values.append(one(value))
@@ -389,7 +399,7 @@ class _EventColumns:
         for column in ("pid", "tid"):
             data[column] = ordered(_to_int(pd.Series(_objects(getattr(self, column)))).array)
             setattr(self, column, [])
-        for column in dict.fromkeys(ARG_COLUMNS.values()):
+        for column in self.kept:
             if column in self.ints:
                 rows, given, other_rows, others = self.ints.pop(column)
                 numbers, missing = np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool)
@@ -407,9 +417,9 @@ class _EventColumns:
                 full[np.frombuffer(rows, dtype=np.int64)] = _objects(values)
                 data[column] = ordered(full)
         # GPU activities without a stream argument (old schema) run on the stream their tid names
-        stream, tid = data["stream"], data["tid"]
-        fill = np.isin(data["cat"], GPU_CATEGORIES) & stream.isna() & ~tid.isna()
-        if fill.any():
+        stream, tid = data.get("stream"), data["tid"]
+        fill = np.isin(data["cat"], GPU_CATEGORIES) & stream.isna() & ~tid.isna() if stream is not None else None
+        if fill is not None and fill.any():
             numbers, missing = stream.to_numpy(dtype=np.int64, na_value=0), stream.isna()
             numbers[fill], missing[fill] = tid.to_numpy(dtype=np.int64, na_value=0)[fill], False
             data["stream"] = pd.arrays.IntegerArray(numbers, missing)
@@ -503,14 +513,16 @@ def join_kernels(events: pd.DataFrame, categories: tuple[str, ...] = GPU_CATEGOR
     gpu = gpu.merge(launches, on="correlation", how="left").set_index("event_index", drop=False)
     gpu.index.name = None
 
-    ops = events[events["cat"].isin(HOST_OP_CATEGORIES) & ~events["name"].str.match(_PROFILER_STEP.pattern)]
+    # only the columns the matching reads: the host ops of a large trace are millions of rows
+    ops = events.loc[events["cat"].isin(HOST_OP_CATEGORIES) & ~events["name"].str.match(_PROFILER_STEP.pattern),
+                     ["name", "ts", "dur", "pid", "tid", "external_id"]]
     op_index = _ops_by_external_id(gpu, ops).copy()
     missing = op_index < 0
     if missing.any():
         op_index[missing] = _ops_by_containment(gpu.loc[missing], ops)
     gpu["op_index"] = op_index
     op_columns = ["name", "ts", "dur", "external_id", "input_dims", "input_types", "input_strides", "concrete_inputs"]
-    op_rows = events[op_columns].add_prefix("op_").reindex(op_index)  # -1 is no label: an all-NA row
+    op_rows = events.reindex(index=op_index, columns=op_columns).add_prefix("op_")  # -1 is no label: all NA
     gpu[op_rows.columns] = op_rows.to_numpy(dtype=object)
     gpu = gpu.astype({"op_ts": "float64", "op_dur": "float64", "op_external_id": "Int64"})
     gpu["step"] = _step_of(gpu["runtime_ts"].fillna(gpu["ts"]), profiler_steps(events))
