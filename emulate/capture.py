@@ -302,7 +302,11 @@ def main(argv: list[str]) -> int:
         with sidecar_lock:
             _write_sidecar(extra)
 
+    main_pid = os.getpid()
+
     def _write_sidecar(extra: dict[str, Any] | None = None) -> None:
+        if os.getpid() != main_pid:  # a forked child of the script leaving: the op table is the rank's
+            return
         shim.stepcast_flush()
         sidecar = {"ops": recorder.dump(), "memory": _memory_stats(shim), "status": status,
                    "op_context": "record_function" if native else "dispatch_mode",
@@ -355,5 +359,38 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def leave(run: Callable[[], int]) -> None:
+    """Run ``run`` as the interpreter would run a script (the same exit status and traceback), then leave without
+    the interpreter's finalisation: atexit handlers still run and output is flushed, but torch's autograd worker
+    threads can race with finalisation ('terminate called without an active exception', exit -6) when a script
+    ends right after a backward pass whose kernels, being emulated, took no time."""
+    import atexit
+    import traceback
+
+    try:
+        code = run()
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            code = exc.code or 0
+        else:
+            print(exc.code, file=sys.stderr)
+            code = 1
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        code = 128 + signal.SIGINT
+    except BaseException:  # noqa: BLE001 (the script's own failure: reported as python would)
+        traceback.print_exc()
+        code = 1
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    leave(lambda: main(sys.argv[1:]))

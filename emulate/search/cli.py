@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from profiling.paths import REPO_ROOT
+from profiling.paths import REPO_ROOT, cache_root
 
 CONF_DIR = REPO_ROOT / "conf" / "search"
 
@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache-dir", type=Path, default=None,
                         help="trial cache (default <stepcast cache>/search; shared by every search)")
     parser.add_argument("--output", type=Path, default=None,
-                        help="folder for trials.json and trials.png (default ./stepcast-search-<name>-<sampler>)")
+                        help="folder for trials.json and trials.png (default <stepcast cache>/search/<name>-<sampler>)")
     parser.add_argument("--no-mlflow", action="store_true", help="do not log to the MLflow tracking store")
     parser.add_argument("--trial-timeout", type=float, default=None, help="seconds one emulation may take")
 
@@ -118,7 +118,7 @@ def finish(cfg, outcome, hardware: str, ns: argparse.Namespace, uri: str | None)
     from emulate.search.samplers import no_feasible_reason
     from emulate.search.tracking import log_to_mlflow, plot_trials, print_summary, trials_table
 
-    out = ns.output or Path.cwd() / f"stepcast-search-{cfg.name}-{outcome.sampler}"
+    out = ns.output or cache_root() / "search" / f"{cfg.name}-{outcome.sampler}"
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "trials.json", trials_table(outcome))
     plot = plot_trials(outcome, out / "trials.png", f"{cfg.name}: {outcome.sampler} on {cfg.gpus}x {hardware}")
