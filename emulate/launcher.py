@@ -33,10 +33,6 @@ STOP_GRACE_S = 5.0       # how long a stopped rank may take to flush its capture
 EXIT_RANK_FAILED = 3
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 CAPTURE_SCRIPT = Path(__file__).resolve().with_name("capture.py")
-#: Allocator settings the emulator cannot serve: the driver's virtual-memory API behind expandable segments is
-#: not emulated. torch reads both names (PYTORCH_ALLOC_CONF is the newer one).
-ALLOC_CONF_VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
-UNSUPPORTED_ALLOC_OPTIONS = ("expandable_segments:true",)
 
 
 class EmulationUnavailable(RuntimeError):
@@ -110,27 +106,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def strip_unsupported_alloc_options(env: dict[str, str]) -> list[str]:
-    """Remove allocator options the emulator cannot serve from both variable names, keeping the others; returns
-    one note per variable changed (for stderr)."""
-    notes = []
-    for name in ALLOC_CONF_VARIABLES:
-        value = env.get(name)
-        if value is None:
-            continue
-        options = [o for o in value.split(",") if o.strip()]
-        kept = [o for o in options if o.strip().replace(" ", "").lower() not in UNSUPPORTED_ALLOC_OPTIONS]
-        if len(kept) == len(options):
-            continue
-        if kept:
-            env[name] = ",".join(kept)
-        else:
-            env.pop(name)
-        notes.append(f"stepcast: ignoring expandable_segments:True in {name} (the driver's virtual-memory API is "
-                     "not emulated; the caching allocator's ordinary segments are used)")
-    return notes
-
-
 def torchrun_environment(rank: int, nproc: int, nodes: int, master_port: int) -> dict[str, str]:
     """What torchrun sets for one worker (also for a single rank: scripts read LOCAL_RANK unconditionally)."""
     world = nproc * nodes
@@ -198,9 +173,6 @@ def launch(script: Path, script_args: list[str], *, shim: Path, spec: HardwareSp
         raise EmulationUnavailable(f"--backend driver runs one rank only ({nproc * nodes} asked): NCCL is emulated "
                                    "by the shim alone; use --backend shim")
     base = dict(os.environ)
-    if backend == "shim":  # the driver serves the virtual-memory API behind expandable segments
-        for note in strip_unsupported_alloc_options(base):
-            print(note, file=sys.stderr)
     base.update(gpu_environment(spec, nproc))
     base.update(backend_environment(backend, shim, spec, nproc, base))
     base.update({

@@ -1,7 +1,7 @@
 """The driver's virtual memory API under the shim: with PYTORCH_ALLOC_CONF=expandable_segments:True torch's
 allocator reserves address ranges and maps 20 MiB chunks (cuMemCreate) into them; the chunks are the device's
 memory, so the log's peak equals torch's own peak reserved and a chunk beyond the target's memory raises torch's
-OutOfMemoryError. Runs the preloaded interpreter directly (the launcher strips the setting today)."""
+OutOfMemoryError. Runs the preloaded interpreter directly."""
 from __future__ import annotations
 
 import json
