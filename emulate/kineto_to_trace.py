@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import bisect
-import gc
 import math
 import sys
 from array import array
@@ -96,7 +95,7 @@ def _convert_owned(box: list[kineto.KinetoTrace], hardware: str | None, stalls: 
     syncs = _sync_calls(trace, ops)
     op_rows = _collective_ops(trace, ops)
     del trace  # the events frame goes with it when nobody else holds the trace
-    gc.collect()  # pandas' caches hold the frame in reference cycles: free its gigabytes now, not at a later pass
+    kineto.release_freed_memory()
     latency = _launch_latency(ops)
     report_stage("finding dependencies", 0, 1)
     dependencies, stall = _dependencies(ops, latency)

@@ -26,10 +26,13 @@ Usage::
 from __future__ import annotations
 
 import codecs
+import ctypes
 import functools
+import gc
 import gzip
 import json
 import re
+import sys
 import zlib
 from array import array
 from dataclasses import dataclass, field
@@ -170,6 +173,8 @@ def read_trace(path: str | Path, progress: Progress | None = None,
         if isinstance(exc, TraceFormatError):
             raise
         raise TraceFormatError(f"{path}: malformed trace events ({exc.__class__.__name__}: {exc})") from None
+    del columns
+    release_freed_memory()  # the columns the frame was built from
     if events.empty:
         raise TraceFormatError(f"{path}: 'traceEvents' holds no complete events (ph 'X'): an empty trace")
     device_properties = meta.get("deviceProperties") or []
@@ -177,6 +182,18 @@ def read_trace(path: str | Path, progress: Progress | None = None,
     if not isinstance(device_properties, list) or not isinstance(distributed_info, dict):
         raise TraceFormatError(f"{path}: 'deviceProperties' must be a list and 'distributedInfo' an object")
     return KinetoTrace(path, events, device_properties, distributed_info, schema)
+
+
+def release_freed_memory() -> None:
+    """Free what is unreachable now (pandas' caches hold frames in reference cycles) and hand the freed heap back
+    to the system: glibc keeps freed blocks below its (self-raising) mmap threshold in the heap, where the
+    millions of small objects allocated next cannot use them, so the process would grow by a frame's size."""
+    gc.collect()
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None).malloc_trim(0)
+        except (OSError, AttributeError):  # not glibc (musl): nothing to trim
+            pass
 
 
 def _scan(path: Path, columns: "_EventColumns", progress: Progress | None) -> tuple[dict[str, Any], str]:
@@ -503,7 +520,7 @@ def join_kernels(events: pd.DataFrame, categories: tuple[str, ...] = GPU_CATEGOR
     correlation id, launches from threads the id does not match) by time containment: the innermost ``cpu_op`` on
     the launching thread whose span contains the runtime call. ProfilerStep markers never count as the op.
     """
-    gpu = events[events["cat"].isin(categories)].copy()
+    gpu = events[events["cat"].isin(categories)]  # a new frame already (copy-on-write pandas)
     gpu["event_index"] = gpu.index
     launches = events.loc[events["cat"].isin(LAUNCH_CATEGORIES) & events["correlation"].notna(),
                           ["correlation", "name", "ts", "dur", "pid", "tid", "external_id"]]
@@ -523,8 +540,10 @@ def join_kernels(events: pd.DataFrame, categories: tuple[str, ...] = GPU_CATEGOR
     gpu["op_index"] = op_index
     op_columns = ["name", "ts", "dur", "external_id", "input_dims", "input_types", "input_strides", "concrete_inputs"]
     op_rows = events.reindex(index=op_index, columns=op_columns).add_prefix("op_")  # -1 is no label: all NA
-    gpu[op_rows.columns] = op_rows.to_numpy(dtype=object)
-    gpu = gpu.astype({"op_ts": "float64", "op_dur": "float64", "op_external_id": "Int64"})
+    typed = {"op_ts": "float64", "op_dur": "float64", "op_external_id": "Int64"}
+    for column in op_rows.columns:  # one column at a time: no 2-d object copy of millions of rows
+        values = op_rows[column]
+        gpu[column] = values.astype(typed[column]).array if column in typed else values.to_numpy(dtype=object)
     gpu["step"] = _step_of(gpu["runtime_ts"].fillna(gpu["ts"]), profiler_steps(events))
     return gpu.drop(columns=["event_index"]).reset_index(drop=True)
 
