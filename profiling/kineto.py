@@ -409,7 +409,9 @@ class _EventColumns:
 
         data: dict[str, Any] = {}
         for column in ("name", "cat"):
-            data[column] = ordered(_objects(getattr(self, column)))
+            # object dtype: each row points at its one shared string. pandas' string dtype would copy every
+            # string into every row (kernel names are ~250 characters: gigabytes for millions of events)
+            data[column] = pd.Series(ordered(_objects(getattr(self, column))), dtype=object, copy=False)
             setattr(self, column, [])
         data["ts"], data["dur"] = ordered(ts.copy()), ordered(np.frombuffer(self.dur, dtype="float64").copy())
         self.ts = self.dur = array("d")
