@@ -29,8 +29,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from emulate.report import steady_indices
 from profiling.atomic import write_json_atomic
 
@@ -68,6 +66,7 @@ def _portable(script: Path) -> str:
 
 def measure(script: Path, args: list[str], native_backends: bool = False) -> dict[str, Any]:
     """Run ``script`` with ``args`` here and return the measurement (fields: the module docstring)."""
+    import torch  # here, not at import: `stepcast replay` and the CLI's parser import this module
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     cuda = torch.cuda.is_available()
