@@ -53,12 +53,13 @@ def replay(paths: list[Path], durations: str = "measured", hardware: str | None 
 
 class StageProgress:
     """How far a replay is: reading (bytes of the file), converting (device ops), simulating. On a terminal a rich
-    progress bar; otherwise (a log, a pipe) one line on stderr when a stage starts and every ``every_s`` seconds
-    within it, so that a long replay is never silent."""
+    progress bar; otherwise (a log, a pipe) nothing for the first ``every_s`` seconds (a short replay says only its
+    result), then one line on stderr when a stage starts and every ``every_s`` seconds within it, so that a long
+    replay is never silent."""
 
-    def __init__(self, enabled: bool = True, every_s: float = PROGRESS_EVERY_S, stream: TextIO | None = None,
+    def __init__(self, enabled: bool = True, every_s: float | None = None, stream: TextIO | None = None,
                  terminal: bool | None = None) -> None:
-        self.enabled, self.every_s = enabled, every_s
+        self.enabled, self.every_s = enabled, PROGRESS_EVERY_S if every_s is None else every_s
         self.stream = stream or sys.stderr
         self.terminal = self.stream.isatty() if terminal is None else terminal
         self.bar: Any = None
@@ -93,7 +94,7 @@ class StageProgress:
             self.label = label
             return
         now = time.monotonic()
-        if label == self.label and now - self.last < self.every_s:
+        if now - self.t0 < self.every_s or (label == self.label and now - self.last < self.every_s):
             return
         self.label, self.last = label, now
         share = f" {100.0 * done / total:.0f}%" if total > 1 else ""

@@ -54,7 +54,10 @@ def test_reading_holds_little_more_than_the_events_frame(synthetic):
     assert peak < 4 * frame, (peak, frame)
 
 
-def test_replay_reports_progress_on_a_non_terminal(synthetic, capsys):
+def test_replay_reports_progress_on_a_non_terminal(synthetic, capsys, monkeypatch):
+    import emulate.replay
+
+    monkeypatch.setattr(emulate.replay, "PROGRESS_EVERY_S", 0.0)   # as if every stage took longer than the period
     replay([synthetic], durations="measured", quiet=False)
     err = capsys.readouterr().err
     for stage in ("reading", "converting device ops", "simulating"):
