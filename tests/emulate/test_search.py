@@ -195,7 +195,7 @@ def test_bad_config_is_one_line_naming_the_field(script, tmp_path, capsys):
     assert main([str(path), "--no-mlflow"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].endswith("bad.yaml: space: tp: expected a non-empty list of choices")
-    with pytest.raises(SearchConfigError, match="constraints: .*only min\(\) and max\(\) may be called"):
+    with pytest.raises(SearchConfigError, match=r"constraints: .*only min\(\) and max\(\) may be called"):
         parse_config(config_doc(script, constraints=["__import__('os')"]), "toy.yaml")
 
 
