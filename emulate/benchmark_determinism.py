@@ -45,9 +45,9 @@ class Workload:
 WORKLOADS = {
     "gpt": Workload("gpt", 1, "examples/gpt.py",
                     ("--layers", "4", "--d-model", "1024", "--heads", "16", "--seq", "512", "--batch", "8",
-                     "--steps", "5"), 0.02),
+                     "--steps", "6"), 0.02),
     "fsdp2": Workload("fsdp2", 2, "examples/fsdp2.py", ("--dim", "1024", "--blocks", "4", "--batch", "32",
-                                                        "--steps", "5"), 0.05),
+                                                        "--steps", "8"), 0.05),
 }
 
 
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = Console(width=max(Console().width, 110))
     env = dict(os.environ, STEPCAST_HOST_CLOCK=args.host_clock)
     rows = []
     for setting in args.settings:

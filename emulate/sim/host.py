@@ -4,9 +4,9 @@ ranks are aligned after warm-up. Everything here is settled before the simulatio
 - **Host gaps.** A captured gap is the capturing thread's CPU time between two intercepted calls (the shim's
   ``STEPCAST_HOST_CLOCK=cpu``), so being descheduled by another process costs nothing. CPU time still picks up
   interference (page faults, cache and TLB misses caused by other processes, allocator first touches): the steady
-  iterations of a capture repeat the same calls, so each call's gap is taken as its smallest over the steady
-  iterations that match event for event (the cost of the work itself; more is interference, as ``timeit`` takes
-  the best of its repeats). The shim answers each call at once, so the cost of the real runtime call
+  iterations of a capture repeat the same calls, and so do SPMD ranks, so each call's gap is taken as its smallest
+  over the steady iterations of every rank that match event for event (the cost of the work itself; more is
+  interference, as ``timeit`` takes the best of its repeats). The shim answers each call at once, so the cost of the real runtime call
   (:mod:`emulate.host_costs`) is added per event kind. Real profiler traces hold those costs in their gaps
   (``meta.call_costs_in_gaps``), and their gaps are what happened, so neither applies to them. All of it is then
   divided by the host-speed factor (:data:`emulate.config.HOST_SPEED`).
@@ -53,30 +53,48 @@ def captured(prog: RankProgram) -> bool:
     return not prog.meta.get(COSTS_IN_GAPS)
 
 
-def steady_gaps(prog: RankProgram, gaps: np.ndarray) -> np.ndarray:
-    """``gaps`` with each position of the steady iterations (:func:`emulate.sim.program.steady_iterations`: they
-    repeat one event sequence) replaced by its minimum over them (module docstring). Other iterations keep their
-    own gaps."""
-    steady = steady_iterations(prog)
+def steady_spans(prog: RankProgram) -> list[tuple[int, int]]:
+    """Event ranges of the rank's steady iterations (they repeat one event sequence)."""
     bounds = iteration_bounds(prog)
-    spans = [bounds[k] for k in steady.tolist()]
-    if len(spans) < 2 or len({b - a for a, b in spans}) > 1:
-        return gaps
-    out = gaps.copy()
-    smallest = np.min(np.stack([gaps[a:b] for a, b in spans]), axis=0)
-    for a, b in spans:
-        out[a:b] = smallest
+    return [bounds[k] for k in steady_iterations(prog).tolist()]
+
+
+def _signature(prog: RankProgram, span: tuple[int, int]) -> tuple:
+    a, b = span
+    return (prog.kind_array[a:b].tobytes(), tuple(ev.get("op") or ev.get("name") for ev in prog.events[a:b]))
+
+
+def steady_gaps(programs: list[RankProgram], gaps: list[np.ndarray]) -> list[np.ndarray]:
+    """``gaps`` (one array per rank) with each position of the steady iterations replaced by its minimum over every
+    steady iteration of every rank that repeats the same event sequence (module docstring: SPMD ranks do the same
+    host work, so what differs between them, like what differs between iterations, is interference). Other
+    iterations, and ranks whose steady iteration is their own, keep their own gaps."""
+    groups: dict[tuple, list[tuple[int, list[tuple[int, int]]]]] = {}
+    for r, prog in enumerate(programs):
+        spans = steady_spans(prog)
+        if len(spans) >= 1 and len({b - a for a, b in spans}) == 1:
+            groups.setdefault(_signature(prog, spans[0]), []).append((r, spans))
+    out = [g.copy() for g in gaps]
+    for members in groups.values():
+        samples = [gaps[r][a:b] for r, spans in members for a, b in spans]
+        if len(samples) < 2:
+            continue
+        smallest = np.min(np.stack(samples), axis=0)
+        for r, spans in members:
+            for a, b in spans:
+                out[r][a:b] = smallest
     return out
 
 
-def effective_gaps(prog: RankProgram, host_speed: float, costs_us: dict[str, float]) -> list[float]:
-    """Host gap before each event in ns: for captures, the recorded gap (its steady-state minimum) plus the real
-    runtime call's cost; for real and synthetic traces the recorded gap; over the host-speed factor."""
+def effective_gaps(prog: RankProgram, host_speed: float, costs_us: dict[str, float],
+                   gaps: np.ndarray | None = None) -> list[float]:
+    """Host gap before each event in ns: for captures, the recorded gap (``gaps``: its steady-state minimum, when
+    given) plus the real runtime call's cost; for real and synthetic traces the recorded gap; over the host-speed
+    factor."""
     if host_speed <= 0:
         raise ValueError(f"host_speed: expected a positive factor, found {host_speed}")
-    gaps = np.asarray(prog.gap_ns, dtype=np.float64)
-    if captured(prog):
-        gaps = steady_gaps(prog, gaps)
+    if gaps is None:
+        gaps = np.asarray(prog.gap_ns, dtype=np.float64)
     if captured(prog) and costs_us:
         per_code = np.zeros(max(KIND_CODES.values()) + 1)
         for kind, us in costs_us.items():
@@ -114,8 +132,12 @@ def plan(programs: list[RankProgram], *, host_speed: float, latency_us: list[flo
             align_at = [iteration_bounds(p)[first][0] for p in programs]
         else:
             align = False
-    setups = [RankSetup(latency_us=lat, gap_ns=effective_gaps(p, host_speed, costs_us), start_us=s, align_at=a)
-              for p, lat, s, a in zip(programs, latency_us, starts, align_at)]
+    host_gaps = [np.asarray(p.gap_ns, dtype=np.float64) for p in programs]
+    captures = [r for r, p in enumerate(programs) if captured(p)]
+    for r, smoothed in zip(captures, steady_gaps([programs[r] for r in captures], [host_gaps[r] for r in captures])):
+        host_gaps[r] = smoothed
+    setups = [RankSetup(latency_us=lat, gap_ns=effective_gaps(p, host_speed, costs_us, g), start_us=s, align_at=a)
+              for p, g, lat, s, a in zip(programs, host_gaps, latency_us, starts, align_at)]
     return HostPlan(setups=setups, aligned=any(a >= 0 for a in align_at), warnings=warnings)
 
 
