@@ -71,6 +71,16 @@ def catalog_device(frame: pd.DataFrame, path: Path, root: Path) -> str | None:
         return None
 
 
+def catalog_tables(files: list[Path], root: Path, required: tuple[str, ...]):
+    """(path, table, catalog id) of each file whose GPU the hardware catalog knows (the others are logged and
+    skipped by :func:`catalog_device`)."""
+    for path in files:
+        raw = read_table(path, required)
+        hardware = catalog_device(raw, path, root)
+        if hardware is not None:
+            yield path, raw, hardware
+
+
 def median_rows(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """One row per distinct ``keys``: the median ``latency`` (ms) of its measurements."""
     return frame.groupby(keys, sort=True, dropna=False)["latency"].median().reset_index()

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from estimator.importers.aiconfigurator import (SOURCE, catalog_device, median_rows, read_table, shape_set,
+from estimator.importers.aiconfigurator import (SOURCE, catalog_tables, median_rows, shape_set,
                                                 tables)
 from estimator.importers.common import finalize
 from profiling.hardware import lookup
@@ -64,11 +64,7 @@ def backend_of(kernel_source: pd.Series, architecture: str) -> pd.Series:
 
 def load(root: Path) -> pd.DataFrame:
     parts = []
-    for path in input_files(root):
-        raw = read_table(path, REQUIRED)
-        hardware = catalog_device(raw, path, root)
-        if hardware is None:
-            continue
+    for path, raw, hardware in catalog_tables(input_files(root), root, REQUIRED):
         window = raw["window_size"] if "window_size" in raw.columns else 0
         beam = raw["beam_width"] if "beam_width" in raw.columns else 1
         keep = ((raw["attn_dtype"].astype(str) == "bfloat16") & (raw["kv_cache_dtype"].astype(str) == "bfloat16")

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from estimator.importers.aiconfigurator import (SOURCE, catalog_device, median_rows, read_table, shape_set,
+from estimator.importers.aiconfigurator import (SOURCE, catalog_tables, median_rows, shape_set,
                                                 tables)
 from estimator.importers.common import finalize
 
@@ -52,11 +52,7 @@ def input_files(root: Path) -> list[Path]:
 def load(root: Path) -> pd.DataFrame:
     """Every bf16 Linear GEMM of a catalog device, one row per (device, m, n, k)."""
     parts = []
-    for path in input_files(root):
-        raw = read_table(path, REQUIRED)
-        hardware = catalog_device(raw, path, root)
-        if hardware is None:
-            continue
+    for path, raw, hardware in catalog_tables(input_files(root), root, REQUIRED):
         raw = raw[(raw["gemm_dtype"].astype(str) == TORCH_DTYPE) & (raw[["m", "n", "k"]] >= 1).all(axis=1)]
         parts.append(raw[["m", "n", "k", "latency"]].assign(hardware=hardware))
     if not parts:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from estimator.importers.aiconfigurator import SOURCE, catalog_device, median_rows, read_table, tables
+from estimator.importers.aiconfigurator import SOURCE, catalog_tables, median_rows, tables
 from estimator.importers.common import DataImportError, finalize
 
 REQUIRED = ("op_name", "nccl_dtype", "num_gpus", "message_size", "latency")
@@ -35,11 +35,7 @@ def input_files(root: Path) -> list[Path]:
 
 def load(root: Path) -> pd.DataFrame:
     parts = []
-    for path in input_files(root):
-        raw = read_table(path, REQUIRED)
-        hardware = catalog_device(raw, path, root)
-        if hardware is None:
-            continue
+    for path, raw, hardware in catalog_tables(input_files(root), root, REQUIRED):
         unknown = set(raw["op_name"].astype(str)) - set(OPS)
         if unknown:
             raise DataImportError(f"{path}: column 'op_name': unexpected '{sorted(unknown)[0]}', "
