@@ -244,7 +244,12 @@ def rank_events(log: RankLog, *, comm_sizes: dict[str, int], ranks_per_node: int
         else:
             raise ShimLogError(f"{log.path}: unknown record kind {kind!r}")
         events.append({**ev, **base})
-    # The trace begins at the first intercepted call: the time before it is interpreter start-up and imports.
+    return start_at_first_call(events)
+
+
+def start_at_first_call(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Events (the first an iteration marker) renumbered, their clock starting at the first intercepted call: the
+    time before it is interpreter start-up and imports, not the script's training loop."""
     first = next((ev for ev in events[1:] if ev["kind"] != "iteration"), None)
     if first is not None:
         origin = first["t_ns"]

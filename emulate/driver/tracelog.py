@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from emulate.driver.launchlog import read_events
-from emulate.shimlog import SOURCES, ShimLogError, _kernel_spec, _listify, demangle
+from emulate.shimlog import SOURCES, ShimLogError, _kernel_spec, _listify, demangle, start_at_first_call
 from emulate.trace import OpCalls
 
 #: the driver's stream ids (csrc/stream.c): 1 is the legacy default stream, the trace's stream 0
@@ -125,13 +125,4 @@ def driver_events(log: DriverLog) -> list[dict[str, Any]]:
         else:
             ev = {"kind": "device_sync"}
         events.append({**ev, "t_ns": r["t"], "gap_ns": r["gap"], "thread": r["thread"]})
-    # As the shim's traces: the trace begins at the first timed call (before it: interpreter start-up, imports).
-    first = next((ev for ev in events[1:] if ev["kind"] != "iteration"), None)
-    if first is not None:
-        origin = first["t_ns"]
-        first["gap_ns"] = 0
-        for ev in events[1:]:
-            ev["t_ns"] = max(ev["t_ns"] - origin, 0)
-    for seq, ev in enumerate(events):
-        ev["seq"] = seq
-    return events
+    return start_at_first_call(events)   # as the shim's traces
