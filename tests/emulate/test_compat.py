@@ -1,0 +1,71 @@
+"""The compatibility benchmark's row logic, without emulating anything: missing frameworks, failures, reports."""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from emulate import compat
+
+ROW = compat.Row("demo", "examples/compat/hf_llama.py", ("--steps", "5"), nproc=2, backend="driver",
+                 requires=("transformers",))
+
+
+def must_not_run(*args, **kwargs):
+    raise AssertionError("a row with a missing framework must not run")
+
+
+def test_missing_framework_is_not_installed_without_running():
+    result = compat.run_row(ROW, is_installed=lambda m: False, runner=must_not_run)
+    assert result["status"] == compat.NOT_INSTALLED
+    assert result["why"] == "needs transformers"
+    assert result["iteration_time_ms"] is None
+
+
+def test_missing_parent_package_counts_as_not_installed():
+    assert not compat.installed("no_such_package_stepcast.core")
+
+
+def test_failed_run_reason_is_its_exception_line():
+    stderr = ("Traceback (most recent call last):\n  File \"x.py\", line 3, in <module>\n"
+              "RuntimeError: cuDNN error: CUDNN_STATUS_NOT_SUPPORTED\nstepcast: rank 0 exited 1\n")
+
+    def runner(cmd, **kwargs):
+        return subprocess.CompletedProcess(cmd, 1, stdout="", stderr=stderr)
+
+    result = compat.run_row(ROW, is_installed=lambda m: True, runner=runner)
+    assert result["status"] == compat.FAILED
+    assert result["why"] == "RuntimeError: cuDNN error: CUDNN_STATUS_NOT_SUPPORTED"
+
+
+def test_report_fields_are_read_into_the_row():
+    seen = {}
+
+    def runner(cmd, cwd, **kwargs):
+        seen["cmd"], seen["cwd"] = cmd, cwd
+        report = Path(cmd[cmd.index("--report") + 1])
+        report.write_text(json.dumps({"iteration_time_ms": 6.5, "peak_memory_bytes": 2 ** 30,
+                                      "fallback_kernels": 80}))
+        return subprocess.CompletedProcess(cmd, 0, stdout="", stderr="")
+
+    result = compat.run_row(ROW, hardware="a100-sxm", is_installed=lambda m: True, runner=runner)
+    assert (result["status"], result["iteration_time_ms"], result["peak_memory_bytes"], result["fallback_kernels"]) \
+        == (compat.RAN, 6.5, 2 ** 30, 80)
+    assert (result["ranks"], result["backend"]) == (2, "driver")
+    cmd = seen["cmd"]
+    assert cmd[cmd.index("--nproc") + 1] == "2" and cmd[cmd.index("--backend") + 1] == "driver"
+    assert cmd[cmd.index("--hardware") + 1] == "a100-sxm"
+    assert Path(seen["cwd"]) == Path(cmd[cmd.index("--report") + 1]).parent
+
+
+def test_unknown_row_name_is_one_clear_error():
+    with pytest.raises(ValueError, match="unknown row.*nope"):
+        compat.select_rows("ddp,nope")
+    assert [r.name for r in compat.select_rows("ddp, fsdp2")] == ["ddp", "fsdp2"]
+
+
+def test_every_row_script_exists():
+    for row in compat.ROWS.values():
+        assert (compat.REPO_ROOT / row.script).is_file(), row.script
