@@ -26,11 +26,10 @@ def main() -> None:
     fmt = torch.channels_last if args.channels_last else torch.contiguous_format
     model = resnet50(num_classes=100).cuda().to(memory_format=fmt)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    cast = (torch.autocast("cuda", dtype=torch.bfloat16) if args.dtype == "bf16" else contextlib.nullcontext)
     for step in range(args.steps):
         x = torch.randn(args.batch, 3, args.image, args.image, device="cuda").to(memory_format=fmt)
         y = torch.randint(0, 100, (args.batch,), device="cuda")
-        with cast() if callable(cast) else cast:
+        with torch.autocast("cuda", dtype=torch.bfloat16) if args.dtype == "bf16" else contextlib.nullcontext():
             loss = torch.nn.functional.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
