@@ -148,9 +148,18 @@ def _communicator_members(programs: list[RankProgram]) -> dict[tuple[Any, int], 
     """(communicator, rank within it) -> global rank, from the collectives that record ``comm_rank``: NCCL numbers
     a send's peer within the communicator (a pipeline stage's communicator {0, 2} calls rank 2 'peer 1')."""
     members: dict[tuple[Any, int], int] = {}
+    users: dict[Any, set[int]] = defaultdict(set)
     for prog in programs:
         for i in np.flatnonzero(prog.kind_array == COLLECTIVE).tolist():
             ev = prog.events[i]
+            users[ev.get("comm")].add(prog.rank)
             if ev.get("comm_rank") is not None:
                 members.setdefault((ev.get("comm"), int(ev["comm_rank"])), prog.rank)
+    # A communicator whose members' numbers were not recorded (one made by ncclCommSplit): numbered by ascending
+    # global rank, as torch.distributed.new_group orders its members (the split key is the rank).
+    named = {comm for comm, _ in members}
+    for comm, ranks in users.items():
+        if comm not in named:
+            for local, rank in enumerate(sorted(ranks)):
+                members[(comm, local)] = rank
     return members

@@ -352,3 +352,18 @@ def test_a_send_names_its_peer_within_the_communicator():
     report = run(*builders)
     assert report["collectives_matched"] == 2
     assert report["iteration_time_ms"] == pytest.approx(0.010)
+
+
+def test_a_split_communicators_members_are_numbered_by_global_rank_when_the_log_does_not_say():
+    """ncclCommSplit's communicators carry no comm_rank in the shim's log (Megatron's pipeline groups {0, 2} and
+    {1, 3} are only ever used for send/recv): members are numbered as torch.distributed.new_group orders them."""
+    builders = []
+    for rank in range(4):
+        b = builder(rank, world_size=4)
+        comm, first = ("pp-a", rank == 0) if rank in (0, 2) else ("pp-b", rank == 1)
+        op, peer = ("send", 1) if first else ("recv", 0)
+        b.add("collective", stream=2, op=op, comm=comm, ranks=2, peer=peer, bytes=1 << 20, dtype="bf16",
+              duration_us=10.0)
+        b.device_sync()
+        builders.append(b)
+    assert run(*builders)["collectives_matched"] == 2
