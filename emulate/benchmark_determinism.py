@@ -14,12 +14,10 @@ queue throttles a host that runs ahead, and ranks are aligned after warm-up (:mo
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,10 +34,6 @@ class Workload:
     script: str
     args: tuple[str, ...]
     target_spread: float
-
-    def command(self, report: Path, hardware: str) -> list[str]:
-        return [sys.executable, "-m", "emulate", "run", "--hardware", hardware, "--nproc", str(self.nproc),
-                "--report", str(report), "--", str(REPO_ROOT / self.script), *self.args]
 
 
 WORKLOADS = {
@@ -65,13 +59,12 @@ def busy_cores(n: int) -> Iterator[None]:
 
 
 def run_once(work: Workload, hardware: str, env: dict[str, str]) -> float:
-    with tempfile.TemporaryDirectory(prefix="stepcast-determinism-") as tmp:
-        report = Path(tmp) / "report.json"
-        done = subprocess.run(work.command(report, hardware), env=env, cwd=tmp, capture_output=True, text=True)
-        if done.returncode != 0 or not report.is_file():
-            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise RuntimeError(f"{work.name}: emulate run exited {done.returncode}: {tail[0]}")
-        return float(json.loads(report.read_text())["iteration_time_ms"])
+    from emulate.e2e.emulation import emulate_script
+
+    run = emulate_script(REPO_ROOT / work.script, list(work.args), hardware, nproc=work.nproc, kernels=False, env=env)
+    if not run["ok"]:
+        raise RuntimeError(f"{work.name}: emulate run failed: {run['error']}")
+    return float(run["report"]["iteration_time_ms"])
 
 
 def spread(values: list[float]) -> float:

@@ -68,10 +68,10 @@ def failure_line(stderr: str) -> str:
 
 
 def emulate_script(script: Path, args: list[str], hardware: str, nproc: int = 1, timeout_s: float = 1800.0,
-                   kernels: bool = True) -> dict[str, Any]:
-    """Run ``python -m emulate run`` on ``script`` and return {ok, report, iterations (rank 0's kernel ms by family
-    per iteration; only with ``kernels``, which writes the predicted timeline), wall_s} or {ok: False, error,
-    command, wall_s}."""
+                   kernels: bool = True, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run ``python -m emulate run`` on ``script`` (in ``env``, default this process's) and return {ok, report,
+    iterations (rank 0's kernel ms by family per iteration; only with ``kernels``, which writes the predicted
+    timeline), wall_s} or {ok: False, error, command, wall_s}."""
     with tempfile.TemporaryDirectory(prefix="stepcast-e2e-") as tmp:
         tmpdir = Path(tmp)
         report_path, timeline_path, trace_dir = tmpdir / "report.json", tmpdir / "timeline.json", tmpdir / "traces"
@@ -80,7 +80,7 @@ def emulate_script(script: Path, args: list[str], hardware: str, nproc: int = 1,
                "--trace-dir", str(trace_dir), "--", str(script), *args]
         started = time.perf_counter()
         try:
-            proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout_s)
+            proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired:
             return {"ok": False, "error": f"timed out after {timeout_s:.0f} s", "command": " ".join(cmd),
                     "wall_s": time.perf_counter() - started}
