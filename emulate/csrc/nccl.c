@@ -26,6 +26,16 @@ typedef struct sc_comm {
 
 static sc_comm *all_comms;
 static pthread_mutex_t comms_lock = PTHREAD_MUTEX_INITIALIZER;
+static char last_comm_id[40];  /* the newest communicator's id (a sparse run names a process group's comm by it) */
+
+/* Copy the id of the communicator created last into buf (NUL-terminated; "" before any); returns its length. */
+SC_EXPORT int stepcast_last_comm(char *buf, int size) {
+    if (!buf || size < 1) return 0;
+    pthread_mutex_lock(&comms_lock);
+    snprintf(buf, (size_t)size, "%s", last_comm_id);
+    pthread_mutex_unlock(&comms_lock);
+    return (int)strlen(buf);
+}
 
 /* Rank dedup: tell every communicator's members this rank's program hash (and whether it stops). */
 void sc_comms_publish(uint64_t program, int stopped) {
@@ -54,6 +64,7 @@ static sc_comm *new_comm(uint64_t key, int nranks, int rank) {
     pthread_mutex_lock(&comms_lock);
     c->next = all_comms;
     all_comms = c;
+    memcpy(last_comm_id, c->id, sizeof last_comm_id);
     pthread_mutex_unlock(&comms_lock);
     sc_note("X\t%s\t%d\t%d\n", c->id, nranks, rank);
     return c;
