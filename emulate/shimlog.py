@@ -3,7 +3,8 @@
 Log lines are tab-separated. Timed calls: ``<kind> <t_ns> <gap_ns> <thread> <op id> <fields...>``; the kinds are
 K kernel launch (its last field: the op call, shared by the kernels one call launches), G cuBLAS/cuBLASLt GEMM,
 C memcpy, S memset, M malloc, f free, R event record, W stream wait event, E event sync, Y stream sync, D device
-sync, N collective. The gap is the host time since the previous call returned, in the clock the ``H`` line names:
+sync, N collective, L graph launch (``stream graph nodes``: the next ``nodes`` records, each with no gap of its
+own, are the graph's captured work replayed; the launch's gap goes to the first). The gap is the host time since the previous call returned, in the clock the ``H`` line names:
 ``cpu`` (the calling thread's CPU time since its own previous call; the default) or ``wall`` (STEPCAST_HOST_CLOCK=wall;
 logs from before the setting, with no clock named, are wall). Notes (no host time of their own): ``H t0 clock``,
 ``F <id> <mangled kernel name>``, ``X <comm id> <ranks> <rank>``, ``U <entry point answered generically>``,
@@ -180,8 +181,12 @@ def rank_events(log: RankLog, *, comm_sizes: dict[str, int], ranks_per_node: int
                                      "gap_ns": 0, "thread": 0}]
     stream_ids: dict[int, int] = {0: 0}
     op_parts = OpCalls()
+    launches = pending = node = carried_gap = 0
     for p in log.records:
         kind = p[0]
+        if kind == "L":  # a graph launch: its nodes follow
+            launches, pending, node, carried_gap = launches + 1, int(p[7]), 0, carried_gap + int(p[2])
+            continue
         op_id = int(p[4])
         op = ops[op_id] if 0 <= op_id < len(ops) else None
         base: dict[str, Any] = {"t_ns": int(p[1]), "gap_ns": int(p[2]), "thread": int(p[3])}
@@ -243,6 +248,12 @@ def rank_events(log: RankLog, *, comm_sizes: dict[str, int], ranks_per_node: int
                            "ranks": ranks, "ranks_per_node": min(ranks, ranks_per_node)}}
         else:
             raise ShimLogError(f"{log.path}: unknown record kind {kind!r}")
+        if pending:
+            ev["graph_launch"], ev["graph_node"] = launches, node
+            pending, node = pending - 1, node + 1
+        if carried_gap:
+            base["gap_ns"] += carried_gap
+            carried_gap = 0
         events.append({**ev, **base})
     return start_at_first_call(events)
 

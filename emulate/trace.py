@@ -46,6 +46,9 @@ Optional fields written by ``python -m emulate run`` (compatible extensions of v
   the op's ``spec`` (its ``spec`` is then null): the estimators time ops as a whole (every source times the op's
   kernels together), so the op's time goes to its first kernel and this one adds none when durations are predicted
   (a FlashAttention backward launches three kernels, a layer-norm backward two, a split-K GEMM a reduction).
+- device events, event records and waits replayed by a CUDA graph launch (captured work, logged again at each
+  launch): ``graph_launch`` (the n-th graph launch of the rank, from 1) and ``graph_node`` (the event's position in
+  that launch, from 0); the launch call's host gap and cost go to node 0, the others have none of their own.
 - ``memcpy``/``memset``: ``op``.  ``malloc``: ``failed: true`` (and ``ptr`` null) for an allocation the device
   refused (out of memory).
 - ``collective``: ``count`` and ``dtype`` as passed to NCCL (all_gather: per-rank send count; reduce_scatter:

@@ -165,12 +165,28 @@ int sc_logging(void) { sc_init(); return log_file != NULL; }
 
 
 
-void sc_emit(uint64_t t_enter, char kind, const char *fmt, ...) {
-    if (kind == 'K' || kind == 'G' || kind == 'C' || kind == 'S' || kind == 'N')
-        __atomic_fetch_add(&device_work, 1, __ATOMIC_RELAXED);
-    if (!sc_logging()) return;
-    if (thread_no < 0) thread_no = __atomic_fetch_add(&next_thread_no, 1, __ATOMIC_RELAXED);
-    pthread_mutex_lock(&log_lock);
+/* Device-work records (kernels, library calls, copies, memsets, collectives) advance the event clock. */
+static int is_device_work(char kind) { return kind == 'K' || kind == 'G' || kind == 'C' || kind == 'S' || kind == 'N'; }
+
+/* A record's contribution to the iteration hash rank dedup compares (dedup.c): kernels, library calls and
+ * collectives (not copies or syncs, which rank-0-only logging adds); 0 for the others. Kernels are hashed by name
+ * (hash_override, set by sc_log_kernel), not by the per-process id; op ids are left out: they are numbered in
+ * first-seen order, which rank-0-only logging shifts. */
+static uint64_t record_hash(char kind, const char *fields) {
+    if (kind != 'K' && kind != 'G' && kind != 'N') return 0;
+    uint64_t h = (uint64_t)(unsigned char)kind * 0x100000001b3ull;
+    if (hash_override) return (h ^ hash_override) * 0x100000001b3ull;
+    for (const char *p = fields; *p; p++) h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+    return h;
+}
+
+static void hash_window_locked(uint64_t h) {
+    if (!h) return;
+    for (int s = 0; s < 4; s++) window_hash[s] = (window_hash[s] ^ h) * 0x100000001b3ull;
+}
+
+/* The host gap of a call entered at t_enter (log_lock held): see host_clock_cpu. */
+static int64_t take_gap_locked(uint64_t t_enter) {
     int64_t gap;
     if (host_clock_cpu) {  /* this thread's CPU time since its own previous return (thread start at first) */
         gap = (int64_t)(cpu_enter - cpu_last_return) - cpu_excluded_ns - (int64_t)((cpu_resumes + 1) * cpu_read_ns);
@@ -180,29 +196,66 @@ void sc_emit(uint64_t t_enter, char kind, const char *fmt, ...) {
         int64_t excl = __atomic_exchange_n(&wall_excluded_ns, 0, __ATOMIC_RELAXED);
         gap = t_enter < wall_last_return ? 0 : (int64_t)(t_enter - wall_last_return) - excl;
     }
-    if (gap < 0) gap = 0;
+    return gap < 0 ? 0 : gap;
+}
+
+static void note_return_locked(void) {
+    if (host_clock_cpu) cpu_last_return = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+    else wall_last_return = sc_now_ns();
+}
+
+void sc_emit(uint64_t t_enter, char kind, const char *fmt, ...) {
+    int capture = __atomic_load_n(&sc_capturing, __ATOMIC_RELAXED) > 0 &&
+                  (is_device_work(kind) || kind == 'R' || kind == 'W');
+    if (!capture && !sc_logging()) {
+        if (is_device_work(kind)) __atomic_fetch_add(&device_work, 1, __ATOMIC_RELAXED);
+        hash_override = 0;
+        return;
+    }
     char fields[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(fields, sizeof fields, fmt, ap);
     va_end(ap);
+    uint64_t h = record_hash(kind, fields);
+    hash_override = 0;
+    /* work given to a capturing stream is not done now: it becomes a node of the graph (graph.c), logged at each
+     * launch; its call's host time stays in the next logged call's gap (capture is one-time host work) */
+    if (capture && sc_capture_record(kind, fields, cur_op, h)) return;
+    if (is_device_work(kind)) __atomic_fetch_add(&device_work, 1, __ATOMIC_RELAXED);
+    if (!sc_logging()) return;
+    if (thread_no < 0) thread_no = __atomic_fetch_add(&next_thread_no, 1, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&log_lock);
+    int64_t gap = take_gap_locked(t_enter);
     fprintf(log_file, "%c\t%lu\t%ld\t%d\t%d\t%s\n", kind, (unsigned long)(t_enter - t_origin), (long)gap,
             thread_no, cur_op, fields);
-    /* the device work since the last iteration mark (kernels, library calls, collectives; not copies or syncs,
-     * which rank-0-only logging adds): what rank dedup (dedup.c) compares */
-    if (kind == 'K' || kind == 'G' || kind == 'N') {
-        /* op ids are left out: they are numbered in first-seen order, which rank-0-only logging shifts */
-        uint64_t h = (uint64_t)(unsigned char)kind * 0x100000001b3ull;
-        if (hash_override) {  /* kernels: by name, not by the per-process id */
-            h = (h ^ hash_override) * 0x100000001b3ull;
-            hash_override = 0;
-        } else {
-            for (const char *p = fields; *p; p++) h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
-        }
-        for (int s = 0; s < 4; s++) window_hash[s] = (window_hash[s] ^ h) * 0x100000001b3ull;
+    hash_window_locked(h);
+    note_return_locked();
+    pthread_mutex_unlock(&log_lock);
+}
+
+/* One graph launch (graph.c): the launch call ('L': stream, graph, node count; it carries the host gap) and then
+ * its nodes as the records they were captured as, with no gap of their own, written together. */
+void sc_emit_graph(uint64_t t_enter, int stream, unsigned long long graph_id, int origin, const sc_node_t *nodes,
+                   size_t n, uint64_t call_base) {
+    uint64_t work = 0;
+    for (size_t i = 0; i < n; i++) work += is_device_work(nodes[i].kind);
+    __atomic_fetch_add(&device_work, work, __ATOMIC_RELAXED);
+    if (!sc_logging()) return;
+    if (thread_no < 0) thread_no = __atomic_fetch_add(&next_thread_no, 1, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&log_lock);
+    int64_t gap = take_gap_locked(t_enter);
+    unsigned long t = (unsigned long)(t_enter - t_origin);
+    fprintf(log_file, "L\t%lu\t%ld\t%d\t%d\t%d\t%llu\t%zu\n", t, (long)gap, thread_no, cur_op, stream, graph_id, n);
+    for (size_t i = 0; i < n; i++) {
+        const sc_node_t *node = &nodes[i];
+        fprintf(log_file, "%c\t%lu\t0\t%d\t%d\t%s%d%s", node->kind, t, thread_no, node->op, node->pre,
+                node->stream == origin ? stream : node->stream, node->post);
+        if (node->kind == 'K') fprintf(log_file, "\t%lu", (unsigned long)(node->call ? call_base + node->call : 0));
+        fputc('\n', log_file);
+        hash_window_locked(node->hash);
     }
-    if (host_clock_cpu) cpu_last_return = clock_ns(CLOCK_THREAD_CPUTIME_ID);
-    else wall_last_return = sc_now_ns();
+    note_return_locked();
     pthread_mutex_unlock(&log_lock);
 }
 

@@ -42,6 +42,7 @@ void sc_op_instance_begin(void) {
 }
 void sc_note_kernel_write(void) { cur_instance_kernels++; }
 uint64_t sc_op_instance(void) { return cur_instance; }
+uint64_t sc_op_instances_reserve(uint64_t n) { return __atomic_fetch_add(&next_instance, n, __ATOMIC_RELAXED) - 1; }
 
 /* remove [lo, hi) from the remembered ranges, except ranges written by op instance `keep` (0: none kept) */
 static void forget_locked(uintptr_t lo, uintptr_t hi, uint64_t keep) {

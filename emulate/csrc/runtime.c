@@ -348,29 +348,7 @@ SC_EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigne
     sc_emit(sc_call_enter(), 'W', "%d\t%d", sc_stream_id(s), sc_event_id(e));
     return cudaSuccess;
 }
-SC_EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus *st) {
-    (void)s;
-    *st = cudaStreamCaptureStatusNone;
-    return cudaSuccess;
-}
-SC_EXPORT cudaError_t cudaStreamGetCaptureInfo(cudaStream_t s, enum cudaStreamCaptureStatus *st,
-                                               unsigned long long *id, cudaGraph_t *graph,
-                                               const cudaGraphNode_t **deps, const cudaGraphEdgeData **edges,
-                                               size_t *ndeps) {
-    (void)s;
-    if (st) *st = cudaStreamCaptureStatusNone;
-    if (id) *id = 0;
-    if (graph) *graph = NULL;
-    if (deps) *deps = NULL;
-    if (edges) *edges = NULL;
-    if (ndeps) *ndeps = 0;
-    return cudaSuccess;
-}
-SC_EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode m) {
-    (void)s; (void)m;
-    return cudaErrorNotSupported;   /* CUDA graphs are not emulated */
-}
-SC_EXPORT cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *m) { (void)m; return cudaSuccess; }
+/* stream capture and CUDA graphs: graph.c */
 SC_EXPORT cudaError_t cudaEventCreate(cudaEvent_t *e) { *e = sc_new_event(); return cudaSuccess; }
 SC_EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int f) { (void)f; *e = sc_new_event(); return cudaSuccess; }
 SC_EXPORT cudaError_t cudaEventDestroy(cudaEvent_t e) { (void)e; return cudaSuccess; }

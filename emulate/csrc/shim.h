@@ -108,4 +108,24 @@ void *sc_comm_shm(const char *comm_id, int nranks);
 void sc_exchange(void *shm, int nranks, int rank, uint64_t seq, int kind, const void *send, void *recv, size_t count,
                  int dtype, int redop, int root);
 
+/* CUDA graphs (graph.c). While a stream captures, what sc_emit would log for its work becomes a node of the
+ * capture's graph; each graph launch writes the nodes into the log again (sc_emit_graph). */
+typedef struct {
+    char kind;         /* the record kind (K, G, C, S, N, R, W) */
+    int op;            /* the aten op the work was captured under */
+    int stream;        /* the stream id it was captured on */
+    uint64_t hash;     /* its contribution to the iteration hash rank dedup compares (core.c) */
+    uint32_t call;     /* a kernel's op call, numbered within the graph (1, 2, ...; 0 outside ops) */
+    char *pre, *post;  /* the record's fields before and after the stream id (a kernel's op call left out) */
+} sc_node_t;
+extern int sc_capturing;  /* streams capturing now: while 0, sc_emit looks nothing up */
+/* Called by sc_emit for device-work records while a capture is under way: 1 when the record became a node. */
+int sc_capture_record(char kind, const char *fields, int op, uint64_t hash);
+/* Log one graph launch on `stream`: an 'L' record, then the n nodes (those of `origin` on `stream`), kernels' op
+ * calls numbered from call_base (sc_op_instances_reserve). */
+void sc_emit_graph(uint64_t t_enter, int stream, unsigned long long graph_id, int origin, const sc_node_t *nodes,
+                   size_t n, uint64_t call_base);
+/* n fresh op-call numbers (datapath.c): returns the number before the first (call c is the result + c). */
+uint64_t sc_op_instances_reserve(uint64_t n);
+
 #endif

@@ -7,7 +7,8 @@ ranks are aligned after warm-up. Everything here is settled before the simulatio
   iterations of a capture repeat the same calls, and so do SPMD ranks, so each call's gap is taken as its smallest
   over the steady iterations of every rank that match event for event (the cost of the work itself; more is
   interference, as ``timeit`` takes the best of its repeats). The shim answers each call at once, so the cost of the real runtime call
-  (:mod:`emulate.host_costs`) is added per event kind. Real profiler traces hold those costs in their gaps
+  (:mod:`emulate.host_costs`) is added per event kind; the nodes of a CUDA graph launch (``graph_node``) after
+  the first cost nothing, since one call launched them all. Real profiler traces hold those costs in their gaps
   (``meta.call_costs_in_gaps``), and their gaps are what happened, so neither applies to them. All of it is then
   divided by the host-speed factor (:data:`emulate.config.HOST_SPEED`).
 - **Start offsets.** Ranks of one node replayed from real profiler traces keep the recorded offsets between their
@@ -101,7 +102,10 @@ def effective_gaps(prog: RankProgram, host_speed: float, costs_us: dict[str, flo
             if kind in KIND_CODES:
                 per_code[KIND_CODES[kind]] = us * 1e3
         per_code[MEMCPY_BLOCKING] = 0.0  # a blocking copy's call is its wait, which the simulator models
-        gaps = gaps + per_code[prog.kind_array]
+        cost = per_code[prog.kind_array]
+        # a CUDA graph launch is one call: its first node pays it, the others were not called one by one
+        cost[[i for i, ev in enumerate(prog.events) if ev.get("graph_node")]] = 0.0
+        gaps = gaps + cost
     if host_speed != 1.0:
         gaps = gaps / host_speed
     return gaps.tolist()
