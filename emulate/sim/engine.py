@@ -18,6 +18,13 @@ Model (design notes, "Collation and simulation"):
 - a collective matched across ranks (see :func:`emulate.sim.collate.collate`) starts when the last member's stream
   reaches it and ends, on every member, ``duration`` later; an unmatched one (ranks absent from the traces) runs
   alone;
+- the collectives a rank issued inside one ncclGroupStart/ncclGroupEnd batch (trace field ``group``, e.g. torch's
+  ``batch_isend_irecv``: a pipeline stage's send and recv) are one unit, as NCCL launches them: one fused kernel
+  enqueued at the group's end, so the unit starts when its last member is issued and every stream it uses has
+  reached it; its members progress concurrently, each matched with its peers as above, except that members sharing
+  a link (sends to one peer, receives from one peer, collectives on one communicator) take turns in issue order;
+  the unit ends, on every stream it uses, when its last member ends. Serialising a group's members on its stream
+  instead would make a send wait for a recv its peer issues only after its own send: a deadlock NCCL never has;
 - an alignment marker (:mod:`emulate.sim.host`: the first steady-state iteration boundary of captured ranks) is a
   barrier: the host waits for its own device work, then for every other rank's, and all resume together.
 
@@ -97,6 +104,47 @@ class _Barrier:
         return self.arrived >= self.expected
 
 
+class _Unit:
+    """The collectives one rank issued in one NCCL group (module docstring). ``lanes``: members that share a link,
+    in issue order (they take turns); lanes progress concurrently."""
+
+    def __init__(self, members: list[int], streams: list[int], lanes: list[list[int]]) -> None:
+        self.members = members
+        self.last = members[-1]
+        self.streams = streams
+        self.lanes = lanes
+        self.next_in_lane = {pos: (lane[j + 1] if j + 1 < len(lane) else -1)
+                             for lane in lanes for j, pos in enumerate(lane)}
+        self.remaining = 0
+        self.end = 0.0
+
+
+def group_units(prog: RankProgram) -> dict[int, _Unit]:
+    """Each grouped collective's unit, keyed by the positions of its members (groups of one member are plain
+    collectives and get none). The lane of a member: point-to-point ops by (direction, communicator, peer),
+    collectives by communicator, as NCCL's channels to one peer, or of one communicator, are shared."""
+    by_group: dict[object, list[int]] = {}
+    events = prog.events
+    for i in np.flatnonzero(prog.kind_array == COLLECTIVE).tolist():
+        g = events[i].get("group")
+        if g is not None:
+            by_group.setdefault(g, []).append(i)
+    units: dict[int, _Unit] = {}
+    for members in by_group.values():
+        if len(members) < 2:
+            continue
+        lanes: dict[tuple, list[int]] = {}
+        for i in members:
+            ev = events[i]
+            op = ev.get("op")
+            key = (op, ev.get("comm"), ev.get("peer")) if op in ("send", "recv") else ("coll", ev.get("comm"))
+            lanes.setdefault(key, []).append(i)
+        unit = _Unit(members, sorted({prog.stream[i] for i in members}), list(lanes.values()))
+        for i in members:
+            units[i] = unit
+    return units
+
+
 class _RankState:
     """Mutable state of one rank between runs (a rank yields while a collective waits for its peers). Times are
     nanoseconds here (the trace's unit for gaps, so the hot loop adds them without conversion)."""
@@ -124,6 +172,7 @@ class _RankState:
         self.tail = [0.0] * max(1, len(prog.stream_ids))
         self.event_time = [0.0] * (max(prog.handle, default=-1) + 1)
         self.arrival: dict[int, float] = {}
+        self.unit_of = group_units(prog)
         self.depth = queue_depth
         self.ring = [0] * queue_depth      # positions of the last queue_depth device ops issued
         self.issued = 0
@@ -166,6 +215,7 @@ def _advance(st: _RankState, states: list[_RankState], groups: list[CollectiveGr
     kind, gap, stream, handle, dur, stall = st.kind, st.gap, st.stream, st.handle, st.dur, st.stall
     host, start, end, tail, event_time = st.host, st.start, st.end, st.tail, st.event_time
     lat = st.latency
+    unit_of = st.unit_of
     ring, depth, issued, align_at = st.ring, st.depth, st.issued, st.align_at
     h = st.h
     i = st.i
@@ -241,8 +291,18 @@ def _advance(st: _RankState, states: list[_RankState], groups: list[CollectiveGr
                 end[i] = t
             # ITERATION: only its host time matters
         elif k <= COLLECTIVE:  # a blocking memcpy or a collective: the host waits on it, or peers do
+            unit = unit_of.get(i) if k == COLLECTIVE else None
             s = stream[i]
-            q = tail[s]
+            if unit is None:
+                q = tail[s]
+            elif i != unit.last:   # enqueued with the group's last member (ncclGroupEnd)
+                host[i] = t
+                h = t
+                continue
+            else:
+                q = min(tail[x] for x in unit.streams)
+                if q >= 0.0:
+                    q = max(tail[x] for x in unit.streams)
             if q < 0.0:
                 break
             if issued >= depth:
@@ -259,7 +319,9 @@ def _advance(st: _RankState, states: list[_RankState], groups: list[CollectiveGr
                 b = q
             b += stall[i]
             g = st.group_of[i] if k == COLLECTIVE else -1
-            if g < 0:
+            if unit is not None:
+                _launch_unit(st, unit, b, states, groups, woken)
+            elif g < 0:
                 start[i] = b
                 q = b + dur[i]
                 end[i] = q
@@ -270,7 +332,7 @@ def _advance(st: _RankState, states: list[_RankState], groups: list[CollectiveGr
                 st.arrival[i] = b
                 tail[s] = PENDING
                 end[i] = PENDING  # until the last member arrives (the launch queue may wait on it)
-                _arrive(groups[g], b, states, woken)
+                _arrive(groups[g], b, states, groups, woken)
         else:  # MALLOC / FREE: memory is settled before simulation (RankProgram.peak_memory_bytes)
             host[i] = t
         h = t
@@ -330,7 +392,8 @@ def _arrive_barrier(barrier: _Barrier, when: float, rank: int, woken: list[int])
         woken.extend(barrier.members)
 
 
-def _arrive(grp: CollectiveGroup, when: float, states: list[_RankState], woken: list[int]) -> None:
+def _arrive(grp: CollectiveGroup, when: float, states: list[_RankState], groups: list[CollectiveGroup],
+            woken: list[int]) -> None:
     grp.arrived += 1
     if when > grp.last_arrival:
         grp.last_arrival = when
@@ -341,9 +404,54 @@ def _arrive(grp: CollectiveGroup, when: float, states: list[_RankState], woken: 
     for r, pos in grp.members:
         st = states[r]
         st.start[pos] = begin
-        st.end[pos] = finish
-        st.tail[st.stream[pos]] = finish
+        unit = st.unit_of.get(pos)
+        if unit is None:
+            st.end[pos] = finish
+            st.tail[st.stream[pos]] = finish
+        else:
+            _member_done(st, unit, pos, finish, states, groups, woken)
         woken.append(r)
+
+
+def _launch_unit(st: _RankState, unit: _Unit, begin: float, states: list[_RankState],
+                 groups: list[CollectiveGroup], woken: list[int]) -> None:
+    """A group's fused launch reaches its streams at ``begin``: the first member of every lane starts (arrives at
+    its collective); the streams are held until the last member ends."""
+    unit.remaining = len(unit.members)
+    unit.end = begin
+    for x in unit.streams:
+        st.tail[x] = PENDING
+    for pos in unit.members:
+        st.end[pos] = PENDING
+    for lane in unit.lanes:
+        _start_member(st, unit, lane[0], begin, states, groups, woken)
+
+
+def _start_member(st: _RankState, unit: _Unit, pos: int, when: float, states: list[_RankState],
+                  groups: list[CollectiveGroup], woken: list[int]) -> None:
+    g = st.group_of[pos]
+    if g < 0:  # its peers' traces are absent: it runs alone
+        st.start[pos] = when
+        _member_done(st, unit, pos, when + st.dur[pos], states, groups, woken)
+    else:
+        st.arrival[pos] = when
+        _arrive(groups[g], when, states, groups, woken)
+
+
+def _member_done(st: _RankState, unit: _Unit, pos: int, finish: float, states: list[_RankState],
+                 groups: list[CollectiveGroup], woken: list[int]) -> None:
+    """One member of a unit ended: the next member of its lane starts; the last one releases the streams."""
+    st.end[pos] = finish
+    if finish > unit.end:
+        unit.end = finish
+    unit.remaining -= 1
+    following = unit.next_in_lane[pos]
+    if following >= 0:
+        _start_member(st, unit, following, finish, states, groups, woken)
+    if unit.remaining == 0:
+        for x in unit.streams:
+            st.tail[x] = unit.end
+        woken.append(st.index)
 
 
 def _describe_stuck(st: _RankState, groups: list[CollectiveGroup]) -> str:

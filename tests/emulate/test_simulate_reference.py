@@ -1,7 +1,8 @@
 """The host-order engine against a textbook discrete-event simulator (priority queue, busy streams with FIFO
 queues, event markers keyed by record version, blocked hosts re-checked on every completion, a bounded launch
-queue, an alignment barrier) on random traces: both must give every device op the same start and end and every
-iteration marker the same host time.
+queue, an alignment barrier, NCCL groups launched as one unit at their last member whose members take turns per
+link and progress concurrently across links) on random traces: both must give every device op the same start and
+end and every iteration marker the same host time.
 
 The reference below is written for clarity, not speed, and shares nothing with the engine but its inputs (the
 programs, the durations and the matched collectives)."""
@@ -48,6 +49,29 @@ class ReferenceDES:
         self.done = [set() for _ in programs]           # (event handle, record version) completed
         self.pending_op = [dict() for _ in programs]    # blocking memcpy position -> finished?
         self.arrivals = {}                              # group -> list of (rank, position, stream, time)
+        self.units = [self.find_units(p) for p in programs]   # position -> its NCCL group's state (2+ members)
+
+    @staticmethod
+    def find_units(prog):
+        """The collectives of each NCCL group (trace field ``group``) with two or more members, and their lanes:
+        sends to one peer, recvs from one peer, collectives of one communicator."""
+        members = {}
+        for i, ev in enumerate(prog.events):
+            if ev["kind"] == "collective" and ev.get("group") is not None:
+                members.setdefault(ev["group"], []).append(i)
+        units = {}
+        for positions in members.values():
+            if len(positions) < 2:
+                continue
+            lanes = {}
+            for i in positions:
+                ev = prog.events[i]
+                link = (ev["op"], ev["comm"], ev.get("peer")) if ev["op"] in ("send", "recv") else ev["comm"]
+                lanes.setdefault(link, []).append(i)
+            unit = {"last": positions[-1], "lanes": list(lanes.values()), "left": len(positions)}
+            for i in positions:
+                units[i] = unit
+        return units
 
     def at(self, t, fn, *args):
         heapq.heappush(self.heap, (t, next(self.tick), fn, args))
@@ -67,6 +91,11 @@ class ReferenceDES:
 
     def issue(self, t, r, i):
         p, k = self.p[r], self.p[r].kind[i]
+        unit = self.units[r].get(i)
+        if unit is not None and i != unit["last"]:   # NCCL launches the group at ncclGroupEnd
+            self.host[r][i] = t
+            self.pc[r] = i + 1
+            return self.host_next(t, r)
         if k <= COLLECTIVE:
             issued = self.device_issued[r]
             if len(issued) >= self.depth and self.end[r][issued[-self.depth]] == 0:
@@ -80,7 +109,10 @@ class ReferenceDES:
         self.pc[r] = i + 1
         s, h = p.stream[i], p.handle[i]
         q = self.queue[r].setdefault(s, deque()) if s >= 0 else None
-        if k <= COLLECTIVE:
+        if unit is not None:
+            q.append((i, ("unit", unit, t + LATENCY_US)))
+            self.try_stream(t, r, s)
+        elif k <= COLLECTIVE:
             q.append((i, t + LATENCY_US))
             self.try_stream(t, r, s)
             if k == MEMCPY_BLOCKING:
@@ -134,6 +166,15 @@ class ReferenceDES:
         q = self.queue[r][s]
         while q and not self.busy[r].get(s):
             i, payload = q[0]
+            if isinstance(payload, tuple) and payload[0] == "unit":
+                _, unit, ready = payload
+                if ready > t:
+                    self.at(ready, self.try_stream, r, s)
+                    return
+                self.busy[r][s] = True
+                for lane in unit["lanes"]:
+                    self.start_member(t + self.p[r].stall_ns[i] / 1e3, r, lane[0])
+                return
             if isinstance(payload, tuple):
                 what, h, v = payload
                 if what == "record":
@@ -158,15 +199,45 @@ class ReferenceDES:
             if self.p[r].kind[i] == COLLECTIVE and g >= 0:
                 arrived = self.arrivals.setdefault(g, [])
                 arrived.append((r, i, s, begin))
-                if len(arrived) == self.groups[g].expected:
-                    go = max(a[3] for a in arrived)
-                    for rr, ii, ss, _ in arrived:
-                        self.start[rr][ii] = go
-                        self.at(go + self.groups[g].duration_ns / 1e3, self.finish, rr, ii, ss)
+                self.release_if_complete(g)
                 return
             self.start[r][i] = begin
             self.at(begin + self.dur[r][i], self.finish, r, i, s)
             return
+
+    def release_if_complete(self, g):
+        arrived = self.arrivals[g]
+        if len(arrived) == self.groups[g].expected:
+            go = max(a[3] for a in arrived)
+            for rr, ii, ss, _ in arrived:
+                self.start[rr][ii] = go
+                done = self.finish_member if ii in self.units[rr] else self.finish
+                self.at(go + self.groups[g].duration_ns / 1e3, done, rr, ii, ss)
+
+    def start_member(self, t, r, i):
+        """A member of a launched group begins: it meets its peers, or runs alone when it has none."""
+        g, s = self.group_of[r][i], self.p[r].stream[i]
+        if g >= 0:
+            self.arrivals.setdefault(g, []).append((r, i, s, t))
+            self.release_if_complete(g)
+        else:
+            self.start[r][i] = t
+            self.at(t + self.dur[r][i], self.finish_member, r, i, s)
+
+    def finish_member(self, t, r, i, s):
+        self.end[r][i] = t
+        unit = self.units[r][i]
+        lane = next(lane for lane in unit["lanes"] if i in lane)
+        if lane.index(i) + 1 < len(lane):
+            self.start_member(t, r, lane[lane.index(i) + 1])
+        unit["left"] -= 1
+        if unit["left"] == 0:
+            self.queue[r][s].popleft()
+            self.busy[r][s] = False
+            self.try_stream(t, r, s)
+            self.recheck_host(t, r)
+        else:
+            self.recheck_host(t, r)   # the launch queue may wait on this member
 
     def finish(self, t, r, i, s):
         self.end[r][i] = t
@@ -183,6 +254,7 @@ def random_traces(seed: int, ranks: int) -> list[dict]:
     for rank in range(ranks):
         b = TraceBuilder(rank=rank, world_size=ranks, meta={"launch_latency_us": LATENCY_US})
         seq = 0
+        coalesced = {"c0": 10_000, "c1": 10_000}   # sequence numbers of their own, apart from the plain ones
         b.iteration(0)
         for n, x in enumerate(plan):
             gap = rng.uniform(0.0, 30.0)
@@ -201,10 +273,28 @@ def random_traces(seed: int, ranks: int) -> list[dict]:
                 b.device_sync(gap_us=gap)
             elif x < 0.80:
                 b.memcpy(4096, direction="d2h", stream=s, blocking=True, duration_us=rng.uniform(1, 20), gap_us=gap)
-            elif x < 0.90:
+            elif x < 0.86:
                 b.collective(stream=2 + (seq % 2), comm=f"c{seq % 2}", comm_seq=seq // 2,
                              duration_us=rng.uniform(5.0, 60.0), gap_us=gap)
                 seq += 1
+            elif x < 0.88:  # coalesced collectives: one group, on one communicator or both
+                shape = random.Random(seed * 1000 + n).choice([("c0", "c0"), ("c0", "c1"), ("c1", "c0", "c1")])
+                for comm in shape:   # the same calls on every rank; gaps and durations differ
+                    ev = b.collective(stream=2, comm=comm, comm_seq=coalesced[comm],
+                                      duration_us=rng.uniform(5.0, 60.0), gap_us=rng.uniform(0.0, 5.0))
+                    coalesced[comm] += 1
+                    ev["group"] = n
+                    if rng.random() < 0.3:
+                        b.record(event=rng.randint(1, 3), stream=2, gap_us=rng.uniform(0.0, 5.0))
+            elif x < 0.90:  # a ring exchange (batch_isend_irecv): send and recv in one group, in either order
+                ops = [("send", (rank + 1) % ranks), ("recv", (rank - 1) % ranks)]
+                rng.shuffle(ops)
+                for op, peer in ops:
+                    ev = b.collective(op=op, stream=3, comm="ring", peer=peer, duration_us=rng.uniform(5.0, 60.0),
+                                      gap_us=rng.uniform(0.0, 5.0))
+                    ev["ranks"], ev["group"] = ranks, n
+                    if rng.random() < 0.3:
+                        b.wait(stream=3, event=rng.randint(1, 3), gap_us=rng.uniform(0.0, 5.0))
             else:
                 b.iteration(n + 1, gap_us=gap)
             if x < 0.45 and rng.random() < 0.2:

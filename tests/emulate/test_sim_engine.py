@@ -1,0 +1,138 @@
+"""Grouped NCCL calls in the engine: the collectives one rank issues inside one ncclGroupStart/ncclGroupEnd batch
+(a pipeline stage's send and recv from torch's batch_isend_irecv, coalesced collectives) are one unit whose members
+progress concurrently, each matched with its peers, the unit ending when its last member does.
+
+Every pipeline exchange below issues its send before its recv on every rank: serialised on one stream, each send
+waits for a recv its peer issues only after its own send, so without the group the traces deadlock. Launch latency
+is 0 (``meta.launch_latency_us``) so the arithmetic stays plain."""
+from __future__ import annotations
+
+import pytest
+
+from emulate.report import build_report
+from emulate.sim.engine import SimulationDeadlock
+from emulate.sim.synthetic import TraceBuilder
+from emulate.simulate import simulate
+
+COMM_STREAM = 2
+
+
+def builder(rank: int, world_size: int) -> TraceBuilder:
+    b = TraceBuilder(rank=rank, world_size=world_size, meta={"launch_latency_us": 0.0})
+    b.iteration(0)
+    return b
+
+
+def compute(b: TraceBuilder, us: float) -> None:
+    """A kernel on the compute stream that the communication stream then waits for (as torch orders them)."""
+    b.kernel(stream=1, duration_us=us)
+    b.record(event=1, stream=1)
+    b.wait(stream=COMM_STREAM, event=1)
+
+
+def p2p(b: TraceBuilder, op: str, peer: int, us: float, group: int | None, comm: str = "world") -> None:
+    ev = b.collective(op=op, stream=COMM_STREAM, comm=comm, peer=peer, duration_us=us)
+    ev["ranks"] = b.world_size
+    if group is not None:
+        ev["group"] = group
+
+
+def report_of(builders: list[TraceBuilder]) -> dict:
+    docs = []
+    for b in builders:
+        b.device_sync()
+        b.iteration(1, end=True)
+        docs.append(b.doc())
+    return build_report(simulate(docs, "h100-sxm", durations="measured"))
+
+
+TRANSFER_US = {(0, 1): 20.0, (1, 0): 30.0, (1, 2): 25.0, (2, 1): 15.0, (2, 3): 40.0, (3, 2): 10.0}
+
+
+def exchange(b: TraceBuilder, peer: int, group: int | None) -> None:
+    """send to ``peer``, then recv from it (one batch_isend_irecv when ``group`` is set)."""
+    p2p(b, "send", peer, TRANSFER_US[(b.rank, peer)], group)
+    p2p(b, "recv", peer, TRANSFER_US[(peer, b.rank)], group)
+
+
+def two_stage_pipeline(grouped: bool) -> list[TraceBuilder]:
+    builders = []
+    for rank, compute_us in ((0, 100.0), (1, 50.0)):
+        b = builder(rank, 2)
+        compute(b, compute_us)
+        exchange(b, 1 - rank, 7 if grouped else None)
+        builders.append(b)
+    return builders
+
+
+def test_a_grouped_send_and_recv_progress_together_on_two_ranks():
+    """Both transfers start when the later rank (100 us) reaches the group and run concurrently: 100 + max(20,
+    30) us."""
+    report = report_of(two_stage_pipeline(grouped=True))
+    assert report["collectives_matched"] == 2
+    assert report["iteration_time_ms"] == pytest.approx(0.130)
+
+
+def test_the_same_exchange_serialised_on_one_stream_deadlocks():
+    with pytest.raises(SimulationDeadlock):
+        report_of(two_stage_pipeline(grouped=False))
+
+
+def four_stage_pipeline(grouped: bool) -> list[TraceBuilder]:
+    """One 1F1B steady-state step of a 4-stage pipeline: each stage computes, then exchanges with the next stage
+    (send activation, recv gradient) and with the previous one (send gradient, recv activation), each exchange one
+    group (Megatron's send_forward_recv_backward / send_backward_recv_forward)."""
+    builders = []
+    for rank in range(4):
+        b = builder(rank, 4)
+        compute(b, 10.0 * (rank + 1))
+        if rank < 3:
+            exchange(b, rank + 1, 1 if grouped else None)
+        if rank > 0:
+            exchange(b, rank - 1, 2 if grouped else None)
+        builders.append(b)
+    return builders
+
+
+def test_a_four_stage_pipeline_exchange_completes_when_grouped():
+    """By hand: stage 3's exchange with stage 2 starts at 40 us (stage 3's compute; stage 2's first group is its
+    exchange with stage 3, reached at 30 us) and ends at 40 + max(40, 10) = 80; stage 2's second group (with
+    stage 1) then starts at 80 and ends at 80 + max(15, 25) = 105; stage 1's first group is that same exchange, its
+    second (with stage 0, ready at 10 us) starts at 105 and ends at 105 + max(30, 20) = 135. The slowest rank
+    ends at 135 us."""
+    report = report_of(four_stage_pipeline(grouped=True))
+    assert report["collectives_matched"] == 6
+    assert report["iteration_time_ms"] == pytest.approx(0.135)
+
+
+def test_the_four_stage_exchange_serialised_deadlocks():
+    with pytest.raises(SimulationDeadlock):
+        report_of(four_stage_pipeline(grouped=False))
+
+
+def test_coalesced_collectives_on_one_communicator_take_turns_and_on_two_overlap():
+    """Two all-gathers in one group share their communicator's links (NCCL runs them through the same channels):
+    10 + 20 us; on two communicators they overlap: max(10, 20)."""
+    def run(comms: tuple[str, str]) -> float:
+        builders = []
+        for rank in range(2):
+            b = builder(rank, 2)
+            compute(b, 5.0)
+            for seq, (comm, us) in enumerate(zip(comms, (10.0, 20.0))):
+                ev = b.collective(op="all_gather", stream=COMM_STREAM, comm=comm,
+                                  comm_seq=seq if comms[0] == comms[1] else 0, duration_us=us)
+                ev["group"] = 3
+            builders.append(b)
+        return report_of(builders)["iteration_time_ms"]
+
+    assert run(("dp", "dp")) == pytest.approx(0.035)
+    assert run(("dp", "tp")) == pytest.approx(0.025)
+
+
+def test_a_grouped_unit_holds_its_stream_until_its_last_member_ends():
+    """A kernel issued on the communication stream after the group starts only when the longer transfer (30 us)
+    has ended: 100 + 30 + 5."""
+    builders = two_stage_pipeline(grouped=True)
+    for b in builders:
+        b.kernel(stream=COMM_STREAM, duration_us=5.0)
+    assert report_of(builders)["iteration_time_ms"] == pytest.approx(0.135)
