@@ -67,26 +67,32 @@ def failure_line(stderr: str) -> str:
     return picked[:300]
 
 
-def emulate_script(script: Path, args: list[str], hardware: str, nproc: int = 1, timeout_s: float = 1800.0,
-                   kernels: bool = True, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Run ``python -m emulate run`` on ``script`` (in ``env``, default this process's) and return {ok, report,
-    iterations (rank 0's kernel ms by family per iteration; only with ``kernels``, which writes the predicted
-    timeline), wall_s} or {ok: False, error, command, wall_s}."""
+def emulate_script(script: Path, args: list[str], hardware: str, nproc: int = 1, timeout_s: float | None = 1800.0,
+                   kernels: bool = True, env: dict[str, str] | None = None, options: list[str] | None = None,
+                   trace_dir: Path | None = None, runner=None) -> dict[str, Any]:
+    """Run ``python -m emulate run`` on ``script`` (in ``env``, default this process's; ``options``: more ``run``
+    options, e.g. ``--backend driver``, ``--nodes 2``; captures in ``trace_dir``, default a temporary folder) and
+    return {ok, report, iterations (rank 0's kernel ms by family per iteration; only with ``kernels``, which writes
+    the predicted timeline), wall_s} or {ok: False, error, command, wall_s, returncode (None: timed out), output
+    (stdout and stderr)}. The one way this project runs an emulation of a script (the e2e, compatibility,
+    determinism and search benchmarks all come here)."""
     with tempfile.TemporaryDirectory(prefix="stepcast-e2e-") as tmp:
         tmpdir = Path(tmp)
-        report_path, timeline_path, trace_dir = tmpdir / "report.json", tmpdir / "timeline.json", tmpdir / "traces"
-        cmd = [sys.executable, "-m", "emulate", "run", "--hardware", hardware, "--nproc", str(nproc),
+        report_path, timeline_path = tmpdir / "report.json", tmpdir / "timeline.json"
+        trace_dir = trace_dir or tmpdir / "traces"
+        cmd = [sys.executable, "-m", "emulate", "run", "--hardware", hardware, "--nproc", str(nproc), *(options or []),
                "--report", str(report_path), *(["--trace", str(timeline_path)] if kernels else []),
                "--trace-dir", str(trace_dir), "--", str(script), *args]
         started = time.perf_counter()
         try:
-            proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
+            proc = (runner or subprocess.run)(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired:
             return {"ok": False, "error": f"timed out after {timeout_s:.0f} s", "command": " ".join(cmd),
-                    "wall_s": time.perf_counter() - started}
+                    "wall_s": time.perf_counter() - started, "returncode": None, "output": ""}
         wall = time.perf_counter() - started
         if proc.returncode != 0 or not report_path.is_file() or (kernels and not timeline_path.is_file()):
-            return {"ok": False, "error": failure_line(proc.stderr), "command": " ".join(cmd), "wall_s": wall}
+            return {"ok": False, "error": failure_line(proc.stderr or proc.stdout or ""), "command": " ".join(cmd),
+                    "wall_s": wall, "returncode": proc.returncode, "output": f"{proc.stdout}\n{proc.stderr}"}
         out = {"ok": True, "report": json.loads(report_path.read_text()), "wall_s": wall}
         if kernels:
             rank0 = sorted(trace_dir.glob("rank0.trace.json*"))
