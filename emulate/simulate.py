@@ -20,6 +20,7 @@ from emulate import config
 from emulate.sim import host as host_model
 from emulate.sim.collate import CollectiveGroup, collate
 from emulate.sim.engine import RankTimeline, SimulationDeadlock, run
+from emulate.sim.copies import with_copies
 from emulate.sim.program import RankProgram, build_program
 from emulate.trace import TraceFormatError, read_trace
 from estimator.base import KernelEstimator
@@ -53,7 +54,8 @@ def simulate(traces: list[dict[str, Any]], hardware: str | None, nodes: int = 1,
              host_speed: float = config.HOST_SPEED, durations: str = "predicted",
              estimator: KernelEstimator | str | None = None, sources: list[str] | None = None,
              queue_depth: int = config.LAUNCH_QUEUE_DEPTH, align_ranks: bool | None = None,
-             call_costs_us: dict[str, float] | None = None) -> SimulationResult:
+             call_costs_us: dict[str, float] | None = None,
+             copies: dict[int, dict[str, Any]] | None = None) -> SimulationResult:
     """Simulate the ranks whose traces (dicts as :func:`emulate.trace.read_trace` returns) are given.
 
     ``durations``: "predicted" (the estimator on ``hardware``) or "measured" (each event's ``duration_us`` where
@@ -64,7 +66,8 @@ def simulate(traces: list[dict[str, Any]], hardware: str | None, nodes: int = 1,
     Host model (:mod:`emulate.sim.host`): ``host_speed`` divides host time; ``call_costs_us`` ({event kind: us},
     default: :func:`emulate.host_costs.load_costs`) is added to captured gaps; ``align_ranks`` None aligns
     captured ranks after warm-up and keeps the recorded offsets of real traces. ``queue_depth``: the launch queue
-    (:data:`emulate.config.LAUNCH_QUEUE_DEPTH`)."""
+    (:data:`emulate.config.LAUNCH_QUEUE_DEPTH`). ``copies``: a sparse run's absent ranks, each simulated as its
+    twin's program on its own communicators (:mod:`emulate.sim.copies`)."""
     if not traces:
         raise ValueError("no traces to simulate")
     if durations not in DURATION_MODES:
@@ -72,6 +75,8 @@ def simulate(traces: list[dict[str, Any]], hardware: str | None, nodes: int = 1,
     spec = lookup(hardware) if hardware is not None else None
     sources = sources or [f"<trace {i}>" for i in range(len(traces))]
     programs = sorted((build_program(doc, src) for doc, src in zip(traces, sources)), key=lambda p: p.rank)
+    if copies:  # a sparse run's absent ranks: their twins' programs, shared (emulate.sim.copies)
+        programs = with_copies(programs, copies)
     rpn = ranks_per_node_for(programs[0].world_size, nodes, spec)
     times = assign_durations(programs, spec, durations, _LazyEstimator(estimator), rpn)
     group_of, groups = collate(programs, times)
