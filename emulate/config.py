@@ -44,3 +44,14 @@ MIN_ITERATIONS_FOR_STEADY_STATE: int = 3
 #: Where the runtime-call costs (what the real CUDA runtime and driver spend on the host per call, and the shim
 #: does not) come from: :mod:`emulate.host_costs` calibrates them from the runtime calls of real profiler traces.
 HOST_CALL_COSTS_FILE: str = os.path.join(os.path.dirname(os.path.abspath(__file__)), "host_call_costs.json")
+
+#: In-step calibration (``STEPCAST_INSTEP``: ``on``, the default, or ``off``): the estimators learn kernels timed one
+#: at a time; on a GPU with per-operator times measured inside whole-model runs (NeuSight's label traces,
+#: ``estimator.importers.neusight_inmodel``), predicted kernel times are scaled per family by how those in-step times
+#: compare with the estimator's own predictions of the same kernels (:mod:`emulate.e2e.instep`).
+INSTEP_CALIBRATION: bool = os.environ.get("STEPCAST_INSTEP", "on").strip().lower() not in ("off", "0", "false", "no")
+
+#: Models (NeuSight config stems, comma-separated: ``STEPCAST_INSTEP_EXCLUDE=bert_large``) whose in-step rows the
+#: calibration leaves out: the end-to-end benchmark holds out the model it evaluates.
+INSTEP_EXCLUDE_MODELS: tuple[str, ...] = tuple(
+    m.strip() for m in os.environ.get("STEPCAST_INSTEP_EXCLUDE", "").split(",") if m.strip())
