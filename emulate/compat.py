@@ -5,7 +5,8 @@ iteration time, peak memory, and how many kernels were timed without a learned m
     python -m emulate.compat --rows hf_llama_eager,ddp --json out.json
 
 Each row runs ``python -m emulate run --hardware H --nproc N --backend B --report r.json -- examples/compat/...``
-as a subprocess in a temporary folder, with a per-row timeout, and reads the report back. Frameworks (transformers,
+through :func:`emulate.e2e.emulation.emulate_script` (the one way an emulation is run), with a per-row timeout, and
+reads the report back. Frameworks (transformers,
 accelerate, torchvision, Megatron-core, DeepSpeed, torchtitan) are optional: a row whose modules are not importable
 says 'not installed' and does not run. Rows that need cuDNN use ``--backend driver`` (the shim backend turns cuDNN
 off); the table says which backend each row used. A failed row's reason is the run's exception line
@@ -15,16 +16,13 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import subprocess
 import sys
-import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from emulate.e2e.emulation import failure_line
+from emulate.e2e.emulation import emulate_script
 from profiling.paths import REPO_ROOT
 
 RAN, FAILED, NOT_INSTALLED = "ran", "failed", "not installed"
@@ -110,22 +108,18 @@ def base(row: Row) -> dict[str, Any]:
 
 def run_row(row: Row, hardware: str = "h100-sxm", timeout_s: float = TIMEOUT_S,
             is_installed: Callable[[str], bool] = installed,
-            runner: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> dict[str, Any]:
-    """Run one row's emulation (or not, when a framework is missing) and turn the outcome into a table row."""
+            runner: Callable[..., subprocess.CompletedProcess] | None = None) -> dict[str, Any]:
+    """Run one row's emulation (or not, when a framework is missing) through
+    :func:`emulate.e2e.emulation.emulate_script` and turn the outcome into a table row. ``runner``: stands in for
+    ``subprocess.run`` (tests)."""
     missing = missing_modules(row, is_installed)
     if missing:
         return {**failed(row, "needs " + ", ".join(missing), None), "status": NOT_INSTALLED}
-    with tempfile.TemporaryDirectory(prefix="stepcast-compat-") as tmp:
-        report = Path(tmp) / "report.json"
-        started = time.perf_counter()
-        try:
-            done = runner(row.command(report, hardware), cwd=tmp, capture_output=True, text=True, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            return failed(row, f"timed out after {timeout_s:.0f} s", time.perf_counter() - started)
-        wall = time.perf_counter() - started
-        if done.returncode != 0 or not report.is_file():
-            return failed(row, failure_line(done.stderr or done.stdout or ""), wall)
-        return result_from_report(row, json.loads(report.read_text()), wall)
+    done = emulate_script(REPO_ROOT / row.script, list(row.args), hardware, nproc=row.nproc, timeout_s=timeout_s,
+                          kernels=False, options=["--backend", row.backend], runner=runner)
+    if not done["ok"]:
+        return failed(row, done["error"], done["wall_s"])
+    return result_from_report(row, done["report"], done["wall_s"])
 
 
 def select_rows(spec: str | None) -> list[Row]:

@@ -19,10 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 import tempfile
-import time
 from dataclasses import asdict, dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -118,39 +115,35 @@ class TrialCache:
         write_json_atomic(self.directory / f"{key}.json", doc)
 
 
-def emulate_command(script: Path, args: list[str], target: Target, report: Path, trace_dir: Path) -> list[str]:
-    return [sys.executable, "-m", "emulate", "run", "--hardware", target.hardware, "--nproc", str(target.nproc),
-            "--nodes", str(target.nodes), "--report", str(report), "--trace-dir", str(trace_dir), "--",
-            str(script), *args]
-
-
 def run_trial(script: Path, args: list[str], env: dict[str, str], target: Target, timeout_s: float | None = None
               ) -> dict[str, Any]:
-    """Emulate one configuration; the cacheable outcome (status, iteration time, peak memory, reason, seconds)."""
+    """Emulate one configuration (:func:`emulate.e2e.emulation.emulate_script`, the one way an emulation is run);
+    the cacheable outcome (status, iteration time, peak memory, reason, seconds)."""
+    from emulate.e2e.emulation import emulate_script
+
     with tempfile.TemporaryDirectory(prefix="stepcast-search-") as tmp:
-        report, trace_dir = Path(tmp) / "report.json", Path(tmp) / "traces"
-        started = time.perf_counter()
-        try:
-            done = subprocess.run(emulate_command(script, args, target, report, trace_dir), cwd=tmp,
-                                  env={**os.environ, **env}, capture_output=True, text=True, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            return {"status": "error", "reason": f"emulation took longer than {timeout_s:g} s",
-                    "emulation_s": time.perf_counter() - started, "transient": True}
-        seconds = time.perf_counter() - started
-        if done.returncode > 128:
-            raise TrialInterrupted(f"emulation stopped by signal {done.returncode - 128}")
-        if done.returncode == 0 and report.is_file():
-            doc = json.loads(report.read_text())
+        trace_dir = Path(tmp) / "traces"
+        done = emulate_script(script, list(args), target.hardware, nproc=target.nproc, timeout_s=timeout_s,
+                              kernels=False, env={**os.environ, **env}, options=["--nodes", str(target.nodes)],
+                              trace_dir=trace_dir)
+        seconds = done["wall_s"]
+        if done["ok"]:
+            doc = done["report"]
             return {"status": "ok", "iteration_time_ms": float(doc["iteration_time_ms"]),
                     "peak_memory_bytes": doc.get("peak_memory_bytes"), "warnings": doc.get("warnings", []),
                     "emulation_s": seconds}
-        output = f"{done.stdout}\n{done.stderr}"
-        oom = out_of_memory(trace_dir, output)
+        code = done["returncode"]
+        if code is None:
+            return {"status": "error", "reason": f"emulation took longer than {timeout_s:g} s",
+                    "emulation_s": seconds, "transient": True}
+        if code > 128:
+            raise TrialInterrupted(f"emulation stopped by signal {code - 128}")
+        oom = out_of_memory(trace_dir, done["output"])
         if oom is not None:
             return {"status": "oom", "reason": oom, "emulation_s": seconds}
-        lines = [line for line in output.strip().splitlines() if line.strip()]
-        return {"status": "error", "reason": f"exit {done.returncode}: {(lines or ['no output'])[-1][:300]}",
-                "emulation_s": seconds, "transient": done.returncode != EXIT_RANK_FAILED}
+        lines = [line for line in done["output"].strip().splitlines() if line.strip()]
+        return {"status": "error", "reason": f"exit {code}: {(lines or ['no output'])[-1][:300]}",
+                "emulation_s": seconds, "transient": code != EXIT_RANK_FAILED}
 
 
 def out_of_memory(trace_dir: Path, output: str) -> str | None:
