@@ -20,6 +20,7 @@ a re-run resumes; ``--fresh`` ignores the cache. ``--json`` writes every row for
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 from collections import Counter
 import sys
@@ -68,7 +69,8 @@ def select_labels(labels: list[neusight.Label], gpus: list[str] | None, models: 
 def neusight_row(label: neusight.Label, fresh: bool) -> dict[str, Any]:
     """Emulate one label (cached) and compare it with the measurement."""
     def compute() -> dict[str, Any]:
-        result = emulate_script(labelled.SCRIPT, neusight.script_args(label, labelled.REPS), label.hardware)
+        env = {**os.environ, "STEPCAST_INSTEP_EXCLUDE": label.model}  # leave-one-model-out (module docstring)
+        result = emulate_script(labelled.SCRIPT, neusight.script_args(label, labelled.REPS), label.hardware, env=env)
         row: dict[str, Any] = {"ok": result["ok"], "wall_s": round(result["wall_s"], 1)}
         if not result["ok"]:
             row.update(error=result["error"], command=result["command"])
@@ -80,7 +82,7 @@ def neusight_row(label: neusight.Label, fresh: bool) -> dict[str, Any]:
         return row
 
     row = cached(label.key, compute, fresh)
-    row.update(label=label.path.stem, gpu=label.hardware, model=label.model, mode=label.mode,
+    row.update(label=label.path.stem, gpu=label.hardware, model=label.model, mode=label.mode, held_out=label.model,
                measured={"forward_ms": label.forward_ms, "backward_ms": label.backward_ms,
                          "total_ms": label.total_ms})
     if row["ok"]:

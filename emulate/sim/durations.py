@@ -12,6 +12,10 @@ Order of preference for each op (``mode`` is "measured" or "predicted"):
    launch floor. Counted.
    Collectives without op/bytes keep their recorded duration.
 4. memcpy / memset: bandwidth model from the catalog: host<->device over PCIe, device copies read and write HBM.
+
+Predicted kernel times are then scaled by the in-step calibration of the target GPU when it has one
+(:mod:`emulate.e2e.instep`: one factor per family, fitted on per-operator times measured inside whole-model runs;
+``STEPCAST_INSTEP=off`` turns it off); the report's estimator label names the factors.
 """
 from __future__ import annotations
 
@@ -142,6 +146,10 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
                              f"{values[bad[0]]} for {rows[bad[0]]}")
         analytical = np.char.startswith(labels.astype(str), "roofline")
         values = np.maximum(values, 0.0)
+        in_step = _in_step_scale(rows, target, estimator) if mode == "predicted" else None
+        if in_step is not None:
+            values = values * in_step[0]
+            predicted["predicted_us"] = values
         n_analytical = 0
         for r, positions, ids, kernels_only in uses:
             if positions:
@@ -152,7 +160,7 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
         out.fallback_kernels += n_analytical
         if n_analytical:
             out.fallback_reasons["no_learned_model"] += n_analytical
-        out.estimator_label = ", ".join(sorted(set(labels.tolist())))
+        out.estimator_label = ", ".join(sorted(set(labels.tolist())) + ([in_step[1]] if in_step else []))
         out.spec_rows = predicted
 
     scale_cache: dict[str, float] = {}
@@ -173,6 +181,22 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
             out.fallback_kernels += 1
             out.fallback_reasons[reason] += 1
     return out
+
+
+def _in_step_scale(rows: list[dict[str, Any]], target: HardwareSpec,
+                   estimator: KernelEstimator) -> tuple[np.ndarray, str] | None:
+    """Per row, the in-step factor of its family on ``target`` (:mod:`emulate.e2e.instep`; ``STEPCAST_INSTEP``),
+    and the line that names it; None when the calibration is off or ``target`` has no in-step rows."""
+    from emulate import config
+    from emulate.e2e import instep
+
+    if not config.INSTEP_CALIBRATION:
+        return None
+    fitted = instep.factors(target.id, estimator, config.INSTEP_EXCLUDE_MODELS)
+    if not fitted:
+        return None
+    scale = np.array([fitted.get(row.get("family"), 1.0) for row in rows], dtype=np.float64)
+    return scale, instep.describe(target.id, fitted, config.INSTEP_EXCLUDE_MODELS)
 
 
 def copy_duration_us(ev: dict[str, Any], code: int, hw: HardwareSpec, source: str, i: int) -> float:
