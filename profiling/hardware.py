@@ -2,6 +2,14 @@
 
 Each device is one YAML file in ``conf/hardware/<id>.yaml``. The estimators use these figures as features, so a
 device with no measurements can still be described (and predicted) from its yaml alone.
+
+A board run below its rated power (``power_limit_w`` under ``tdp_w``; e.g. torchtitan's H100s "at the default 500 W
+power limit") holds a lower clock under sustained load. The file gives the rated figures (``max_clock_mhz``,
+``peak_tflops`` at ``tdp_w``) and the limit; at load, the clock is scaled by ``(power_limit_w / tdp_w) ** (1/3)``
+(dynamic power grows with frequency x voltage squared, and voltage with frequency under DVFS, so power ~ f^3), and
+so is every ``peak_tflops`` entry (they are SMs x FLOP/clock x clock). So ``max_clock_mhz`` and ``peak_tflops``
+of a loaded spec are the board's as it runs, and the estimators' clock and peak features and the roofline use them;
+``rated_clock_mhz`` keeps the file's figure. Memory bandwidth is not scaled (HBM has its own clock).
 """
 from __future__ import annotations
 
@@ -13,7 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from profiling.classify import canonical_dtype
 from profiling.paths import HARDWARE_DIR
@@ -52,6 +60,36 @@ class HardwareSpec(BaseModel):
     network_bandwidth_gbps: float | None = None
     gpus_per_node: int = 8
     tdp_w: float | None = None
+    power_limit_w: float | None = Field(default=None, gt=0, description="configured board power limit, if below "
+                                        "tdp_w: clock and peaks are derived from it (module docstring)")
+    rated_clock_mhz: float | None = Field(default=None, description="set at load: max_clock_mhz as the file gives "
+                                          "it, before a power limit scales it")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_power_limit(cls, data):
+        """Scale the clock and peaks of a power-limited board (module docstring); other boards are unchanged."""
+        if not isinstance(data, dict) or data.get("rated_clock_mhz") is not None:
+            return data
+        limit, tdp = data.get("power_limit_w"), data.get("tdp_w")
+        if limit is None:
+            return data
+        if tdp is None:
+            raise ValueError("power_limit_w needs tdp_w (the power the rated clock and peaks hold at)")
+        scale = min(1.0, float(limit) / float(tdp)) ** (1.0 / 3.0)
+        data = dict(data)
+        data["rated_clock_mhz"] = data.get("max_clock_mhz")
+        if isinstance(data.get("max_clock_mhz"), (int, float)):
+            data["max_clock_mhz"] = data["max_clock_mhz"] * scale
+        if isinstance(data.get("peak_tflops"), dict):
+            data["peak_tflops"] = {k: (v * scale if isinstance(v, (int, float)) else v)
+                                   for k, v in data["peak_tflops"].items()}
+        return data
+
+    @property
+    def power_clock_scale(self) -> float:
+        """Sustained clock over the rated one (1.0 for a board at its rated power)."""
+        return self.max_clock_mhz / self.rated_clock_mhz if self.rated_clock_mhz else 1.0
 
     def peak_flops(self, dtype: str) -> float:
         """Dense peak FLOP/s for a dtype; dtypes without tensor-core support fall back to the fp32 rate."""

@@ -1,0 +1,54 @@
+"""In-step calibration: one factor per GPU and family from in-step rows, models held out on request."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from emulate.e2e import instep
+
+
+class HalfOfRuntime:
+    """An estimator that predicts every kernel at a fixed time, so the factor is checkable by hand."""
+
+    def predict_frame(self, frame: pd.DataFrame) -> pd.DataFrame:
+        return frame.assign(predicted_us=np.where(frame["family"] == "gemm", 100.0, 10.0))
+
+
+def rows() -> pd.DataFrame:
+    return pd.DataFrame([
+        # model a: gemm 80 us x 24 layers at pass scale 0.5 -> 40 us in-step each
+        {"family": "gemm", "hardware": "t4", "m": 8, "n": 8, "k": 8, "batch": 1, "op": None, "numel": np.nan,
+         "runtime_us": 80.0, "repeat": 24, "pass_scale": 0.5, "model": "a", "sample": "T4/a-inf"},
+        {"family": "elementwise", "hardware": "t4", "m": np.nan, "n": np.nan, "k": np.nan, "batch": np.nan,
+         "op": "add", "numel": 64, "runtime_us": 12.0, "repeat": 1, "pass_scale": 0.5, "model": "a",
+         "sample": "T4/a-inf"},
+        # model b: gemm 300 us once at pass scale 1.0
+        {"family": "gemm", "hardware": "t4", "m": 8, "n": 8, "k": 8, "batch": 1, "op": None, "numel": np.nan,
+         "runtime_us": 300.0, "repeat": 1, "pass_scale": 1.0, "model": "b", "sample": "T4/b-inf"},
+        {"family": "gemm", "hardware": "p4", "m": 8, "n": 8, "k": 8, "batch": 1, "op": None, "numel": np.nan,
+         "runtime_us": 50.0, "repeat": 1, "pass_scale": 1.0, "model": "b", "sample": "P4/b-inf"},
+    ])
+
+
+def test_factor_is_in_step_time_over_predicted_time_weighted_by_repeats():
+    fitted = instep.factors("t4", HalfOfRuntime(), rows=rows())
+    assert fitted["gemm"] == pytest.approx((40.0 * 24 + 300.0) / (100.0 * 24 + 100.0))
+    assert fitted["elementwise"] == pytest.approx(6.0 / 10.0)
+    assert "norm" not in fitted
+
+
+def test_a_held_out_model_does_not_calibrate():
+    fitted = instep.factors("t4", HalfOfRuntime(), exclude=["a"], rows=rows())
+    assert fitted == {"gemm": pytest.approx(3.0)}
+    assert instep.factors("t4", HalfOfRuntime(), exclude=["a", "b"], rows=rows()) == {}
+
+
+def test_a_gpu_without_in_step_rows_is_not_calibrated():
+    assert instep.factors("h100-sxm", HalfOfRuntime(), rows=rows()) == {}
+    assert instep.factors("p4", HalfOfRuntime(), rows=rows()) == {"gemm": pytest.approx(0.5)}
+
+
+def test_the_label_names_factors_and_held_out_models():
+    line = instep.describe("t4", {"gemm": 0.784, "norm": 0.9}, ["bert_large"])
+    assert line == "in-step t4 (gemm x0.78, norm x0.90; without bert_large)"
