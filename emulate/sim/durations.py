@@ -243,7 +243,10 @@ def _collective_spec(ev: dict[str, Any], ranks_per_node: int) -> dict[str, Any] 
         spec = {"family": "collective", "op": op, "bytes": int(ev["bytes"]), "ranks": ranks,
                 "dtype": _canonical_dtype(ev.get("dtype"))}
     spec.setdefault("ranks", ranks)
-    spec["ranks_per_node"] = min(int(spec["ranks"]), ranks_per_node)
+    # a trace that knows its communicator's placement (the busiest node's members) keeps it: a 2-rank
+    # data-parallel group of ranks 0 and 8 spans two nodes although 2 <= ranks per node
+    placed = spec.get("ranks_per_node")
+    spec["ranks_per_node"] = min(int(spec["ranks"]), ranks_per_node, int(placed) if placed else ranks_per_node)
     spec.setdefault("dtype", "bf16")
     return spec
 
