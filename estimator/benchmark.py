@@ -271,10 +271,9 @@ SIZE_LABELS = ("<64KiB", "64KiB-1MiB", "1-16MiB", ">=16MiB")
 
 
 def nccl_models() -> dict:
-    from estimator.nccl import NcclEstimator
-
+    """The NCCL-structured model through the plug-in interface (``estimator.models`` kind ``nccl``)."""
     return {"alpha-beta": MODELS["roofline"], "xgboost": MODELS["xgboost"],
-            "nccl": (NcclEstimator, None, None), "nccl+residual": (lambda: NcclEstimator(residual=True), None, None)}
+            "nccl": ("nccl", {"residual": False}, None), "nccl+residual": ("nccl", {"residual": True}, None)}
 
 
 def nccl_folds(frame: pd.DataFrame, test_share: float = 0.2, seed: int = 0) -> list:

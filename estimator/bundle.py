@@ -31,6 +31,7 @@ KINDS: dict[str, str] = {
     "roofline": "estimator.analytical:RooflineEstimator",
     "xgboost": "estimator.xgb:XGBoostEstimator",
     "mlp": "estimator.mlp:MLPEstimator",
+    "nccl": "estimator.nccl:NcclEstimator",
 }
 
 

@@ -12,6 +12,7 @@ MODEL_KINDS: dict[str, str] = {
     "mlp": "estimator.mlp:MLPEstimator",
     "random_forest": "estimator.forest:RandomForestEstimator",
     "roofline": "estimator.analytical:RooflineEstimator",
+    "nccl": "estimator.nccl:NcclEstimator",  # collectives only: NCCL's algorithms and protocols, fitted per device
 }
 
 

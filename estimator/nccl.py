@@ -33,6 +33,8 @@ time, the link bandwidth), every device of the source weighing the same; a row w
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -229,8 +231,52 @@ class NcclEstimator(KernelEstimator):
         self.default: dict[str, float] = dict(PARAMS)
         self._boosters: dict = {}  # source -> XGBoost booster of log(measured / model)
 
+    def get_params(self) -> dict[str, Any]:
+        return {"residual": self.residual, "min_rows": self.min_rows}
+
+    @property
     def families(self) -> tuple[str, ...]:
         return ("collective",)
+
+    # -- persistence: meta.json (figures per device and source) plus one UBJ booster per residual source --------
+    def save(self, path: str | Path) -> Path:
+        from estimator.bundle import seal_estimator_dir, write_json_atomic
+        from profiling.atomic import write_bytes_atomic
+
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        residuals = {}
+        for i, (source, booster) in enumerate(sorted(self._boosters.items())):
+            residuals[source] = f"residual_{i}.ubj"
+            write_bytes_atomic(path / residuals[source], bytes(booster.save_raw("ubj")))
+        write_json_atomic(path / "meta.json", {"kind": "nccl", "version": self.version, "params": self.get_params(),
+                                               "figures": self.params, "default": self.default,
+                                               "residuals": residuals})
+        seal_estimator_dir(path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "NcclEstimator":
+        from estimator.bundle import read_json
+
+        path = Path(path)
+        meta = read_json(path / "meta.json")
+        if meta.get("kind") != "nccl":
+            raise ValueError(f"{path / 'meta.json'}: field 'kind' is {meta.get('kind')!r}, expected 'nccl'")
+        model = cls(**meta["params"])
+        model.version = str(meta.get("version", cls.version))
+        model.params = {str(k): {n: float(v) for n, v in fig.items()} for k, fig in meta["figures"].items()}
+        model.default = {n: float(v) for n, v in meta["default"].items()}
+        if meta.get("residuals"):
+            import xgboost as xgb
+
+            for source, name in meta["residuals"].items():
+                if "/" in name or name.startswith("."):
+                    raise ValueError(f"{path / 'meta.json'}: field 'residuals.{source}' must name a file in the folder")
+                booster = xgb.Booster()
+                booster.load_model(bytearray((path / name).read_bytes()))
+                model._boosters[str(source)] = booster
+        return model
 
     def fit(self, frame: pd.DataFrame, runtime_us: np.ndarray) -> "NcclEstimator":
         frame = as_frame(frame)

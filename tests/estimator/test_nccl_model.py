@@ -78,3 +78,20 @@ def test_only_collectives_are_accepted():
     with pytest.raises(ValueError, match="column 'family'"):
         NcclEstimator().predict(pd.DataFrame([{"family": "gemm", "hardware": "h100-sxm", "dtype": "bf16",
                                                "op": "x", "bytes": 1.0, "ranks": 1.0, "ranks_per_node": 1.0}]))
+
+
+def test_the_nccl_kind_builds_saves_and_loads_through_the_plug_in_interface(tmp_path):
+    import estimator
+    from estimator.models import make_estimator
+    from estimator.router import FamilyRouter
+
+    frame = collectives("h100-sxm")
+    model = make_estimator("nccl", "collective", {"residual": True}).fit(frame, measured(frame))
+    assert isinstance(model, NcclEstimator) and model.residual
+    FamilyRouter({"collective": model}).save(tmp_path / "bundle")
+    loaded = estimator.load(str(tmp_path / "bundle"))
+    probe = collectives("h100-sxm", ops=("all_reduce",), ranks=(4,), sizes=(2.0 ** 20, 2.0 ** 28))
+    np.testing.assert_allclose(loaded.predict(probe), model.predict(probe), rtol=1e-6)
+    assert not np.allclose(model.predict(probe), NcclEstimator().predict(probe))  # the fit travelled, not defaults
+    with pytest.raises(ValueError, match="family 'gemm'"):
+        make_estimator("nccl", "gemm")
