@@ -276,6 +276,18 @@ def _remove_shared_memory() -> None:
             area.unlink(missing_ok=True)
 
 
+def _install_sparse(shim: ctypes.CDLL) -> dict[str, Any]:
+    """A sparse run (``--run-ranks``): answer for the absent ranks (emulate/sparse_store.py, loaded by its path so
+    that nothing of the project lands on the script's ``sys.path``); returns the record kept in the op table."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_stepcast_sparse_store",
+                                                  Path(__file__).resolve().with_name("sparse_store.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.install(shim)
+
+
 def _watch_stop_signal(on_stop: Callable[[int], None]) -> None:
     """Run ``on_stop(signum)`` on a thread of its own when SIGTERM arrives (blocked elsewhere: see
     :func:`_belong_to_launcher`). Without the launcher's mask (a rank started by hand) it is blocked here."""
@@ -293,6 +305,7 @@ def main(argv: list[str]) -> int:
     if os.environ.get("STEPCAST_BACKEND", "shim") == "shim":
         torch.backends.cudnn.enabled = False
         torch.backends.cuda.enable_cudnn_sdp(False)  # SDPA would pick cuDNN attention on sm90+; flash/efficient
+    sparse = _install_sparse(shim) if os.environ.get("STEPCAST_RUN_RANKS") else None
     native = os.environ.get("STEPCAST_OPCTX")
     recorder = NativeOpContext(native) if native else OpRecorder(shim)
     status: dict[str, Any] = {"exit": "ok"}
@@ -311,6 +324,8 @@ def main(argv: list[str]) -> int:
         sidecar = {"ops": recorder.dump(), "memory": _memory_stats(shim), "status": status,
                    "op_context": "record_function" if native else "dispatch_mode",
                    "torch": torch.__version__, "script": str(script), "argv": sys.argv[1:], **(extra or {})}
+        if sparse is not None:
+            sidecar["sparse"] = sparse
         log = Path(os.environ["STEPCAST_LOG"])
         tmp = log.with_name(log.name + ".ops.json.tmp")
         tmp.write_text(json.dumps(sidecar))

@@ -4,6 +4,7 @@ write one trace per rank, then simulate it and write the report."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -47,6 +48,9 @@ def add_run_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--gzip", action="store_true", help="write the captured traces gzip-compressed")
     p.add_argument("--capture-only", action="store_true", help="capture the traces; skip the simulation")
     p.add_argument("--no-dedup", action="store_true", help="run every rank, even ranks identical to a lower one")
+    p.add_argument("--run-ranks", metavar="LIST", default=None,
+                   help="start only these ranks of the job (e.g. 0-7 or 0-7,64-71: one data-parallel replica); "
+                   "the others are copies of a running twin")
     p.add_argument("--backend", choices=("shim", "driver"), default="shim",
                    help="device emulation: shim (default; NCCL emulated) or driver (torch's real cuBLAS, cuDNN and "
                    "Triton launch the kernels a real GPU would run; one rank only)")
@@ -78,6 +82,14 @@ def run_command(ns: argparse.Namespace) -> int:
                     f"{per_node} for {ns.nproc * ns.nodes} ranks")
     if ns.backend == "driver" and ns.nproc * ns.nodes > 1:
         return fail("--backend driver runs one rank only: NCCL is emulated by the shim alone (use --backend shim)")
+    ns.run_rank_list = None
+    if ns.run_ranks is not None:
+        from emulate.roles import RunRanksError, parse_run_ranks
+
+        try:
+            ns.run_rank_list = parse_run_ranks(ns.run_ranks, ns.nproc * ns.nodes)
+        except RunRanksError as exc:
+            return fail(str(exc))
     script_args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
     try:
         check_torch_build()
@@ -102,7 +114,7 @@ def capture_and_simulate(ns: argparse.Namespace, spec: HardwareSpec, shim: Path,
                          script_args: list[str], trace_dir: Path) -> int:
     from emulate.collate import collate, repair_log
     from emulate.launcher import (
-        EXIT_RANK_FAILED, RankProcess, RunInterrupted, exit_codes, failed_ranks, launch, new_run_id,
+        EXIT_RANK_FAILED, RankProcess, RunInterrupted, exit_codes, failed_ranks, hosted_store, launch, new_run_id,
         remove_shared_memory, stop, stop_signals_raise, wait,
     )
 
@@ -111,11 +123,12 @@ def capture_and_simulate(ns: argparse.Namespace, spec: HardwareSpec, shim: Path,
     ranks: list[RankProcess] = []
     interrupted: RunInterrupted | None = None
     started = time.perf_counter()
-    with stop_signals_raise():
+    run_ranks = getattr(ns, "run_rank_list", None)
+    with stop_signals_raise(), (hosted_store(world) if run_ranks else contextlib.nullcontext()) as store_port:
         try:
             launch(ns.script.resolve(), script_args, shim=shim, spec=spec, nproc=ns.nproc, nodes=ns.nodes,
                    trace_dir=trace_dir, run_id=run_id, ranks=ranks, opctx=opctx, dedup=not ns.no_dedup,
-                   backend=ns.backend)
+                   backend=ns.backend, run_ranks=run_ranks, store_port=store_port)
             wait(ranks)
         except RunInterrupted as exc:
             interrupted = exc
@@ -139,19 +152,20 @@ def capture_and_simulate(ns: argparse.Namespace, spec: HardwareSpec, shim: Path,
 
     logs = [r.log for r in ranks]
     missing = [str(p) for p in logs if not p.is_file()]
-    if missing or len(ranks) < world:
-        absent = missing or [f"rank{r}.log" for r in range(len(ranks), world)]
+    expected = run_ranks or list(range(world))
+    if missing or len(ranks) < len(expected):
+        absent = missing or [f"rank{r}.log" for r in expected[len(ranks):]]
         print(f"stepcast: {reason or 'capture incomplete'}: no capture log from {', '.join(absent)} (the rank ended "
               f"before the shim loaded); capture folder {trace_dir}", file=sys.stderr)
         if ns.report:
             write_json_atomic(ns.report, {"partial": True, "partial_reason": reason, "capture_dir": str(trace_dir),
-                                          "exit_codes": [codes.get(r) for r in range(world)]}, indent=1)
+                                          "exit_codes": [codes.get(r) for r in expected]}, indent=1)
         return exit_code or EXIT_RANK_FAILED
     if partial:
         for log in logs:
             repair_log(log)
     capture = collate(logs, hardware=spec.id, world_size=world, ranks_per_node=ns.nproc, trace_dir=trace_dir,
-                      gzip=ns.gzip)
+                      gzip=ns.gzip, rank_ids=run_ranks)
     capture.update({"capture_dir": str(trace_dir), "capture_seconds": round(capture_s, 3),
                     "exit_codes": [codes[r.rank] for r in ranks], "partial": partial})
     if partial:
@@ -162,7 +176,7 @@ def capture_and_simulate(ns: argparse.Namespace, spec: HardwareSpec, shim: Path,
         if partial:
             print(f"stepcast: {reason}: traces up to then are in {trace_dir}", file=sys.stderr)
         else:
-            print(f"stepcast: captured {world} rank(s) on a virtual {spec.name}: peak memory "
+            print(f"stepcast: captured {len(ranks)} of {world} rank(s) on a virtual {spec.name}: peak memory "
                   f"{capture['peak_memory_bytes'] / 2**30:.2f} GiB; traces in {trace_dir}")
         return exit_code
     return simulate_capture(ns, spec, capture, reason, exit_code)
@@ -172,7 +186,7 @@ def simulate_capture(ns: argparse.Namespace, spec: HardwareSpec, capture: dict, 
                      exit_code: int) -> int:
     """Simulate the captured traces and write the report. A partial capture is simulated over the iterations
     every rank completed (``iterations_simulated``); with none, the report holds the capture facts only."""
-    from emulate.collate import complete_iterations
+    from emulate.collate import complete_iterations, read_copies
     from profiling.errors import one_line
     from emulate.sim.engine import SimulationDeadlock
     from emulate.simulate import publish, simulate
@@ -186,8 +200,9 @@ def simulate_capture(ns: argparse.Namespace, spec: HardwareSpec, capture: dict, 
             capture["iterations_simulated"] = done
             if not done:
                 return partial_without_simulation(ns, capture, reason, exit_code, "no iteration completed on every rank")
+        copies = read_copies(Path(capture["copies"])) if capture.get("copies") else None
         result = simulate(docs, spec.id, nodes=ns.nodes, host_speed=ns.host_speed, sources=[str(p) for p in paths],
-                          queue_depth=ns.launch_queue)
+                          queue_depth=ns.launch_queue, copies=copies)
         report = publish(result, paths, ns.report, ns.trace, extra=capture, quiet=reason is not None)
     except (TraceFormatError, ValueError, SimulationDeadlock) as exc:
         if reason is not None:

@@ -4,6 +4,7 @@ the shim's (``rank<k>.log``, :mod:`emulate.shimlog`) or the emulated driver's (`
 from __future__ import annotations
 
 import platform
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import copy
 from emulate.driver.tracelog import DriverLog, driver_events, is_driver_log, read_driver_log
 from emulate.shimlog import comm_sizes, peak_device_bytes, rank_events, read_rank_log
 from emulate.trace import write_trace
+from profiling.atomic import write_json_atomic
 
 
 CUDNN_ON_DRIVER = "enabled: the real cuDNN chooses and launches its kernels on the emulated driver"
@@ -32,6 +34,68 @@ def splice_duplicate(own: list[dict[str, Any]], representative: list[dict[str, A
     for seq, ev in enumerate(events):
         ev["seq"] = seq
     return events
+
+
+COPIES_FILE = "copies.json"
+
+
+def sparse_copies(run_ranks: list[int], world_size: int, records: list[dict[str, Any]],
+                  trace_dir: Path) -> dict[str, Any]:
+    """The capture report's fields of a sparse run: which ranks ran, which were copied from which twin, warnings;
+    each copy's communicator map goes to ``trace_dir/copies.json`` ({rank: {twin, comm_map}}), which the
+    simulation reads (:func:`read_copies`)."""
+    from emulate.roles import copies, ranges
+
+    absent, warnings = copies(run_ranks, world_size, records)
+    by_twin: dict[int, list[int]] = {}
+    for c in absent.values():
+        by_twin.setdefault(c.twin, []).append(c.rank)
+    path = trace_dir / COPIES_FILE
+    write_json_atomic(path, {str(c.rank): {"twin": c.twin, "comm_map": c.comm_map, "structured": c.structured}
+                             for c in absent.values()}, indent=None)
+    if absent:
+        warnings.append("copies are assumed to run their twin's operations exactly (e.g. ranks holding the first or "
+                        "last pipeline stage of another replica, or data-dependent control flow, are assumed equal)")
+    return {"ranks_run": ranges(run_ranks), "ranks_copied": {str(t): ranges(rs) for t, rs in sorted(by_twin.items())},
+            "copies": str(path), "sparse_warnings": warnings}
+
+
+def communicator_members(logs: list[Any], rank_of: list[int], sparse_records: list[dict[str, Any]]) -> dict[str, list[int]]:
+    """Global ranks of each communicator: the ranks whose logs hold it, or, in a sparse run, its process group's
+    ranks (absent members hold no log)."""
+    members: dict[str, set[int]] = {}
+    for rank, log in zip(rank_of, logs):
+        for comm in getattr(log, "comms", {}):
+            members.setdefault(comm, set()).add(rank)
+    if sparse_records:
+        from emulate.roles import groups_from_records
+
+        for grp in groups_from_records(sparse_records):
+            if grp.comm:
+                members[grp.comm] = set(grp.ranks)
+            for key, comm in grp.p2p.items():
+                members[comm] = {grp.ranks[int(x)] for x in key.split(":")}
+    return {comm: sorted(ranks) for comm, ranks in members.items()}
+
+
+def place_collectives(all_events: list[list[dict[str, Any]]], members: dict[str, list[int]],
+                      ranks_per_node: int) -> None:
+    """Each collective's ``spec.ranks_per_node``: its communicator's members on the busiest node (ranks
+    ``k * ranks_per_node`` ... on node k), so a group spread over nodes is timed over the network (NCCL model:
+    estimator/nccl.py) however small it is."""
+    busiest = {comm: max(Counter(r // ranks_per_node for r in ranks).values())
+               for comm, ranks in members.items() if ranks}
+    for events in all_events:
+        for ev in events:
+            if ev.get("kind") == "collective" and isinstance(ev.get("spec"), dict) and ev.get("comm") in busiest:
+                ev["spec"]["ranks_per_node"] = min(int(ev["spec"].get("ranks") or 1), busiest[ev["comm"]])
+
+
+def read_copies(path: Path) -> dict[int, dict[str, Any]]:
+    """``copies.json`` of a sparse run: {rank: {"twin": int, "comm_map": {comm: [comm, rank, peer numbers]}}}."""
+    import json
+
+    return {int(r): c for r, c in json.loads(Path(path).read_text()).items()}
 
 
 def repair_log(path: Path) -> bool:
@@ -58,30 +122,45 @@ def complete_iterations(docs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]
 
 
 def collate(log_paths: list[Path], *, hardware: str, world_size: int, ranks_per_node: int, trace_dir: Path,
-            gzip: bool = False) -> dict[str, Any]:
-    """Write ``trace_dir/rank<k>.trace.json[.gz]`` for every rank and return the capture report fields."""
+            gzip: bool = False, rank_ids: list[int] | None = None) -> dict[str, Any]:
+    """Write ``trace_dir/rank<k>.trace.json[.gz]`` for every rank that ran and return the capture report fields.
+    ``rank_ids``: the rank of each log (a sparse run, ``--run-ranks``; default 0, 1, ...): the absent ranks are
+    then described as copies of running ones (:func:`sparse_copies`) instead of traces of their own."""
     logs = [read_driver_log(p) if is_driver_log(p) else read_rank_log(p) for p in log_paths]
+    rank_of = list(rank_ids) if rank_ids is not None else list(range(len(logs)))
+    index_of = {r: i for i, r in enumerate(rank_of)}
+    sparse_records = [log.sidecar["sparse"] for log in logs if isinstance(log.sidecar.get("sparse"), dict)]
     sizes = comm_sizes(logs)
+    if sparse_records:  # absent members hold no log: a communicator's size is its group's
+        from emulate.roles import groups_from_records
+
+        for grp in groups_from_records(sparse_records):
+            if grp.comm:
+                sizes[grp.comm] = len(grp.ranks)
+            for comm in grp.p2p.values():
+                sizes[comm] = 2
     per_rank: list[dict[str, Any]] = []
     traces: list[str] = []
     all_events = [driver_events(log) if isinstance(log, DriverLog)
                   else rank_events(log, comm_sizes=sizes, ranks_per_node=ranks_per_node) for log in logs]
+    place_collectives(all_events, communicator_members(logs, rank_of, sparse_records), ranks_per_node)
     backend = "driver" if any(isinstance(log, DriverLog) for log in logs) else "shim"
     cudnn = (CUDNN_ON_DRIVER if backend == "driver" else
              "disabled: convolutions and batch norm take torch's native CUDA kernels, SDPA the flash / "
              "memory-efficient backends (a real sm90+ GPU may pick cuDNN)")
     deduplicated: dict[int, int] = {}
-    for rank, log in enumerate(logs):
+    for k, log in enumerate(logs):
         dedup = log.sidecar.get("dedup")
         if dedup is not None:
             rep = dedup["representative"]
-            all_events[rank] = splice_duplicate(all_events[rank], all_events[rep], dedup["mark"])
-            deduplicated[rank] = rep
-    for rank, log in enumerate(logs):
-        events = all_events[rank]
+            all_events[k] = splice_duplicate(all_events[k], all_events[index_of[rep]], dedup["mark"])
+            deduplicated[rank_of[k]] = rep
+    for k, log in enumerate(logs):
+        rank = rank_of[k]
+        events = all_events[k]
         memory = log.sidecar.get("memory", {})
         if rank in deduplicated:  # its run ended early: the representative's whole-run figures stand for it
-            memory = logs[deduplicated[rank]].sidecar.get("memory", memory)
+            memory = logs[index_of[deduplicated[rank]]].sidecar.get("memory", memory)
         meta = {"script": log.sidecar.get("script"), "argv": log.sidecar.get("argv"),
                 "torch": log.sidecar.get("torch"), "capture_host": platform.node(),
                 "capture_cpu": platform.processor() or platform.machine(), "status": log.sidecar.get("status"),
@@ -108,7 +187,8 @@ def collate(log_paths: list[Path], *, hardware: str, world_size: int, ranks_per_
             "trace": str(path),
         })
     generic = sorted({name for log in logs for name in log.unhandled})
-    return {
+    sparse = sparse_copies(rank_of, world_size, sparse_records, trace_dir) if rank_ids is not None else {}
+    return {**sparse,
         "emulation": {
             "backend": backend,
             "cudnn": cudnn,
@@ -122,6 +202,6 @@ def collate(log_paths: list[Path], *, hardware: str, world_size: int, ranks_per_
         "ranks": per_rank,
         "traces": traces,
         "deduplicated_ranks": {str(r): rep for r, rep in deduplicated.items()},
-        "processes_run_to_completion": world_size - len(deduplicated),
+        "processes_run_to_completion": len(logs) - len(deduplicated),
         "trace": traces[0] if traces else None,
     }

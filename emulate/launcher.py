@@ -158,9 +158,34 @@ def rank_log(trace_dir: Path, rank: int, backend: str, pid: int) -> Path:
     return log if backend == "shim" else log.with_name(f"{log.name}.driver.{pid}.jsonl")
 
 
+@contextlib.contextmanager
+def hosted_store(world: int) -> Iterator[int]:
+    """The job's rendezvous store, hosted here for a sparse run (``--run-ranks``) as torchelastic's agent hosts it:
+    every rank is a client (``TORCHELASTIC_USE_AGENT_STORE=True``), so no rank waits for absent ones to connect.
+    Yields its port."""
+    from torch.distributed import TCPStore
+
+    store = TCPStore("127.0.0.1", 0, world_size=world, is_master=True, wait_for_workers=False)
+    try:
+        yield store.port
+    finally:
+        del store
+
+
+def sparse_environment(run_ranks: list[int], store_port: int) -> dict[str, str]:
+    """What the ranks of a sparse run need: the launcher's store, the list of running ranks (for
+    emulate/sparse_store.py) and no dedup (it would wait for every rank of the job). NCCL's dump-on-timeout
+    check is off: it polls the store with ``check``, which a store written in Python (the sparse store) cannot
+    serve, and a timeout dump needs the absent ranks anyway."""
+    return {"TORCHELASTIC_USE_AGENT_STORE": "True", "MASTER_PORT": str(store_port),
+            "STEPCAST_RUN_RANKS": ",".join(map(str, run_ranks)), "STEPCAST_DEDUP": "0",
+            "TORCH_NCCL_DUMP_ON_TIMEOUT": "0"}
+
+
 def launch(script: Path, script_args: list[str], *, shim: Path, spec: HardwareSpec, nproc: int, nodes: int,
            trace_dir: Path, run_id: str, ranks: list[RankProcess], opctx: Path | None = None,
-           dedup: bool = True, backend: str = "shim") -> list[RankProcess]:
+           dedup: bool = True, backend: str = "shim", run_ranks: list[int] | None = None,
+           store_port: int | None = None) -> list[RankProcess]:
     """Start world_size = nproc * nodes ranks on this machine (each node's ranks see nproc virtual devices),
     appending each to ``ranks`` as soon as it runs, so that a stop during the start still finds every rank.
     ``backend`` is the device emulation (:func:`backend_environment`); the driver runs one rank only (NCCL is
@@ -168,7 +193,10 @@ def launch(script: Path, script_args: list[str], *, shim: Path, spec: HardwareSp
 
     The capture layer is run by its file path with ``python -P``: nothing of this project is put on the script's
     ``sys.path`` (the repository's ``datasets/``, ``models/`` or ``conf/`` folders would shadow the user's
-    packages of the same names)."""
+    packages of the same names).
+
+    ``run_ranks`` (a sparse run): start only these ranks of the job, clients of the store the launcher hosts on
+    ``store_port`` (:func:`hosted_store`)."""
     if backend == "driver" and nproc * nodes > 1:
         raise EmulationUnavailable(f"--backend driver runs one rank only ({nproc * nodes} asked): NCCL is emulated "
                                    "by the shim alone; use --backend shim")
@@ -184,8 +212,12 @@ def launch(script: Path, script_args: list[str], *, shim: Path, spec: HardwareSp
     })
     port = free_port()
     trace_dir.mkdir(parents=True, exist_ok=True)
-    for rank in range(nproc * nodes):
+    for rank in (run_ranks if run_ranks is not None else range(nproc * nodes)):
         env = {**base, **torchrun_environment(rank, nproc, nodes, port)}
+        if run_ranks is not None:
+            if store_port is None:
+                raise ValueError("a sparse run (run_ranks) needs the launcher's store (store_port)")
+            env.update(sparse_environment(run_ranks, store_port))
         env["STEPCAST_LOG"] = str(trace_dir / f"rank{rank}.log")
         if backend == "driver":
             env["STEPCAST_DRIVER_LOG"] = f"{env['STEPCAST_LOG']}.driver"

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from emulate.sim.copies import comm_view
 from emulate.sim.durations import Durations
 from emulate.sim.program import COLLECTIVE, RankProgram
 
@@ -101,9 +102,10 @@ def collate(programs: list[RankProgram], durations: Durations) -> tuple[list[lis
         p2p_seq: dict[tuple, int] = defaultdict(int)
         for i in np.flatnonzero(prog.kind_array == COLLECTIVE).tolist():
             ev = prog.events[i]
-            op, comm = ev.get("op"), ev.get("comm")
-            if op in ("send", "recv") and ev.get("peer") is not None:
-                peer = global_rank.get((comm, int(ev["peer"])), int(ev["peer"]))
+            op = ev.get("op")
+            comm, _, peer = comm_view(prog, ev)
+            if op in ("send", "recv") and peer is not None:
+                peer = global_rank.get((comm, int(peer)), int(peer))
                 src, dst = (prog.rank, peer) if op == "send" else (peer, prog.rank)
                 n = p2p_seq[(comm, src, dst)]
                 p2p_seq[(comm, src, dst)] += 1
@@ -151,10 +153,10 @@ def _communicator_members(programs: list[RankProgram]) -> dict[tuple[Any, int], 
     users: dict[Any, set[int]] = defaultdict(set)
     for prog in programs:
         for i in np.flatnonzero(prog.kind_array == COLLECTIVE).tolist():
-            ev = prog.events[i]
-            users[ev.get("comm")].add(prog.rank)
-            if ev.get("comm_rank") is not None:
-                members.setdefault((ev.get("comm"), int(ev["comm_rank"])), prog.rank)
+            comm, comm_rank, _ = comm_view(prog, prog.events[i])
+            users[comm].add(prog.rank)
+            if comm_rank is not None:
+                members.setdefault((comm, int(comm_rank)), prog.rank)
     # A communicator whose members' numbers were not recorded (one made by ncclCommSplit): numbered by ascending
     # global rank, as torch.distributed.new_group orders its members (the split key is the rank).
     named = {comm for comm, _ in members}

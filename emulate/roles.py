@@ -1,0 +1,200 @@
+"""Which ranks of a job run and which are copies: the ``--run-ranks`` list, the twin each absent rank copies, and the
+communicators a copy uses in place of its twin's.
+
+A sparse run (:mod:`emulate.sparse_store`) records every process group the script creates (the same list on every
+rank: torch creates each group on every rank, in the same order) with the communicator the shim made for it where a
+running rank was a member. An absent rank ``a`` copies a twin ``t``: the running rank of the smallest group that
+holds ``a`` and exactly one running rank (earliest created on ties); with the ranks of one data-parallel replica
+running, that is ``a``'s data-parallel group, so ``a``'s twin holds the same model shard. ``a`` sits at position
+``i`` of that group; the world permutation ``sigma`` swaps every running rank ``x`` with the rank at position ``i``
+of ``x``'s own such group (of the same size), which maps ``t`` to ``a`` and each of ``t``'s groups to the group of
+``a`` in the same role (``t``'s tensor-parallel group to ``a``'s, the data-parallel group to itself). A copy's
+collectives are its twin's with each communicator replaced by its image under ``sigma``, and its rank within it
+(and a point-to-point peer) renumbered. Groups no running rank belongs to have no communicator: they are named
+``sparse:<group name>``. Where no group holds ``a`` with exactly one running rank (no such structure),
+``sigma`` shifts every rank by ``a - t`` (modulo the world), ``t`` being the running rank at ``a``'s position
+modulo the number of running ranks, and the report warns."""
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+class RunRanksError(ValueError):
+    """A ``--run-ranks`` value that does not parse or does not fit the job; the message is one line."""
+
+
+def parse_run_ranks(text: str, world: int) -> list[int]:
+    """``'0-7,16-23'`` or ``'0,1,2'`` -> sorted distinct ranks, each below ``world``; rank 0 must be among them
+    (it sets the job's first NCCL id and is every report's reference rank)."""
+    ranks: set[int] = set()
+    for part in text.replace(" ", "").split(","):
+        m = RANGE.match(part)
+        if not m:
+            raise RunRanksError(f"--run-ranks {text!r}: expected ranks and ranges like 0-7,16-23, found {part!r}")
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if hi < lo:
+            raise RunRanksError(f"--run-ranks {text!r}: range {part} runs backwards")
+        ranks.update(range(lo, hi + 1))
+    if max(ranks) >= world:
+        raise RunRanksError(f"--run-ranks {text!r}: rank {max(ranks)} is outside the job of {world} ranks "
+                            "(--nproc x --nodes)")
+    if 0 not in ranks:
+        raise RunRanksError(f"--run-ranks {text!r}: rank 0 must run")
+    return sorted(ranks)
+
+
+@dataclass
+class Group:
+    name: str
+    ranks: list[int]
+    index: int
+    comm: str | None = None                                  # its communicator, where a running rank made one
+    p2p: dict[str, str] = field(default_factory=dict)        # point-to-point key 'a:b' -> communicator
+
+    def comm_name(self) -> str:
+        return self.comm or f"sparse:{self.name}"
+
+    def p2p_name(self, key: str) -> str:
+        return self.p2p.get(key) or f"sparse:{self.name}:{key}"
+
+
+@dataclass
+class Copy:
+    """An absent rank: the running rank it copies and, per communicator of the twin, (its own communicator, its rank
+    in it, the new number of each of the twin communicator's members)."""
+
+    rank: int
+    twin: int
+    comm_map: dict[str, tuple[str, int, list[int]]]
+    structured: bool = True
+
+
+def groups_from_records(records: list[dict[str, Any]]) -> list[Group]:
+    """Merge the ranks' records (op tables' ``sparse``): the groups (same list everywhere) with the communicator any
+    running member made."""
+    if not records:
+        return []
+    base = max(records, key=lambda r: len(r.get("groups", [])))
+    groups = [Group(g["name"], list(g["ranks"]), i) for i, g in enumerate(base.get("groups", []))]
+    by_name = {g.name: g for g in groups}
+    for rec in records:
+        for g in rec.get("groups", []):
+            if g.get("comm") and g["name"] in by_name:
+                by_name[g["name"]].comm = by_name[g["name"]].comm or g["comm"]
+        for c in rec.get("comms", []):
+            grp = by_name.get(c["group"])
+            if grp is None:
+                continue
+            if ":" in c["key"]:
+                a, b = sorted(int(x) for x in c["key"].split(":"))
+                grp.p2p.setdefault(f"{a}:{b}", c["comm"])
+            elif grp.comm is None:
+                grp.comm = c["comm"]
+    return groups
+
+
+def _role_group(rank: int, groups: list[Group], running: set[int], size: int | None = None) -> Group | None:
+    best = None
+    for g in groups:
+        if rank in g.ranks and sum(r in running for r in g.ranks) == 1 and (size is None or len(g.ranks) == size):
+            if best is None or len(g.ranks) < len(best.ranks):
+                best = g
+    return best
+
+
+def _permutation(absent: int, run_ranks: list[int], groups: list[Group], world: int) -> tuple[int, dict[int, int], bool]:
+    """(twin, sigma as a partial map, whether the group structure gave it)."""
+    running = set(run_ranks)
+    home = _role_group(absent, groups, running)
+    if home is None:
+        twin = run_ranks[absent % len(run_ranks)]
+        shift = absent - twin
+        return twin, {x: (x + shift) % world for x in range(world)}, False
+    twin = next(r for r in home.ranks if r in running)
+    pos, twin_pos = home.ranks.index(absent), home.ranks.index(twin)
+    sigma: dict[int, int] = {}
+    for x in run_ranks:
+        g = _role_group(x, groups, running, len(home.ranks))
+        if g is None:
+            continue
+        y = g.ranks[(g.ranks.index(x) + pos - twin_pos) % len(g.ranks)]
+        sigma[x], sigma[y] = y, x
+    return twin, sigma, True
+
+
+def _twin_comms(twin: int, groups: list[Group]) -> list[tuple[str, Group, list[int], str | None]]:
+    """(communicator, group, its members in communicator order, p2p key or None) for every communicator of twin."""
+    out = []
+    for g in groups:
+        if twin not in g.ranks:
+            continue
+        out.append((g.comm_name(), g, g.ranks, None))
+        for key, comm in g.p2p.items():
+            a, b = (int(x) for x in key.split(":"))
+            if twin in (g.ranks[a], g.ranks[b]):
+                out.append((comm, g, [g.ranks[a], g.ranks[b]], key))
+    return out
+
+
+def copies(run_ranks: list[int], world: int, records: list[dict[str, Any]]) -> tuple[dict[int, Copy], list[str]]:
+    """Every absent rank's :class:`Copy`, and warnings (one line each) where a copy may differ from its twin."""
+    groups = groups_from_records(records)
+    by_set: dict[frozenset[int], list[Group]] = defaultdict(list)
+    for g in groups:
+        by_set[frozenset(g.ranks)].append(g)
+    running = set(run_ranks)
+    out: dict[int, Copy] = {}
+    unmatched: set[str] = set()
+    unstructured: list[int] = []
+    for a in range(world):
+        if a in running:
+            continue
+        twin, sigma, structured = _permutation(a, run_ranks, groups, world)
+        if not structured:
+            unstructured.append(a)
+        comm_map: dict[str, tuple[str, int, list[int]]] = {}
+        for comm, g, members, key in _twin_comms(twin, groups):
+            image = [sigma.get(r, r) for r in g.ranks]
+            twins_of_set = by_set[frozenset(g.ranks)]
+            candidates = by_set.get(frozenset(image), [])
+            ordinal = twins_of_set.index(g)
+            if a not in image or ordinal >= len(candidates):
+                unmatched.add(comm)
+                continue
+            target = candidates[ordinal]
+            mapped = [sigma.get(r, r) for r in members]
+            if key is None:
+                new_members, name = target.ranks, target.comm_name()
+            else:
+                local = sorted(target.ranks.index(r) for r in mapped)
+                new_members = [target.ranks[j] for j in local]
+                name = target.p2p_name(f"{local[0]}:{local[1]}")
+            comm_map[comm] = (name, new_members.index(a), [new_members.index(r) for r in mapped])
+        out[a] = Copy(a, twin, comm_map, structured)
+    warnings = []
+    if unstructured:
+        warnings.append(f"ranks {ranges(unstructured)} copy the running rank at their position modulo "
+                        f"{len(run_ranks)} (no process group holds them with exactly one running rank): a copy may "
+                        "differ from its twin")
+    if unmatched:
+        warnings.append(f"{len(unmatched)} communicator(s) of running ranks have no counterpart for some copies "
+                        "(the group structure is not symmetric): those copies keep their twin's")
+    return out, warnings
+
+
+def ranges(ranks: list[int]) -> str:
+    """[0,1,2,5] -> '0-2,5'."""
+    parts: list[str] = []
+    for r in sorted(ranks):
+        if parts and r == int(parts[-1].rsplit("-", 1)[-1]) + 1:
+            parts[-1] = f"{parts[-1].split('-')[0]}-{r}"
+        else:
+            parts.append(str(r))
+    return ",".join(parts)
+
+

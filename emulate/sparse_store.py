@@ -1,0 +1,194 @@
+"""Inside one rank of a sparse run (``stepcast run --run-ranks``): only some ranks of the job run as processes, so
+whatever torch waits for from the absent ones must be answered here.
+
+Loaded by :mod:`emulate.capture` (by its file path: nothing of the project is on the script's ``sys.path``) when
+``STEPCAST_RUN_RANKS`` lists the ranks that run. What it does, and why:
+
+- the rendezvous store is hosted by the launcher (``TORCHELASTIC_USE_AGENT_STORE=True``: every rank is a client,
+  so none waits for ``WORLD_SIZE`` workers to connect); torch's store barriers are off by default
+  (``TORCH_DIST_INIT_BARRIER``), so the store is otherwise only used to hand NCCL unique ids around;
+- every process group is created through ``_new_process_group_helper`` on every rank (members and non-members,
+  in the same order), which is wrapped here to record each group (name, global ranks, the communicator the shim
+  made for it: ``stepcast_last_comm``) and to give the group a :class:`SparseStore`;
+- NCCL's unique id of a communicator is set in the store by the group's rank 0 (the lower rank of a
+  point-to-point pair) and read by the others: when that rank is absent, :class:`SparseStore` answers with an id
+  made from the key alone, which every present member computes the same way;
+- the shim's small-collective exchange (emulate/csrc/datapath.c, communicators of 2 to 64 members made from a
+  unique id) waits for every member: absent members are marked stopped in its shared-memory header before the
+  communicator exists, so a present member's slot speaks for them (the layout below mirrors ``shm_header``);
+- a gloo group with absent members cannot be created (gloo connects every pair of members through the store):
+  that is refused with one line naming the group.
+
+The records go to the rank's op table (``sparse``), from which the collator rebuilds the absent ranks
+(:mod:`emulate.roles`)."""
+from __future__ import annotations
+
+import ctypes
+import inspect
+import mmap
+import os
+import re
+from datetime import timedelta
+from typing import Any
+
+import torch.distributed as dist
+from torch.distributed import distributed_c10d as c10d
+
+UNIQUE_ID_BYTES = 128               # NCCL_UNIQUE_ID_BYTES
+SHIM_ID_PREFIX = b"stepcast-nccl"   # what the shim's ncclGetUniqueId writes (emulate/csrc/nccl.c)
+SHM_MAX_RANKS = 64                  # datapath.c MAX_RANKS
+SHM_SLOT = 1 << 20                  # datapath.c SLOT
+SHM_HEADER = 4096
+SHM_STOPPED_OFFSET = 2 * SHM_MAX_RANKS * 8   # shm_header: posted[64], done[64], stopped[64], program[64]
+COUNTER_KEY = re.compile(r"\d+")
+P2P_KEY = re.compile(r"(\d+):(\d+)")
+
+
+class SparseRunError(RuntimeError):
+    """Something a sparse run cannot emulate; the message is one line."""
+
+
+def present_ranks() -> frozenset[int]:
+    return frozenset(int(r) for r in os.environ["STEPCAST_RUN_RANKS"].split(",") if r)
+
+
+def comm_id(unique_id: bytes) -> str:
+    """The shim's communicator id for a unique id: 64-bit FNV-1a of its 128 bytes (nccl.c ``id_key``)."""
+    h = 0xcbf29ce484222325
+    for b in unique_id[:UNIQUE_ID_BYTES].ljust(UNIQUE_ID_BYTES, b"\0"):
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return f"nccl-{h:016x}"
+
+
+def stand_in_unique_id(key: str) -> bytes:
+    """The unique id of a communicator whose id-setting rank is absent: from the store key only."""
+    return (SHIM_ID_PREFIX + b" sparse " + key.encode()[-100:]).ljust(UNIQUE_ID_BYTES, b"\0")
+
+
+def mark_absent_members(comm: str, members: list[int], present: frozenset[int]) -> None:
+    """Mark the absent members of a communicator stopped in its small-collective area (created here if no member
+    has yet), so the exchange never waits for them."""
+    run = os.environ.get("STEPCAST_RUN_ID")
+    n = len(members)
+    absent = [j for j, r in enumerate(members) if r not in present]
+    if not run or not absent or not 2 <= n <= SHM_MAX_RANKS:
+        return
+    path = f"/dev/shm/stepcast-{run}-{comm}"
+    size = SHM_HEADER + n * SHM_SLOT
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        if os.fstat(fd).st_size < size:
+            os.ftruncate(fd, size)
+        with mmap.mmap(fd, SHM_HEADER) as header:
+            for j in absent:
+                header[SHM_STOPPED_OFFSET + 8 * j:SHM_STOPPED_OFFSET + 8 * (j + 1)] = (1).to_bytes(8, "little")
+    finally:
+        os.close(fd)
+
+
+class SparseStore(dist.Store):
+    """A process group's view of the rendezvous store that answers NCCL unique-id reads whose setter is absent
+    (module docstring); everything else goes to the real store."""
+
+    def __init__(self, inner: dist.Store, group: str, members: list[int], present: frozenset[int],
+                 comms: list[dict[str, Any]]) -> None:
+        super().__init__()
+        self._inner, self._group, self._members, self._present, self._comms = inner, group, members, present, comms
+
+    def _id_key(self, key: str) -> tuple[int, list[int]] | None:
+        """(global rank that sets the key, the communicator's members) for a unique-id key, else None."""
+        last = key.rsplit("/", 1)[-1]
+        if COUNTER_KEY.fullmatch(last):
+            return (self._members[0], self._members) if self._members else None
+        pair = P2P_KEY.fullmatch(last)
+        if pair:
+            a, b = sorted(int(x) for x in pair.groups())
+            if b < len(self._members):
+                return self._members[a], [self._members[a], self._members[b]]
+        return None
+
+    def _note(self, key: str, value: bytes) -> None:
+        id_key = self._id_key(key)
+        if id_key is None or len(value) != UNIQUE_ID_BYTES or not value.startswith(SHIM_ID_PREFIX):
+            return
+        comm = comm_id(value)
+        self._comms.append({"comm": comm, "group": self._group, "key": key.rsplit("/", 1)[-1],
+                            "members": id_key[1]})
+        mark_absent_members(comm, id_key[1], self._present)
+
+    def set(self, key: str, value: Any) -> None:
+        data = value.encode() if isinstance(value, str) else bytes(value)
+        self._note(key, data)
+        self._inner.set(key, data)
+
+    def get(self, key: str) -> bytes:
+        id_key = self._id_key(key)
+        if id_key is not None and id_key[0] not in self._present:
+            value = stand_in_unique_id(key)
+        else:
+            value = self._inner.get(key)
+        self._note(key, value)
+        return value
+
+    def add(self, key: str, value: int) -> int:
+        return self._inner.add(key, value)
+
+    def compare_set(self, key: str, expected: Any, desired: Any) -> bytes:
+        return self._inner.compare_set(key, expected, desired)
+
+    def check(self, keys: list[str]) -> bool:
+        return self._inner.check(keys)
+
+    def delete_key(self, key: str) -> bool:
+        return self._inner.delete_key(key)
+
+    def num_keys(self) -> int:
+        return self._inner.num_keys()
+
+    def set_timeout(self, timeout: timedelta) -> None:
+        self._inner.set_timeout(timeout)
+
+    def wait(self, keys: list[str], timeout: timedelta | None = None) -> None:
+        if timeout is None:
+            self._inner.wait(keys)
+        else:
+            self._inner.wait(keys, timeout)
+
+
+def install(shim: ctypes.CDLL) -> dict[str, Any]:
+    """Wrap torch's process-group creation (module docstring); returns the record the op table keeps."""
+    present = present_ranks()
+    record: dict[str, Any] = {"run_ranks": sorted(present), "groups": [], "comms": []}
+    shim.stepcast_last_comm.argtypes = [ctypes.c_char_p, ctypes.c_int]
+    shim.stepcast_last_comm.restype = ctypes.c_int
+    buf = ctypes.create_string_buffer(64)
+
+    def last_comm() -> str:
+        shim.stepcast_last_comm(buf, len(buf))
+        return buf.value.decode()
+
+    original = c10d._new_process_group_helper
+    signature = inspect.signature(original)
+
+    def helper(*args: Any, **kwargs: Any):
+        bound = signature.bind(*args, **kwargs)
+        a = bound.arguments
+        members = list(a["global_ranks_in_group"]) or list(range(int(a["group_size"])))
+        name = str(a["group_name"])
+        absent = [r for r in members if r not in present]
+        if absent and "gloo" in str(a["backend"]).lower():
+            raise SparseRunError(
+                f"stepcast: process group {name!r} (ranks {members[:8]}{'...' if len(members) > 8 else ''}) uses "
+                f"gloo, which connects every member through the store, and ranks {absent[:8]} do not run in this "
+                "sparse run (--run-ranks): use NCCL-only groups (init_process_group('nccl'); Megatron: "
+                "create_gloo_process_groups=False) or run every rank")
+        a["store"] = SparseStore(a["store"], name, members, present, record["comms"])
+        before = last_comm()
+        out = original(*bound.args, **bound.kwargs)
+        after = last_comm()
+        record["groups"].append({"name": name, "ranks": members,
+                                 "comm": after if after != before and a["group_rank"] is not None else None})
+        return out
+
+    c10d._new_process_group_helper = helper
+    return record
