@@ -4,16 +4,17 @@ communicators a copy uses in place of its twin's.
 A sparse run (:mod:`emulate.sparse_store`) records every process group the script creates (the same list on every
 rank: torch creates each group on every rank, in the same order) with the communicator the shim made for it where a
 running rank was a member. An absent rank ``a`` copies a twin ``t``: the running rank of the smallest group that
-holds ``a`` and exactly one running rank (earliest created on ties); with the ranks of one data-parallel replica
-running, that is ``a``'s data-parallel group, so ``a``'s twin holds the same model shard. ``a`` sits at position
-``i`` of that group; the world permutation ``sigma`` swaps every running rank ``x`` with the rank at position ``i``
-of ``x``'s own such group (of the same size), which maps ``t`` to ``a`` and each of ``t``'s groups to the group of
-``a`` in the same role (``t``'s tensor-parallel group to ``a``'s, the data-parallel group to itself). A copy's
+holds ``a`` and exactly one running rank (earliest created on ties): with the ranks of one data-parallel replica
+running, ``a``'s data-parallel group, so the twin holds the same model shard; with one rank per pipeline stage
+running, ``a``'s tensor-parallel group (or the tensor x data-parallel group of its stage). The groups that partition the world (every tensor-parallel group, every data-parallel group, every pipeline group:
+:func:`families`) give every rank coordinates, its position in its group of each; the world permutation ``sigma``
+adds the coordinates of ``a`` minus those of ``t`` to every rank's, which maps ``t`` to ``a`` and each of ``t``'s
+groups to the group of ``a`` in the same role (``t``'s pipeline group to ``a``'s, its data-parallel group to ``a``'s). A copy's
 collectives are its twin's with each communicator replaced by its image under ``sigma``, and its rank within it
 (and a point-to-point peer) renumbered. Groups no running rank belongs to have no communicator: they are named
-``sparse:<group name>``. Where no group holds ``a`` with exactly one running rank (no such structure),
-``sigma`` shifts every rank by ``a - t`` (modulo the world), ``t`` being the running rank at ``a``'s position
-modulo the number of running ranks, and the report warns."""
+``sparse:<group name>``. Where no group holds ``a`` with exactly one running rank, or the groups give no
+coordinates (no grid structure), ``sigma`` shifts every rank by ``a - t`` (modulo the world), ``t`` being the
+running rank at ``a``'s position modulo the number of running ranks, and the report warns."""
 from __future__ import annotations
 
 import re
@@ -53,6 +54,7 @@ class Group:
     name: str
     ranks: list[int]
     index: int
+    desc: str | None = None                                  # torch's group_desc (Megatron names its groups)
     comm: str | None = None                                  # its communicator, where a running rank made one
     p2p: dict[str, str] = field(default_factory=dict)        # point-to-point key 'a:b' -> communicator
 
@@ -80,7 +82,7 @@ def groups_from_records(records: list[dict[str, Any]]) -> list[Group]:
     if not records:
         return []
     base = max(records, key=lambda r: len(r.get("groups", [])))
-    groups = [Group(g["name"], list(g["ranks"]), i) for i, g in enumerate(base.get("groups", []))]
+    groups = [Group(g["name"], list(g["ranks"]), i, g.get("desc")) for i, g in enumerate(base.get("groups", []))]
     by_name = {g.name: g for g in groups}
     for rec in records:
         for g in rec.get("groups", []):
@@ -107,23 +109,62 @@ def _role_group(rank: int, groups: list[Group], running: set[int], size: int | N
     return best
 
 
-def _permutation(absent: int, run_ranks: list[int], groups: list[Group], world: int) -> tuple[int, dict[int, int], bool]:
-    """(twin, sigma as a partial map, whether the group structure gave it)."""
+def families(groups: list[Group], world: int) -> list[list[Group]]:
+    """Blocks of groups, in creation order, that partition the world: consecutive groups of one size (and one
+    ``desc``), disjoint, covering every rank (every tensor-parallel group, every data-parallel group...)."""
+    out, i = [], 0
+    while i < len(groups):
+        size, desc = len(groups[i].ranks), groups[i].desc
+        k = world // size if 1 < size < world and world % size == 0 else 0
+        block = groups[i:i + k]
+        if k and len(block) == k and all(len(g.ranks) == size and g.desc == desc for g in block) and \
+                len({r for g in block for r in g.ranks}) == world:
+            out.append(block)
+            i += k
+        else:
+            i += 1
+    return out
+
+
+def coordinates(groups: list[Group], world: int) -> list[list[Group]]:
+    """The families that give every rank distinct coordinates (its position in its group of each family),
+    smallest groups first, a family kept only when it tells more ranks apart; [] when they never identify every
+    rank (no grid structure)."""
+    chosen: list[list[Group]] = []
+    keys: list[tuple[int, ...]] = [() for _ in range(world)]
+    for family in sorted(families(groups, world), key=lambda f: (len(f[0].ranks), f[0].index)):
+        pos = [0] * world
+        for g in family:
+            for q, r in enumerate(g.ranks):
+                pos[r] = q
+        extended = [k + (p,) for k, p in zip(keys, pos)]
+        if len(set(extended)) > len(set(keys)):
+            chosen.append(family)
+            keys = extended
+        if len(set(keys)) == world:
+            return chosen
+    return []
+
+
+def _permutation(absent: int, run_ranks: list[int], groups: list[Group], world: int,
+                 grid: list[list[Group]]) -> tuple[int, dict[int, int], bool]:
+    """(twin, sigma as a map of the ranks it moves, whether the group structure gave it)."""
     running = set(run_ranks)
     home = _role_group(absent, groups, running)
-    if home is None:
-        twin = run_ranks[absent % len(run_ranks)]
+    if home is None or not grid:
+        twin = run_ranks[absent % len(run_ranks)] if home is None else next(r for r in home.ranks if r in running)
         shift = absent - twin
-        return twin, {x: (x + shift) % world for x in range(world)}, False
+        return twin, {x: (x + shift) % world for x in range(world)}, home is not None
     twin = next(r for r in home.ranks if r in running)
-    pos, twin_pos = home.ranks.index(absent), home.ranks.index(twin)
-    sigma: dict[int, int] = {}
-    for x in run_ranks:
-        g = _role_group(x, groups, running, len(home.ranks))
-        if g is None:
-            continue
-        y = g.ranks[(g.ranks.index(x) + pos - twin_pos) % len(g.ranks)]
-        sigma[x], sigma[y] = y, x
+    position = [[0] * world for _ in grid]
+    for f, family in enumerate(grid):
+        for g in family:
+            for q, r in enumerate(g.ranks):
+                position[f][r] = q
+    rank_at = {tuple(p[r] for p in position): r for r in range(world)}
+    sizes = [len(family[0].ranks) for family in grid]
+    delta = [p[absent] - p[twin] for p in position]
+    sigma = {r: rank_at[tuple((p[r] + d) % n for p, d, n in zip(position, delta, sizes))] for r in range(world)}
     return twin, sigma, True
 
 
@@ -148,13 +189,14 @@ def copies(run_ranks: list[int], world: int, records: list[dict[str, Any]]) -> t
     for g in groups:
         by_set[frozenset(g.ranks)].append(g)
     running = set(run_ranks)
+    grid = coordinates(groups, world)
     out: dict[int, Copy] = {}
     unmatched: set[str] = set()
     unstructured: list[int] = []
     for a in range(world):
         if a in running:
             continue
-        twin, sigma, structured = _permutation(a, run_ranks, groups, world)
+        twin, sigma, structured = _permutation(a, run_ranks, groups, world, grid)
         if not structured:
             unstructured.append(a)
         comm_map: dict[str, tuple[str, int, list[int]]] = {}

@@ -186,7 +186,7 @@ def install(shim: ctypes.CDLL) -> dict[str, Any]:
         before = last_comm()
         out = original(*bound.args, **bound.kwargs)
         after = last_comm()
-        record["groups"].append({"name": name, "ranks": members,
+        record["groups"].append({"name": name, "ranks": members, "desc": a.get("group_desc"),
                                  "comm": after if after != before and a["group_rank"] is not None else None})
         return out
 

@@ -1,0 +1,54 @@
+"""emulate.sim.copies: a sparse run's absent ranks simulated as their twins' shared programs on their own
+communicators give the report every rank's own trace gives."""
+from __future__ import annotations
+
+import pytest
+
+from emulate.report import build_report
+from emulate.sim.copies import with_copies
+from emulate.sim.program import build_program
+from emulate.sim.synthetic import TraceBuilder
+from emulate.simulate import simulate
+
+WORLD = 4
+
+
+def tp_dp_trace(rank: int) -> dict:
+    """Ranks (0, 1) and (2, 3) are tensor-parallel pairs ('tp0', 'tp1'); every rank all-reduces over 'world'.
+    The pair with rank 0 computes a little longer on its first rank, so the ranks are not all alike."""
+    b = TraceBuilder(rank=rank, world_size=WORLD)
+    tp = f"tp{rank // 2}"
+    for step in range(4):
+        b.iteration(step, gap_us=5.0)
+        b.kernel(stream=1, duration_us=30.0 + 10.0 * (rank % 2), gap_us=3.0)
+        b.collective(comm=tp, comm_seq=2 * step, duration_us=8.0, gap_us=2.0, stream=1).update(ranks=2)
+        b.kernel(stream=1, duration_us=12.0, gap_us=3.0)
+        b.collective(comm=tp, comm_seq=2 * step + 1, duration_us=8.0, gap_us=2.0, stream=1).update(ranks=2)
+        b.collective(comm="world", comm_seq=step, duration_us=20.0, gap_us=1.0, stream=2)
+    b.iteration(4, gap_us=5.0, end=True)
+    return b.doc()
+
+
+COPIES = {2: {"twin": 0, "comm_map": {"tp0": ["tp1", 0, [0, 1]], "world": ["world", 2, [2, 3, 0, 1]]}},
+          3: {"twin": 1, "comm_map": {"tp0": ["tp1", 1, [0, 1]], "world": ["world", 3, [2, 3, 0, 1]]}}}
+
+
+def test_copies_share_their_twins_event_arrays():
+    programs = [build_program(tp_dp_trace(r)) for r in (0, 1)]
+    everyone = with_copies(programs, COPIES)
+    assert [p.rank for p in everyone] == [0, 1, 2, 3]
+    assert everyone[2].kind is everyone[0].kind and everyone[3].events is everyone[1].events
+
+
+def test_a_run_with_copies_reports_what_every_rank_running_reports():
+    full = build_report(simulate([tp_dp_trace(r) for r in range(WORLD)], None, durations="measured"))
+    sparse = build_report(simulate([tp_dp_trace(r) for r in (0, 1)], None, durations="measured", copies=COPIES))
+    assert sparse["world_size"] == full["world_size"] == WORLD
+    assert sparse["iteration_time_ms"] == full["iteration_time_ms"]
+    assert [r["iterations_ms"] for r in sparse["per_rank"]] == [r["iterations_ms"] for r in full["per_rank"]]
+
+
+def test_a_copy_left_on_its_twins_communicator_is_refused():
+    wrong = {a: {"twin": c["twin"], "comm_map": {"world": c["comm_map"]["world"]}} for a, c in COPIES.items()}
+    with pytest.raises(ValueError, match="more members"):
+        simulate([tp_dp_trace(r) for r in (0, 1)], None, durations="measured", copies=wrong)
