@@ -141,7 +141,7 @@ def collate(log_paths: list[Path], *, hardware: str, world_size: int, ranks_per_
                 sizes[comm] = 2
     per_rank: list[dict[str, Any]] = []
     traces: list[str] = []
-    all_events = [driver_events(log) if isinstance(log, DriverLog)
+    all_events = [driver_events(log, comm_sizes=sizes, ranks_per_node=ranks_per_node) if isinstance(log, DriverLog)
                   else rank_events(log, comm_sizes=sizes, ranks_per_node=ranks_per_node) for log in logs]
     place_collectives(all_events, communicator_members(logs, rank_of, sparse_records), ranks_per_node)
     backend = "driver" if any(isinstance(log, DriverLog) for log in logs) else "shim"

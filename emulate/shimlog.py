@@ -172,6 +172,26 @@ def collective_bytes(op: str, count: int, dtype: str, ranks: int, rank: int | No
     return unit
 
 
+def collective_event(f: list[str], stream: Any, comms: dict[str, tuple[int, int]], comm_sizes: dict[str, int],
+                     ranks_per_node: int, torch_op: str | None) -> dict[str, Any]:
+    """The trace-v1 collective of an N record's fields ``f`` (from the stream on: stream, op, comm id, comm seq,
+    comm size, peer/root, count, ncclDataType_t, group), for the shim's log and the driver's (which holds the
+    same text: emulate/csrc/nccl_driver.c). ``stream`` maps the log's stream id to the trace's; ``comms``: the
+    log's communicators (id -> (size, rank))."""
+    coll, comm, seq, peer, count = f[1], f[2], int(f[3]), int(f[5]), int(f[6])
+    dtype = NCCL_DTYPES.get(int(f[7]), f[7])
+    ranks = comm_sizes.get(comm) or max(int(f[4]), 1)
+    my_rank = comms.get(comm, (0, -1))[1]
+    nbytes = collective_bytes(coll, count, dtype, ranks, my_rank, peer)
+    return {"kind": "collective", "stream": stream(f[0]), "op": coll, "comm": comm, "comm_seq": seq,
+            "ranks": ranks, "peer": peer if peer >= 0 else None,
+            "comm_rank": my_rank if my_rank >= 0 else None, "count": count, "dtype": dtype,
+            "bytes": nbytes, "group": int(f[8]) or None, "torch_op": torch_op,
+            "spec": {"family": "collective", "dtype": dtype if dtype in ("fp32", "fp16", "bf16", "fp64")
+                     else "fp32", "op": COLLECTIVE_FAMILY_OPS.get(coll, coll), "bytes": nbytes,
+                     "ranks": ranks, "ranks_per_node": min(ranks, ranks_per_node)}}
+
+
 def rank_events(log: RankLog, *, comm_sizes: dict[str, int], ranks_per_node: int) -> list[dict[str, Any]]:
     """Trace-v1 events of one rank, in host order, renumbered; iteration events from the best mark source."""
     ops = log.ops
@@ -234,18 +254,7 @@ def rank_events(log: RankLog, *, comm_sizes: dict[str, int], ranks_per_node: int
         elif kind == "D":
             ev = {"kind": "device_sync"}
         elif kind == "N":
-            coll, comm, seq, peer, count = p[6], p[7], int(p[8]), int(p[10]), int(p[11])
-            dtype = NCCL_DTYPES.get(int(p[12]), p[12])
-            ranks = comm_sizes.get(comm) or max(int(p[9]), 1)
-            my_rank = log.comms.get(comm, (0, -1))[1]
-            nbytes = collective_bytes(coll, count, dtype, ranks, my_rank, peer)
-            ev = {"kind": "collective", "stream": stream(p[5]), "op": coll, "comm": comm, "comm_seq": seq,
-                  "ranks": ranks, "peer": peer if peer >= 0 else None,
-                  "comm_rank": my_rank if my_rank >= 0 else None, "count": count, "dtype": dtype,
-                  "bytes": nbytes, "group": int(p[13]) or None, "torch_op": ctx["op"],
-                  "spec": {"family": "collective", "dtype": dtype if dtype in ("fp32", "fp16", "bf16", "fp64")
-                           else "fp32", "op": COLLECTIVE_FAMILY_OPS.get(coll, coll), "bytes": nbytes,
-                           "ranks": ranks, "ranks_per_node": min(ranks, ranks_per_node)}}
+            ev = collective_event(p[5:], stream, log.comms, comm_sizes, ranks_per_node, ctx["op"])
         else:
             raise ShimLogError(f"{log.path}: unknown record kind {kind!r}")
         if pending:
@@ -297,4 +306,4 @@ def peak_device_bytes(events: list[dict[str, Any]]) -> int:
 
 
 __all__ = ["HOST_CLOCKS", "RankLog", "ShimLogError", "read_rank_log", "rank_events", "comm_sizes", "demangle",
-           "gemm_spec", "collective_bytes", "peak_device_bytes"]
+           "gemm_spec", "collective_bytes", "collective_event", "peak_device_bytes"]

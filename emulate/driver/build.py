@@ -27,6 +27,10 @@ SOURCES = ("init.c", "device.c", "memory.c", "module.c", "launch.c", "stream.c",
 SONAME = "libcuda.so.1"
 NVML_SONAME = "libnvidia-ml.so.1"
 NVML_SOURCE = "nvml.c"
+#: the shim's NCCL for this driver (emulate/csrc/nccl_driver.c): preloaded by the launcher, never named libnccl
+NCCL_NAME = "libstepcast_nccl.so"
+NCCL_SOURCES = ("nccl.c", "nccl_driver.c")
+NCCL_DEPENDS = (*NCCL_SOURCES, "shim.h", "symbols.txt", "compat/fp_types.h")
 CUDA_ERROR_NOT_SUPPORTED = 801
 #: the PFN_ typedefs: the driver API, then the profiler and graphics-interop ones (which stay NOT_SUPPORTED)
 TYPEDEF_HEADERS = ("cudaTypedefs.h", "cudaProfilerTypedefs.h", "cudaGLTypedefs.h", "cudaEGLTypedefs.h",
@@ -101,6 +105,8 @@ def _build_key(cc: str, cuda_inc: Path) -> str:
     h = hashlib.sha256()
     for name in (*SOURCES, "fakecuda.h", NVML_SOURCE):
         h.update((CSRC / name).read_bytes())
+    for name in NCCL_DEPENDS:
+        h.update((shim_build.CSRC / name).read_bytes())
     h.update(Path(__file__).read_bytes())
     h.update(subprocess.run([cc, "--version"], capture_output=True, text=True).stdout.encode())
     for header in ("cuda.h", *TYPEDEF_HEADERS):
@@ -134,5 +140,25 @@ def driver_path(*, rebuild: bool = False) -> Path:
     return _cached_build(out_dir, SONAME, command, "the driver", rebuild)
 
 
+def nccl_path(*, rebuild: bool = False) -> Path:
+    """Path of the shim's NCCL built for this driver (``libstepcast_nccl.so`` beside the driver): the shim's
+    emulated NCCL (emulate/csrc/nccl.c) logging into the driver's log (emulate/csrc/nccl_driver.c), plus generic
+    success answers for the other NCCL entry points of csrc/symbols.txt. Preloaded for ``--backend driver``, so
+    torch's ProcessGroupNCCL never reaches the real libnccl."""
+    cc = compiler()
+    incs = include_dirs()
+    driver = driver_path(rebuild=rebuild)
+
+    def command(tmp: Path, out: Path) -> list[str]:
+        (tmp / "stubs.c").write_text(shim_build.generate_stubs([n for n in shim_build.symbols() if n.startswith("nccl")]))
+        return [cc, "-O2", "-g0", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall", "-Wextra",
+                "-Wno-unused-parameter", *(f"-I{i}" for i in incs),
+                *(str(shim_build.CSRC / s) for s in NCCL_SOURCES), str(tmp / "stubs.c"), "-o", str(out), "-ldl",
+                "-lpthread"]
+
+    return _cached_build(driver.parent, NCCL_NAME, command, "the driver's NCCL", rebuild)
+
+
 if __name__ == "__main__":
     print(driver_path(rebuild=True))
+    print(nccl_path(rebuild=True))

@@ -6,7 +6,9 @@ driver's notes, one record per call the capture times (csrc/capture.c): ``launch
 device refused), ``free``, ``memcpy``, ``memset``, ``event_record``, ``stream_wait_event``, ``event_sync``,
 ``stream_sync``, ``device_sync``, each with ``t`` (ns), ``gap`` (the thread's CPU time since its previous call,
 the shim's ``cpu`` host clock), ``thread``, ``op`` (op table index, -1 none) and ``call`` (the op call); and
-``mark`` records (iteration marks: ``source`` 1 profiler, 2 optimizer, 3 backward, ``step``).
+``mark`` records (iteration marks: ``source`` 1 profiler, 2 optimizer, 3 backward, ``step``). With more than one
+rank, the shim's NCCL preloaded above the driver (emulate/csrc/nccl_driver.c) adds ``comm`` notes and timed
+``collective`` records whose ``text`` is the shim log's own X / N line, parsed as the shim's are.
 
 The kernels are the libraries' own (cuBLASLt's nvjet / cutlass kernels, cuDNN's, Triton's): a kernel's estimator
 row comes from its aten op's shapes (the classifier the shim log uses, :mod:`emulate.shimlog`), given to the op call's first kernel of
@@ -20,13 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from emulate.driver.launchlog import read_events
-from emulate.shimlog import SOURCES, ShimLogError, _kernel_spec, _listify, demangle, start_at_first_call
+from emulate.shimlog import (SOURCES, ShimLogError, _kernel_spec, _listify, collective_event, demangle,
+                             start_at_first_call)
 from emulate.trace import OpCalls
 
 #: the driver's stream ids (csrc/stream.c): 1 is the legacy default stream, the trace's stream 0
 LEGACY_STREAM = 1
 TIMED = frozenset({"launch", "malloc", "free", "memcpy", "memset", "event_record", "stream_wait_event", "event_sync",
-                   "stream_sync", "device_sync"})
+                   "stream_sync", "device_sync", "collective"})
 
 
 @dataclass
@@ -39,7 +42,7 @@ class DriverLog:
     unhandled: list[str] = field(default_factory=list)
     ops: list[dict[str, Any]] = field(default_factory=list)
     sidecar: dict[str, Any] = field(default_factory=dict)
-    comms: dict[str, tuple[int, int]] = field(default_factory=dict)  # NCCL is not emulated on the driver
+    comms: dict[str, tuple[int, int]] = field(default_factory=dict)  # the shim's NCCL: id -> (size, rank)
     host_clock: str = "cpu"
 
 
@@ -67,6 +70,9 @@ def read_driver_log(path: str | Path) -> DriverLog:
             out.records.append(rec)
         elif kind == "unsupported":
             out.unhandled.append(rec["name"])
+        elif kind == "comm":
+            comm, nranks, rank = rec["text"].split("\t")[:3]
+            out.comms[comm] = (int(nranks), int(rank))
     sidecar = sidecar_path(path)
     if sidecar.is_file():
         out.sidecar = json.loads(sidecar.read_text())
@@ -74,8 +80,10 @@ def read_driver_log(path: str | Path) -> DriverLog:
     return out
 
 
-def driver_events(log: DriverLog) -> list[dict[str, Any]]:
-    """Trace-v1 events of one rank, in host order, renumbered; iteration events from the best mark source."""
+def driver_events(log: DriverLog, *, comm_sizes: dict[str, int] | None = None,
+                  ranks_per_node: int = 1) -> list[dict[str, Any]]:
+    """Trace-v1 events of one rank, in host order, renumbered; iteration events from the best mark source.
+    ``comm_sizes`` and ``ranks_per_node`` as for :func:`emulate.shimlog.rank_events` (collectives)."""
     marks = [r["source"] for r in log.records if r["event"] == "mark"]
     source = min(marks) if marks else None
     events: list[dict[str, Any]] = [{"kind": "iteration", "step": 0, "source": SOURCES.get(source), "t_ns": 0,
@@ -122,6 +130,9 @@ def driver_events(log: DriverLog) -> list[dict[str, Any]]:
             ev = {"kind": "event_sync", "event": r["handle"]}
         elif kind == "stream_sync":
             ev = {"kind": "stream_sync", "stream": stream(r["stream"])}
+        elif kind == "collective":
+            ev = collective_event(r["text"].split("\t"), lambda raw: stream(int(raw)), log.comms, comm_sizes or {},
+                                  ranks_per_node, ctx["op"])
         else:
             ev = {"kind": "device_sync"}
         events.append({**ev, "t_ns": r["t"], "gap_ns": r["gap"], "thread": r["thread"]})

@@ -92,3 +92,11 @@ FK_EXPORT int stepcast_has_ranges(void) { return 0; }
 FK_EXPORT int stepcast_range_known(unsigned long long ptr, unsigned long long bytes) { return 0; }
 FK_EXPORT void stepcast_range_written(unsigned long long ptr, unsigned long long bytes) {}
 FK_EXPORT long long stepcast_device_peak(int device) { return device == 0 ? (long long)fk_device_peak() : -1; }
+/* For the shim's NCCL preloaded above this driver (emulate/csrc/nccl_driver.c): a record in this log, timed as the
+ * driver's own calls ("timed"), else a note; "json" is the record's members after "event". */
+FK_EXPORT void stepcast_log_record(const char *event, int timed, const char *json) {
+    if (timed) fk_log_call(event, "%s", json);
+    else fk_log_line("{\"event\":\"%s\",%s}", event, json);
+}
+/* ...and the ids this driver's log gives streams. */
+FK_EXPORT unsigned long long stepcast_stream_id(CUstream stream) { return fk_stream_id(stream); }
