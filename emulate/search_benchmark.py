@@ -13,32 +13,72 @@ infeasible (out-of-memory) trials. Aim (the issue): within 2 % of the grid's opt
 evaluations.
 
 BENCHMARK_OVERRIDES narrows conf/search/megatron_gpt.yaml to what a 2-core machine emulates in well under an hour
-(each 8-rank Megatron-core capture takes one to two minutes there).
+(each 8-rank Megatron-core capture takes one to two minutes there); other configs run as they are unless
+``--override`` says otherwise.
+
+Against real runs: for a config with published measurements (:data:`PUBLISHED`: ``llama_fsdp2``, torchtitan's
+Llama 3.1 8B on 8 H100s), each published configuration's predicted tokens/s per GPU is printed beside the
+published one, with the Spearman rank correlation of predicted against published over the configurations both
+have (undefined, and said so, below three).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import statistics
 import sys
 from pathlib import Path
 
-#: the space the benchmark searches by default: TP x micro-batch x recomputation on 8 H100s, a 2-layer, 0.5B GPT
+#: the space the benchmark searches by default: TP x PP x micro-batch x recomputation on 8 H100s, a 2-layer, 0.5B GPT
 #: at sequence 8192 with 64 heads (Megatron's local attention keeps the 8192^2 scores: micro-batch 2 without
 #: recomputation does not fit at tp 1, nor micro-batch 4 at tp 2). Two layers and a global batch of 16 keep the
 #: traces small enough that one 8-rank trial takes about a minute on a loaded 2-core machine (8 layers and a
-#: batch of 32: 225 s). PP stays at 1: the simulator does not yet match point-to-point transfers inside
-#: sub-communicators (Megatron's pipeline send/recv fail to collate whenever dp or tp > 1).
-BENCHMARK_OVERRIDES = ["space.tp=[1,2,4,8]", "space.pp=[1]", "space.micro_batch=[1,2,4]",
+#: batch of 32: 225 s); two layers allow two pipeline stages (the stages' grouped send/recv progress together in the
+#: simulator, as NCCL runs them).
+BENCHMARK_OVERRIDES = ["space.tp=[1,2,4,8]", "space.pp=[1,2]", "space.micro_batch=[1,2,4]",
                        "space.recompute=[full,none]", "fixed.layers=2", "fixed.heads=64", "fixed.seq=8192",
                        "fixed.global_batch=16"]
+
+
+def torchtitan_published(root: Path) -> list[tuple[dict, float, str]]:
+    """torchtitan's published eager FSDP row of Llama 3.1 8B on 8 H100s as a configuration of
+    conf/search/llama_fsdp2.yaml: selective "op" checkpointing, torchtitan's resharding (every block but the last),
+    no gradient accumulation (micro-batch = local batch). The table's other rows use torch.compile or Float8, which
+    that space does not vary."""
+    from emulate.e2e.torchtitan import published_rows
+
+    return [({"reshard": "default", "ac": "selective", "micro_batch": row.local_batch}, row.tps_per_gpu,
+             f"{row.name}: {row.technique}")
+            for row in published_rows(root) if row.technique == "FSDP" and row.gpus == 8]
+
+
+#: config name -> published (configuration, tokens/s per GPU, label) rows under the shared data root
+PUBLISHED = {"llama_fsdp2": torchtitan_published}
+
+
+def rank_agreement(outcome, published: list[tuple[dict, float, str]], gpus: int) -> tuple[list[dict], float | None]:
+    """Each published configuration's predicted tokens/s per GPU (None where the search found it infeasible) and
+    the Spearman rank correlation over those both have (None below three)."""
+    from scipy.stats import spearmanr
+
+    predicted = {json.dumps(t.config, sort_keys=True): t for t in outcome.distinct()}
+    pairs = []
+    for config, tps, label in published:
+        trial = predicted.get(json.dumps(config, sort_keys=True))
+        mine = trial.tokens_per_s / gpus if trial is not None and trial.feasible and trial.tokens_per_s else None
+        pairs.append({"label": label, "config": config, "published": tps, "predicted": mine})
+    both = [p for p in pairs if p["predicted"] is not None]
+    if len(both) < 3:
+        return pairs, None
+    return pairs, float(spearmanr([p["predicted"] for p in both], [p["published"] for p in both]).statistic)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m emulate.search_benchmark", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default="megatron_gpt", help="search config (name under conf/search or path)")
     parser.add_argument("--override", nargs="*", default=None,
-                        help=f"Hydra overrides (default: {' '.join(BENCHMARK_OVERRIDES)})")
+                        help=f"Hydra overrides (default for megatron_gpt: {' '.join(BENCHMARK_OVERRIDES)}; none otherwise)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds for CMA-ES and random")
     parser.add_argument("--budget-fraction", type=float, default=0.4,
                         help="CMA-ES/random evaluation budget as a fraction of the grid's (default 0.4)")
@@ -58,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
 
     console = Console(width=200)
     try:
-        cfg = load_config(args.config, BENCHMARK_OVERRIDES if args.override is None else args.override)
+        default = BENCHMARK_OVERRIDES if args.config == "megatron_gpt" else []
+        cfg = load_config(args.config, default if args.override is None else args.override)
     except SearchConfigError as exc:
         print(f"stepcast: {exc}", file=sys.stderr)
         return 2
@@ -107,6 +148,18 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"{sampler}: within 2 % of the grid's optimum in {within} of {len(mine)} seeds, median "
                       f"{statistics.median(r['evaluations'] for r in mine):.0f} evaluations "
                       f"({statistics.median(r['evaluations'] for r in mine) / grid.evaluations:.0%} of the grid's)")
+    if cfg.name in PUBLISHED:
+        from emulate.search.space import format_config
+        from profiling.paths import shared_data_root
+
+        pairs, rho = rank_agreement(grid, PUBLISHED[cfg.name](shared_data_root()), cfg.gpus)
+        for p in pairs:
+            mine = "infeasible or not emulated" if p["predicted"] is None else f"{p['predicted']:,.0f}"
+            console.print(f"published {p['label']} ({format_config(p['config'])}): {p['published']:,.0f} tokens/s "
+                          f"per GPU; predicted {mine}")
+        console.print(f"rank correlation (Spearman) of predicted vs published tokens/s: "
+                      + (f"{rho:.3f} over {len(pairs)} configurations" if rho is not None else
+                         f"undefined: the published tables hold {len(pairs)} configuration(s) of this space"))
     if args.json:
         from profiling.atomic import write_json_atomic
 
