@@ -110,15 +110,27 @@ def _role_group(rank: int, groups: list[Group], running: set[int], size: int | N
 
 
 def families(groups: list[Group], world: int) -> list[list[Group]]:
-    """Blocks of groups, in creation order, that partition the world: consecutive groups of one size (and one
-    ``desc``), disjoint, covering every rank (every tensor-parallel group, every data-parallel group...)."""
-    out, i = [], 0
-    while i < len(groups):
-        size, desc = len(groups[i].ranks), groups[i].desc
-        k = world // size if 1 < size < world and world % size == 0 else 0
-        block = groups[i:i + k]
-        if k and len(block) == k and all(len(g.ranks) == size and g.desc == desc for g in block) and \
-                len({r for g in block for r in g.ranks}) == world:
+    """Sets of groups that partition the world (disjoint, of one size, covering every rank): the groups of one
+    ``desc`` (torch's group_desc: Megatron names every tensor-parallel group alike), else blocks of consecutive
+    undescribed groups, in creation order."""
+    def partition(block: list[Group]) -> bool:
+        size = len(block[0].ranks)
+        return 1 < size < world and all(len(g.ranks) == size for g in block) and \
+            len(block) * size == world and len({r for g in block for r in g.ranks}) == world
+
+    out: list[list[Group]] = []
+    described: dict[tuple[str, int], list[Group]] = defaultdict(list)
+    for g in groups:
+        if g.desc is not None:
+            described[(g.desc, len(g.ranks))].append(g)
+    out += [block for block in described.values() if partition(block)]
+    plain = [g for g in groups if g.desc is None]
+    i = 0
+    while i < len(plain):
+        size = len(plain[i].ranks)
+        k = world // size if size else 0
+        block = plain[i:i + k]
+        if k and len(block) == k and partition(block):
             out.append(block)
             i += k
         else:
