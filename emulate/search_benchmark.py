@@ -60,7 +60,7 @@ PUBLISHED = {"llama_fsdp2": torchtitan_published}
 def rank_agreement(outcome, published: list[tuple[dict, float, str]], gpus: int) -> tuple[list[dict], float | None]:
     """Each published configuration's predicted tokens/s per GPU (None where the search found it infeasible) and
     the Spearman rank correlation over those both have (None below three)."""
-    from scipy.stats import spearmanr
+    import pandas as pd
 
     predicted = {json.dumps(t.config, sort_keys=True): t for t in outcome.distinct()}
     pairs = []
@@ -71,7 +71,8 @@ def rank_agreement(outcome, published: list[tuple[dict, float, str]], gpus: int)
     both = [p for p in pairs if p["predicted"] is not None]
     if len(both) < 3:
         return pairs, None
-    return pairs, float(spearmanr([p["predicted"] for p in both], [p["published"] for p in both]).statistic)
+    ranks = pd.DataFrame({"predicted": [p["predicted"] for p in both], "published": [p["published"] for p in both]})
+    return pairs, float(ranks.corr(method="spearman").loc["predicted", "published"])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,6 +21,7 @@ import json
 from collections import Counter
 import threading
 import time
+import warnings
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -188,8 +189,12 @@ class Search:
                 study.stop()
 
         try:
-            study.optimize(objective, n_trials=max_trials, n_jobs=self.jobs, callbacks=[stop_when_spent],
-                           catch=())
+            with warnings.catch_warnings():
+                # n_jobs (a thread per job; each trial is a subprocess, so the emulations run in parallel) is
+                # marked deprecated in Optuna 2.7-2.10, which the dev extra's hydra-optuna-sweeper pins, not in 3.x
+                warnings.filterwarnings("ignore", message=".*n_jobs.*", category=FutureWarning)
+                study.optimize(objective, n_trials=max_trials, n_jobs=self.jobs, callbacks=[stop_when_spent],
+                               catch=())
         finally:
             outcome.wall_s = time.perf_counter() - started
         if self.cfg.baseline is not None:
