@@ -79,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m emulate.search_benchmark", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default="megatron_gpt", help="search config (name under conf/search or path)")
     parser.add_argument("--override", nargs="*", default=None,
-                        help=f"Hydra overrides (default for megatron_gpt: {' '.join(BENCHMARK_OVERRIDES)}; none otherwise)")
+                        help="Hydra overrides (default for megatron_gpt: "
+                             f"{' '.join(BENCHMARK_OVERRIDES)}; none otherwise)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds for CMA-ES and random")
     parser.add_argument("--budget-fraction", type=float, default=0.4,
                         help="CMA-ES/random evaluation budget as a fraction of the grid's (default 0.4)")

@@ -27,7 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from emulate.search.space import Config, SearchConfig, Space, format_config
-from emulate.search.trials import Target, TrialCache, TrialInterrupted, TrialResult, estimator_version, run_trial, trial_key
+from emulate.search.trials import (
+    Target, TrialCache, TrialInterrupted, TrialResult, estimator_version, run_trial, trial_key,
+)
 
 #: the cost told to the sampler for an infeasible or pruned configuration (ms per step, or per token)
 INFEASIBLE_COST = 1e12
