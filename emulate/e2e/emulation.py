@@ -85,7 +85,8 @@ def emulate_script(script: Path, args: list[str], hardware: str, nproc: int = 1,
                "--trace-dir", str(trace_dir), "--", str(script), *args]
         started = time.perf_counter()
         try:
-            proc = (runner or subprocess.run)(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
+            proc = (runner or subprocess.run)(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                                              timeout=timeout_s)
         except subprocess.TimeoutExpired:
             return {"ok": False, "error": f"timed out after {timeout_s:.0f} s", "command": " ".join(cmd),
                     "wall_s": time.perf_counter() - started, "returncode": None, "output": ""}
