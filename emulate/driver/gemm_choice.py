@@ -61,6 +61,15 @@ def torch_mm_gemm(m: int, n: int, k: int, dtype: str) -> Gemm:
     return Gemm(m=n, n=m, k=k, dtype=dtype, transa="N", transb="N")
 
 
+def torch_linear_gemm(m: int, n: int, k: int, dtype: str) -> Gemm:
+    """``torch.nn.functional.linear`` of x (m, k) with a weight (n, k): cuBLAS computes C^T = W x^T, T/N, n x m x k."""
+    return Gemm(m=n, n=m, k=k, dtype=dtype, transa="T", transb="N")
+
+
+#: launches that are not the GEMM itself: split-K reductions, fills and the beta-scaling pass some split-K paths run
+_AUXILIARY = ("splitkreduce", "memset", "scal_kernel", "reduce_kernel")
+
+
 @dataclass
 class GemmChoice:
     gemm: Gemm
@@ -74,11 +83,15 @@ class GemmChoice:
     launches: list[Launch] = field(default_factory=list)
 
     @property
+    def main_launch(self) -> Launch | None:
+        """The GEMM's own launch: the first that is not a split-K reduction, a fill or a scaling pass."""
+        main = [x for x in self.launches if not any(a in x.name.lower() for a in _AUXILIARY)]
+        return (main or self.launches or [None])[0]
+
+    @property
     def kernel(self) -> str:
-        """The main kernel: the first launch that is not a split-K reduction or a fill."""
-        names = [launch.name for launch in self.launches]
-        main = [n for n in names if "splitKreduce" not in n and "memset" not in n.lower()]
-        return (main or names or [""])[0]
+        """The main kernel's name (``main_launch``)."""
+        return self.main_launch.name if self.main_launch else ""
 
 
 def choose(gemms: list[Gemm], hardware: str, *, workspace_bytes: int = WORKSPACE_BYTES) -> list[GemmChoice]:
