@@ -6,8 +6,14 @@ Fields::
     iteration_time_ms      median of the steady-state iterations of the slowest rank
     iterations_ms          per iteration index, the slowest rank's time (steady-state and warm-up alike)
     steady_iterations      which iteration indices of the slowest rank count as steady state
-    determinism            {steady_iterations, spread}: how many steady iterations the median is over and their
-                           spread ((max - min) / median) on the slowest rank
+    determinism            {steady_iterations, spread, captured_host_ms, captured_host_spread, host_interference}
+                           of the slowest rank: how many steady iterations the median is over and the spread
+                           ((max - min) / median) of their simulated times; then, for a capture, what its host
+                           measured: the median steady iteration's recorded host CPU time (gaps only), the spread
+                           of that over the steady iterations, and the share of it the per-call minimum discarded
+                           as interference (emulate.sim.host.CapturedHost). The simulated steady iterations share
+                           one set of host gaps, so a host-bound rank's ``spread`` is near 0 however disturbed the
+                           capture was: the last two say how much to trust it (null for real traces)
     warnings               what the simulation had to assume (too few iterations, ranks not aligned ...)
     launch_queue_depth, ranks_aligned   the host model's settings (emulate.config, emulate.sim.host)
     peak_memory_bytes      largest over ranks (device memory from the traces' malloc/free; null without any)
@@ -60,6 +66,7 @@ import numpy as np
 
 from emulate.config import MIN_ITERATIONS_FOR_STEADY_STATE
 from emulate.sim.engine import RankTimeline
+from emulate.sim.host import CapturedHost, captured_host
 from profiling.atomic import atomic_text
 from emulate.sim.program import COLLECTIVE, KERNEL, RankProgram, iteration_bounds, steady_iterations
 from profiling.hardware import HardwareSpec
@@ -105,7 +112,8 @@ def build_report(result) -> dict[str, Any]:
             entry["measured_iterations_ms"] = (m / 1e3).tolist()
         per_rank.append(entry)
 
-    slowest = max(per_rank, key=lambda e: e["iteration_time_ms"])
+    slowest_index = max(range(len(per_rank)), key=lambda r: per_rank[r]["iteration_time_ms"])
+    slowest = per_rank[slowest_index]
     n_it = min(len(e["iterations_ms"]) for e in per_rank)
     iteration_ms = slowest["iteration_time_ms"]
     flops_time_ms = ideal_per_iteration / 1e3
@@ -133,7 +141,7 @@ def build_report(result) -> dict[str, Any]:
         "iteration_time_ms": iteration_ms,
         "iterations_ms": [max(e["iterations_ms"][j] for e in per_rank) for j in range(n_it)],
         "steady_iterations": slowest["steady_iterations"],
-        "determinism": {"steady_iterations": int(len(steady_slowest)), "spread": spread},
+        "determinism": determinism_note(len(steady_slowest), spread, captured_host(result.programs)[slowest_index]),
         "warnings": warnings,
         "launch_queue_depth": result.queue_depth,
         "ranks_aligned": result.aligned,
@@ -146,6 +154,14 @@ def build_report(result) -> dict[str, Any]:
         "fallback_reasons": dict(times.fallback_reasons),
         "collectives_matched": len(result.groups),
     }
+
+
+def determinism_note(steady: int, spread: float, host: CapturedHost | None) -> dict[str, Any]:
+    """The report's ``determinism`` field (module docstring)."""
+    return {"steady_iterations": int(steady), "spread": spread,
+            "captured_host_ms": host.recorded_median_ms if host else None,
+            "captured_host_spread": host.recorded_spread if host else None,
+            "host_interference": host.interference if host else None}
 
 
 def prog_hardware(programs: list[RankProgram]) -> str:
@@ -305,7 +321,11 @@ def print_summary(report: dict[str, Any], console=None) -> None:
         table.add_row("estimator", report["estimator"])
     det = report.get("determinism")
     if det:
-        table.add_row("steady iterations (spread)", f"{det['steady_iterations']} ({det['spread'] * 100:.1f}%)")
+        value = f"{det['steady_iterations']} ({det['spread'] * 100:.1f}%)"
+        if det.get("captured_host_ms") is not None:
+            value += (f"; host as captured {det['captured_host_ms']:.2f} ms ({det['captured_host_spread'] * 100:.0f}%"
+                      f", {det['host_interference'] * 100:.0f}% interference)")
+        table.add_row("steady iterations (spread)", value)
     console.print(table)
     for line in report.get("warnings") or []:
         console.print(f"[yellow]warning:[/yellow] {line}")

@@ -87,6 +87,57 @@ def steady_gaps(programs: list[RankProgram], gaps: list[np.ndarray]) -> list[np.
     return out
 
 
+def smoothed_capture_gaps(programs: list[RankProgram]) -> dict[int, np.ndarray]:
+    """Per captured rank (index into ``programs``), its recorded gaps with the steady-state minimum applied
+    (:func:`steady_gaps` over the captured ranks); real and synthetic traces are left out (their gaps are what
+    happened)."""
+    captures = [r for r, p in enumerate(programs) if captured(p)]
+    raw = [np.asarray(programs[r].gap_ns, dtype=np.float64) for r in captures]
+    return dict(zip(captures, steady_gaps([programs[r] for r in captures], raw)))
+
+
+@dataclass(frozen=True)
+class CapturedHost:
+    """A captured rank's steady-iteration host time, as recorded and as the simulation uses it (the gaps alone,
+    before runtime-call costs and the host-speed factor). The per-call minimum keeps the work and discards what
+    interference added, so ``interference`` says how disturbed the capture was, and ``recorded_spread`` how much
+    the recorded iterations disagreed: the simulated steady iterations share one set of gaps, so their own spread
+    cannot show either."""
+
+    recorded_ms: tuple[float, ...]   # per steady iteration, the sum of its recorded gaps
+    used_ms: float                   # the median steady iteration's gaps after the per-call minimum
+
+    @property
+    def recorded_median_ms(self) -> float:
+        return float(np.median(self.recorded_ms))
+
+    @property
+    def recorded_spread(self) -> float:
+        med = self.recorded_median_ms
+        return (max(self.recorded_ms) - min(self.recorded_ms)) / med if med > 0 else 0.0
+
+    @property
+    def interference(self) -> float:
+        """The share of the median recorded steady iteration's host time that the per-call minimum discarded."""
+        med = self.recorded_median_ms
+        return max(0.0, 1.0 - self.used_ms / med) if med > 0 else 0.0
+
+
+def captured_host(programs: list[RankProgram]) -> list[CapturedHost | None]:
+    """Per rank, its :class:`CapturedHost`; None for real and synthetic traces and for ranks without steady
+    iterations."""
+    smoothed = smoothed_capture_gaps(programs)
+    out: list[CapturedHost | None] = [None] * len(programs)
+    for r, used in smoothed.items():
+        spans = steady_spans(programs[r])
+        if not spans:
+            continue
+        raw = np.asarray(programs[r].gap_ns, dtype=np.float64)
+        out[r] = CapturedHost(recorded_ms=tuple(float(raw[a:b].sum()) / 1e6 for a, b in spans),
+                              used_ms=float(np.median([used[a:b].sum() for a, b in spans])) / 1e6)
+    return out
+
+
 def effective_gaps(prog: RankProgram, host_speed: float, costs_us: dict[str, float],
                    gaps: np.ndarray | None = None) -> list[float]:
     """Host gap before each event in ns: for captures, the recorded gap (``gaps``: its steady-state minimum, when
@@ -104,7 +155,7 @@ def effective_gaps(prog: RankProgram, host_speed: float, costs_us: dict[str, flo
         per_code[MEMCPY_BLOCKING] = 0.0  # a blocking copy's call is its wait, which the simulator models
         cost = per_code[prog.kind_array]
         # a CUDA graph launch is one call: its first node pays it, the others were not called one by one
-        cost[[i for i, ev in enumerate(prog.events) if ev.get("graph_node")]] = 0.0
+        cost[[i for i, node in enumerate(prog.events.field("graph_node")) if node]] = 0.0
         gaps = gaps + cost
     if host_speed != 1.0:
         gaps = gaps / host_speed
@@ -137,8 +188,7 @@ def plan(programs: list[RankProgram], *, host_speed: float, latency_us: list[flo
         else:
             align = False
     host_gaps = [np.asarray(p.gap_ns, dtype=np.float64) for p in programs]
-    captures = [r for r, p in enumerate(programs) if captured(p)]
-    for r, smoothed in zip(captures, steady_gaps([programs[r] for r in captures], [host_gaps[r] for r in captures])):
+    for r, smoothed in smoothed_capture_gaps(programs).items():
         host_gaps[r] = smoothed
     setups = [RankSetup(latency_us=lat, gap_ns=effective_gaps(p, host_speed, costs_us, g), start_us=s, align_at=a)
               for p, g, lat, s, a in zip(programs, host_gaps, latency_us, starts, align_at)]
@@ -151,4 +201,5 @@ def default_costs() -> dict[str, float]:
     return load_costs()
 
 
-__all__ = ["RankSetup", "HostPlan", "effective_gaps", "plan", "default_costs", "CLOCK_ORIGIN", "COSTS_IN_GAPS"]
+__all__ = ["RankSetup", "HostPlan", "CapturedHost", "captured_host", "effective_gaps", "plan", "default_costs",
+           "CLOCK_ORIGIN", "COSTS_IN_GAPS"]

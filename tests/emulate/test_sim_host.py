@@ -202,3 +202,43 @@ def test_captured_steady_iterations_take_each_calls_smallest_gap():
     # a real trace's gaps are what happened
     real = report_of(growing_then_steady([5.0, 45.0, 5.0], captured=False))
     assert real["iterations_ms"][3] == pytest.approx(0.045)
+
+
+def test_captured_host_time_gives_what_was_recorded_and_what_the_minimum_discarded():
+    from emulate.sim.host import captured_host
+
+    prog = build_program(growing_then_steady([5.0, 45.0, 5.0, 25.0]).doc())
+    (host,) = captured_host([prog])
+    assert host.recorded_ms == pytest.approx((0.005, 0.045, 0.005, 0.025))
+    assert host.used_ms == pytest.approx(0.005)
+    assert host.recorded_median_ms == pytest.approx(0.015)
+    assert host.recorded_spread == pytest.approx((0.045 - 0.005) / 0.015)
+    assert host.interference == pytest.approx(1 - 0.005 / 0.015)
+
+
+def test_an_undisturbed_capture_shows_no_interference():
+    from emulate.sim.host import captured_host
+
+    (host,) = captured_host([build_program(growing_then_steady([5.0, 5.0, 5.0]).doc())])
+    assert host.interference == pytest.approx(0.0, abs=1e-12)
+    assert host.recorded_spread == pytest.approx(0.0, abs=1e-12)
+
+
+def test_real_traces_have_no_captured_host_time():
+    from emulate.sim.host import captured_host
+
+    assert captured_host([build_program(growing_then_steady([5.0, 45.0, 5.0], captured=False).doc())]) == [None]
+
+
+def test_determinism_note_says_how_disturbed_the_capture_was_although_simulated_iterations_agree():
+    # the simulated steady iterations share the per-call minimum, so their spread is 0; the note still shows that
+    # the capture recorded 5, 45 and 5 us
+    det = report_of(growing_then_steady([5.0, 45.0, 5.0]), call_costs_us={})["determinism"]
+    assert det["spread"] == pytest.approx(0.0, abs=1e-9)
+    assert det["captured_host_ms"] == pytest.approx(0.005)
+    assert det["captured_host_spread"] == pytest.approx(8.0)
+    assert det["host_interference"] == pytest.approx(0.0, abs=1e-12)
+    noisy = report_of(growing_then_steady([45.0, 5.0, 45.0]), call_costs_us={})["determinism"]
+    assert noisy["host_interference"] == pytest.approx(1 - 5 / 45)
+    real = report_of(growing_then_steady([5.0, 45.0, 5.0], captured=False))["determinism"]
+    assert real["captured_host_ms"] is None and real["host_interference"] is None
