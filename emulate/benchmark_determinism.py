@@ -10,6 +10,11 @@ Targets (the step-time issue): at most 2 % for one rank and 5 % for two ranks, i
 answer stable: host gaps are the capturing thread's CPU time (emulate/csrc, ``STEPCAST_HOST_CLOCK``), the launch
 queue throttles a host that runs ahead, and ranks are aligned after warm-up (:mod:`emulate.sim.host`). The
 ``--host-clock wall`` option reruns the same with wall-clock gaps, the behaviour before, for comparison.
+
+A second table says where a spread comes from: over the runs of each workload and setting, the spread of each part
+of the prediction (simulated host time, device busy time, waiting on peers, the host time as the capture recorded
+it and the share of it the per-call minimum discarded as interference) and how many distinct sets of steady
+iterations were chosen (``--json`` keeps every run's parts).
 """
 from __future__ import annotations
 
@@ -58,18 +63,64 @@ def busy_cores(n: int) -> Iterator[None]:
             p.wait()
 
 
-def run_once(work: Workload, hardware: str, env: dict[str, str]) -> float:
+def run_once(work: Workload, hardware: str, env: dict[str, str]) -> dict:
+    """One emulation's report."""
     from emulate.e2e.emulation import emulate_script
 
     run = emulate_script(REPO_ROOT / work.script, list(work.args), hardware, nproc=work.nproc, kernels=False, env=env)
     if not run["ok"]:
         raise RuntimeError(f"{work.name}: emulate run failed: {run['error']}")
-    return float(run["report"]["iteration_time_ms"])
+    return run["report"]
 
 
 def spread(values: list[float]) -> float:
     med = statistics.median(values)
     return (max(values) - min(values)) / med if med > 0 else 0.0
+
+
+#: the parts of one run's prediction that :func:`components` takes from its report, with what each is
+COMPONENTS = {
+    "iteration_ms": "predicted iteration time",
+    "host_ms": "simulated host time of a steady iteration (gaps + runtime-call costs), slowest rank",
+    "device_busy_ms": "device busy time of a steady iteration, slowest rank",
+    "waiting_on_peers_ms": "steady iteration's time waiting on peer ranks, slowest rank",
+    "captured_host_ms": "median steady iteration's host CPU time as the capture recorded it",
+    "host_interference": "share of that the per-call minimum discarded",
+}
+
+
+def components(report: dict) -> dict:
+    """What one run's iteration time is made of (:data:`COMPONENTS`), and which iterations were steady: comparing
+    these over identical runs shows which part varies."""
+    slowest = max(report["per_rank"], key=lambda e: e["iteration_time_ms"])
+    steady = slowest["steady_iterations"]
+    det = report.get("determinism") or {}
+
+    def steady_median(key: str) -> float:
+        values = [slowest[key][i] for i in steady] if steady else slowest[key]
+        return float(statistics.median(values)) if values else 0.0
+
+    return {"iteration_ms": float(report["iteration_time_ms"]), "host_ms": steady_median("host_ms"),
+            "device_busy_ms": steady_median("device_busy_ms"),
+            "waiting_on_peers_ms": float(slowest["waiting_on_peers_ms"]),
+            "captured_host_ms": det.get("captured_host_ms"), "host_interference": det.get("host_interference"),
+            "steady_iterations": list(steady)}
+
+
+def component_spreads(runs: list[dict]) -> dict:
+    """Over the :func:`components` of identical runs: each numeric part's spread ((max - min) / median; for parts
+    that may be 0, like waiting on peers, the range in ms), and how many distinct sets of steady iterations."""
+    out: dict = {}
+    for key in COMPONENTS:
+        values = [r[key] for r in runs if r.get(key) is not None]
+        if not values:
+            out[key] = None
+        elif key in ("waiting_on_peers_ms", "host_interference"):
+            out[key] = (min(values), max(values))
+        else:
+            out[key] = spread(values)
+    out["steady_sets"] = len({tuple(r["steady_iterations"]) for r in runs})
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,19 +147,21 @@ def main(argv: list[str] | None = None) -> int:
     for setting in args.settings:
         for name in args.workloads:
             work = WORKLOADS[name]
-            times = []
+            parts = []
             t0 = time.perf_counter()
             with busy_cores(os.cpu_count() or 2) if setting == "loaded" else _nothing():
                 for k in range(args.runs):
                     try:
-                        times.append(run_once(work, args.hardware, env))
+                        parts.append(components(run_once(work, args.hardware, env)))
                     except RuntimeError as exc:
                         print(f"stepcast: {exc}", file=sys.stderr)
                         return 2
-                    console.print(f"[dim]{setting} {name} run {k + 1}/{args.runs}: {times[-1]:.3f} ms[/dim]")
+                    console.print(f"[dim]{setting} {name} run {k + 1}/{args.runs}: "
+                                  f"{parts[-1]['iteration_ms']:.3f} ms[/dim]")
+            times = [p["iteration_ms"] for p in parts]
             rows.append({"workload": name, "ranks": work.nproc, "setting": setting, "host_clock": args.host_clock,
                          "iteration_ms": times, "spread": spread(times), "target": work.target_spread,
-                         "wall_s": time.perf_counter() - t0})
+                         "wall_s": time.perf_counter() - t0, "runs": parts, "components": component_spreads(parts)})
 
     table = Table(title=f"Determinism of the predicted iteration time ({args.runs} runs each, {args.hardware}, "
                         f"host clock {args.host_clock})")
@@ -120,11 +173,34 @@ def main(argv: list[str] | None = None) -> int:
                       f"{max(t):.3f}", f"{r['spread'] * 100:.2f}%", f"{r['target'] * 100:.0f}%",
                       "yes" if r["spread"] <= r["target"] else "NO", f"{r['wall_s']:.0f}")
     console.print(table)
+    console.print(decomposition_table(rows))
     if args.json:
         from profiling.atomic import write_json_atomic
 
         write_json_atomic(args.json, rows)
     return 0
+
+
+def decomposition_table(rows: list[dict]):
+    """Where the spread comes from: each component's spread over the runs of a workload and setting."""
+    from rich.table import Table
+
+    def pct(v: float | None) -> str:
+        return "n/a" if v is None else f"{v * 100:.2f}%"
+
+    def rng(v: tuple[float, float] | None, scale: float, digits: int, unit: str) -> str:
+        return "n/a" if v is None else f"{v[0] * scale:.{digits}f}-{v[1] * scale:.{digits}f}{unit}"
+
+    table = Table(title="Where the spread comes from (spread of each part over the runs; ranges where a part may be 0)")
+    for col in ("workload", "setting", "iteration", "host (simulated)", "device busy", "waiting on peers",
+                "host as captured", "interference", "steady sets"):
+        table.add_column(col, justify="left" if col in ("workload", "setting") else "right")
+    for r in rows:
+        c = r["components"]
+        table.add_row(r["workload"], r["setting"], pct(c["iteration_ms"]), pct(c["host_ms"]),
+                      pct(c["device_busy_ms"]), rng(c["waiting_on_peers_ms"], 1.0, 3, " ms"),
+                      pct(c["captured_host_ms"]), rng(c["host_interference"], 100.0, 1, "%"), str(c["steady_sets"]))
+    return table
 
 
 @contextmanager
