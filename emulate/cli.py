@@ -20,8 +20,11 @@ kernel estimators and print the predicted iteration time and peak memory."""
 RUN_EPILOG = """\
 Nothing is written to the working folder unless asked (--report, --trace): captured traces go to --trace-dir,
 else <cache>/runs/<time>-<pid>/ (<cache>: STEPCAST_CACHE_DIR, else ~/.cache/stepcast). Exit: 0 done, 2 bad input,
-3 the script failed, 128+N signal N. Example:
-  stepcast run --hardware h100-sxm --report r.json -- examples/gpt.py --layers 4 --d-model 1024 --steps 6"""
+3 the script failed, 128+N signal N. --run-ranks starts only those ranks of the job (e.g. one data-parallel
+replica, or one rank per pipeline stage); the others are simulated as copies of a running twin. Examples:
+  stepcast run --hardware h100-sxm --report r.json -- examples/gpt.py --layers 4 --d-model 1024 --steps 6
+  stepcast run --nproc 8 --nodes 16 --run-ranks 0,16,32,48,64,80,96,112 -- examples/megatron_scale.py --tp 8 \\
+      --pp 8 --layers 8 --global-batch 16"""
 
 
 def HELP_FORMATTER(prog: str) -> argparse.HelpFormatter:
@@ -80,8 +83,6 @@ def run_command(ns: argparse.Namespace) -> int:
         return fail(f"--nproc {ns.nproc} is more than the {per_node} GPUs of a {spec.id} node (gpus_per_node in "
                     f"conf/hardware/{spec.id}.yaml): --nproc is ranks per node, use --nodes {nodes} --nproc "
                     f"{per_node} for {ns.nproc * ns.nodes} ranks")
-    if ns.backend == "driver" and ns.nproc * ns.nodes > 1:
-        return fail("--backend driver runs one rank only: NCCL is emulated by the shim alone (use --backend shim)")
     ns.run_rank_list = None
     if ns.run_ranks is not None:
         from emulate.roles import RunRanksError, parse_run_ranks
@@ -203,6 +204,8 @@ def simulate_capture(ns: argparse.Namespace, spec: HardwareSpec, capture: dict, 
         copies = read_copies(Path(capture["copies"])) if capture.get("copies") else None
         result = simulate(docs, spec.id, nodes=ns.nodes, host_speed=ns.host_speed, sources=[str(p) for p in paths],
                           queue_depth=ns.launch_queue, copies=copies)
+        if copies:
+            result.warnings = [*(result.warnings or []), sparse_summary(capture), *capture.get("sparse_warnings", [])]
         report = publish(result, paths, ns.report, ns.trace, extra=capture, quiet=reason is not None)
     except (TraceFormatError, ValueError, SimulationDeadlock) as exc:
         if reason is not None:
@@ -213,6 +216,13 @@ def simulate_capture(ns: argparse.Namespace, spec: HardwareSpec, capture: dict, 
               f"{report['iteration_time_ms']:.3f} ms per iteration{written(ns.report)}; traces up to then in "
               f"{capture['capture_dir']}", file=sys.stderr)
     return exit_code
+
+
+def sparse_summary(capture: dict) -> str:
+    """One line: which ranks of a sparse run ran and which were copied from which."""
+    copied = "; ".join(f"{ranks} from {twin}" for twin, ranks in capture["ranks_copied"].items())
+    copied = copied if len(copied) <= 240 else copied[:240] + "... (report: ranks_copied)"
+    return f"sparse run: ranks {capture['ranks_run']} ran; the others are copies of a running twin ({copied})"
 
 
 def partial_without_simulation(ns: argparse.Namespace, capture: dict, reason: str, exit_code: int,

@@ -6,8 +6,8 @@
  * - records go into the driver's log (stepcast_log_record), as "collective" / "comm" records holding the shim's
  *   own line ("text"), timed with the driver's clock, gap, thread and op fields like the driver's own records;
  * - stream ids are the driver's (stepcast_stream_id), device memory is the driver's (cuMemAlloc / cuMemFree);
- * - collectives move no data: the driver's device memory holds no bytes, so there is no small-collective exchange
- *   (no shared area: sc_comm_shm answers none) and values received read as zeros. */
+ * - small collectives exchange their payloads as on the shim, through the driver's built-in copy of the shim's data
+ *   path (stepcast_comm_shm / stepcast_exchange: emulate/csrc/datapath.c); large ones move no data. */
 #define _GNU_SOURCE
 #include "shim.h"
 
@@ -116,7 +116,18 @@ size_t sc_device_free(void *ptr) {
     return 0;
 }
 
-void *sc_comm_shm(const char *comm_id, int nranks) { (void)comm_id; (void)nranks; return NULL; }
+typedef void *(*comm_shm_fn)(const char *comm_id, int nranks);
+typedef void (*exchange_fn)(void *shm, int nranks, int rank, unsigned long long seq, int kind, const void *send,
+                            void *recv, size_t count, int dtype, int redop, int root);
+
+void *sc_comm_shm(const char *comm_id, int nranks) {
+    comm_shm_fn fn = (comm_shm_fn)driver_symbol("stepcast_comm_shm");
+    return fn ? fn(comm_id, nranks) : NULL;
+}
 void sc_exchange(void *shm, int nranks, int rank, uint64_t seq, int kind, const void *send, void *recv, size_t count,
-                 int dtype, int redop, int root) {}
-void sc_shm_member_state(void *shm, int rank, uint64_t program, int stopped) {}
+                 int dtype, int redop, int root) {
+    static exchange_fn fn;
+    if (!fn) fn = (exchange_fn)driver_symbol("stepcast_exchange");
+    if (fn) fn(shm, nranks, rank, seq, kind, send, recv, count, dtype, redop, root);
+}
+void sc_shm_member_state(void *shm, int rank, uint64_t program, int stopped) {}  /* rank dedup: not on the driver */

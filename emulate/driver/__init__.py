@@ -42,8 +42,16 @@ RecordFunction hook resolves against it). The log then also holds one timed reco
 one), ``memcpy``, ``memset``, ``event_record``, ``stream_wait_event``, ``event_sync``, ``stream_sync``,
 ``device_sync``) with ``t``, ``gap`` (the thread's CPU time since its previous record, capture-layer time taken off),
 ``thread``, ``op`` and ``call`` (the op call), and ``mark`` records (iterations); :mod:`.tracelog` makes trace-v1
-events of them. Not there yet: NCCL (real libnccl crashes on the unbacked device memory; the shim's emulation is
-needed) and rank deduplication (``stepcast_dedup`` answers -1).
+events of them. Graph replays' launches carry ``graph`` (the launch's number) and ``node``.
+
+More than one rank: NCCL is the shim's (emulate/csrc/nccl.c, built with emulate/csrc/nccl_driver.c into
+``libstepcast_nccl.so``, :func:`.build.nccl_path`), which the launcher preloads (``LD_PRELOAD``) so torch's
+ProcessGroupNCCL never reaches the real libnccl (it crashes on device memory without pages). It writes ``comm``
+notes and timed ``collective`` records (``text``: the shim log's own X / N line) into this log. The small data path
+is the shim's too (emulate/csrc/datapath.c, built into the driver): device memory is a readable, writable window
+never committed except where small copies, fills and small collectives write (each at most
+``STEPCAST_REAL_BYTES``), so DDP's bucket indices and ``all_gather_object`` carry their real bytes between ranks.
+Not there yet: rank deduplication (``stepcast_dedup`` answers -1).
 
 Verified (tests/emulate/test_driver_*.py, CPU only): torch 2.14.1's libcudart initialises on it (the integrity
 check passes), ``torch.cuda.is_available()``, the catalog's name / capability / SM count / memory; randn,
@@ -51,7 +59,7 @@ elementwise, reductions, ``.item()`` through pinned memory; bf16 / fp16 / fp32 `
 a100-sxm-80gb and l4 launch exactly the kernels (names, grids, clusters) that cuBLASLt's top heuristic choice
 launches for the same problem; cuDNN convolutions (fp32 / bf16, forward and backward, ``cudnn.benchmark``),
 Linear backward on autograd's thread, cuDNN SDPA forward / backward, ``torch.compile`` (Triton: ptxas on the host,
-launches through the driver), CUDA graph capture and replay (each replay logs the captured kernels again), and
+launches through the driver), CUDA graph capture and replay (each replay logs the captured kernels again), DDP on two ranks, and
 ``expandable_segments`` (virtual memory API; ``libnvidia-ml.so.1`` from csrc/nvml.c stands in for NVML).
 
 Not modelled: time. ``cuEventElapsedTime`` answers 0 ms (logged once as ``elapsed_time``), so autotuners see ties

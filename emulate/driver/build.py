@@ -31,6 +31,8 @@ NVML_SOURCE = "nvml.c"
 NCCL_NAME = "libstepcast_nccl.so"
 NCCL_SOURCES = ("nccl.c", "nccl_driver.c")
 NCCL_DEPENDS = (*NCCL_SOURCES, "shim.h", "symbols.txt", "compat/fp_types.h")
+#: the shim's sources built into the driver too: the small data path (memory.c)
+SHIM_SOURCES = ("datapath.c",)
 CUDA_ERROR_NOT_SUPPORTED = 801
 #: the PFN_ typedefs: the driver API, then the profiler and graphics-interop ones (which stay NOT_SUPPORTED)
 TYPEDEF_HEADERS = ("cudaTypedefs.h", "cudaProfilerTypedefs.h", "cudaGLTypedefs.h", "cudaEGLTypedefs.h",
@@ -105,7 +107,7 @@ def _build_key(cc: str, cuda_inc: Path) -> str:
     h = hashlib.sha256()
     for name in (*SOURCES, "fakecuda.h", NVML_SOURCE):
         h.update((CSRC / name).read_bytes())
-    for name in NCCL_DEPENDS:
+    for name in (*NCCL_DEPENDS, *SHIM_SOURCES):
         h.update((shim_build.CSRC / name).read_bytes())
     h.update(Path(__file__).read_bytes())
     h.update(subprocess.run([cc, "--version"], capture_output=True, text=True).stdout.encode())
@@ -128,8 +130,9 @@ def driver_path(*, rebuild: bool = False) -> Path:
         (tmp / "stubs.c").write_text(generate_stubs(entry_points((cuda_inc / "cuda.h").read_text(), versions)))
         return [cc, "-O2", "-g0", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall", "-Wextra",
                 "-Wno-unused-parameter", "-Wno-deprecated-declarations", f"-Wl,-soname,{SONAME}",
-                *(f"-I{i}" for i in incs), *(str(CSRC / s) for s in SOURCES), str(tmp / "procaddr.c"),
-                str(tmp / "stubs.c"), "-o", str(out), "-lpthread"]
+                *(f"-I{i}" for i in incs), f"-I{shim_build.CSRC}", *(str(CSRC / s) for s in SOURCES),
+                *(str(shim_build.CSRC / s) for s in SHIM_SOURCES), str(tmp / "procaddr.c"),
+                str(tmp / "stubs.c"), "-o", str(out), "-lpthread", "-lrt"]
 
     def nvml_command(tmp: Path, out: Path) -> list[str]:
         return [cc, "-O2", "-g0", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall", "-Wextra", "-Wno-unused-parameter",

@@ -112,6 +112,8 @@ def driver_events(log: DriverLog, *, comm_sizes: dict[str, int] | None = None,
                   "spec": _kernel_spec(op, name)}
             if ev["spec"] and r["call"]:
                 op_calls.mark(ev, (op_id, r["call"]))
+            if r.get("graph"):  # a node of a graph launch: one launch call for all its nodes
+                ev["graph_launch"], ev["graph_node"] = r["graph"], r["node"]
         elif kind == "memcpy":
             ev = {"kind": "memcpy", "stream": stream(r["stream"]), "bytes": r["bytes"], "direction": r["direction"],
                   "blocking": bool(r["blocking"]), "op": ctx["op"]}

@@ -8,6 +8,7 @@
  * thread that logged), "op" (the aten op id the hook set, -1 outside ops) and "call" (the op call: one number per
  * op entry, shared by the kernels that call launches). Iteration marks ("mark") take no host time of their own. */
 #include "fakecuda.h"
+#include "shim.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -70,7 +71,10 @@ FK_EXPORT void stepcast_resume(void) {
 /* Set the op without touching the clock (the RecordFunction hook brackets itself with pause/resume). */
 FK_EXPORT void stepcast_set_op(int op) {
     cur_op = op;
-    if (op >= 0) cur_call = __atomic_add_fetch(&next_call, 1, __ATOMIC_RELAXED);
+    if (op >= 0) {
+        cur_call = __atomic_add_fetch(&next_call, 1, __ATOMIC_RELAXED);
+        sc_op_instance_begin();  /* the data path forgets the outputs of ops that launched kernels */
+    }
 }
 FK_EXPORT void stepcast_op_enter(int op) { stepcast_set_op(op); stepcast_resume(); }
 FK_EXPORT void stepcast_op_exit(int prev) { stepcast_pause(); cur_op = prev; }
@@ -85,12 +89,8 @@ FK_EXPORT void stepcast_mark(int source, int step) {
 FK_EXPORT void stepcast_flush(void) {}
 /* Rank deduplication is the shim's (emulate/csrc/dedup.c); the driver backend runs every rank: never a duplicate. */
 FK_EXPORT int stepcast_dedup(int source) { return -1; }
-/* Device memory holds no bytes here (no replay of small host-visible data): nothing to track. */
-FK_EXPORT int stepcast_needs_untrack(void) { return 0; }
-FK_EXPORT void stepcast_untrack(unsigned long long ptr, unsigned long long bytes) {}
-FK_EXPORT int stepcast_has_ranges(void) { return 0; }
-FK_EXPORT int stepcast_range_known(unsigned long long ptr, unsigned long long bytes) { return 0; }
-FK_EXPORT void stepcast_range_written(unsigned long long ptr, unsigned long long bytes) {}
+/* The small data path's exports (stepcast_needs_untrack, stepcast_untrack, stepcast_range_known, ...) are the
+ * shim's own: emulate/csrc/datapath.c is built into this driver (memory.c). */
 FK_EXPORT long long stepcast_device_peak(int device) { return device == 0 ? (long long)fk_device_peak() : -1; }
 /* For the shim's NCCL preloaded above this driver (emulate/csrc/nccl_driver.c): a record in this log, timed as the
  * driver's own calls ("timed"), else a note; "json" is the record's members after "event". */
@@ -98,5 +98,15 @@ FK_EXPORT void stepcast_log_record(const char *event, int timed, const char *jso
     if (timed) fk_log_call(event, "%s", json);
     else fk_log_line("{\"event\":\"%s\",%s}", event, json);
 }
+/* ...its small-collective exchange (the shim's, emulate/csrc/datapath.c)... */
+FK_EXPORT void *stepcast_comm_shm(const char *comm_id, int nranks) { return sc_comm_shm(comm_id, nranks); }
+FK_EXPORT void stepcast_exchange(void *shm, int nranks, int rank, unsigned long long seq, int kind, const void *send,
+                                 void *recv, size_t count, int dtype, int redop, int root) {
+    sc_exchange(shm, nranks, rank, seq, kind, send, recv, count, dtype, redop, root);
+}
 /* ...and the ids this driver's log gives streams. */
 FK_EXPORT unsigned long long stepcast_stream_id(CUstream stream) { return fk_stream_id(stream); }
+
+/* What the built-in data path (emulate/csrc/datapath.c) needs of the shim's core. */
+uint64_t sc_now_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
+void sc_unhandled(const char *name) { fk_log_unsupported(name); }

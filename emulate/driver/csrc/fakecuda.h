@@ -3,7 +3,8 @@
  * Each file implements one API area with the *current* ABI of each entry point: cuda.h's own macros give the
  * exported name (cuMemAlloc -> cuMemAlloc_v2), so the compiler checks every signature against the header.
  * Everything not implemented here answers CUDA_ERROR_NOT_SUPPORTED (generated stubs, see build.py).
- * Device memory is never backed: addresses come from a PROT_NONE window, so a host read of one would crash. */
+ * Device memory is never committed: addresses come from a window without memory, of which only the pages the small
+ * data path writes get any (memory.c). */
 #ifndef FAKECUDA_H
 #define FAKECUDA_H
 
@@ -70,7 +71,9 @@ typedef struct {
     unsigned grid[3], block[3], smem, cluster[3];
     const char *via;
 } fk_launch_rec_t;
-void fk_log_launch(const fk_launch_rec_t *rec, unsigned long long stream, const char *via);
+/* graph_launch: the n-th graph launch (from 1) that replays this node (its position: node); 0 for a plain launch */
+void fk_log_launch(const fk_launch_rec_t *rec, unsigned long long stream, const char *via, unsigned long long graph_launch,
+                   size_t node);
 int fk_graph_add_launch(fk_graph_t *g, const fk_launch_rec_t *rec);
 
 /* ---- occupancy (launch.c) ---- */

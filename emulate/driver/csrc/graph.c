@@ -1,5 +1,5 @@
 /* CUDA graphs from stream capture: launches on a capturing stream become kernel nodes; each graph launch logs
- * its nodes again on the launching stream ("via": "cuGraphLaunch"). Graphs built node by node are not emulated. */
+ * its nodes again on the launching stream ("via": "cuGraphLaunch", "graph": the launch's number, "node"). Graphs built node by node are not emulated. */
 #include "fakecuda.h"
 
 #include <stdlib.h>
@@ -16,6 +16,7 @@ typedef struct { uint32_t magic; fk_graph_t *graph; } fk_exec_t;
 #define FK_EXEC_MAGIC 0x464b4758u
 
 static unsigned long long next_capture_id = 1;
+static unsigned long long graph_launches;
 
 static fk_graph_t *as_graph(CUgraph g) {
     fk_graph_t *graph = (fk_graph_t *)g;
@@ -118,9 +119,11 @@ FK_EXPORT CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStrea
     fk_exec_t *e = as_exec(hGraphExec);
     if (!e) return CUDA_ERROR_INVALID_VALUE;
     fk_graph_t *into = fk_stream_capture(hStream);
+    /* each launch is numbered: the trace charges one launch call's host cost per graph launch, not one per node */
+    unsigned long long launch = into ? 0 : __atomic_add_fetch(&graph_launches, 1, __ATOMIC_RELAXED);
     for (size_t i = 0; i < e->graph->n; i++) {
         if (into) fk_graph_add_launch(into, &e->graph->nodes[i]);
-        else fk_log_launch(&e->graph->nodes[i], fk_stream_id(hStream), "cuGraphLaunch");
+        else fk_log_launch(&e->graph->nodes[i], fk_stream_id(hStream), "cuGraphLaunch", launch, i);
     }
     return CUDA_SUCCESS;
 }

@@ -3,6 +3,7 @@
  * shape and stream. Occupancy answers follow the device's limits (threads, blocks, registers, shared memory per
  * SM); cluster occupancy models the SMs as split over GPCs by SM pairs (TPCs). */
 #include "fakecuda.h"
+#include "shim.h"
 
 #include <fcntl.h>
 #include <stdarg.h>
@@ -57,13 +58,16 @@ static void json_string(char *out, size_t cap, const char *s) {
     out[o] = 0;
 }
 
-void fk_log_launch(const fk_launch_rec_t *r, unsigned long long stream, const char *via) {
+void fk_log_launch(const fk_launch_rec_t *r, unsigned long long stream, const char *via, unsigned long long graph_launch,
+                   size_t node) {
     CUdevice device = 0;
     cuCtxGetDevice(&device);
+    char graph[64] = "";
+    if (graph_launch) snprintf(graph, sizeof graph, ",\"graph\":%llu,\"node\":%zu", graph_launch, node);
     fk_log_call("launch", "\"name\":\"%s\",\"grid\":[%u,%u,%u],\"block\":[%u,%u,%u],\"smem\":%u,"
-                "\"cluster\":[%u,%u,%u],\"stream\":%llu,\"device\":%d,\"via\":\"%s\"",
+                "\"cluster\":[%u,%u,%u],\"stream\":%llu,\"device\":%d,\"via\":\"%s\"%s",
                 r->name, r->grid[0], r->grid[1], r->grid[2], r->block[0], r->block[1], r->block[2], r->smem,
-                r->cluster[0], r->cluster[1], r->cluster[2], stream, (int)device, via);
+                r->cluster[0], r->cluster[1], r->cluster[2], stream, (int)device, via, graph);
 }
 
 /* a launch on a capturing stream becomes a node of the graph (logged at each replay), else it is logged now */
@@ -81,9 +85,10 @@ CUresult fk_launch(fk_function_t *f, const unsigned grid[3], const unsigned bloc
     memcpy(rec.cluster, cluster, sizeof rec.cluster);
     rec.smem = smem;
     rec.via = via;
+    sc_note_kernel_write();  /* the data path: this op's outputs are a kernel's, not bytes it knows */
     fk_graph_t *g = fk_stream_capture(stream);
     if (g) return fk_graph_add_launch(g, &rec) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
-    fk_log_launch(&rec, fk_stream_id(stream), via);
+    fk_log_launch(&rec, fk_stream_id(stream), via, 0, 0);
     return CUDA_SUCCESS;
 }
 
