@@ -14,6 +14,7 @@ Exit codes of ``emulate run``: 0 done; 2 bad input (arguments, traces the ranks 
 from __future__ import annotations
 
 import contextlib
+import getpass
 import importlib.util
 import os
 import re
@@ -21,6 +22,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -136,13 +138,20 @@ def backend_environment(backend: str, shim: Path, spec: HardwareSpec, nproc: int
     exports the shim's capture API, which the capture layer loads by path (``STEPCAST_SHIM``)."""
     if backend == "shim":
         lib = shim
-        env = {"LD_PRELOAD": " ".join(p for p in (str(shim), base.get("LD_PRELOAD", "")) if p)}
+        env = {"LD_PRELOAD": " ".join(p for p in (str(shim), base.get("LD_PRELOAD", "")) if p),
+               # the shim turns cuDNN attention off, which Inductor's graph cache does not key on: a graph compiled
+               # with it on (on a GPU, or on the driver backend) would call cuDNN here, so the shim's are kept apart
+               "TORCHINDUCTOR_CACHE_DIR": os.path.join(base.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(
+                   tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}"), "stepcast-shim")}
     elif backend == "driver":
-        from emulate.driver.build import driver_path
+        from emulate.driver.build import driver_path, nccl_path
         from emulate.driver.device import driver_environment
 
         lib = driver_path()
         env = driver_environment(spec, nproc)
+        # NCCL is the shim's (emulate/csrc/nccl_driver.c), preloaded: the real libnccl crashes on device memory
+        # that has no pages
+        env["LD_PRELOAD"] = " ".join(p for p in (str(nccl_path()), base.get("LD_PRELOAD", "")) if p)
     else:
         raise ValueError(f"backend must be one of {BACKENDS}, found {backend!r}")
     env.update({"LD_LIBRARY_PATH": os.pathsep.join(p for p in (str(lib.parent), base.get("LD_LIBRARY_PATH", "")) if p),
@@ -188,8 +197,7 @@ def launch(script: Path, script_args: list[str], *, shim: Path, spec: HardwareSp
            store_port: int | None = None) -> list[RankProcess]:
     """Start world_size = nproc * nodes ranks on this machine (each node's ranks see nproc virtual devices),
     appending each to ``ranks`` as soon as it runs, so that a stop during the start still finds every rank.
-    ``backend`` is the device emulation (:func:`backend_environment`); the driver runs one rank only (NCCL is
-    emulated by the shim alone).
+    ``backend`` is the device emulation (:func:`backend_environment`).
 
     The capture layer is run by its file path with ``python -P``: nothing of this project is put on the script's
     ``sys.path`` (the repository's ``datasets/``, ``models/`` or ``conf/`` folders would shadow the user's
@@ -197,9 +205,6 @@ def launch(script: Path, script_args: list[str], *, shim: Path, spec: HardwareSp
 
     ``run_ranks`` (a sparse run): start only these ranks of the job, clients of the store the launcher hosts on
     ``store_port`` (:func:`hosted_store`)."""
-    if backend == "driver" and nproc * nodes > 1:
-        raise EmulationUnavailable(f"--backend driver runs one rank only ({nproc * nodes} asked): NCCL is emulated "
-                                   "by the shim alone; use --backend shim")
     base = dict(os.environ)
     base.update(gpu_environment(spec, nproc))
     base.update(backend_environment(backend, shim, spec, nproc, base))
