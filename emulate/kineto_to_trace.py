@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 
 from profiling.errors import report
-from emulate.trace import FORMAT, VERSION, OpCalls, write_trace
+from emulate.trace import FORMAT, VERSION, EventTable, EventTableBuilder, OpCalls, write_trace
 from profiling import kineto
 from profiling.classify import canonical_dtype, classify_kernel_name, classify_op
 from profiling.families import dtype_bytes
@@ -141,24 +141,25 @@ def _convert_owned(box: list[kineto.KinetoTrace], hardware: str | None, stalls: 
 
 
 class _HostItems:
-    """Host-ordered items in parallel columns (start, return, tie-break order, blocking, the trace event): one dict
-    per item, the event itself, and no wrapper, since a large trace has millions of them."""
+    """Host-ordered items in parallel columns (start, return, tie-break order, blocking) and the trace events,
+    appended to an event table as they come (a large trace has millions: no dict is kept per item)."""
 
     def __init__(self) -> None:
         self.ts, self.end, self.order = array("d"), array("d"), array("d")
         self.blocking = bytearray()
-        self.events: list[dict[str, Any] | None] = []
+        self.events = EventTableBuilder()
 
     @property
     def n(self) -> int:
         return len(self.events)
 
-    def add(self, ts: float, end: float, order: float, blocking: bool, ev: dict[str, Any]) -> None:
+    def add(self, ts: float, end: float, order: float, blocking: bool, ev: dict[str, Any]) -> int:
+        """Add an item; returns its row (null fields of ``ev`` are left out)."""
         self.ts.append(ts)
         self.end.append(end)
         self.order.append(order)
         self.blocking.append(bool(blocking))
-        self.events.append(ev)
+        return self.events.append(ev, drop_none=True)
 
     def host_end(self) -> float:
         return float(max(self.end)) if self.n else 0.0
@@ -167,10 +168,9 @@ class _HostItems:
         """The profiler-clock time (us) of the trace's first event, as :meth:`sequence` counts from it."""
         return float(min(self.ts)) if self.n else 0.0
 
-    def sequence(self) -> list[dict[str, Any]]:
+    def sequence(self) -> EventTable:
         """Host-ordered trace events with seq, t_ns and gap_ns (gaps start at the previous call's start, or at its
-        return when it blocked). Each event dict is rebuilt in the format's field order and its source dropped
-        at once, so the two forms never coexist."""
+        return when it blocked)."""
         ts, end, order = (np.frombuffer(a, dtype=np.float64) for a in (self.ts, self.end, self.order))
         blocking = np.frombuffer(bytes(self.blocking), dtype=bool)
         idx = np.lexsort((order, ts))  # by (ts, order), stable like a sort by that key
@@ -179,17 +179,11 @@ class _HostItems:
         # the host is free again at each item's start, or at its return when it blocked; never earlier than before
         release = np.where(blocking, end, ts)
         free = np.maximum.accumulate(np.concatenate(([t0], release[:-1]))) if len(ts) else ts
-        t_ns = np.rint((ts - t0) * 1e3).astype(np.int64).tolist()
-        gap_ns = np.rint(np.maximum(0.0, ts - free) * 1e3).astype(np.int64).tolist()
-        source, self.events = self.events, []
-        out = []
-        for seq, i in enumerate(idx.tolist()):
-            ev = source[i]
-            source[i] = None
-            fields = {"seq": seq, "kind": ev["kind"], "t_ns": t_ns[seq], "gap_ns": gap_ns[seq]}
-            fields.update((k, v) for k, v in ev.items() if k != "kind" and v is not None)
-            out.append(fields)
-        return out
+        t_ns = np.rint((ts - t0) * 1e3).astype(np.int64)
+        gap_ns = np.rint(np.maximum(0.0, ts - free) * 1e3).astype(np.int64)
+        table = self.events.finish(order=idx)
+        self.events = EventTableBuilder()
+        return table.with_columns(seq=np.arange(len(idx), dtype=np.int64), t_ns=t_ns, gap_ns=gap_ns)
 
 
 def _collective_ops(trace: kineto.KinetoTrace, ops: pd.DataFrame) -> pd.DataFrame | None:
@@ -364,6 +358,7 @@ def _host_items(items: "_HostItems", ops: pd.DataFrame, stall: np.ndarray, op_ro
     (spec, grid, block, op shapes) are made once and shared by every event that has them."""
     comm_seq: dict[str, int] = {}
     op_parts = OpCalls()
+    builder = items.events
     shared = _SharedValues()
     total = len(ops)
     for n, (row, held) in enumerate(zip(ops.itertuples(), stall.tolist())):
@@ -371,9 +366,12 @@ def _host_items(items: "_HostItems", ops: pd.DataFrame, stall: np.ndarray, op_ro
             report_stage("converting device ops", n, total)
         ev = _device_event(row, comm_seq, op_rows, world_size, shared)
         if ev.get("spec") and ev["kind"] == "kernel" and row.op_index >= 0:
-            first = op_parts.mark(ev, int(row.op_index))
+            first = op_parts.mark(ev, int(row.op_index), token=items.n)
             if first is not None:
-                first["op_duration_us"] = first.get("op_duration_us", first["duration_us"]) + ev["duration_us"]
+                so_far = builder.number(first, "op_duration_us")
+                builder.set_number(first, "op_duration_us",
+                                   (builder.number(first, "duration_us") if so_far is None else so_far)
+                                   + ev["duration_us"])
         if held > 0:
             ev["stall_us"] = round(held, 3)
         items.add(float(row.launch), float(row.call_end), float(row.order), ev.get("blocking", False), ev)

@@ -73,6 +73,15 @@ Optional fields written by the Kineto importer (:mod:`emulate.kineto_to_trace`, 
   event: ranks of one node share that clock, so replay keeps their start offsets) and ``call_costs_in_gaps: true``
   (the gaps already hold the real runtime calls' host cost, which the simulator adds to captured gaps otherwise).
 
+In memory, a trace's events are an :class:`EventTable` (what :func:`read_trace` and the Kineto importer return, and
+what the simulator reads): the fields that differ from event to event (``seq``, ``t_ns``, ``gap_ns``,
+``duration_us``, ``stall_us``, ``op_duration_us``, ``comm_seq``) as numpy columns, everything else (kind, stream,
+kernel name, shapes, spec...) as one dict shared by every event that has the same values: a training trace repeats
+a few thousand distinct launches millions of times, so a 2M-event trace holds a few thousand such dicts and about
+60 bytes per event, where a dict per event took about 700. ``table[i]`` is the event as a plain dict (built on
+access; changing it does not change the table). The table holds no rank: ranks that run the same work can share
+one table (and its slices, which are views).
+
 Host-model fields any producer may set (read by :mod:`emulate.sim.host`): ``meta.call_costs_in_gaps`` (default
 false: a captured trace's gaps lack the cost of the intercepted calls), ``meta.clock_origin_us``,
 ``meta.host_clock`` ("cpu" | "wall": how the capture measured gaps).
@@ -81,8 +90,12 @@ from __future__ import annotations
 
 import gzip
 import json
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from profiling.atomic import atomic_path
 
@@ -100,29 +113,287 @@ class TraceFormatError(ValueError):
     """A trace file that does not follow the format; the message names the file and the field."""
 
 
+#: fields kept as numeric columns, since they differ from event to event; every other field goes to the dict that
+#: the events with the same values share (:class:`EventTable`)
+COLUMN_FIELDS = ("seq", "t_ns", "gap_ns", "duration_us", "stall_us", "op_duration_us", "comm_seq")
+_LEADING = ("seq", "kind", "t_ns", "gap_ns")  # the order a dict view starts with (the format's)
+_EXACT = 2 ** 53  # integers up to this survive a float64 column; larger ones stay in the shared dict
+_ITER_CHUNK = 1 << 15
+
+
+class EventTable(Sequence):
+    """A trace's events, compactly (module docstring): ``shapes`` (the distinct dicts of every field but the
+    columns), ``shape_index`` (each event's shape, int32) and ``columns`` (field -> (values,
+    present, floats): int64 or float64 values; a bool mask of the events that have the field, None when all have
+    it; in a float64 column that also holds integers, a bool mask of the float ones, else None).
+
+    Read-only: ``table[i]`` and iteration give each event as a new plain dict, ``table[a:b]`` a table of views
+    on the same arrays. :meth:`field` and :meth:`number` give one field of every event at numpy speed (the
+    simulator's way in)."""
+
+    __slots__ = ("shapes", "shape_index", "columns")
+
+    def __init__(self, shapes: list[dict[str, Any]], shape_index: np.ndarray,
+                 columns: dict[str, tuple[np.ndarray, np.ndarray | None, np.ndarray | None]]) -> None:
+        self.shapes, self.shape_index, self.columns = shapes, shape_index, columns
+
+    @classmethod
+    def from_dicts(cls, events: Iterable[dict[str, Any]]) -> "EventTable":
+        """The table of trace-v1 event dicts (a list, or any iterable: nothing is kept of them but their values).
+        Raises TypeError for an event that is not a dict."""
+        builder = EventTableBuilder()
+        for ev in events:
+            builder.append(ev)
+        return builder.finish()
+
+    def __len__(self) -> int:
+        return len(self.shape_index)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return EventTable(self.shapes, self.shape_index[i],
+                              {k: tuple(None if c is None else c[i] for c in col) for k, col in self.columns.items()})
+        n = len(self.shape_index)
+        i = int(i)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"event {i} of {n}")
+        values = {k: v[i].item() if f is None or f[i] else int(v[i])
+                  for k, (v, p, f) in self.columns.items() if p is None or p[i]}
+        return _assemble(self.shapes[self.shape_index[i]], values)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        shapes = self.shapes
+        for a in range(0, len(self.shape_index), _ITER_CHUNK):
+            b = a + _ITER_CHUNK
+            cols = [(k, _values(v[a:b], None if f is None else f[a:b]), None if p is None else p[a:b].tolist())
+                    for k, (v, p, f) in self.columns.items()]
+            for j, s in enumerate(self.shape_index[a:b].tolist()):
+                yield _assemble(shapes[s], {k: v[j] for k, v, p in cols if p is None or p[j]})
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, (EventTable, list, tuple)):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"EventTable({len(self)} events, {len(self.shapes)} distinct shapes)"
+
+    def field(self, name: str, default: Any = None) -> list[Any]:
+        """``name`` of every event (``default`` where absent), as a list."""
+        per_shape = [s.get(name, default) for s in self.shapes]
+        values = list(map(per_shape.__getitem__, self.shape_index.tolist()))
+        if name in self.columns:
+            v, p, f = self.columns[name]
+            where = np.arange(len(v)) if p is None else np.flatnonzero(p)
+            for j, x in zip(where.tolist(), _values(v[where], None if f is None else f[where])):
+                values[j] = x
+        return values
+
+    def number(self, name: str, missing: float = np.nan) -> np.ndarray:
+        """``name`` of every event as float64: ``missing`` where absent, NaN where null. Raises ValueError when
+        some event has a value that is not a number."""
+        per_shape = np.empty(len(self.shapes), dtype=np.float64)
+        for j, s in enumerate(self.shapes):
+            x = s.get(name, missing)
+            if x is not None and (not isinstance(x, (int, float)) or isinstance(x, bool)):
+                raise ValueError(f"{name}: not a number: {x!r}")
+            per_shape[j] = np.nan if x is None else x
+        out = per_shape[self.shape_index] if len(self.shapes) else np.full(len(self), missing, dtype=np.float64)
+        if name in self.columns:
+            v, p, _ = self.columns[name]
+            if p is None:
+                out = v.astype(np.float64)
+            else:
+                out[p] = v[p]
+        return out
+
+    def with_columns(self, **columns: np.ndarray) -> "EventTable":
+        """This table with column fields set for every event (int64 or float64 arrays); the arrays are shared."""
+        for name, values in columns.items():
+            if name not in COLUMN_FIELDS or len(values) != len(self):
+                raise ValueError(f"{name}: expected one of {COLUMN_FIELDS} with {len(self)} values")
+        return EventTable(self.shapes, self.shape_index, {**self.columns, **{k: (np.asarray(v), None, None)
+                                                                            for k, v in columns.items()}})
+
+    def kinds(self) -> list[Any]:
+        """Every event's ``kind``."""
+        return self.field("kind")
+
+
+def _values(v: np.ndarray, floats: np.ndarray | None) -> list[Any]:
+    """Column values as Python numbers, the integers of a mixed column as ints."""
+    out = v.tolist()
+    if floats is not None:
+        for j in np.flatnonzero(~floats).tolist():
+            out[j] = int(out[j])
+    return out
+
+
+def _assemble(shape: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """One event as a dict: the format's leading fields first, then the shared ones, then the other columns."""
+    ev = {k: values.pop(k) if k in values else shape[k] for k in _LEADING if k in values or k in shape}
+    ev.update(shape)
+    ev.update(values)
+    return ev
+
+
+class EventTableBuilder:
+    """Builds an :class:`EventTable` one event dict at a time, sharing equal values: each list or dict value is
+    replaced by the first equal one seen (so JSON-read events, whose lists are all distinct objects, share them
+    too), then the event's non-column fields by the first equal dict of them."""
+
+    def __init__(self) -> None:
+        self.shapes: list[dict[str, Any]] = []
+        self._shape_of: dict[tuple, int] = {}
+        self._canonical: dict[Any, Any] = {}     # frozen value -> the object that stands for every equal one
+        self._frozen_of: dict[int, Any] = {}     # id of such an object (kept alive by _canonical) -> frozen form
+        self._index = array("i")
+        self._values = {name: array("d") for name in COLUMN_FIELDS}
+        self._tags = {name: bytearray() for name in COLUMN_FIELDS}  # 0 absent, 1 int, 2 float
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def append(self, ev: dict[str, Any], drop_none: bool = False) -> int:
+        """Add one event (without its null fields when ``drop_none``); returns its row."""
+        if not isinstance(ev, dict):
+            raise TypeError(f"event {len(self._index)}: expected a dict, found {type(ev).__name__}")
+        numbers: dict[str, Any] = {}
+        shape: dict[str, Any] = {}
+        key: list[Any] = []
+        for k, v in ev.items():
+            t = type(v)
+            if v is None and drop_none:
+                continue
+            if k in self._values and (t is float or (t is int and -_EXACT <= v <= _EXACT)):
+                numbers[k] = v
+                continue
+            if t is list or t is dict:
+                v, frozen = self._share(v)
+            elif t is float or t is bool:
+                frozen = (t, v)
+            else:
+                frozen = v
+            shape[k] = v
+            key.append((k, frozen))
+        try:
+            s = self._shape_of.setdefault(tuple(key), len(self.shapes))
+        except TypeError:  # a value no JSON has (a set...): this event's shape is its own
+            s = len(self.shapes)
+        if s == len(self.shapes):
+            self.shapes.append(shape)
+        self._index.append(s)
+        for name, values in self._values.items():
+            v = numbers.get(name)
+            if v is None:
+                values.append(0.0)
+                self._tags[name].append(0)
+            else:
+                values.append(v)
+                self._tags[name].append(1 if type(v) is int else 2)
+        return len(self._index) - 1
+
+    def set_number(self, row: int, name: str, value: float) -> None:
+        """Set column field ``name`` of an appended event (the importer adds an op's later kernels' time to its
+        first kernel)."""
+        self._values[name][row] = value
+        self._tags[name][row] = 1 if type(value) is int else 2
+
+    def number(self, row: int, name: str) -> float | None:
+        """Column field ``name`` of an appended event, None when it has none."""
+        return self._values[name][row] if self._tags[name][row] else None
+
+    def _share(self, v: Any) -> tuple[Any, Any]:
+        frozen = self._frozen_of.get(id(v))
+        if frozen is not None:
+            return v, frozen
+        try:
+            frozen = _freeze(v)
+            c = self._canonical.setdefault(frozen, v)
+        except TypeError:
+            return v, ("unshared", id(v), v)
+        if c is v:
+            self._frozen_of[id(v)] = frozen
+        return c, frozen
+
+    def finish(self, order: np.ndarray | None = None) -> EventTable:
+        """The table, its events in ``order`` (rows of this builder; default: as appended)."""
+        index = np.frombuffer(self._index, dtype=np.int32) if len(self._index) else np.zeros(0, np.int32)
+        columns: dict[str, tuple[np.ndarray, np.ndarray | None, np.ndarray | None]] = {}
+        for name in COLUMN_FIELDS:
+            tags = np.frombuffer(self._tags[name], dtype=np.uint8) if len(self._index) else np.zeros(0, np.uint8)
+            if order is not None:
+                tags = tags[order]
+            if not tags.any():
+                continue
+            values = np.frombuffer(self._values[name], dtype=np.float64)
+            values = values[order] if order is not None else values.copy()
+            floats = tags == 2
+            if not floats.any():
+                values, floats = values.astype(np.int64), None
+            elif floats.sum() == np.count_nonzero(tags):
+                floats = None
+            columns[name] = (values, None if tags.all() else tags != 0, floats)
+        index = index[order] if order is not None else index.copy()
+        shapes, self.shapes = self.shapes, []
+        self._shape_of.clear(), self._canonical.clear(), self._frozen_of.clear()
+        self._index, self._values, self._tags = array("i"), {}, {}
+        return EventTable(shapes, index, columns)
+
+
+def _freeze(v: Any) -> Any:
+    """A hashable form of a JSON value that tells 1, 1.0 and True apart."""
+    t = type(v)
+    if t is list:
+        return (list, tuple(map(_freeze, v)))
+    if t is dict:
+        return (dict, tuple((k, _freeze(x)) for k, x in v.items()))
+    if t is float or t is bool:
+        return (t, v)
+    return v
+
+
+def as_table(events: EventTable | Iterable[dict[str, Any]]) -> EventTable:
+    """``events`` as a table (a table is returned as it is)."""
+    return events if isinstance(events, EventTable) else EventTable.from_dicts(events)
+
+
 def _open(path: Path, mode: str):
     return gzip.open(path, mode + "t") if path.suffix == ".gz" else open(path, mode)
 
 
-def write_trace(path: str | Path, *, rank: int, world_size: int, hardware: str, events: list[dict[str, Any]],
-                meta: dict[str, Any] | None = None) -> Path:
-    """Write atomically (temporary file in the same folder, then rename)."""
+def write_trace(path: str | Path, *, rank: int, world_size: int, hardware: str,
+                events: EventTable | Iterable[dict[str, Any]], meta: dict[str, Any] | None = None) -> Path:
+    """Write atomically (temporary file in the same folder, then rename); ``events`` is a table or event dicts,
+    written one at a time."""
     path = Path(path)
-    doc = {"format": FORMAT, "version": VERSION, "rank": rank, "world_size": world_size, "hardware": hardware,
-           "meta": meta or {}, "events": events}
+    head = {"format": FORMAT, "version": VERSION, "rank": rank, "world_size": world_size, "hardware": hardware,
+            "meta": meta or {}}
     with atomic_path(path) as tmp:
         with (gzip.open(tmp, "wt") if path.suffix == ".gz" else open(tmp, "w")) as f:
-            json.dump(doc, f, separators=(",", ":"))
+            f.write(json.dumps(head, separators=(",", ":"))[:-1] + ',"events":[')
+            encode = json.JSONEncoder(separators=(",", ":")).encode
+            chunk: list[str] = []
+            for n, ev in enumerate(events):
+                chunk.append(encode(ev) if n == 0 else "," + encode(ev))
+                if len(chunk) >= 4096:
+                    f.write("".join(chunk))
+                    chunk.clear()
+            f.write("".join(chunk) + "]}")
     return path
 
 
 def read_trace(path: str | Path) -> dict[str, Any]:
-    """Read and check one rank's trace."""
+    """Read and check one rank's trace; its ``events`` are an :class:`EventTable`."""
     path = Path(path)
     try:
         with _open(path, "r") as f:
             doc = json.load(f)
-    except (OSError, json.JSONDecodeError, EOFError) as exc:
+    except (OSError, json.JSONDecodeError, EOFError, UnicodeDecodeError) as exc:
         raise TraceFormatError(f"{path}: cannot read trace ({exc})") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise TraceFormatError(f"{path}: field 'format': expected '{FORMAT}'")
@@ -131,10 +402,18 @@ def read_trace(path: str | Path) -> dict[str, Any]:
     for field in ("rank", "world_size", "hardware", "events"):
         if field not in doc:
             raise TraceFormatError(f"{path}: field '{field}' is missing")
-    for i, ev in enumerate(doc["events"]):
-        if ev.get("kind") not in EVENT_KINDS:
+    events = doc["events"]
+    if not isinstance(events, list):
+        raise TraceFormatError(f"{path}: field 'events': expected a list, found {type(events).__name__}")
+    builder = EventTableBuilder()
+    for i in range(len(events)):
+        ev, events[i] = events[i], None  # each dict goes as soon as its values are in the table
+        if not isinstance(ev, dict) or ev.get("kind") not in EVENT_KINDS:
+            found = ev.get("kind") if isinstance(ev, dict) else ev
             raise TraceFormatError(f"{path}: events[{i}].kind: expected one of {sorted(EVENT_KINDS)}, "
-                                   f"found {ev.get('kind')!r}")
+                                   f"found {found!r}")
+        builder.append(ev)
+    doc["events"] = builder.finish()
     return doc
 
 
@@ -144,13 +423,19 @@ class OpCalls:
     ``op_part`` kernels, which add no predicted time (trace format: the module docstring)."""
 
     def __init__(self) -> None:
-        self.first: dict[tuple[Any, str], dict[str, Any]] = {}
+        self.first: dict[tuple[Any, str], Any] = {}
 
-    def mark(self, ev: dict[str, Any], call: Any) -> dict[str, Any] | None:
-        """Mark ``ev`` (a kernel with a spec) of op call ``call``; returns the call's first kernel when ``ev`` became
-        an ``op_part``, else None."""
-        first = self.first.setdefault((call, ev["spec"]["family"]), ev)
-        if first is ev:
+    def mark(self, ev: dict[str, Any], call: Any, token: Any = None) -> Any:
+        """Mark ``ev`` (a kernel with a spec) of op call ``call``; returns the call's first kernel (or the
+        ``token`` it was marked with, e.g. its row in an :class:`EventTableBuilder`) when ``ev`` became an
+        ``op_part``, else None."""
+        key = (call, ev["spec"]["family"])
+        first = self.first.get(key, _UNSEEN)
+        if first is _UNSEEN:
+            self.first[key] = ev if token is None else token
             return None
         ev["spec"], ev["op_part"] = None, True
         return first
+
+
+_UNSEEN = object()

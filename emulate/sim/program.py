@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from itertools import repeat
-from operator import itemgetter
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from emulate.trace import TraceFormatError
+from emulate.trace import EventTable, TraceFormatError, as_table
 
 # Event codes, ordered so that the inner loop tests the common cases first: every device op is < COLLECTIVE.
 KERNEL, MEMCPY, MEMSET, MEMCPY_BLOCKING, COLLECTIVE = 0, 1, 2, 3, 4
@@ -48,7 +46,7 @@ class RankProgram:
     world_size: int
     hardware: str
     meta: dict[str, Any]
-    events: list[dict[str, Any]]
+    events: EventTable                 # the trace's events (rank-free: ranks running the same work may share it)
     kind: list[int]
     kind_array: np.ndarray             # the same codes as an int8 array
     gap_ns: list[float]                # host time before each event, as recorded (ns)
@@ -71,8 +69,8 @@ class RankProgram:
     def op_codes(self) -> np.ndarray:
         """A small int per event naming its op (kernels: the aten op, else the kernel name; other kinds: their
         op or -1), so that iterations can be compared event for event at numpy speed."""
-        ops, _ = pd.factorize(pd.Series(list(map(dict.get, self.events, repeat("op"))), dtype=object))
-        names, _ = pd.factorize(pd.Series(list(map(dict.get, self.events, repeat("name"))), dtype=object))
+        ops, _ = pd.factorize(pd.Series(self.events.field("op"), dtype=object))
+        names, _ = pd.factorize(pd.Series(self.events.field("name"), dtype=object))
         return np.where(ops >= 0, ops, np.where(names >= 0, names + ops.max() + 1, -1)).astype(np.int32)
 
     @functools.cached_property
@@ -81,52 +79,67 @@ class RankProgram:
 
 
 def build_program(doc: dict[str, Any], source: str = "<trace>") -> RankProgram:
-    """Columns of one rank's trace (the dict :func:`emulate.trace.read_trace` returns).
+    """Columns of one rank's trace (the dict :func:`emulate.trace.read_trace` returns; ``events`` may also be a
+    list of event dicts, which become a table here).
 
-    Whole-column passes at C speed (``map`` over the event dicts) do the per-event work, several times faster
-    than one loop that branches on every event; kinds that need more than their stream are then visited through
-    numpy-selected positions."""
-    events = doc["events"]
-    n = len(events)
+    The table gives each field of every event at numpy speed (per distinct shape, then indexed), so the per-event
+    work is whole-column passes; kinds that need more than their stream are then visited through numpy-selected
+    positions."""
     try:
-        kind = list(map(KIND_CODES.__getitem__, map(itemgetter("kind"), events)))
-        gap = list(map(itemgetter("gap_ns"), events))
-        recorded = _float_column(events, "duration_us", np.nan)
-        stall_us = _float_column(events, "stall_us", 0.0)
+        events = as_table(doc["events"])
+    except TypeError:
+        raise TraceFormatError(_first_bad_event(doc["events"], source)) from None
+    n = len(events)
+    shapes, at = events.shapes, events.shape_index
+    try:
+        kind_of_shape = np.asarray([KIND_CODES[s["kind"]] for s in shapes], dtype=np.int8)
+        kinds = kind_of_shape[at] if n else np.zeros(0, dtype=np.int8)
+        gap_column = events.columns.get("gap_ns")
+        if n and (gap_column is None or gap_column[1] is not None):
+            raise ValueError("gap_ns missing or not a number")
+        gap = gap_column[0].tolist() if n else []
+        recorded = events.number("duration_us", np.nan)
+        stall_us = events.number("stall_us", 0.0)
         stall = (np.nan_to_num(stall_us) * 1e3).tolist() if stall_us.any() else [0.0] * n
-        dense: dict[Any, int] = {None: -1}
-        raw_streams = list(map(dict.get, events, repeat("stream")))
-        for s in dict.fromkeys(raw_streams):  # in order of first use
-            if s is not None:
-                dense[s] = len(dense) - 1
-        stream = list(map(dense.__getitem__, raw_streams))
+        stream_of_shape = [s.get("stream") for s in shapes]
+        hash(tuple(stream_of_shape))
     except (KeyError, TypeError, ValueError, AttributeError):
         raise TraceFormatError(_first_bad_event(events, source)) from None
-    try:
-        if gap and min(gap) < 0:
-            raise ValueError("negative gap")
-    except (TypeError, ValueError):
-        raise TraceFormatError(_first_bad_event(events, source)) from None
+    if n and gap_column[0].min() < 0:
+        raise TraceFormatError(_first_bad_event(events, source))
     if (recorded < 0).any() or (stall_us < 0).any():
         raise TraceFormatError(_first_bad_event(events, source))
-    stream_ids = list(dense)[1:]
-    kinds = np.asarray(kind, dtype=np.int8)
-    codes_of_stream = np.asarray(stream, dtype=np.int64)
+    # streams numbered densely in order of first use
+    stream_ids: list[Any] = []
+    dense: dict[Any, int] = {}
+    stream_of_code = np.full(len(shapes), -1, dtype=np.int64)
+    if n:
+        shape_order = np.unique(at, return_index=True)  # each shape's first event
+        for s, _ in sorted(zip(shape_order[0].tolist(), shape_order[1].tolist()), key=lambda p: p[1]):
+            sid = stream_of_shape[s]
+            if sid is not None:
+                if sid not in dense:
+                    dense[sid] = len(stream_ids)
+                    stream_ids.append(sid)
+                stream_of_code[s] = dense[sid]
+    codes_of_stream = stream_of_code[at] if n else np.zeros(0, dtype=np.int64)
+    stream = codes_of_stream.tolist()
     needs_stream = (kinds <= COLLECTIVE) | (kinds == EVENT_RECORD) | (kinds == STREAM_WAIT_EVENT) | \
         (kinds == STREAM_SYNC)
     if (codes_of_stream[needs_stream] < 0).any():
         raise TraceFormatError(_first_bad_event(events, source))
 
-    for i in np.flatnonzero(kinds == MEMCPY).tolist():
-        if events[i].get("blocking"):
-            kind[i] = kinds[i] = MEMCPY_BLOCKING
+    blocking_shape = np.asarray([bool(s.get("blocking")) for s in shapes], dtype=bool)
+    if n and blocking_shape.any():
+        kinds[(kinds == MEMCPY) & blocking_shape[at]] = MEMCPY_BLOCKING
+    kind = kinds.tolist()
 
-    handle = [-1] * len(events)
+    handle = [-1] * n
     handle_of: dict[Any, int] = {}
     with_handle = np.flatnonzero((kinds == EVENT_RECORD) | (kinds == STREAM_WAIT_EVENT) | (kinds == EVENT_SYNC))
     try:
         for i in with_handle.tolist():
-            handle[i] = handle_of.setdefault(events[i]["event"], len(handle_of))
+            handle[i] = handle_of.setdefault(shapes[at[i]]["event"], len(handle_of))
     except (KeyError, TypeError):
         raise TraceFormatError(_describe_bad_event(events[i], i, source)) from None
 
@@ -135,7 +148,7 @@ def build_program(doc: dict[str, Any], source: str = "<trace>") -> RankProgram:
     live: dict[Any, int] = {}
     try:
         for j, i in enumerate(mem_pos.tolist()):
-            ev = events[i]
+            ev = shapes[at[i]]
             if kind[i] == MALLOC:
                 if ev.get("failed"):   # the device refused it (out of memory): nothing was allocated
                     continue
@@ -149,7 +162,7 @@ def build_program(doc: dict[str, Any], source: str = "<trace>") -> RankProgram:
         raise TraceFormatError(_describe_bad_event(events[i], i, source)) from None
 
     iteration_index = np.flatnonzero(kinds == ITERATION)
-    ends = [i for i in iteration_index.tolist() if events[i].get("end")]
+    ends = [i for i in iteration_index.tolist() if shapes[at[i]].get("end")]
     end_marker = ends[-1] if ends else None
     if end_marker is not None:
         if len(ends) > 1 or end_marker != iteration_index[-1]:
@@ -169,14 +182,6 @@ def build_program(doc: dict[str, Any], source: str = "<trace>") -> RankProgram:
         device_index=np.flatnonzero(kinds <= COLLECTIVE), iteration_index=iteration_index, end_marker=end_marker,
         peak_memory_bytes=peak, memory_curve=(mem_pos, in_use),
     )
-
-
-def _float_column(events: list[dict[str, Any]], key: str, missing: float) -> np.ndarray:
-    """``key`` of every event as floats (``missing`` where absent; NaN where null)."""
-    try:
-        return np.fromiter(map(dict.get, events, repeat(key), repeat(missing)), dtype=np.float64, count=len(events))
-    except TypeError:  # explicit nulls
-        return np.asarray(list(map(dict.get, events, repeat(key))), dtype=np.float64)
 
 
 def _first_bad_event(events: list[Any], source: str) -> str:
