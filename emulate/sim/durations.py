@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -104,7 +103,7 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
         kernels = todo[is_kernel].tolist()
         positions, ids = [], []
         known = row_index.get
-        for i, spec in zip(kernels, map(dict.get, map(events.__getitem__, kernels), repeat("spec"))):
+        for i, spec in zip(kernels, map(events.field("spec").__getitem__, kernels)):
             if spec:
                 try:
                     j = known((tuple(spec), tuple(spec.values())))
