@@ -323,8 +323,8 @@ def print_summary(report: dict[str, Any], console=None) -> None:
     if det:
         value = f"{det['steady_iterations']} ({det['spread'] * 100:.1f}%)"
         if det.get("captured_host_ms") is not None:
-            value += (f"; host as captured {det['captured_host_ms']:.2f} ms ({det['captured_host_spread'] * 100:.0f}%"
-                      f", {det['host_interference'] * 100:.0f}% interference)")
+            value += (f"; captured host: spread {det['captured_host_spread'] * 100:.0f}%, interference "
+                      f"{det['host_interference'] * 100:.0f}%")
         table.add_row("steady iterations (spread)", value)
     console.print(table)
     for line in report.get("warnings") or []:
