@@ -31,7 +31,8 @@ from typing import Any, Callable
 from rich.console import Console
 from rich.table import Table
 
-from emulate.e2e import labelled, neusight, nosync, torchtitan
+from emulate import config
+from emulate.e2e import instep, labelled, neusight, nosync, torchtitan
 from emulate.e2e.emulation import cached, emulate_script, git_head
 from profiling.atomic import write_json_atomic
 from profiling.paths import shared_data_root
@@ -81,7 +82,7 @@ def neusight_row(label: neusight.Label, fresh: bool) -> dict[str, Any]:
         row["estimator"] = result["report"].get("estimator")
         return row
 
-    row = cached(label.key, compute, fresh)
+    row = cached(label.key + ("" if config.INSTEP_CALIBRATION else "-instep-off"), compute, fresh)
     row.update(label=label.path.stem, gpu=label.hardware, model=label.model, mode=label.mode, held_out=label.model,
                measured={"forward_ms": label.forward_ms, "backward_ms": label.backward_ms,
                          "total_ms": label.total_ms})
@@ -159,10 +160,61 @@ def neusight_tables(rows: list[dict[str, Any]], console: Console) -> dict[str, d
         host = sum(csv[p].get(neusight.HOST, 0.0) for p in csv)
         families.add_row(r["gpu"], r["label"], *cells, f"{host:.0f}", f"{r['total_ms'] - kernel_ms:.0f}")
     console.print(families)
-    console.print("meas/pred: NeuSight's isolated per-op times summed (layer rows x layers) / the emulator's "
-                  "predicted kernel time; trace host: NeuSight rows that launch no kernel (size, view...); pred "
-                  "gaps: predicted pass time not covered by kernels (host gaps, launch waits)")
+    console.print("meas/pred: NeuSight's per-op times (each node timed on its own) summed (layer rows x layers) / "
+                  "the emulator's predicted kernel time; trace host: NeuSight rows that launch no kernel (size, "
+                  "view...); pred gaps: predicted pass time not covered by kernels (host gaps, launch waits)")
+    family_table(rows, console)
     return means
+
+
+def in_step_family_ms(row: dict[str, Any]) -> dict[str, float]:
+    """One label's measured kernel ms per family inside its passes: each pass's per-op trace times scaled so that
+    the kernel-launching nodes add up to the measured pass (the in-step rows' ``pass_scale``)."""
+    csv, out = row["csv_families"], {}
+    for phase, measured in (("forward", row["measured"]["forward_ms"]), ("backward", row["measured"]["backward_ms"])):
+        kernels = {f: ms for f, ms in csv.get(phase, {}).items() if f != neusight.HOST}
+        total = sum(kernels.values())
+        for family, ms in kernels.items():
+            out[family] = out.get(family, 0.0) + (ms * measured / total if total > 0 else 0.0)
+    return out
+
+
+def family_table(rows: list[dict[str, Any]], console: Console) -> None:
+    """Per GPU and family, over its emulated labels: the per-op traces as timed (each node on its own), the same
+    scaled to the measured passes (in step), and the emulator's predicted kernel time, with the error against the
+    in-step time."""
+    table = Table(title="Error by GPU and kernel family (sum over the GPU's labels, ms): per-op trace as timed / "
+                        "in step / predicted, and predicted vs in step")
+    table.add_column("GPU", justify="left")
+    for family in neusight.FAMILIES:
+        table.add_column(f"{family} trace/in-step/pred", justify="right")
+        table.add_column("err", justify="right")
+    for gpu in sorted({r["gpu"] for r in rows}):
+        mine = [r for r in rows if r["gpu"] == gpu and r["ok"] and r.get("csv_families")]
+        if not mine:
+            continue
+        cells = []
+        for family in neusight.FAMILIES:
+            trace = sum(sum(r["csv_families"][p].get(family, 0.0) for p in r["csv_families"]) for r in mine)
+            in_step = sum(in_step_family_ms(r).get(family, 0.0) for r in mine)
+            pred = sum(sum(r["families"][p].get(family, 0.0) for p in r["families"]) for r in mine)
+            cells += [f"{trace:.0f}/{in_step:.0f}/{pred:.0f}", fmt_err(error_pct(pred, in_step)) if in_step > 0.5
+                      else ""]
+        table.add_row(gpu, *cells)
+    console.print(table)
+
+
+def held_out_protocol(rows: list[dict[str, Any]], root: Path) -> str:
+    """What each label's prediction did not see: the in-step rows of its own model (leave-one-model-out)."""
+    if not config.INSTEP_CALIBRATION:
+        return "held out: nothing (STEPCAST_INSTEP=off: no in-step calibration, the estimators alone)"
+    in_step = instep.in_step_rows(str(root))
+    held = []
+    for model in sorted({r["held_out"] for r in rows if r.get("held_out")}):
+        mine = in_step[in_step["model"] == model] if len(in_step) else in_step
+        held.append(f"{model} {len(mine)} rows ({mine['sample'].nunique() if len(mine) else 0} traces)")
+    return ("held out (leave-one-model-out): each label was emulated with the in-step calibration fitted without "
+            "its own model's rows (STEPCAST_INSTEP_EXCLUDE=<model>); rows left out per model: " + "; ".join(held))
 
 
 def fmt_abs(value: float | None) -> str:
@@ -207,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = run_rows(chosen, lambda lb: neusight_row(lb, args.fresh), lambda lb: f"{lb.hardware} {lb.path.stem}",
                         console)
         means = neusight_tables(rows, console) if rows else {}
+        console.print(held_out_protocol(rows, root), highlight=False)
         reasons = Counter(why for _, why in skipped)
         console.print("skipped labels: " + "; ".join(f"{n} {why}" for why, n in reasons.items()), highlight=False)
         out["neusight"] = {"rows": rows, "mean_per_gpu": means,

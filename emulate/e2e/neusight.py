@@ -6,35 +6,29 @@ the fastest 5 of 25 repetitions timed with CUDA events) and ``e2e_latency``, the
 ``torch.compile`` and Switch-XL under NeuSight's own MoE routing; neither is reproduced here (listed as skipped).
 
 The ``.csv`` beside a label is NeuSight's trace of a one-layer copy of the model (``num_layer`` in the json says how
-many layers the label had): one row per FX node with its isolated time, ``fw_latency``, ``bw_latency`` and
-``acc_latency`` (gradient accumulation into ``.grad``, part of the measured backward). :func:`csv_family_ms` sums
-them by kernel family, layer rows multiplied by ``num_layer`` as NeuSight's own aggregator does, so the emulator's
-per-family kernel time can be set beside it.
+many layers the label had): one row per FX node with its time measured in place, one node at a time (an event pair
+and a synchronisation per node), ``fw_latency``, ``bw_latency`` and ``acc_latency`` (gradient accumulation into
+``.grad``, part of the measured backward). :func:`csv_family_ms` sums them by kernel family, layer rows multiplied by
+``num_layer`` as NeuSight's own aggregator does, so the emulator's per-family kernel time can be set beside it. The
+same traces are the in-step rows of :mod:`estimator.importers.neusight_inmodel`, which calibrate the emulator per GPU
+and family (:mod:`emulate.e2e.instep`); the FX-node classification lives there.
 """
 from __future__ import annotations
 
 import ast
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from emulate.e2e.emulation import OTHER
+from estimator.importers.neusight_inmodel import HOST, LABEL_DIR, LAYER, NAME, module_class, node_family  # noqa: F401 (HOST: re-exported)
 from profiling.hardware import UnknownHardwareError, lookup
 
-LABEL_DIR = Path("neusight/scripts/asplos/label")
-NAME = re.compile(r"^(?P<model>[a-z0-9_]+)-(?P<mode>inf|train)-(?P<seq>\d+)-(?P<batch>\d+)(?P<fusion>-fusion)?$")
-HOST = "host"  # FX nodes that launch no kernel (size, view, getitem...): measured by NeuSight, not device work
 FAMILIES = ("gemm", "norm", "elementwise", OTHER)
-GEMM_CALLS = {"matmul", "bmm", "addmm", "mm", "baddbmm", "linear"}
-NORM_CALLS = {"softmax", "layer_norm", "log_softmax"}
-NO_KERNEL_CALLS = {"size", "getitem", "getattr", "view", "permute", "transpose", "expand", "dim", "reshape",
-                   "split", "unsqueeze", "squeeze", "finfo", "type", "to", "chunk", "flatten"}
 SKIP_FUSION = "torch.compile (fusion) label"
 SKIP_MOE = "Switch-XL (NeuSight's own MoE routing)"
-LAYER = re.compile(r"'[\w.]*\.(?:h|layer|layers|block)\.0'")
 
 
 @dataclass(frozen=True)
@@ -120,29 +114,6 @@ def script_args(label: Label, reps: int = 2) -> list[str]:
             "--seq", str(label.seq), "--reps", str(reps)]
 
 
-def node_family(op: str, target: str, module_class: str, input_shapes: list, output_shape: str) -> str:
-    """The kernel family of one FX node of NeuSight's trace (``host`` when it launches no kernel)."""
-    if op in ("placeholder", "get_attr", "output"):
-        return HOST
-    if op == "call_module":
-        if module_class in ("Linear", "Conv1D"):
-            return "gemm"
-        if "Norm" in module_class:
-            return "norm"
-        if module_class == "Embedding":
-            return OTHER
-        return "elementwise"
-    name = re.sub(r"^<(built-in (function|method)|function) (\w+).*$", r"\3", target)
-    if name in GEMM_CALLS:
-        return "gemm"
-    if name in NORM_CALLS:
-        return "norm"
-    scalar_inputs = all(s == [1] for s in input_shapes)
-    if name in NO_KERNEL_CALLS or output_shape.strip() == "(1,)" or scalar_inputs:
-        return HOST
-    return "elementwise"
-
-
 def csv_family_ms(label: Label) -> dict[str, dict[str, float]]:
     """NeuSight's per-operator times summed by family for the whole model (layer rows x ``num_layer``):
     {"forward": {family: ms}, "backward": {family: ms}} (backward includes gradient accumulation)."""
@@ -150,10 +121,8 @@ def csv_family_ms(label: Label) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {"forward": {}, "backward": {}}
     for row in frame.itertuples(index=False):
         meta = str(row.meta)
-        classes = re.findall(r"<class '([\w.]+)'>", meta)
-        module_class = classes[-1].rsplit(".", 1)[-1] if classes else ""
         shapes = ast.literal_eval(row.input_shapes) if isinstance(row.input_shapes, str) else []
-        family = node_family(str(row.op), str(row.target), module_class, shapes, str(row.output_shape))
+        family = node_family(str(row.op), str(row.target), module_class(meta), shapes, str(row.output_shape))
         times = 1 if not LAYER.search(meta) else label.num_layer
         out["forward"][family] = out["forward"].get(family, 0.0) + float(row.fw_latency) * times
         back = (float(row.bw_latency) + float(row.acc_latency)) * times

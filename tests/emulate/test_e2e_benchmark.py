@@ -207,3 +207,31 @@ def test_quick_keeps_the_smallest_bert_large_batch_per_gpu_and_mode(tmp_path: Pa
         ("v100-pcie-32gb", "bert_large-train-512-2")]
     assert [lb.path.stem for lb in select_labels(labels, ["v100"], ["bert_large"], quick=False)] == [
         "bert_large-inf-512-8", "bert_large-train-512-2"]
+
+
+def test_in_step_family_time_scales_each_pass_to_its_measurement():
+    from emulate.e2e_benchmark import in_step_family_ms
+
+    row = {"measured": {"forward_ms": 60.0, "backward_ms": 100.0},
+           "csv_families": {"forward": {"gemm": 50.0, "norm": 25.0, neusight.HOST: 30.0},
+                            "backward": {"gemm": 200.0}}}
+    # forward: 75 ms of kernel nodes -> 60 measured (host nodes do not count); backward: 200 -> 100
+    assert in_step_family_ms(row) == pytest.approx({"gemm": 40.0 + 100.0, "norm": 20.0})
+
+
+def test_each_label_is_emulated_with_its_own_model_held_out(monkeypatch, tmp_path):
+    from emulate import e2e_benchmark
+
+    seen = {}
+
+    def fake_emulate(script, args, hardware, env=None, **_):
+        seen.update(env=env, hardware=hardware)
+        return {"ok": False, "error": "stop here", "command": "", "wall_s": 0.0}
+
+    monkeypatch.setattr(e2e_benchmark, "emulate_script", fake_emulate)
+    monkeypatch.setattr(e2e_benchmark, "cached", lambda key, compute, fresh: compute())
+    path = write_label(tmp_path / "label" / "Tesla_T4", "gpt2_large-inf-1024-4.json", num_layer=36,
+                       e2e_latency=10.0, fw_latency=10.0, bwall_latency=0.0)
+    row = e2e_benchmark.neusight_row(neusight.parse_label(path), fresh=True)
+    assert seen["env"]["STEPCAST_INSTEP_EXCLUDE"] == "gpt2_large" and seen["hardware"] == "t4"
+    assert row["held_out"] == "gpt2_large"
