@@ -3,6 +3,10 @@
 Each module exposes ``load(root: Path) -> pd.DataFrame`` (rows in the schema of ``estimator.importers.common``)
 and ``input_files(root: Path) -> list[Path]`` (what it reads, for the cache key). ``root`` is the shared data folder
 (``profiling.paths.shared_data_root()``), except for ``profiler`` whose root is the project's ``datasets/`` folder.
+
+``neusight_inmodel`` (NeuSight's per-operator times inside whole-model runs) has the same interface but is not a
+training source of the estimators (not in ``SOURCES``): its rows calibrate predicted kernel times to in-step times
+per GPU and family (``emulate.e2e.instep``), holding out the model the end-to-end benchmark evaluates.
 """
 from __future__ import annotations
 
