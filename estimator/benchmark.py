@@ -59,6 +59,9 @@ GEMM_COMPARISONS = {
     "xgboost(log_time)": ("xgboost", {}, "log_time"),
     "xgboost(300x6)": ("xgboost", {"n_estimators": 300, "max_depth": 6, "learning_rate": 0.08}, "efficiency"),
 }
+#: the default model with the kernel-configuration features (estimator.kernel_config), beside it on the same folds
+KERNEL_CONFIG = "xgboost(+kernel config)"
+WITH_KERNEL_CONFIG = {KERNEL_CONFIG: ("xgboost", {"kernel_config": True}, "efficiency")}
 
 
 POOLED = "pooled"  # the row of every held-out prediction of a split scored together
@@ -129,14 +132,18 @@ WITH_PROFILES = EXTRA_SOURCES["profiler"]
 def suite_vidur_h100(data: pd.DataFrame, max_train_rows: int | None) -> pd.DataFrame:
     frame = data[(data["family"] == "gemm") & (data["source"] == "vidur") & (data["hardware"] == "h100-sxm")]
     frame = frame.reset_index(drop=True)
-    res = score_folds(frame, "held_out_shapes", MODELS | GEMM_COMPARISONS, max_train_rows, None)
+    res = score_folds(frame, "held_out_shapes", MODELS | GEMM_COMPARISONS | WITH_KERNEL_CONFIG, max_train_rows, None)
     notes = []
     for source, label in EXTRA_SOURCES.items():
         extra = data[(data["family"] == "gemm") & (data["source"] == source)
                      & data["hardware"].astype(str).isin(HOPPER_PROFILES["hardware"])
                      & data["dtype"].astype(str).isin(HOPPER_PROFILES["dtype"])]
         if len(extra):
-            res = pd.concat([res, with_profiles(frame, extra, max_train_rows, label)], ignore_index=True)
+            # the rows' timing method as a feature (estimator.features.TIMING_METHODS): each source its own offset
+            models = {label: MODELS["xgboost"], label[:-1] + ", timing)": ("xgboost", {"timing": True}, "efficiency"),
+                      label[:-1] + ", timing, kernel config)": ("xgboost", {"timing": True, "kernel_config": True},
+                                                                 "efficiency")}
+            res = pd.concat([res, with_profiles(frame, extra, max_train_rows, label, models)], ignore_index=True)
             notes.append(f"{label}: plus up to {len(extra):,} {source} Hopper GEMMs")
     side_by_side(res, "Vidur H100 GEMMs, whole models held out: mean APE % (target <= 5, aim 2)"
                  + "".join(f"; {n}" for n in notes))
@@ -155,7 +162,7 @@ def without_weights_of(extra: pd.DataFrame, held_out: pd.DataFrame) -> pd.DataFr
 
 
 def with_profiles(frame: pd.DataFrame, profiled: pd.DataFrame, max_train_rows: int | None,
-                  label: str = WITH_PROFILES) -> pd.DataFrame:
+                  label: str = WITH_PROFILES, models: dict | None = None) -> pd.DataFrame:
     """Suite 1's folds with other Hopper GEMMs (the profiler's, aiconfigurator's) added to each fold's training rows,
     less the held-out model's weights (what the profiler's token series, conf/profiling/gemm/llm_series.yaml, is
     for). The added rows are subsampled so that, with the fold's own rows, they fit ``max_train_rows``: every Vidur
@@ -171,13 +178,13 @@ def with_profiles(frame: pd.DataFrame, profiled: pd.DataFrame, max_train_rows: i
         room = len(allowed) if max_train_rows is None else max(max_train_rows - len(fold.train), 0)
         allowed = np.sort(rng.choice(allowed, min(room, len(allowed)), replace=False)) + len(frame)
         folds.append(Fold(fold.split, fold.name, np.concatenate([fold.train, allowed]), fold.test))
-    return score_folds(both, "held_out_shapes", {label: MODELS["xgboost"]}, None, None, folds)
+    return score_folds(both, "held_out_shapes", models or {label: MODELS["xgboost"]}, None, None, folds)
 
 
 def suite_neusight_logo(data: pd.DataFrame, max_train_rows: int | None) -> pd.DataFrame:
     frame = data[(data["family"] == "gemm") & (data["source"] == "neusight") & (data["dtype"] == "fp32")]
-    res = score_folds(frame.reset_index(drop=True), "leave_one_hardware_out", MODELS | GEMM_COMPARISONS,
-                      max_train_rows, None)
+    res = score_folds(frame.reset_index(drop=True), "leave_one_hardware_out",
+                      MODELS | GEMM_COMPARISONS | WITH_KERNEL_CONFIG, max_train_rows, None)
     side_by_side(res, "NeuSight fp32 GEMMs, leave one GPU out: mean APE % per held-out GPU (aim < 15)")
     return res.assign(suite="neusight_fp32_gemm_logo")
 
@@ -236,6 +243,7 @@ def same_models_elsewhere(data: pd.DataFrame, max_train_rows: int | None) -> pd.
 #: aiconfigurator's Hopper GPUs (the same 132-SM die), whose GEMM and attention tables the suite scores
 HOPPER = ("h100-sxm", "h200")
 AIC_MODELS = {"xgboost": MODELS["xgboost"], "roofline": MODELS["roofline"]}
+AIC_GEMM_MODELS = {"xgboost": MODELS["xgboost"]} | WITH_KERNEL_CONFIG | {"roofline": MODELS["roofline"]}
 
 
 def suite_aiconfigurator(data: pd.DataFrame, max_train_rows: int | None) -> pd.DataFrame:
@@ -247,11 +255,11 @@ def suite_aiconfigurator(data: pd.DataFrame, max_train_rows: int | None) -> pd.D
     gemm = aic[aic["family"] == "gemm"].reset_index(drop=True)
     if len(gemm):
         hopper = gemm[gemm["hardware"].astype(str).isin(HOPPER)].reset_index(drop=True)
-        res = score_folds(hopper, "held_out_shapes", AIC_MODELS, max_train_rows, None, by=("hardware",))
+        res = score_folds(hopper, "held_out_shapes", AIC_GEMM_MODELS, max_train_rows, None, by=("hardware",))
         side_by_side(res, "aiconfigurator H100/H200 bf16 Linear GEMMs, whole (n, k) pairs held out: mean APE % "
                           "(target <= 5)")
         out.append(res.assign(suite="aiconfigurator_gemm_held_out_nk"))
-        res = score_folds(gemm, "leave_one_hardware_out", AIC_MODELS, max_train_rows, None)
+        res = score_folds(gemm, "leave_one_hardware_out", AIC_GEMM_MODELS, max_train_rows, None)
         side_by_side(res, "aiconfigurator bf16 Linear GEMMs, each GPU trained on the others only: mean APE %")
         out.append(res.assign(suite="aiconfigurator_gemm_logo"))
     attention = aic[(aic["family"] == "attention") & aic["hardware"].astype(str).isin(HOPPER)]
@@ -330,7 +338,8 @@ def suite_families(data: pd.DataFrame, max_train_rows: int | None, max_folds: in
         if len(frame) < 100:
             console.print(f"[dim]{family}: {len(frame)} rows, too few for a benchmark (roofline only)[/dim]")
             continue
-        parts = [score_folds(frame, split, MODELS, max_train_rows, max_folds) for split in SPLITS]
+        models = MODELS | (WITH_KERNEL_CONFIG if family == "gemm" else {})  # the only family with kernel labels
+        parts = [score_folds(frame, split, models, max_train_rows, max_folds) for split in SPLITS]
         res = pd.concat([p for p in parts if len(p)], ignore_index=True)
         pooled = res[res["fold"] == POOLED]
         side_by_side(pooled, f"{family}: mean APE % by split (pooled over folds)", by="split")

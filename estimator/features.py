@@ -7,7 +7,8 @@ overhead (the tile slots of all waves over the SM count, over the useful output 
 output and fill the last wave), plus the smallest overhead over the tiles (what the best tile choice would pay).
 Time steps up where the tiles cross a multiple of the SM count, and these features put the steps of every (n, k) at
 the same values, which is what lets a model place them for shapes it has not seen. Collectives add bytes, ranks,
-intra/inter node and the link bandwidth.
+intra/inter node and the link bandwidth. With ``kernel_config``, GEMMs add the configuration of the kernel that
+runs (``estimator.kernel_config``: tile, stages, split-K, cluster, architecture path, grid waves, alignment).
 
 ``baseline_us`` is the analytical estimate (``RooflineEstimator`` with its default parameters); the ``efficiency``
 target of the learned models is log(runtime / baseline).
@@ -22,7 +23,8 @@ import pandas as pd
 from estimator.analytical import RooflineEstimator, link_bandwidth
 from estimator.frames import Kernels, factorize, flag, num, text
 from estimator.hardware_table import RowHardware, row_hardware
-from estimator.workload import COLLECTIVE_BUS_FACTOR, ELEMENTWISE_OPS, NORM_OPS, OPTIMIZER_OPS, Work, work
+from estimator.kernel_config import kernel_config_features
+from estimator.workload import COLLECTIVE_BUS_FACTOR, ELEMENTWISE_OPS, NORM_OPS, OPTIMIZER_OPS, Work, element_bytes, work
 from profiling.families import DTYPES, FAMILIES
 
 #: (rows, cols) of output tiles cuBLAS/CUTLASS commonly pick; the model learns which matters where.
@@ -38,6 +40,17 @@ VOCABULARY: dict[str, tuple[str, ...]] = {
     "op:collective": tuple(COLLECTIVE_BUS_FACTOR),
     "op:optimizer": tuple(f"{o}_{v}" for o in OPTIMIZER_OPS for v in ("foreach", "fused", "single")),
 }
+
+#: timing method of each source (the ``timing`` feature): the same kernel timed alone with cold weights, inside a
+#: model's layer, in a loop with warm caches or out of a profiler trace differs by a few to tens of percent at small
+#: shapes. The profiler and aiconfigurator both time the kernel alone with its weight read from HBM, which is how a
+#: training step meets it (estimator/importers/aiconfigurator_gemm.py), so they share one method, and rows without
+#: a source (what the emulator and ``stepcast predict`` ask) are predicted as that method. Sources not listed here
+#: (a new importer) encode as -1 until they are.
+TIMING_METHODS: dict[str, str] = {"profiler": "kernel_cold_l2", "aiconfigurator": "kernel_cold_l2", "vidur": "vidur",
+                                  "neusight": "neusight", "kineto": "trace", "llmcompass": "llmcompass"}
+TRAINING_STEP_METHOD = "kernel_cold_l2"
+VOCABULARY["timing"] = tuple(dict.fromkeys(TIMING_METHODS.values()))
 
 #: shape features (log2 of the family's numeric key columns) checked for out-of-range
 SHAPE_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -103,13 +116,16 @@ def gemm_waves(m: np.ndarray, n: np.ndarray, batch: np.ndarray, sms: np.ndarray)
     return out
 
 
-def family_features(family: str, frame: Kernels, w: Work, hw: RowHardware) -> dict[str, np.ndarray]:
+def family_features(family: str, frame: Kernels, w: Work, hw: RowHardware,
+                    kernel_config: bool = False) -> dict[str, np.ndarray]:
     f: dict[str, np.ndarray] = {}
     sms = hw.spec["hw_sm_count"]
     if family == "gemm":
         m, n, k, b = (_num(frame, c) for c in ("m", "n", "k", "batch"))
         f |= {"log2_m": _log2(m), "log2_n": _log2(n), "log2_k": _log2(k), "log2_batch": _log2(b)}
         f |= gemm_waves(m, n, b, sms)
+        if kernel_config:
+            f |= kernel_config_features(frame, m, n, k, b, sms, element_bytes(frame))
     elif family == "attention":
         b, hq, hkv, sq, skv, d = (_num(frame, c)
                                   for c in ("batch", "heads_q", "heads_kv", "seq_q", "seq_kv", "head_dim"))
@@ -159,8 +175,23 @@ def categorical_keys(frame: Kernels) -> Kernels:
     return frame.assign(**convert) if convert else frame
 
 
-def features(family: str, frame: Kernels) -> FeatureFrame:
-    """Features of every row of a frame holding only ``family``'s rows."""
+def timing_codes(frame: Kernels) -> np.ndarray:
+    """The ``timing`` feature: each row's source's timing method (TIMING_METHODS), the training-step method where a
+    row has no source."""
+    lookup = {v: i for i, v in enumerate(VOCABULARY["timing"])}
+    standard = lookup[TRAINING_STEP_METHOD]
+    if not isinstance(frame, pd.DataFrame) or "source" not in frame.columns:
+        return np.full(len(frame), standard, dtype=np.float64)
+    codes, uniques = factorize(frame["source"])
+    table = np.array([standard if not isinstance(u, str) or not u else lookup.get(TIMING_METHODS.get(u, ""), -1)
+                      for u in uniques] + [standard], dtype=np.float64)
+    return table[np.where(codes < 0, len(uniques), codes)]
+
+
+def features(family: str, frame: Kernels, kernel_config: bool = False, timing: bool = False) -> FeatureFrame:
+    """Features of every row of a frame holding only ``family``'s rows. ``kernel_config``: GEMMs also get the
+    kernel-configuration features of their labelled kernel (``estimator.kernel_config``); ``timing``: the timing
+    method of the row's source (``TIMING_METHODS``)."""
     frame = categorical_keys(frame)
     w = work(family, frame)
     hw = row_hardware(frame["hardware"], frame["dtype"])
@@ -175,7 +206,9 @@ def features(family: str, frame: Kernels) -> FeatureFrame:
         "log2_peak_tflops": _log2(hw.peak_flops / 1e12),
         "log2_ridge": _log2(hw.peak_flops / hw.memory_bandwidth),
     }
-    cols |= family_features(family, frame, w, hw)
+    cols |= family_features(family, frame, w, hw, kernel_config)
+    if timing:
+        cols["timing"] = timing_codes(frame)
     cols |= hw.spec
     names = list(cols)
     matrix = np.empty((len(frame), len(names)), dtype=np.float32, order="F")  # column writes stay contiguous

@@ -22,13 +22,15 @@ class RandomForestEstimator(LearnedEstimator):
         family: str = "gemm",
         target: str = "log_time",
         spec_tolerance: float = 2.0,
+        kernel_config: bool = False,
+        timing: bool = False,
         n_estimators: int = 100,
         max_features: float = 1.0,
         min_samples_leaf: int = 1,
         n_jobs: int = 1,
         seed: int = 0,
     ) -> None:
-        super().__init__(family, target, spec_tolerance)
+        super().__init__(family, target, spec_tolerance, kernel_config, timing)
         self.n_estimators = n_estimators
         self.max_features = max_features
         self.min_samples_leaf = min_samples_leaf

@@ -8,6 +8,11 @@ Targets (``target``):
   roofline on its device; the device's spec figures enter both the baseline and the features, which is what lets a
   model trained on some GPUs speak for another.
 - ``"log_time"``: log(runtime) directly.
+
+``kernel_config`` (GEMMs only): the features also describe the kernel that runs (``estimator.kernel_config``), from
+the row's recorded launch or else cuBLASLt's own heuristic on the virtual device (``estimator.kernel_labels``).
+``timing``: the timing method of the row's source is a feature (``estimator.features.TIMING_METHODS``), so sources
+timed differently can train one model; rows without a source are predicted as a kernel inside a training step.
 """
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ from estimator.base import KernelEstimator
 from estimator.bundle import read_json, seal_estimator_dir, write_json_atomic
 from estimator.features import FeatureFrame, categorical_keys, features
 from estimator.frames import Kernels, as_kernels, factorize
+from estimator.kernel_labels import label_for_features
 from estimator.support import Support
 from profiling.families import key_columns
 
@@ -34,12 +40,15 @@ TARGETS = ("efficiency", "log_time")
 class LearnedEstimator(KernelEstimator):
     kind: str = "learned"
 
-    def __init__(self, family: str = "gemm", target: str = "efficiency", spec_tolerance: float = 2.0) -> None:
+    def __init__(self, family: str = "gemm", target: str = "efficiency", spec_tolerance: float = 2.0,
+                 kernel_config: bool = False, timing: bool = False) -> None:
         if target not in TARGETS:
             raise ValueError(f"target '{target}': expected one of {', '.join(TARGETS)}")
         self.family = family
         self.target = target
         self.spec_tolerance = spec_tolerance
+        self.kernel_config = bool(kernel_config) and family == "gemm"
+        self.timing = bool(timing)
         self.name = self.kind
         self.version = "0"
         self.feature_names: list[str] = []
@@ -48,7 +57,8 @@ class LearnedEstimator(KernelEstimator):
 
     # -- scikit-learn style parameters -------------------------------------------------------------------------
     def get_params(self) -> dict[str, Any]:
-        return {"family": self.family, "target": self.target, "spec_tolerance": self.spec_tolerance}
+        return {"family": self.family, "target": self.target, "spec_tolerance": self.spec_tolerance,
+                "kernel_config": self.kernel_config, "timing": self.timing}
 
     @property
     def families(self) -> tuple[str, ...]:
@@ -60,7 +70,9 @@ class LearnedEstimator(KernelEstimator):
         if len(uniques) and (len(uniques) > 1 or str(uniques[0]) != self.family):
             raise ValueError(f"{self.name} estimator for '{self.family}' got rows of family "
                              f"{', '.join(map(str, uniques))} (route mixed frames through estimator.load())")
-        feats = features(self.family, frame)
+        if self.kernel_config:
+            frame = label_for_features(frame)
+        feats = features(self.family, frame, self.kernel_config, self.timing)
         if self.feature_names and feats.names != self.feature_names:
             differ = next((f"{a!r} vs {b!r}" for a, b in zip(self.feature_names, feats.names) if a != b),
                           f"{len(self.feature_names)} vs {len(feats.names)} features")

@@ -36,6 +36,8 @@ class MLPEstimator(LearnedEstimator):
         family: str = "gemm",
         target: str = "efficiency",
         spec_tolerance: float = 2.0,
+        kernel_config: bool = False,
+        timing: bool = False,
         hidden: tuple[int, ...] | list[int] = (128, 128, 64),
         epochs: int = 150,
         batch_size: int = 512,
@@ -44,7 +46,7 @@ class MLPEstimator(LearnedEstimator):
         threads: int = 1,
         seed: int = 0,
     ) -> None:
-        super().__init__(family, target, spec_tolerance)
+        super().__init__(family, target, spec_tolerance, kernel_config, timing)
         self.hidden = tuple(int(h) for h in hidden)
         self.epochs = epochs
         self.batch_size = batch_size

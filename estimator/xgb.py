@@ -36,6 +36,8 @@ class XGBoostEstimator(LearnedEstimator):
         family: str = "gemm",
         target: str = "efficiency",
         spec_tolerance: float = 2.0,
+        kernel_config: bool = False,
+        timing: bool = False,
         objective: str = "reg:absoluteerror",
         n_estimators: int = 32,
         max_depth: int = 6,
@@ -47,7 +49,7 @@ class XGBoostEstimator(LearnedEstimator):
         n_jobs: int = 1,
         seed: int = 0,
     ) -> None:
-        super().__init__(family, target, spec_tolerance)
+        super().__init__(family, target, spec_tolerance, kernel_config, timing)
         self.objective = objective
         self.n_estimators = n_estimators
         self.max_depth = max_depth

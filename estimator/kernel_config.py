@@ -1,0 +1,167 @@
+"""Kernel-configuration features of GEMM rows: what the kernel that runs is (``estimator.kernel_labels``), as numbers.
+
+From the kernel's name: its architecture path (nvjet, the sm_xx xmma kernels, CUTLASS, cuBLAS's prebuilt
+``<arch>_sgemm`` / ``<arch>_<dtype>_s16816gemm`` kernels, gemv and small-GEMM kernels), the SM generation it was
+built for, whether it uses tensor cores, its output tile M x N, K tile and pipeline stages, intra-CTA K slices
+(``sliced1xN``), cluster shape, split-K (named, or a grid z beyond the batch) and the alignment it was built for.
+From the recorded grid: the CTAs launched and their waves over the SMs. From the tile and the shape: tile
+quantisation (the output area the tiles cover over the useful area), tile waves and the K iterations per split.
+The alignment class of the shape itself (the largest power of two, up to 16 bytes, dividing its leading dimensions)
+is computed for every row, labelled or not.
+
+Shapes are read as the labels ask them (``torch.nn.functional.linear``; ``kernel_labels``): cuBLAS's M is the
+row's ``n`` and its N the row's ``m``, which is also the orientation of NeuSight's recorded grids. Rows without a
+label get NaN for every name- and grid-derived feature (tree models route missing values; the MLP zero-fills).
+
+Names are parsed once per distinct name and grids once per distinct grid, so a frame of a million rows costs a
+handful of numpy passes.
+"""
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+import numpy as np
+import pandas as pd
+
+from estimator.frames import Kernels, factorize
+
+#: architecture paths, in the order the name patterns are tried; the feature is the index
+PATHS = ("nvjet", "xmma", "cutlass", "prebuilt", "gemv", "small", "other")
+_SM_OF_FAMILY = {"maxwell": 50, "pascal": 60, "volta": 70, "turing": 75, "ampere": 80, "ada": 89, "hopper": 90}
+
+#: name-derived features, in order
+NAME_FEATURES = ("kc_path", "kc_sm", "kc_tensor", "kc_tile_m", "kc_tile_n", "kc_tile_k", "kc_stages", "kc_slices",
+                 "kc_cluster", "kc_split_k_named", "kc_align")
+#: every feature this module adds, in order
+FEATURES = NAME_FEATURES + ("kc_labelled", "kc_log2_ctas", "kc_grid_waves", "kc_grid_last_wave", "kc_split_k",
+                            "kc_log2_tile_overhead", "kc_tile_waves", "kc_tile_last_wave", "kc_log2_k_iters",
+                            "kc_shape_align_bytes")
+
+_PAIR = r"(\d+)x(\d+)"
+
+
+def _strip(name: str) -> str:
+    """The kernel's own name out of a mangled or demangled CUTLASS template name."""
+    found = re.search(r"(cutlass_\d+\w*?_align\d+)", name)
+    return found.group(1) if found else name
+
+
+@lru_cache(maxsize=4096)
+def parse_name(name: str) -> tuple[float, ...]:
+    """NAME_FEATURES of one kernel name (NaN where the name does not say)."""
+    nan = float("nan")
+    path, sm, tm, tn, tk, stages, slices, cluster, split, align = "other", nan, nan, nan, nan, nan, 1.0, 1.0, 0.0, nan
+    s = _strip(name)
+    low = s.lower()
+    tensor = float(bool(re.search(r"tensorop|s16816|s1688|s161616|hmma|nvjet|xmma|wmma|gmma", low))
+                   and "sgemm" not in low)
+    if found := re.match(r"nvjet_sm(\d+)\w*?_" + _PAIR + "_" + _PAIR + "_" + _PAIR, s):
+        path, sm = "nvjet", float(found.group(1))
+        tm, tn, tk, stages = (float(found.group(i)) for i in (2, 3, 4, 5))
+        cluster = float(found.group(6)) * float(found.group(7))
+        split = float("splitk" in low)
+    elif found := re.search(r"sm(\d+)_xmma", low):
+        path, sm = "xmma", float(found.group(1))
+        if tile := re.search(r"tilesize(\d+)x(\d+)x(\d+)", low):
+            tm, tn, tk = (float(tile.group(i)) for i in (1, 2, 3))
+        if stage := re.search(r"stage(\d+)", low):
+            stages = float(stage.group(1))
+        if cl := re.search(r"cluster(\d+)x(\d+)", low):
+            cluster = float(cl.group(1)) * float(cl.group(2))
+        split = float("segment_k_on" in low or "splitk" in low)
+    elif found := re.match(r"cutlass_(\d+)\w*?gemm\w*?_" + _PAIR + "_" + _PAIR, s):
+        path, sm = "cutlass", float(found.group(1))
+        tm, tn, tk, stages = (float(found.group(i)) for i in (2, 3, 4, 5))
+    elif found := re.match(r"(maxwell|pascal|volta|turing|ampere|ada|hopper)_\w*?gemm\w*?_" + _PAIR, low):
+        path, sm = "prebuilt", float(_SM_OF_FAMILY[found.group(1)])
+        tm, tn = float(found.group(2)), float(found.group(3))
+        if st := re.search(r"stages_" + _PAIR, low):
+            tk, stages = float(st.group(1)), float(st.group(2))
+    elif "gemv" in low:
+        path = "gemv"
+    elif found := re.search(r"sgemm_(\d+)x(\d+)x(\d+)", low):
+        path = "small"
+        tm, tn, tk = (float(found.group(i)) for i in (1, 2, 3))
+    elif re.search(r"gemmsn|gemmk1|gemm_small|dot_kernel", low):
+        path = "small"
+    if sl := re.search(r"sliced1x(\d+)", low):
+        slices = float(sl.group(1))
+    if al := re.search(r"align(\d+)", low):
+        align = float(al.group(1))
+    return (float(PATHS.index(path)), sm, tensor, tm, tn, tk, stages, slices, cluster, split, align)
+
+
+def _grid(values: pd.Series | np.ndarray) -> np.ndarray:
+    """(rows, 3) float array of "x,y,z" grids (NaN where absent or unreadable)."""
+    codes, uniques = factorize(values)
+    parsed = np.full((len(uniques) + 1, 3), np.nan)
+    for i, text in enumerate(uniques):
+        parts = str(text).replace("(", "").replace(")", "").replace("[", "").replace("]", "").split(",")
+        try:
+            dims = [float(p) for p in parts if p.strip()]
+        except ValueError:
+            continue
+        if len(dims) == 3:
+            parsed[i] = dims
+    return parsed[np.where(codes < 0, len(uniques), codes)]
+
+
+def shape_alignment_bytes(n: np.ndarray, k: np.ndarray, element_bytes: np.ndarray) -> np.ndarray:
+    """Largest power of two, at most 16 bytes, dividing the leading dimensions of a Linear layer's operands (k for
+    both inputs, n for the output): 16 lets a kernel use 128-bit loads, 2 (one 16-bit element) forces align1."""
+    elements = np.gcd(np.asarray(k, dtype=np.int64), np.asarray(n, dtype=np.int64))
+    elements = np.maximum(elements, 1)
+    lowest = (elements & -elements).astype(np.float64)
+    return np.minimum(lowest * element_bytes, 16.0)
+
+
+def kernel_config_features(frame: Kernels, m: np.ndarray, n: np.ndarray, k: np.ndarray, batch: np.ndarray,
+                           sms: np.ndarray, element_bytes: np.ndarray) -> dict[str, np.ndarray]:
+    """FEATURES of every row (see the module docstring)."""
+    rows = len(m)
+    out: dict[str, np.ndarray] = {}
+    names = frame["kernel_name"] if isinstance(frame, pd.DataFrame) and "kernel_name" in frame.columns else None
+    if names is not None:
+        codes, uniques = factorize(names)
+        valid = np.array([isinstance(u, str) and u != "" for u in uniques] + [False])
+        missing = (np.nan,) * len(NAME_FEATURES)
+        table = np.array([parse_name(u) if ok else missing for u, ok in zip(uniques, valid)] + [missing],
+                         dtype=np.float64)
+        codes = np.where(codes < 0, len(uniques), codes)
+        parsed = table[codes]
+        labelled = valid[codes].astype(np.float64)
+    else:
+        parsed = np.full((rows, len(NAME_FEATURES)), np.nan)
+        labelled = np.zeros(rows)
+    for i, name in enumerate(NAME_FEATURES):
+        out[name] = parsed[:, i]
+    out["kc_labelled"] = labelled
+    grids = frame["grid"] if isinstance(frame, pd.DataFrame) and "grid" in frame.columns else None
+    grid = _grid(grids) if grids is not None else np.full((rows, 3), np.nan)
+    grid[labelled == 0] = np.nan
+    ctas = grid.prod(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out["kc_log2_ctas"] = np.log2(ctas)
+        grid_waves = np.ceil(ctas / sms)
+        out["kc_grid_waves"] = grid_waves
+        out["kc_grid_last_wave"] = ctas / (grid_waves * sms)
+        # split-K: named, or CTAs along z beyond the batch (CUTLASS and the prebuilt kernels put the slices there)
+        z_split = np.where(grid[:, 2] > batch, grid[:, 2] / batch, 1.0)
+        out["kc_split_k"] = np.where(np.isnan(grid[:, 2]), np.where(out["kc_split_k_named"] > 0, np.nan, 1.0),
+                                     np.maximum(z_split, 1.0))
+        tm, tn = out["kc_tile_m"], out["kc_tile_n"]
+        tiles = np.ceil(n / tm) * np.ceil(m / tn) * batch  # cuBLAS M is the row's n (module docstring)
+        out["kc_log2_tile_overhead"] = np.log2(tiles * tm * tn / (m * n * batch))
+        tile_waves = np.ceil(tiles / sms)
+        out["kc_tile_waves"] = tile_waves
+        out["kc_tile_last_wave"] = tiles / (tile_waves * sms)
+        split = np.where(np.isnan(out["kc_split_k"]), 1.0, out["kc_split_k"])
+        out["kc_log2_k_iters"] = np.log2(np.ceil(k / (out["kc_tile_k"] * split)))
+    unlabelled = labelled == 0
+    if unlabelled.any():
+        for name in FEATURES:
+            if name in out and name != "kc_labelled":
+                out[name] = np.where(unlabelled, np.nan, out[name])
+    out["kc_shape_align_bytes"] = shape_alignment_bytes(n, k, element_bytes)
+    return {name: out[name] for name in FEATURES}

@@ -1,0 +1,194 @@
+"""Which kernel cuBLAS runs for each GEMM row: the recorded launch where a row has one, else cuBLASLt's own heuristic
+on a virtual device (``emulate.driver.gemm_choice``), cached by shape, dtype, layout, device and cuBLAS version.
+
+A row's label is three columns: ``kernel_name`` and ``grid`` ("x,y,z") of the main kernel, and ``kernel_label``
+(``recorded`` when the measurement or trace named the kernel, ``cublaslt-<version>`` when the heuristic of that
+cuBLASLt version chose it). Rows that cannot be labelled keep both empty, and the kernel-configuration features
+read them as missing:
+
+- GPUs whose architecture the wheel's cuBLAS no longer supports (CUDA 13 dropped Maxwell, Pascal and Volta: P100,
+  P4, V100; ``cublasLtCreate`` refuses them on the virtual device), and CPUs;
+- batched GEMMs without a recorded kernel, and dtypes ``gemm_choice`` does not ask for (TF32, fp8).
+
+Rows without a recorded kernel are asked as ``torch.nn.functional.linear`` lays them out (x (m, k) times W (n, k)
+transposed: cuBLAS's T/N problem with m and n swapped), which is what every such source measured (aiconfigurator,
+Vidur, LLMCompass) and what an emulated Linear layer runs.
+
+The cache is one parquet file per device and cuBLAS wheel under ``<cache>/gemm_labels/`` (see
+``profiling.paths.cache_root``), written to a temporary name and renamed after each chunk, so an interrupted
+labelling resumes where it stopped. Labelling costs about 2.5 ms per new shape on one core (one child process per
+chunk of shapes).
+
+    python -m estimator.kernel_labels [--sources aiconfigurator,vidur] [--hardware h100-sxm,...]   # fill the cache
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import logging
+import sys
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from estimator.frames import Kernels
+from profiling.atomic import atomic_path
+from profiling.paths import cache_root
+
+log = logging.getLogger(__name__)
+
+#: dtypes the heuristic is asked about (emulate.driver.gemm_choice.DTYPES)
+LABEL_DTYPES = ("bf16", "fp16", "fp32")
+#: compute capabilities the wheel's cuBLAS (CUDA 13) supports; older GPUs cannot be labelled, only recorded
+MIN_COMPUTE_CAPABILITY = (7, 5)
+#: shapes per child process (a child's set-up costs ~0.5 s; its launch log grows with every shape)
+CHUNK = 2000
+KEY = ["m", "n", "k", "dtype"]
+LABEL_COLUMNS = ("kernel_name", "grid", "kernel_label")
+
+
+@cache
+def cublas_wheel_version() -> str:
+    """The installed cuBLAS wheel's version: the part of the cache key that moves the heuristic's choices."""
+    try:
+        return importlib.metadata.version("nvidia-cublas")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def can_label(hardware: str) -> bool:
+    """Whether the wheel's cuBLASLt runs on a virtual ``hardware`` (a GPU of compute capability >= 7.5)."""
+    from profiling.hardware import UnknownHardwareError, lookup
+
+    try:
+        spec = lookup(hardware)
+    except (UnknownHardwareError, KeyError):
+        return False
+    return spec.kind == "gpu" and spec.compute_capability is not None \
+        and tuple(spec.compute_capability) >= MIN_COMPUTE_CAPABILITY
+
+
+def cache_file(hardware: str, cache_dir: Path | None = None) -> Path:
+    root = Path(cache_dir) if cache_dir is not None else cache_root() / "gemm_labels"
+    return root / f"{hardware}-cublas{cublas_wheel_version()}.parquet"
+
+
+def read_cache(hardware: str, cache_dir: Path | None = None) -> pd.DataFrame:
+    path = cache_file(hardware, cache_dir)
+    if not path.is_file():
+        return pd.DataFrame({c: pd.Series(dtype="int64") for c in ("m", "n", "k")}
+                            | {c: pd.Series(dtype=object) for c in ("dtype", *LABEL_COLUMNS)})
+    return pd.read_parquet(path)
+
+
+def _write_cache(frame: pd.DataFrame, hardware: str, cache_dir: Path | None) -> None:
+    path = cache_file(hardware, cache_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        frame.to_parquet(tmp, index=False)
+
+
+def query(shapes: pd.DataFrame, hardware: str, cache_dir: Path | None = None, chunk: int = CHUNK) -> pd.DataFrame:
+    """Label the (m, n, k, dtype) rows of ``shapes`` (torch Linear's m, n, k) missing from the cache by asking
+    cuBLASLt on the virtual ``hardware``; returns the whole cache of that device."""
+    from emulate.driver.gemm_choice import choose, torch_linear_gemm
+
+    known = read_cache(hardware, cache_dir)
+    shapes = shapes[KEY].drop_duplicates()
+    todo = shapes.merge(known[KEY], on=KEY, how="left", indicator=True)
+    todo = todo[todo["_merge"] == "left_only"][KEY]
+    for start in range(0, len(todo), chunk):
+        part = todo.iloc[start:start + chunk]
+        gemms = [torch_linear_gemm(int(m), int(n), int(k), str(d)) for m, n, k, d in part.itertuples(index=False)]
+        choices = choose(gemms, hardware)
+        labels = part.assign(kernel_name=[c.kernel for c in choices],
+                             grid=[",".join(map(str, c.main_launch.grid)) if c.main_launch else "" for c in choices],
+                             kernel_label=[f"cublaslt-{c.cublaslt_version}" for c in choices])
+        known = pd.concat([known, labels.astype({"m": "int64", "n": "int64", "k": "int64"})], ignore_index=True)
+        _write_cache(known, hardware, cache_dir)
+        log.info("%s: labelled %d of %d new shapes", hardware, min(start + chunk, len(todo)), len(todo))
+    return known
+
+
+def _labelable(frame: pd.DataFrame) -> np.ndarray:
+    """Rows the heuristic can be asked about (no recorded kernel, plain GEMM, supported dtype, labellable GPU)."""
+    recorded = frame["kernel_name"].notna().to_numpy() if "kernel_name" in frame.columns else np.zeros(len(frame), bool)
+    batch = pd.to_numeric(frame["batch"], errors="coerce").fillna(1).to_numpy() if "batch" in frame.columns \
+        else np.ones(len(frame))
+    hw_ok = frame["hardware"].astype(str).map(can_label).to_numpy(dtype=bool)
+    return ~recorded & (batch == 1) & frame["dtype"].astype(str).isin(LABEL_DTYPES).to_numpy() & hw_ok
+
+
+def label_gemms(frame: pd.DataFrame, *, ask: bool = False, cache_dir: Path | None = None) -> pd.DataFrame:
+    """``frame`` (GEMM rows) with ``kernel_name``, ``grid`` and ``kernel_label`` filled where a label is known:
+    recorded launches are kept as they are; other rows take the cached heuristic label of their device, and with
+    ``ask`` the heuristic is asked for the shapes not yet cached."""
+    frame = frame.copy()
+    for column in LABEL_COLUMNS:
+        frame[column] = frame[column].astype(object) if column in frame.columns else pd.Series(None, index=frame.index,
+                                                                                                dtype=object)
+    recorded = frame["kernel_name"].notna() & (frame["kernel_label"].isna())
+    frame.loc[recorded, "kernel_label"] = "recorded"
+    todo = _labelable(frame)
+    if not todo.any():
+        return frame
+    rows = frame.loc[todo, ["hardware", *KEY]].astype({"hardware": str, "dtype": str})
+    rows[["m", "n", "k"]] = rows[["m", "n", "k"]].astype("int64")
+    for hardware, part in rows.groupby("hardware", sort=True):
+        labels = query(part, hardware, cache_dir) if ask else read_cache(hardware, cache_dir)
+        if not len(labels):
+            continue
+        hit = part.reset_index().merge(labels, on=KEY, how="inner").set_index("index")
+        frame.loc[hit.index, list(LABEL_COLUMNS)] = hit[list(LABEL_COLUMNS)].to_numpy()
+    return frame
+
+
+#: at most this many distinct unlabelled shapes are asked of cuBLASLt when a model needs labels (an emulated step
+#: has tens to hundreds; a million random shapes would take a quarter of an hour, so larger frames use the cache only)
+ASK_LIMIT = 5000
+
+
+def label_for_features(frame: Kernels) -> Kernels:
+    """What a kernel-configuration model predicts from: ``frame`` labelled (``label_gemms``), asking cuBLASLt for
+    uncached shapes when there are at most ``ASK_LIMIT`` of them; rows left unlabelled predict without a label."""
+    if not isinstance(frame, pd.DataFrame) or not len(frame):
+        return frame
+    todo = _labelable(frame)
+    if not todo.any():
+        return frame
+    distinct = frame.loc[todo, ["hardware", *KEY]].drop_duplicates()
+    ask = len(distinct) <= ASK_LIMIT
+    try:
+        return label_gemms(frame, ask=ask)
+    except (RuntimeError, OSError) as exc:  # no compiler or cuBLAS wheel here: predict without labels, and say so
+        log.warning("kernel labels unavailable (%s): GEMMs predicted without their kernel configuration", exc)
+        return label_gemms(frame, ask=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m estimator.kernel_labels", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sources", default="aiconfigurator,vidur,llmcompass",
+                        help="comma-separated sources whose unlabelled GEMM rows are labelled")
+    parser.add_argument("--hardware", default="", help="comma-separated catalog ids (default: every labellable one)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    from estimator.data import load_measurements
+
+    try:
+        data = load_measurements(families=["gemm"], sources=[s.strip() for s in args.sources.split(",") if s.strip()])
+    except ValueError as exc:
+        print(f"stepcast: --sources: {exc}", file=sys.stderr)
+        return 2
+    wanted = {h.strip() for h in args.hardware.split(",") if h.strip()}
+    if wanted:
+        data = data[data["hardware"].astype(str).isin(wanted)]
+    labelled = label_gemms(data, ask=True)
+    counts = labelled["kernel_label"].fillna("none").groupby(labelled["hardware"].astype(str)).value_counts()
+    print(counts.to_string())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

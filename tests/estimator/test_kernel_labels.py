@@ -1,0 +1,55 @@
+"""Kernel labels of GEMM rows: recorded launches are kept, the rest come from cuBLASLt's heuristic on the virtual
+device, cached by shape, dtype and device with the cuBLAS version; GPUs the wheel's cuBLAS cannot run stay
+unlabelled."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from estimator.kernel_labels import cache_file, can_label, label_gemms, read_cache
+
+
+def gemms(**columns) -> pd.DataFrame:
+    base = {"family": "gemm", "hardware": "h100-sxm", "dtype": "bf16", "m": 4096.0, "n": 4096.0, "k": 4096.0,
+            "batch": 1.0}
+    return pd.DataFrame([base | columns])
+
+
+def test_only_gpus_the_wheels_cublas_supports_can_be_labelled():
+    assert can_label("h100-sxm") and can_label("a100-sxm-80gb") and can_label("t4")
+    assert not can_label("p100") and not can_label("v100-pcie-32gb") and not can_label("cpu-intel-xeon-2c")
+    assert not can_label("no-such-gpu")
+
+
+def test_a_recorded_launch_is_kept_and_marked_recorded(tmp_path):
+    frame = gemms(kernel_name="volta_sgemm_128x64_nn", grid="4,2,1", hardware="v100-pcie-32gb", dtype="fp32")
+    out = label_gemms(frame, ask=True, cache_dir=tmp_path)
+    assert out.loc[0, "kernel_name"] == "volta_sgemm_128x64_nn" and out.loc[0, "kernel_label"] == "recorded"
+    assert not list(tmp_path.iterdir())  # nothing asked
+
+
+def test_rows_the_heuristic_cannot_answer_stay_unlabelled(tmp_path):
+    frame = pd.concat([gemms(hardware="p100", dtype="fp32"), gemms(batch=8.0), gemms(dtype="tf32")],
+                      ignore_index=True)
+    out = label_gemms(frame, ask=True, cache_dir=tmp_path)
+    assert out["kernel_name"].isna().all() and out["kernel_label"].isna().all()
+
+
+def test_without_asking_only_the_cache_answers(tmp_path):
+    path = cache_file("h100-sxm", tmp_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame({"m": [4096], "n": [4096], "k": [4096], "dtype": ["bf16"], "kernel_name": ["nvjet_x"],
+                  "grid": ["8,16,1"], "kernel_label": ["cublaslt-1"]}).to_parquet(path)
+    out = label_gemms(pd.concat([gemms(), gemms(m=100.0)], ignore_index=True), ask=False, cache_dir=tmp_path)
+    assert out["kernel_name"].tolist()[0] == "nvjet_x" and pd.isna(out["kernel_name"].tolist()[1])
+
+
+@pytest.mark.slow
+def test_asking_labels_with_the_heuristics_kernel_and_caches_it_with_the_version(tmp_path):
+    frame = pd.concat([gemms(), gemms(m=7.0, n=4096.0, k=4096.0)], ignore_index=True)
+    out = label_gemms(frame, ask=True, cache_dir=tmp_path)
+    assert out["kernel_name"].str.startswith("nvjet_sm90").all()  # Hopper's cuBLAS 13 path
+    assert out["kernel_label"].str.match(r"cublaslt-13\d{4}$").all()
+    assert all(len(g.split(",")) == 3 for g in out["grid"])
+    cached = read_cache("h100-sxm", tmp_path)
+    assert len(cached) == 2 and "cublas" in cache_file("h100-sxm", tmp_path).name
