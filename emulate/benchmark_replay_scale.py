@@ -11,7 +11,8 @@ a GPU-bound step. The file goes to the cache folder (``<cache>/replay_scale/``),
 reused while its parameters match.
 
 The replay runs in a child process, so its peak resident memory is the child's own
-(``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss``); the table gives the wall time, that peak, and whether the
+(``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss``); the table gives the wall time, the child's CPU time (user +
+system: on a shared machine the wall time also counts what other processes took), that peak, and whether the
 replay reproduced the measured step time (the simulator's own check).
 """
 from __future__ import annotations
@@ -174,21 +175,24 @@ def cached_trace(kernels: int, steps: int, cache: Path | None = None) -> Path:
 
 
 def measure_replay(trace: Path, extra_args: list[str] | None = None) -> dict[str, float | str]:
-    """Run ``python -m emulate replay`` on ``trace`` in a child; its wall time (s), peak RSS (GB) and report."""
+    """Run ``python -m emulate replay`` on ``trace`` in a child; its wall and CPU time (s), peak RSS (GB) and
+    report."""
     with tempfile.TemporaryDirectory() as tmp:
         report_path = Path(tmp) / "report.json"
-        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        before, cpu0 = usage.ru_maxrss, usage.ru_utime + usage.ru_stime
         t0 = time.perf_counter()
         proc = subprocess.run([sys.executable, "-m", "emulate", "replay", str(trace), "--durations", "measured",
                                "--report", str(report_path), *(extra_args or [])], env={**os.environ})
         wall = time.perf_counter() - t0
-        peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        peak_kb, cpu = usage.ru_maxrss, usage.ru_utime + usage.ru_stime - cpu0
         if proc.returncode != 0:
             raise RuntimeError(f"replay of {trace} exited {proc.returncode}")
         report = json.loads(report_path.read_text())
     if peak_kb <= before:
         print("note: an earlier child had a higher peak; the figure is an upper bound", file=sys.stderr)
-    return {"wall_s": wall, "peak_gb": peak_kb * 1024 / 1e9, "iteration_ms": report["iteration_time_ms"],
+    return {"wall_s": wall, "cpu_s": cpu, "peak_gb": peak_kb * 1024 / 1e9, "iteration_ms": report["iteration_time_ms"],
             "measured_ms": report["per_rank"][0].get("measured_iteration_time_ms", float("nan"))}
 
 
@@ -207,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"trace: {trace} ({trace.stat().st_size / 1e6:.0f} MB gzip, ready in {time.perf_counter() - t0:.0f} s)")
     r = measure_replay(trace)
-    print(f"kernels {args.kernels:,}  wall {r['wall_s']:.1f} s  peak RSS {r['peak_gb']:.2f} GB  "
+    print(f"kernels {args.kernels:,}  wall {r['wall_s']:.1f} s  CPU {r['cpu_s']:.1f} s  "
+          f"peak RSS {r['peak_gb']:.2f} GB  "
           f"step: replayed {r['iteration_ms']:.3f} ms, measured {r['measured_ms']:.3f} ms")
     return 0
 

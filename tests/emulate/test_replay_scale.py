@@ -62,3 +62,14 @@ def test_replay_reports_progress_on_a_non_terminal(synthetic, capsys, monkeypatc
     err = capsys.readouterr().err
     for stage in ("reading", "converting device ops", "simulating"):
         assert f"stepcast: synthetic.json.gz: {stage}" in err or f"stepcast: {stage}" in err, err
+
+
+def test_converted_launches_that_repeat_share_one_dict(synthetic):
+    from emulate.kineto_to_trace import convert_file
+    from emulate.trace import EventTable
+
+    events = convert_file(synthetic)["events"]
+    assert isinstance(events, EventTable) and len(events) >= 3000
+    # three steps of the same layers: what differs from launch to launch is in the columns (times, durations)
+    assert len(events.shapes) < len(events) / 2, events
+    assert {"duration_us", "gap_ns", "seq", "t_ns"} <= set(events.columns)
