@@ -55,8 +55,8 @@ def add_run_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="start only these ranks of the job (e.g. 0-7 or 0-7,64-71: one data-parallel replica); "
                    "the others are copies of a running twin")
     p.add_argument("--backend", choices=("shim", "driver"), default="shim",
-                   help="device emulation: shim (default; NCCL emulated) or driver (torch's real cuBLAS, cuDNN and "
-                   "Triton launch the kernels a real GPU would run; one rank only)")
+                   help="device emulation: shim (default) or driver (torch's real cuBLAS, cuDNN and Triton launch the "
+                   "kernels a real GPU would run); NCCL is emulated on both")
     p.add_argument("--python-op-context", action="store_true", help="op context from Python (slower), not the C++ hook")
     p.add_argument("script", type=Path, help="the training script")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments (after --)")
