@@ -323,6 +323,9 @@ class _JsonStream:
             raise json.JSONDecodeError("Extra data", self.buf, self.pos)
 
 
+JsonStream = _JsonStream  # public name: emulate.trace streams its own format's event list with it
+
+
 class _EventColumns:
     """The columns of the complete events, filled one event at a time. Arguments are stored sparsely (row, value)
     per column, since most events carry few of them; repeated values (names, ids of threads, shape lists) are
