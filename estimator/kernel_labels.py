@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from estimator.frames import Kernels
+from estimator.frames import Kernels, factorize
 from profiling.atomic import atomic_path
 from profiling.paths import cache_root
 
@@ -58,6 +58,7 @@ def cublas_wheel_version() -> str:
         return "unknown"
 
 
+@cache
 def can_label(hardware: str) -> bool:
     """Whether the wheel's cuBLASLt runs on a virtual ``hardware`` (a GPU of compute capability >= 7.5)."""
     from profiling.hardware import UnknownHardwareError, lookup
@@ -117,32 +118,70 @@ def _labelable(frame: pd.DataFrame) -> np.ndarray:
     recorded = frame["kernel_name"].notna().to_numpy() if "kernel_name" in frame.columns else np.zeros(len(frame), bool)
     batch = pd.to_numeric(frame["batch"], errors="coerce").fillna(1).to_numpy() if "batch" in frame.columns \
         else np.ones(len(frame))
-    hw_ok = frame["hardware"].astype(str).map(can_label).to_numpy(dtype=bool)
-    return ~recorded & (batch == 1) & frame["dtype"].astype(str).isin(LABEL_DTYPES).to_numpy() & hw_ok
+    codes, uniques = factorize(frame["hardware"])
+    hw_ok = np.array([can_label(str(u)) for u in uniques] + [False])[np.where(codes < 0, len(uniques), codes)]
+    return ~recorded & (batch == 1) & (_codes(frame["dtype"], LABEL_DTYPES) >= 0) & hw_ok
+
+
+def _codes(values: pd.Series, vocabulary: tuple[str, ...]) -> np.ndarray:
+    """Integer codes of a string column over ``vocabulary`` (-1 elsewhere), computed once per distinct value."""
+    codes, uniques = factorize(values)
+    table = np.array([vocabulary.index(str(u)) if str(u) in vocabulary else -1 for u in uniques] + [-1])
+    return table[np.where(codes < 0, len(uniques), codes)]
+
+
+def _keys(rows: pd.DataFrame) -> np.ndarray:
+    """One 64-bit hash per (m, n, k, dtype) row: a vectorised lookup key."""
+    keys = pd.DataFrame({c: rows[c].to_numpy(dtype=np.int64) for c in ("m", "n", "k")}
+                        | {"dtype": _codes(rows["dtype"], LABEL_DTYPES)})
+    return pd.util.hash_pandas_object(keys, index=False).to_numpy()
+
+
+@cache
+def _lookup(path: Path, mtime_ns: int) -> tuple[pd.Index, np.ndarray]:
+    """A device's cache as (key index, label columns as an object array); reread when the file changes."""
+    labels = pd.read_parquet(path)
+    return pd.Index(_keys(labels)), labels[list(LABEL_COLUMNS)].to_numpy(dtype=object)
+
+
+def _cached_labels(hardware: str, cache_dir: Path | None) -> tuple[pd.Index, np.ndarray] | None:
+    path = cache_file(hardware, cache_dir)
+    try:
+        return _lookup(path, path.stat().st_mtime_ns)
+    except FileNotFoundError:
+        return None
 
 
 def label_gemms(frame: pd.DataFrame, *, ask: bool = False, cache_dir: Path | None = None) -> pd.DataFrame:
     """``frame`` (GEMM rows) with ``kernel_name``, ``grid`` and ``kernel_label`` filled where a label is known:
     recorded launches are kept as they are; other rows take the cached heuristic label of their device, and with
-    ``ask`` the heuristic is asked for the shapes not yet cached."""
-    frame = frame.copy()
-    for column in LABEL_COLUMNS:
-        frame[column] = frame[column].astype(object) if column in frame.columns else pd.Series(None, index=frame.index,
-                                                                                                dtype=object)
-    recorded = frame["kernel_name"].notna() & (frame["kernel_label"].isna())
-    frame.loc[recorded, "kernel_label"] = "recorded"
+    ``ask`` the heuristic is asked for the shapes not yet cached. The frame itself is not changed."""
+    columns = {c: (frame[c].to_numpy(dtype=object, copy=True) if c in frame.columns
+                   else np.full(len(frame), None, dtype=object)) for c in LABEL_COLUMNS}
+    recorded = pd.notna(columns["kernel_name"]) & pd.isna(columns["kernel_label"])
+    columns["kernel_label"][recorded] = "recorded"
     todo = _labelable(frame)
-    if not todo.any():
-        return frame
-    rows = frame.loc[todo, ["hardware", *KEY]].astype({"hardware": str, "dtype": str})
-    rows[["m", "n", "k"]] = rows[["m", "n", "k"]].astype("int64")
-    for hardware, part in rows.groupby("hardware", sort=True):
-        labels = query(part, hardware, cache_dir) if ask else read_cache(hardware, cache_dir)
-        if not len(labels):
-            continue
-        hit = part.reset_index().merge(labels, on=KEY, how="inner").set_index("index")
-        frame.loc[hit.index, list(LABEL_COLUMNS)] = hit[list(LABEL_COLUMNS)].to_numpy()
-    return frame
+    if todo.any():
+        positions = np.flatnonzero(todo)
+        rows = frame.iloc[positions]
+        codes, devices = factorize(rows["hardware"])
+        for code, device in enumerate(map(str, devices)):
+            mine = codes == code
+            part = rows[mine]
+            if ask:
+                shapes = pd.DataFrame({c: part[c].to_numpy(dtype=np.int64) for c in ("m", "n", "k")}
+                                      | {"dtype": part["dtype"].astype(str).to_numpy()})
+                query(shapes, device, cache_dir)
+            table = _cached_labels(device, cache_dir)
+            if table is None:
+                continue
+            index, values = table
+            found = index.get_indexer(_keys(part))
+            hit = found >= 0
+            target = positions[mine][hit]
+            for j, column in enumerate(LABEL_COLUMNS):
+                columns[column][target] = values[found[hit], j]
+    return frame.assign(**columns)
 
 
 #: at most this many distinct unlabelled shapes are asked of cuBLASLt when a model needs labels (an emulated step
@@ -158,8 +197,9 @@ def label_for_features(frame: Kernels) -> Kernels:
     todo = _labelable(frame)
     if not todo.any():
         return frame
-    distinct = frame.loc[todo, ["hardware", *KEY]].drop_duplicates()
-    ask = len(distinct) <= ASK_LIMIT
+    rows = frame[todo]
+    ask = len(rows) <= ASK_LIMIT or \
+        len(pd.unique(_keys(rows) ^ factorize(rows["hardware"])[0].astype(np.uint64))) <= ASK_LIMIT
     try:
         return label_gemms(frame, ask=ask)
     except (RuntimeError, OSError) as exc:  # no compiler or cuBLAS wheel here: predict without labels, and say so
