@@ -16,6 +16,7 @@ CREDITS: dict[str, str] = {
     "kineto": "traces from facebookresearch/HolisticTraceAnalysis (MIT) and pytorch/kineto (BSD-3-Clause)",
     "llmcompass": "data from PrincetonUniversity/LLMCompass, BSD-3-Clause",
     "profiler": "this project's profiler datasets (datasets/<hardware>/, Apache-2.0)",
+    "aiconfigurator": "data from ai-dynamo/aiconfigurator (NVIDIA), Apache-2.0",
 }
 
 
