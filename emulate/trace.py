@@ -90,6 +90,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -362,10 +363,6 @@ def as_table(events: EventTable | Iterable[dict[str, Any]]) -> EventTable:
     return events if isinstance(events, EventTable) else EventTable.from_dicts(events)
 
 
-def _open(path: Path, mode: str):
-    return gzip.open(path, mode + "t") if path.suffix == ".gz" else open(path, mode)
-
-
 def write_trace(path: str | Path, *, rank: int, world_size: int, hardware: str,
                 events: EventTable | Iterable[dict[str, Any]], meta: dict[str, Any] | None = None) -> Path:
     """Write atomically (temporary file in the same folder, then rename); ``events`` is a table or event dicts,
@@ -388,33 +385,58 @@ def write_trace(path: str | Path, *, rank: int, world_size: int, hardware: str,
 
 
 def read_trace(path: str | Path) -> dict[str, Any]:
-    """Read and check one rank's trace; its ``events`` are an :class:`EventTable`."""
+    """Read and check one rank's trace; its ``events`` are an :class:`EventTable`. The event list is read as a
+    stream (:class:`profiling.kineto.JsonStream`), each event going into the table as it is decoded, so neither
+    the file's text nor a dict per event is ever held whole."""
+    from profiling.kineto import JsonStream
+
     path = Path(path)
+    doc: dict[str, Any] = {}
+    builder = EventTableBuilder()
+    bad: list[tuple[int, Any]] = []
+
+    def add(ev: Any) -> None:
+        if not isinstance(ev, dict) or ev.get("kind") not in EVENT_KINDS:
+            if not bad:
+                bad.append((len(builder), ev.get("kind") if isinstance(ev, dict) else ev))
+            ev = {"kind": None}  # keeps the positions of the events after it
+        builder.append(ev)
+
     try:
-        with _open(path, "r") as f:
-            doc = json.load(f)
-    except (OSError, json.JSONDecodeError, EOFError, UnicodeDecodeError) as exc:
-        raise TraceFormatError(f"{path}: cannot read trace ({exc})") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        with _open_binary(path) as body:
+            stream = JsonStream(body, lambda: None)
+            if stream.peek() != "{":
+                stream.value()  # invalid JSON is said as such
+                raise TraceFormatError(f"{path}: field 'format': expected '{FORMAT}'")
+            for key in stream.keys():
+                if key == "events" and stream.peek() == "[":
+                    stream.each_item(add)
+                    doc[key] = builder
+                else:
+                    doc[key] = stream.value()
+            stream.end()
+    except (OSError, json.JSONDecodeError, EOFError, UnicodeDecodeError, zlib.error) as exc:
+        raise TraceFormatError(f"{path}: cannot read trace ({str(exc).splitlines()[0] if str(exc) else exc!r})") \
+            from None
+    if doc.get("format") != FORMAT:
         raise TraceFormatError(f"{path}: field 'format': expected '{FORMAT}'")
     if doc.get("version") != VERSION:
         raise TraceFormatError(f"{path}: field 'version': expected {VERSION}, found {doc.get('version')!r}")
     for field in ("rank", "world_size", "hardware", "events"):
         if field not in doc:
             raise TraceFormatError(f"{path}: field '{field}' is missing")
-    events = doc["events"]
-    if not isinstance(events, list):
-        raise TraceFormatError(f"{path}: field 'events': expected a list, found {type(events).__name__}")
-    builder = EventTableBuilder()
-    for i in range(len(events)):
-        ev, events[i] = events[i], None  # each dict goes as soon as its values are in the table
-        if not isinstance(ev, dict) or ev.get("kind") not in EVENT_KINDS:
-            found = ev.get("kind") if isinstance(ev, dict) else ev
-            raise TraceFormatError(f"{path}: events[{i}].kind: expected one of {sorted(EVENT_KINDS)}, "
-                                   f"found {found!r}")
-        builder.append(ev)
+    if doc["events"] is not builder:
+        raise TraceFormatError(f"{path}: field 'events': expected a list, found {type(doc['events']).__name__}")
+    if bad:
+        i, found = bad[0]
+        raise TraceFormatError(f"{path}: events[{i}].kind: expected one of {sorted(EVENT_KINDS)}, found {found!r}")
     doc["events"] = builder.finish()
     return doc
+
+
+def _open_binary(path: Path):
+    """The file's bytes, gunzipped when its name ends in ``.gz``."""
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
 
 class OpCalls:

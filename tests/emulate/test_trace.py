@@ -167,3 +167,32 @@ def test_reading_an_unknown_kind_names_the_event(tmp_path):
                                 "hardware": "h100-sxm", "events": [{"kind": "device_sync"}, {"kind": "nap"}]}))
     with pytest.raises(TraceFormatError, match=r"events\[1\]\.kind"):
         read_trace(path)
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"format": "other", "version": 1, "events": []}', "field 'format': expected 'stepcast-trace'"),
+    ('[1, 2]', "field 'format'"),
+    ('{"format": "stepcast-trace", "version": 2}', "field 'version': expected 1, found 2"),
+    ('{"format": "stepcast-trace", "version": 1, "rank": 0, "world_size": 1, "hardware": "x"}',
+     "field 'events' is missing"),
+    ('{"format": "stepcast-trace", "version": 1, "rank": 0, "world_size": 1, "hardware": "x", "events": {}}',
+     "field 'events': expected a list"),
+    ('{"format": "stepcast-trace", "version": 1, "rank": 0, "world_size": 1, "hardware": "x", '
+     '"events": [{"kind": "kernel"}, 7]}', r"events\[1\]\.kind: expected one of .*, found 7"),
+    ('{"format": "stepcast-trace", "version": 1, "events": [{"kind": "ker', "cannot read trace"),
+    ('', "cannot read trace"),
+])
+def test_a_file_that_is_not_a_trace_is_one_line_naming_it(tmp_path, text, message):
+    path = tmp_path / "rank0.json"
+    path.write_text(text)
+    with pytest.raises(TraceFormatError, match=message) as info:
+        read_trace(path)
+    assert str(path) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_truncated_gzip_trace_cannot_be_read(tmp_path):
+    path = write_trace(tmp_path / "rank0.json.gz", rank=0, world_size=1, hardware="h100-sxm",
+                       events=every_field_events())
+    path.write_bytes(path.read_bytes()[:-20])
+    with pytest.raises(TraceFormatError, match="cannot read trace"):
+        read_trace(path)
