@@ -5,12 +5,11 @@ from __future__ import annotations
 import textwrap
 from collections import Counter
 
-import numpy as np
 import pytest
 
 from emulate.shimlog import rank_events, read_rank_log
 from emulate.sim import host
-from emulate.sim.program import RankProgram
+from emulate.sim.program import build_program
 
 REPLAYS = 4
 
@@ -95,17 +94,14 @@ def test_replayed_work_runs_on_the_launching_stream_and_keeps_its_fork_and_join(
     assert {w["stream"] for w in waits} == set(streams)  # fork (branch waits) and join (launching stream waits)
 
 
-def _program(events: list[dict]) -> RankProgram:
-    kinds = np.array([{"kernel": 0, "iteration": 12}[e["kind"]] for e in events], dtype=np.int8)
-    return RankProgram(source="t", rank=0, world_size=1, hardware="h100-sxm", meta={}, events=events,
-                       kind=kinds.tolist(), kind_array=kinds, gap_ns=[0.0] * len(events), stream=[], handle=[],
-                       stream_ids=[], recorded_us=np.array([]), stall_ns=[], device_index=np.array([]),
-                       iteration_index=np.array([]), end_marker=None, peak_memory_bytes=None,
-                       memory_curve=(np.array([]), np.array([])))
+def _program(events: list[dict]):
+    events = [{"seq": i, "t_ns": 0, "gap_ns": 0, "thread": 0, **ev} for i, ev in enumerate(events)]
+    return build_program({"rank": 0, "world_size": 1, "hardware": "h100-sxm", "meta": {}, "events": events})
 
 
 def test_a_graph_launch_costs_one_launch_call_not_one_per_node():
-    events = [{"kind": "iteration"}, {"kind": "kernel"}, *({"kind": "kernel", "graph_launch": 1, "graph_node": i}
-                                                          for i in range(5))]
+    kernel = {"kind": "kernel", "stream": 0, "name": "k", "grid": [1, 1, 1], "block": [32, 1, 1], "shmem": 0}
+    events = [{"kind": "iteration", "step": 0}, kernel,
+              *({**kernel, "graph_launch": 1, "graph_node": i} for i in range(5))]
     gaps = host.effective_gaps(_program(events), 1.0, {"kernel": 7.5})
     assert gaps == [0.0, 7500.0, 7500.0, 0.0, 0.0, 0.0, 0.0]
