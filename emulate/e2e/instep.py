@@ -10,9 +10,9 @@ those very kernels and the ratio
 
 over every row of that GPU and family (in-step time = the node's trace time x its label's ``pass_scale``, its share
 of the measured pass) scales the family's predicted kernel times on that GPU (:func:`emulate.sim.durations
-.assign_durations`). It is one number per GPU and family, fitted from data, never set by hand; a GPU with no in-step
-rows (H100, B200...) keeps the estimator's times. The rows are forward-pass kernels: the factor of a family is
-applied to its backward kernels too.
+.assign_durations`). It is one number per GPU and family, fitted from data, never set by hand, and only from the rows
+of at least ``MIN_MODELS`` models; a GPU with fewer (H100, B200...; the P4 once a model is held out) keeps the
+estimator's times. The rows are forward-pass kernels: the factor of a family is applied to its backward kernels too.
 
 ``exclude`` leaves models out (``STEPCAST_INSTEP_EXCLUDE``): the end-to-end benchmark fits the factors without the
 model it evaluates (leave-one-model-out), so no label's own operators calibrate its prediction.
@@ -30,7 +30,10 @@ from profiling.families import key_columns
 from profiling.paths import shared_data_root
 
 FAMILIES = ("gemm", "norm", "elementwise")
-MIN_LABELS = 1  # a factor needs the rows of at least one other label
+#: A factor needs in-step rows of at least this many models: one model's rows are one set of shapes and one run's
+#: clock state, and on the P4 (two models) the factor of each does not carry to the other (GEMMs: BERT-large 0.61,
+#: GPT-2 large 0.91 of the estimator's predictions).
+MIN_MODELS = 2
 
 
 @functools.lru_cache(maxsize=2)
@@ -54,7 +57,7 @@ def factors(hardware: str, estimator, exclude: Iterable[str] = (), rows: pd.Data
     mine = rows[(rows["hardware"] == hardware) & ~rows["model"].isin(excluded) & rows["family"].isin(FAMILIES)]
     out: dict[str, float] = {}
     for family, part in mine.groupby("family"):
-        if part["sample"].nunique() < MIN_LABELS:
+        if part["model"].nunique() < MIN_MODELS:
             continue
         columns = [c for c in key_columns(str(family)) if c in part]
         predicted = estimator.predict_frame(part[columns].reset_index(drop=True))["predicted_us"].to_numpy()

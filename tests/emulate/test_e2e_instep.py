@@ -31,21 +31,30 @@ def rows() -> pd.DataFrame:
     ])
 
 
-def test_factor_is_in_step_time_over_predicted_time_weighted_by_repeats():
+def test_factor_is_in_step_time_over_predicted_time_weighted_by_repeats(monkeypatch):
+    monkeypatch.setattr(instep, "MIN_MODELS", 1)
     fitted = instep.factors("t4", HalfOfRuntime(), rows=rows())
     assert fitted["gemm"] == pytest.approx((40.0 * 24 + 300.0) / (100.0 * 24 + 100.0))
     assert fitted["elementwise"] == pytest.approx(6.0 / 10.0)
     assert "norm" not in fitted
 
 
-def test_a_held_out_model_does_not_calibrate():
+def test_a_held_out_model_does_not_calibrate(monkeypatch):
+    monkeypatch.setattr(instep, "MIN_MODELS", 1)
     fitted = instep.factors("t4", HalfOfRuntime(), exclude=["a"], rows=rows())
     assert fitted == {"gemm": pytest.approx(3.0)}
     assert instep.factors("t4", HalfOfRuntime(), exclude=["a", "b"], rows=rows()) == {}
 
 
-def test_a_gpu_without_in_step_rows_is_not_calibrated():
+def test_one_model_is_not_enough_evidence_for_a_factor():
+    assert instep.MIN_MODELS == 2
+    assert instep.factors("t4", HalfOfRuntime(), exclude=["a"], rows=rows()) == {}
+    assert "elementwise" not in instep.factors("t4", HalfOfRuntime(), rows=rows())  # only model a has one
+
+
+def test_a_gpu_without_in_step_rows_is_not_calibrated(monkeypatch):
     assert instep.factors("h100-sxm", HalfOfRuntime(), rows=rows()) == {}
+    monkeypatch.setattr(instep, "MIN_MODELS", 1)
     assert instep.factors("p4", HalfOfRuntime(), rows=rows()) == {"gemm": pytest.approx(0.5)}
 
 
