@@ -51,3 +51,25 @@ def test_compiled_training_step_records_triton_kernels(emulate_run, tmp_path, mo
     # the forward's and backward's fused kernels, each under the compiled graph's autograd function
     assert {e["op"].split(": ")[-1] for e in steady} >= {"CompiledFunction.default",
                                                           "CompiledFunctionBackward.default"}
+
+
+@pytest.mark.slow
+def test_reduce_overhead_replays_cuda_graphs_of_triton_kernels(emulate_run, tmp_path, monkeypatch):
+    """mode="reduce-overhead" (Inductor's CUDA graph trees): stream capture, the graph's private memory pool and
+    graph launches work under the shim; each steady step is graph launches whose nodes are the compiled Triton
+    kernels, charged one launch call per graph."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    script = tmp_path / "mlp_step.py"
+    script.write_text(MLP_STEP)
+    proc, _, _ = emulate_run(tmp_path, script, "reduce-overhead")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    events = rank_events(read_rank_log(tmp_path / "traces" / "rank0.log"), comm_sizes={}, ranks_per_node=1)
+    marks = [i for i, ev in enumerate(events) if ev["kind"] == "iteration"]
+    last = events[marks[-2]:marks[-1]]
+    replayed = [e for e in last if "graph_launch" in e]
+    assert replayed and any(e["kind"] == "kernel" and e["name"].startswith("triton_") for e in replayed)
+    # the forward's and the backward's graphs: each launch's nodes numbered from 0
+    launches = {e["graph_launch"] for e in replayed}
+    assert len(launches) >= 2
+    assert sum(1 for e in replayed if e["graph_node"] == 0) == len(launches)
