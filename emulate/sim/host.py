@@ -11,6 +11,14 @@ ranks are aligned after warm-up. Everything here is settled before the simulatio
   the first cost nothing, since one call launched them all. Real profiler traces hold those costs in their gaps
   (``meta.call_costs_in_gaps``), and their gaps are what happened, so neither applies to them. All of it is then
   divided by the host-speed factor (:data:`emulate.config.HOST_SPEED`).
+- **What the minimum cannot remove.** Processes that share the emulating machine's caches and memory slow
+  cache-heavy host code (PyTorch's dispatcher, FSDP's hooks) for as long as they run, and in CPU time too: a
+  descheduled thread resumes with cold caches (on the 2-core VM, a gap right after a resume ran at a median 1.4x
+  its minimum, falling to 1.06x after 2-3 ms of CPU). When that lasts the whole capture, every call is slower by about one factor
+  and no choice among its samples can tell (FSDP2 example at load 10-30: per-call minima of six captures 6.59-8.02
+  ms, 20 %; divided by each capture's median ratio to the cross-capture minimum, 6.51-6.92 ms). The report says how
+  disturbed a capture was (:class:`CapturedHost`: the recorded steady host time, its spread, the share the minimum
+  discarded); a host-bound prediction is as stable as the machine's speed while it captured.
 - **Start offsets.** Ranks of one node replayed from real profiler traces keep the recorded offsets between their
   first events (``meta.clock_origin_us``: Kineto clocks of one node agree): an early rank's first collective then
   waits for the late ones, as it did.
