@@ -6,11 +6,16 @@ Sources (``--sources``, default all):
   V100, A100 PCIe; fp32, TF32 off, forward or forward + backward, no optimizer step). Each label's model is built
   from its HuggingFace config by ``examples/hf_model.py`` and run as NeuSight ran it, on the labelled virtual GPU;
   predicted forward, backward and total are compared with the label, and the mean |error| of the total per GPU is
-  printed. A second table sets the predicted kernel time per family beside NeuSight's per-operator trace (its
-  ``.csv``, one layer scaled to the model), to show where the error comes from.
+  printed. Further tables set the predicted kernel time per family beside NeuSight's per-operator trace (its
+  ``.csv``, one layer scaled to the model), per label and summed per GPU, to show where the error comes from.
+  Held-out protocol: on these GPUs the emulator scales predicted kernel times by the in-step calibration
+  (:mod:`emulate.e2e.instep`), fitted on those same per-operator traces; each label is emulated with the factors
+  fitted WITHOUT its own model's traces (``STEPCAST_INSTEP_EXCLUDE=<model>``: leave-one-model-out), and the output
+  says which rows were left out. ``STEPCAST_INSTEP=off`` gives the estimators alone.
 - ``torchtitan``: torchtitan's published H100 runs (Llama 3.1 8B, FSDP on 8 GPUs, local batch 2, selective
-  activation checkpointing), reproduced by ``examples/llama_fsdp2.py`` and emulated with 8 ranks; tokens/s/GPU and
-  peak memory against the published figures.
+  activation checkpointing), reproduced by ``examples/llama_fsdp2.py`` and emulated with 8 ranks on the published
+  board (``h100-sxm-96gb-500w``: 96 GB HBM2e at a 500 W power limit); tokens/s/GPU and peak memory against the
+  published figures, and where the predicted step goes (breakdown, device time per family).
 - ``nosync``: the GPT-2 large training loop without synchronisation (``examples/hf_model.py --no-sync``): the
   predicted iteration must be at least the device time of an iteration (its kernels' predicted durations).
 

@@ -150,5 +150,17 @@ def print_table(rows: list[dict[str, Any]], console) -> None:
                       str(r.get("failed_mallocs", "")), f"{r['wall_s']:.0f}")
     console.print(table)
     console.print("GiB pred: the largest torch.cuda.max_memory_reserved over ranks (torchtitan's figure); OOM "
-                  "retries: device allocations the target refused (the caching allocator then frees its cache and "
-                  "retries); the published runs had 96 GB boards at 500 W, the h100-sxm target 80 GB at 700 W")
+                  f"retries: device allocations the target refused (the caching allocator then frees its cache and "
+                  f"retries); {HARDWARE}: the published 96 GB HBM2e boards at their 500 W limit")
+    breakdown = Table(title="Where the predicted step goes (ms): the report's breakdown, and rank 0's device time "
+                            "per kernel family in one steady iteration")
+    families = sorted({f for r in rows if r.get("ok") and r.get("families_ms") for f in r["families_ms"]})
+    parts = ("compute", "communication", "exposed_communication", "host_bound", "idle")
+    for column in ("run", *parts, *families):
+        breakdown.add_column(column.replace("_", " "), justify="left" if column == "run" else "right")
+    for r in rows:
+        if r.get("ok"):
+            fam = r.get("families_ms") or {}
+            breakdown.add_row(r["name"], *(f"{r['breakdown_ms'].get(p, 0.0):.0f}" for p in parts),
+                              *(f"{fam.get(f, 0.0):.0f}" for f in families))
+    console.print(breakdown)
