@@ -27,6 +27,12 @@
    counts (2, 4, 8 within a node), and multi-node rows predicted from single-node ones (the catalog's network
    figures); by source, op and size bucket.
 
+Every GEMM suite also scores ``xgboost(+kernel config)``: the default XGBoost with the kernel-configuration features
+(``estimator.kernel_config``: the recorded kernel where a row names one, else cuBLASLt's heuristic on the virtual
+device, ``estimator.kernel_labels``; fill the label cache first with ``python -m estimator.kernel_labels``, else the
+folds ask cuBLASLt as they go), on the same folds. Suite 1's aiconfigurator column is repeated with the rows' timing
+method as a feature (``timing``), and with both.
+
 Every learned model is fit on each fold's training rows only; the roofline has nothing to fit.
 """
 from __future__ import annotations
