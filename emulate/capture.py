@@ -21,6 +21,9 @@ emulated driver (emulate/driver), which exports the same capture API (``stepcast
   shim as the capture layer's own (``stepcast_pause``/``resume``), so host gaps stay close to the script's own;
 - marks iteration boundaries: ``torch.profiler`` steps, optimizer steps (a global step post-hook) and top-level
   backward passes are all marked, with their source; the collator keeps the best source present;
+- in a sparse run (``--run-ranks``: ``STEPCAST_RUN_RANKS`` lists the ranks that run), answers what torch waits for
+  from the absent ranks (NCCL unique ids, small-collective areas) and records the process groups
+  (emulate/sparse_store.py, loaded by its path);
 - deduplicates ranks: at the second profiler/optimizer mark, ranks whose device work in the iteration just ended
   hashes the same as a lower rank's stop (``STEPCAST_DEDUP=0`` disables); the collator rebuilds their traces;
 - on the shim, turns cuDNN off (``torch.backends.cudnn.enabled = False`` and the cuDNN SDPA backend): the shim

@@ -8,6 +8,10 @@ the kernel for SIGTERM when its launcher dies (``PR_SET_PDEATHSIG`` in :mod:`emu
 ``emulate run``, even one killed by SIGKILL. Stopping sends SIGTERM, on which a rank flushes its capture log and
 writes its op table, waits ``STOP_GRACE_S`` and then kills what is left.
 
+A sparse run (``--run-ranks``) starts only some ranks of the job: the launcher hosts the rendezvous store
+(:func:`hosted_store`, as torchelastic's agent does) so that no rank waits for absent ones to connect, and the
+ranks answer for the absent ones inside torch (emulate/sparse_store.py).
+
 Exit codes of ``emulate run``: 0 done; 2 bad input (arguments, traces the ranks disagree on, a deadlock);
 ``EXIT_RANK_FAILED`` (3) a rank failed and the others were stopped; 128 + N stopped by signal N (130 for SIGINT,
 143 for SIGTERM). The last two still write a report of what was captured, marked ``partial``."""

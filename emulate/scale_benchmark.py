@@ -1,0 +1,181 @@
+"""``python -m emulate.scale_benchmark``: emulate a Megatron-core GPT with TP=8 x PP=8 and data parallelism 2, 4,
+8, 16 (128 to 1,024 virtual H100s, 8 per node) as sparse runs (``stepcast run --run-ranks``), and print, per size,
+the emulation's wall time and peak memory and the predicted iteration time.
+
+Only one rank per pipeline stage runs (tensor-parallel rank 0 of data-parallel replica 0: 8 processes at every
+size): the tensor-parallel ranks of a stage run the same operations on equal shards and every replica repeats the
+same work, so the other ranks are copies (:mod:`emulate.roles`); the emulation's cost grows with the distinct ranks
+and the simulation (which holds every rank's timeline, sharing the twins' traces) with W. Peak memory is the sum of
+the resident memory of the launcher and its rank processes, sampled every 0.2 s (shared library pages are counted
+once per process: an upper bound).
+
+``--check-equal`` adds the check that a sparse run reports what the same job with every rank running reports
+(Megatron TP=2 x PP=2 x DP=2, 8 ranks, big enough per rank that the device, not the emulating host's noise, sets the
+iteration): iteration time within 1 % and the same peak memory on every rank. Sizes are the model's own
+(``MODEL_ARGS``), not tuned to a result."""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from emulate.e2e.emulation import emulate_script
+from profiling.paths import REPO_ROOT
+
+SCRIPT = REPO_ROOT / "examples" / "megatron_scale.py"
+TP, PP, GPUS_PER_NODE = 8, 8, 8
+DP_SIZES = (2, 4, 8, 16)
+#: one transformer layer per stage, small widths: each rank captures in seconds
+MODEL_ARGS = ["--tp", str(TP), "--pp", str(PP), "--layers", "8", "--hidden", "512", "--heads", "8", "--seq", "256",
+              "--vocab", "1024", "--micro-batch", "1"]
+#: the equality check's job: 8 ranks, device-bound per rank (a 70B-like layer width)
+EQUAL_ARGS = ["--tp", "2", "--pp", "2", "--layers", "2", "--hidden", "8192", "--heads", "64", "--seq", "4096",
+              "--vocab", "32000", "--global-batch", "8"]
+EQUAL_NPROC, EQUAL_NODES, EQUAL_RUN = 4, 2, "0,1,4,5"   # ranks tp + 2 dp + 4 pp: replica 0 is 0, 1, 4, 5
+
+
+def stage_leaders(dp: int) -> list[int]:
+    """Tensor-parallel rank 0 of replica 0 in every stage, in Megatron's default order (tp-cp-ep-dp-pp)."""
+    return [stage * TP * dp for stage in range(PP)]
+
+
+class MemorySampler:
+    """Peak summed resident memory of a process and its descendants, sampled on a thread."""
+
+    def __init__(self, period_s: float = 0.2) -> None:
+        self.period_s, self.peak_bytes = period_s, 0
+        self._stop = threading.Event()
+
+    def watch(self, pid: int) -> threading.Thread:
+        import psutil
+
+        def sample() -> None:
+            try:
+                root = psutil.Process(pid)
+            except psutil.NoSuchProcess:
+                return
+            while not self._stop.is_set():
+                total = 0
+                try:
+                    for p in [root, *root.children(recursive=True)]:
+                        try:
+                            total += p.memory_info().rss
+                        except psutil.NoSuchProcess:
+                            pass
+                except psutil.NoSuchProcess:
+                    return
+                self.peak_bytes = max(self.peak_bytes, total)
+                self._stop.wait(self.period_s)
+
+        thread = threading.Thread(target=sample, daemon=True)
+        thread.start()
+        return thread
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def measured_runner(sampler: MemorySampler):
+    """A ``subprocess.run`` for :func:`emulate_script` that samples the emulation's memory while it runs."""
+    def run(cmd: list[str], cwd=None, env=None, capture_output=True, text=True, timeout=None):
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=text)
+        thread = sampler.watch(proc.pid)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise
+        finally:
+            sampler.stop()
+            thread.join()
+        return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    return run
+
+
+def emulate_sparse(args: list[str], nproc: int, nodes: int, run_ranks: str, timeout_s: float) -> dict[str, Any]:
+    """One sparse emulation: {ok, report, wall_s, peak_rss_bytes} (or ok False, error)."""
+    sampler = MemorySampler()
+    out = emulate_script(SCRIPT, args, "h100-sxm", nproc=nproc, timeout_s=timeout_s, kernels=False,
+                         options=["--nodes", str(nodes), *(["--run-ranks", run_ranks] if run_ranks else [])],
+                         runner=measured_runner(sampler))
+    out["peak_rss_bytes"] = sampler.peak_bytes
+    return out
+
+
+def scale_row(dp: int, steps: int, timeout_s: float) -> dict[str, Any]:
+    world = TP * PP * dp
+    run = stage_leaders(dp)
+    args = [*MODEL_ARGS, "--global-batch", str(8 * dp), "--steps", str(steps)]
+    out = emulate_sparse(args, GPUS_PER_NODE, world // GPUS_PER_NODE, ",".join(map(str, run)), timeout_s)
+    row = {"dp": dp, "world": world, "ranks_run": len(run), "ok": out["ok"], "wall_s": round(out["wall_s"], 1),
+           "peak_rss_gib": round(out["peak_rss_bytes"] / 2**30, 2)}
+    if out["ok"]:
+        rep = out["report"]
+        row.update(iteration_ms=rep["iteration_time_ms"], capture_s=rep.get("capture_seconds"),
+                   peak_memory_gib=rep["peak_memory_bytes"] / 2**30, warnings=rep.get("sparse_warnings", []))
+    else:
+        row["error"] = out["error"]
+    return row
+
+
+def equality_row(timeout_s: float) -> dict[str, Any]:
+    """The same 8-rank job sparse and full: iteration times and per-rank peak memory."""
+    args = [*EQUAL_ARGS, "--steps", "4"]
+    sparse = emulate_sparse(args, EQUAL_NPROC, EQUAL_NODES, EQUAL_RUN, timeout_s)
+    full = emulate_sparse(args, EQUAL_NPROC, EQUAL_NODES, "", timeout_s)
+    if not (sparse["ok"] and full["ok"]):
+        return {"ok": False, "error": sparse.get("error") or full.get("error")}
+    s, f = sparse["report"], full["report"]
+    peaks = lambda rep: [r["peak_memory_bytes"] for r in rep["per_rank"]]  # noqa: E731
+    diff = (s["iteration_time_ms"] - f["iteration_time_ms"]) / f["iteration_time_ms"]
+    return {"ok": True, "sparse_ms": s["iteration_time_ms"], "full_ms": f["iteration_time_ms"], "difference": diff,
+            "same_peak_memory": peaks(s) == peaks(f), "within_1_percent": abs(diff) <= 0.01,
+            "sparse_wall_s": round(sparse["wall_s"], 1), "full_wall_s": round(full["wall_s"], 1)}
+
+
+def print_rows(rows: list[dict[str, Any]], equal: dict[str, Any] | None, console: Console) -> None:
+    table = Table(title=f"Megatron-core GPT TP={TP} x PP={PP} on virtual H100s (sparse: one rank per stage runs)")
+    for col in ("DP", "GPUs (W)", "ranks run", "wall s", "peak memory GiB", "predicted iteration ms", "note"):
+        table.add_column(col, justify="right" if col != "note" else "left")
+    for r in rows:
+        table.add_row(str(r["dp"]), str(r["world"]), str(r["ranks_run"]), f"{r['wall_s']:.1f}",
+                      f"{r['peak_rss_gib']:.2f}", f"{r['iteration_ms']:.3f}" if r["ok"] else "-",
+                      "" if r["ok"] else r["error"][:60])
+    console.print(table)
+    if equal is not None:
+        if equal["ok"]:
+            console.print(f"sparse vs full (Megatron TP=2 x PP=2 x DP=2, 8 ranks): {equal['sparse_ms']:.3f} vs "
+                          f"{equal['full_ms']:.3f} ms ({100 * equal['difference']:+.2f} %, within 1 %: "
+                          f"{equal['within_1_percent']}); same peak memory on every rank: {equal['same_peak_memory']}"
+                          f"; wall {equal['sparse_wall_s']} vs {equal['full_wall_s']} s")
+        else:
+            console.print(f"sparse vs full: failed: {equal['error']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m emulate.scale_benchmark", description=__doc__.splitlines()[0])
+    p.add_argument("--dp", type=int, nargs="+", default=list(DP_SIZES), help="data-parallel degrees (default 2 4 8 16)")
+    p.add_argument("--steps", type=int, default=3, help="training steps per emulation (default 3)")
+    p.add_argument("--check-equal", action="store_true", help="also compare a sparse and a full 8-rank run")
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds per emulation (default 1800)")
+    ns = p.parse_args(argv)
+    console = Console(width=140)
+    rows = []
+    for dp in ns.dp:
+        rows.append(scale_row(dp, ns.steps, ns.timeout))
+        console.print(f"dp {dp}: {rows[-1]}")
+    equal = equality_row(ns.timeout) if ns.check_equal else None
+    print_rows(rows, equal, console)
+    return 0 if all(r["ok"] for r in rows) and (equal is None or equal["ok"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
