@@ -61,3 +61,43 @@ def test_a_gpu_without_in_step_rows_is_not_calibrated(monkeypatch):
 def test_the_label_names_factors_and_held_out_models():
     line = instep.describe("t4", {"gemm": 0.784, "norm": 0.9}, ["bert_large"])
     assert line == "in-step t4 (gemm x0.78, norm x0.90; without bert_large)"
+
+
+class FlatEstimator:
+    """Every kernel 100 us, under a learned-looking label."""
+
+    def predict_frame(self, frame: pd.DataFrame) -> pd.DataFrame:
+        return frame.assign(predicted_us=100.0, estimator="flat@1", in_range=True)
+
+
+def emulated_kernels(monkeypatch, hardware: str, instep_on: bool) -> tuple[list[float], str]:
+    from emulate import config
+    from emulate.sim.durations import assign_durations
+    from emulate.sim.program import build_program
+    from emulate.sim.synthetic import TraceBuilder
+    from profiling.hardware import lookup
+
+    monkeypatch.setattr(config, "INSTEP_CALIBRATION", instep_on)
+    monkeypatch.setattr(config, "INSTEP_EXCLUDE_MODELS", ("c",))
+    monkeypatch.setattr(instep, "in_step_rows", lambda root=None: rows())
+    b = TraceBuilder(hardware=hardware)
+    b.iteration(0)
+    b.kernel(spec={"family": "gemm", "m": 8, "n": 8, "k": 8, "batch": 1, "dtype": "fp32"})
+    b.kernel(spec={"family": "norm", "op": "layer_norm", "rows": 8, "cols": 8, "pass": "bwd", "dtype": "fp32"})
+    b.iteration(1, end=True)
+    out = assign_durations([build_program(b.doc())], lookup(hardware), "predicted", FlatEstimator(), 8)
+    kernels = [e["seq"] for e in b.events if e["kind"] == "kernel"]
+    return [float(out.us[0][i]) for i in kernels], out.estimator_label
+
+
+def test_durations_scale_predicted_kernels_by_the_targets_in_step_factor(monkeypatch):
+    # rows(): gemm of models a and b on this GPU -> factor (40 x 24 + 300) / (100 x 24 + 100); no norm rows
+    (gemm, norm), label = emulated_kernels(monkeypatch, "t4", instep_on=True)
+    assert gemm == pytest.approx(100.0 * (40.0 * 24 + 300.0) / (100.0 * 24 + 100.0))
+    assert norm == pytest.approx(100.0)
+    assert "in-step t4 (gemm x0.50; without c)" in label
+
+
+def test_durations_without_the_calibration_are_the_estimators(monkeypatch):
+    (gemm, norm), label = emulated_kernels(monkeypatch, "t4", instep_on=False)
+    assert (gemm, norm) == (100.0, 100.0) and "in-step" not in label
