@@ -178,10 +178,23 @@ class Search:
             outcome.wall_s = time.perf_counter() - started
             return outcome
 
+        in_flight = [0]   # configurations new to this search being evaluated now (parallel jobs)
+
         def objective(trial) -> float:
             config = self.space.from_index({name: trial.suggest_int(name, 0, len(choices) - 1)
                                             for name, choices in self.cfg.space.items()})
-            result = self.evaluate(config, outcome)
+            with self._lock:
+                new = json.dumps(config, sort_keys=True) not in self._known
+                if new and max_evaluations is not None and outcome.evaluations + in_flight[0] >= max_evaluations:
+                    # the budget is spoken for by evaluations done or running: with --jobs N, a proposal made
+                    # while the last ones run would overspend it
+                    raise optuna.TrialPruned()
+                in_flight[0] += new
+            try:
+                result = self.evaluate(config, outcome)
+            finally:
+                with self._lock:
+                    in_flight[0] -= new
             with self._lock:
                 outcome.trials.append(result)
             return cost(result)

@@ -162,6 +162,14 @@ def test_parallel_jobs_emulate_each_configuration_once(script, tmp_path):
     assert len(runner.calls) == len({tuple(c) for c in runner.calls}) == outcome.emulated
 
 
+def test_parallel_jobs_never_spend_more_than_the_evaluation_budget(script, tmp_path):
+    runner = FakeRunner(delay_s=0.05)
+    outcome = search(config_doc(script), tmp_path, runner, jobs=4).run(sampler="random", max_evaluations=5,
+                                                                         max_trials=60)
+    assert outcome.evaluations == 5
+    assert len(runner.calls) == 5
+
+
 def test_infeasible_and_pruned_proposals_cost_the_sampler_the_penalty(script, tmp_path):
     s = search(config_doc(script), tmp_path, FakeRunner())
     outcome = s.run(sampler="grid")
