@@ -6,7 +6,9 @@ each call (launch 7.5 us, ...: what the runtime *and* the driver spent in real p
 real libcudart runs and its CPU time lands in the captured gaps; only the real driver's share is missing. This
 benchmark measures the runtime's share on this machine: the same torch loop (one call of a kind per iteration)
 in a child on each backend, thread CPU time per iteration, the driver's minus the shim's (torch's own work is the
-same on both; the fake driver's is small). Nothing is logged in either child.
+same on both). Nothing is logged in either child, but the fake driver still reads the thread CPU clock twice per
+timed call (capture.c; about 0.35 us a read here), which captured gaps do not hold: the figures are upper bounds
+of what the gaps hold twice.
 
     python -m emulate.driver.runtime_cost [--hardware h100-sxm] [--calls 20000] [--repeats 3]
 """
