@@ -62,6 +62,9 @@ DELAY_TOLERANCE_US = 1.0     # starts later than the model allows by less than t
 READ_ARGUMENTS = ("external_id", "correlation", "stream", "device", "bytes", "grid", "block", "input_dims",
                   "input_types", "collective_name", "in_msg_nelems", "out_msg_nelems", "group_size",
                   "collective_dtype", "process_group_name")
+# the events-frame columns profiling.kineto.join_kernels needs to give the DEVICE_OP_COLUMNS below
+JOIN_COLUMNS = ("cat", "name", "ts", "dur", "pid", "tid", "correlation", "external_id", "stream", "bytes", "grid",
+                "block", "input_dims", "input_types")
 PROGRESS_EVERY = 1 << 16     # device ops converted between two progress reports
 # what the conversion reads of the kernels frame (profiling.kineto.join_kernels): the rest is dropped at once
 DEVICE_OP_COLUMNS = ("cat", "name", "ts", "dur", "stream", "bytes", "grid", "block", "runtime_name", "runtime_ts",
@@ -212,7 +215,10 @@ def _device_ops(trace: kineto.KinetoTrace) -> pd.DataFrame:
     activity before it on its stream and before it started: it takes that predecessor's launch time, which keeps
     it ahead of everything launched later in host order. Without such a predecessor it was queued before the
     profiler started (a GPU running behind its host): it counts as launched when the trace begins."""
-    k = trace.kernels()
+    # the join copies the GPU rows and their ops' rows several times: only the columns it matches on and the
+    # conversion reads go in (a column selection shares the arrays), not the collectives' columns
+    events = trace.events
+    k = kineto.join_kernels(events[[c for c in events.columns if c in JOIN_COLUMNS]])
     k = k[[c for c in DEVICE_OP_COLUMNS if c in k.columns]]  # what the conversion reads: each copy below is smaller
     if k.empty:
         return k.assign(launch=[], call_end=[], order=[])
