@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=max(Console().width, 110))
+    console = Console(width=max(Console().width, 120))
     env = dict(os.environ, STEPCAST_HOST_CLOCK=args.host_clock)
     rows = []
     for setting in args.settings:
@@ -188,18 +188,19 @@ def decomposition_table(rows: list[dict]):
     def pct(v: float | None) -> str:
         return "n/a" if v is None else f"{v * 100:.2f}%"
 
-    def rng(v: tuple[float, float] | None, scale: float, digits: int, unit: str) -> str:
-        return "n/a" if v is None else f"{v[0] * scale:.{digits}f}-{v[1] * scale:.{digits}f}{unit}"
+    def rng(v: tuple[float, float] | None, scale: float, digits: int) -> str:
+        return "n/a" if v is None else f"{v[0] * scale:.{digits}f}-{v[1] * scale:.{digits}f}"
 
-    table = Table(title="Where the spread comes from (spread of each part over the runs; ranges where a part may be 0)")
-    for col in ("workload", "setting", "iteration", "host (simulated)", "device busy", "waiting on peers",
-                "host as captured", "interference", "steady sets"):
-        table.add_column(col, justify="left" if col in ("workload", "setting") else "right")
+    table = Table(title="Where the spread comes from (spread of each part over the runs; ranges for parts that may "
+                        "be 0)")
+    for col in ("workload", "setting", "iteration", "host sim.", "device", "peers wait ms", "host capt.",
+                "interf. %", "steady sets"):
+        table.add_column(col, justify="left" if col in ("workload", "setting") else "right", no_wrap=True)
     for r in rows:
         c = r["components"]
         table.add_row(r["workload"], r["setting"], pct(c["iteration_ms"]), pct(c["host_ms"]),
-                      pct(c["device_busy_ms"]), rng(c["waiting_on_peers_ms"], 1.0, 3, " ms"),
-                      pct(c["captured_host_ms"]), rng(c["host_interference"], 100.0, 1, "%"), str(c["steady_sets"]))
+                      pct(c["device_busy_ms"]), rng(c["waiting_on_peers_ms"], 1.0, 3),
+                      pct(c["captured_host_ms"]), rng(c["host_interference"], 100.0, 1), str(c["steady_sets"]))
     return table
 
 
