@@ -20,6 +20,13 @@ labelling resumes where it stopped. Labelling costs about 2.5 ms per new shape o
 chunk of shapes).
 
     python -m estimator.kernel_labels [--sources aiconfigurator,vidur] [--hardware h100-sxm,...]   # fill the cache
+    python -m estimator.kernel_labels --sources neusight,kineto --drift   # recorded kernels vs today's heuristic
+
+How far the cuBLAS version moves labels (``--drift``, cuBLAS wheel 13.1.1.3 against the kernels NeuSight recorded
+with its older cuBLAS, fp32 plain GEMMs): the same architecture path on 99.9 % of the A100 PCIe and T4 rows, the
+same path and output tile on 59.9 % (A100 PCIe, 6,533 rows) and 73.9 % (T4, 6,534 rows); on the 96 A100-SXM
+profiler-trace GEMMs (HTA, fp32) 93.8 % and 62.5 %. So a label names the kind of kernel well across versions, and
+its tile about two times in three.
 """
 from __future__ import annotations
 
@@ -207,11 +214,37 @@ def label_for_features(frame: Kernels) -> Kernels:
         return label_gemms(frame, ask=False)
 
 
+def version_drift(frame: pd.DataFrame, *, ask: bool = True, cache_dir: Path | None = None) -> pd.DataFrame:
+    """How far the wheel's cuBLAS moved the labels of measured rows: for rows with a recorded kernel (measured with
+    an older cuBLAS) that the heuristic can also answer (plain Linear-layout GEMMs on a labellable GPU), the share
+    whose heuristic label has the recorded kernel's architecture path, and its path and output tile, per source and
+    device."""
+    from estimator.kernel_config import NAME_FEATURES, parse_name
+
+    recorded = frame[frame["kernel_name"].notna()] if "kernel_name" in frame.columns else frame.iloc[:0]
+    asked = label_gemms(recorded.drop(columns=[c for c in LABEL_COLUMNS if c in recorded.columns]), ask=ask,
+                        cache_dir=cache_dir)
+    keep = asked["kernel_name"].notna().to_numpy()
+    path, tm, tn = (NAME_FEATURES.index(c) for c in ("kc_path", "kc_tile_m", "kc_tile_n"))
+
+    def described(names: pd.Series) -> list[tuple[float, float, float]]:
+        return [(f[path], f[tm], f[tn]) for f in map(parse_name, names.astype(str))]
+
+    old, new = described(recorded["kernel_name"][keep]), described(asked["kernel_name"][keep])
+    rows = recorded[keep].assign(same_path=[a[0] == b[0] for a, b in zip(old, new)],
+                                 same_path_and_tile=[a == b for a, b in zip(old, new)])
+    return (rows.groupby([rows["source"].astype(str), rows["hardware"].astype(str)])
+            .agg(rows=("same_path", "size"), same_path=("same_path", "mean"),
+                 same_path_and_tile=("same_path_and_tile", "mean")).reset_index())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m estimator.kernel_labels", description=__doc__.split("\n\n")[0])
     parser.add_argument("--sources", default="aiconfigurator,vidur,llmcompass",
                         help="comma-separated sources whose unlabelled GEMM rows are labelled")
     parser.add_argument("--hardware", default="", help="comma-separated catalog ids (default: every labellable one)")
+    parser.add_argument("--drift", action="store_true",
+                        help="instead: how often the heuristic's label matches the recorded kernel of measured rows")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     from estimator.data import load_measurements
@@ -224,6 +257,9 @@ def main(argv: list[str] | None = None) -> int:
     wanted = {h.strip() for h in args.hardware.split(",") if h.strip()}
     if wanted:
         data = data[data["hardware"].astype(str).isin(wanted)]
+    if args.drift:
+        print(version_drift(data).round(3).to_string(index=False))
+        return 0
     labelled = label_gemms(data, ask=True)
     counts = labelled["kernel_label"].fillna("none").groupby(labelled["hardware"].astype(str)).value_counts()
     print(counts.to_string())

@@ -53,3 +53,18 @@ def test_asking_labels_with_the_heuristics_kernel_and_caches_it_with_the_version
     assert all(len(g.split(",")) == 3 for g in out["grid"])
     cached = read_cache("h100-sxm", tmp_path)
     assert len(cached) == 2 and "cublas" in cache_file("h100-sxm", tmp_path).name
+
+
+def test_drift_compares_recorded_kernels_with_the_heuristics_path_and_tile(tmp_path):
+    from estimator.kernel_labels import version_drift
+
+    path = cache_file("t4", tmp_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame({"m": [64, 128], "n": [4096, 4096], "k": [4096, 4096], "dtype": ["fp32", "fp32"],
+                  "kernel_name": ["volta_sgemm_128x64_tn", "volta_sgemm_64x64_tn"], "grid": ["1,1,1", "1,1,1"],
+                  "kernel_label": ["cublaslt-1", "cublaslt-1"]}).to_parquet(path)
+    frame = pd.concat([gemms(hardware="t4", dtype="fp32", m=64.0), gemms(hardware="t4", dtype="fp32", m=128.0)],
+                      ignore_index=True).assign(kernel_name=["volta_sgemm_128x64_tn", "turing_sgemm_128x64_tn"],
+                                                source="neusight")
+    got = version_drift(frame, ask=False, cache_dir=tmp_path).iloc[0]
+    assert got["rows"] == 2 and got["same_path"] == 1.0 and got["same_path_and_tile"] == 0.5
