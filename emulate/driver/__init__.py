@@ -41,8 +41,10 @@ RecordFunction hook resolves against it). The log then also holds one timed reco
 (``launch``, ``malloc``/``free`` (cuMemAlloc and the virtual-memory API's cuMemCreate/Release; ``ok`` 0 for a refused
 one), ``memcpy``, ``memset``, ``event_record``, ``stream_wait_event``, ``event_sync``, ``stream_sync``,
 ``device_sync``) with ``t``, ``gap`` (the thread's CPU time since its previous record, capture-layer time taken off),
-``thread``, ``op`` and ``call`` (the op call), and ``mark`` records (iterations); :mod:`.tracelog` makes trace-v1
-events of them. Graph replays' launches carry ``graph`` (the launch's number) and ``node``.
+``thread``, ``op``, ``call`` (the op call) and ``rt`` (1: the call came through torch's libcudart, and the gap ends
+where the script entered the runtime, not where the runtime entered the driver, since the simulator adds each
+runtime call's calibrated cost itself: emulate/csrc/runtime_marks.c, preloaded), and ``mark`` records
+(iterations); :mod:`.tracelog` makes trace-v1 events of them. Graph replays' launches carry ``graph`` (the launch's number) and ``node``.
 
 More than one rank: NCCL is the shim's (emulate/csrc/nccl.c, built with emulate/csrc/nccl_driver.c into
 ``libstepcast_nccl.so``, :func:`.build.nccl_path`), which the launcher preloads (``LD_PRELOAD``) so torch's

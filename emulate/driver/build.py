@@ -29,7 +29,7 @@ NVML_SONAME = "libnvidia-ml.so.1"
 NVML_SOURCE = "nvml.c"
 #: the shim's NCCL for this driver (emulate/csrc/nccl_driver.c): preloaded by the launcher, never named libnccl
 NCCL_NAME = "libstepcast_nccl.so"
-NCCL_SOURCES = ("nccl.c", "nccl_driver.c")
+NCCL_SOURCES = ("nccl.c", "nccl_driver.c", "runtime_marks.c")
 NCCL_DEPENDS = (*NCCL_SOURCES, "shim.h", "symbols.txt", "compat/fp_types.h")
 #: the shim's sources built into the driver too: the small data path (memory.c)
 SHIM_SOURCES = ("datapath.c",)
@@ -146,8 +146,9 @@ def driver_path(*, rebuild: bool = False) -> Path:
 def nccl_path(*, rebuild: bool = False) -> Path:
     """Path of the shim's NCCL built for this driver (``libstepcast_nccl.so`` beside the driver): the shim's
     emulated NCCL (emulate/csrc/nccl.c) logging into the driver's log (emulate/csrc/nccl_driver.c), plus generic
-    success answers for the other NCCL entry points of csrc/symbols.txt. Preloaded for ``--backend driver``, so
-    torch's ProcessGroupNCCL never reaches the real libnccl."""
+    success answers for the other NCCL entry points of csrc/symbols.txt, and the runtime-entry marks of
+    emulate/csrc/runtime_marks.c. Preloaded for ``--backend driver``, so torch's ProcessGroupNCCL never reaches the
+    real libnccl, and host gaps end where the script entered the real runtime."""
     cc = compiler()
     incs = include_dirs()
     driver = driver_path(rebuild=rebuild)

@@ -3,7 +3,8 @@ calibrated runtime-call costs (emulate/host_call_costs.json) that driver-backend
 
 On the shim, the runtime is the shim itself and answers at once, so the simulator adds the whole calibrated cost of
 each call (launch 7.5 us, ...: what the runtime *and* the driver spent in real profiles). On the driver backend the
-real libcudart runs and its CPU time lands in the captured gaps; only the real driver's share is missing. This
+real libcudart runs, and its CPU time would land in the captured gaps as well, unless the gaps end at the
+runtime's entry (emulate/csrc/runtime_marks.c does this for calls through torch's libcudart). This
 benchmark measures the runtime's share on this machine: the same torch loop (one call of a kind per iteration)
 in a child on each backend, thread CPU time per iteration, the driver's minus the shim's (torch's own work is the
 same on both). Nothing is logged in either child, but the fake driver still reads the thread CPU clock twice per

@@ -119,3 +119,23 @@ def test_two_ranks_on_the_driver_run_ddp_with_the_shims_nccl(tmp_path):
     assert calls[0] and calls[0] == calls[1]
     assert {op for _, _, op, _ in calls[0]} >= {"broadcast", "all_reduce"}
     assert all(e["ranks"] == 2 for t in traces for e in t["events"] if e["kind"] == "collective")
+
+
+def test_host_gaps_end_where_the_script_entered_the_real_runtime(tmp_path):
+    """On the driver backend torch's real libcudart runs, and the simulator adds the calibrated cost of each runtime
+    call to the gap before it: the gap must therefore end at the runtime's entry (marked by the preloaded
+    emulate/csrc/runtime_marks.c), not at the driver's, or the runtime's own time is counted twice. Launches that
+    bypass libcudart (cuBLASLt's statically linked runtime) keep the driver-entry gap."""
+    script = tmp_path / "mm.py"
+    script.write_text("import torch\nx = torch.randn(64, 64, device='cuda')\n"
+                      "for _ in range(3):\n    y = (x @ x).relu()\ntorch.cuda.synchronize()\n")
+    proc, _ = emulate(tmp_path, "driver", "h100-sxm", script, capture_only=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    records = [json.loads(line) for log in (tmp_path / "driver-h100-sxm").glob("rank0.log.driver.*.jsonl")
+               for line in log.read_text().splitlines()]
+    launches = [r for r in records if r.get("event") == "launch"]
+    torch_kernels = [r for r in launches if "elementwise" in r["name"] or "normal" in r["name"]]
+    cublas_kernels = [r for r in launches if "gemm" in r["name"]]  # fp32: sm80_xmma_gemm on H100
+    assert torch_kernels and all(r["rt"] == 1 for r in torch_kernels)
+    assert cublas_kernels and all(r["rt"] == 0 for r in cublas_kernels)
+    assert all(r["rt"] == 1 for r in records if r.get("event") == "device_sync")

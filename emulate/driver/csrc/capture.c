@@ -42,9 +42,27 @@ static void calibrate(void) {
     t_origin = clock_ns(CLOCK_MONOTONIC);
 }
 
+/* The real runtime's span on this thread (emulate/csrc/runtime_marks.c, preloaded): a record logged inside it
+ * takes its gap up to the runtime's entry, and the runtime's return ends the next gap's start, so the runtime's own
+ * host time (which the simulator adds back as the calibrated call cost) is not in the gaps too. */
+static __thread uint64_t runtime_entered;
+static __thread int in_runtime, logged_in_runtime;
+FK_EXPORT void stepcast_runtime_mark(int entering) {
+    if (entering) {
+        runtime_entered = cpu_now();
+        in_runtime = 1;
+        logged_in_runtime = 0;
+        return;
+    }
+    if (in_runtime && logged_in_runtime) cpu_last_return = cpu_now();
+    in_runtime = 0;
+}
+
 void fk_log_call(const char *event, const char *fmt, ...) {
     pthread_once(&calibrate_once, calibrate);
-    uint64_t enter = cpu_now();
+    uint64_t enter = in_runtime ? runtime_entered : cpu_now();
+    int at_runtime = in_runtime;
+    logged_in_runtime |= in_runtime;
     if (thread_no < 0) thread_no = __atomic_fetch_add(&next_thread_no, 1, __ATOMIC_RELAXED);
     int64_t gap = (int64_t)(enter - cpu_last_return) - cpu_excluded_ns - (int64_t)((cpu_resumes + 1) * cpu_read_ns);
     if (gap < 0) gap = 0;
@@ -55,9 +73,9 @@ void fk_log_call(const char *event, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(fields, sizeof fields, fmt, ap);
     va_end(ap);
-    fk_log_line("{\"event\":\"%s\",\"t\":%llu,\"gap\":%lld,\"thread\":%d,\"op\":%d,\"call\":%llu,%s}", event,
-                (unsigned long long)(clock_ns(CLOCK_MONOTONIC) - t_origin), (long long)gap, thread_no, cur_op,
-                cur_op >= 0 ? cur_call : 0ull, fields);
+    fk_log_line("{\"event\":\"%s\",\"t\":%llu,\"gap\":%lld,\"thread\":%d,\"op\":%d,\"call\":%llu,\"rt\":%d,%s}",
+                event, (unsigned long long)(clock_ns(CLOCK_MONOTONIC) - t_origin), (long long)gap, thread_no, cur_op,
+                cur_op >= 0 ? cur_call : 0ull, at_runtime, fields);
     cpu_last_return = cpu_now();
 }
 
