@@ -63,3 +63,11 @@ def test_run_ranks_outside_the_job_is_one_line_and_exit_2(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "stepcast: --run-ranks '0-3': rank 3 is outside the job of 2 ranks (--nproc x --nodes)"]
+
+
+def test_more_ranks_per_node_than_a_node_holds_is_one_line_naming_nodes(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "emulate", "run", "--nproc", "32", "--", str(DDP)], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "use --nodes 4 --nproc 8 for 32 ranks" in lines[0]
