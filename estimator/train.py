@@ -208,6 +208,15 @@ def export_bundle(cfg: DictConfig, frames: dict[str, pd.DataFrame], evaluations:
     tables = [t for t in tables if len(t)]
     metrics = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
     rules = choose_rules(metrics, cfg.model.kind, cfg.fallback_rule) if len(metrics) else {}
+    if cfg.get("rules_from"):  # no held-out figures here: keep the fallback rules an earlier export chose from its own
+        source = Path(hydra.utils.to_absolute_path(cfg.rules_from))
+        from estimator.bundle import verified_manifest
+
+        earlier = verified_manifest(source)
+        rules = {f: r for f, r in earlier.get("fallback_rules", {}).items() if f in models} | {
+            f: r for f, r in rules.items() if f in models and len(metrics)}
+        notes.append(f"fallback rules of families without held-out figures in this export taken from "
+                     f"{cfg.rules_from} (version {earlier.get('version')}), which chose them from its own")
     shipped = [metrics_table(bundle_predictions(evaluations[f], baselines[f], rules.get(f, cfg.fallback_rule)))
                .assign(family=f, model="bundle") for f in models if f in baselines]
     metrics = pd.concat([metrics, *[t for t in shipped if len(t)]], ignore_index=True)

@@ -66,3 +66,20 @@ def test_exported_bundle_loads_predicts_and_scores_itself_on_each_split(exported
     assert table["leave_one_hardware_out", "bundle"] == pytest.approx(expected)
     assert table["leave_one_hardware_out", "bundle"] != pytest.approx(table["leave_one_hardware_out", "xgboost"])
     assert "`bundle`" in (path / "card.md").read_text()
+
+
+def test_an_export_without_evaluation_keeps_the_rules_an_earlier_bundle_chose(tmp_path, gemm_rows):
+    earlier = tmp_path / "earlier"
+    learned = make_estimator("xgboost", "gemm", {"n_estimators": 5}, "efficiency")
+    FamilyRouter({"gemm": learned.fit(gemm_rows, gemm_rows["runtime_us"].to_numpy())},
+                 rules={"gemm": "out_of_range"}).save(earlier)
+    data = tmp_path / "rows.parquet"
+    gemm_rows.to_parquet(data)
+    with initialize_config_dir(config_dir=str(CONF_DIR / "estimator"), version_base="1.3"):
+        cfg = compose("train", overrides=[
+            "family=gemm", f"data.path={data}", "splits=[]", f"rules_from={earlier}", "mlflow.plots=false",
+            "mlflow.register=false", "model.params.n_estimators=5", f"mlflow.tracking_uri=sqlite:///{tmp_path}/m.db",
+            "mlflow.experiment=test", f"export={tmp_path / 'bundle'}"])
+    run(cfg)
+    assert estimator.load(str(tmp_path / "bundle")).rule("gemm") == "out_of_range"  # not the default rule
+    assert str(earlier) in (tmp_path / "bundle" / "card.md").read_text()
