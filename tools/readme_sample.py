@@ -87,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.write:
         print(new)
         return 0
+    if str(REPO_ROOT) not in sys.path:  # run as a script: tools/ is on the path, the repository root is not
+        sys.path.insert(0, str(REPO_ROOT))
     from profiling.atomic import write_bytes_atomic
 
     text = README.read_text()
