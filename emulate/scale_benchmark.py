@@ -32,9 +32,10 @@ from profiling.paths import REPO_ROOT
 SCRIPT = REPO_ROOT / "examples" / "megatron_scale.py"
 TP, PP, GPUS_PER_NODE = 8, 8, 8
 DP_SIZES = (2, 4, 8, 16)
-#: one transformer layer per stage, small widths: each rank captures in seconds
-MODEL_ARGS = ["--tp", str(TP), "--pp", str(PP), "--layers", "8", "--hidden", "512", "--heads", "8", "--seq", "256",
-              "--vocab", "1024", "--micro-batch", "1"]
+#: one transformer layer per stage, at a large model's width (a 70B-like layer: the device, not the emulating host's
+#: noise, sets the iteration); the capture costs the same at any width (kernels are not run), seconds per rank
+MODEL_ARGS = ["--tp", str(TP), "--pp", str(PP), "--layers", "8", "--hidden", "8192", "--heads", "64", "--seq", "4096",
+              "--vocab", "32000", "--micro-batch", "1"]
 #: the equality check's job: 8 ranks, device-bound per rank (a 70B-like layer width)
 EQUAL_ARGS = ["--tp", "2", "--pp", "2", "--layers", "2", "--hidden", "8192", "--heads", "64", "--seq", "4096",
               "--vocab", "32000", "--global-batch", "8"]
