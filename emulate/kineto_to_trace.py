@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import dataclasses
 import math
 import sys
 from array import array
@@ -62,7 +63,11 @@ DELAY_TOLERANCE_US = 1.0     # starts later than the model allows by less than t
 READ_ARGUMENTS = ("external_id", "correlation", "stream", "device", "bytes", "grid", "block", "input_dims",
                   "input_types", "collective_name", "in_msg_nelems", "out_msg_nelems", "group_size",
                   "collective_dtype", "process_group_name")
-# the events-frame columns profiling.kineto.join_kernels needs to give the DEVICE_OP_COLUMNS below
+# the events-frame columns that name a collective (on the record_param_comms op around an NCCL kernel)
+COLLECTIVE_COLUMNS = ("collective_name", "in_msg_nelems", "out_msg_nelems", "group_size", "collective_dtype",
+                      "process_group_name")
+# the events-frame columns profiling.kineto.join_kernels needs to give the DEVICE_OP_COLUMNS below, and that the
+# sync calls and profiler steps are read from
 JOIN_COLUMNS = ("cat", "name", "ts", "dur", "pid", "tid", "correlation", "external_id", "stream", "bytes", "grid",
                 "block", "input_dims", "input_types")
 PROGRESS_EVERY = 1 << 16     # device ops converted between two progress reports
@@ -94,10 +99,18 @@ def _convert_owned(box: list[kineto.KinetoTrace], hardware: str | None, stalls: 
     facts = {"rank": trace.rank, "world_size": trace.world_size, "hardware_id": trace.hardware_id,
              "device_name": trace.device_name, "path": str(trace.path), "schema": trace.schema}
     steps = trace.profiler_steps()
+    comm_rows = _collective_rows(trace.events)
+    # from here on only the columns the kernel join matches on and the conversion reads: a column selection shares
+    # the arrays, so the others (the collectives' columns: a few hundred MB for millions of events) are freed now
+    # when nobody else holds the trace, before the join makes its copies
+    events = trace.events
+    trace = dataclasses.replace(trace, events=events[[c for c in events.columns if c in JOIN_COLUMNS]])
+    del events
+    kineto.release_freed_memory()
     ops = _device_ops(trace)
     syncs = _sync_calls(trace, ops)
-    op_rows = _collective_ops(trace, ops)
-    del trace  # the events frame goes with it when nobody else holds the trace
+    op_rows = _collective_ops(comm_rows, ops)
+    del trace, comm_rows  # the events frame goes with it when nobody else holds the trace
     kineto.release_freed_memory()
     latency = _launch_latency(ops)
     report_stage("finding dependencies", 0, 1)
@@ -189,13 +202,22 @@ class _HostItems:
         return table.with_columns(seq=np.arange(len(idx), dtype=np.int64), t_ns=t_ns, gap_ns=gap_ns)
 
 
-def _collective_ops(trace: kineto.KinetoTrace, ops: pd.DataFrame) -> pd.DataFrame | None:
-    """The host ops (``record_param_comms``) around the NCCL kernels, by event row: their arguments name the
-    collective. None when the trace has no such columns."""
-    if "collective_name" not in trace.events.columns or ops.empty:
+def _collective_rows(events: pd.DataFrame) -> pd.DataFrame | None:
+    """The collective columns of the events that have any (the ``record_param_comms`` ops); None when the trace
+    has no such columns."""
+    columns = [c for c in COLLECTIVE_COLUMNS if c in events.columns]
+    if "collective_name" not in columns:
+        return None
+    return events.loc[events[columns].notna().any(axis=1), columns]
+
+
+def _collective_ops(comm_rows: pd.DataFrame | None, ops: pd.DataFrame) -> pd.DataFrame | None:
+    """The collective columns of the host ops around the NCCL kernels, by event row (all null for an op that
+    names no collective): they name the collective. None when the trace has no such columns."""
+    if comm_rows is None or ops.empty:
         return None
     rows = ops.loc[ops["name"].astype(str).str.startswith("nccl") & (ops["op_index"] >= 0), "op_index"]
-    return trace.events.loc[np.unique(rows.to_numpy(dtype=np.int64))]
+    return comm_rows.reindex(np.unique(rows.to_numpy(dtype=np.int64)))
 
 
 def convert_file(path: str | Path, hardware: str | None = None, stalls: bool = True,
@@ -215,10 +237,7 @@ def _device_ops(trace: kineto.KinetoTrace) -> pd.DataFrame:
     activity before it on its stream and before it started: it takes that predecessor's launch time, which keeps
     it ahead of everything launched later in host order. Without such a predecessor it was queued before the
     profiler started (a GPU running behind its host): it counts as launched when the trace begins."""
-    # the join copies the GPU rows and their ops' rows several times: only the columns it matches on and the
-    # conversion reads go in (a column selection shares the arrays), not the collectives' columns
-    events = trace.events
-    k = kineto.join_kernels(events[[c for c in events.columns if c in JOIN_COLUMNS]])
+    k = trace.kernels()
     k = k[[c for c in DEVICE_OP_COLUMNS if c in k.columns]]  # what the conversion reads: each copy below is smaller
     if k.empty:
         return k.assign(launch=[], call_end=[], order=[])
