@@ -88,6 +88,7 @@ false: a captured trace's gaps lack the cost of the intercepted calls), ``meta.c
 """
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
 import zlib
@@ -251,10 +252,13 @@ class EventTableBuilder:
         self.shapes: list[dict[str, Any]] = []
         self._shape_of: dict[tuple, int] = {}
         self._canonical: dict[Any, Any] = {}     # frozen value -> the object that stands for every equal one
-        self._frozen_of: dict[int, Any] = {}     # id of such an object (kept alive by _canonical) -> frozen form
+        self._token_of: dict[int, tuple] = {}   # id of such an object (kept alive by _canonical) -> its token
         self._index = array("i")
+        # column fields, sparsely: the rows that have each, its values there, whether each value is a float
+        self._rows = {name: array("q") for name in COLUMN_FIELDS}
         self._values = {name: array("d") for name in COLUMN_FIELDS}
-        self._tags = {name: bytearray() for name in COLUMN_FIELDS}  # 0 absent, 1 int, 2 float
+        self._floats = {name: bytearray() for name in COLUMN_FIELDS}
+        self._updates: dict[str, dict[int, float]] = {name: {} for name in COLUMN_FIELDS}  # set_number's
 
     def __len__(self) -> int:
         return len(self._index)
@@ -263,7 +267,7 @@ class EventTableBuilder:
         """Add one event (without its null fields when ``drop_none``); returns its row."""
         if not isinstance(ev, dict):
             raise TypeError(f"event {len(self._index)}: expected a dict, found {type(ev).__name__}")
-        numbers: dict[str, Any] = {}
+        row = len(self._index)
         shape: dict[str, Any] = {}
         key: list[Any] = []
         for k, v in ev.items():
@@ -271,7 +275,9 @@ class EventTableBuilder:
             if v is None and drop_none:
                 continue
             if k in self._values and (t is float or (t is int and -_EXACT <= v <= _EXACT)):
-                numbers[k] = v
+                self._rows[k].append(row)
+                self._values[k].append(v)
+                self._floats[k].append(t is float)
                 continue
             if t is list or t is dict:
                 v, frozen = self._share(v)
@@ -288,62 +294,68 @@ class EventTableBuilder:
         if s == len(self.shapes):
             self.shapes.append(shape)
         self._index.append(s)
-        for name, values in self._values.items():
-            v = numbers.get(name)
-            if v is None:
-                values.append(0.0)
-                self._tags[name].append(0)
-            else:
-                values.append(v)
-                self._tags[name].append(1 if type(v) is int else 2)
-        return len(self._index) - 1
+        return row
 
     def set_number(self, row: int, name: str, value: float) -> None:
         """Set column field ``name`` of an appended event (the importer adds an op's later kernels' time to its
         first kernel)."""
-        self._values[name][row] = value
-        self._tags[name][row] = 1 if type(value) is int else 2
+        self._updates[name][row] = value
 
     def number(self, row: int, name: str) -> float | None:
         """Column field ``name`` of an appended event, None when it has none."""
-        return self._values[name][row] if self._tags[name][row] else None
+        if row in self._updates[name]:
+            return self._updates[name][row]
+        rows = self._rows[name]
+        j = bisect.bisect_left(rows, row)
+        return self._values[name][j] if j < len(rows) and rows[j] == row else None
 
     def _share(self, v: Any) -> tuple[Any, Any]:
-        frozen = self._frozen_of.get(id(v))
-        if frozen is not None:
-            return v, frozen
+        """The object that stands for every value equal to list or dict ``v``, and its token in shape keys (a
+        small tuple: hashing it is cheap, where hashing the frozen value would walk it on every event)."""
+        token = self._token_of.get(id(v))
+        if token is not None:
+            return v, token
         try:
-            frozen = _freeze(v)
-            c = self._canonical.setdefault(frozen, v)
+            c = self._canonical.setdefault(_freeze(v), v)
         except TypeError:
             return v, ("unshared", id(v), v)
         if c is v:
-            self._frozen_of[id(v)] = frozen
-        return c, frozen
+            token = self._token_of[id(v)] = (_SHARED, len(self._token_of))
+            return v, token
+        return c, self._token_of[id(c)]
 
     def finish(self, order: np.ndarray | None = None) -> EventTable:
         """The table, its events in ``order`` (rows of this builder; default: as appended)."""
-        index = np.frombuffer(self._index, dtype=np.int32) if len(self._index) else np.zeros(0, np.int32)
+        n = len(self._index)
+        index = np.frombuffer(self._index, dtype=np.int32) if n else np.zeros(0, np.int32)
         columns: dict[str, tuple[np.ndarray, np.ndarray | None, np.ndarray | None]] = {}
         for name in COLUMN_FIELDS:
-            tags = np.frombuffer(self._tags[name], dtype=np.uint8) if len(self._index) else np.zeros(0, np.uint8)
-            if order is not None:
-                tags = tags[order]
-            if not tags.any():
+            rows, updates = self._rows[name], self._updates[name]
+            if not len(rows) and not updates:
                 continue
-            values = np.frombuffer(self._values[name], dtype=np.float64)
-            values = values[order] if order is not None else values.copy()
-            floats = tags == 2
+            values, present, floats = np.zeros(n), np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+            if len(rows):
+                at = np.frombuffer(rows, dtype=np.int64)
+                values[at] = np.frombuffer(self._values[name], dtype=np.float64)
+                present[at] = True
+                floats[at] = np.frombuffer(bytes(self._floats[name]), dtype=bool)
+            for r, x in updates.items():
+                values[r], present[r], floats[r] = x, True, type(x) is float
+            if order is not None:
+                values, present, floats = values[order], present[order], floats[order]
             if not floats.any():
                 values, floats = values.astype(np.int64), None
-            elif floats.sum() == np.count_nonzero(tags):
+            elif floats.sum() == present.sum():
                 floats = None
-            columns[name] = (values, None if tags.all() else tags != 0, floats)
+            columns[name] = (values, None if present.all() else present, floats)
         index = index[order] if order is not None else index.copy()
         shapes, self.shapes = self.shapes, []
-        self._shape_of.clear(), self._canonical.clear(), self._frozen_of.clear()
-        self._index, self._values, self._tags = array("i"), {}, {}
+        self._shape_of.clear(), self._canonical.clear(), self._token_of.clear()
+        self._index, self._rows, self._values, self._floats, self._updates = array("i"), {}, {}, {}, {}
         return EventTable(shapes, index, columns)
+
+
+_SHARED = object()  # first item of a shared value's token: equal to no JSON value
 
 
 def _freeze(v: Any) -> Any:
