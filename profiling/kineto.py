@@ -473,11 +473,19 @@ def _to_int(column: pd.Series) -> pd.Series:
 # ---- derived frames -----------------------------------------------------------------------------------------------
 
 def profiler_steps(events: pd.DataFrame) -> pd.DataFrame:
-    """ProfilerStep#N spans: step, ts, dur, end, pid, tid (host side; both schemas)."""
-    host = events[events["cat"].isin(("user_annotation", "cpu_op"))]
-    step = host["name"].str.extract(_PROFILER_STEP, expand=False)
-    spans = host.loc[step.notna(), ["ts", "dur", "pid", "tid"]].copy()
-    spans.insert(0, "step", step.dropna().astype(int))
+    """ProfilerStep#N spans: step, ts, dur, end, pid, tid (host side; both schemas).
+
+    The names are matched once per distinct name and only the spans' rows are taken: a host of millions of events
+    is never copied whole."""
+    host = np.flatnonzero(events["cat"].isin(("user_annotation", "cpu_op")).to_numpy())
+    codes, names = pd.factorize(events["name"].to_numpy()[host], use_na_sentinel=False)
+    numbers = pd.Series(names, dtype=object).str.extract(_PROFILER_STEP, expand=False)
+    is_step = numbers.notna().to_numpy(dtype=bool)[codes]
+    rows = host[is_step]
+    spans = pd.DataFrame({column: _take(_column(events, column), rows) for column in ("ts", "dur", "pid", "tid")},
+                         index=events.index[rows], copy=False)
+    spans.insert(0, "step", pd.Series(numbers.to_numpy(dtype=object)[codes[is_step]], dtype=object,
+                                      index=spans.index).astype(int))
     spans["end"] = spans["ts"] + spans["dur"]
     return spans.sort_values("ts").reset_index(drop=True)
 
@@ -524,48 +532,110 @@ def join_kernels(events: pd.DataFrame, categories: tuple[str, ...] = GPU_CATEGOR
     and its span contains the launch on the launching thread; otherwise (traces where External id echoes the
     correlation id, launches from threads the id does not match) by time containment: the innermost ``cpu_op`` on
     the launching thread whose span contains the runtime call. ProfilerStep markers never count as the op.
-    """
-    gpu = events[events["cat"].isin(categories)]  # a new frame already (copy-on-write pandas)
-    gpu["event_index"] = gpu.index
-    launches = events.loc[events["cat"].isin(LAUNCH_CATEGORIES) & events["correlation"].notna(),
-                          ["correlation", "name", "ts", "dur", "pid", "tid", "external_id"]]
-    launches = launches.drop_duplicates("correlation").rename(columns={
-        "name": "runtime_name", "ts": "runtime_ts", "dur": "runtime_dur", "pid": "launch_pid", "tid": "launch_tid",
-        "external_id": "runtime_external_id"})
-    gpu = gpu.merge(launches, on="correlation", how="left").set_index("event_index", drop=False)
-    gpu.index.name = None
 
-    # only the columns the matching reads: the host ops of a large trace are millions of rows
-    ops = events.loc[events["cat"].isin(HOST_OP_CATEGORIES) & ~events["name"].str.match(_PROFILER_STEP.pattern),
-                     ["name", "ts", "dur", "pid", "tid", "external_id"]]
-    op_index = _ops_by_external_id(gpu, ops).copy()
+    The joins are lookups of row positions (sorted keys, ``searchsorted``) and each output column is taken once
+    from its events column: no intermediate frame of millions of rows is merged or copied (a 2M-kernel trace's
+    join would otherwise hold several copies of the kernels' columns at once).
+    """
+    cat = events["cat"]
+    rows = np.flatnonzero(cat.isin(categories).to_numpy())  # positions of the activities
+    launch_rows = np.flatnonzero((cat.isin(LAUNCH_CATEGORIES) & events["correlation"].notna()).to_numpy())
+    correlation = pd.array(events["correlation"], dtype="Int64")
+    launch = _pick(launch_rows, _first_match(correlation[launch_rows].to_numpy(dtype=np.int64), correlation[rows]))
+    data: dict[str, Any] = {column: _take(_column(events, column), rows) for column in events.columns}
+    for column, source in (("runtime_name", "name"), ("runtime_ts", "ts"), ("runtime_dur", "dur"),
+                           ("launch_pid", "pid"), ("launch_tid", "tid"), ("runtime_external_id", "external_id")):
+        data[column] = _take(_column(events, source), launch)
+    gpu = pd.DataFrame(data, copy=False)
+    del data
+
+    host = np.flatnonzero(cat.isin(HOST_OP_CATEGORIES).to_numpy())
+    # ProfilerStep markers are never the op
+    op_rows = host[~match_names(events["name"].to_numpy()[host], _PROFILER_STEP.pattern)]
+    ops = pd.DataFrame({column: _take(_column(events, column), op_rows) for column in ("ts", "dur", "tid",
+                                                                                      "external_id")},
+                       index=events.index[op_rows], copy=False)
+    op_index = _ops_by_external_id(gpu, ops)
     missing = op_index < 0
     if missing.any():
-        op_index[missing] = _ops_by_containment(gpu.loc[missing], ops)
+        ops = events[["ts", "dur", "pid", "tid"]].iloc[op_rows]
+        op_index[missing] = _ops_by_containment(gpu.loc[missing, ["runtime_ts", "launch_pid", "launch_tid"]], ops)
+    del ops
     gpu["op_index"] = op_index
-    op_columns = ["name", "ts", "dur", "external_id", "input_dims", "input_types", "input_strides", "concrete_inputs"]
-    op_rows = events.reindex(index=op_index, columns=op_columns).add_prefix("op_")  # -1 is no label: all NA
+    op_at = events.index.get_indexer(op_index)  # -1 is no label: all NA
     typed = {"op_ts": "float64", "op_dur": "float64", "op_external_id": "Int64"}
-    for column in op_rows.columns:  # one column at a time: no 2-d object copy of millions of rows
-        values = op_rows[column]
-        gpu[column] = values.astype(typed[column]).array if column in typed else values.to_numpy(dtype=object)
-    gpu["step"] = _step_of(gpu["runtime_ts"].fillna(gpu["ts"]), profiler_steps(events))
-    return gpu.drop(columns=["event_index"]).reset_index(drop=True)
+    for column in ("name", "ts", "dur", "external_id", "input_dims", "input_types", "input_strides",
+                   "concrete_inputs"):
+        name = "op_" + column
+        values = pd.Series(_take(_column(events, column), op_at) if column in events.columns
+                           else np.full(len(op_at), np.nan), copy=False)  # NaN: as reindex gives a missing column
+        gpu[name] = values.astype(typed[name]).array if name in typed else values.to_numpy(dtype=object)
+    gpu["step"] = _step_of(gpu["runtime_ts"].fillna(gpu["ts"]), profiler_steps(events)).array
+    return gpu
+
+
+def _column(events: pd.DataFrame, column: str) -> Any:
+    """A column's values without a copy: the numpy array, or the extension array (Int64) that keeps its NAs."""
+    series = events[column]
+    return series.array if isinstance(series.dtype, pd.api.extensions.ExtensionDtype) else series.to_numpy()
+
+
+def _take(values: Any, positions: np.ndarray) -> Any:
+    """``values`` at ``positions``; -1 gives the missing value of the dtype (NaN, NA), as a left merge does.
+    Object values come as an object Series (a frame would infer a string dtype and copy every string)."""
+    taken = pd.api.extensions.take(values, positions, allow_fill=True)
+    return pd.Series(taken, dtype=object, copy=False) if taken.dtype == object else taken
+
+
+def _first_match(have: np.ndarray, want: Any) -> np.ndarray:
+    """For each key of ``want`` (an Int64 array), the position in ``have`` (int64 keys) of its first occurrence;
+    -1 when ``have`` lacks it or the key is missing."""
+    unique, first = np.unique(have, return_index=True)  # the first of equal keys
+    if not len(unique):
+        return np.full(len(want), -1, dtype=np.int64)
+    values = want.to_numpy(dtype=np.int64, na_value=0)
+    at = np.minimum(np.searchsorted(unique, values), len(unique) - 1)
+    found = ~np.asarray(want.isna(), dtype=bool) & (unique[at] == values)
+    return np.where(found, first[at], -1).astype(np.int64)
+
+
+def _pick(positions: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """``positions[at]`` where ``at`` >= 0, else -1."""
+    if not len(positions):
+        return np.full(len(at), -1, dtype=np.int64)
+    return np.where(at >= 0, positions[np.maximum(at, 0)], -1).astype(np.int64)
+
+
+def match_names(names: Any, pattern: str) -> np.ndarray:
+    """Whether each name matches the regular expression ``pattern`` at its start (False for a missing name or a
+    value that is not a string), as a numpy bool array. Each distinct name is tested once: millions of events share
+    a few thousand names, and a per-row string operation would copy or box every one of them."""
+    codes, unique = pd.factorize(np.asarray(names, dtype=object), use_na_sentinel=False)
+    matched = pd.Series(unique, dtype=object).str.match(pattern).fillna(False).to_numpy(dtype=bool)
+    return matched[codes]
 
 
 def _ops_by_external_id(gpu: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
     """Op row per activity through External id, kept only where the op's span contains the launch."""
-    wanted = pd.DataFrame({"external_id": gpu["external_id"].fillna(gpu["runtime_external_id"]).to_numpy(),
-                           "launch_ts": gpu["runtime_ts"].to_numpy(), "launch_tid": gpu["launch_tid"].to_numpy()})
-    candidates = ops.loc[ops["external_id"].notna(), ["external_id", "ts", "dur", "tid"]]
-    candidates = candidates.reset_index(names="op_row").drop_duplicates("external_id")
-    matched = wanted.merge(candidates, on="external_id", how="left")  # left merge keeps row order
-    found = matched["op_row"].notna() & wanted["external_id"].notna()
-    contains = (matched["ts"] <= matched["launch_ts"]) & (matched["launch_ts"] <= matched["ts"] + matched["dur"]) \
-        & (matched["tid"] == matched["launch_tid"])
+    result = np.full(len(gpu), -1, dtype=np.int64)
+    ids = pd.array(ops["external_id"], dtype="Int64")
+    candidates = np.flatnonzero(~np.asarray(ids.isna(), dtype=bool))
+    if not len(candidates):
+        return result
+    wanted = pd.array(gpu["external_id"].fillna(gpu["runtime_external_id"]), dtype="Int64")
+    op = _pick(candidates, _first_match(ids[candidates].to_numpy(dtype=np.int64), wanted))  # position in ops
+    found = op >= 0
+    at = np.maximum(op, 0)
+    op_ts = ops["ts"].to_numpy(dtype=np.float64)[at]
+    op_end = op_ts + ops["dur"].to_numpy(dtype=np.float64)[at]
+    launch_ts = gpu["runtime_ts"].to_numpy(dtype=np.float64)
+    same_thread = pd.array(ops["tid"].array[at] == gpu["launch_tid"].array, dtype="boolean")
+    with np.errstate(invalid="ignore"):
+        contains = (op_ts <= launch_ts) & (launch_ts <= op_end) & same_thread.to_numpy(dtype=bool, na_value=False)
     # No runtime record (launch not captured): trust the id alone.
-    keep = found & (contains.fillna(False).astype(bool) | matched["launch_ts"].isna())
-    return np.where(keep, matched["op_row"].fillna(-1), -1).astype(np.int64)
+    keep = found & (contains | np.isnan(launch_ts))
+    result[keep] = ops.index.to_numpy()[op[keep]]
+    return result
 
 
 def _ops_by_containment(gpu: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:

@@ -189,3 +189,52 @@ def test_containment_prefers_the_inner_op_when_both_start_together(tmp_path):
     ]
     trace = read_trace(_write(tmp_path / "tie.json", {"traceEvents": events}))
     assert trace.kernels().loc[0, "op_name"] == "aten::copy_"
+
+
+def test_launch_columns_equal_a_left_merge_on_correlation(traces):
+    """The join's position lookup gives what a left merge with the first runtime call per correlation gives."""
+    for name, trace in traces.items():
+        events = trace.events
+        launches = events.loc[events["cat"].isin(("cuda_runtime", "cuda_driver")) & events["correlation"].notna(),
+                              ["correlation", "name", "ts", "dur", "pid", "tid", "external_id"]]
+        launches = launches.drop_duplicates("correlation")
+        expected = events.loc[events["cat"].isin(GPU_CATEGORIES), ["correlation"]].merge(
+            launches, on="correlation", how="left")
+        got = trace.kernels()[["correlation", "runtime_name", "runtime_ts", "runtime_dur", "launch_pid",
+                               "launch_tid", "runtime_external_id"]]
+        got.columns = expected.columns
+        pd.testing.assert_frame_equal(got, expected, check_exact=True, obj=name)
+
+
+def test_kernel_takes_the_first_runtime_call_of_its_correlation_and_nulls_without_one(tmp_path):
+    host = {"pid": 1, "tid": 1}
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 50, **host, "args": {"External id": 4}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 2, "dur": 1, **host,
+         "args": {"correlation": 9, "External id": 4}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernelExC", "ts": 5, "dur": 1, **host,
+         "args": {"correlation": 9}},
+        {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 60, "dur": 2, "pid": 0, "tid": 7,
+         "args": {"correlation": 9, "stream": 7}},
+        {"ph": "X", "cat": "kernel", "name": "orphan", "ts": 70, "dur": 2, "pid": 0, "tid": 7,
+         "args": {"correlation": 11, "stream": 7}},
+        {"ph": "X", "cat": "kernel", "name": "no_correlation", "ts": 80, "dur": 2, "pid": 0, "tid": 7,
+         "args": {"stream": 7}},
+    ]
+    k = join_kernels(read_trace(_write(tmp_path / "first.json", {"traceEvents": events})).events)
+    assert k["name"].tolist() == ["gemm", "orphan", "no_correlation"]
+    assert k.loc[0, "runtime_name"] == "cudaLaunchKernel" and k.loc[0, "op_name"] == "aten::mm"
+    assert k.loc[1:, "runtime_name"].isna().all() and k.loc[1:, "runtime_ts"].isna().all()
+    assert k["runtime_name"].dtype == object and k["launch_tid"].dtype == "Int64"
+    assert k["op_index"].tolist() == [0, -1, -1] and k.loc[1:, "op_name"].isna().all()
+
+
+def test_match_names_matches_at_the_start_and_never_on_a_missing_name():
+    import numpy as np
+
+    from profiling.kineto import match_names
+
+    names = np.array(["ProfilerStep#3", "aten::mm", None, "xProfilerStep#3", "ProfilerStep#3"], dtype=object)
+    assert match_names(names, r"ProfilerStep#\d+$").tolist() == [True, False, False, False, True]
+    assert match_names(pd.Series(["ncclDevKernel", float("nan"), "gemm"], dtype=object), "nccl").tolist() == [
+        True, False, False]
