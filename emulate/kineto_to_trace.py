@@ -216,7 +216,8 @@ def _collective_ops(comm_rows: pd.DataFrame | None, ops: pd.DataFrame) -> pd.Dat
     names no collective): they name the collective. None when the trace has no such columns."""
     if comm_rows is None or ops.empty:
         return None
-    rows = ops.loc[ops["name"].astype(str).str.startswith("nccl") & (ops["op_index"] >= 0), "op_index"]
+    # each distinct name tested once: a string copy of every device op's name is a large transient at scale
+    rows = ops.loc[kineto.match_names(ops["name"], "nccl") & (ops["op_index"] >= 0).to_numpy(), "op_index"]
     return comm_rows.reindex(np.unique(rows.to_numpy(dtype=np.int64)))
 
 
