@@ -20,8 +20,7 @@ kernel estimators and print the predicted iteration time and peak memory."""
 RUN_EPILOG = """\
 Nothing is written to the working folder unless asked (--report, --trace): captured traces go to --trace-dir,
 else <cache>/runs/<time>-<pid>/ (<cache>: STEPCAST_CACHE_DIR, else ~/.cache/stepcast). Exit: 0 done, 2 bad input,
-3 the script failed, 128+N signal N. --run-ranks starts only those ranks of the job (e.g. one data-parallel
-replica, or one rank per pipeline stage); the others are simulated as copies of a running twin. Examples:
+3 the script failed, 128+N signal N. Examples:
   stepcast run --hardware h100-sxm --report r.json -- examples/gpt.py --layers 4 --d-model 1024 --steps 6
   stepcast run --nproc 8 --nodes 16 --run-ranks 0,16,32,48,64,80,96,112 -- examples/megatron_scale.py --tp 8 \\
       --pp 8 --layers 8 --global-batch 16"""
@@ -47,16 +46,14 @@ def add_run_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--host-speed", type=float, default=config.HOST_SPEED, metavar="X",
                    help="target host CPU speed / this one's (default %(default)s)")
     p.add_argument("--launch-queue", type=int, default=config.LAUNCH_QUEUE_DEPTH, metavar="N",
-                   help="device ops pending before a launch blocks (default %(default)s)")
+                   help="device ops queued before a launch blocks (%(default)s)")
     p.add_argument("--gzip", action="store_true", help="write the captured traces gzip-compressed")
     p.add_argument("--capture-only", action="store_true", help="capture the traces; skip the simulation")
     p.add_argument("--no-dedup", action="store_true", help="run every rank, even ranks identical to a lower one")
     p.add_argument("--run-ranks", metavar="LIST", default=None,
-                   help="start only these ranks of the job (e.g. 0-7 or 0-7,64-71: one data-parallel replica); "
-                   "the others are copies of a running twin")
+                   help="only these ranks run (0-7,64-71); others copy twins")
     p.add_argument("--backend", choices=("shim", "driver"), default="shim",
-                   help="device emulation: shim (default) or driver (torch's real cuBLAS, cuDNN and Triton launch the "
-                   "kernels a real GPU would run); NCCL is emulated on both")
+                   help="shim (default) or driver (real cuBLAS/cuDNN/Triton)")
     p.add_argument("--python-op-context", action="store_true", help="op context from Python (slower), not the C++ hook")
     p.add_argument("script", type=Path, help="the training script")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments (after --)")
