@@ -28,6 +28,13 @@ def _env(name: str, default: float, cast: type) -> float:
 #: is that it is bounded: a host that runs ahead of its GPU is throttled to the GPU's pace.
 LAUNCH_QUEUE_DEPTH: int = int(_env("STEPCAST_LAUNCH_QUEUE_DEPTH", 1024, int))
 
+#: Rank processes start with address-space layout randomisation off (``STEPCAST_FIXED_LAYOUT``; ``0`` keeps it on).
+#: Where a process's code, heap and stacks land changes its cache and TLB behaviour, so the CPU time of the same calls
+#: differs between otherwise identical runs (Mytkowicz et al., "Producing wrong data without doing anything
+#: obviously wrong!", ASPLOS 2009); captured host gaps are CPU time, so a fixed layout makes them a property of the
+#: script rather than of where the loader happened to place it. Nothing in an emulation relies on randomisation.
+FIXED_LAYOUT: bool = os.environ.get("STEPCAST_FIXED_LAYOUT", "1") != "0"
+
 #: Submission latency of a kernel on an idle GPU (launch call -> kernel start) when the trace does not say
 #: (``meta.launch_latency_us``, which the Kineto importer measures on real traces).
 DEFAULT_LAUNCH_LATENCY_US: float = 3.0

@@ -18,6 +18,7 @@ Exit codes of ``emulate run``: 0 done; 2 bad input (arguments, traces the ranks 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import getpass
 import importlib.util
 import os
@@ -32,6 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from emulate import config
 from profiling.hardware import HardwareSpec
 
 SUPPORTED_CUDA_MAJOR = 13
@@ -221,6 +223,8 @@ def launch(script: Path, script_args: list[str], *, shim: Path, spec: HardwareSp
     })
     port = free_port()
     trace_dir.mkdir(parents=True, exist_ok=True)
+    if config.FIXED_LAYOUT:
+        fixed_layout()
     for rank in (run_ranks if run_ranks is not None else range(nproc * nodes)):
         env = {**base, **torchrun_environment(rank, nproc, nodes, port)}
         if run_ranks is not None:
@@ -234,6 +238,21 @@ def launch(script: Path, script_args: list[str], *, shim: Path, spec: HardwareSp
         proc = subprocess.Popen(cmd, env=env, start_new_session=True)
         ranks.append(RankProcess(rank, rank_log(trace_dir, rank, backend, proc.pid), proc))
     return ranks
+
+
+ADDR_NO_RANDOMIZE = 0x0040000  # linux/personality.h
+
+
+def fixed_layout() -> None:
+    """Turn off address-space layout randomisation for the programs this process executes from now on
+    (``personality(2)``: the flag is inherited and applied at exec; this process's own layout is already set), so
+    that identical runs place their ranks' code and data alike (``emulate.config.FIXED_LAYOUT`` says why). Set in the
+    launcher, not between fork and exec, which is unsafe while the launcher's store threads run. Where the call is
+    refused (a seccomp filter), ranks keep a random layout."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    current = libc.personality(0xFFFFFFFF)
+    if current != -1:
+        libc.personality(current | ADDR_NO_RANDOMIZE)
 
 
 class RunInterrupted(Exception):
