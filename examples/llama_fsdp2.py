@@ -9,11 +9,19 @@ torchtitan's default sequence length 8192, local batch 2. Plain PyTorch: runs un
 
     torchrun --nproc-per-node 2 examples/llama_fsdp2.py --layers 2 --dim 256 --heads 4 --kv-heads 2 --seq 128
     python -m emulate run --nproc 8 --hardware h100-sxm -- examples/llama_fsdp2.py --preset 8b --steps 3
+
+The FSDP2 settings a configuration search varies (conf/search/llama_fsdp2.yaml) are flags: ``--reshard-after-forward``
+``default`` reshards every block but the last (torchtitan's choice: backward needs the last block's parameters at
+once), ``always`` every block, ``never`` none (no second all-gather, more memory); ``--ac`` ``selective`` (the "op"
+policy), ``full`` (every block recomputed in backward) or ``none``; ``--micro-batch`` sequences per forward/backward,
+the local batch (``--batch``) accumulated over batch / micro-batch of them, each reducing its gradients (as
+torchtitan's gradient accumulation does).
 """
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections import defaultdict
 from functools import partial
 
@@ -130,6 +138,17 @@ class SelectiveCheckpoint(nn.Module):
         return checkpoint(self.block, *args, use_reentrant=False, context_fn=contexts, preserve_rng_state=False)
 
 
+class FullCheckpoint(nn.Module):
+    """A block whose activations are all recomputed in backward."""
+
+    def __init__(self, block: nn.Module) -> None:
+        super().__init__()
+        self.block = block
+
+    def forward(self, *args: torch.Tensor) -> torch.Tensor:
+        return checkpoint(self.block, *args, use_reentrant=False, preserve_rng_state=False)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--preset", choices=sorted(PRESETS), help="a named model size (overrides the size flags)")
@@ -140,13 +159,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ffn", type=int, default=1024)
     p.add_argument("--vocab", type=int, default=1024)
     p.add_argument("--seq", type=int, default=128)
-    p.add_argument("--batch", type=int, default=2, help="local batch (sequences per rank)")
+    p.add_argument("--batch", type=int, default=None, help="local batch (sequences per rank and step; default 2)")
+    p.add_argument("--micro-batch", type=int, default=None, help="sequences per forward/backward (default: batch)")
     p.add_argument("--steps", type=int, default=3)
-    p.add_argument("--ac", choices=("selective", "none"), default="selective", help="activation checkpointing")
+    p.add_argument("--ac", choices=("selective", "full", "none"), default="selective", help="activation checkpointing")
+    p.add_argument("--reshard-after-forward", choices=("default", "always", "never"), default="default")
     args = p.parse_args(argv)
+    batch = args.batch
     if args.preset:
         for key, value in PRESETS[args.preset].items():
             setattr(args, key, value)
+    args.batch = batch or args.batch or 2
+    args.micro_batch = args.micro_batch or args.batch
+    if args.batch % args.micro_batch:
+        sys.exit(f"llama_fsdp2: --batch {args.batch} is not a multiple of --micro-batch {args.micro_batch}")
     return args
 
 
@@ -158,11 +184,14 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(0)
     with torch.device("meta"):
         model = Llama(args.layers, args.dim, args.heads, args.kv_heads, args.ffn, args.vocab, args.seq)
-    if args.ac == "selective":
-        model.layers = nn.ModuleList(SelectiveCheckpoint(block) for block in model.layers)
+    wrap = {"selective": SelectiveCheckpoint, "full": FullCheckpoint, "none": None}[args.ac]
+    if wrap is not None:
+        model.layers = nn.ModuleList(wrap(block) for block in model.layers)
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    last = len(model.layers) - 1
     for i, block in enumerate(model.layers):
-        fully_shard(block, mp_policy=policy, reshard_after_forward=i < len(model.layers) - 1)
+        reshard = {"default": i < last, "always": True, "never": False}[args.reshard_after_forward]
+        fully_shard(block, mp_policy=policy, reshard_after_forward=reshard)
     fully_shard(model, mp_policy=policy)
     model.to_empty(device="cuda")
     with torch.no_grad():  # initialise the local shards on the device (values do not matter for timing)
@@ -171,12 +200,14 @@ def main(argv: list[str] | None = None) -> None:
         model.cos.copy_(rope_tables(args.dim // args.heads, args.seq)[0])
         model.sin.copy_(rope_tables(args.dim // args.heads, args.seq)[1])
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1, fused=True)
+    accumulation = args.batch // args.micro_batch
     for _ in range(args.steps):
-        tokens = torch.randint(args.vocab, (args.batch, args.seq), device="cuda")
-        logits = model(tokens)
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens.flatten(0, 1))
-        del logits
-        loss.backward()
+        for _ in range(accumulation):
+            tokens = torch.randint(args.vocab, (args.micro_batch, args.seq), device="cuda")
+            logits = model(tokens)
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens.flatten(0, 1))
+            del logits
+            (loss / accumulation if accumulation > 1 else loss).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0, foreach=True)
         opt.step()
         opt.zero_grad()

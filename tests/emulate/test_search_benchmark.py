@@ -1,5 +1,5 @@
 """The search benchmark's spaces and its comparison with published runs (emulate/search_benchmark.py), and the FSDP2
-search script it searches (examples/llama_fsdp2_search.py): its settings change what the GPU is asked to do."""
+search script it searches (examples/llama_fsdp2.py): its settings change what the GPU is asked to do."""
 from __future__ import annotations
 
 from collections import Counter
@@ -59,7 +59,7 @@ def collectives(trace: dict) -> Counter:
 def test_fsdp2_search_settings_change_the_gathers_and_reductions(tmp_path, emulate_run):
     """Resharding every block after forward gathers each again in backward; never resharding gathers once; two
     micro-batches run forward and backward twice (each reducing its gradients)."""
-    script = REPO_ROOT / "examples" / "llama_fsdp2_search.py"
+    script = REPO_ROOT / "examples" / "llama_fsdp2.py"
     runs = {}
     for name, extra in {"always": ["--reshard-after-forward=always", "--batch=2"],
                         "never": ["--reshard-after-forward=never", "--batch=2"],
