@@ -217,9 +217,9 @@ def simulate_capture(ns: argparse.Namespace, spec: HardwareSpec, capture: dict, 
 
 def sparse_summary(capture: dict) -> str:
     """One line: which ranks of a sparse run ran and which were copied from which."""
-    copied = "; ".join(f"{ranks} from {twin}" for twin, ranks in capture["ranks_copied"].items())
-    copied = copied if len(copied) <= 240 else copied[:240] + "... (report: ranks_copied)"
-    return f"sparse run: ranks {capture['ranks_run']} ran; the others are copies of a running twin ({copied})"
+    from emulate.roles import summary_line
+
+    return summary_line(capture)
 
 
 def partial_without_simulation(ns: argparse.Namespace, capture: dict, reason: str, exit_code: int,

@@ -1,4 +1,4 @@
-"""Replay real PyTorch profiler (Kineto) traces through the simulator.
+"""Replay real PyTorch profiler (Kineto) traces, or the traces a capture wrote, through the simulator.
 
     python -m emulate replay rank0.json.gz rank1.json.gz [--durations measured|predicted] [--hardware ID]
                              [--report report.json] [--trace timeline.json]
@@ -7,6 +7,10 @@
 step time should match the measured ProfilerStep durations, reported beside it per rank). ``predicted`` replaces
 them with the estimators' predictions on ``--hardware`` (default: the trace's own GPU): a what-if on other
 hardware. Conversion: :mod:`emulate.kineto_to_trace`; simulation: :mod:`emulate.simulate`.
+
+A stepcast trace (``rankN.trace.json[.gz]`` of ``stepcast run --trace-dir``) is read as it is. The traces of a
+sparse run (``--run-ranks``) are replayed with the copies the run described beside them (``copies.json``): each
+absent rank is simulated as its twin's program on its own communicators, as the run itself simulated it.
 """
 from __future__ import annotations
 
@@ -37,18 +41,59 @@ def replay(paths: list[Path], durations: str = "measured", hardware: str | None 
         docs = []
         for k, p in enumerate(paths):
             prefix = f"{p.name} ({k + 1}/{len(paths)}): " if len(paths) > 1 else f"{p.name}: "
-            docs.append(_convert(p, lambda stage, done, total: progress.update(prefix + stage, done, total)))
+            docs.append(_load(p, lambda stage, done, total: progress.update(prefix + stage, done, total)))
+        copies = copies_beside(paths, docs)
         target = hardware or _own_hardware(docs)
         if target is None and durations == "predicted":
             raise ValueError(f"{paths[0]}: the trace does not name a GPU of the hardware catalog: pass --hardware")
         if target is not None:
             target = lookup(target).id
         progress.update(f"simulating {sum(len(d['events']) for d in docs):,} events", 0, 1)
-        result = simulate(docs, target, durations=durations, estimator=estimator, sources=[str(p) for p in paths])
+        result = simulate(docs, target, durations=durations, estimator=estimator, sources=[str(p) for p in paths],
+                          copies=copies)
+        source_hardware = sorted({d["hardware"] for d in docs})
         del docs[:]  # the programs hold the events now
         progress.update("simulating", 1, 1)
-    return publish(result, paths, report_path, timeline_path, quiet=quiet, console=console,
-                   extra={"source_hardware": sorted({d["hardware"] for d in docs})})
+    extra: dict[str, Any] = {"source_hardware": source_hardware}
+    if copies:
+        from emulate.roles import copy_summary, summary_line
+
+        extra.update(copy_summary([int(r) for r in sorted({p.rank for p in result.programs} - set(copies))], copies))
+        result.warnings = [*(result.warnings or []), summary_line(extra)]
+    return publish(result, paths, report_path, timeline_path, quiet=quiet, console=console, extra=extra)
+
+
+def is_stepcast_trace(path: Path) -> bool:
+    """Whether a file is a stepcast trace (its first field names the format) rather than a Kineto trace."""
+    from emulate.trace import FORMAT, _open_binary
+
+    try:
+        with _open_binary(path) as f:
+            head = f.read(64)
+    except (OSError, EOFError):
+        return False
+    return FORMAT.encode() in head
+
+
+def copies_beside(paths: list[Path], docs: list[dict[str, Any]]) -> dict[int, dict[str, Any]] | None:
+    """The copies of a sparse capture (``copies.json`` in the folder of its traces), when the traces are fewer than
+    the job's ranks and every copy's twin is among them; else None (the traces are replayed as they are)."""
+    from emulate.collate import COPIES_FILE, read_copies
+
+    folders = {p.resolve().parent for p in paths}
+    if len(folders) != 1 or not docs:
+        return None
+    path = next(iter(folders)) / COPIES_FILE
+    world = int(docs[0].get("world_size") or 0)
+    if not path.is_file() or len(docs) >= world:
+        return None
+    copies = read_copies(path)
+    ranks = {int(d["rank"]) for d in docs}
+    missing = sorted({int(c["twin"]) for c in copies.values()} - ranks)
+    if missing or len(ranks) + len(copies) != world:
+        raise ValueError(f"{path}: the copies of this sparse capture need the traces of rank(s) {missing or '?'} "
+                         f"and {world} ranks in all: replay every rankN.trace.json of the capture folder")
+    return copies
 
 
 class StageProgress:
@@ -101,6 +146,15 @@ class StageProgress:
         print(f"stepcast: {label}{share} ({now - self.t0:.0f} s)", file=self.stream, flush=True)
 
 
+def _load(path: Path, progress: ConvertProgress | None = None) -> dict[str, Any]:
+    """One trace as trace v1: a stepcast trace as written, a Kineto trace converted."""
+    if is_stepcast_trace(path):
+        from emulate.trace import read_trace
+
+        return read_trace(path)
+    return _convert(path, progress)
+
+
 def _convert(path: Path, progress: ConvertProgress | None = None) -> dict[str, Any]:
     """One Kineto trace as trace v1. A file the importer cannot read (an empty trace, an event it does not expect)
     is bad input, said in one line naming the file, whatever the importer raised."""
@@ -119,7 +173,8 @@ def _own_hardware(docs: list[dict[str, Any]]) -> str | None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("traces", nargs="+", type=Path, help="Kineto traces (.json or .json.gz), one per rank")
+    parser.add_argument("traces", nargs="+", type=Path,
+                        help="Kineto traces (.json or .json.gz) or a capture's rankN.trace.json, one per rank")
     parser.add_argument("--durations", choices=DURATION_MODES, default="measured",
                         help="measured: the recorded kernel durations; predicted: the estimators' on --hardware")
     parser.add_argument("--hardware", default=None, help="target hardware id (default: the trace's own GPU)")

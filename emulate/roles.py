@@ -241,6 +241,23 @@ def copies(run_ranks: list[int], world: int, records: list[dict[str, Any]]) -> t
     return out, warnings
 
 
+def copy_summary(run_ranks: list[int], copies: dict[int, Any]) -> dict[str, Any]:
+    """The report's ``ranks_run`` and ``ranks_copied`` ({twin: its copies}) of a sparse run; ``copies`` maps each
+    absent rank to its :class:`Copy` or its ``copies.json`` entry."""
+    by_twin: dict[int, list[int]] = defaultdict(list)
+    for rank, c in copies.items():
+        by_twin[int(c.twin if isinstance(c, Copy) else c["twin"])].append(int(rank))
+    return {"ranks_run": ranges(run_ranks), "ranks_copied": {str(t): ranges(rs) for t, rs in sorted(by_twin.items())}}
+
+
+def summary_line(fields: dict[str, Any]) -> str:
+    """One line from :func:`copy_summary`'s fields: which ranks of a sparse run ran and which were copied from
+    which (the report keeps the whole list)."""
+    copied = "; ".join(f"{ranks} from {twin}" for twin, ranks in fields["ranks_copied"].items())
+    copied = copied if len(copied) <= 240 else copied[:240] + "... (report: ranks_copied)"
+    return f"sparse run: ranks {fields['ranks_run']} ran; the others are copies of a running twin ({copied})"
+
+
 def ranges(ranks: list[int]) -> str:
     """[0,1,2,5] -> '0-2,5'."""
     parts: list[str] = []
