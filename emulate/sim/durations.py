@@ -15,7 +15,8 @@ Order of preference for each op (``mode`` is "measured" or "predicted"):
 
 Predicted kernel times are then scaled by the in-step calibration of the target GPU when it has one
 (:mod:`emulate.e2e.instep`: one factor per family, fitted on per-operator times measured inside whole-model runs;
-``STEPCAST_INSTEP=off`` turns it off); the report's estimator label names the factors.
+``STEPCAST_INSTEP=off`` turns it off; fitted once per estimator version and data, then read from the cache); the
+report's estimator label names the factors.
 """
 from __future__ import annotations
 
@@ -191,7 +192,7 @@ def _in_step_scale(rows: list[dict[str, Any]], target: HardwareSpec,
 
     if not config.INSTEP_CALIBRATION:
         return None
-    fitted = instep.factors(target.id, estimator, config.INSTEP_EXCLUDE_MODELS)
+    fitted = instep.cached_factors(target.id, estimator, config.INSTEP_EXCLUDE_MODELS)
     if not fitted:
         return None
     scale = np.array([fitted.get(row.get("family"), 1.0) for row in rows], dtype=np.float64)

@@ -55,7 +55,33 @@ def test_one_model_is_not_enough_evidence_for_a_factor():
 def test_a_gpu_without_in_step_rows_is_not_calibrated(monkeypatch):
     assert instep.factors("h100-sxm", HalfOfRuntime(), rows=rows()) == {}
     monkeypatch.setattr(instep, "MIN_MODELS", 1)
-    assert instep.factors("p4", HalfOfRuntime(), rows=rows()) == {"gemm": pytest.approx(0.5)}
+    assert instep.factors("h100-sxm", HalfOfRuntime(), rows=rows()) == {}
+    assert instep.factors("p4", HalfOfRuntime(), rows=rows())["gemm"] == pytest.approx(0.5)
+
+
+def pooled_rows() -> pd.DataFrame:
+    """rows() plus a third GPU (v100) whose gemm rows of models a and b run at 0.9 of the prediction."""
+    extra = pd.DataFrame([
+        {"family": "gemm", "hardware": "v100-pcie-32gb", "m": 8, "n": 8, "k": 8, "batch": 1, "op": None,
+         "numel": np.nan, "runtime_us": 90.0, "repeat": 1, "pass_scale": 1.0, "model": m, "sample": f"V100/{m}-inf"}
+        for m in ("a", "b")])
+    return pd.concat([rows(), extra], ignore_index=True)
+
+
+def test_a_gpu_with_one_models_rows_takes_the_mean_factor_of_the_gpus_that_have_enough():
+    # p4: gemm rows of model b only; t4 (a, b) and v100 (a, b) have their own gemm factors
+    t4 = (40.0 * 24 + 300.0) / (100.0 * 24 + 100.0)
+    assert instep.factors("p4", HalfOfRuntime(), rows=pooled_rows()) == {"gemm": pytest.approx((t4 + 0.9) / 2)}
+    assert instep.own_factors("p4", HalfOfRuntime(), (), pooled_rows()) == {}
+
+
+def test_pooled_factors_hold_the_excluded_model_out_on_every_gpu():
+    # without model a no GPU has two models' gemm rows: nothing to pool, so no factor (not b's 0.5, 3.0 or 0.9)
+    assert instep.factors("p4", HalfOfRuntime(), exclude=["a"], rows=pooled_rows()) == {}
+
+
+def test_a_gpus_own_factor_wins_over_the_pool():
+    assert instep.factors("v100-pcie-32gb", HalfOfRuntime(), rows=pooled_rows()) == {"gemm": pytest.approx(0.9)}
 
 
 def test_the_label_names_factors_and_held_out_models():
