@@ -10,8 +10,10 @@ Sources (``--sources``, default all):
   ``.csv``, one layer scaled to the model), per label and summed per GPU, to show where the error comes from.
   Held-out protocol: on these GPUs the emulator scales predicted kernel times by the in-step calibration
   (:mod:`emulate.e2e.instep`), fitted on those same per-operator traces; each label is emulated with the factors
-  fitted WITHOUT its own model's traces (``STEPCAST_INSTEP_EXCLUDE=<model>``: leave-one-model-out), and the output
-  says which rows were left out. ``STEPCAST_INSTEP=off`` gives the estimators alone.
+  fitted WITHOUT its own model's traces (``STEPCAST_INSTEP_EXCLUDE=<model>``: leave-one-model-out, on every GPU,
+  also where a GPU with too few models left pools the others' factors), and the output says which rows were left
+  out. ``STEPCAST_INSTEP=off`` gives the estimators alone. ``python -m emulate.e2e.diagnose <gpu>`` shows, without
+  emulating, the estimator's predictions of each label's own operators and the factors each label gets.
 - ``torchtitan``: torchtitan's published H100 runs (Llama 3.1 8B, FSDP on 8 GPUs, local batch 2, selective
   activation checkpointing), reproduced by ``examples/llama_fsdp2.py`` and emulated with 8 ranks on the published
   board (``h100-sxm-96gb-500w``: 96 GB HBM2e at a 500 W power limit); tokens/s/GPU and peak memory against the
@@ -219,7 +221,8 @@ def held_out_protocol(rows: list[dict[str, Any]], root: Path) -> str:
         mine = in_step[in_step["model"] == model] if len(in_step) else in_step
         held.append(f"{model} {len(mine)} rows ({mine['sample'].nunique() if len(mine) else 0} traces)")
     return ("held out (leave-one-model-out): each label was emulated with the in-step calibration fitted without "
-            "its own model's rows (STEPCAST_INSTEP_EXCLUDE=<model>); rows left out per model: " + "; ".join(held))
+            "its own model's rows (STEPCAST_INSTEP_EXCLUDE=<model>), on its GPU and on those it pools from when "
+            f"fewer than {instep.MIN_MODELS} models are left; rows left out per model: " + "; ".join(held))
 
 
 def fmt_abs(value: float | None) -> str:
