@@ -51,7 +51,7 @@ def add_run_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--capture-only", action="store_true", help="capture the traces; skip the simulation")
     p.add_argument("--no-dedup", action="store_true", help="run every rank, even ranks identical to a lower one")
     p.add_argument("--run-ranks", metavar="LIST", default=None,
-                   help="only these ranks run (0-7,64-71); others copy twins")
+                   help="only these ranks run (0-7,64-71, or auto[:M]: learned on M nodes)")
     p.add_argument("--backend", choices=("shim", "driver"), default="shim",
                    help="shim (default) or driver (real cuBLAS/cuDNN/Triton)")
     p.add_argument("--python-op-context", action="store_true", help="op context from Python (slower), not the C++ hook")
@@ -80,13 +80,16 @@ def run_command(ns: argparse.Namespace) -> int:
         return fail(f"--nproc {ns.nproc} is more than the {per_node} GPUs of a {spec.id} node (gpus_per_node in "
                     f"conf/hardware/{spec.id}.yaml): --nproc is ranks per node, use --nodes {nodes} --nproc "
                     f"{per_node} for {ns.nproc * ns.nodes} ranks")
-    ns.run_rank_list = None
+    ns.run_rank_list, probe_nodes = None, None
     if ns.run_ranks is not None:
+        from emulate.learned_roles import LearnError, parse_auto
         from emulate.roles import RunRanksError, parse_run_ranks
 
         try:
-            ns.run_rank_list = parse_run_ranks(ns.run_ranks, ns.nproc * ns.nodes)
-        except RunRanksError as exc:
+            probe_nodes = parse_auto(ns.run_ranks)
+            if probe_nodes is None:
+                ns.run_rank_list = parse_run_ranks(ns.run_ranks, ns.nproc * ns.nodes)
+        except (RunRanksError, LearnError) as exc:
             return fail(str(exc))
     script_args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
     try:
@@ -99,6 +102,18 @@ def run_command(ns: argparse.Namespace) -> int:
     except ShimBuildError as exc:
         print(f"stepcast: {exc}; recording op context with the slower Python dispatch mode", file=sys.stderr)
         opctx = None
+    if probe_nodes is not None:
+        from emulate.learned_roles import LearnError, learn_run_ranks
+
+        print(f"stepcast: learning which ranks run from a probe of {ns.nproc * probe_nodes} ranks "
+              f"({probe_nodes} node(s))", file=sys.stderr, flush=True)
+        try:
+            ns.learned_roles = learn_run_ranks(ns.script.resolve(), script_args, hardware=spec.id, nproc=ns.nproc,
+                                               probe_nodes=probe_nodes, world=ns.nproc * ns.nodes,
+                                               backend=ns.backend)
+        except LearnError as exc:
+            return fail(str(exc))
+        ns.run_rank_list = ns.learned_roles.run_ranks
     try:
         capture_dir = CaptureDir(ns.trace_dir.resolve()) if ns.trace_dir else new_run_dir()
     except (CaptureDirBusy, ValueError, OSError) as exc:
@@ -168,6 +183,10 @@ def capture_and_simulate(ns: argparse.Namespace, spec: HardwareSpec, shim: Path,
                     "exit_codes": [codes[r.rank] for r in ranks], "partial": partial})
     if partial:
         capture["partial_reason"] = reason
+    if getattr(ns, "learned_roles", None) is not None:
+        from emulate.learned_roles import report_fields
+
+        capture.update(report_fields(ns.learned_roles, trace_dir, capture.get("sparse_warnings", [])))
     if ns.capture_only:
         if ns.report:
             write_json_atomic(ns.report, capture, indent=1)
