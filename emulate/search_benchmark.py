@@ -17,17 +17,24 @@ BENCHMARK_OVERRIDES narrows conf/search/megatron_gpt.yaml to what a 2-core machi
 ``--override`` says otherwise.
 
 Against real runs: for a config with published measurements (:data:`PUBLISHED`: ``llama_fsdp2``, torchtitan's
-Llama 3.1 8B on 8 H100s), each published configuration's predicted tokens/s per GPU is printed beside the
-published one, with the Spearman rank correlation of predicted against published over the configurations both
-have (undefined, and said so, below three).
+Llama 3.1 benchmark file), every published run the config's script can express (same model, GPU count, no
+context/tensor/pipeline parallelism: Table 1's eager, torch.compile and torch.compile + Float8 rows and Table 2's
+FSDP 8 / CP 1 row at sequence 32768) is evaluated through the search's own evaluator and cache, its predicted
+tokens/s per GPU printed beside the published one, with the Spearman rank correlation of predicted against
+published over those (undefined, and said so, below three); the runs it cannot express are listed with why.
+``--published-only`` does only this (no grid):
+
+    python -m emulate.search_benchmark --config llama_fsdp2 --published-only --jobs 2
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import re
 import statistics
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 #: the space the benchmark searches by default: TP x PP x micro-batch x recomputation on 8 H100s, a 2-layer, 0.5B GPT
@@ -41,33 +48,78 @@ BENCHMARK_OVERRIDES = ["space.tp=[1,2,4,8]", "space.pp=[1,2]", "space.micro_batc
                        "fixed.global_batch=16"]
 
 
-def torchtitan_published(root: Path) -> list[tuple[dict, float, str]]:
-    """torchtitan's published eager FSDP row of Llama 3.1 8B on 8 H100s as a configuration of
-    conf/search/llama_fsdp2.yaml: selective "op" checkpointing, torchtitan's resharding (every block but the last),
-    no gradient accumulation (micro-batch = local batch). The table's other rows use torch.compile or Float8, which
-    that space does not vary."""
-    from emulate.e2e.torchtitan import published_rows
-
-    return [({"reshard": "default", "ac": "selective", "micro_batch": row.local_batch}, row.tps_per_gpu,
-             f"{row.name}: {row.technique}")
-            for row in published_rows(root) if row.technique == "FSDP" and row.gpus == 8]
+@dataclass(frozen=True)
+class PublishedRun:
+    """One published measurement as a configuration of a search config (space values plus any fixed values it
+    changes, such as the sequence length), or the reason it is not one."""
+    label: str
+    tps_per_gpu: float
+    config: dict | None
+    why_not: str | None = None
 
 
-#: config name -> published (configuration, tokens/s per GPU, label) rows under the shared data root
+def torchtitan_published(root: Path, gpus: int = 8) -> list[PublishedRun]:
+    """Every row of torchtitan's Llama 3.1 benchmark file (``llama3_h100_202412_torchtitan.md``) as a configuration
+    of conf/search/llama_fsdp2.yaml, or why it is not one. Read from each table's caption and row: model (8B), GPU
+    count (``gpus``), local batch, sequence length (the row's, else torchtitan's default 8192), activation
+    checkpointing (selective = the "op" policy, full), torch.compile and Float8 (in the caption or the row's
+    techniques); torchtitan's resharding (every block but the last) and no gradient accumulation (micro-batch =
+    local batch). Rows with context, tensor or pipeline parallelism are not expressible: the example is 1D FSDP2."""
+    from emulate.e2e.torchtitan import BENCHMARK, SEQ, number, parse_tables
+
+    path = root / BENCHMARK
+    if not path.is_file():
+        return []
+    runs = []
+    for table, (caption, rows) in parse_tables(path.read_text()).items():
+        for row in rows:
+            if not re.fullmatch(r"[\d,.]+", row.get("TPS/GPU", "")):
+                continue   # a later table without a caption (the versions) runs on under the last one
+            what = row.get("Techniques") or row.get("Parallelism") or row.get("Schedule") or ""
+            label = f"Table {table}: {what}"
+            text = f"{caption} {what}"
+            tps = number(row["TPS/GPU"])
+            model = re.search(r"Llama 3\.1 (\d+B)", caption)
+            count = re.search(r"(\d+) GPUs", caption)
+            batch = re.search(r"Local batch size (\d+)", caption)
+            ac = re.search(r"(Selective|Full) activation checkpointing", caption)
+            cp = re.search(r"CP (\d+)", what)
+            why = ("not the 8B model" if not model or model[1] != "8B" else
+                   f"{count[1] if count else '?'} GPUs, not {gpus}" if not count or int(count[1]) != gpus else
+                   f"context parallel {cp[1]}" if cp and int(cp[1]) > 1 else
+                   "tensor or pipeline parallel" if re.search(r"\b(TP|PP)\b|\dD parallelism", text) else
+                   "no local batch or checkpointing stated" if not batch or not ac else None)
+            if why is not None:
+                runs.append(PublishedRun(label, tps, None, why))
+                continue
+            local = int(batch[1])
+            seq = int(number(row["Sequence Length"])) if row.get("Sequence Length") else SEQ
+            runs.append(PublishedRun(label, tps, {
+                "reshard": "default", "ac": ac[1].lower(), "micro_batch": local, "compile": "torch.compile" in text,
+                "float8": "Float8" in text, "batch": local, "seq": seq}))
+    return runs
+
+
+#: config name -> published runs under the shared data root
 PUBLISHED = {"llama_fsdp2": torchtitan_published}
 
 
-def rank_agreement(outcome, published: list[tuple[dict, float, str]], gpus: int) -> tuple[list[dict], float | None]:
-    """Each published configuration's predicted tokens/s per GPU (None where the search found it infeasible) and
-    the Spearman rank correlation over those both have (None below three)."""
+def rank_agreement(search, published: list[PublishedRun], gpus: int) -> tuple[list[dict], float | None]:
+    """Each expressible published run's predicted tokens/s per GPU, through the search's own evaluator (its cache:
+    what the grid already ran costs nothing; None where infeasible), and the Spearman rank correlation of predicted
+    against published over the runs that have both (None below three)."""
     import pandas as pd
 
-    predicted = {json.dumps(t.config, sort_keys=True): t for t in outcome.distinct()}
+    from concurrent.futures import ThreadPoolExecutor
+
+    expressible = [run for run in published if run.config is not None]
+    with ThreadPoolExecutor(max(1, search.jobs)) as pool:   # each trial a subprocess: --jobs of them at once
+        trials = list(pool.map(search.evaluate, [run.config for run in expressible]))
     pairs = []
-    for config, tps, label in published:
-        trial = predicted.get(json.dumps(config, sort_keys=True))
-        mine = trial.tokens_per_s / gpus if trial is not None and trial.feasible and trial.tokens_per_s else None
-        pairs.append({"label": label, "config": config, "published": tps, "predicted": mine})
+    for run, trial in zip(expressible, trials):
+        mine = trial.tokens_per_s / gpus if trial.feasible and trial.tokens_per_s else None
+        pairs.append({"label": run.label, "config": run.config, "published": run.tps_per_gpu, "predicted": mine,
+                      "status": trial.status if not trial.feasible else None})
     both = [p for p in pairs if p["predicted"] is not None]
     if len(both) < 3:
         return pairs, None
@@ -87,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--cache-dir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    parser.add_argument("--published-only", action="store_true",
+                        help="only predict the config's published runs and their rank correlation (no grid)")
     args = parser.parse_args(argv)
 
     from rich.console import Console
@@ -120,6 +174,13 @@ def main(argv: list[str] | None = None) -> int:
         return Search(cfg, target, cache, jobs=args.jobs, progress=progress).run(
             sampler=sampler, seed=seed, max_evaluations=max_evaluations)
 
+    if args.published_only:
+        if cfg.name not in PUBLISHED:
+            print(f"stepcast: --published-only: no published runs for {cfg.name} (known: {', '.join(PUBLISHED)})",
+                  file=sys.stderr)
+            return 2
+        print_published(Search(cfg, target, cache, jobs=args.jobs, progress=progress), cfg, console)
+        return 0
     console.print(f"grid over {Search(cfg, target, cache).space.size()} configurations of {cfg.name} on "
                   f"{cfg.gpus}x {spec.id}")
     grid = run("grid", 0, None)
@@ -151,22 +212,38 @@ def main(argv: list[str] | None = None) -> int:
                       f"{statistics.median(r['evaluations'] for r in mine):.0f} evaluations "
                       f"({statistics.median(r['evaluations'] for r in mine) / grid.evaluations:.0%} of the grid's)")
     if cfg.name in PUBLISHED:
-        from emulate.search.space import format_config
-        from profiling.paths import shared_data_root
-
-        pairs, rho = rank_agreement(grid, PUBLISHED[cfg.name](shared_data_root()), cfg.gpus)
-        for p in pairs:
-            mine = "infeasible or not emulated" if p["predicted"] is None else f"{p['predicted']:,.0f}"
-            console.print(f"published {p['label']} ({format_config(p['config'])}): {p['published']:,.0f} tokens/s "
-                          f"per GPU; predicted {mine}")
-        console.print(f"rank correlation (Spearman) of predicted vs published tokens/s: "
-                      + (f"{rho:.3f} over {len(pairs)} configurations" if rho is not None else
-                         f"undefined: the published tables hold {len(pairs)} configuration(s) of this space"))
+        print_published(Search(cfg, target, cache, jobs=args.jobs, progress=progress), cfg, console)
     if args.json:
         from profiling.atomic import write_json_atomic
 
         write_json_atomic(args.json, rows)
     return 0
+
+
+def print_published(search, cfg, console) -> float | None:
+    """Each published run beside its prediction (or why the space cannot express it) and the rank correlation."""
+    from emulate.search.space import format_config
+    from profiling.paths import shared_data_root
+
+    published = PUBLISHED[cfg.name](shared_data_root(), cfg.gpus)
+    if not published:
+        console.print(f"no published runs of {cfg.name} under {shared_data_root()} (STEPCAST_SHARED_DATA)")
+        return None
+    for run in published:
+        if run.config is None:
+            console.print(f"published {run.label}: {run.tps_per_gpu:,.0f} tokens/s per GPU; not expressible here "
+                          f"({run.why_not})")
+    pairs, rho = rank_agreement(search, published, cfg.gpus)
+    for p in pairs:
+        mine = f"{p['status']}" if p["predicted"] is None else f"{p['predicted']:,.0f}"
+        console.print(f"published {p['label']} ({format_config(p['config'])}): {p['published']:,.0f} tokens/s "
+                      f"per GPU; predicted {mine}")
+    feasible = sum(p["predicted"] is not None for p in pairs)
+    console.print("rank correlation (Spearman) of predicted vs published tokens/s: "
+                  + (f"{rho:.3f} over {feasible} configurations" if rho is not None else
+                     f"undefined: {feasible} of the {len(pairs)} expressible published configurations predicted "
+                     "(three needed)"))
+    return rho
 
 
 def row(sampler: str, seed: str, outcome, optimum: float) -> dict:

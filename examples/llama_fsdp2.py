@@ -15,7 +15,11 @@ The FSDP2 settings a configuration search varies (conf/search/llama_fsdp2.yaml) 
 once), ``always`` every block, ``never`` none (no second all-gather, more memory); ``--ac`` ``selective`` (the "op"
 policy), ``full`` (every block recomputed in backward) or ``none``; ``--micro-batch`` sequences per forward/backward,
 the local batch (``--batch``) accumulated over batch / micro-batch of them, each reducing its gradients (as
-torchtitan's gradient accumulation does).
+torchtitan's gradient accumulation does); ``--compile`` compiles each block with ``torch.compile(fullgraph=True)``
+after checkpointing and before sharding (torchtitan's ``--training.compile``); ``--float8`` converts every Linear
+but the output projection to torchao's Float8Linear with dynamic tensorwise scaling (torchtitan's
+``--model.converters=float8`` with its default settings: bf16 all-gathers; needs ``pip install torchao``). The
+published torchtitan rows these flags express: ``python -m emulate.search_benchmark --config llama_fsdp2``.
 """
 from __future__ import annotations
 
@@ -149,6 +153,16 @@ class FullCheckpoint(nn.Module):
         return checkpoint(self.block, *args, use_reentrant=False, preserve_rng_state=False)
 
 
+def convert_to_float8(model: nn.Module) -> None:
+    """torchtitan's float8 converter: torchao's Float8Linear (dynamic tensorwise scaling) for every Linear but the
+    output projection, converted on the meta device before checkpointing, compiling and sharding."""
+    try:
+        from torchao.float8 import convert_to_float8_training
+    except ImportError:
+        sys.exit("llama_fsdp2: --float8 needs torchao (pip install torchao)")
+    convert_to_float8_training(model, module_filter_fn=lambda module, fqn: fqn != "output")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--preset", choices=sorted(PRESETS), help="a named model size (overrides the size flags)")
@@ -158,18 +172,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--kv-heads", type=int, default=2)
     p.add_argument("--ffn", type=int, default=1024)
     p.add_argument("--vocab", type=int, default=1024)
-    p.add_argument("--seq", type=int, default=128)
+    p.add_argument("--seq", type=int, default=None, help="sequence length (default 128, the preset's with --preset)")
     p.add_argument("--batch", type=int, default=None, help="local batch (sequences per rank and step; default 2)")
     p.add_argument("--micro-batch", type=int, default=None, help="sequences per forward/backward (default: batch)")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--ac", choices=("selective", "full", "none"), default="selective", help="activation checkpointing")
     p.add_argument("--reshard-after-forward", choices=("default", "always", "never"), default="default")
+    p.add_argument("--compile", action="store_true", help="torch.compile each block (torchtitan's --training.compile)")
+    p.add_argument("--float8", action="store_true",
+                   help="Float8 linear layers, tensorwise scaling (torchtitan's float8 converter; needs torchao)")
     args = p.parse_args(argv)
-    batch = args.batch
+    batch, seq = args.batch, args.seq  # an explicit --batch or --seq wins over the preset's
     if args.preset:
         for key, value in PRESETS[args.preset].items():
             setattr(args, key, value)
     args.batch = batch or args.batch or 2
+    args.seq = seq or args.seq or 128
     args.micro_batch = args.micro_batch or args.batch
     if args.batch % args.micro_batch:
         sys.exit(f"llama_fsdp2: --batch {args.batch} is not a multiple of --micro-batch {args.micro_batch}")
@@ -184,9 +202,13 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(0)
     with torch.device("meta"):
         model = Llama(args.layers, args.dim, args.heads, args.kv_heads, args.ffn, args.vocab, args.seq)
+    if args.float8:
+        convert_to_float8(model)
     wrap = {"selective": SelectiveCheckpoint, "full": FullCheckpoint, "none": None}[args.ac]
     if wrap is not None:
         model.layers = nn.ModuleList(wrap(block) for block in model.layers)
+    if args.compile:
+        model.layers = nn.ModuleList(torch.compile(block, fullgraph=True) for block in model.layers)
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     last = len(model.layers) - 1
     for i, block in enumerate(model.layers):

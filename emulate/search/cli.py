@@ -97,9 +97,12 @@ def run_command(ns: argparse.Namespace) -> int:
     search = Search(cfg, target, cache, jobs=ns.jobs, timeout_s=ns.trial_timeout, progress=print_progress)
     try:
         if ns.ray_address:
-            from emulate.search.ray_adapter import run_on_ray
+            from emulate.search.ray_adapter import RayUnavailable, run_on_ray
 
-            outcome = run_on_ray(search, ns.ray_address)
+            try:
+                outcome = run_on_ray(search, ns.ray_address)
+            except RayUnavailable as exc:
+                return fail(str(exc))
         else:
             outcome = search.run()
     except (TrialInterrupted, KeyboardInterrupt):

@@ -1,12 +1,22 @@
 """The search on a Ray cluster (``--ray-address``): Ray Tune schedules the trials, the same Optuna sampler proposes.
 
 A Ray Tune Searcher (:func:`make_searcher`) asks the sampler the config names (Optuna's CMA-ES or random, or the
-grid) over the same choice indices as the local loop; each Tune trial evaluates one configuration on whichever worker Ray picks, through
-:meth:`emulate.search.samplers.Search.evaluate` (cache, cheap checks, emulation), and reports its cost. Workers
-must see the repository at the same path and the trial cache folder (a shared filesystem), which is how repeats
-and resumed searches cost nothing there either. On Ray the budget is in proposals (``search.max_trials``, or
-``search.max_evaluations`` when set); the grid proposes each configuration once. Ray is an optional extra
-(``pip install 'stepcast[ray]'``).
+grid) over the same choice indices as the local loop; each Tune trial evaluates one configuration on whichever
+worker Ray picks, through :meth:`emulate.search.samplers.Search.evaluate` (cache, cheap checks, emulation), and
+reports its cost; each finished trial prints the local loop's progress line. ``--jobs`` trials run at once.
+
+Workers run this checkout (its path is put first on their ``PYTHONPATH``, and the driver's ``STEPCAST_*``
+variables are passed on, so a worker computes the same cache keys and emulates with the same settings); on several
+machines they must see the repository at the same path and the trial cache folder (a shared filesystem), which is
+how repeats and resumed searches cost nothing there either. On Ray the budget is in proposals
+(``search.max_trials``, or ``search.max_evaluations`` when set); the grid proposes each configuration once. Ray is
+an optional extra (``pip install 'stepcast[ray]'``).
+
+Connecting: ``--ray-address auto`` finds the cluster ``ray start --head`` started on this machine (or the one
+``RAY_ADDRESS`` names); Ray 2.5x clusters use token authentication by default, which Ray sends on its own only
+to a cluster it found itself: with an explicit address, set ``RAY_AUTH_MODE=token`` (the token is read from
+``~/.ray/auth_token`` or ``RAY_AUTH_TOKEN``). A cluster that cannot be reached is one line
+(:class:`RayUnavailable`).
 """
 from __future__ import annotations
 
@@ -80,9 +90,78 @@ def make_searcher(cfg: SearchConfig):
     return SamplerSearcher()
 
 
+class RayUnavailable(RuntimeError):
+    """The Ray cluster at the given address could not be reached: one line saying why and what to check."""
+
+
+def connect(address: str) -> None:
+    """Connect this process to the cluster at ``address``; workers get this checkout and the STEPCAST_ settings."""
+    import os
+
+    import ray
+
+    from profiling.paths import REPO_ROOT
+
+    reachable(address)
+    env_vars = {k: v for k, v in os.environ.items() if k.startswith("STEPCAST_")}
+    env_vars["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
+    try:
+        ray.init(address=address, ignore_reinit_error=True, log_to_driver=False,
+                 runtime_env={"env_vars": env_vars})
+    except (ConnectionError, RuntimeError, ray.exceptions.RayError) as exc:
+        cause = exc.__cause__ or exc
+        first = next((line for line in str(cause).splitlines() if line.strip()), type(cause).__name__)
+        hint = ("; a cluster with token authentication needs RAY_AUTH_MODE=token here when the address is given "
+                "explicitly" if "auth" in str(cause).lower() and os.environ.get("RAY_AUTH_MODE") != "token" else "")
+        raise RayUnavailable(f"--ray-address {address}: cannot connect to the Ray cluster ({first[:200]}){hint}"
+                             ) from None
+
+
+def reachable(address: str, timeout_s: float = 10.0) -> None:
+    """Fail in seconds, not after Ray's own connection retries (minutes), when the cluster's ``host:port`` (the
+    address, or ``RAY_ADDRESS`` for ``auto``) accepts no connection; ``auto`` without RAY_ADDRESS is Ray's to find."""
+    import os
+    import socket
+
+    if address == "auto":
+        address = os.environ.get("RAY_ADDRESS") or "auto"
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if address == "auto" or not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise RayUnavailable(f"--ray-address {address}: cannot connect to the Ray cluster ({exc.strerror or exc}); "
+                             "is it started (ray start --head)?") from None
+
+
+def progress_callback(search: Search):
+    """A Tune callback printing each finished trial as the local loop does (``search.progress``; the search itself,
+    which holds locks, stays out of it: Tune pickles its callbacks)."""
+    from ray.tune import Callback
+
+    class Progress(Callback):
+        def __init__(self, show) -> None:
+            self.show = show
+
+        def __getstate__(self) -> dict[str, Any]:   # Tune pickles its callbacks with the experiment's state
+            return {"show": None}
+
+        def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
+            if self.show and "result" in result:
+                self.show(result_of(result["result"]))
+
+    return Progress(search.progress)
+
+
+def result_of(doc: dict[str, Any]) -> TrialResult:
+    doc = dict(doc)
+    cached = doc.pop("cached", False)
+    return TrialResult(**doc, cached=cached)
+
+
 def run_on_ray(search: Search, address: str) -> SearchOutcome:
     """Run ``search`` through Ray Tune on the cluster at ``address``; the outcome as the local loop gives it."""
-    import ray
     from ray import tune
 
     cfg = search.cfg
@@ -98,16 +177,19 @@ def run_on_ray(search: Search, address: str) -> SearchOutcome:
         return evaluate_remote(cfg_doc, target, cache_dir, timeout_s, config)
 
     started = time.perf_counter()
-    ray.init(address=address, ignore_reinit_error=True)
+    connect(address)
     tuner = tune.Tuner(trainable, tune_config=tune.TuneConfig(search_alg=make_searcher(cfg), num_samples=n,
-                                                              max_concurrent_trials=search.jobs))
+                                                              max_concurrent_trials=search.jobs),
+                       run_config=tune.RunConfig(name=f"stepcast-search-{cfg.name}-{budget.sampler}", verbose=0,
+                                                 callbacks=[progress_callback(search)]))
     grid = tuner.fit()
     outcome = SearchOutcome(sampler=budget.sampler)
     seen: set[str] = set()
     for i in range(len(grid)):
-        doc = dict(grid[i].metrics["result"])
-        cached = doc.pop("cached", False)
-        result = TrialResult(**doc, cached=cached)
+        if grid[i].error is not None or "result" not in grid[i].metrics:
+            raise RayUnavailable(f"--ray-address {address}: a trial failed on the cluster: "
+                                 f"{str(grid[i].error).strip().splitlines()[-1][:300]}")
+        result = result_of(grid[i].metrics["result"])
         outcome.trials.append(result)
         ident = repr(sorted(result.config.items()))
         if ident in seen:
@@ -117,8 +199,8 @@ def run_on_ray(search: Search, address: str) -> SearchOutcome:
             outcome.pruned += 1
             continue
         outcome.evaluations += 1
-        outcome.cache_hits += cached
-        outcome.emulated += not cached
+        outcome.cache_hits += result.cached
+        outcome.emulated += not result.cached
         outcome.infeasible += result.status == "oom"
         outcome.errors += result.status == "error"
     outcome.wall_s = time.perf_counter() - started

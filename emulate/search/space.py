@@ -4,7 +4,8 @@ A config names the script and the fixed facts (target GPU, GPU count, nodes, and
 every trial, e.g. the global batch), the space (parameter -> ordered list of choices), derived values and
 constraints written as arithmetic expressions over those names (``dp: gpus // (tp * pp)``,
 ``global_batch % (micro_batch * dp) == 0``), and how a configuration becomes the script's arguments and
-environment (``args``/``env`` templates in :meth:`str.format` syntax: ``"--tp={tp}"``).
+environment (``args``/``env`` templates in :meth:`str.format` syntax: ``"--tp={tp}"``; ``flags`` maps a yes/no
+parameter to the switch the script takes when it is true: ``compile: --compile``).
 
 Cheap checks before any emulation (:meth:`Space.rule_out`): constraints; a memory lower bound expression in GiB
 against the target's memory; and dominance by a configuration that already ran out of memory: ``memory.monotone``
@@ -62,6 +63,7 @@ class SearchConfig(BaseModel):
     constraints: list[str] = Field(default_factory=list)
     memory: MemoryChecks = Field(default_factory=MemoryChecks)
     args: list[str] = Field(default_factory=list)
+    flags: dict[str, str] = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)
     tokens_per_step: str | None = None
     baseline: dict[str, Any] | None = None
@@ -86,6 +88,11 @@ class SearchConfig(BaseModel):
         for name in self.memory.monotone:
             if name not in self.space:
                 raise ValueError(f"memory.monotone.{name}: not a parameter of the space")
+        for name in self.flags:
+            if name not in self.space and name not in self.fixed:
+                raise ValueError(f"flags.{name}: not a parameter of the space or a fixed value")
+            if any(not isinstance(v, bool) for v in self.space.get(name, [self.fixed.get(name)])):
+                raise ValueError(f"flags.{name}: expected true/false choices")
         if self.baseline is not None:
             for name, value in self.baseline.items():
                 if name not in self.space:
@@ -247,9 +254,13 @@ class Space:
 
     def dominates_oom(self, config: Config, oom: Config) -> bool:
         """True when ``config`` needs at least the memory of ``oom`` (a configuration that ran out of memory):
-        equal in every parameter not declared monotone, at or beyond it in each monotone one."""
+        equal in every parameter not declared monotone (and in any fixed value either changes), at or beyond it in
+        each monotone one."""
         monotone = self.cfg.memory.monotone
         if not monotone:
+            return False
+        extra = (set(config) | set(oom)) - set(self.names)   # fixed values a configuration changes (a longer seq)
+        if any(config.get(name) != oom.get(name) for name in extra):
             return False
         for name in self.names:
             choices = self.cfg.space[name]
@@ -275,10 +286,12 @@ class Space:
         return None
 
     def script_command(self, config: Config) -> tuple[list[str], dict[str, str]]:
-        """The script's arguments and environment for ``config`` (the templates filled in)."""
+        """The script's arguments and environment for ``config`` (the templates filled in, then the switches of the
+        flags that are true)."""
         names = self.namespace(config)
         try:
             args = [template.format(**names) for template in self.cfg.args]
+            args += [flag for name, flag in self.cfg.flags.items() if names[name]]
             env = {key: template.format(**names) for key, template in self.cfg.env.items()}
         except KeyError as exc:
             raise KeyError(f"args/env: unknown name {exc.args[0]!r} in a template") from None

@@ -97,6 +97,31 @@ def test_configuration_needing_more_memory_than_an_oom_one_is_pruned(script, tmp
     assert len(runner.calls) == 3
 
 
+def test_a_configuration_changing_a_fixed_value_is_not_pruned_by_an_oom_one_without_the_change(script, tmp_path):
+    """A published run evaluated beside the space (a longer sequence, a smaller batch) is its own workload: an
+    out-of-memory configuration at the fixed values says nothing about it."""
+    doc = config_doc(script, memory={"monotone": {"micro_batch": "increasing"}},
+                     space={"tp": [1], "pp": [1], "micro_batch": [1, 2, 4, 8]}, constraints=[], derived={"dp": "8"})
+    space = Space(parse_config(doc, "toy.yaml"))
+    oom = {"tp": 1, "pp": 1, "micro_batch": 2}
+    assert space.dominates_oom({"tp": 1, "pp": 1, "micro_batch": 4}, oom)
+    assert not space.dominates_oom({"tp": 1, "pp": 1, "micro_batch": 4, "global_batch": 8}, oom)
+    assert space.rule_out({"tp": 1, "pp": 1, "micro_batch": 4, "global_batch": 8}, 80.0, [oom]) is None
+
+
+def test_flags_pass_their_switch_only_when_true(script):
+    doc = config_doc(script, space={"tp": [1, 2], "pp": [1], "micro_batch": [1], "compile": [False, True]},
+                     fixed={"global_batch": 16, "float8": True}, flags={"compile": "--compile", "float8": "--float8"})
+    space = Space(parse_config(doc, "toy.yaml"))
+    on, _ = space.script_command({"tp": 1, "pp": 1, "micro_batch": 1, "compile": True})
+    off, _ = space.script_command({"tp": 1, "pp": 1, "micro_batch": 1, "compile": False})
+    assert on == ["--tp=1", "--pp=1", "--mb=1", "--compile", "--float8"] and off == on[:3] + ["--float8"]
+    with pytest.raises(SearchConfigError, match=r"toy.yaml: config: flags.tp: expected true/false choices"):
+        parse_config(config_doc(script, flags={"tp": "--tp"}), "toy.yaml")
+    with pytest.raises(SearchConfigError, match=r"flags.fp8: not a parameter of the space or a fixed value"):
+        parse_config(config_doc(script, flags={"fp8": "--fp8"}), "toy.yaml")
+
+
 def test_out_of_memory_trials_are_infeasible_and_never_best(script, tmp_path):
     outcome = search(config_doc(script), tmp_path, FakeRunner()).run(sampler="grid")
     assert outcome.infeasible > 0
@@ -252,14 +277,17 @@ class FakeRay:
         search.Searcher = Searcher
         ray.init = lambda address=None, **kw: setattr(self, "address", address)
         ray.tune = tune
-        tune.TuneConfig = lambda **kw: kw
+        ray.exceptions = types.SimpleNamespace(RayError=type("RayError", (Exception,), {}))
+        tune.TuneConfig = tune.RunConfig = lambda **kw: kw
+        tune.Callback = object
         tune.Tuner = self.tuner
         self.modules = {"ray": ray, "ray.tune": tune, "ray.tune.search": search}
+        self.progress: list[dict] = []
 
-    def tuner(self, trainable, tune_config):
+    def tuner(self, trainable, tune_config, run_config):
         class Result:
             def __init__(self, metrics):
-                self.metrics = metrics
+                self.metrics, self.error = metrics, None
 
         class Tuner:
             def fit(_):
@@ -269,6 +297,8 @@ class FakeRay:
                     if config == "FINISHED":
                         break
                     metrics = trainable(config)
+                    for callback in run_config["callbacks"]:
+                        callback.on_trial_result(i, [], None, metrics)
                     alg.on_trial_complete(str(i), metrics)
                     results.append(Result(metrics))
                 return results
@@ -280,17 +310,22 @@ def test_ray_adapter_runs_the_sampler_through_tune_with_the_cache(script, tmp_pa
     """With a fake Ray (the adapter's wiring: proposals -> remote evaluation -> outcome), not a real cluster."""
     import sys
 
-    from emulate.search import samplers
+    from emulate.search import ray_adapter, samplers
     from emulate.search.ray_adapter import run_on_ray
 
+    monkeypatch.setattr(ray_adapter, "reachable", lambda address: None)   # no head at ray://head:10001
     fake = FakeRay()
     for name, module in fake.modules.items():
         monkeypatch.setitem(sys.modules, name, module)
     runner = FakeRunner()
     monkeypatch.setattr(samplers, "run_trial", runner)
     doc = config_doc(script, search={"sampler": "random", "max_trials": 25, "seed": 3})
-    outcome = run_on_ray(search(doc, tmp_path, None), "ray://head:10001")
+    printed = []
+    first = search(doc, tmp_path, None)
+    first.progress = printed.append
+    outcome = run_on_ray(first, "ray://head:10001")
     assert fake.address == "ray://head:10001" and len(outcome.trials) == 25
+    assert len(printed) == 25   # a progress line per trial
     assert outcome.emulated == len(runner.calls) == len({tuple(c) for c in runner.calls})
     assert outcome.best() is not None and outcome.best().feasible
     again = run_on_ray(search(doc, tmp_path, None), "ray://head:10001")

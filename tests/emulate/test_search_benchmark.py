@@ -7,10 +7,9 @@ from collections import Counter
 import pytest
 
 from emulate.search.cli import load_config
-from emulate.search.samplers import SearchOutcome
 from emulate.search.space import Space
 from emulate.search.trials import TrialResult
-from emulate.search_benchmark import BENCHMARK_OVERRIDES, rank_agreement, torchtitan_published
+from emulate.search_benchmark import BENCHMARK_OVERRIDES, PublishedRun, rank_agreement, torchtitan_published
 from profiling.paths import REPO_ROOT, shared_data_root
 
 
@@ -26,25 +25,56 @@ def result(config: dict, tokens_per_s: float | None) -> TrialResult:
     return TrialResult(config=config, status="ok", iteration_time_ms=1.0, tokens_per_s=tokens_per_s)
 
 
-def test_rank_agreement_is_spearman_over_published_configurations_the_search_found_feasible():
-    outcome = SearchOutcome(sampler="grid", trials=[result({"x": 1}, 800.0), result({"x": 2}, 1600.0),
-                                                    result({"x": 3}, 2400.0), result({"x": 4}, None)])
-    published = [({"x": 1}, 30.0, "a"), ({"x": 2}, 10.0, "b"), ({"x": 3}, 20.0, "c"), ({"x": 4}, 5.0, "d")]
-    pairs, rho = rank_agreement(outcome, published, gpus=8)
+class Answers:
+    """Stands in for the search's evaluator: a fixed result per configuration, and what it was asked."""
+
+    jobs = 2
+
+    def __init__(self, answers: dict[int, float | None]) -> None:
+        self.answers, self.asked = answers, []
+
+    def evaluate(self, config: dict) -> TrialResult:
+        self.asked.append(config)
+        return result(config, self.answers[config["x"]])
+
+
+def test_rank_agreement_is_spearman_over_published_runs_the_evaluator_found_feasible():
+    evaluator = Answers({1: 800.0, 2: 1600.0, 3: 2400.0, 4: None})
+    published = [PublishedRun("a", 30.0, {"x": 1}), PublishedRun("b", 10.0, {"x": 2}),
+                 PublishedRun("c", 20.0, {"x": 3}), PublishedRun("d", 5.0, {"x": 4}),
+                 PublishedRun("e", 50.0, None, "context parallel 2")]
+    pairs, rho = rank_agreement(evaluator, published, gpus=8)
     assert [p["predicted"] for p in pairs] == [100.0, 200.0, 300.0, None]   # tokens/s per GPU
+    assert pairs[-1]["status"] == "oom" and len(evaluator.asked) == 4   # the inexpressible run is not evaluated
     assert rho == pytest.approx(-0.5)   # ranks (1, 2, 3) against (3, 1, 2)
-    _, too_few = rank_agreement(outcome, published[:2], gpus=8)
+    _, too_few = rank_agreement(Answers({1: 800.0, 2: 1600.0}), published[:2], gpus=8)
     assert too_few is None
 
 
-def test_the_published_torchtitan_run_is_a_configuration_of_the_fsdp2_search_space():
-    published = torchtitan_published(shared_data_root())
-    if not published:
+@pytest.fixture
+def published() -> list[PublishedRun]:
+    runs = torchtitan_published(shared_data_root())
+    if not runs:
         pytest.skip("torchtitan's published benchmarks are not under the shared data root (STEPCAST_SHARED_DATA)")
-    space = Space(load_config("llama_fsdp2", []))
-    for config, tps, _ in published:
-        assert config in space.all_configs() and space.broken_constraint(config) is None
-        assert tps > 0
+    return runs
+
+
+def test_every_published_8_gpu_8b_run_without_context_parallelism_is_a_configuration_of_the_fsdp2_space(published):
+    cfg = load_config("llama_fsdp2", [])
+    space = Space(cfg)
+    expressible = {run.label: run for run in published if run.config is not None}
+    assert set(expressible) == {"Table 1: FSDP", "Table 1: FSDP + torch.compile",
+                                "Table 1: FSDP + torch.compile + Float8", "Table 2: FSDP 8, CP 1"}
+    for run in expressible.values():
+        assert all(run.config[name] in choices for name, choices in cfg.space.items())
+        assert space.broken_constraint(run.config) is None and run.tps_per_gpu > 0
+    args, _ = space.script_command(expressible["Table 2: FSDP 8, CP 1"].config)
+    assert {"--batch=1", "--seq=32768", "--micro-batch=1", "--ac=full", "--compile", "--float8"} <= set(args)
+    args, _ = space.script_command(expressible["Table 1: FSDP"].config)
+    assert {"--batch=2", "--seq=8192", "--ac=selective"} <= set(args) and not {"--compile", "--float8"} & set(args)
+    reasons = {run.why_not for run in published if run.config is None}
+    assert reasons == {"context parallel 2", "context parallel 4", "context parallel 8", "128 GPUs, not 8",
+                       "not the 8B model"}
 
 
 TINY = ["--layers=2", "--dim=64", "--heads=4", "--kv-heads=2", "--ffn=128", "--vocab=256", "--seq=32", "--steps=2"]
