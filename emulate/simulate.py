@@ -20,7 +20,7 @@ from emulate import config
 from emulate.sim import host as host_model
 from emulate.sim.collate import CollectiveGroup, collate
 from emulate.sim.engine import RankTimeline, SimulationDeadlock, run
-from emulate.sim.copies import with_copies
+from emulate.sim.copies import run_shared, with_copies
 from emulate.sim.program import RankProgram, build_program
 from emulate.trace import TraceFormatError, read_trace
 from estimator.base import KernelEstimator
@@ -83,7 +83,9 @@ def simulate(traces: list[dict[str, Any]], hardware: str | None, nodes: int = 1,
     latency = [float(p.meta.get("launch_latency_us", DEFAULT_LAUNCH_LATENCY_US)) for p in programs]
     costs = host_model.default_costs() if call_costs_us is None else call_costs_us
     plan = host_model.plan(programs, host_speed=host_speed, latency_us=latency, costs_us=costs, align=align_ranks)
-    timelines = run(programs, times, group_of, groups, plan.setups, queue_depth)
+    # a sparse run's copies share their twins' timelines where they mirror them exactly (emulate.sim.copies)
+    timelines = (run_shared(programs, times, group_of, groups, plan.setups, queue_depth) if copies else None) \
+        or run(programs, times, group_of, groups, plan.setups, queue_depth)
     return SimulationResult(programs, timelines, times, spec, durations, nodes, host_speed, groups,
                             queue_depth=queue_depth, aligned=plan.aligned, warnings=plan.warnings)
 

@@ -37,3 +37,68 @@ def comm_view(prog: RankProgram, ev: dict[str, Any]) -> tuple[Any, Any, Any]:
             if peer is not None and 0 <= int(peer) < len(numbers):
                 peer = numbers[int(peer)]
     return comm, comm_rank, peer
+
+
+def shared_groups(programs: list[RankProgram], group_of: list[list[int]], groups: list[Any],
+                  twin_index: list[int]) -> tuple[list[list[int]], list[tuple[list[tuple[int, int]], float]]] | None:
+    """The collectives as the twins alone see them: each member (copy, event) becomes (its twin, event), members
+    made twice count once, and groups that come out with the same members are one. None where that is not a
+    partition (an event of a twin would belong to two different groups, or merged groups differ in duration): the
+    copies are then not an exact mirror of their twins and every rank must be walked."""
+    twins = sorted(set(twin_index))
+    local = {k: j for j, k in enumerate(twins)}
+    out_of: list[list[int]] = [[-1] * programs[k].n_events for k in twins]
+    out: list[tuple[list[tuple[int, int]], float]] = []
+    by_members: dict[tuple[tuple[int, int], ...], int] = {}
+    for grp in groups:
+        members = tuple(sorted({(local[twin_index[r]], i) for r, i in grp.members}))
+        index = by_members.get(members)
+        if index is None:
+            index = by_members[members] = len(out)
+            out.append((list(members), grp.duration_ns))
+        elif out[index][1] != grp.duration_ns:
+            return None
+        for j, i in members:
+            if out_of[j][i] not in (-1, index):
+                return None
+            out_of[j][i] = index
+    for k, j in local.items():   # a collective the twin makes alone must not be one its copies make together
+        if any(g >= 0 and group_of[k][i] < 0 for i, g in enumerate(out_of[j])):
+            return None
+    return out_of, out
+
+
+def run_shared(programs: list[RankProgram], durations: Any, group_of: list[list[int]], groups: list[Any],
+               setups: list[Any], queue_depth: int) -> list[Any] | None:
+    """The engine's timelines of every rank, walking only the ranks that ran: a copy shares its twin's timeline
+    (the same object). Exact where the copies mirror their twins: same durations, same host setup, and
+    collectives that pair twins as the copies pair each other (:func:`shared_groups`); None where they do not
+    (the caller then walks every rank)."""
+    import numpy as np
+
+    from emulate.sim.collate import CollectiveGroup
+    from emulate.sim.engine import run
+
+    index_of = {p.rank: k for k, p in enumerate(programs)}
+    twin_index = [index_of[int(p.meta.get("copied_from", p.rank))] for p in programs]
+    if twin_index == list(range(len(programs))):
+        return None
+    for k, t in enumerate(twin_index):
+        a, b = setups[k], setups[t]
+        if k != t and (a.latency_us != b.latency_us or a.start_us != b.start_us or a.align_at != b.align_at
+                       or not np.array_equal(a.gap_ns, b.gap_ns)
+                       or not np.array_equal(durations.us[k], durations.us[t])):
+            return None
+    shared = shared_groups(programs, group_of, groups, twin_index)
+    if shared is None:
+        return None
+    twin_group_of, twin_groups = shared
+    twins = sorted(set(twin_index))
+    reduced = [CollectiveGroup(key=("shared", n), expected=len(members), members=members, duration_ns=duration)
+               for n, (members, duration) in enumerate(twin_groups)]
+    times = dataclasses.replace(durations, us=[durations.us[k] for k in twins],
+                                measured=[durations.measured[k] for k in twins])
+    timelines = run([programs[k] for k in twins], times, twin_group_of, reduced, [setups[k] for k in twins],
+                    queue_depth)
+    local = {k: j for j, k in enumerate(twins)}
+    return [timelines[local[t]] for t in twin_index]

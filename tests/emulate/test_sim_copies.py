@@ -2,10 +2,12 @@
 communicators give the report every rank's own trace gives."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from emulate.report import build_report
-from emulate.sim.copies import with_copies
+from emulate.sim.collate import collate
+from emulate.sim.copies import shared_groups, with_copies
 from emulate.sim.program import build_program
 from emulate.sim.synthetic import TraceBuilder
 from emulate.simulate import simulate
@@ -52,3 +54,24 @@ def test_a_copy_left_on_its_twins_communicator_is_refused():
     wrong = {a: {"twin": c["twin"], "comm_map": {"world": c["comm_map"]["world"]}} for a, c in COPIES.items()}
     with pytest.raises(ValueError, match="more members"):
         simulate([tp_dp_trace(r) for r in (0, 1)], None, durations="measured", copies=wrong)
+
+
+def test_copies_share_their_twins_timelines_and_the_result_is_the_full_simulations():
+    full = simulate([tp_dp_trace(r) for r in range(WORLD)], None, durations="measured")
+    sparse = simulate([tp_dp_trace(r) for r in (0, 1)], None, durations="measured", copies=COPIES)
+    assert sparse.timelines[2] is sparse.timelines[0] and sparse.timelines[3] is sparse.timelines[1]
+    for mine, theirs in zip(sparse.timelines, full.timelines):
+        assert mine.end_time == theirs.end_time
+        assert np.array_equal(mine.start, theirs.start) and np.array_equal(mine.end, theirs.end)
+        assert mine.arrival == theirs.arrival
+
+
+def test_copies_that_do_not_mirror_their_twins_are_walked_one_by_one():
+    """Both absent ranks copy rank 0 (the faster of the pair): their tensor-parallel collective pairs rank 0 with
+    itself while rank 0's pairs it with rank 1, so sharing would not be exact: every rank is simulated."""
+    lopsided = {2: {"twin": 0, "comm_map": {"tp0": ["tp1", 0, [0, 1]], "world": ["world", 2, [2, 3, 0, 1]]}},
+                3: {"twin": 0, "comm_map": {"tp0": ["tp1", 1, [1, 0]], "world": ["world", 3, [3, 2, 1, 0]]}}}
+    result = simulate([tp_dp_trace(r) for r in (0, 1)], None, durations="measured", copies=lopsided)
+    assert result.timelines[3] is not result.timelines[0]
+    group_of, groups = collate(result.programs, result.durations)
+    assert shared_groups(result.programs, group_of, groups, twin_index=[0, 1, 0, 0]) is None
