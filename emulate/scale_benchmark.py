@@ -11,8 +11,10 @@ once per process: an upper bound).
 
 ``--check-equal`` adds the check that a sparse run reports what the same job with every rank running reports
 (Megatron TP=2 x PP=2 x DP=2, 8 ranks, big enough per rank that the device, not the emulating host's noise, sets the
-iteration): iteration time within 1 % and the same peak memory on every rank. Sizes are the model's own
-(``MODEL_ARGS``), not tuned to a result."""
+iteration): iteration time within 1 % and the same peak memory on every rank. ``--check-learned`` runs a job with
+its ranks learned (``--run-ranks auto:2``: Megatron TP=2 x PP=2, a probe of 8 ranks, DP=2, for a job of 32, DP=8)
+and compares them with the declared ones (one per stage). Sizes are the model's own (``MODEL_ARGS``), not tuned to
+a result."""
 from __future__ import annotations
 
 import argparse
@@ -40,6 +42,8 @@ MODEL_ARGS = ["--tp", str(TP), "--pp", str(PP), "--layers", "8", "--hidden", "81
 EQUAL_ARGS = ["--tp", "2", "--pp", "2", "--layers", "2", "--hidden", "8192", "--heads", "64", "--seq", "4096",
               "--vocab", "32000", "--global-batch", "8"]
 EQUAL_NPROC, EQUAL_NODES, EQUAL_RUN = 4, 2, "0,1,4,5"   # ranks tp + 2 dp + 4 pp: replica 0 is 0, 1, 4, 5
+#: the learned-roles check: the equality check's model, a probe on 2 nodes (DP=2) for a job on 8 (DP=8)
+LEARN_PROBE_NODES, LEARN_NODES = 2, 8
 
 
 def stage_leaders(dp: int) -> list[int]:
@@ -121,6 +125,7 @@ def scale_row(dp: int, steps: int, timeout_s: float) -> dict[str, Any]:
     if out["ok"]:
         rep = out["report"]
         row.update(iteration_ms=rep["iteration_time_ms"], capture_s=rep.get("capture_seconds"),
+                   after_capture_s=round(out["wall_s"] - (rep.get("capture_seconds") or 0.0), 1),
                    peak_memory_gib=rep["peak_memory_bytes"] / 2**30, warnings=rep.get("sparse_warnings", []))
     else:
         row["error"] = out["error"]
@@ -142,13 +147,34 @@ def equality_row(timeout_s: float) -> dict[str, Any]:
             "sparse_wall_s": round(sparse["wall_s"], 1), "full_wall_s": round(full["wall_s"], 1)}
 
 
-def print_rows(rows: list[dict[str, Any]], equal: dict[str, Any] | None, console: Console) -> None:
+def learned_row(timeout_s: float) -> dict[str, Any]:
+    """A job whose ranks are learned from a probe (``--run-ranks auto:2``) against the declared ones: tensor-parallel
+    rank 0 of replica 0 in each stage (TP=2 x PP=2: stage s starts at rank s x 2 x DP)."""
+    from emulate.roles import ranges
+
+    world = EQUAL_NPROC * LEARN_NODES
+    dp = world // 4
+    declared = ranges([stage * 2 * dp for stage in range(2)])
+    out = emulate_sparse([*EQUAL_ARGS, "--steps", "3"], EQUAL_NPROC, LEARN_NODES, f"auto:{LEARN_PROBE_NODES}",
+                         timeout_s)
+    if not out["ok"]:
+        return {"ok": False, "error": out["error"], "declared": declared, "world": world}
+    rep = out["report"]
+    learned = rep["learned_roles"]["run_ranks"]
+    return {"ok": True, "world": world, "declared": declared, "learned": learned, "equal": learned == declared,
+            "probe_world": rep["learned_roles"]["probe_world"], "wall_s": round(out["wall_s"], 1),
+            "iteration_ms": rep["iteration_time_ms"], "peak_rss_gib": round(out["peak_rss_bytes"] / 2**30, 2)}
+
+
+def print_rows(rows: list[dict[str, Any]], equal: dict[str, Any] | None, console: Console,
+               learned: dict[str, Any] | None = None) -> None:
     table = Table(title=f"Megatron-core GPT TP={TP} x PP={PP} on virtual H100s (sparse: one rank per stage runs)")
-    for col in ("DP", "GPUs (W)", "ranks run", "wall s", "peak memory GiB", "predicted iteration ms", "note"):
+    for col in ("DP", "GPUs (W)", "ranks run", "wall s", "after capture s", "peak memory GiB",
+                "predicted iteration ms", "note"):
         table.add_column(col, justify="right" if col != "note" else "left")
     for r in rows:
         table.add_row(str(r["dp"]), str(r["world"]), str(r["ranks_run"]), f"{r['wall_s']:.1f}",
-                      f"{r['peak_rss_gib']:.2f}", f"{r['iteration_ms']:.3f}" if r["ok"] else "-",
+                      f"{r['after_capture_s']:.1f}" if r["ok"] else "-", f"{r['peak_rss_gib']:.2f}", f"{r['iteration_ms']:.3f}" if r["ok"] else "-",
                       "" if r["ok"] else r["error"][:60])
     console.print(table)
     if equal is not None:
@@ -159,13 +185,23 @@ def print_rows(rows: list[dict[str, Any]], equal: dict[str, Any] | None, console
                           f"; wall {equal['sparse_wall_s']} vs {equal['full_wall_s']} s")
         else:
             console.print(f"sparse vs full: failed: {equal['error']}")
+    if learned is not None:
+        if learned["ok"]:
+            console.print(f"learned vs declared roles (Megatron TP=2 x PP=2, {learned['world']} ranks, probe of "
+                          f"{learned['probe_world']}): ranks run {learned['learned']} vs {learned['declared']} "
+                          f"(equal: {learned['equal']}); {learned['iteration_ms']:.3f} ms, wall {learned['wall_s']} s "
+                          f"with the probe, {learned['peak_rss_gib']:.2f} GiB")
+        else:
+            console.print(f"learned roles: failed: {learned['error']}")
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m emulate.scale_benchmark", description=__doc__.splitlines()[0])
-    p.add_argument("--dp", type=int, nargs="+", default=list(DP_SIZES), help="data-parallel degrees (default 2 4 8 16)")
+    p.add_argument("--dp", type=int, nargs="*", default=list(DP_SIZES),
+                   help="data-parallel degrees (default 2 4 8 16; none: only the checks)")
     p.add_argument("--steps", type=int, default=3, help="training steps per emulation (default 3)")
     p.add_argument("--check-equal", action="store_true", help="also compare a sparse and a full 8-rank run")
+    p.add_argument("--check-learned", action="store_true", help="also learn a job's ranks from a probe")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per emulation (default 1800)")
     ns = p.parse_args(argv)
     console = Console(width=140)
@@ -174,8 +210,9 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(scale_row(dp, ns.steps, ns.timeout))
         console.print(f"dp {dp}: {rows[-1]}")
     equal = equality_row(ns.timeout) if ns.check_equal else None
-    print_rows(rows, equal, console)
-    return 0 if all(r["ok"] for r in rows) and (equal is None or equal["ok"]) else 1
+    learned = learned_row(ns.timeout) if ns.check_learned else None
+    print_rows(rows, equal, console, learned)
+    return 0 if all(r["ok"] for r in rows) and all(x is None or x["ok"] for x in (equal, learned)) else 1
 
 
 if __name__ == "__main__":
