@@ -171,6 +171,7 @@ class OpRecorder(TorchDispatchMode):
                 op_id = self._ids.setdefault(key, len(self.table))
                 if op_id == len(self.table):
                     self.table.append(key)
+        shim.stepcast_host_work(0)  # one dispatched op (autograd nodes are not seen here: the native hook counts them)
         shim.stepcast_op_enter(op_id)
         try:
             out = func(*args, **kwargs)
@@ -207,11 +208,20 @@ def _install_iteration_marks(shim: ctypes.CDLL, on_duplicate: Callable[[int, int
             if 0 <= rep != int(os.environ.get("RANK", "0")):
                 on_duplicate(rep, source, counts[source])
 
-    from torch.optim.optimizer import register_optimizer_step_post_hook
-
-    register_optimizer_step_post_hook(lambda *_: mark(SOURCE_OPTIMIZER))
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
     depth = threading.local()
+    # an optimizer whose step runs other optimizers' steps (torchtitan's OptimizersContainer, a wrapper) ends one
+    # iteration: only the outermost step marks
+    register_optimizer_step_pre_hook(lambda *_: setattr(depth, "optimizer", getattr(depth, "optimizer", 0) + 1))
+
+    def optimizer_done(*_: Any) -> None:
+        depth.optimizer = getattr(depth, "optimizer", 1) - 1
+        if depth.optimizer == 0:
+            mark(SOURCE_OPTIMIZER)
+
+    register_optimizer_step_post_hook(optimizer_done)
+
     original_backward = torch.autograd.backward
 
     def backward(*args, **kwargs):
@@ -311,6 +321,7 @@ def main(argv: list[str]) -> int:
     sparse = _install_sparse(shim) if os.environ.get("STEPCAST_RUN_RANKS") else None
     native = os.environ.get("STEPCAST_OPCTX")
     recorder = NativeOpContext(native) if native else OpRecorder(shim)
+    shim.stepcast_count_python()  # this thread's Python calls count as host work (csrc/hostwork.c)
     status: dict[str, Any] = {"exit": "ok"}
     sidecar_lock = threading.Lock()
 
@@ -326,6 +337,7 @@ def main(argv: list[str]) -> int:
         shim.stepcast_flush()
         sidecar = {"ops": recorder.dump(), "memory": _memory_stats(shim), "status": status,
                    "op_context": "record_function" if native else "dispatch_mode",
+                   "host_work": "record_function" if native else "dispatch_mode",
                    "torch": torch.__version__, "script": str(script), "argv": sys.argv[1:], **(extra or {})}
         if sparse is not None:
             sidecar["sparse"] = sparse

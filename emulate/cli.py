@@ -44,7 +44,7 @@ def add_run_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--trace-dir", type=Path, default=None, metavar="DIR",
                    help="folder for the captured traces (default: see below)")
     p.add_argument("--host-speed", type=float, default=config.HOST_SPEED, metavar="X",
-                   help="target host CPU speed / this one's (default %(default)s)")
+                   help="target host CPU speed / the reference host (default %(default)s)")
     p.add_argument("--launch-queue", type=int, default=config.LAUNCH_QUEUE_DEPTH, metavar="N",
                    help="device ops queued before a launch blocks (%(default)s)")
     p.add_argument("--gzip", action="store_true", help="write the captured traces gzip-compressed")

@@ -167,6 +167,7 @@ def collate(log_paths: list[Path], *, hardware: str, world_size: int, ranks_per_
                 "generic_entry_points": sorted(set(log.unhandled)), "backend": backend,
                 "cudnn": "enabled" if backend == "driver" else "disabled (not emulated)",
                 "op_context": log.sidecar.get("op_context"), "host_clock": log.host_clock,
+                "host_work": log.sidecar.get("host_work"),
                 "deduplicated_from": deduplicated.get(rank),
                 "memory": memory}
         path = trace_dir / f"rank{rank}.trace.json{'.gz' if gzip else ''}"

@@ -39,10 +39,19 @@ FIXED_LAYOUT: bool = os.environ.get("STEPCAST_FIXED_LAYOUT", "1") != "0"
 #: (``meta.launch_latency_us``, which the Kineto importer measures on real traces).
 DEFAULT_LAUNCH_LATENCY_US: float = 3.0
 
-#: Speed of the target's host CPU relative to the capturing machine's (``STEPCAST_HOST_SPEED``, ``--host-speed``):
-#: every host gap of a captured trace, and the runtime-call costs added to it, are divided by it. 1.0 means "a host
-#: like the one that captured"; 2.0 a host twice as fast.
+#: Speed of the target's host CPU (``STEPCAST_HOST_SPEED``, ``--host-speed``): every host gap of a captured trace,
+#: and the runtime-call costs added to it, are divided by it. 1.0 means a host like the reference machine of the
+#: counted host model (:data:`HOST_MODEL`; the capturing machine itself under ``measured``); 2.0 one twice as fast.
 HOST_SPEED: float = float(_env("STEPCAST_HOST_SPEED", 1.0, float))
+
+#: How host time is modelled (``STEPCAST_HOST_MODEL``): ``counted`` (the default) times each host gap from the work
+#: the capture counted before the call (aten ops, autograd nodes, the call itself) at costs fitted once on a
+#: reference machine (:mod:`emulate.host_costs`), so the answer does not depend on what else runs on the emulating
+#: machine; ``measured`` uses the capture's CPU-time gaps (the script's own host work exactly, at the emulating
+#: machine's speed and load). See :mod:`emulate.sim.host`.
+HOST_MODEL: str = os.environ.get("STEPCAST_HOST_MODEL", "counted").strip().lower() or "counted"
+if HOST_MODEL not in ("counted", "measured"):
+    raise ValueError(f"environment variable STEPCAST_HOST_MODEL: expected counted or measured, found {HOST_MODEL!r}")
 
 #: Fewer iterations than this leave no steady state to measure (the first is warm-up, and a median of one steady
 #: iteration says nothing about its spread): the report warns.

@@ -14,6 +14,9 @@ Fields::
                            as interference (emulate.sim.host.CapturedHost). The simulated steady iterations share
                            one set of host gaps, so a host-bound rank's ``spread`` is near 0 however disturbed the
                            capture was: the last two say how much to trust it (null for real traces)
+    host_model             how host gaps were timed: "counted" (the work a capture counted, at the reference
+                           costs), "measured" (the capture's clock) or "recorded" (real traces' gaps); with
+                           "counted" the captured-host figures above describe the capture, not the answer
     warnings               what the simulation had to assume (too few iterations, ranks not aligned ...)
     launch_queue_depth, ranks_aligned   the host model's settings (emulate.config, emulate.sim.host)
     peak_memory_bytes      largest over ranks (device memory from the traces' malloc/free; null without any)
@@ -138,6 +141,7 @@ def build_report(result) -> dict[str, Any]:
         "durations": result.mode,
         "estimator": times.estimator_label,
         "host_speed": result.host_speed,
+        "host_model": result.host_model,
         "iteration_time_ms": iteration_ms,
         "iterations_ms": [max(e["iterations_ms"][j] for e in per_rank) for j in range(n_it)],
         "steady_iterations": slowest["steady_iterations"],
@@ -322,7 +326,9 @@ def print_summary(report: dict[str, Any], console=None) -> None:
     det = report.get("determinism")
     if det:
         value = f"{det['steady_iterations']} ({det['spread'] * 100:.1f}%)"
-        if det.get("captured_host_ms") is not None:
+        if report.get("host_model") == "counted":
+            value += "; host time: counted work"
+        elif det.get("captured_host_ms") is not None:
             value += (f"; captured host: spread {det['captured_host_spread'] * 100:.0f}%, interference "
                       f"{det['host_interference'] * 100:.0f}%")
         table.add_row("steady iterations (spread)", value)

@@ -24,7 +24,8 @@ from pathlib import Path
 from profiling.paths import cache_root
 
 CSRC = Path(__file__).resolve().parent / "csrc"
-SOURCES = ("core.c", "runtime.c", "graph.c", "datapath.c", "dedup.c", "driver.c", "cublas.c", "nccl.c", "cudnn.c")
+SOURCES = ("core.c", "runtime.c", "graph.c", "datapath.c", "dedup.c", "driver.c", "cublas.c", "nccl.c", "cudnn.c",
+           "hostwork.c")
 SONAME = "libcuda.so.1"
 NVML_SONAME = "libnvidia-ml.so.1"  # csrc/nvml.c, built next to the shim (torch's expandable segments need NVML)
 

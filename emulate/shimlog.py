@@ -8,7 +8,10 @@ own, are the graph's captured work replayed; the launch's gap goes to the first)
 ``cpu`` (the calling thread's CPU time since its own previous call; the default) or ``wall`` (STEPCAST_HOST_CLOCK=wall;
 logs from before the setting, with no clock named, are wall). Notes (no host time of their own): ``H t0 clock``,
 ``F <id> <mangled kernel name>``, ``X <comm id> <ranks> <rank>``, ``U <entry point answered generically>``,
-``I <t_ns> 0 <thread> <op> <source> <count>`` (iteration mark; source 1 profiler, 2 optimizer, 3 backward).
+``I <t_ns> 0 <thread> <op> <source> <count>`` (iteration mark; source 1 profiler, 2 optimizer, 3 backward),
+``O <ops> <nodes> <python calls>`` (the host work counted on the thread of the record that follows since its
+previous call: aten op entries, autograd node evaluations, Python calls; the event's ``host_ops``/``host_nodes``/
+``host_py``).
 """
 from __future__ import annotations
 
@@ -75,6 +78,10 @@ def read_rank_log(path: str | Path) -> RankLog:
             out.comms[parts[1]] = (int(parts[2]), int(parts[3]))
         elif kind == "U":
             out.unhandled.append(parts[1])
+        elif kind == "O":
+            if len(parts) != 4:
+                raise ShimLogError(f"{path}:{lineno}: expected 'O <ops> <nodes> <python calls>', found {line[:80]!r}")
+            out.records.append(parts)
         elif kind == "H":
             if len(parts) > 2:
                 if parts[2] not in HOST_CLOCKS:
@@ -202,8 +209,12 @@ def rank_events(log: RankLog, *, comm_sizes: dict[str, int], ranks_per_node: int
     stream_ids: dict[int, int] = {0: 0}
     op_parts = OpCalls()
     launches = pending = node = carried_gap = 0
+    work: dict[str, int] = {}  # host work counted before the next record (an 'O' line)
     for p in log.records:
         kind = p[0]
+        if kind == "O":
+            work = {"host_ops": int(p[1]), "host_nodes": int(p[2]), "host_py": int(p[3])}
+            continue
         if kind == "L":  # a graph launch: its nodes follow
             launches, pending, node, carried_gap = launches + 1, int(p[7]), 0, carried_gap + int(p[2])
             continue
@@ -263,6 +274,9 @@ def rank_events(log: RankLog, *, comm_sizes: dict[str, int], ranks_per_node: int
         if carried_gap:
             base["gap_ns"] += carried_gap
             carried_gap = 0
+        if work:
+            base.update(work)
+            work = {}
         events.append({**ev, **base})
     return start_at_first_call(events)
 

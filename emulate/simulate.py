@@ -17,6 +17,7 @@ from typing import Any
 
 from emulate.sim.durations import Durations, assign_durations, ranks_per_node_for
 from emulate import config
+from emulate.host_costs import WorkCosts
 from emulate.sim import host as host_model
 from emulate.sim.collate import CollectiveGroup, collate
 from emulate.sim.engine import RankTimeline, SimulationDeadlock, run
@@ -44,6 +45,7 @@ class SimulationResult:
     queue_depth: int = config.LAUNCH_QUEUE_DEPTH
     aligned: bool = False                  # ranks were aligned after warm-up (emulate.sim.host)
     warnings: list[str] | None = None      # what the simulation had to assume, one line each
+    host_model: str = "recorded"           # counted | measured | recorded (emulate.sim.host.HostPlan)
 
     @property
     def world_size(self) -> int:
@@ -55,7 +57,8 @@ def simulate(traces: list[dict[str, Any]], hardware: str | None, nodes: int = 1,
              estimator: KernelEstimator | str | None = None, sources: list[str] | None = None,
              queue_depth: int = config.LAUNCH_QUEUE_DEPTH, align_ranks: bool | None = None,
              call_costs_us: dict[str, float] | None = None,
-             copies: dict[int, dict[str, Any]] | None = None) -> SimulationResult:
+             copies: dict[int, dict[str, Any]] | None = None,
+             work: WorkCosts | None | str = "default") -> SimulationResult:
     """Simulate the ranks whose traces (dicts as :func:`emulate.trace.read_trace` returns) are given.
 
     ``durations``: "predicted" (the estimator on ``hardware``) or "measured" (each event's ``duration_us`` where
@@ -64,7 +67,9 @@ def simulate(traces: list[dict[str, Any]], hardware: str | None, nodes: int = 1,
     measured durations of traces that do not name a catalogued GPU (the report then has no MFU).
 
     Host model (:mod:`emulate.sim.host`): ``host_speed`` divides host time; ``call_costs_us`` ({event kind: us},
-    default: :func:`emulate.host_costs.load_costs`) is added to captured gaps; ``align_ranks`` None aligns
+    default: :func:`emulate.host_costs.load_costs`) is added to captured gaps; ``work``: the counted host model's
+    costs ("default": the shipped ones unless ``STEPCAST_HOST_MODEL=measured``; None: measured gaps);
+    ``align_ranks`` None aligns
     captured ranks after warm-up and keeps the recorded offsets of real traces. ``queue_depth``: the launch queue
     (:data:`emulate.config.LAUNCH_QUEUE_DEPTH`). ``copies``: a sparse run's absent ranks, each simulated as its
     twin's program on its own communicators (:mod:`emulate.sim.copies`)."""
@@ -82,12 +87,14 @@ def simulate(traces: list[dict[str, Any]], hardware: str | None, nodes: int = 1,
     group_of, groups = collate(programs, times)
     latency = [float(p.meta.get("launch_latency_us", DEFAULT_LAUNCH_LATENCY_US)) for p in programs]
     costs = host_model.default_costs() if call_costs_us is None else call_costs_us
-    plan = host_model.plan(programs, host_speed=host_speed, latency_us=latency, costs_us=costs, align=align_ranks)
+    plan = host_model.plan(programs, host_speed=host_speed, latency_us=latency, costs_us=costs, align=align_ranks,
+                           work=host_model.default_work() if work == "default" else work)
     # a sparse run's copies share their twins' timelines where they mirror them exactly (emulate.sim.copies)
     timelines = (run_shared(programs, times, group_of, groups, plan.setups, queue_depth) if copies else None) \
         or run(programs, times, group_of, groups, plan.setups, queue_depth)
     return SimulationResult(programs, timelines, times, spec, durations, nodes, host_speed, groups,
-                            queue_depth=queue_depth, aligned=plan.aligned, warnings=plan.warnings)
+                            queue_depth=queue_depth, aligned=plan.aligned, warnings=plan.warnings,
+                            host_model=plan.host_model)
 
 
 def simulate_traces(trace_paths: list[Path], hardware: str, nodes: int = 1, report_path: Path | None = None,

@@ -35,7 +35,10 @@ Streams are integers: 0 is the legacy default stream; others are the handles the
 Optional fields written by ``python -m emulate run`` (compatible extensions of version 1; readers may ignore them):
 
 - every event: ``thread`` (host thread, 0 = the first thread that called the runtime; autograd's backward runs on
-  another). The trace starts at the first intercepted call (its ``t_ns`` and ``gap_ns`` are 0).
+  another). The trace starts at the first intercepted call (its ``t_ns`` and ``gap_ns`` are 0). ``host_ops``,
+  ``host_nodes`` and ``host_py`` (absent: 0): the host work the capture counted on the event's thread between the
+  previous call and this one, as aten op entries, autograd node evaluations and Python function calls (what the
+  counted host model times; present when ``meta.host_work`` is set).
 - ``kernel``: ``op`` is the innermost aten op (``aten.mm.default``); ``op_shapes``/``op_dtypes`` hold one entry per
   positional argument of its schema (``[]``/``""`` for non-tensors, a list for tensor lists), the form
   :func:`profiling.classify.classify_op` reads. Library calls (``lib`` set) have ``grid``/``block`` null and
@@ -84,7 +87,8 @@ one table (and its slices, which are views).
 
 Host-model fields any producer may set (read by :mod:`emulate.sim.host`): ``meta.call_costs_in_gaps`` (default
 false: a captured trace's gaps lack the cost of the intercepted calls), ``meta.clock_origin_us``,
-``meta.host_clock`` ("cpu" | "wall": how the capture measured gaps).
+``meta.host_clock`` ("cpu" | "wall": how the capture measured gaps), ``meta.host_work`` ("record_function" |
+"dispatch_mode": how the capture counted ``host_ops``/``host_nodes``; absent when it did not).
 """
 from __future__ import annotations
 
@@ -117,7 +121,8 @@ class TraceFormatError(ValueError):
 
 #: fields kept as numeric columns, since they differ from event to event; every other field goes to the dict that
 #: the events with the same values share (:class:`EventTable`)
-COLUMN_FIELDS = ("seq", "t_ns", "gap_ns", "duration_us", "stall_us", "op_duration_us", "comm_seq")
+COLUMN_FIELDS = ("seq", "t_ns", "gap_ns", "duration_us", "stall_us", "op_duration_us", "comm_seq", "host_ops",
+                 "host_nodes", "host_py")
 _LEADING = ("seq", "kind", "t_ns", "gap_ns")  # the order a dict view starts with (the format's)
 _EXACT = 2 ** 53  # integers up to this survive a float64 column; larger ones stay in the shared dict
 _ITER_CHUNK = 1 << 15

@@ -199,6 +199,14 @@ static int64_t take_gap_locked(uint64_t t_enter) {
     return gap < 0 ? 0 : gap;
 }
 
+/* The host work counted on this thread since its previous logged call (hostwork.c), as an 'O' line for the record
+ * that follows (none when nothing was counted); the counts restart. */
+static void write_work_locked(void) {
+    uint32_t ops, nodes, py;
+    sc_take_work(&ops, &nodes, &py);
+    if (ops || nodes || py) fprintf(log_file, "O\t%u\t%u\t%u\n", ops, nodes, py);
+}
+
 static void note_return_locked(void) {
     if (host_clock_cpu) cpu_last_return = clock_ns(CLOCK_THREAD_CPUTIME_ID);
     else wall_last_return = sc_now_ns();
@@ -227,6 +235,7 @@ void sc_emit(uint64_t t_enter, char kind, const char *fmt, ...) {
     if (thread_no < 0) thread_no = __atomic_fetch_add(&next_thread_no, 1, __ATOMIC_RELAXED);
     pthread_mutex_lock(&log_lock);
     int64_t gap = take_gap_locked(t_enter);
+    write_work_locked();
     fprintf(log_file, "%c\t%lu\t%ld\t%d\t%d\t%s\n", kind, (unsigned long)(t_enter - t_origin), (long)gap,
             thread_no, cur_op, fields);
     hash_window_locked(h);
@@ -245,6 +254,7 @@ void sc_emit_graph(uint64_t t_enter, int stream, unsigned long long graph_id, in
     if (thread_no < 0) thread_no = __atomic_fetch_add(&next_thread_no, 1, __ATOMIC_RELAXED);
     pthread_mutex_lock(&log_lock);
     int64_t gap = take_gap_locked(t_enter);
+    write_work_locked();
     unsigned long t = (unsigned long)(t_enter - t_origin);
     fprintf(log_file, "L\t%lu\t%ld\t%d\t%d\t%d\t%llu\t%zu\n", t, (long)gap, thread_no, cur_op, stream, graph_id, n);
     for (size_t i = 0; i < n; i++) {
@@ -289,8 +299,12 @@ void sc_unhandled(const char *name) {
 }
 
 /* ---- Python-facing capture API (called through ctypes by emulate/capture.py) ---- */
-SC_EXPORT void stepcast_pause(void) { pause_ts = host_now_ns(); }
+SC_EXPORT void stepcast_pause(void) {
+    pause_ts = host_now_ns();
+    sc_work_pause(1);
+}
 SC_EXPORT void stepcast_resume(void) {
+    sc_work_pause(0);
     if (!pause_ts) return;
     int64_t own = (int64_t)(host_now_ns() - pause_ts);
     if (host_clock_cpu) {

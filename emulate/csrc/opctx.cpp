@@ -9,6 +9,7 @@
 #include <ATen/ops/from_blob.h>
 #include <unordered_set>
 
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -27,6 +28,8 @@ int stepcast_range_known(unsigned long long ptr, unsigned long long bytes);
 int stepcast_has_ranges(void);
 void stepcast_range_written(unsigned long long ptr, unsigned long long bytes);
 void stepcast_untrack(unsigned long long ptr, unsigned long long bytes);
+void stepcast_host_work(int node);
+void stepcast_count_python(void);
 }
 
 namespace {
@@ -228,9 +231,25 @@ std::string describe(const at::RecordFunction &fn) {
     return o.str();
 }
 
+// The host work an op entry stands for (emulate/host_costs.py work_class counts the same in real profiler traces): 1 for
+// an autograd node's evaluation, 0 for any other dispatcher op, -1 for scopes that are neither (profiler labels).
+int work_class(const char *name) {
+    static const char node_prefix[] = "autograd::engine::evaluate_function";
+    if (std::strncmp(name, node_prefix, sizeof node_prefix - 1) == 0) return 1;
+    if (std::strncmp(name, "autograd::", 10) == 0) return -1;
+    const char *sep = std::strstr(name, "::");
+    if (!sep || sep == name) return -1;
+    for (const char *p = name; p < sep; p++)
+        if (!(std::isalnum((unsigned char)*p) || *p == '_')) return -1;
+    return 0;
+}
+
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction &fn) {
     if (replaying) return nullptr;
     stepcast_pause();
+    stepcast_count_python();  // once per thread: autograd's threads run Python hooks too (csrc/hostwork.c)
+    int work = work_class(fn.name());
+    if (work >= 0) stepcast_host_work(work);
     uint64_t key = key_of(fn);
     int id;
     {

@@ -128,4 +128,9 @@ void sc_emit_graph(uint64_t t_enter, int stream, unsigned long long graph_id, in
 /* n fresh op-call numbers (datapath.c): returns the number before the first (call c is the result + c). */
 uint64_t sc_op_instances_reserve(uint64_t n);
 
+/* Host work counted on the calling thread since the last take (hostwork.c): the take returns and restarts it;
+ * pause stops counting during the capture layer's own work. */
+void sc_take_work(uint32_t *ops, uint32_t *nodes, uint32_t *py);
+void sc_work_pause(int paused);
+
 #endif

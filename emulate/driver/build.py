@@ -31,8 +31,8 @@ NVML_SOURCE = "nvml.c"
 NCCL_NAME = "libstepcast_nccl.so"
 NCCL_SOURCES = ("nccl.c", "nccl_driver.c", "runtime_marks.c")
 NCCL_DEPENDS = (*NCCL_SOURCES, "shim.h", "symbols.txt", "compat/fp_types.h")
-#: the shim's sources built into the driver too: the small data path (memory.c)
-SHIM_SOURCES = ("datapath.c",)
+#: the shim's sources built into the driver too: the small data path (memory.c), the host-work counters (capture.c)
+SHIM_SOURCES = ("datapath.c", "hostwork.c")
 CUDA_ERROR_NOT_SUPPORTED = 801
 #: the PFN_ typedefs: the driver API, then the profiler and graphics-interop ones (which stay NOT_SUPPORTED)
 TYPEDEF_HEADERS = ("cudaTypedefs.h", "cudaProfilerTypedefs.h", "cudaGLTypedefs.h", "cudaEGLTypedefs.h",

@@ -5,7 +5,8 @@ The log (``rank<k>.log.driver.<pid>.jsonl``, one JSON object a line, see :mod:`e
 driver's notes, one record per call the capture times (csrc/capture.c): ``launch``, ``malloc`` (``ok`` 0 when the
 device refused), ``free``, ``memcpy``, ``memset``, ``event_record``, ``stream_wait_event``, ``event_sync``,
 ``stream_sync``, ``device_sync``, each with ``t`` (ns), ``gap`` (the thread's CPU time since its previous call,
-the shim's ``cpu`` host clock), ``thread``, ``op`` (op table index, -1 none) and ``call`` (the op call); and
+the shim's ``cpu`` host clock), ``ops``/``nodes``/``py`` (host work counted since it: the events'
+``host_ops``/``host_nodes``/``host_py``), ``thread``, ``op`` (op table index, -1 none) and ``call`` (the op call); and
 ``mark`` records (iteration marks: ``source`` 1 profiler, 2 optimizer, 3 backward, ``step``). With more than one
 rank, the shim's NCCL preloaded above the driver (emulate/csrc/nccl_driver.c) adds ``comm`` notes and timed
 ``collective`` records whose ``text`` is the shim log's own X / N line, parsed as the shim's are.
@@ -137,5 +138,8 @@ def driver_events(log: DriverLog, *, comm_sizes: dict[str, int] | None = None,
                                   ranks_per_node, ctx["op"])
         else:
             ev = {"kind": "device_sync"}
-        events.append({**ev, "t_ns": r["t"], "gap_ns": r["gap"], "thread": r["thread"]})
+        ev.update({"t_ns": r["t"], "gap_ns": r["gap"], "thread": r["thread"]})
+        if r.get("ops") or r.get("nodes") or r.get("py"):
+            ev.update(host_ops=r.get("ops", 0), host_nodes=r.get("nodes", 0), host_py=r.get("py", 0))
+        events.append(ev)
     return start_at_first_call(events)   # as the shim's traces

@@ -1,7 +1,23 @@
 """The host side of the model: how much host time each event costs, where each rank's clock starts, and where
 ranks are aligned after warm-up. Everything here is settled before the simulation runs.
 
-- **Host gaps.** A captured gap is the capturing thread's CPU time between two intercepted calls (the shim's
+- **Counted host time (the default).** A capture also counts, before each call, the framework work its thread did
+  since the previous one: aten op entries, autograd node evaluations and Python function calls (``host_ops``,
+  ``host_nodes``, ``host_py``; torch's RecordFunction, the hook its profiler uses, and a Python profile function).
+  The counted model times each gap as ``call + op * host_ops + node * host_nodes + py * host_py`` with costs fitted
+  once on a reference machine (:mod:`emulate.host_costs`, ``work_ns``): the same
+  script then has the same host time whatever else runs on the emulating machine, which a clock cannot give (a
+  loaded 2-core VM read up to 2x more CPU time for the same calls). What counting cannot see is host work inside
+  one call (a numpy or tokenizer call over a large batch, a CPU-side computation): where a gap's measured time (its
+  steady-state minimum, below) exceeds ``UNCOUNTED_FACTOR`` times its counted time by more than
+  ``UNCOUNTED_MIN_NS``, that excess is such work and is added at the measured speed; interference inflates a
+  reading by up to about 2x, and counting Python calls slows the interpreter by up to about 2x more, so ordinary
+  gaps stay well below that line. Nor does one cost per op tell a cheap op from
+  an expensive one (``python -m emulate.host_costs`` prints how far the counted time of each reference workload is
+  from its measured one). ``STEPCAST_HOST_MODEL=measured`` (:data:`emulate.config.HOST_MODEL`) times gaps
+  with the capture's clock instead, as below; traces without counts (real profiler traces, older captures,
+  synthetic traces) always use their gaps.
+- **Measured host gaps.** A captured gap is the capturing thread's CPU time between two intercepted calls (the shim's
   ``STEPCAST_HOST_CLOCK=cpu``), so being descheduled by another process costs nothing. CPU time still picks up
   interference (page faults, cache and TLB misses caused by other processes, allocator first touches): the steady
   iterations of a capture repeat the same calls, and so do SPMD ranks, so each call's gap is taken as its smallest
@@ -33,11 +49,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from emulate.sim.program import KIND_CODES, MEMCPY_BLOCKING, RankProgram, iteration_bounds, steady_iterations
+from emulate.host_costs import WorkCosts
+from emulate.sim.program import ITERATION, KIND_CODES, MEMCPY_BLOCKING, RankProgram, iteration_bounds, \
+    steady_iterations
 
 #: meta fields of the trace format (emulate/trace.py) read here
 CLOCK_ORIGIN = "clock_origin_us"
 COSTS_IN_GAPS = "call_costs_in_gaps"
+HOST_WORK = "host_work"
 
 
 @dataclass(frozen=True)
@@ -55,6 +74,9 @@ class HostPlan:
     setups: list[RankSetup]
     aligned: bool
     warnings: list[str] = field(default_factory=list)
+    #: how the host gaps were timed: "counted" (some capture's counted work), "measured" (captures' clock
+    #: readings) or "recorded" (real or synthetic traces: their gaps as they are)
+    host_model: str = "recorded"
 
 
 def captured(prog: RankProgram) -> bool:
@@ -146,6 +168,42 @@ def captured_host(programs: list[RankProgram]) -> list[CapturedHost | None]:
     return out
 
 
+def counted(prog: RankProgram) -> bool:
+    """A capture that counted its host work (``meta.host_work``; module docstring)."""
+    return captured(prog) and bool(prog.meta.get(HOST_WORK))
+
+
+def work_counts(prog: RankProgram) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(aten op entries, autograd node evaluations, Python calls) counted before each event; 0 where the trace has
+    none."""
+    return tuple(np.nan_to_num(prog.events.number(name, 0.0)) for name in ("host_ops", "host_nodes", "host_py"))
+
+
+def call_mask(prog: RankProgram) -> np.ndarray:
+    """The events that are a call of their own: every event but iteration marks and the further nodes of a CUDA
+    graph launch (one call launched them all)."""
+    mask = prog.kind_array != ITERATION
+    mask[[i for i, node in enumerate(prog.events.field("graph_node")) if node]] = False
+    return mask
+
+
+#: A measured gap is taken to hold uncounted host work where it exceeds this many times its counted time (twice
+#: what interference and the Python-call counter together may add)...
+UNCOUNTED_FACTOR = 8.0
+#: ...by more than this (ns): a millisecond of CPU is not interference (module docstring)
+UNCOUNTED_MIN_NS = 1e6
+
+
+def counted_gaps(prog: RankProgram, work: WorkCosts, measured: np.ndarray | None = None) -> np.ndarray:
+    """Host gap before each event (ns) from the work counted before it, plus the uncounted work a ``measured`` gap
+    (ns, e.g. its steady-state minimum) shows (module docstring)."""
+    gaps = work.gaps(call_mask(prog).astype(np.float64), *work_counts(prog))
+    if measured is not None:
+        excess = np.asarray(measured, dtype=np.float64) - UNCOUNTED_FACTOR * gaps - UNCOUNTED_MIN_NS
+        gaps = gaps + np.maximum(excess, 0.0)  # continuous: a reading just past the line adds next to nothing
+    return gaps
+
+
 def effective_gaps(prog: RankProgram, host_speed: float, costs_us: dict[str, float],
                    gaps: np.ndarray | None = None) -> list[float]:
     """Host gap before each event in ns: for captures, the recorded gap (``gaps``: its steady-state minimum, when
@@ -171,9 +229,10 @@ def effective_gaps(prog: RankProgram, host_speed: float, costs_us: dict[str, flo
 
 
 def plan(programs: list[RankProgram], *, host_speed: float, latency_us: list[float],
-         costs_us: dict[str, float], align: bool | None = None) -> HostPlan:
+         costs_us: dict[str, float], align: bool | None = None, work: WorkCosts | None = None) -> HostPlan:
     """Per-rank setups. ``align``: None decides from the traces (align captures, keep replays' recorded
-    offsets)."""
+    offsets). ``work``: the counted host model's costs, applied to the captures that counted their work (None:
+    every gap as measured)."""
     warnings: list[str] = []
     origins = [p.meta.get(CLOCK_ORIGIN) for p in programs]
     recorded = all(isinstance(o, (int, float)) for o in origins)
@@ -196,11 +255,18 @@ def plan(programs: list[RankProgram], *, host_speed: float, latency_us: list[flo
         else:
             align = False
     host_gaps = [np.asarray(p.gap_ns, dtype=np.float64) for p in programs]
-    for r, smoothed in smoothed_capture_gaps(programs).items():
+    smoothed_gaps = smoothed_capture_gaps(programs)
+    for r, smoothed in smoothed_gaps.items():
         host_gaps[r] = smoothed
+    model = "measured" if smoothed_gaps else "recorded"
+    if work is not None:
+        for r, prog in enumerate(programs):
+            if counted(prog):
+                host_gaps[r] = counted_gaps(prog, work, host_gaps[r])
+                model = "counted"
     setups = [RankSetup(latency_us=lat, gap_ns=effective_gaps(p, host_speed, costs_us, g), start_us=s, align_at=a)
               for p, g, lat, s, a in zip(programs, host_gaps, latency_us, starts, align_at)]
-    return HostPlan(setups=setups, aligned=any(a >= 0 for a in align_at), warnings=warnings)
+    return HostPlan(setups=setups, aligned=any(a >= 0 for a in align_at), warnings=warnings, host_model=model)
 
 
 def default_costs() -> dict[str, float]:
@@ -209,5 +275,14 @@ def default_costs() -> dict[str, float]:
     return load_costs()
 
 
+def default_work() -> WorkCosts | None:
+    """The counted host model's costs, or None when the measured model is chosen (:data:`config.HOST_MODEL`)."""
+    from emulate import config
+    from emulate.host_costs import load_work_costs
+
+    return load_work_costs() if config.HOST_MODEL == "counted" else None
+
+
 __all__ = ["RankSetup", "HostPlan", "CapturedHost", "captured_host", "effective_gaps", "plan", "default_costs",
-           "CLOCK_ORIGIN", "COSTS_IN_GAPS"]
+           "default_work", "counted", "counted_gaps", "work_counts", "call_mask", "CLOCK_ORIGIN", "COSTS_IN_GAPS",
+           "HOST_WORK"]

@@ -15,10 +15,13 @@ from profiling.paths import REPO_ROOT
 EmulateRun = Callable[..., tuple[subprocess.CompletedProcess, dict[str, Any] | None, list[dict[str, Any]]]]
 
 
-def _emulate_run(tmp: Path, script: Path, *args: str, nproc: int = 1, hardware: str = "h100-sxm"):
-    """Capture ``script`` under the shim; returns (process, capture report or None, per-rank traces)."""
+def _emulate_run(tmp: Path, script: Path, *args: str, nproc: int = 1, hardware: str = "h100-sxm",
+                 options: tuple[str, ...] = ()):
+    """Capture ``script`` under the shim (``options``: more ``run`` options); returns (process, capture report or
+    None, per-rank traces)."""
     report = tmp / "report.json"
     cmd = [sys.executable, "-m", "emulate", "run", "--hardware", hardware, "--nproc", str(nproc), "--capture-only",
+           *options,
            "--report", str(report), "--trace-dir", str(tmp / "traces"), "--", str(script), *args]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     doc = json.loads(report.read_text()) if report.is_file() else None

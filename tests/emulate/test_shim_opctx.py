@@ -28,3 +28,40 @@ def test_compiling_prints_no_record_function_callback_errors(emulate_run, tmp_pa
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert doc["ranks"][0]["kernels"] > 0
     assert "Exception in RecordFunction callback" not in proc.stderr
+
+
+TRAINING_STEPS = textwrap.dedent("""
+    import torch
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU(), torch.nn.Linear(64, 8)).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(16, 64, device="cuda")
+    for _ in range(4):
+        model(x).sum().backward()
+        opt.step()
+        opt.zero_grad()
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("op_context", ["native", "python"])
+def test_the_capture_counts_the_same_host_work_in_every_steady_iteration(emulate_run, tmp_path, op_context):
+    # the counted host model's inputs: aten op entries (and, with the native hook, autograd node evaluations) and
+    # Python calls before each call; training steps that repeat the same work count the same
+    script = tmp_path / "steps.py"
+    script.write_text(TRAINING_STEPS)
+    options = ("--python-op-context",) if op_context == "python" else ()
+    proc, _, (trace,) = emulate_run(tmp_path, script, options=options)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert trace["meta"]["host_work"] == ("record_function" if op_context == "native" else "dispatch_mode")
+    events = list(trace["events"])
+    bounds = [i for i, ev in enumerate(events) if ev["kind"] == "iteration"] + [len(events)]
+    per_iteration = [tuple(sum(ev.get(unit, 0) for ev in events[a:b]) for unit in ("host_ops", "host_nodes",
+                                                                                   "host_py"))
+                     for a, b in zip(bounds, bounds[1:])]
+    steady = per_iteration[2:4]
+    assert steady[0] == steady[1]
+    ops, nodes, py = steady[0]
+    assert ops >= 10  # two linears, a gelu, a sum, their backward ops and SGD's
+    assert (nodes > 0) == (op_context == "native")
+    assert py > ops  # nn.Module calls, the optimizer's Python: more Python calls than ops

@@ -2,9 +2,11 @@
 iterations of emulate.report): known-answer synthetic traces. Launch latency is 0 so the arithmetic stays plain."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from emulate.host_costs import load_costs
+from emulate.host_costs import WorkCosts, fit_work, load_costs, load_work_costs, work_class
+from emulate.sim.host import UNCOUNTED_FACTOR, UNCOUNTED_MIN_NS
 from emulate.report import build_report
 from emulate.sim.program import build_program
 from emulate.sim.synthetic import TraceBuilder
@@ -242,3 +244,87 @@ def test_determinism_note_says_how_disturbed_the_capture_was_although_simulated_
     assert noisy["host_interference"] == pytest.approx(1 - 5 / 45)
     real = report_of(growing_then_steady([5.0, 45.0, 5.0], captured=False))["determinism"]
     assert real["captured_host_ms"] is None and real["host_interference"] is None
+
+
+# ---- the counted host model ----
+
+def counted_loop(measured_gap_us: float, ops: int = 3, nodes: int = 1, iterations: int = 6,
+                 kernels: int = 10) -> TraceBuilder:
+    """A capture that counted its host work: per kernel, ``ops`` aten ops and ``nodes`` autograd nodes before it;
+    its measured gaps are ``measured_gap_us`` (what a clock read on the emulating machine)."""
+    b = TraceBuilder(meta={**NO_LATENCY, "call_costs_in_gaps": False, "host_work": "record_function"})
+    for step in range(iterations):
+        b.iteration(step)
+        for _ in range(kernels):
+            ev = b.kernel(stream=1, duration_us=1.0, gap_us=measured_gap_us)
+            ev["host_ops"], ev["host_nodes"] = ops, nodes
+    b.iteration(iterations, end=True)
+    return b
+
+
+WORK = WorkCosts(call_ns=2_000.0, op_ns=3_000.0, node_ns=5_000.0)
+
+
+def test_counted_host_time_does_not_depend_on_the_measured_gaps():
+    # the same script captured on a quiet and on a loaded machine: the clock read 20 and 45 us per call
+    quiet = report_of(counted_loop(20.0), call_costs_us={}, work=WORK)
+    loaded = report_of(counted_loop(45.0), call_costs_us={}, work=WORK)
+    assert quiet["iteration_time_ms"] == loaded["iteration_time_ms"]
+    # 10 calls x (2 + 3 x 3 + 1 x 5 us)
+    assert quiet["iteration_time_ms"] == pytest.approx(10 * 16e-3)
+
+
+def test_measured_host_model_uses_the_gaps():
+    assert report_of(counted_loop(45.0), call_costs_us={}, work=None)["iteration_time_ms"] == pytest.approx(0.45)
+
+
+def test_captures_without_counts_keep_their_measured_gaps_under_the_counted_model():
+    captured = no_sync_loop(kernels=10, kernel_us=1.0, gap_us=30.0, meta={"call_costs_in_gaps": False})
+    assert report_of(captured, call_costs_us={}, work=WORK)["iteration_time_ms"] == pytest.approx(0.30)
+
+
+def test_host_work_the_counts_cannot_see_is_kept_from_the_measured_gap():
+    # a 5 ms Python loop before one launch per iteration: no op counts it, the clock does
+    b = TraceBuilder(meta={**NO_LATENCY, "call_costs_in_gaps": False, "host_work": "record_function"})
+    for step in range(5):
+        b.iteration(step)
+        ev = b.kernel(stream=1, duration_us=1.0, gap_us=5_000.0)
+        ev["host_ops"], ev["host_nodes"] = 1, 0
+    b.iteration(5, end=True)
+    counted = 2e-3 + 3e-3  # ms
+    expected = counted + (5.0 - UNCOUNTED_FACTOR * counted - UNCOUNTED_MIN_NS / 1e6)  # the excess beyond the line
+    assert report_of(b, call_costs_us={}, work=WORK)["iteration_time_ms"] == pytest.approx(expected)
+
+
+def test_graph_nodes_after_the_first_are_no_call_of_their_own():
+    from emulate.sim.host import call_mask
+
+    b = TraceBuilder(meta={"host_work": "record_function"})
+    b.iteration(0)
+    for node in range(3):
+        b.kernel(stream=1, duration_us=1.0).update(graph_launch=1, graph_node=node)
+    assert call_mask(build_program(b.doc())).tolist() == [False, True, False, False]
+
+
+def test_work_fit_recovers_known_costs():
+    rng = np.random.default_rng(0)
+    ops, nodes = rng.integers(0, 8, 500).astype(float), rng.integers(0, 2, 500).astype(float)
+    calls = np.ones(500)
+    gaps = WORK.gaps(calls, ops, nodes) + rng.normal(0, 100.0, 500)
+    call_ns, op_ns, node_ns = fit_work(gaps, calls, ops, nodes)
+    assert (call_ns, op_ns, node_ns) == pytest.approx((2_000.0, 3_000.0, 5_000.0), rel=0.05)
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("aten::addmm", "op"), ("c10d::allreduce_", "op"), ("_c10d_functional::all_gather_into_tensor", "op"),
+    ("autograd::engine::evaluate_function: AddmmBackward0", "node"), ("AddmmBackward0", None),
+    ("ProfilerStep#3", None), ("Optimizer.step#AdamW.step", None), ("autograd::engine::something", None),
+])
+def test_profiler_op_names_count_as_the_capture_counts_them(name, expected):
+    assert work_class(name) == expected
+
+
+def test_the_shipped_work_costs_are_positive_and_name_their_reference():
+    work = load_work_costs()
+    assert work.call_ns > 0 and work.op_ns > 0 and work.node_ns >= 0
+    assert "torch" in work.reference

@@ -6,7 +6,9 @@
  * calling thread's CPU time since its own previous logged call returned, less the capture layer's own time between
  * stepcast_pause and stepcast_resume: the shim's STEPCAST_HOST_CLOCK=cpu semantics), "thread" (0 = the first
  * thread that logged), "op" (the aten op id the hook set, -1 outside ops) and "call" (the op call: one number per
- * op entry, shared by the kernels that call launches). Iteration marks ("mark") take no host time of their own. */
+ * op entry, shared by the kernels that call launches); "ops", "nodes" and "py" (the host work counted on the thread
+ * since its previous logged call: aten op entries, autograd node evaluations and Python calls, emulate/csrc/
+ * hostwork.c; the counted host model of emulate/sim/host.py). Iteration marks ("mark") take no host time of their own. */
 #include "fakecuda.h"
 #include "shim.h"
 
@@ -73,14 +75,21 @@ void fk_log_call(const char *event, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(fields, sizeof fields, fmt, ap);
     va_end(ap);
-    fk_log_line("{\"event\":\"%s\",\"t\":%llu,\"gap\":%lld,\"thread\":%d,\"op\":%d,\"call\":%llu,\"rt\":%d,%s}",
-                event, (unsigned long long)(clock_ns(CLOCK_MONOTONIC) - t_origin), (long long)gap, thread_no, cur_op,
-                cur_op >= 0 ? cur_call : 0ull, at_runtime, fields);
+    uint32_t ops, nodes, py;
+    sc_take_work(&ops, &nodes, &py);  /* the shim's hostwork.c, built in */
+    fk_log_line("{\"event\":\"%s\",\"t\":%llu,\"gap\":%lld,\"ops\":%u,\"nodes\":%u,\"py\":%u,\"thread\":%d,"
+                "\"op\":%d,\"call\":%llu,\"rt\":%d,%s}",
+                event, (unsigned long long)(clock_ns(CLOCK_MONOTONIC) - t_origin), (long long)gap, ops, nodes, py,
+                thread_no, cur_op, cur_op >= 0 ? cur_call : 0ull, at_runtime, fields);
     cpu_last_return = cpu_now();
 }
 
-FK_EXPORT void stepcast_pause(void) { pause_ts = cpu_now(); }
+FK_EXPORT void stepcast_pause(void) {
+    pause_ts = cpu_now();
+    sc_work_pause(1);
+}
 FK_EXPORT void stepcast_resume(void) {
+    sc_work_pause(0);
     if (!pause_ts) return;
     cpu_excluded_ns += (int64_t)(cpu_now() - pause_ts);
     cpu_resumes++;
