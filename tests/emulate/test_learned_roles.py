@@ -80,3 +80,23 @@ def test_auto_names_the_probes_nodes():
     assert parse_auto("auto") == 1 and parse_auto("auto:4") == 4 and parse_auto("0-7") is None
     with pytest.raises(LearnError, match="auto:M"):
         parse_auto("auto:x")
+
+
+@pytest.mark.slow
+def test_run_ranks_auto_runs_one_rank_of_a_data_parallel_job_and_says_so(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from profiling.paths import REPO_ROOT
+
+    report = tmp_path / "auto.json"
+    proc = subprocess.run([sys.executable, "-m", "emulate", "run", "--nproc", "2", "--nodes", "4", "--run-ranks",
+                           "auto", "--report", str(report), "--trace-dir", str(tmp_path / "traces"), "--",
+                           str(REPO_ROOT / "examples" / "ddp.py"), "--steps", "3"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rep = json.loads(report.read_text())
+    assert rep["ranks_run"] == "0" and rep["ranks_copied"] == {"0": "1-7"}
+    assert rep["learned_roles"]["probe_world"] == 2 and rep["learned_roles"]["run_ranks"] == "0"
+    assert any(w.startswith("learned roles: the 2 ranks of the probe are alike") for w in rep["warnings"])

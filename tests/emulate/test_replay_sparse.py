@@ -40,3 +40,23 @@ def test_a_sparse_capture_missing_a_twins_trace_is_one_line(tmp_path):
     paths = write_capture(tmp_path / "sparse", [0, 1], COPIES)
     with pytest.raises(ValueError, match=r"need the traces of rank\(s\) \[1\]"):
         replay(paths[:1], quiet=True)
+
+
+@pytest.mark.slow
+def test_replaying_a_sparse_runs_traces_reports_what_the_run_reported(tmp_path):
+    import subprocess
+    import sys
+
+    from profiling.paths import REPO_ROOT
+
+    report = tmp_path / "run.json"
+    proc = subprocess.run([sys.executable, "-m", "emulate", "run", "--nproc", "4", "--nodes", "2", "--run-ranks", "0",
+                           "--report", str(report), "--trace-dir", str(tmp_path / "traces"), "--",
+                           str(REPO_ROOT / "examples" / "ddp.py"), "--steps", "3"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ran = json.loads(report.read_text())
+    replayed = replay(sorted((tmp_path / "traces").glob("rank*.trace.json")), quiet=True)
+    assert replayed["iteration_time_ms"] == ran["iteration_time_ms"]
+    assert replayed["breakdown_ms"] == ran["breakdown_ms"] and replayed["ranks_copied"] == ran["ranks_copied"]
+    assert [r["peak_memory_bytes"] for r in replayed["per_rank"]] == [r["peak_memory_bytes"] for r in ran["per_rank"]]
