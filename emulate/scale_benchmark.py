@@ -5,8 +5,9 @@ the emulation's wall time and peak memory and the predicted iteration time.
 Only one rank per pipeline stage runs (tensor-parallel rank 0 of data-parallel replica 0: 8 processes at every
 size): the tensor-parallel ranks of a stage run the same operations on equal shards and every replica repeats the
 same work, so the other ranks are copies (:mod:`emulate.roles`); the emulation's cost grows with the distinct ranks
-and the simulation (which holds every rank's timeline, sharing the twins' traces) with W. Peak memory is the sum of
-the resident memory of the launcher and its rank processes, sampled every 0.2 s (shared library pages are counted
+and the simulation's engine walks the running ranks only (a copy shares its twin's timeline:
+:func:`emulate.sim.copies.run_shared`), while collation, durations, the host plan and the report still visit every
+rank once (``after capture s``). Peak memory is the sum of the resident memory of the launcher and its rank processes, sampled every 0.2 s (shared library pages are counted
 once per process: an upper bound).
 
 ``--check-equal`` adds the check that a sparse run reports what the same job with every rank running reports
@@ -174,25 +175,23 @@ def print_rows(rows: list[dict[str, Any]], equal: dict[str, Any] | None, console
         table.add_column(col, justify="right" if col != "note" else "left")
     for r in rows:
         table.add_row(str(r["dp"]), str(r["world"]), str(r["ranks_run"]), f"{r['wall_s']:.1f}",
-                      f"{r['after_capture_s']:.1f}" if r["ok"] else "-", f"{r['peak_rss_gib']:.2f}", f"{r['iteration_ms']:.3f}" if r["ok"] else "-",
-                      "" if r["ok"] else r["error"][:60])
+                      f"{r['after_capture_s']:.1f}" if r["ok"] else "-", f"{r['peak_rss_gib']:.2f}",
+                      f"{r['iteration_ms']:.3f}" if r["ok"] else "-", "" if r["ok"] else r["error"][:60])
     console.print(table)
-    if equal is not None:
-        if equal["ok"]:
-            console.print(f"sparse vs full (Megatron TP=2 x PP=2 x DP=2, 8 ranks): {equal['sparse_ms']:.3f} vs "
-                          f"{equal['full_ms']:.3f} ms ({100 * equal['difference']:+.2f} %, within 1 %: "
-                          f"{equal['within_1_percent']}); same peak memory on every rank: {equal['same_peak_memory']}"
-                          f"; wall {equal['sparse_wall_s']} vs {equal['full_wall_s']} s")
-        else:
-            console.print(f"sparse vs full: failed: {equal['error']}")
-    if learned is not None:
-        if learned["ok"]:
-            console.print(f"learned vs declared roles (Megatron TP=2 x PP=2, {learned['world']} ranks, probe of "
-                          f"{learned['probe_world']}): ranks run {learned['learned']} vs {learned['declared']} "
-                          f"(equal: {learned['equal']}); {learned['iteration_ms']:.3f} ms, wall {learned['wall_s']} s "
-                          f"with the probe, {learned['peak_rss_gib']:.2f} GiB")
-        else:
-            console.print(f"learned roles: failed: {learned['error']}")
+    print_check(console, "sparse vs full", equal, lambda e: (
+        f"sparse vs full (Megatron TP=2 x PP=2 x DP=2, 8 ranks): {e['sparse_ms']:.3f} vs {e['full_ms']:.3f} ms "
+        f"({100 * e['difference']:+.2f} %, within 1 %: {e['within_1_percent']}); same peak memory on every rank: "
+        f"{e['same_peak_memory']}; wall {e['sparse_wall_s']} vs {e['full_wall_s']} s"))
+    print_check(console, "learned roles", learned, lambda e: (
+        f"learned vs declared roles (Megatron TP=2 x PP=2, {e['world']} ranks, probe of {e['probe_world']}): ranks "
+        f"run {e['learned']} vs {e['declared']} (equal: {e['equal']}); {e['iteration_ms']:.3f} ms, wall "
+        f"{e['wall_s']} s with the probe, {e['peak_rss_gib']:.2f} GiB"))
+
+
+def print_check(console: Console, name: str, row: dict[str, Any] | None, line) -> None:
+    """One check's line, or that it failed and why; nothing when it was not asked for."""
+    if row is not None:
+        console.print(line(row) if row["ok"] else f"{name}: failed: {row['error']}")
 
 
 def main(argv: list[str] | None = None) -> int:
