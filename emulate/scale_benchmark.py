@@ -7,8 +7,8 @@ size): the tensor-parallel ranks of a stage run the same operations on equal sha
 same work, so the other ranks are copies (:mod:`emulate.roles`); the emulation's cost grows with the distinct ranks
 and the simulation's engine walks the running ranks only (a copy shares its twin's timeline:
 :func:`emulate.sim.copies.run_shared`), while collation, durations, the host plan and the report still visit every
-rank once (``after capture s``). Peak memory is the sum of the resident memory of the launcher and its rank processes, sampled every 0.2 s (shared library pages are counted
-once per process: an upper bound).
+rank once (``after capture s``). Peak memory is the sum of the resident memory of the launcher and its rank
+processes, sampled every 0.2 s (shared library pages are counted once per process: an upper bound).
 
 ``--check-equal`` adds the check that a sparse run reports what the same job with every rank running reports
 (Megatron TP=2 x PP=2 x DP=2, 8 ranks, big enough per rank that the device, not the emulating host's noise, sets the
