@@ -64,9 +64,10 @@ Linear backward on autograd's thread, cuDNN SDPA forward / backward, ``torch.com
 launches through the driver), CUDA graph capture and replay (each replay logs the captured kernels again), DDP on two ranks, and
 ``expandable_segments`` (virtual memory API; ``libnvidia-ml.so.1`` from csrc/nvml.c stands in for NVML).
 
-Not modelled: time. ``cuEventElapsedTime`` answers 0 ms (logged once as ``elapsed_time``), so autotuners see ties
-and keep their first, heuristic candidate; the predicted time of the work between the events would be the real
-answer. Modelled, not measured: cluster occupancy (SM pairs spread evenly over the GPCs; H100: 66 / 32 / 16 / 8
+Not modelled: time. ``cuEventElapsedTime`` reads the shim's nominal event clock (one microsecond per launch, copy
+or fill issued between the events): positive, as on a GPU (Inductor's coordinate-descent tuner divides by it), and
+equal for candidates with equal launch counts, so autotuners see ties and keep their first, heuristic candidate;
+the predicted time of the work between the events would be the real answer. Modelled, not measured: cluster occupancy (SM pairs spread evenly over the GPCs; H100: 66 / 32 / 16 / 8
 clusters of 2 / 4 / 8 / 16) and per-kernel registers / static shared memory (32 / 0: the images are not parsed).
 Graphs built node by node (not by capture) answer NOT_SUPPORTED.
 """

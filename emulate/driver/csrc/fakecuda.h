@@ -64,6 +64,8 @@ unsigned long long fk_graph_capture_id(const fk_graph_t *g);
 void fk_stream_join_capture(CUstream s, fk_graph_t *g); /* a stream waiting on a captured event joins */
 void fk_streams_end_capture(fk_graph_t *g);             /* every stream capturing into g stops */
 int fk_stream_begin_capture(CUstream s, fk_graph_t *g);
+/* one piece of device work was issued (a logged launch, copy or fill): the event clock (cuEventElapsedTime) */
+void fk_count_device_work(void);
 
 /* one launch, as logged and as a captured graph node */
 typedef struct {

@@ -64,6 +64,7 @@ void fk_log_launch(const fk_launch_rec_t *r, unsigned long long stream, const ch
     cuCtxGetDevice(&device);
     char graph[64] = "";
     if (graph_launch) snprintf(graph, sizeof graph, ",\"graph\":%llu,\"node\":%zu", graph_launch, node);
+    fk_count_device_work();
     fk_log_call("launch", "\"name\":\"%s\",\"grid\":[%u,%u,%u],\"block\":[%u,%u,%u],\"smem\":%u,"
                 "\"cluster\":[%u,%u,%u],\"stream\":%llu,\"device\":%d,\"via\":\"%s\"%s",
                 r->name, r->grid[0], r->grid[1], r->grid[2], r->block[0], r->block[1], r->block[2], r->smem,

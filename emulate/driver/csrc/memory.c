@@ -250,6 +250,7 @@ static void fill(uintptr_t dst, unsigned value, size_t n, size_t width) {
 /* copies and fills are logged with their bytes, direction and stream; the synchronous entry points block */
 static void log_copy(uintptr_t dst, uintptr_t src, size_t n, CUstream s, int blocking) {
     static const char *directions[2][2] = {{"h2h", "h2d"}, {"d2h", "d2d"}};
+    fk_count_device_work();
     fk_log_call("memcpy", "\"stream\":%llu,\"bytes\":%zu,\"direction\":\"%s\",\"blocking\":%d",
                 blocking ? 1ull : fk_stream_id(s), n,
                 directions[fk_is_device_pointer(src) ? 1 : 0][fk_is_device_pointer(dst) ? 1 : 0], blocking);
@@ -260,6 +261,7 @@ static CUresult logged_copy(uintptr_t dst, uintptr_t src, size_t n, CUstream s, 
     return CUDA_SUCCESS;
 }
 static CUresult logged_fill(uintptr_t dst, unsigned value, size_t n, size_t width, CUstream s, int blocking) {
+    fk_count_device_work();
     fk_log_call("memset", "\"stream\":%llu,\"bytes\":%zu,\"blocking\":%d", blocking ? 1ull : fk_stream_id(s),
                 n * width, blocking);
     fill(dst, value, n, width);
@@ -295,11 +297,13 @@ FK_EXPORT CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_
 FK_EXPORT CUresult CUDAAPI cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream s) { return logged_fill(d, v, n, 2, s, 0); }
 FK_EXPORT CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream s) { return logged_fill(d, v, n, 4, s, 0); }
 FK_EXPORT CUresult CUDAAPI cuMemsetD2D8Async(CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h, CUstream s) {
+    fk_count_device_work();
     fk_log_call("memset", "\"stream\":%llu,\"bytes\":%zu,\"blocking\":0", fk_stream_id(s), w * h);
     for (size_t r = 0; r < h; r++) fill(d + r * pitch, v, w, 1);
     return CUDA_SUCCESS;
 }
 FK_EXPORT CUresult CUDAAPI cuMemsetD2D32Async(CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h, CUstream s) {
+    fk_count_device_work();
     fk_log_call("memset", "\"stream\":%llu,\"bytes\":%zu,\"blocking\":0", fk_stream_id(s), 4 * w * h);
     for (size_t r = 0; r < h; r++) fill(d + r * pitch, v, w, 4);
     return CUDA_SUCCESS;

@@ -12,13 +12,21 @@ typedef struct fk_stream {
     fk_graph_t *capture;
     struct fk_stream *next;
 } fk_stream_t;
-typedef struct { uint32_t magic; unsigned flags; unsigned long long stream; fk_graph_t *capture; } fk_event_t;
+typedef struct {
+    uint32_t magic;
+    unsigned flags;
+    unsigned long long stream;
+    fk_graph_t *capture;
+    unsigned long long work;  /* the device-work count when recorded (the event clock) */
+} fk_event_t;
 #define FK_STREAM_MAGIC 0x464b5354u
 #define FK_EVENT_MAGIC 0x464b4556u
 
 static unsigned long long next_stream_id = 3;  /* 1: the legacy default stream, 2: the per-thread one */
 static __thread CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 static fk_stream_t *streams;  /* every live stream, for ending a capture that others joined */
+static unsigned long long device_work;  /* pieces of device work issued so far (fk_count_device_work) */
+void fk_count_device_work(void) { __atomic_fetch_add(&device_work, 1, __ATOMIC_RELAXED); }
 
 static fk_stream_t *as_stream(CUstream s) {
     fk_stream_t *st = (fk_stream_t *)s;
@@ -171,6 +179,7 @@ FK_EXPORT CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream) {
     if (!e) return CUDA_ERROR_INVALID_HANDLE;
     e->stream = fk_stream_id(hStream);
     e->capture = fk_stream_capture(hStream);
+    e->work = __atomic_load_n(&device_work, __ATOMIC_RELAXED);
     if (!e->capture) fk_log_call("event_record", "\"handle\":%llu,\"stream\":%llu", (unsigned long long)(uintptr_t)e,
                                  e->stream);
     return CUDA_SUCCESS;
@@ -183,15 +192,15 @@ FK_EXPORT CUresult CUDAAPI cuEventSynchronize(CUevent hEvent) {
     return CUDA_SUCCESS;
 }
 
-/* Timing is not modelled here (nothing runs): every interval reads 0 ms, so autotuners (cudnn.benchmark, Inductor
- * max-autotune) see ties and keep their first, heuristic candidate. The log says so once per process. */
+/* The event clock, as the shim's (emulate/csrc/core.c, sc_event_elapsed_ms): each piece of device work issued
+ * between two events counts one nominal microsecond. Elapsed times are then positive and grow with the work, as on a
+ * GPU (autotuners divide by them: Inductor's coordinate descent does), yet predict nothing: every candidate of an
+ * autotuner that issues the same number of launches ties, so it keeps its first, heuristic choice. Predicting the
+ * time is the simulator's job, after the run. */
+#define FK_NOMINAL_WORK_MS 1e-3f
 FK_EXPORT CUresult CUDAAPI cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd) {
-    if (!pMilliseconds || !as_event(hStart) || !as_event(hEnd)) return CUDA_ERROR_INVALID_HANDLE;
-    static int said;
-    if (!said) {
-        said = 1;
-        fk_log_line("{\"event\":\"elapsed_time\",\"answer_ms\":0,\"why\":\"timing is not modelled by the driver\"}");
-    }
-    *pMilliseconds = 0.0f;
+    fk_event_t *a = as_event(hStart), *b = as_event(hEnd);
+    if (!pMilliseconds || !a || !b) return CUDA_ERROR_INVALID_HANDLE;
+    *pMilliseconds = (float)(long long)(b->work - a->work) * FK_NOMINAL_WORK_MS;
     return CUDA_SUCCESS;
 }
