@@ -17,8 +17,9 @@ with the default XGBoost:
   each row predicted by the mean of its two m-neighbours' measured times in its own series (Vidur's m step is 8 to
   32), the roughness of the data itself (Vidur's times are rounded to 0.5 us).
 
-Both suites also score feature variants of the same XGBoost on the same folds (``FEATURE_VARIANTS``): without the
-device's spec figures, with per-SM work and roofline-regime terms, with the operands' size over the L2 cache.
+Both suites also score feature variants of the same XGBoost on the same folds (``FEATURE_VARIANTS``): the GEMM
+features before the device was described per SM (whole-device spec figures, ``estimator.features``), the roofline
+terms without any device figure, the default plus the whole-device figures, plus the operands' size over L2.
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from rich.console import Console
 from rich.table import Table
 
 from estimator.evaluate import evaluate_fold, select_folds
+from estimator.features import GEMM_DEVICE_TERMS, WHOLE_DEVICE_FEATURES
 from estimator.metrics import BUCKET_LABELS, ape, runtime_bucket
 from estimator.workload import work
 
@@ -41,18 +43,15 @@ FLOOR_FLOPS = 1e6
 #: GEMMs over this many FLOPs (compute-bound) or bytes (memory-bound) show the device's sustained throughput
 BIG_FLOPS = 1e11
 BIG_BYTES = 1e8
-#: feature names of the device's spec figures (estimator.hardware_table.SPEC_FEATURES and the peak-derived pair)
-DEVICE_FEATURES = ("log2_peak_tflops", "log2_ridge")
+#: the per-SM figures among GEMM_DEVICE_TERMS (the rest place the kernel on its roofline)
+PER_SM_SPEC = ("log2_sm_gflops", "log2_sm_bandwidth_gbps", "log2_sm_l2_kib")
 #: the variants scored beside the default features: (default features dropped, terms added)
-FEATURE_VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "default": ("", ()),
-    "no device spec": ("device", ()),
-    "+ per-SM / regime": ("", ("log2_compute_us", "log2_memory_us", "log2_memory_over_compute", "log2_flops_per_sm",
-                               "log2_bytes_per_sm")),
-    "no device spec, + per-SM / regime": ("device", ("log2_compute_us", "log2_memory_us",
-                                                     "log2_memory_over_compute", "log2_flops_per_sm",
-                                                     "log2_bytes_per_sm")),
-    "+ size over L2": ("", ("log2_weight_over_l2", "log2_bytes_over_l2")),
+FEATURE_VARIANTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "default: device per SM, roofline terms": ((), ()),
+    "whole-device figures instead (the features before)": (GEMM_DEVICE_TERMS, WHOLE_DEVICE_FEATURES),
+    "roofline terms, no device figures": (PER_SM_SPEC, ()),
+    "default + whole-device figures": ((), WHOLE_DEVICE_FEATURES),
+    "default + operands over L2": ((), ("log2_weight_over_l2", "log2_bytes_over_l2")),
 }
 
 
@@ -130,17 +129,14 @@ def level_oracle(pred: pd.DataFrame, series: list[str], parts: int = 5) -> float
 
 
 def extra_terms(frame: pd.DataFrame, feats) -> dict[str, np.ndarray]:
-    """The terms FEATURE_VARIANTS may add: roofline times and their ratio, work per SM, operand bytes over L2."""
+    """The terms FEATURE_VARIANTS may add: the whole-device figures GEMMs do without, the operands' bytes over L2."""
     w, hw = work("gemm", frame), feats.hardware
-    sms, l2 = hw.spec["hw_sm_count"], hw.spec["hw_l2_cache_mib"] * 2.0 ** 20
-    compute_s, memory_s = w.flops / hw.peak_flops, w.bytes / hw.memory_bandwidth
-    n, k, batch = (frame[c].to_numpy(dtype=np.float64) for c in ("n", "k", "batch"))
-    m = frame["m"].to_numpy(dtype=np.float64)
+    l2 = hw.spec["hw_l2_cache_mib"] * 2.0 ** 20
+    m, n, k, batch = (frame[c].to_numpy(dtype=np.float64) for c in ("m", "n", "k", "batch"))
     element = w.bytes / ((m * k + n * k + m * n) * batch)
-    return {"log2_compute_us": np.log2(compute_s * 1e6 + 1e-6), "log2_memory_us": np.log2(memory_s * 1e6 + 1e-6),
-            "log2_memory_over_compute": np.log2(memory_s / compute_s), "log2_flops_per_sm": np.log2(w.flops / sms + 1),
-            "log2_bytes_per_sm": np.log2(w.bytes / sms + 1), "log2_weight_over_l2": np.log2(n * k * element / l2),
-            "log2_bytes_over_l2": np.log2(w.bytes / l2)}
+    return hw.spec | {"log2_peak_tflops": np.log2(hw.peak_flops / 1e12),
+                      "log2_ridge": np.log2(hw.peak_flops / hw.memory_bandwidth),
+                      "log2_weight_over_l2": np.log2(n * k * element / l2), "log2_bytes_over_l2": np.log2(w.bytes / l2)}
 
 
 def feature_variants(frame: pd.DataFrame, split: str, max_train_rows: int | None) -> pd.DataFrame:
@@ -148,18 +144,16 @@ def feature_variants(frame: pd.DataFrame, split: str, max_train_rows: int | None
     rows, same parameters): one row per variant, one column per fold and ``pooled``."""
     from estimator.evaluate import subsample
     from estimator.features import features
-    from estimator.hardware_table import SPEC_FEATURES
     from estimator.xgb import XGBoostEstimator
 
     frame = frame.reset_index(drop=True)
     feats = features("gemm", frame)
     extra = extra_terms(frame, feats)
     target = np.log(frame["runtime_us"].to_numpy() / feats.baseline_us)
-    device = set(SPEC_FEATURES) | set(DEVICE_FEATURES)
     folds = select_folds(frame, split)
     rows = []
     for label, (drop, added) in FEATURE_VARIANTS.items():
-        keep = [i for i, name in enumerate(feats.names) if not (drop == "device" and name in device)]
+        keep = [i for i, name in enumerate(feats.names) if name not in drop]
         x = np.column_stack([feats.matrix[:, keep]] + [extra[a] for a in added]).astype(np.float32)
         errors, row = [], {"variant": label}
         for fold in folds:
