@@ -15,7 +15,11 @@ processes, sampled every 0.2 s (shared library pages are counted once per proces
 iteration): iteration time within 1 % and the same peak memory on every rank. ``--check-learned`` runs a job with
 its ranks learned (``--run-ranks auto:2``: Megatron TP=2 x PP=2, a probe of 8 ranks, DP=2, for a job of 32, DP=8)
 and compares them with the declared ones (one per stage). Sizes are the model's own (``MODEL_ARGS``), not tuned to
-a result."""
+a result.
+
+``--stages DIR...`` times the simulation of sparse capture folders (``stepcast run --run-ranks ... --trace-dir DIR
+--capture-only``) stage by stage, in CPU seconds: what grows with W and what with the ranks that ran; the engine
+twice, walking every rank and sharing the copies' timelines, with whether the two agree event by event."""
 from __future__ import annotations
 
 import argparse
@@ -29,6 +33,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from emulate import config
 from emulate.e2e.emulation import emulate_script
 from profiling.paths import REPO_ROOT
 
@@ -167,6 +172,52 @@ def learned_row(timeout_s: float) -> dict[str, Any]:
             "iteration_ms": rep["iteration_time_ms"], "peak_rss_gib": round(out["peak_rss_bytes"] / 2**30, 2)}
 
 
+def stage_times(folder: Path) -> dict[str, Any]:
+    """CPU seconds of each simulation stage of one sparse capture folder (module docstring)."""
+    import numpy as np
+
+    import estimator as estimators
+    from emulate.collate import read_copies
+    from emulate.report import build_report
+    from emulate.sim import host as host_model
+    from emulate.sim.collate import collate
+    from emulate.sim.copies import run_shared, with_copies
+    from emulate.sim.durations import assign_durations, ranks_per_node_for
+    from emulate.sim.engine import run
+    from emulate.sim.program import build_program
+    from emulate.simulate import SimulationResult
+    from emulate.trace import read_trace
+    from profiling.hardware import lookup
+
+    cpu: dict[str, float] = {}
+
+    def timed(name: str, fn):
+        started = time.process_time()
+        out = fn()
+        cpu[name] = round(time.process_time() - started, 2)
+        return out
+
+    docs = timed("read", lambda: [read_trace(p) for p in sorted(folder.glob("rank*.trace.json*"))])
+    spec = lookup(docs[0]["hardware"])
+    programs = with_copies([build_program(d, str(folder)) for d in docs], read_copies(folder / "copies.json"))
+    world = programs[0].world_size
+    model = estimators.load(None)
+    times = timed("durations", lambda: assign_durations(programs, spec, "predicted", model,
+                                                        ranks_per_node_for(world, world // GPUS_PER_NODE, spec)))
+    group_of, groups = timed("collate", lambda: collate(programs, times))
+    plan = timed("plan", lambda: host_model.plan(programs, host_speed=1.0, latency_us=[3.0] * world,
+                                                 costs_us=host_model.default_costs()))
+    walked = timed("engine_every_rank", lambda: run(programs, times, group_of, groups, plan.setups))
+    shared = timed("engine_shared", lambda: run_shared(programs, times, group_of, groups, plan.setups,
+                                                         config.LAUNCH_QUEUE_DEPTH))
+    result = SimulationResult(programs, shared or walked, times, spec, "predicted", world // GPUS_PER_NODE, 1.0,
+                              groups)
+    timed("report", lambda: build_report(result))
+    same = shared is not None and all(np.array_equal(a.start, b.start) and np.array_equal(a.end, b.end)
+                                      for a, b in zip(walked, shared))
+    return {"folder": str(folder), "world": world, "ran": len(docs), "cpu_s": cpu, "shared_equals_walked": same}
+
+
 def print_rows(rows: list[dict[str, Any]], equal: dict[str, Any] | None, console: Console,
                learned: dict[str, Any] | None = None) -> None:
     table = Table(title=f"Megatron-core GPT TP={TP} x PP={PP} on virtual H100s (sparse: one rank per stage runs)")
@@ -201,9 +252,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=3, help="training steps per emulation (default 3)")
     p.add_argument("--check-equal", action="store_true", help="also compare a sparse and a full 8-rank run")
     p.add_argument("--check-learned", action="store_true", help="also learn a job's ranks from a probe")
+    p.add_argument("--stages", type=Path, nargs="+", metavar="DIR",
+                   help="only time the simulation stages of these sparse capture folders")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per emulation (default 1800)")
     ns = p.parse_args(argv)
     console = Console(width=140)
+    if ns.stages:
+        for folder in ns.stages:
+            console.print(stage_times(folder))
+        return 0
     rows = []
     for dp in ns.dp:
         rows.append(scale_row(dp, ns.steps, ns.timeout))
