@@ -19,6 +19,7 @@ grows by ``W / W_probe``, and ranks are numbered in the same mixed radix. After 
 are checked against that prediction, and the report warns where they differ."""
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -180,24 +181,16 @@ def learn(probe_docs: list[dict[str, Any]], records: list[dict[str, Any]], world
     sizes = list(lay.sizes)
     sizes[grows] *= k
     report["grows"] = lay.roles[grows]
-    positions: list[list[int]] = [[0] if lay.copies[f] else list(range(n)) for f, n in enumerate(sizes)]
-    run: list[int] = [0]
-    stride = 1
-    for f, n in enumerate(sizes):
-        run = [r + p * stride for r in run for p in positions[f]]
-        stride *= n
-    predicted = []
-    stride = 1
-    for n in sizes:
-        predicted.append([p * stride for p in range(n)])
-        stride *= n
+    positions = [[0] if lay.copies[f] else range(n) for f, n in enumerate(sizes)]
+    run = sorted(lay.rank(p, sizes) for p in itertools.product(*positions))
+    predicted = [[lay.rank([0] * f + [q], sizes) for q in range(n)] for f, n in enumerate(sizes)]
     warnings = [f"learned roles: ranks alike in the probe of {probe_world} ranks copy each other along "
                 f"{', '.join(report['copy_families'])}; the job is taken to be the probe with {k}x more replicas "
-                f"along {report['grows']}, so ranks {ranges(sorted(run))} run"]
+                f"along {report['grows']}, so ranks {ranges(run)} run"]
     if len(copying) < 2 and len(lay.roles) > 1:
         warnings.append(f"learned roles: only {report['grows']} copies in the probe, taken as the dimension that "
                         "grows; a probe with two replicas or more compares them (auto:M, M nodes)")
-    return Learned(sorted(run), report, warnings, predicted)
+    return Learned(run, report, warnings, predicted)
 
 
 def check_against_job(learned: Learned, records: list[dict[str, Any]]) -> list[str]:
