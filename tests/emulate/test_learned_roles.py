@@ -15,10 +15,11 @@ def megatron_probe(dp: int, tp_peers_alike: bool = True) -> tuple[list[dict], li
     world = TP * PP * dp
     rank_of = lambda t, d, p: t + TP * (d + dp * p)  # noqa: E731
     groups: list[dict] = []
-    for desc, members in (
-            ("TENSOR_MODEL_PARALLEL_GROUP", [[rank_of(t, d, p) for t in range(TP)] for p in range(PP) for d in range(dp)]),
-            ("DATA_PARALLEL_GROUP", [[rank_of(t, d, p) for d in range(dp)] for p in range(PP) for t in range(TP)]),
-            ("PIPELINE_MODEL_PARALLEL_GROUP", [[rank_of(t, d, p) for p in range(PP)] for d in range(dp) for t in range(TP)])):
+    tp_groups = [[rank_of(t, d, p) for t in range(TP)] for p in range(PP) for d in range(dp)]
+    dp_groups = [[rank_of(t, d, p) for d in range(dp)] for p in range(PP) for t in range(TP)]
+    pp_groups = [[rank_of(t, d, p) for p in range(PP)] for d in range(dp) for t in range(TP)]
+    for desc, members in (("TENSOR_MODEL_PARALLEL_GROUP", tp_groups), ("DATA_PARALLEL_GROUP", dp_groups),
+                          ("PIPELINE_MODEL_PARALLEL_GROUP", pp_groups)):
         for ranks in members:
             groups.append({"name": str(len(groups)), "ranks": ranks, "desc": desc, "comm": f"c{len(groups)}"})
     comms = [{"comm": f"p2p{g['name']}", "group": g["name"], "key": "0:1", "members": g["ranks"]}
