@@ -51,7 +51,7 @@ def add_run_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--capture-only", action="store_true", help="capture the traces; skip the simulation")
     p.add_argument("--no-dedup", action="store_true", help="run every rank, even ranks identical to a lower one")
     p.add_argument("--run-ranks", metavar="LIST", default=None,
-                   help="only these ranks run (0-7,64-71, or auto[:M]: learned on M nodes)")
+                   help="only these ranks run (0-7,64-71 or auto[:M])")
     p.add_argument("--backend", choices=("shim", "driver"), default="shim",
                    help="shim (default) or driver (real cuBLAS/cuDNN/Triton)")
     p.add_argument("--python-op-context", action="store_true", help="op context from Python (slower), not the C++ hook")
