@@ -29,7 +29,6 @@ published over those (undefined, and said so, below three); the runs it cannot e
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import re
 import statistics

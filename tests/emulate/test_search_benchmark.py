@@ -99,3 +99,30 @@ def test_fsdp2_search_settings_change_the_gathers_and_reductions(tmp_path, emula
         runs[name] = collectives(traces[0])
     assert runs["always"]["all_gather"] > runs["never"]["all_gather"]
     assert runs["accumulate"]["reduce_scatter"] == 2 * runs["never"]["reduce_scatter"]
+
+
+def kernels(trace: dict) -> list[dict]:
+    return [ev for ev in trace["events"] if ev["kind"] == "kernel"]
+
+
+def fp8_matmuls(run: list[dict]) -> list[dict]:
+    return [k for k in run if "_scaled_mm" in (k.get("op") or "")]
+
+
+def triton_kernels(run: list[dict]) -> list[dict]:
+    return [k for k in run if k["name"].startswith("triton_")]
+
+
+@pytest.mark.slow
+def test_compile_and_float8_flags_change_the_kernels_the_gpu_runs(tmp_path, emulate_run):
+    """--compile runs each block as Triton kernels; --float8 runs the block linears as fp8 _scaled_mm (torchao's
+    Float8Linear), which the compiled run without it never does."""
+    pytest.importorskip("torchao")
+    script = REPO_ROOT / "examples" / "llama_fsdp2.py"
+    runs = {}
+    for name in ("compile", "float8"):
+        proc, _, traces = emulate_run(tmp_path / name, script, *TINY, f"--{name}")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        runs[name] = kernels(traces[0])
+    assert triton_kernels(runs["compile"]) and not fp8_matmuls(runs["compile"])
+    assert fp8_matmuls(runs["float8"]) and not triton_kernels(runs["float8"])
