@@ -25,6 +25,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from emulate import config
 from profiling.atomic import write_json_atomic
 from profiling.paths import REPO_ROOT, cache_root
 
@@ -66,17 +67,22 @@ def default_cache_dir() -> Path:
 
 
 def estimator_version() -> str:
-    """What decides the kernel timings: the estimator the emulator loads and the stepcast version."""
+    """What decides a trial's timings besides its script and target: the estimator the emulator loads, the host
+    model (counted or measured, and the costs it counts with: emulate/host_call_costs.json) and the stepcast
+    version."""
     try:
         stepcast = version("stepcast")
     except PackageNotFoundError:
         stepcast = "unknown"
+    costs = Path(config.HOST_CALL_COSTS_FILE)
+    host = f"host={config.HOST_MODEL}:" + (hashlib.sha256(costs.read_bytes()).hexdigest()[:16] if costs.is_file()
+                                           else "no-costs")
     chosen = os.environ.get("STEPCAST_ESTIMATOR")
     if chosen:
-        return f"{chosen};stepcast={stepcast}"
+        return f"{chosen};{host};stepcast={stepcast}"
     sums = REPO_ROOT / "models" / "xgboost" / "SHA256SUMS"
     digest = hashlib.sha256(sums.read_bytes()).hexdigest() if sums.is_file() else "no-bundle"
-    return f"xgboost:{digest};stepcast={stepcast}"
+    return f"xgboost:{digest};{host};stepcast={stepcast}"
 
 
 @dataclass(frozen=True)
