@@ -21,8 +21,8 @@ CPU-time reading of the same work varies with the load on it by up to 2x (shared
 costs are fitted (non-negative least squares) on the steady-state host gaps of reference captures (the
 ``WORKLOADS`` below, run several times with ``STEPCAST_HOST_MODEL=measured``, which does not count Python calls and
 so does not slow the interpreter; each gap its minimum over every run, as in :mod:`emulate.sim.host`), against the
-counts of one counting capture of each, made on one quiet reference machine with the torch the project pins, and are shipped: ``--host-speed`` is the target host's
-speed relative to that reference. The same fit on the real profiler traces is printed beside it for context (their
+counts of one counting capture of each, made on one quiet reference machine with the torch the project pins,
+and are shipped: ``--host-speed`` is the target host's speed relative to that reference. The same fit on the real profiler traces is printed beside it for context (their
 gaps also hold the profiler's own per-op cost, and they come from older PyTorch releases and other hosts).
 
     python -m emulate.host_costs                  # per-trace call costs and work fits, from ../shared/data
@@ -341,8 +341,8 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     console.print(table)
     console.print(_trace_work_table(files, root))
-    previous = json.loads(Path(config.HOST_CALL_COSTS_FILE).read_text()) if Path(config.HOST_CALL_COSTS_FILE).is_file() \
-        else {}
+    costs_file = Path(config.HOST_CALL_COSTS_FILE)
+    previous = json.loads(costs_file.read_text()) if costs_file.is_file() else {}
     work = measure_work(args.runs) if args.measure_work else previous.get("work_ns")
     if work:
         check = Table(title="Counted host model: " + " + ".join(f"{u} {work[f'{u}_ns']:.0f} ns" for u in WORK_UNITS)

@@ -129,13 +129,14 @@ def cached_factors(hardware: str, estimator, exclude: Iterable[str] = (), root: 
     path = cache_root() / CACHE_FOLDER / f"{name}.json"
     try:
         stored = json.loads(path.read_text())
-        if stored["key"] == key and _probe(estimator, stored["probe"]) == stored["probe_us"]:
+        # nothing fitted (a GPU without in-step rows: H100, B200...) depends on no prediction: no probe to check
+        if stored["key"] == key and (not stored["factors"] or _probe(estimator, stored["probe"]) == stored["probe_us"]):
             return {str(f): float(v) for f, v in stored["factors"].items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass  # absent, unreadable or from another estimator: fit afresh and rewrite
     rows = in_step_rows(root)
     fitted = factors(hardware, estimator, exclude, rows)
-    probe = _probe_rows(rows)
+    probe = _probe_rows(rows) if fitted else []
     write_json_atomic(path, {"key": key, "factors": fitted, "probe": probe, "probe_us": _probe(estimator, probe)})
     return fitted
 

@@ -98,3 +98,12 @@ def test_an_estimator_without_a_version_is_not_cached(data):
     instep.cached_factors("t4", Unversioned(), root=str(data))
     instep.cached_factors("t4", Unversioned(), root=str(data))
     assert len(reads) == 2 and not (data.parent / "cache").exists()
+
+
+def test_a_gpu_without_in_step_rows_never_asks_the_estimator(data):
+    # the common case (an H100 target): no factors to fit, so no prediction to make or to check, first start or not
+    data, _ = data
+    est = VersionedEstimator("1")
+    assert instep.cached_factors("h100-sxm", est, root=str(data)) == {}
+    assert instep.cached_factors("h100-sxm", est, root=str(data)) == {}
+    assert est.calls == 0
