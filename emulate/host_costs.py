@@ -22,8 +22,9 @@ costs are fitted (non-negative least squares) on the steady-state host gaps of r
 ``WORKLOADS`` below, run several times with ``STEPCAST_HOST_MODEL=measured``, which does not count Python calls and
 so does not slow the interpreter; each gap its minimum over every run, as in :mod:`emulate.sim.host`), against the
 counts of one counting capture of each, made on one quiet reference machine with the torch the project pins,
-and are shipped: ``--host-speed`` is the target host's speed relative to that reference. The same fit on the real profiler traces is printed beside it for context (their
-gaps also hold the profiler's own per-op cost, and they come from older PyTorch releases and other hosts).
+and are shipped: ``--host-speed`` is the target host's speed relative to that reference. The same fit on the real
+profiler traces is printed beside it for context (their gaps also hold the profiler's own per-op cost, and they come
+from older PyTorch releases and other hosts).
 
     python -m emulate.host_costs                  # per-trace call costs and work fits, from ../shared/data
     python -m emulate.host_costs --write          # also rewrite the call costs in emulate/host_call_costs.json
