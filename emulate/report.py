@@ -68,6 +68,7 @@ from typing import Any
 import numpy as np
 
 from emulate.config import MIN_ITERATIONS_FOR_STEADY_STATE
+from emulate.sim.copies import twin_indices
 from emulate.sim.engine import RankTimeline
 from emulate.sim.host import CapturedHost, captured_host
 from profiling.atomic import atomic_text
@@ -83,7 +84,15 @@ def build_report(result) -> dict[str, Any]:
     hw: HardwareSpec | None = result.hardware
     per_rank = []
     ideal_per_iteration = 0.0
-    for prog, tl in zip(result.programs, result.timelines):
+    twin = twin_indices(result.programs)
+    done: dict[int, tuple[dict[str, Any], float]] = {}   # twin index -> its entry and ideal time per iteration
+    for r, (prog, tl) in enumerate(zip(result.programs, result.timelines)):
+        shared = done.get(twin[r])
+        if shared is not None and result.timelines[twin[r]] is tl:
+            # a copy sharing its twin's program and timeline (emulate.sim.copies): the twin's figures
+            per_rank.append(_as_rank(shared[0], prog.rank))
+            ideal_per_iteration += shared[1]
+            continue
         spans = iteration_spans(prog, tl)
         times = spans[:, 1] - spans[:, 0]
         steady = steady_iterations(prog)
@@ -93,7 +102,8 @@ def build_report(result) -> dict[str, Any]:
         width = window[1] - window[0]
         scale = it_us / width if width > 0 else 0.0
         ideal = ideal_compute_us(prog, tl, window, hw) if hw is not None else 0.0
-        ideal_per_iteration += ideal / len(steady) if len(steady) else 0.0
+        ideal = ideal / len(steady) if len(steady) else 0.0
+        ideal_per_iteration += ideal
         busy, host = iteration_activity(prog, tl, spans)
         breakdown = {k: v * scale / 1e3 for k, v in parts.items()}
         entry: dict[str, Any] = {
@@ -114,6 +124,8 @@ def build_report(result) -> dict[str, Any]:
             entry["measured_iteration_time_ms"] = float(statistics.median(m[ms])) / 1e3
             entry["measured_iterations_ms"] = (m / 1e3).tolist()
         per_rank.append(entry)
+        if twin[r] == r:
+            done[r] = (entry, ideal)
 
     slowest_index = max(range(len(per_rank)), key=lambda r: per_rank[r]["iteration_time_ms"])
     slowest = per_rank[slowest_index]
@@ -158,6 +170,13 @@ def build_report(result) -> dict[str, Any]:
         "fallback_reasons": dict(times.fallback_reasons),
         "collectives_matched": len(result.groups),
     }
+
+
+def _as_rank(entry: dict[str, Any], rank: int) -> dict[str, Any]:
+    """A copy of a per-rank entry for another rank (lists and dicts copied: entries never share objects)."""
+    out = {k: list(v) if isinstance(v, list) else dict(v) if isinstance(v, dict) else v for k, v in entry.items()}
+    out["rank"] = rank
+    return out
 
 
 def determinism_note(steady: int, spread: float, host: CapturedHost | None) -> dict[str, Any]:

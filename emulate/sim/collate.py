@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from emulate.sim.copies import comm_view
+from emulate.sim.copies import COMM_MAP, mapped_view, twin_indices
 from emulate.sim.durations import Durations
 from emulate.sim.program import COLLECTIVE, RankProgram
 
@@ -35,6 +35,35 @@ AGREED_FIELDS = ("op", "dtype", "bytes")
 UNEVEN_OPS = frozenset({"all_to_all", "alltoall", "all_to_allv"})
 
 
+@dataclass(frozen=True)
+class _Columns:
+    """A rank's collectives as collation reads them, read from its event table once per distinct program (a
+    sparse run's copy shares its twin's: :func:`emulate.sim.copies.twin_indices`)."""
+
+    rows: list[tuple[int, Any, Any, Any, Any, Any, Any]]   # (position, op, comm, comm_rank, peer, comm_seq, ranks)
+    agreed: dict[int, tuple[Any, ...]]                       # position -> its AGREED_FIELDS
+
+
+def _columns_of(programs: list[RankProgram]) -> list[_Columns]:
+    twin = twin_indices(programs)
+    out: list[_Columns] = []
+    for r, prog in enumerate(programs):
+        if twin[r] != r:
+            out.append(out[twin[r]])
+            continue
+        positions = np.flatnonzero(prog.kind_array == COLLECTIVE).tolist()
+        if not positions:
+            out.append(_Columns([], {}))
+            continue
+        table = prog.events
+        column = {name: [values[i] for i in positions] for name in ("op", "comm", "comm_rank", "peer", "comm_seq",
+                                                                    "ranks", *AGREED_FIELDS)
+                  for values in (table.field(name),)}
+        rows = list(zip(positions, *(column[n] for n in ("op", "comm", "comm_rank", "peer", "comm_seq", "ranks"))))
+        out.append(_Columns(rows, dict(zip(positions, zip(*(column[f] for f in AGREED_FIELDS))))))
+    return out
+
+
 def _describe_call(prog: RankProgram, i: int) -> str:
     ev = prog.events[i]
     size = f" of {ev['bytes']} B" if ev.get("bytes") is not None else ""
@@ -47,14 +76,17 @@ def _call_name(key: tuple) -> str:
     return f"collective #{key[2]} on communicator {key[1]!r}"
 
 
-def _check_members_agree(grp: CollectiveGroup, programs: list[RankProgram]) -> None:
+def _check_members_agree(grp: CollectiveGroup, programs: list[RankProgram], columns: list[_Columns]) -> None:
     (r0, i0), rest = grp.members[0], grp.members[1:]
-    first = programs[r0].events[i0]
-    fields = [f for f in AGREED_FIELDS if not (f == "bytes" and first.get("op") in UNEVEN_OPS)
+    first = columns[r0].agreed[i0]
+    fields = [j for j, f in enumerate(AGREED_FIELDS) if not (f == "bytes" and first[0] in UNEVEN_OPS)
               and not (f == "op" and grp.key[0] == "p2p")]   # a transfer pairs a send with a recv
     for r, i in rest:
-        ev = programs[r].events[i]
-        differ = [f for f in fields if first.get(f) is not None and ev.get(f) is not None and first[f] != ev[f]]
+        ev = columns[r].agreed[i]
+        if ev is first:
+            continue
+        differ = [AGREED_FIELDS[j] for j in fields if first[j] is not None and ev[j] is not None
+                  and first[j] != ev[j]]
         if differ:
             raise CollectiveMismatch(
                 f"{_call_name(grp.key)}: {_describe_call(programs[r0], i0)} and {_describe_call(programs[r], i)} "
@@ -95,15 +127,15 @@ def collate(programs: list[RankProgram], durations: Durations) -> tuple[list[lis
     if len(programs) < programs[0].world_size or len(programs) == 1:
         return group_of, []
 
-    global_rank = _communicator_members(programs)
+    columns = _columns_of(programs)
+    global_rank = _communicator_members(programs, columns)
     by_key: dict[tuple, CollectiveGroup] = {}
     for r, prog in enumerate(programs):
         seq_on: dict[Any, int] = defaultdict(int)
         p2p_seq: dict[tuple, int] = defaultdict(int)
-        for i in np.flatnonzero(prog.kind_array == COLLECTIVE).tolist():
-            ev = prog.events[i]
-            op = ev.get("op")
-            comm, _, peer = comm_view(prog, ev)
+        mapping = prog.meta.get(COMM_MAP)
+        for i, op, comm, comm_rank, peer, seq, ranks in columns[r].rows:
+            comm, _, peer = mapped_view(mapping, comm, comm_rank, peer)
             if op in ("send", "recv") and peer is not None:
                 peer = global_rank.get((comm, int(peer)), int(peer))
                 src, dst = (prog.rank, peer) if op == "send" else (peer, prog.rank)
@@ -111,11 +143,10 @@ def collate(programs: list[RankProgram], durations: Durations) -> tuple[list[lis
                 p2p_seq[(comm, src, dst)] += 1
                 key, expected = ("p2p", comm, src, dst, n), 2
             else:
-                seq = ev.get("comm_seq")
                 if seq is None:
                     seq = seq_on[comm]
                 seq_on[comm] += 1
-                key, expected = ("coll", comm, seq), int(ev.get("ranks") or prog.world_size)
+                key, expected = ("coll", comm, seq), int(ranks or prog.world_size)
             grp = by_key.get(key)
             if grp is None:
                 grp = by_key[key] = CollectiveGroup(key=key, expected=expected)
@@ -127,7 +158,7 @@ def collate(programs: list[RankProgram], durations: Durations) -> tuple[list[lis
     full = len(programs) == programs[0].world_size
     if full:
         for grp in by_key.values():
-            _check_members_agree(grp, programs)
+            _check_members_agree(grp, programs, columns)
         for grp in by_key.values():
             if len(grp.members) != grp.expected:
                 raise CollectiveMismatch(_describe_missing(grp, programs))
@@ -146,14 +177,15 @@ def collate(programs: list[RankProgram], durations: Durations) -> tuple[list[lis
     return group_of, groups
 
 
-def _communicator_members(programs: list[RankProgram]) -> dict[tuple[Any, int], int]:
+def _communicator_members(programs: list[RankProgram], columns: list[_Columns]) -> dict[tuple[Any, int], int]:
     """(communicator, rank within it) -> global rank, from the collectives that record ``comm_rank``: NCCL numbers
     a send's peer within the communicator (a pipeline stage's communicator {0, 2} calls rank 2 'peer 1')."""
     members: dict[tuple[Any, int], int] = {}
     users: dict[Any, set[int]] = defaultdict(set)
-    for prog in programs:
-        for i in np.flatnonzero(prog.kind_array == COLLECTIVE).tolist():
-            comm, comm_rank, _ = comm_view(prog, prog.events[i])
+    for prog, cols in zip(programs, columns):
+        mapping = prog.meta.get(COMM_MAP)
+        for _, _, comm, comm_rank, peer, _, _ in cols.rows:
+            comm, comm_rank, _ = mapped_view(mapping, comm, comm_rank, peer)
             users[comm].add(prog.rank)
             if comm_rank is not None:
                 members.setdefault((comm, int(comm_rank)), prog.rank)

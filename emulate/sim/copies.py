@@ -26,10 +26,39 @@ def with_copies(programs: list[RankProgram], copies: dict[int, dict[str, Any]]) 
     return sorted(out, key=lambda p: p.rank)
 
 
+#: RankProgram fields a rank owns; every other field of a copy is its twin's, the same object (:func:`with_copies`)
+OWN_FIELDS = frozenset({"rank", "source", "meta"})
+COPY_META = frozenset({"copied_from", COMM_MAP})   # meta keys a copy adds to its twin's
+
+
+def twin_indices(programs: list[RankProgram]) -> list[int]:
+    """Per program, the index of the first program it mirrors: every column the same object (a sparse run's copy
+    and its twin, :func:`with_copies`) and the same meta but for the copy's own keys; itself when none. What a
+    stage computes from those alone (durations, host gaps, the report of a shared timeline) is then computed once
+    for the first and shared, exactly: the copy's inputs are its twin's."""
+    names = [f.name for f in dataclasses.fields(RankProgram) if f.name not in OWN_FIELDS]
+    first: dict[tuple[int, ...], int] = {}
+    out: list[int] = []
+    for k, prog in enumerate(programs):
+        j = first.setdefault(tuple(id(getattr(prog, n)) for n in names), k)
+        if j != k and _own_meta(programs[j].meta) != _own_meta(prog.meta):
+            j = k
+        out.append(j)
+    return out
+
+
+def _own_meta(meta: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in meta.items() if k not in COPY_META}
+
+
 def comm_view(prog: RankProgram, ev: dict[str, Any]) -> tuple[Any, Any, Any]:
     """(communicator, rank in it, peer) of a collective event as ``prog``'s rank makes it."""
-    comm, comm_rank, peer = ev.get("comm"), ev.get("comm_rank"), ev.get("peer")
-    mapping = prog.meta.get(COMM_MAP)
+    return mapped_view(prog.meta.get(COMM_MAP), ev.get("comm"), ev.get("comm_rank"), ev.get("peer"))
+
+
+def mapped_view(mapping: dict[Any, Any] | None, comm: Any, comm_rank: Any, peer: Any) -> tuple[Any, Any, Any]:
+    """(communicator, rank in it, peer) of a twin's collective as made by the copy whose map is ``mapping``
+    (:data:`COMM_MAP`; None or empty: as the twin makes it)."""
     if mapping:
         entry = mapping.get(comm)
         if entry is not None:
@@ -86,8 +115,7 @@ def run_shared(programs: list[RankProgram], durations: Any, group_of: list[list[
     for k, t in enumerate(twin_index):
         a, b = setups[k], setups[t]
         if k != t and (a.latency_us != b.latency_us or a.start_us != b.start_us or a.align_at != b.align_at
-                       or not np.array_equal(a.gap_ns, b.gap_ns)
-                       or not np.array_equal(durations.us[k], durations.us[t])):
+                       or not _same(a.gap_ns, b.gap_ns) or not _same(durations.us[k], durations.us[t])):
             return None
     shared = shared_groups(programs, group_of, groups, twin_index)
     if shared is None:
@@ -102,3 +130,10 @@ def run_shared(programs: list[RankProgram], durations: Any, group_of: list[list[
                     queue_depth)
     local = {k: j for j, k in enumerate(twins)}
     return [timelines[local[t]] for t in twin_index]
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal arrays; shared ones (a copy's, :func:`twin_indices`) without reading them."""
+    import numpy as np
+
+    return a is b or np.array_equal(a, b)

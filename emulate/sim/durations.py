@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from emulate.sim.copies import twin_indices
 from emulate.sim.program import COLLECTIVE, KERNEL, MEMCPY, MEMCPY_BLOCKING, MEMSET, RankProgram
 from emulate.trace import TraceFormatError
 from estimator.base import KernelEstimator
@@ -62,9 +63,15 @@ class Durations:
 def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, mode: str,
                      estimator: KernelEstimator | None, ranks_per_node: int) -> Durations:
     """Durations of every rank's device ops (module docstring). Identical spec rows (the same GEMM in every
-    layer and iteration) are predicted once: the estimator sees each distinct row one time, in one call."""
+    layer and iteration) are predicted once: the estimator sees each distinct row one time, in one call.
+
+    A sparse run's copy (:func:`emulate.sim.copies.twin_indices`) is timed as its twin, once: its events, and so
+    its collectives' specs with the placement recorded at capture, are the twin's; it shares the twin's arrays
+    and adds its twin's fallback kernels to the counts."""
     if mode not in ("measured", "predicted"):
         raise ValueError(f"durations '{mode}': expected 'measured' or 'predicted'")
+    twin = twin_indices(programs)
+    copies_of = Counter(twin)                       # each timed rank counts once per rank it stands for
     out = Durations(us=[], measured=[])
     rows: list[dict[str, Any]] = []               # distinct rows
     row_index: dict[Any, int] = {}                # row key -> position in rows
@@ -85,6 +92,10 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
         return j
 
     for r, prog in enumerate(programs):
+        if twin[r] != r:
+            out.us.append(out.us[twin[r]])
+            out.measured.append(out.measured[twin[r]])
+            continue
         us = np.zeros(prog.n_events, dtype=np.float64)
         measured = np.zeros(prog.n_events, dtype=bool)
         if mode == "measured":
@@ -156,7 +167,7 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
                 j = np.asarray(ids, dtype=np.int64)
                 out.us[r][np.asarray(positions, dtype=np.int64)] = values[j]
                 if kernels_only:
-                    n_analytical += int(analytical[j].sum())
+                    n_analytical += int(analytical[j].sum()) * copies_of[r]
         out.fallback_kernels += n_analytical
         if n_analytical:
             out.fallback_reasons["no_learned_model"] += n_analytical
@@ -178,8 +189,8 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
             out.us[r][i] = LAUNCH_FLOOR_US
             reason = "no_spec_launch_floor"
         if prog.kind[i] == KERNEL:
-            out.fallback_kernels += 1
-            out.fallback_reasons[reason] += 1
+            out.fallback_kernels += copies_of[r]
+            out.fallback_reasons[reason] += copies_of[r]
     return out
 
 

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from emulate.host_costs import WorkCosts
+from emulate.sim.copies import twin_indices
 from emulate.sim.program import ITERATION, KIND_CODES, MEMCPY_BLOCKING, RankProgram, iteration_bounds, \
     steady_iterations
 
@@ -120,10 +121,13 @@ def steady_gaps(programs: list[RankProgram], gaps: list[np.ndarray]) -> list[np.
 def smoothed_capture_gaps(programs: list[RankProgram]) -> dict[int, np.ndarray]:
     """Per captured rank (index into ``programs``), its recorded gaps with the steady-state minimum applied
     (:func:`steady_gaps` over the captured ranks); real and synthetic traces are left out (their gaps are what
-    happened)."""
-    captures = [r for r, p in enumerate(programs) if captured(p)]
+    happened). A sparse run's copy adds no sample of its own (its gaps are its twin's): it shares its twin's
+    array (:func:`emulate.sim.copies.twin_indices`)."""
+    twin = twin_indices(programs)
+    captures = [r for r, p in enumerate(programs) if captured(p) and twin[r] == r]
     raw = [np.asarray(programs[r].gap_ns, dtype=np.float64) for r in captures]
-    return dict(zip(captures, steady_gaps([programs[r] for r in captures], raw)))
+    own = dict(zip(captures, steady_gaps([programs[r] for r in captures], raw)))
+    return {r: own[twin[r]] for r, p in enumerate(programs) if twin[r] in own}
 
 
 @dataclass(frozen=True)
@@ -157,8 +161,12 @@ def captured_host(programs: list[RankProgram]) -> list[CapturedHost | None]:
     """Per rank, its :class:`CapturedHost`; None for real and synthetic traces and for ranks without steady
     iterations."""
     smoothed = smoothed_capture_gaps(programs)
+    twin = twin_indices(programs)
     out: list[CapturedHost | None] = [None] * len(programs)
     for r, used in smoothed.items():
+        if twin[r] != r:   # a copy: its twin's (frozen, shared)
+            out[r] = out[twin[r]]
+            continue
         spans = steady_spans(programs[r])
         if not spans:
             continue
@@ -240,7 +248,10 @@ def plan(programs: list[RankProgram], *, host_speed: float, latency_us: list[flo
         [0.0] * len(programs)
     if align is None:
         align = not recorded
-    counts = [len(iteration_bounds(p)) for p in programs]
+    twin = twin_indices(programs)   # a sparse run's copies: their twins' gaps, computed once (emulate.sim.copies)
+    distinct = sorted(set(twin))
+    counts = [len(iteration_bounds(programs[t])) if t == r else 0 for r, t in enumerate(twin)]
+    counts = [counts[t] for t in twin]
     align_at = [-1] * len(programs)
     if align and len(programs) > 1:
         if len(set(counts)) > 1:
@@ -250,22 +261,22 @@ def plan(programs: list[RankProgram], *, host_speed: float, latency_us: list[flo
             align = False
         elif counts[0] >= 2:
             # at the start of the first iteration that is steady on every rank
-            first = max(int(steady_iterations(p)[0]) for p in programs)
-            align_at = [iteration_bounds(p)[first][0] for p in programs]
+            first = max(int(steady_iterations(programs[t])[0]) for t in distinct)
+            at = {t: iteration_bounds(programs[t])[first][0] for t in distinct}
+            align_at = [at[t] for t in twin]
         else:
             align = False
-    host_gaps = [np.asarray(p.gap_ns, dtype=np.float64) for p in programs]
     smoothed_gaps = smoothed_capture_gaps(programs)
-    for r, smoothed in smoothed_gaps.items():
-        host_gaps[r] = smoothed
+    host_gaps = {t: smoothed_gaps.get(t, np.asarray(programs[t].gap_ns, dtype=np.float64)) for t in distinct}
     model = "measured" if smoothed_gaps else "recorded"
     if work is not None:
-        for r, prog in enumerate(programs):
-            if counted(prog):
-                host_gaps[r] = counted_gaps(prog, work, host_gaps[r])
+        for t in distinct:
+            if counted(programs[t]):
+                host_gaps[t] = counted_gaps(programs[t], work, host_gaps[t])
                 model = "counted"
-    setups = [RankSetup(latency_us=lat, gap_ns=effective_gaps(p, host_speed, costs_us, g), start_us=s, align_at=a)
-              for p, g, lat, s, a in zip(programs, host_gaps, latency_us, starts, align_at)]
+    gaps = {t: effective_gaps(programs[t], host_speed, costs_us, host_gaps[t]) for t in distinct}
+    setups = [RankSetup(latency_us=lat, gap_ns=gaps[t], start_us=s, align_at=a)
+              for t, lat, s, a in zip(twin, latency_us, starts, align_at)]
     return HostPlan(setups=setups, aligned=any(a >= 0 for a in align_at), warnings=warnings, host_model=model)
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from emulate.report import build_report
 from emulate.sim.collate import collate
-from emulate.sim.copies import shared_groups, with_copies
+from emulate.sim.copies import shared_groups, twin_indices, with_copies
 from emulate.sim.program import build_program
 from emulate.sim.synthetic import TraceBuilder
 from emulate.simulate import simulate
@@ -15,14 +15,20 @@ from emulate.simulate import simulate
 WORLD = 4
 
 
-def tp_dp_trace(rank: int) -> dict:
+def tp_dp_trace(rank: int, captured: bool = False) -> dict:
     """Ranks (0, 1) and (2, 3) are tensor-parallel pairs ('tp0', 'tp1'); every rank all-reduces over 'world'.
-    The pair with rank 0 computes a little longer on its first rank, so the ranks are not all alike."""
-    b = TraceBuilder(rank=rank, world_size=WORLD)
+    The pair with rank 0 computes a little longer on its first rank, so the ranks are not all alike.
+    ``captured``: as the shim's capture (host gaps smoothed and aligned), with kernels the estimator times (a GEMM)
+    and one it cannot (no spec, no duration: a fallback)."""
+    b = TraceBuilder(rank=rank, world_size=WORLD, meta={"call_costs_in_gaps": False} if captured else None)
     tp = f"tp{rank // 2}"
     for step in range(4):
         b.iteration(step, gap_us=5.0)
-        b.kernel(stream=1, duration_us=30.0 + 10.0 * (rank % 2), gap_us=3.0)
+        b.kernel(stream=1, duration_us=30.0 + 10.0 * (rank % 2), gap_us=3.0 + step % 2)
+        if captured:
+            b.kernel(stream=1, gap_us=2.0, spec={"family": "gemm", "m": 2048, "n": 2048 + 512 * (rank % 2),
+                                                 "k": 1024, "batch": 1, "dtype": "bf16"})
+            b.kernel(stream=1, gap_us=1.0 + step)
         b.collective(comm=tp, comm_seq=2 * step, duration_us=8.0, gap_us=2.0, stream=1).update(ranks=2)
         b.kernel(stream=1, duration_us=12.0, gap_us=3.0)
         b.collective(comm=tp, comm_seq=2 * step + 1, duration_us=8.0, gap_us=2.0, stream=1).update(ranks=2)
@@ -75,3 +81,37 @@ def test_copies_that_do_not_mirror_their_twins_are_walked_one_by_one():
     assert result.timelines[3] is not result.timelines[0]
     group_of, groups = collate(result.programs, result.durations)
     assert shared_groups(result.programs, group_of, groups, twin_index=[0, 1, 0, 0]) is None
+
+
+def test_copies_are_timed_planned_and_reported_once_and_give_what_every_rank_running_gives():
+    """Each stage works on the twins and shares with the copies (the same arrays, setups' gaps and timelines);
+    every figure, fallback counts and per-rank entries included, is the full run's."""
+    kwargs = dict(hardware="h100-sxm", durations="measured", estimator="roofline")
+    full = simulate([tp_dp_trace(r, captured=True) for r in range(WORLD)], **kwargs)
+    sparse = simulate([tp_dp_trace(r, captured=True) for r in (0, 1)], copies=COPIES, **kwargs)
+    assert sparse.durations.us[2] is sparse.durations.us[0] and sparse.durations.us[3] is sparse.durations.us[1]
+    assert sparse.durations.fallback_kernels == full.durations.fallback_kernels == WORLD * 8
+    assert sparse.durations.fallback_reasons == full.durations.fallback_reasons
+    for mine, theirs in zip(sparse.durations.us, full.durations.us):
+        assert np.array_equal(mine, theirs)
+    assert sparse.timelines[2] is sparse.timelines[0] and sparse.aligned and full.aligned
+    for mine, theirs in zip(sparse.timelines, full.timelines):
+        assert np.array_equal(mine.start, theirs.start) and np.array_equal(mine.end, theirs.end)
+    assert len(sparse.groups) == len(full.groups)
+    report = build_report(sparse)
+    assert report == build_report(full)
+    assert [r["rank"] for r in report["per_rank"]] == list(range(WORLD))
+    assert report["per_rank"][2]["iterations_ms"] is not report["per_rank"][0]["iterations_ms"]
+
+
+def test_twin_indices_name_the_program_each_copy_shares():
+    programs = with_copies([build_program(tp_dp_trace(r)) for r in (0, 1)], COPIES)
+    assert twin_indices(programs) == [0, 1, 0, 1]
+    alone = [build_program(tp_dp_trace(r)) for r in range(WORLD)]
+    assert twin_indices(alone) == [0, 1, 2, 3]
+
+
+def test_a_copy_whose_meta_differs_from_its_twins_is_its_own():
+    programs = with_copies([build_program(tp_dp_trace(r)) for r in (0, 1)], COPIES)
+    programs[2].meta["launch_latency_us"] = 9.0
+    assert twin_indices(programs) == [0, 1, 2, 1]
