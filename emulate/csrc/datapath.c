@@ -74,13 +74,14 @@ static int cmp_lo(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-int sc_range_known(const void *p, size_t n) {
+/* Whether [p, p + n) holds remembered bytes (of op instance `only`, when not 0). */
+static int range_known(const void *p, size_t n, uint64_t only) {
     uintptr_t lo = (uintptr_t)p, hi = lo + n;
     range_t hits[64];
     int k = 0;
     pthread_mutex_lock(&range_lock);
     for (int i = 0; i < n_ranges && k < 64; i++)
-        if (ranges[i].hi > lo && ranges[i].lo < hi) hits[k++] = ranges[i];
+        if (ranges[i].hi > lo && ranges[i].lo < hi && (!only || ranges[i].gen == only)) hits[k++] = ranges[i];
     pthread_mutex_unlock(&range_lock);
     qsort(hits, (size_t)k, sizeof hits[0], cmp_lo);
     uintptr_t at = lo;
@@ -89,6 +90,18 @@ int sc_range_known(const void *p, size_t n) {
         if (hits[i].hi > at) at = hits[i].hi;
     }
     return at >= hi;
+}
+
+int sc_range_known(const void *p, size_t n) { return range_known(p, n, 0); }
+
+/* Whether a copy to the host out of [p, p + n) reads remembered bytes. Once the current op has launched a kernel,
+ * only bytes this op wrote itself count: what an op copies back after its kernels is their result (nonzero's and
+ * masked_select's count, unique's size, written into a scratch block of the caching allocator), and the bytes an
+ * earlier op left in that reused block are stale (a count read as 0x01010101 made printing a 6-element tensor
+ * iterate 16.8 M elements); they read as zeros, as any other kernel result. Whether an op's inputs are known (its
+ * host replay, a collective's send buffer) is sc_range_known's: those bytes were there before its kernels. */
+int sc_range_readback(const void *p, size_t n) {
+    return range_known(p, n, cur_instance_kernels > 0 ? cur_instance : 0);
 }
 
 SC_EXPORT int stepcast_range_known(unsigned long long ptr, unsigned long long bytes) {

@@ -246,7 +246,7 @@ static void move(void *dst, const void *src, size_t bytes, const char *dir) {
             sc_range_forget(dst, bytes);
         }
     } else {                      /* device to host */
-        if (small && sc_range_known(src, bytes)) memmove(dst, src, bytes);
+        if (small && sc_range_readback(src, bytes)) memmove(dst, src, bytes);
         else memset(dst, 0, bytes);
     }
 }

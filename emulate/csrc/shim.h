@@ -104,6 +104,7 @@ void sc_note_kernel_write(void);
 void sc_range_written(const void *p, size_t n);
 void sc_range_forget(const void *p, size_t n);
 int sc_range_known(const void *p, size_t n);
+int sc_range_readback(const void *p, size_t n);  /* a copy to the host: see datapath.c */
 void *sc_comm_shm(const char *comm_id, int nranks);
 void sc_exchange(void *shm, int nranks, int rank, uint64_t seq, int kind, const void *send, void *recv, size_t count,
                  int dtype, int redop, int root);

@@ -229,7 +229,7 @@ static void copy(uintptr_t dst, uintptr_t src, size_t n) {
             sc_range_forget((const void *)dst, n);
         }
     } else if (from_device) {
-        if (small && sc_range_known((const void *)src, n)) memmove((void *)dst, (const void *)src, n);
+        if (small && sc_range_readback((const void *)src, n)) memmove((void *)dst, (const void *)src, n);
         else memset((void *)dst, 0, n);
     } else {
         memmove((void *)dst, (const void *)src, n);
