@@ -538,6 +538,51 @@ def _freeze_args(args: Sequence | None) -> tuple | None:
     return tuple(frozen)
 
 
+# ---- Inductor (Triton) kernels --------------------------------------------------------------------------------------
+
+#: Inductor's pointwise configs give a block 256 elements per warp (torch/_inductor/runtime/triton_heuristics.py,
+#: triton_config: num_elements_per_warp=256), so a launch covers about grid x threads x 8 elements
+INDUCTOR_ELEMENTS_PER_THREAD = 8
+_TRITON_KERNEL = re.compile(r"^triton_(poi|per|red)_fused_?(.*?)(?:_\d+)?$")
+# Fused aten ops that only move data (no arithmetic): a pointwise kernel fusing nothing else is a copy.
+_LAYOUT_OPS = ("_unsafe_view", "_to_copy", "view", "clone", "expand", "transpose", "permute", "unsqueeze", "squeeze",
+               "select", "slice", "unbind", "stack", "cat", "t", "copy", "split", "alias", "reshape", "lift_fresh")
+
+
+def classify_triton_kernel(name: str, grid: Sequence[int] | None, block: Sequence[int] | None,
+                           shapes: Sequence = (), dtypes: Sequence = (), backward: bool = False) -> Row | None:
+    """Estimator row of an Inductor-generated Triton kernel, which no aten op describes: its launch shows how much
+    it covers, its name which aten ops it fused, its op context (the compiled graph's inputs) the dtype and width.
+
+    ``triton_poi_*`` (pointwise) -> elementwise ``mul`` (a fused kernel reads its operands and writes one result;
+    ``copy`` when it fuses only layout ops) over grid x threads x :data:`INDUCTOR_ELEMENTS_PER_THREAD` elements.
+    ``triton_per_*`` / ``triton_red_*`` (reductions) -> norm (``rms_norm`` when it fuses ``rsqrt``, ``softmax``
+    with ``exp`` and ``amax``, else ``sum``) with one program per row (rows = the grid) and, as columns, the last dim
+    of the first graph input whose leading dims make that many rows (at least one column per thread); without one,
+    threads x 8 columns (a split reduction's partial rows). None for other kernels (templates, foreach) and
+    launches without a grid. The grid does not show how many tensors a kernel reads (Inductor fuses 1 to 12), so
+    pointwise kernels are timed as three streams.
+    """
+    match = _TRITON_KERNEL.match(name)
+    if match is None or not grid or not block:
+        return None
+    blocks, threads = math.prod(int(g) for g in grid), math.prod(int(b) for b in block)
+    if blocks <= 0 or threads <= 0:
+        return None
+    t = [(s, d) for s, d in _tensors(tuple(map(tuple, shapes)), tuple(dtypes)) if d not in ("int64", "bool")]
+    dtype = max(t, key=lambda item: _numel(item[0]))[1] if t else "fp32"
+    fused = [op for op in match.group(2).split("_") if op]
+    if match.group(1) == "poi":
+        layout_only = all(any(op in layout.split("_") for layout in _LAYOUT_OPS) for op in fused)
+        return {"family": "elementwise", "dtype": dtype, "op": "copy" if layout_only else "mul",
+                "numel": blocks * threads * INDUCTOR_ELEMENTS_PER_THREAD}
+    rows, cols = blocks, threads * INDUCTOR_ELEMENTS_PER_THREAD
+    cols = next((s[-1] for s, _ in t if len(s) >= 2 and _numel(s[:-1]) == rows and s[-1] >= threads), cols)
+    op = "rms_norm" if "rsqrt" in fused else "softmax" if {"exp", "amax"} <= set(fused) else "sum"
+    return {"family": "norm", "dtype": dtype, "op": op, "rows": rows, "cols": int(cols),
+            "pass": "bwd" if backward or "backward" in fused else "fwd"}
+
+
 # ---- kernel names -------------------------------------------------------------------------------------------------
 
 _NCCL_OPS = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",

@@ -6,6 +6,7 @@ Order of preference for each op (``mode`` is "measured" or "predicted"):
 2. kernels and collectives with a ``spec`` (collectives without one get a spec built from op/bytes/ranks): the
    estimator's prediction on the target hardware. All ranks' rows go to ONE ``predict_frame`` call. Rows the
    estimator answers with its analytical fallback (label ``roofline@...``) are counted as fallbacks.
+   Inductor's Triton kernels carry no spec; they get one from their launch (``classify_triton_kernel``).
 3. ``op_part`` kernels (further kernels of an op call whose first kernel carries the op's spec): 0, the op's
    predicted time covers them. Other kernels without a spec: the measured duration scaled by the ratio of memory
    bandwidths (source -> target hardware; most unclassified kernels are memory bound) when one was recorded, else a
@@ -32,7 +33,7 @@ from emulate.sim.copies import twin_indices
 from emulate.sim.program import COLLECTIVE, KERNEL, MEMCPY, MEMCPY_BLOCKING, MEMSET, RankProgram
 from emulate.trace import TraceFormatError
 from estimator.base import KernelEstimator
-from profiling.classify import tensor_dtype
+from profiling.classify import classify_triton_kernel, tensor_dtype
 from profiling.families import FAMILIES
 from profiling.hardware import HardwareSpec, UnknownHardwareError, lookup
 
@@ -116,6 +117,10 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
         positions, ids = [], []
         known = row_index.get
         for i, spec in zip(kernels, map(events.field("spec").__getitem__, kernels)):
+            if not spec and events[i]["name"].startswith("triton_"):  # Inductor's: no aten op describes them
+                ev = events[i]
+                spec = classify_triton_kernel(ev["name"], ev.get("grid"), ev.get("block"), ev.get("op_shapes") or (),
+                                              ev.get("op_dtypes") or (), "Backward" in (ev.get("op") or ""))
             if spec:
                 try:
                     j = known((tuple(spec), tuple(spec.values())))

@@ -220,3 +220,42 @@ def test_cudnn_attention_ops_and_kernels_are_attention_with_their_pass():
     assert bwd["pass"] == "bwd" and bwd["causal"]
     assert classify_kernel_name("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_3_64x128x128_"
                                 "4x1x1_kernel0_0") == {"family": "attention", "pass": "bwd"}
+
+
+# The launch and op context of Inductor kernels of examples/llama_fsdp2.py --compile (dim 1024, 2 x 2048 tokens):
+# the graph's inputs, the activation first.
+_GRAPH = ([[2, 2048, 1024], [2048, 64], [1024], [3584, 1024]], ["torch.bfloat16"] * 4)
+
+
+def test_inductor_pointwise_kernel_covers_grid_times_threads_times_eight_elements():
+    """triton_heuristics.pointwise gives a block 256 elements per warp: 14,336 blocks of 128 threads cover the
+    14,680,064 elements (2 x 2048 x 3584) of the SwiGLU product."""
+    from profiling.classify import classify_triton_kernel
+
+    row = classify_triton_kernel("triton_poi_fused__unsafe_view_mul_silu_4", [14336, 1, 1], [128, 1, 1], *_GRAPH)
+    assert row == {"family": "elementwise", "dtype": "bf16", "op": "mul", "numel": 14680064}
+    copy = classify_triton_kernel("triton_poi_fused_clone_transpose_view_7", [4, 1024, 1], [128, 1, 1], *_GRAPH)
+    assert copy["op"] == "copy" and copy["numel"] == 4 * 1024 * 128 * 8
+
+
+def test_inductor_reduction_kernel_is_a_norm_row_per_program_with_the_graph_width():
+    from profiling.classify import classify_triton_kernel
+
+    fwd = classify_triton_kernel("triton_per_fused__to_copy_add_mean_mul_pow_rsqrt_0", [4096, 1, 1], [32, 1, 1],
+                                 *_GRAPH)
+    assert fwd == {"family": "norm", "dtype": "bf16", "op": "rms_norm", "rows": 4096, "cols": 1024, "pass": "fwd"}
+    bwd = classify_triton_kernel("triton_per_fused__to_copy_add_mean_mul_pow_rsqrt_0", [4096, 1, 1], [32, 1, 1],
+                                 *_GRAPH, backward=True)
+    assert bwd["pass"] == "bwd"
+    # a split reduction (2,048 programs of 128 threads) matches no graph input with >= 128 columns: threads x 8
+    split = classify_triton_kernel("triton_red_fused_sum_view_8", [2048, 1, 1], [128, 1, 1], *_GRAPH)
+    assert (split["op"], split["rows"], split["cols"]) == ("sum", 2048, 1024)
+
+
+def test_non_inductor_or_gridless_kernels_get_no_triton_row():
+    from profiling.classify import classify_triton_kernel
+
+    assert classify_triton_kernel("triton_tem_fused_mm_0", [64, 1, 1], [128, 1, 1], *_GRAPH) is None
+    assert classify_triton_kernel("ampere_bf16_s16816gemm", [64, 1, 1], [128, 1, 1], *_GRAPH) is None
+    assert classify_triton_kernel("triton_poi_fused_add_0", None, None, *_GRAPH) is None
+    assert classify_triton_kernel("triton_poi_fused_add_0", [8, 1, 1], [128, 1, 1])["dtype"] == "fp32"
