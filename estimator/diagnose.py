@@ -1,6 +1,6 @@
 """Why a GEMM split scores what it does: where the held-out error sits, and how low any model could go on the data.
 
-    python -m estimator.diagnose [--suites neusight,vidur] [--gemm-train-rows 40000] [--json out.json]
+    python -m estimator.diagnose [--suites neusight,vidur,out_of_range] [--gemm-train-rows 40000] [--json out.json]
 
 The two GEMM aims of ``python -m estimator.benchmark`` that fail are read here, on the benchmark's own folds and
 with the default XGBoost:
@@ -17,9 +17,10 @@ with the default XGBoost:
   each row predicted by the mean of its two m-neighbours' measured times in its own series (Vidur's m step is 8 to
   32), the roughness of the data itself (Vidur's times are rounded to 0.5 us).
 
-Both suites also score feature variants of the same XGBoost on the same folds (``FEATURE_VARIANTS``): the GEMM
-features before the device was described per SM (whole-device spec figures, ``estimator.features``), the roofline
-terms without any device figure, the default plus the whole-device figures, plus the operands' size over L2.
+Both suites also score feature variants of the same XGBoost on the same folds (``FEATURE_VARIANTS``): roofline
+terms added, the whole-device spec figures dropped, the device described per SM instead (NeuSight's normalisation),
+the operands' size over L2 added. ``out_of_range`` scores the variants on every source's GEMMs with the largest
+tenth held out (the bundle card's split): the check that a variant does not trade extrapolation for what it gains.
 """
 from __future__ import annotations
 
@@ -32,26 +33,32 @@ from rich.console import Console
 from rich.table import Table
 
 from estimator.evaluate import evaluate_fold, select_folds
-from estimator.features import GEMM_DEVICE_TERMS, WHOLE_DEVICE_FEATURES
 from estimator.metrics import BUCKET_LABELS, ape, runtime_bucket
 from estimator.workload import work
 
 console = Console(width=140)
-SUITES = ("neusight", "vidur")
+SUITES = ("neusight", "vidur", "out_of_range")
 #: GEMMs under this many FLOPs are all launch path: their median time is the op's floor on that device
 FLOOR_FLOPS = 1e6
 #: GEMMs over this many FLOPs (compute-bound) or bytes (memory-bound) show the device's sustained throughput
 BIG_FLOPS = 1e11
 BIG_BYTES = 1e8
-#: the per-SM figures among GEMM_DEVICE_TERMS (the rest place the kernel on its roofline)
+#: the device's whole-device spec figures among the GEMM features: to a tree, one value per device, so a branch per
+#: training device (the kind of device and its compute capability, which picks the library's kernels, are not here)
+WHOLE_DEVICE_FEATURES = ("log2_peak_tflops", "log2_ridge", "hw_sm_count", "hw_clock_mhz", "hw_memory_bandwidth_gbps",
+                         "hw_l2_cache_mib", "hw_smem_per_sm_kib", "hw_peak_fp32_tflops")
+#: where a kernel sits on its device's roofline: compute and memory time at peak, their ratio, work per SM
+ROOFLINE_TERMS = ("log2_compute_us", "log2_memory_us", "log2_memory_over_compute", "log2_flops_per_sm",
+                  "log2_bytes_per_sm")
+#: the device per SM (NeuSight's normalisation: the SM is the wave model's unit)
 PER_SM_SPEC = ("log2_sm_gflops", "log2_sm_bandwidth_gbps", "log2_sm_l2_kib")
 #: the variants scored beside the default features: (default features dropped, terms added)
 FEATURE_VARIANTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "default: device per SM, roofline terms": ((), ()),
-    "whole-device figures instead (the features before)": (GEMM_DEVICE_TERMS, WHOLE_DEVICE_FEATURES),
-    "roofline terms, no device figures": (PER_SM_SPEC, ()),
-    "default + whole-device figures": ((), WHOLE_DEVICE_FEATURES),
-    "default + operands over L2": ((), ("log2_weight_over_l2", "log2_bytes_over_l2")),
+    "default (whole-device spec figures)": ((), ()),
+    "+ roofline terms": ((), ROOFLINE_TERMS),
+    "no device figures, + roofline terms": (WHOLE_DEVICE_FEATURES, ROOFLINE_TERMS),
+    "device per SM instead, + roofline terms": (WHOLE_DEVICE_FEATURES, ROOFLINE_TERMS + PER_SM_SPEC),
+    "+ operands over L2": ((), ("log2_weight_over_l2", "log2_bytes_over_l2")),
 }
 
 
@@ -129,14 +136,18 @@ def level_oracle(pred: pd.DataFrame, series: list[str], parts: int = 5) -> float
 
 
 def extra_terms(frame: pd.DataFrame, feats) -> dict[str, np.ndarray]:
-    """The terms FEATURE_VARIANTS may add: the whole-device figures GEMMs do without, the operands' bytes over L2."""
+    """The terms FEATURE_VARIANTS may add: ROOFLINE_TERMS, PER_SM_SPEC and the operands' bytes over L2."""
     w, hw = work("gemm", frame), feats.hardware
-    l2 = hw.spec["hw_l2_cache_mib"] * 2.0 ** 20
+    sms, l2 = hw.spec["hw_sm_count"], hw.spec["hw_l2_cache_mib"] * 2.0 ** 20
+    compute_s, memory_s = w.flops / hw.peak_flops, w.bytes / hw.memory_bandwidth
     m, n, k, batch = (frame[c].to_numpy(dtype=np.float64) for c in ("m", "n", "k", "batch"))
     element = w.bytes / ((m * k + n * k + m * n) * batch)
-    return hw.spec | {"log2_peak_tflops": np.log2(hw.peak_flops / 1e12),
-                      "log2_ridge": np.log2(hw.peak_flops / hw.memory_bandwidth),
-                      "log2_weight_over_l2": np.log2(n * k * element / l2), "log2_bytes_over_l2": np.log2(w.bytes / l2)}
+    return {"log2_compute_us": np.log2(compute_s * 1e6 + 1e-6), "log2_memory_us": np.log2(memory_s * 1e6 + 1e-6),
+            "log2_memory_over_compute": np.log2(memory_s / compute_s), "log2_flops_per_sm": np.log2(w.flops / sms + 1),
+            "log2_bytes_per_sm": np.log2(w.bytes / sms + 1), "log2_sm_gflops": np.log2(hw.peak_flops / sms / 1e9),
+            "log2_sm_bandwidth_gbps": np.log2(hw.memory_bandwidth / sms / 1e9),
+            "log2_sm_l2_kib": np.log2(l2 / sms / 1024), "log2_weight_over_l2": np.log2(n * k * element / l2),
+            "log2_bytes_over_l2": np.log2(w.bytes / l2)}
 
 
 def feature_variants(frame: pd.DataFrame, split: str, max_train_rows: int | None) -> pd.DataFrame:
@@ -239,6 +250,15 @@ def suite_vidur(data: pd.DataFrame, max_train_rows: int | None) -> dict[str, pd.
             "vidur_feature_variants": variants}
 
 
+def suite_out_of_range(data: pd.DataFrame, max_train_rows: int | None) -> dict[str, pd.DataFrame]:
+    variants = feature_variants(data[data["family"] == "gemm"], "out_of_range", max_train_rows)
+    show(variants, "All GEMMs, the largest tenth held out, XGBoost feature variants: mean APE %")
+    return {"out_of_range_feature_variants": variants}
+
+
+RUNNERS = {"neusight": suite_neusight, "vidur": suite_vidur, "out_of_range": suite_out_of_range}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m estimator.diagnose", description=__doc__.split("\n\n")[0])
     parser.add_argument("--suites", default=",".join(SUITES), help=f"comma-separated subset of {','.join(SUITES)}")
@@ -255,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     data = data[np.isfinite(data["runtime_us"]) & (data["runtime_us"] > 0)]
     tables: dict[str, pd.DataFrame] = {}
     for suite in suites:
-        tables |= (suite_neusight if suite == "neusight" else suite_vidur)(data, args.gemm_train_rows)
+        tables |= RUNNERS[suite](data, args.gemm_train_rows)
     if args.json:
         from estimator.bundle import write_json_atomic
 

@@ -10,14 +10,6 @@ the same values, which is what lets a model place them for shapes it has not see
 intra/inter node and the link bandwidth. With ``kernel_config``, GEMMs add the configuration of the kernel that
 runs (``estimator.kernel_config``: tile, stages, split-K, cluster, architecture path, grid waves, alignment).
 
-GEMMs describe their device per SM (peak FLOP/s, memory bandwidth and L2 per SM: the unit of the wave model, as
-NeuSight normalises) and by where the kernel sits on its roofline (compute and memory time at peak, their ratio, work
-per SM), not by whole-device figures (``WHOLE_DEVICE_FEATURES``): a tree reads those as one value per training device,
-a branch per device, and sends a device it has not seen down one of them. On the benchmark's folds
-(``python -m estimator.diagnose``) this took NeuSight fp32 GEMMs, leave one GPU out, from 29.4 to 26.7 % and
-aiconfigurator's leave one GPU out from 11.5 to 10.8, with whole (n, k) pairs held out unchanged (3.3) and Vidur's
-held-out models 6.7 / 6.8. Other families keep the whole-device figures.
-
 ``baseline_us`` is the analytical estimate (``RooflineEstimator`` with its default parameters); the ``efficiency``
 target of the learned models is log(runtime / baseline).
 """
@@ -64,16 +56,6 @@ VOCABULARY["timing"] = tuple(dict.fromkeys(TIMING_METHODS.values()))
 SHAPE_COLUMNS: dict[str, tuple[str, ...]] = {
     family: tuple(c for c in cols if c not in {"op", "pass", "causal"}) for family, cols in FAMILIES.items()
 }
-
-#: whole-device spec figures GEMMs do without (module docstring); the kind of device and its compute capability
-#: (which picks the library's kernels) stay
-WHOLE_DEVICE_FEATURES: tuple[str, ...] = ("log2_peak_tflops", "log2_ridge", "hw_sm_count", "hw_clock_mhz",
-                                          "hw_memory_bandwidth_gbps", "hw_l2_cache_mib", "hw_smem_per_sm_kib",
-                                          "hw_peak_fp32_tflops")
-#: what GEMMs have instead: the device per SM and the kernel's place on its roofline (gemm_device_terms)
-GEMM_DEVICE_TERMS: tuple[str, ...] = ("log2_compute_us", "log2_memory_us", "log2_memory_over_compute",
-                                      "log2_flops_per_sm", "log2_bytes_per_sm", "log2_sm_gflops",
-                                      "log2_sm_bandwidth_gbps", "log2_sm_l2_kib")
 
 _ROOFLINE = RooflineEstimator()
 
@@ -134,18 +116,6 @@ def gemm_waves(m: np.ndarray, n: np.ndarray, batch: np.ndarray, sms: np.ndarray)
     return out
 
 
-def gemm_device_terms(w: Work, hw: RowHardware) -> dict[str, np.ndarray]:
-    """GEMM_DEVICE_TERMS: the device per SM, and the kernel's compute and memory time at peak, their ratio and its
-    work per SM."""
-    sms = hw.spec["hw_sm_count"]
-    compute_s, memory_s = w.flops / hw.peak_flops, w.bytes / hw.memory_bandwidth
-    return {"log2_compute_us": _log2(compute_s * 1e6 + 1e-6), "log2_memory_us": _log2(memory_s * 1e6 + 1e-6),
-            "log2_memory_over_compute": _log2(memory_s / compute_s), "log2_flops_per_sm": _log2(w.flops / sms + 1),
-            "log2_bytes_per_sm": _log2(w.bytes / sms + 1), "log2_sm_gflops": _log2(hw.peak_flops / sms / 1e9),
-            "log2_sm_bandwidth_gbps": _log2(hw.memory_bandwidth / sms / 1e9),
-            "log2_sm_l2_kib": _log2(hw.spec["hw_l2_cache_mib"] * 1024.0 / sms)}
-
-
 def family_features(family: str, frame: Kernels, w: Work, hw: RowHardware,
                     kernel_config: bool = False) -> dict[str, np.ndarray]:
     f: dict[str, np.ndarray] = {}
@@ -154,7 +124,6 @@ def family_features(family: str, frame: Kernels, w: Work, hw: RowHardware,
         m, n, k, b = (_num(frame, c) for c in ("m", "n", "k", "batch"))
         f |= {"log2_m": _log2(m), "log2_n": _log2(n), "log2_k": _log2(k), "log2_batch": _log2(b)}
         f |= gemm_waves(m, n, b, sms)
-        f |= gemm_device_terms(w, hw)
         if kernel_config:
             f |= kernel_config_features(frame, m, n, k, b, sms, element_bytes(frame))
     elif family == "attention":
@@ -241,8 +210,6 @@ def features(family: str, frame: Kernels, kernel_config: bool = False, timing: b
     if timing:
         cols["timing"] = timing_codes(frame)
     cols |= hw.spec
-    if family == "gemm":
-        cols = {name: values for name, values in cols.items() if name not in WHOLE_DEVICE_FEATURES}
     names = list(cols)
     matrix = np.empty((len(frame), len(names)), dtype=np.float32, order="F")  # column writes stay contiguous
     for i, name in enumerate(names):
