@@ -145,6 +145,7 @@ def build_report(result) -> dict[str, Any]:
     if all(len(p.iteration_index) <= 1 and p.end_marker is None for p in result.programs):
         warnings.append("no iteration marks (profiler steps, optimizer steps or backward passes): the whole run "
                         "was taken as one iteration")
+    matched = getattr(result, "collectives_matched", None)   # a sparse run's: its groups are its twins'
     return {
         "hardware": hw.id if hw is not None else prog_hardware(result.programs),
         "world_size": result.world_size,
@@ -168,7 +169,7 @@ def build_report(result) -> dict[str, Any]:
         "per_rank": per_rank,
         "fallback_kernels": times.fallback_kernels,
         "fallback_reasons": dict(times.fallback_reasons),
-        "collectives_matched": len(result.groups),
+        "collectives_matched": len(result.groups) if matched is None else matched,
     }
 
 

@@ -21,7 +21,8 @@ from emulate.host_costs import WorkCosts
 from emulate.sim import host as host_model
 from emulate.sim.collate import CollectiveGroup, collate
 from emulate.sim.engine import RankTimeline, SimulationDeadlock, run
-from emulate.sim.copies import run_shared, with_copies
+from emulate.sim.copies import TwinCollectives, run_shared, run_twins, with_copies
+from emulate.sim.shared_collate import collate_twins
 from emulate.sim.program import RankProgram, build_program
 from emulate.trace import TraceFormatError, read_trace
 from estimator.base import KernelEstimator
@@ -46,6 +47,8 @@ class SimulationResult:
     aligned: bool = False                  # ranks were aligned after warm-up (emulate.sim.host)
     warnings: list[str] | None = None      # what the simulation had to assume, one line each
     host_model: str = "recorded"           # counted | measured | recorded (emulate.sim.host.HostPlan)
+    #: collectives matched across every rank; ``groups`` may be fewer: a sparse run's copies share their twins'
+    collectives_matched: int | None = None
 
     @property
     def world_size(self) -> int:
@@ -84,17 +87,32 @@ def simulate(traces: list[dict[str, Any]], hardware: str | None, nodes: int = 1,
         programs = with_copies(programs, copies)
     rpn = ranks_per_node_for(programs[0].world_size, nodes, spec)
     times = assign_durations(programs, spec, durations, _LazyEstimator(estimator), rpn)
-    group_of, groups = collate(programs, times)
+    twins = collate_twins(programs, times) if copies else None
     latency = [float(p.meta.get("launch_latency_us", DEFAULT_LAUNCH_LATENCY_US)) for p in programs]
     costs = host_model.default_costs() if call_costs_us is None else call_costs_us
     plan = host_model.plan(programs, host_speed=host_speed, latency_us=latency, costs_us=costs, align=align_ranks,
                            work=host_model.default_work() if work == "default" else work)
-    # a sparse run's copies share their twins' timelines where they mirror them exactly (emulate.sim.copies)
-    timelines = (run_shared(programs, times, group_of, groups, plan.setups, queue_depth) if copies else None) \
-        or run(programs, times, group_of, groups, plan.setups, queue_depth)
+    timelines, groups, matched = _timelines(programs, times, twins, plan.setups, queue_depth)
     return SimulationResult(programs, timelines, times, spec, durations, nodes, host_speed, groups,
                             queue_depth=queue_depth, aligned=plan.aligned, warnings=plan.warnings,
-                            host_model=plan.host_model)
+                            host_model=plan.host_model, collectives_matched=matched)
+
+
+def _timelines(programs: list[RankProgram], times: Durations, twins: TwinCollectives | None,
+               setups: list[host_model.RankSetup], queue_depth: int) -> tuple[list[RankTimeline], list, int]:
+    """Every rank's timeline, the groups the engine ran and how many collectives the job matches. A sparse run's
+    copies share their twins' timelines where they mirror them exactly (:mod:`emulate.sim.copies`): collated on
+    the twins alone when that is exact (:mod:`emulate.sim.shared_collate`), else on every rank; otherwise every
+    rank is walked."""
+    if twins is not None:
+        timelines = run_twins(programs, times, twins, setups, queue_depth)
+        if timelines is not None:
+            return timelines, twins.groups, twins.matched
+    group_of, groups = collate(programs, times)
+    sparse = any(p.meta.get("copied_from") is not None for p in programs)
+    timelines = (run_shared(programs, times, group_of, groups, setups, queue_depth) if sparse else None) \
+        or run(programs, times, group_of, groups, setups, queue_depth)
+    return timelines, groups, len(groups)
 
 
 def simulate_traces(trace_paths: list[Path], hardware: str, nodes: int = 1, report_path: Path | None = None,

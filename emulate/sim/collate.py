@@ -36,7 +36,7 @@ UNEVEN_OPS = frozenset({"all_to_all", "alltoall", "all_to_allv"})
 
 
 @dataclass(frozen=True)
-class _Columns:
+class Columns:
     """A rank's collectives as collation reads them, read from its event table once per distinct program (a
     sparse run's copy shares its twin's: :func:`emulate.sim.copies.twin_indices`)."""
 
@@ -44,23 +44,23 @@ class _Columns:
     agreed: dict[int, tuple[Any, ...]]                       # position -> its AGREED_FIELDS
 
 
-def _columns_of(programs: list[RankProgram]) -> list[_Columns]:
+def columns_of(programs: list[RankProgram]) -> list[Columns]:
     twin = twin_indices(programs)
-    out: list[_Columns] = []
+    out: list[Columns] = []
     for r, prog in enumerate(programs):
         if twin[r] != r:
             out.append(out[twin[r]])
             continue
         positions = np.flatnonzero(prog.kind_array == COLLECTIVE).tolist()
         if not positions:
-            out.append(_Columns([], {}))
+            out.append(Columns([], {}))
             continue
         table = prog.events
         column = {name: [values[i] for i in positions] for name in ("op", "comm", "comm_rank", "peer", "comm_seq",
                                                                     "ranks", *AGREED_FIELDS)
                   for values in (table.field(name),)}
         rows = list(zip(positions, *(column[n] for n in ("op", "comm", "comm_rank", "peer", "comm_seq", "ranks"))))
-        out.append(_Columns(rows, dict(zip(positions, zip(*(column[f] for f in AGREED_FIELDS))))))
+        out.append(Columns(rows, dict(zip(positions, zip(*(column[f] for f in AGREED_FIELDS))))))
     return out
 
 
@@ -76,7 +76,7 @@ def _call_name(key: tuple) -> str:
     return f"collective #{key[2]} on communicator {key[1]!r}"
 
 
-def _check_members_agree(grp: CollectiveGroup, programs: list[RankProgram], columns: list[_Columns]) -> None:
+def _check_members_agree(grp: CollectiveGroup, programs: list[RankProgram], columns: list[Columns]) -> None:
     (r0, i0), rest = grp.members[0], grp.members[1:]
     first = columns[r0].agreed[i0]
     fields = [j for j, f in enumerate(AGREED_FIELDS) if not (f == "bytes" and first[0] in UNEVEN_OPS)
@@ -127,7 +127,7 @@ def collate(programs: list[RankProgram], durations: Durations) -> tuple[list[lis
     if len(programs) < programs[0].world_size or len(programs) == 1:
         return group_of, []
 
-    columns = _columns_of(programs)
+    columns = columns_of(programs)
     global_rank = _communicator_members(programs, columns)
     by_key: dict[tuple, CollectiveGroup] = {}
     for r, prog in enumerate(programs):
@@ -177,7 +177,7 @@ def collate(programs: list[RankProgram], durations: Durations) -> tuple[list[lis
     return group_of, groups
 
 
-def _communicator_members(programs: list[RankProgram], columns: list[_Columns]) -> dict[tuple[Any, int], int]:
+def _communicator_members(programs: list[RankProgram], columns: list[Columns]) -> dict[tuple[Any, int], int]:
     """(communicator, rank within it) -> global rank, from the collectives that record ``comm_rank``: NCCL numbers
     a send's peer within the communicator (a pipeline stage's communicator {0, 2} calls rank 2 'peer 1')."""
     members: dict[tuple[Any, int], int] = {}

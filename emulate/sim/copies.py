@@ -5,6 +5,7 @@ names, as that communicator's member ``rank``; a point-to-point peer is renumber
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import Any
 
 from emulate.sim.program import RankProgram
@@ -97,39 +98,60 @@ def shared_groups(programs: list[RankProgram], group_of: list[list[int]], groups
     return out_of, out
 
 
+@dataclass
+class TwinCollectives:
+    """The collectives as the twins alone see them (:func:`shared_groups`,
+    :func:`emulate.sim.shared_collate.collate_twins`): the engine's input for the twins."""
+
+    twins: list[int]                    # program index of each twin
+    twin_of: list[int]                  # per program, its twin's position in ``twins``
+    group_of: list[list[int]]           # per twin, its events' group (-1: runs alone)
+    groups: list[Any]                   # CollectiveGroup; members are (twin position, event)
+    matched: int                        # the collectives a collation of every rank matches
+
+
 def run_shared(programs: list[RankProgram], durations: Any, group_of: list[list[int]], groups: list[Any],
                setups: list[Any], queue_depth: int) -> list[Any] | None:
     """The engine's timelines of every rank, walking only the ranks that ran: a copy shares its twin's timeline
     (the same object). Exact where the copies mirror their twins: same durations, same host setup, and
     collectives that pair twins as the copies pair each other (:func:`shared_groups`); None where they do not
     (the caller then walks every rank)."""
-    import numpy as np
-
     from emulate.sim.collate import CollectiveGroup
-    from emulate.sim.engine import run
 
     index_of = {p.rank: k for k, p in enumerate(programs)}
     twin_index = [index_of[int(p.meta.get("copied_from", p.rank))] for p in programs]
     if twin_index == list(range(len(programs))):
         return None
-    for k, t in enumerate(twin_index):
-        a, b = setups[k], setups[t]
-        if k != t and (a.latency_us != b.latency_us or a.start_us != b.start_us or a.align_at != b.align_at
-                       or not _same(a.gap_ns, b.gap_ns) or not _same(durations.us[k], durations.us[t])):
-            return None
     shared = shared_groups(programs, group_of, groups, twin_index)
     if shared is None:
         return None
     twin_group_of, twin_groups = shared
     twins = sorted(set(twin_index))
+    local = {k: j for j, k in enumerate(twins)}
     reduced = [CollectiveGroup(key=("shared", n), expected=len(members), members=members, duration_ns=duration)
                for n, (members, duration) in enumerate(twin_groups)]
+    return run_twins(programs, durations, TwinCollectives(twins, [local[t] for t in twin_index], twin_group_of,
+                                                          reduced, len(groups)), setups, queue_depth)
+
+
+def run_twins(programs: list[RankProgram], durations: Any, shared: TwinCollectives, setups: list[Any],
+              queue_depth: int) -> list[Any] | None:
+    """The engine walks the twins on their own collectives; each copy gets its twin's timeline (the same object).
+    None where a copy's durations or host setup differ from its twin's (the caller then walks every rank)."""
+    from emulate.sim.engine import run
+
+    twins = shared.twins
+    for k, j in enumerate(shared.twin_of):
+        t = twins[j]
+        a, b = setups[k], setups[t]
+        if k != t and (a.latency_us != b.latency_us or a.start_us != b.start_us or a.align_at != b.align_at
+                       or not _same(a.gap_ns, b.gap_ns) or not _same(durations.us[k], durations.us[t])):
+            return None
     times = dataclasses.replace(durations, us=[durations.us[k] for k in twins],
                                 measured=[durations.measured[k] for k in twins])
-    timelines = run([programs[k] for k in twins], times, twin_group_of, reduced, [setups[k] for k in twins],
+    timelines = run([programs[k] for k in twins], times, shared.group_of, shared.groups, [setups[k] for k in twins],
                     queue_depth)
-    local = {k: j for j, k in enumerate(twins)}
-    return [timelines[local[t]] for t in twin_index]
+    return [timelines[j] for j in shared.twin_of]
 
 
 def _same(a: Any, b: Any) -> bool:
