@@ -463,6 +463,15 @@ def speed(n: int = 1_000_000) -> dict[str, float]:
     return results
 
 
+def chosen_suites(parser: argparse.ArgumentParser, text: str, allowed: tuple[str, ...]) -> list[str]:
+    """The comma-separated suites of ``text``; an unknown one stops the command (argparse's usage error, exit 2)."""
+    suites = [s.strip() for s in text.split(",") if s.strip()]
+    unknown = sorted(set(suites) - set(allowed))
+    if unknown:
+        parser.error(f"unknown suite(s) {', '.join(unknown)}: expected some of {', '.join(allowed)}")
+    return suites
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m estimator.benchmark", description=__doc__.split("\n\n")[0])
     parser.add_argument("--gemm-train-rows", type=int, default=40000, help="training rows per fold, suites 1-2")
@@ -472,10 +481,7 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"comma-separated subset of {','.join(SUITES)}")
     parser.add_argument("--json", type=Path, help="also write every figure to this JSON file")
     args = parser.parse_args(argv)
-    suites = [s.strip() for s in args.suites.split(",") if s.strip()]
-    unknown = sorted(set(suites) - set(SUITES))
-    if unknown:
-        parser.error(f"unknown suite(s) {', '.join(unknown)}: expected some of {', '.join(SUITES)}")
+    suites = chosen_suites(parser, args.suites, SUITES)
     results: dict[str, object] = {}
     if "speed" in suites:  # first: timed before ten minutes of training have heated the machine and filled the heap
         results["speed"] = speed()

@@ -32,6 +32,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
+from estimator.benchmark import chosen_suites
 from estimator.evaluate import evaluate_fold, select_folds
 from estimator.metrics import BUCKET_LABELS, ape, runtime_bucket
 from estimator.workload import work
@@ -206,6 +207,12 @@ def show(frame: pd.DataFrame, title: str) -> None:
     console.print(table)
 
 
+def show_variants(frame: pd.DataFrame, split: str, max_train_rows: int | None, title: str) -> pd.DataFrame:
+    variants = feature_variants(frame, split, max_train_rows)
+    show(variants, f"{title}, XGBoost feature variants on the same folds: mean APE %")
+    return variants
+
+
 def suite_neusight(data: pd.DataFrame, max_train_rows: int | None) -> dict[str, pd.DataFrame]:
     frame = data[(data["family"] == "gemm") & (data["source"] == "neusight") & (data["dtype"] == "fp32")]
     frame = frame.reset_index(drop=True)
@@ -221,8 +228,7 @@ def suite_neusight(data: pd.DataFrame, max_train_rows: int | None) -> dict[str, 
     bound = transfer_bound(frame, ["gemm_op", "m", "n", "k", "batch"])
     show(bound, "Transfer bound: each GPU (rows) from another GPU's measured time of the same shape (columns), one "
                 "ratio per decade fitted on the target's own rows: mean APE %")
-    variants = feature_variants(frame, "leave_one_hardware_out", max_train_rows)
-    show(variants, "NeuSight leave one GPU out, XGBoost feature variants on the same folds: mean APE %")
+    variants = show_variants(frame, "leave_one_hardware_out", max_train_rows, "NeuSight leave one GPU out")
     return {"neusight_errors": by_bucket, "neusight_profile": profile, "neusight_transfer_bound": bound,
             "neusight_feature_variants": variants}
 
@@ -238,21 +244,20 @@ def suite_vidur(data: pd.DataFrame, max_train_rows: int | None) -> dict[str, pd.
     by_layer = error_table(pred, "fold", "vidur_op")
     show(by_layer, "... by held-out model and layer")
     series = ["model", "vidur_op", "n", "k"]
-    oracle = pd.DataFrame({"mean_ape": [pred["ape"].mean()] + [level_oracle(pred, series, parts) for parts in (1, 5, 20)]
-                           + [neighbour_bound(frame, series)]},
+    levels = [level_oracle(pred, series, parts) for parts in (1, 5, 20)]
+    oracle = pd.DataFrame({"mean_ape": [pred["ape"].mean(), *levels, neighbour_bound(frame, series)]},
                           index=pd.Index(["XGBoost", "level oracle, whole series", "level oracle, fifths of m",
                                           "level oracle, twentieths of m", "neighbour bound"], name="predictions"))
     show(oracle, "Vidur H100, held-out series (one weight each) rescaled to their measured level, and the data's own "
                  "roughness along m: mean APE %")
-    variants = feature_variants(frame, "held_out_shapes", max_train_rows)
-    show(variants, "Vidur H100 whole models held out, XGBoost feature variants on the same folds: mean APE %")
+    variants = show_variants(frame, "held_out_shapes", max_train_rows, "Vidur H100 whole models held out")
     return {"vidur_errors_by_m": by_m, "vidur_errors_by_layer": by_layer, "vidur_bounds": oracle,
             "vidur_feature_variants": variants}
 
 
 def suite_out_of_range(data: pd.DataFrame, max_train_rows: int | None) -> dict[str, pd.DataFrame]:
-    variants = feature_variants(data[data["family"] == "gemm"], "out_of_range", max_train_rows)
-    show(variants, "All GEMMs, the largest tenth held out, XGBoost feature variants: mean APE %")
+    variants = show_variants(data[data["family"] == "gemm"], "out_of_range", max_train_rows,
+                             "All GEMMs, the largest tenth held out")
     return {"out_of_range_feature_variants": variants}
 
 
@@ -265,10 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gemm-train-rows", type=int, default=40000, help="training rows per fold")
     parser.add_argument("--json", type=Path, help="also write every table to this JSON file")
     args = parser.parse_args(argv)
-    suites = [s.strip() for s in args.suites.split(",") if s.strip()]
-    unknown = sorted(set(suites) - set(SUITES))
-    if unknown:
-        parser.error(f"unknown suite(s) {', '.join(unknown)}: expected some of {', '.join(SUITES)}")
+    suites = chosen_suites(parser, args.suites, SUITES)
     from estimator.data import load_measurements
 
     data = load_measurements(families=["gemm"])
