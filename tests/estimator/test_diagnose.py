@@ -46,3 +46,13 @@ def test_feature_variants_score_every_variant_on_every_fold(gemm_rows):
     table = feature_variants(gemm_rows, "leave_one_hardware_out", None)
     assert set(table.columns) == {"h100-sxm", "a100-sxm-80gb", "pooled"}
     assert table.notna().all().all() and len(table) >= 2
+
+
+def test_an_unknown_suite_stops_the_command_with_exit_2(capsys):
+    import pytest
+
+    from estimator.diagnose import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["--suites", "vidur,nope"])
+    assert stopped.value.code == 2 and "unknown suite(s) nope" in capsys.readouterr().err
