@@ -4,11 +4,12 @@ the emulation's wall time and peak memory and the predicted iteration time.
 
 Only one rank per pipeline stage runs (tensor-parallel rank 0 of data-parallel replica 0: 8 processes at every
 size): the tensor-parallel ranks of a stage run the same operations on equal shards and every replica repeats the
-same work, so the other ranks are copies (:mod:`emulate.roles`); the emulation's cost grows with the distinct ranks
-and the simulation's engine walks the running ranks only (a copy shares its twin's timeline:
-:func:`emulate.sim.copies.run_shared`), while collation, durations, the host plan and the report still visit every
-rank once (``after capture s``). Peak memory is the sum of the resident memory of the launcher and its rank
-processes, sampled every 0.2 s (shared library pages are counted once per process: an upper bound).
+same work, so the other ranks are copies (:mod:`emulate.roles`); the emulation's cost grows with the distinct ranks:
+durations, collation (:mod:`emulate.sim.shared_collate`), the host plan, the engine and the report work on the
+running ranks and share their results with the copies (:mod:`emulate.sim.copies`), and only small per-rank
+bookkeeping (each rank's communicators, its report entry) grows with W (``after capture s``). Peak memory is the
+sum of the resident memory of the launcher and its rank processes, sampled every 0.2 s (shared library pages are
+counted once per process: an upper bound).
 
 ``--check-equal`` adds the check that a sparse run reports what the same job with every rank running reports
 (Megatron TP=2 x PP=2 x DP=2, 8 ranks, big enough per rank that the device, not the emulating host's noise, sets the
@@ -18,8 +19,9 @@ and compares them with the declared ones (one per stage). Sizes are the model's 
 a result.
 
 ``--stages DIR...`` times the simulation of sparse capture folders (``stepcast run --run-ranks ... --trace-dir DIR
---capture-only``) stage by stage, in CPU seconds: what grows with W and what with the ranks that ran; the engine
-twice, walking every rank and sharing the copies' timelines, with whether the two agree event by event."""
+--capture-only``) stage by stage, in CPU seconds: what grows with W and what with the ranks that ran; collation,
+the engine and the report twice, on every rank and on the twins shared with their copies, with whether the two
+agree (timelines event by event, reports field by field)."""
 from __future__ import annotations
 
 import argparse

@@ -3,6 +3,7 @@ member arrives (design notes, "Collation and simulation")."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,17 +77,20 @@ def _call_name(key: tuple) -> str:
     return f"collective #{key[2]} on communicator {key[1]!r}"
 
 
+def disagreement(first: tuple[Any, ...], other: tuple[Any, ...], p2p: bool) -> list[str]:
+    """The :data:`AGREED_FIELDS` two members of one collective record different values of (a transfer pairs a
+    send with a recv: not op; uneven ops: not bytes)."""
+    if other is first:
+        return []
+    return [f for j, f in enumerate(AGREED_FIELDS) if not (f == "bytes" and first[0] in UNEVEN_OPS)
+            and not (f == "op" and p2p) and first[j] is not None and other[j] is not None and first[j] != other[j]]
+
+
 def _check_members_agree(grp: CollectiveGroup, programs: list[RankProgram], columns: list[Columns]) -> None:
     (r0, i0), rest = grp.members[0], grp.members[1:]
     first = columns[r0].agreed[i0]
-    fields = [j for j, f in enumerate(AGREED_FIELDS) if not (f == "bytes" and first[0] in UNEVEN_OPS)
-              and not (f == "op" and grp.key[0] == "p2p")]   # a transfer pairs a send with a recv
     for r, i in rest:
-        ev = columns[r].agreed[i]
-        if ev is first:
-            continue
-        differ = [AGREED_FIELDS[j] for j in fields if first[j] is not None and ev[j] is not None
-                  and first[j] != ev[j]]
+        differ = disagreement(first, columns[r].agreed[i], grp.key[0] == "p2p")
         if differ:
             raise CollectiveMismatch(
                 f"{_call_name(grp.key)}: {_describe_call(programs[r0], i0)} and {_describe_call(programs[r], i)} "
@@ -128,7 +132,7 @@ def collate(programs: list[RankProgram], durations: Durations) -> tuple[list[lis
         return group_of, []
 
     columns = columns_of(programs)
-    global_rank = _communicator_members(programs, columns)
+    global_rank = communicator_members(_member_views(programs, columns))
     by_key: dict[tuple, CollectiveGroup] = {}
     for r, prog in enumerate(programs):
         seq_on: dict[Any, int] = defaultdict(int)
@@ -177,18 +181,25 @@ def collate(programs: list[RankProgram], durations: Durations) -> tuple[list[lis
     return group_of, groups
 
 
-def _communicator_members(programs: list[RankProgram], columns: list[Columns]) -> dict[tuple[Any, int], int]:
-    """(communicator, rank within it) -> global rank, from the collectives that record ``comm_rank``: NCCL numbers
-    a send's peer within the communicator (a pipeline stage's communicator {0, 2} calls rank 2 'peer 1')."""
-    members: dict[tuple[Any, int], int] = {}
-    users: dict[Any, set[int]] = defaultdict(set)
+def _member_views(programs: list[RankProgram], columns: list[Columns]) -> Iterator[tuple[Any, Any, int]]:
+    """(communicator, rank within it, global rank) of every collective of every rank, as the rank makes it."""
     for prog, cols in zip(programs, columns):
         mapping = prog.meta.get(COMM_MAP)
-        for _, _, comm, comm_rank, peer, _, _ in cols.rows:
-            comm, comm_rank, _ = mapped_view(mapping, comm, comm_rank, peer)
-            users[comm].add(prog.rank)
-            if comm_rank is not None:
-                members.setdefault((comm, int(comm_rank)), prog.rank)
+        for _, _, comm, comm_rank, _, _, _ in cols.rows:
+            comm, comm_rank, _ = mapped_view(mapping, comm, comm_rank, None)
+            yield comm, comm_rank, prog.rank
+
+
+def communicator_members(views: Iterable[tuple[Any, Any, int]]) -> dict[tuple[Any, int], int]:
+    """(communicator, rank within it) -> global rank, from (communicator, rank within it or None, global rank)
+    of the ranks' collectives in rank order: the first rank to record a number holds it (NCCL numbers a send's
+    peer within the communicator: a pipeline stage's communicator {0, 2} calls rank 2 'peer 1')."""
+    members: dict[tuple[Any, int], int] = {}
+    users: dict[Any, set[int]] = defaultdict(set)
+    for comm, comm_rank, rank in views:
+        users[comm].add(rank)
+        if comm_rank is not None:
+            members.setdefault((comm, int(comm_rank)), rank)
     # A communicator whose members' numbers were not recorded (one made by ncclCommSplit): numbered by ascending
     # global rank, as torch.distributed.new_group orders its members (the split key is the rank).
     named = {comm for comm, _ in members}

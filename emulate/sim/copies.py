@@ -1,7 +1,15 @@
 """Ranks of a sparse run that did not run (``stepcast run --run-ranks``): each is simulated as a copy of its twin's
 program, sharing the twin's event arrays (no second copy of a trace in memory), with its own rank id and its own
 communicators (:mod:`emulate.roles`): a collective of the copy is its twin's, on the communicator ``comm_map``
-names, as that communicator's member ``rank``; a point-to-point peer is renumbered the same way."""
+names, as that communicator's member ``rank``; a point-to-point peer is renumbered the same way.
+
+The simulation's stages work on the twins and share with their copies where that is exact (:func:`twin_indices`):
+durations, host gaps and report entries are the twin's; collectives are matched on the twins alone
+(:mod:`emulate.sim.shared_collate`, or :func:`shared_groups` after a collation of every rank) and the engine walks
+the twins, each copy sharing its twin's timeline (:func:`run_twins`). A copy's collectives keep its twin's specs,
+placement on nodes included (``spec.ranks_per_node``, recorded at capture for the twin's communicator): the same
+as the copy's own where its communicators are its twin's moved along the job's layout, as :mod:`emulate.roles`
+builds them."""
 from __future__ import annotations
 
 import dataclasses

@@ -20,7 +20,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from emulate.sim.collate import AGREED_FIELDS, UNEVEN_OPS, CollectiveGroup, columns_of
+from emulate.sim.collate import CollectiveGroup, columns_of, communicator_members, disagreement
 from emulate.sim.copies import COMM_MAP, TwinCollectives, mapped_view, twin_indices
 from emulate.sim.durations import Durations
 from emulate.sim.program import RankProgram
@@ -131,36 +131,23 @@ def _views(programs: list[RankProgram], twin: list[int], summaries: dict[int, _T
 
 def _global_ranks(programs: list[RankProgram], twin: list[int],
                   summaries: dict[int, _Twin]) -> dict[tuple[Any, int], int]:
-    """(communicator, rank within it) -> global rank, as :func:`emulate.sim.collate._communicator_members`
-    finds it from every rank's events, from each rank's communicators."""
-    members: dict[tuple[Any, int], int] = {}
-    users: dict[Any, set[int]] = defaultdict(set)
-    for r, prog in enumerate(programs):
-        mapping = prog.meta.get(COMM_MAP)
-        for comm, recorded in summaries[twin[r]].comm_ranks.items():
-            for comm_rank in recorded or [None]:
-                own, own_rank, _ = mapped_view(mapping, comm, comm_rank, None)
-                users[own].add(prog.rank)
-                if own_rank is not None:
-                    members.setdefault((own, int(own_rank)), prog.rank)
-    named = {comm for comm, _ in members}
-    for comm, ranks in users.items():
-        if comm not in named:
-            for position, rank in enumerate(sorted(ranks)):
-                members[(comm, position)] = rank
-    return members
+    """(communicator, rank within it) -> global rank, as the full collation finds it from every rank's events
+    (:func:`emulate.sim.collate.communicator_members`), from each rank's communicators and their numbers."""
+    def views():
+        for r, prog in enumerate(programs):
+            mapping = prog.meta.get(COMM_MAP)
+            for comm, recorded in summaries[twin[r]].comm_ranks.items():
+                for comm_rank in recorded or [None]:
+                    own, own_rank, _ = mapped_view(mapping, comm, comm_rank, None)
+                    yield own, own_rank, prog.rank
+
+    return communicator_members(views())
 
 
 def _agree(members: list[tuple[int, int]], summaries: dict[int, _Twin], p2p: bool) -> bool:
-    """The members' recorded op, dtype and bytes agree (:func:`emulate.sim.collate._check_members_agree`)."""
+    """The members' recorded op, dtype and bytes agree, as the full collation requires."""
     first = summaries[members[0][0]].agreed[members[0][1]]
-    fields = [j for j, f in enumerate(AGREED_FIELDS) if not (f == "bytes" and first[0] in UNEVEN_OPS)
-              and not (f == "op" and p2p)]
-    for t, i in members[1:]:
-        ev = summaries[t].agreed[i]
-        if any(first[j] is not None and ev[j] is not None and first[j] != ev[j] for j in fields):
-            return False
-    return True
+    return not any(disagreement(first, summaries[t].agreed[i], p2p) for t, i in members[1:])
 
 
 def _coll_groups(pairs: frozenset, summaries: dict[int, _Twin],
