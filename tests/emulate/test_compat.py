@@ -69,3 +69,15 @@ def test_unknown_row_name_is_one_clear_error():
 def test_every_row_script_exists():
     for row in compat.ROWS.values():
         assert (compat.REPO_ROOT / row.script).is_file(), row.script
+
+
+def test_the_frameworks_extra_installs_every_rows_modules():
+    import re
+    import tomllib
+
+    extra = tomllib.loads((compat.REPO_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    names = {re.split(r"[<>=!~\[; ]", spec, maxsplit=1)[0].lower().replace("_", "-")
+             for spec in extra["frameworks"]}
+    # a row's module -> the distribution that provides it (dotted modules: their distribution's name)
+    needed = {m.split(".")[0] + ("-core" if "." in m else "") for row in compat.ROWS.values() for m in row.requires}
+    assert needed <= names, f"frameworks extra lacks {sorted(needed - names)}"

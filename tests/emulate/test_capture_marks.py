@@ -1,0 +1,38 @@
+"""Iteration marks of a capture (emulate/capture.py): where an iteration ends."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+# An optimizer whose step runs other optimizers' steps, as torchtitan's OptimizersContainer does (it subclasses
+# torch.optim.Optimizer): torch's global step hooks fire for the container and for each inner optimizer.
+CONTAINER = """
+    import torch
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Linear(16, 4)).cuda()
+
+    class Container(torch.optim.Optimizer):
+        def __init__(self, model):
+            self.inner = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in model]
+            super().__init__([p for m in model for p in m.parameters()], {})
+
+        def step(self, closure=None):
+            for opt in self.inner:
+                opt.step()
+
+    opt = Container(model)
+    for _ in range(3):
+        model(torch.randn(8, 16, device="cuda")).sum().backward()
+        opt.step()
+        opt.zero_grad()
+"""
+
+
+@pytest.mark.slow
+def test_an_optimizer_stepping_inner_optimizers_ends_one_iteration_per_step(tmp_path, emulate_run):
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(CONTAINER))
+    proc, _, traces = emulate_run(tmp_path, script)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    marks = [e for e in traces[0]["events"] if e["kind"] == "iteration" and e.get("source") == "optimizer"]
+    assert [m["step"] for m in marks] == [0, 1, 2, 3]  # the start, then one per step (not one per optimizer)
