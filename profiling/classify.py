@@ -543,7 +543,7 @@ def _freeze_args(args: Sequence | None) -> tuple | None:
 #: Inductor's pointwise configs give a block 256 elements per warp (torch/_inductor/runtime/triton_heuristics.py,
 #: triton_config: num_elements_per_warp=256), so a launch covers about grid x threads x 8 elements
 INDUCTOR_ELEMENTS_PER_THREAD = 8
-_TRITON_KERNEL = re.compile(r"^triton_(poi|per|red)_fused_?(.*?)(?:_\d+)?$")
+_TRITON_KERNEL = re.compile(r"^triton_(poi|per|red)_(?:fused_?)?(.*?)(?:_\d+)?$")
 # Fused aten ops that only move data (no arithmetic): a pointwise kernel fusing nothing else is a copy.
 _LAYOUT_OPS = ("_unsafe_view", "_to_copy", "view", "clone", "expand", "transpose", "permute", "unsqueeze", "squeeze",
                "select", "slice", "unbind", "stack", "cat", "t", "copy", "split", "alias", "reshape", "lift_fresh")
@@ -563,13 +563,22 @@ def classify_triton_kernel(name: str, grid: Sequence[int] | None, block: Sequenc
     launches without a grid. The grid does not show how many tensors a kernel reads (Inductor fuses 1 to 12), so
     pointwise kernels are timed as three streams.
     """
-    match = _TRITON_KERNEL.match(name)
-    if match is None or not grid or not block:
+    if not grid or not block or _TRITON_KERNEL.match(name) is None:
         return None
+    try:
+        row = _triton_cached(name, _freeze(grid), _freeze(block), _freeze(shapes), _freeze(dtypes), bool(backward))
+    except TypeError:  # an unhashable entry: nothing the classifier reads
+        return None
+    return dict(row) if row is not None else None
+
+
+@functools.lru_cache(maxsize=16384)
+def _triton_cached(name: str, grid: tuple, block: tuple, shapes: tuple, dtypes: tuple, backward: bool) -> Row | None:
+    match = _TRITON_KERNEL.match(name)
     blocks, threads = math.prod(int(g) for g in grid), math.prod(int(b) for b in block)
     if blocks <= 0 or threads <= 0:
         return None
-    t = [(s, d) for s, d in _tensors(tuple(map(tuple, shapes)), tuple(dtypes)) if d not in ("int64", "bool")]
+    t = [(s, d) for s, d in _tensors(shapes, dtypes) if d not in ("int64", "bool")]
     dtype = max(t, key=lambda item: _numel(item[0]))[1] if t else "fp32"
     fused = [op for op in match.group(2).split("_") if op]
     if match.group(1) == "poi":
