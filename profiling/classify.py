@@ -22,6 +22,9 @@ Choices a reader should know:
   tensor) are ``add_scalar`` etc.: a different kernel that reads one stream instead of two (NeuSight's ``addu``).
 - foreach ops keep their name (``foreach_add``, ``foreach_addcdiv``...): one captured launch is one of these, not a
   whole optimizer step; fused optimizers are ``adamw_fused``, ``adam_fused``, ``sgd_fused``.
+- Inductor's Triton kernels (``classify_triton_kernel``) have no aten op of their own: their size comes from the
+  launch grid and block (Inductor's pointwise configs: 8 elements per thread), their family from the name
+  (``triton_poi`` elementwise, ``triton_per``/``triton_red`` norm).
 - collectives: ``bytes`` per rank is the largest tensor argument (nccl-tests ``size``); ``ranks`` and
   ``ranks_per_node`` come from the keyword arguments (None when the caller does not know them).
 """
