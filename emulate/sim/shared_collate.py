@@ -156,7 +156,7 @@ def _coll_groups(pairs: frozenset, summaries: dict[int, _Twin],
     ranks make it: one per sequence number, with every pair's event of that number."""
     seqs = {s for (t, comm), _ in pairs for s in summaries[t].coll[comm]}
     out = []
-    for s in seqs:
+    for s in sorted(seqs, key=repr):   # a fixed order of groups, run to run
         present = [((t, comm), n) for (t, comm), n in pairs if s in summaries[t].coll[comm]]
         expected = {summaries[t].coll[comm][s][1] for (t, comm), _ in present}
         if len(expected) != 1 or sum(n for _, n in present) != expected.pop():

@@ -78,3 +78,11 @@ def test_a_copy_that_sends_where_its_twins_peer_does_not_receive_is_left_to_the_
 def test_a_full_set_of_traces_is_left_to_the_full_collation():
     programs = [build_program(pp_dp_trace(r)) for r in range(WORLD)]
     assert collate_twins(programs, assign_durations(programs, None, "measured", None, 2)) is None
+
+
+def test_a_copy_that_maps_two_of_its_twins_communicators_onto_one_is_left_to_the_full_collation():
+    """Rank 1 would make its twin's pipeline transfers and all-reduces on one communicator, where the full
+    collation numbers them together."""
+    merged = {**COPIES, 1: {"twin": 0, "comm_map": {"pp0": ["dp0", 0, [0, 1]], "dp0": ["dp0", 1, [1, 0]]}}}
+    programs, times = sparse_programs(merged)
+    assert collate_twins(programs, times) is None
