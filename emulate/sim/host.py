@@ -190,9 +190,7 @@ def work_counts(prog: RankProgram) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def call_mask(prog: RankProgram) -> np.ndarray:
     """The events that are a call of their own: every event but iteration marks and the further nodes of a CUDA
     graph launch (one call launched them all)."""
-    mask = prog.kind_array != ITERATION
-    mask[[i for i, node in enumerate(prog.events.field("graph_node")) if node]] = False
-    return mask
+    return (prog.kind_array != ITERATION) & ~(np.nan_to_num(prog.events.number("graph_node", 0.0)) > 0)
 
 
 #: A measured gap is taken to hold uncounted host work where it exceeds this many times its counted time (twice
@@ -227,10 +225,8 @@ def effective_gaps(prog: RankProgram, host_speed: float, costs_us: dict[str, flo
             if kind in KIND_CODES:
                 per_code[KIND_CODES[kind]] = us * 1e3
         per_code[MEMCPY_BLOCKING] = 0.0  # a blocking copy's call is its wait, which the simulator models
-        cost = per_code[prog.kind_array]
         # a CUDA graph launch is one call: its first node pays it, the others were not called one by one
-        cost[[i for i, node in enumerate(prog.events.field("graph_node")) if node]] = 0.0
-        gaps = gaps + cost
+        gaps = gaps + np.where(call_mask(prog), per_code[prog.kind_array], 0.0)
     if host_speed != 1.0:
         gaps = gaps / host_speed
     return gaps.tolist()
