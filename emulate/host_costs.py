@@ -215,17 +215,16 @@ WORKLOADS: tuple[Workload, ...] = (
 def capture_work(workload: Workload, model: str, run: int, out_dir: Path) -> Path:
     """Capture ``workload`` once (``--capture-only``) under ``STEPCAST_HOST_MODEL=model``; its rank-0 trace."""
     import os
-    import subprocess
 
+    from emulate.e2e.emulation import emulate_script
     from profiling.paths import REPO_ROOT
 
     trace_dir = out_dir / f"{workload.name}-{model}-{run}"
-    cmd = [sys.executable, "-m", "emulate", "run", "--capture-only", "--nproc", str(workload.nproc),
-           "--trace-dir", str(trace_dir), "--", str(REPO_ROOT / workload.script), *workload.args]
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True,
-                          env=dict(os.environ, STEPCAST_HOST_MODEL=model))
-    if proc.returncode != 0:
-        raise RuntimeError(f"{workload.name}: capture failed: {(proc.stderr or proc.stdout).strip()[-300:]}")
+    done = emulate_script(REPO_ROOT / workload.script, list(workload.args), "h100-sxm", nproc=workload.nproc,
+                          kernels=False, env=dict(os.environ, STEPCAST_HOST_MODEL=model), options=["--capture-only"],
+                          trace_dir=trace_dir)
+    if not done["ok"]:
+        raise RuntimeError(f"{workload.name}: capture failed: {done['error']}")
     print(f"captured {workload.name} ({model} {run + 1})", file=sys.stderr)
     return trace_dir / "rank0.trace.json"
 
@@ -255,9 +254,9 @@ def steady_work_samples(timed: list[Path], counted: Path) -> tuple[np.ndarray, .
 def measure_work(runs: int = 3) -> dict[str, Any]:
     """Capture every reference workload ``runs`` times and fit the work costs; the per-workload check of the fit
     (steady iteration host time: measured minimum vs counted)."""
-    import platform
-
     import torch
+
+    from profiling.hardware import cpu_model_name
 
     samples: dict[str, tuple[np.ndarray, ...]] = {}
     with tempfile.TemporaryDirectory(prefix="stepcast-host-work-") as tmp:
@@ -271,14 +270,9 @@ def measure_work(runs: int = 3) -> dict[str, Any]:
     for name, (g, *c) in samples.items():
         check[name] = {"measured_ms": float(g.sum()) / 1e6, "counted_ms": float(costs.gaps(*c).sum()) / 1e6,
                        **{f"{unit}s": int(x.sum()) for unit, x in zip(WORK_UNITS, c)}}
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                   if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
     return {**{f"{unit}_ns": round(cost, 1) for unit, cost in zip(WORK_UNITS, fitted)},
-            "reference": f"{cpu}, torch {torch.__version__}, {runs} captures per workload", "workloads": check}
+            "reference": f"{cpu_model_name()}, torch {torch.__version__}, {runs} captures per workload",
+            "workloads": check}
 
 
 @functools.lru_cache(maxsize=4)
