@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 from typing import Any, TextIO
+
+from rich.console import Console
+from rich.progress import TaskID
 
 from emulate.kineto_to_trace import ConvertProgress, convert_file
 from profiling.errors import report
@@ -28,6 +30,7 @@ from emulate.trace import TraceFormatError
 from estimator.base import KernelEstimator
 from profiling.hardware import UnknownHardwareError, lookup
 from profiling.kineto import TraceFormatError as KinetoFormatError
+from profiling.progress import make_progress, stage_line
 
 PROGRESS_EVERY_S = 5.0  # seconds between two progress lines when stderr is not a terminal
 
@@ -97,53 +100,33 @@ def copies_beside(paths: list[Path], docs: list[dict[str, Any]]) -> dict[int, di
 
 
 class StageProgress:
-    """How far a replay is: reading (bytes of the file), converting (device ops), simulating. On a terminal a rich
-    progress bar; otherwise (a log, a pipe) nothing for the first ``every_s`` seconds (a short replay says only its
-    result), then one line on stderr when a stage starts and every ``every_s`` seconds within it, so that a long
-    replay is never silent."""
+    """How far a replay is: reading (bytes of the file), converting (device ops), simulating; one task per stage
+    of :func:`profiling.progress.make_progress` on stderr: a transient bar on a terminal, otherwise nothing for
+    the first ``every_s`` seconds (a short replay says only its result), then a line when a stage starts and every
+    ``every_s`` seconds within it, so that a long replay is never silent."""
 
     def __init__(self, enabled: bool = True, every_s: float | None = None, stream: TextIO | None = None,
                  terminal: bool | None = None) -> None:
-        self.enabled, self.every_s = enabled, PROGRESS_EVERY_S if every_s is None else every_s
-        self.stream = stream or sys.stderr
-        self.terminal = self.stream.isatty() if terminal is None else terminal
-        self.bar: Any = None
-        self.task: Any = None
+        every = PROGRESS_EVERY_S if every_s is None else every_s
+        stream = stream or sys.stderr
+        console = Console(file=stream, force_terminal=stream.isatty() if terminal is None else terminal)
+        self.bar = make_progress(console, enabled, interval_s=every, quiet_s=every, line=stage_line, transient=True)
+        self.task: TaskID | None = None
         self.label: str | None = None
-        self.last = 0.0
-        self.t0 = time.monotonic()
 
     def __enter__(self) -> "StageProgress":
-        if self.enabled and self.terminal:
-            from rich.console import Console
-            from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
-
-            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
-                                TimeElapsedColumn(), console=Console(file=self.stream), transient=True)
-            self.bar.start()
+        self.bar.start()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self.bar is not None:
-            self.bar.stop()
+        self.bar.stop()
 
     def update(self, label: str, done: int, total: int) -> None:
-        if not self.enabled:
-            return
-        if self.bar is not None:
-            if label != self.label:
-                if self.task is not None:
-                    self.bar.update(self.task, completed=self.bar.tasks[self.task].total)
-                self.task = self.bar.add_task(label, total=max(total, 1))
-            self.bar.update(self.task, completed=done, total=max(total, 1))
-            self.label = label
-            return
-        now = time.monotonic()
-        if now - self.t0 < self.every_s or (label == self.label and now - self.last < self.every_s):
-            return
-        self.label, self.last = label, now
-        share = f" {100.0 * done / total:.0f}%" if total > 1 else ""
-        print(f"stepcast: {label}{share} ({now - self.t0:.0f} s)", file=self.stream, flush=True)
+        if label != self.label:
+            if self.task is not None:
+                self.bar.update(self.task, completed=self.bar.tasks[self.task].total)
+            self.task, self.label = self.bar.add_task(label, total=max(total, 1)), label
+        self.bar.update(self.task, completed=done, total=max(total, 1))
 
 
 def _load(path: Path, progress: ConvertProgress | None = None) -> dict[str, Any]:

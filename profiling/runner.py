@@ -14,8 +14,7 @@ from typing import Any, Iterator
 import torch
 import torch.distributed as dist
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn,
-                           TimeRemainingColumn)
+from rich.progress import Progress, TaskID
 from rich.table import Table
 
 from profiling import distributed
@@ -27,6 +26,7 @@ from profiling.ops.base import describe_failure
 from profiling.ops.collective import measure_points
 from profiling.paths import DATASETS_DIR
 from profiling.plan import plan_family, select_sweep
+from profiling.progress import make_progress
 from profiling.sampling import Point, point_id
 from profiling.schema import SCHEMA_VERSION
 from profiling.store import FamilyStore, ShardWriter
@@ -155,49 +155,6 @@ def measure_point(point: Point, target: Target, settings: MeasureSettings, flush
         if target.device == "cuda":
             gc.collect()
             torch.cuda.empty_cache()
-
-
-class LineProgress(Progress):
-    """Progress without a live display, for a log file, a pipe or CI: one plain line when a family starts and
-    then at most one every ``interval_s`` seconds (a live display there would print every refresh, cutting names
-    to the default width)."""
-
-    def __init__(self, *columns: Any, console: Console, interval_s: float = 5.0) -> None:
-        super().__init__(*columns, console=console, disable=True)
-        self.interval_s = interval_s
-        self._last_line = float("-inf")
-        self._last_task: TaskID | None = None
-
-    def update(self, task_id: TaskID, **kwargs: Any) -> None:
-        super().update(task_id, **kwargs)
-        self._maybe_print(task_id)
-
-    def advance(self, task_id: TaskID, advance: float = 1) -> None:
-        super().advance(task_id, advance)
-        self._maybe_print(task_id)
-
-    def _maybe_print(self, task_id: TaskID) -> None:
-        now = time.monotonic()
-        if task_id == self._last_task and now - self._last_line < self.interval_s:
-            return
-        self._last_line, self._last_task = now, task_id
-        task = next(t for t in self.tasks if t.id == task_id)
-        eta = f", about {task.time_remaining:.0f} s left" if task.time_remaining is not None else ""
-        current = task.fields.get("current") or ""
-        self.console.print(f"{task.description}: {task.completed:.0f}/{task.total:.0f} points, "
-                           f"{task.elapsed or 0:.0f} s{eta}{'; now ' + current if current else ''}",
-                           soft_wrap=True, markup=False, highlight=False)
-
-
-def make_progress(console: Console, enabled: bool) -> Progress:
-    """Rich progress bars on a terminal; a line every few seconds otherwise (:class:`LineProgress`)."""
-    if enabled and not console.is_terminal:
-        return LineProgress(console=console)
-    return Progress(
-        TextColumn("{task.description:<12}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[current]}", style="dim"),
-        console=console, disable=not enabled,
-    )
 
 
 class Runner:

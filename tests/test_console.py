@@ -2,17 +2,14 @@
 example, and nothing lands in the working folder unasked (captures and Hydra's run records go to the cache)."""
 from __future__ import annotations
 
-import io
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
 from profiling.paths import REPO_ROOT
-from profiling.runner import make_progress
 
 COMMANDS = ["run", "replay", "validate", "search", "predict", "profile", "train", "benchmark"]
 SCREEN = 40
@@ -68,19 +65,6 @@ def test_profile_writes_hydra_record_to_the_cache_and_a_few_progress_lines(tmp_p
     progress = [line for line in done.stderr.splitlines() if " points, " in line]
     assert progress and len(progress) <= 10, done.stderr
     assert {line.split(":")[0] for line in progress} == {"gemm", "elementwise"}
-
-
-def test_line_progress_prints_at_most_one_line_per_interval():
-    out = io.StringIO()
-    progress = make_progress(Console(file=out, force_terminal=False, width=40), enabled=True)
-    task = progress.add_task("elementwise", total=1000, current="")
-    with progress:
-        for i in range(1000):
-            progress.update(task, current=f"point {i} with a long description that would not fit 40 columns")
-            progress.advance(task)
-    lines = out.getvalue().splitlines()
-    assert len(lines) == 1, lines
-    assert lines[0].startswith("elementwise: 0/1000 points") and "would not fit 40 columns" in lines[0]
 
 
 @pytest.mark.slow
