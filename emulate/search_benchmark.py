@@ -3,14 +3,18 @@
     python -m emulate.search_benchmark                                  # conf/search/megatron_gpt.yaml, benchmark space
     python -m emulate.search_benchmark --config megatron_gpt --override space.pp=[1,2] --seeds 0 1 2 --json out.json
 
-The grid runs first and evaluates every configuration (its optimum is the reference); CMA-ES and random then run
-on the same space with a budget of ``--budget-fraction`` of the grid's evaluations (default 40 %), over several
-seeds. All share one trial cache, so after the grid the others emulate nothing new: their cost is counted in
-evaluations (distinct configurations they needed an answer for) and in the emulation seconds those answers cost
-when they were emulated (``emulation s``), beside the wall time of the run itself. The table reports, per
-sampler: evaluations, best found, its gap to the grid's optimum, emulation and wall seconds, cache hits and
-infeasible (out-of-memory) trials. Aim (the issue): within 2 % of the grid's optimum with at most 40 % of its
-evaluations.
+The grid runs first and evaluates every configuration the exact checks allow (constraints, the memory lower
+bound, dominance by an out-of-memory one; the learned memory model is off for it, so its optimum is the exhaustive
+reference); CMA-ES and random then run on the same space with a budget of ``--budget-fraction`` of the grid's
+emulations (default 40 %), over several seeds, with the learned memory model on. All share one trial cache, so
+after the grid the others emulate nothing new: their cost is counted in ``emulations`` (distinct configurations
+that needed an emulation's answer, out-of-memory ones included, pruned ones not; answered now or from the cache)
+and in the emulation seconds those answers cost when they were emulated (``emulation s``), beside the wall time of
+the run itself. The table reports, per sampler: emulations, best found, its gap to the grid's optimum, emulation
+and wall seconds, cache hits, infeasible (out-of-memory) trials, configurations pruned (all, and by the learned
+memory model) and ``mispruned``: those the model ruled out that the grid found feasible. Below it, the model's
+error over every budgeted run (feasible trials it predicted before they ran; out-of-memory ones it predicted to
+fit). Aim (the issue): within 2 % of the grid's optimum with at most 40 % of its emulations.
 
 BENCHMARK_OVERRIDES narrows conf/search/megatron_gpt.yaml to what a 2-core machine emulates in well under an hour
 (each 8-rank Megatron-core capture takes one to two minutes there); other configs run as they are unless
@@ -29,6 +33,7 @@ published over those (undefined, and said so, below three); the runs it cannot e
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import re
 import statistics
@@ -169,8 +174,8 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"[dim]  emulated {format_config(result.config)}: {what} in {result.emulation_s:.0f} s"
                           "[/dim]")
 
-    def run(sampler: str, seed: int, max_evaluations: int | None):
-        return Search(cfg, target, cache, jobs=args.jobs, progress=progress).run(
+    def run(sampler: str, seed: int, max_evaluations: int | None, learned_memory: bool = True):
+        return Search(cfg, target, cache, jobs=args.jobs, progress=progress, learned_memory=learned_memory).run(
             sampler=sampler, seed=seed, max_evaluations=max_evaluations)
 
     if args.published_only:
@@ -182,34 +187,41 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     console.print(f"grid over {Search(cfg, target, cache).space.size()} configurations of {cfg.name} on "
                   f"{cfg.gpus}x {spec.id}")
-    grid = run("grid", 0, None)
+    grid = run("grid", 0, None, learned_memory=False)
     if grid.best() is None:
         print("stepcast: the grid found no feasible configuration; nothing to compare", file=sys.stderr)
         return 1
     optimum = cost(grid.best())
+    truth = {json.dumps(t.config, sort_keys=True): t for t in grid.distinct()}
     budget = max(1, math.floor(args.budget_fraction * grid.evaluations))
-    rows = [row("grid", "-", grid, optimum)]
+    rows = [row("grid", "-", grid, optimum, truth)]
+    budgeted = []
     for sampler in ("cmaes", "random"):
         for seed in args.seeds:
-            console.print(f"{sampler} seed {seed}, budget {budget} evaluations")
-            rows.append(row(sampler, str(seed), run(sampler, seed, budget), optimum))
+            console.print(f"{sampler} seed {seed}, budget {budget} emulations")
+            outcome = run(sampler, seed, budget)
+            budgeted.append(outcome)
+            rows.append(row(sampler, str(seed), outcome, optimum, truth))
 
-    table = Table(title=f"Search on {cfg.gpus}x {spec.id}: {cfg.name}, {grid.evaluations} grid evaluations "
-                        f"(budget {budget} = {args.budget_fraction:.0%})")
-    for col in ("sampler", "seed", "evaluations", "best", "tokens/s", "gap to grid", "emulation s", "wall s",
-                "cache hits", "infeasible", "pruned"):
+    table = Table(title=f"Search on {cfg.gpus}x {spec.id}: {cfg.name}, {grid.evaluations} grid emulations "
+                        f"(budget {budget} = {args.budget_fraction:.0%}; emulations: distinct configurations "
+                        "emulated, out-of-memory ones included, pruned ones not)")
+    for col in ("sampler", "seed", "emulations", "best", "tokens/s", "gap to grid", "emulation s", "wall s",
+                "cache hits", "infeasible", "pruned", "model-pruned", "mispruned"):
         table.add_column(col, justify="left" if col in ("sampler", "best") else "right")
     for r in rows:
-        table.add_row(r["sampler"], r["seed"], str(r["evaluations"]), r["best"], f"{r['tokens_per_s']:,.0f}",
+        table.add_row(r["sampler"], r["seed"], str(r["emulations"]), r["best"], f"{r['tokens_per_s']:,.0f}",
                       f"{r['gap'] * 100:+.2f}%", f"{r['emulation_s']:.0f}", f"{r['wall_s']:.0f}",
-                      str(r["cache_hits"]), str(r["infeasible"]), str(r["pruned"]))
+                      str(r["cache_hits"]), str(r["infeasible"]), str(r["pruned"]), str(r["model_pruned"]),
+                      str(r["mispruned"]))
     console.print(table)
     for sampler in ("cmaes", "random"):
         mine = [r for r in rows if r["sampler"] == sampler]
         within = sum(r["gap"] <= 0.02 for r in mine)
         console.print(f"{sampler}: within 2 % of the grid's optimum in {within} of {len(mine)} seeds, median "
-                      f"{statistics.median(r['evaluations'] for r in mine):.0f} evaluations "
-                      f"({statistics.median(r['evaluations'] for r in mine) / grid.evaluations:.0%} of the grid's)")
+                      f"{statistics.median(r['emulations'] for r in mine):.0f} emulations "
+                      f"({statistics.median(r['emulations'] for r in mine) / grid.evaluations:.0%} of the grid's)")
+    print_model_errors(budgeted, target.memory_gib, console)
     if cfg.name in PUBLISHED:
         print_published(Search(cfg, target, cache, jobs=args.jobs, progress=progress), cfg, console)
     if args.json:
@@ -245,13 +257,33 @@ def print_published(search, cfg, console) -> float | None:
     return rho
 
 
-def row(sampler: str, seed: str, outcome, optimum: float) -> dict:
+def print_model_errors(outcomes, memory_gib: float, console) -> None:
+    """The learned memory model's error over the budgeted runs' distinct trials."""
+    from emulate.search.memory_model import model_errors
+
+    trials = [t for outcome in outcomes for t in outcome.distinct()]
+    errors = model_errors(trials, memory_gib)
+    if not errors.predicted and not errors.model_pruned:
+        console.print("memory model: predicted no trial before it ran (no run had the trials to determine one)")
+        return
+    spread = (f"median |error| {errors.median_abs_error:.1%}, worst {errors.worst_error:+.1%}"
+              if errors.predicted else "no error measured")
+    console.print(f"memory model over the budgeted runs: {errors.predicted} feasible trials predicted before they "
+                  f"ran ({spread}); {errors.oom_predicted_to_fit} out-of-memory trials it had predicted to fit; "
+                  f"{errors.model_pruned} configurations it ruled out (checked against the grid: 'mispruned')")
+
+
+def row(sampler: str, seed: str, outcome, optimum: float, truth: dict) -> dict:
+    """One table row; ``truth`` is the grid's trial per configuration (JSON key), to check the model's pruning."""
     from emulate.search.samplers import cost
     from emulate.search.space import format_config
 
     best = outcome.best()
     distinct = [t for t in outcome.distinct() if t.status != "pruned"]
-    return {"sampler": sampler, "seed": seed, "evaluations": outcome.evaluations,
+    model_pruned = [t for t in outcome.distinct() if t.status == "pruned" and t.predicted_peak_gib is not None]
+    mispruned = [t for t in model_pruned if (truth.get(json.dumps(t.config, sort_keys=True)) or t).feasible]
+    return {"sampler": sampler, "seed": seed, "emulations": outcome.evaluations,
+            "model_pruned": len(model_pruned), "mispruned": len(mispruned),
             "best": format_config(best.config) if best else "none",
             "tokens_per_s": (best.tokens_per_s or 0.0) if best else 0.0,
             "gap": (cost(best) / optimum - 1.0) if best else math.inf,

@@ -7,10 +7,18 @@ from the space.
 
 What a proposal costs: a configuration seen before in this search is answered from memory; one the cache holds
 is answered from the cache (``cache hit``); one a cheap check rules out (:meth:`emulate.search.space.Space.rule_out`)
-is ``pruned`` without emulation; only the rest are emulated. ``evaluations`` counts the distinct configurations
-that needed an emulation's answer (emulated now or found in the cache): the search's real cost, independent of
-what an earlier run left in the cache. An infeasible or pruned proposal is told to the sampler as
-:data:`INFEASIBLE_COST` (worse than any feasible one; CMA-ES only uses the ranking of the values).
+is ``pruned`` without emulation, and so is one the learned memory model (``memory.model``,
+:mod:`emulate.search.memory_model`, fitted to the peaks of the trials so far) predicts will not fit (``pruned``
+with a ``memory model:`` reason, counted in ``model_pruned``); only the rest are emulated. ``evaluations`` counts
+the distinct configurations that needed an emulation's answer (emulated now or found in the cache; out-of-memory
+ones included, pruned ones not): the search's real cost, independent of what an earlier run left in the cache.
+
+An infeasible proposal (pruned, or out of memory) is not told to the sampler as a value: its Optuna trial ends
+PRUNED, which CMA-ES leaves out of its update (resampling, the usual way CMA-ES handles a constraint), so a
+configuration next to out-of-memory ones is not pushed away from by its neighbours' penalty; random and the grid
+ignore values anyway. :data:`INFEASIBLE_COST` is what :func:`cost` gives such a result (a best never picks it).
+With ``search.cmaes_start: baseline`` CMA-ES starts its mean at the baseline configuration the config names
+instead of the middle of the space.
 
 Local parallelism: ``jobs`` proposals are evaluated at once (Optuna's thread pool, each trial a subprocess); a
 configuration being emulated by one thread is waited for, not emulated again, by another.
@@ -26,6 +34,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from emulate.search.memory_model import MemoryModel
 from emulate.search.space import Config, SearchConfig, Space, format_config
 from emulate.search.trials import (
     Target, TrialCache, TrialInterrupted, TrialResult, estimator_version, run_trial, trial_key,
@@ -42,7 +51,11 @@ def make_sampler(kind: str, space: Space, seed: int):
     import optuna
 
     if kind == "cmaes":
-        return optuna.samplers.CmaEsSampler(seed=seed, n_startup_trials=1, warn_independent_sampling=False)
+        cfg = space.cfg
+        start = (dict(zip(space.names, map(float, space.index(cfg.baseline))))
+                 if cfg.search.cmaes_start == "baseline" and cfg.baseline is not None else None)
+        return optuna.samplers.CmaEsSampler(x0=start, seed=seed, n_startup_trials=1 if start is None else 0,
+                                            warn_independent_sampling=False)
     if kind == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if kind == "grid":
@@ -57,7 +70,8 @@ class SearchOutcome:
     evaluations: int = 0        # distinct configurations answered by an emulation (now or from the cache)
     emulated: int = 0           # of those, emulated in this run
     cache_hits: int = 0
-    pruned: int = 0             # distinct configurations ruled out by a cheap check
+    pruned: int = 0             # distinct configurations ruled out by a cheap check or the memory model
+    model_pruned: int = 0       # of those, ruled out by the learned memory model
     infeasible: int = 0         # distinct configurations that ran out of memory
     errors: int = 0
     wall_s: float = 0.0
@@ -89,13 +103,18 @@ class Search:
 
     def __init__(self, cfg: SearchConfig, target: Target, cache: TrialCache, jobs: int = 1,
                  runner: Runner | None = None, timeout_s: float | None = None,
-                 progress: Callable[[TrialResult], None] | None = None) -> None:
+                 progress: Callable[[TrialResult], None] | None = None, learned_memory: bool = True) -> None:
+        """``learned_memory=False`` turns the learned memory model off (an exhaustive reference keeps only the
+        exact checks)."""
         self.cfg, self.space, self.target, self.cache = cfg, Space(cfg), target, cache
         self.jobs, self.runner, self.timeout_s, self.progress = jobs, runner or run_trial, timeout_s, progress
         self.estimator = estimator_version()
         self._lock = threading.Lock()
         self._known: dict[str, Future] = {}
         self._oom: list[Config] = []
+        learned = cfg.memory.model
+        self.learned_memory = learned_memory and learned is not None
+        self._memory = MemoryModel(learned.scale, learned.static, learned.per_unit) if self.learned_memory else None
 
     def evaluate(self, config: Config, outcome: SearchOutcome | None = None) -> TrialResult:
         """The result for ``config``: from this search's memory, the cache, a cheap check or an emulation."""
@@ -126,6 +145,12 @@ class Search:
         if why is not None:
             self._count(outcome, "pruned")
             return TrialResult(config=config, status="pruned", reason=why)
+        predicted = self._predicted_peak(config)
+        if predicted is not None and predicted.peak_gib > self.target.memory_gib * (1 + self.cfg.memory.model.margin):
+            self._count(outcome, "pruned", "model_pruned")
+            return TrialResult(config=config, status="pruned", predicted_peak_gib=predicted.peak_gib,
+                               reason=f"memory model: predicted peak {predicted.peak_gib:.1f} GiB > "
+                                      f"{self.target.memory_gib:g} GiB (fitted to {predicted.trials} trials)")
         args, env = self.space.script_command(config)
         key = trial_key(self.cfg.script_path(), args, env, self.target, self.estimator)
         doc = self.cache.get(key)
@@ -137,16 +162,26 @@ class Search:
         result = TrialResult(config=config, status=doc["status"], iteration_time_ms=doc.get("iteration_time_ms"),
                              peak_memory_bytes=doc.get("peak_memory_bytes"), reason=doc.get("reason"),
                              emulation_s=float(doc.get("emulation_s", 0.0)), cached=cached, key=key,
-                             warnings=list(doc.get("warnings", [])))
+                             warnings=list(doc.get("warnings", [])),
+                             predicted_peak_gib=predicted.peak_gib if predicted is not None else None)
         tokens = self.space.tokens_per_step(config)
         if result.feasible and tokens and result.iteration_time_ms:
             result.tokens_per_s = tokens / (result.iteration_time_ms / 1e3)
         if result.status == "oom":
             with self._lock:
                 self._oom.append(config)
+        elif result.feasible and result.peak_memory_bytes and self._memory is not None:
+            with self._lock:
+                self._memory.observe(config, result.peak_memory_bytes)
         self._count(outcome, "evaluations", "cache_hits" if cached else "emulated",
                     {"oom": "infeasible", "error": "errors"}.get(result.status))
         return result
+
+    def _predicted_peak(self, config: Config):
+        if self._memory is None:
+            return None
+        with self._lock:
+            return self._memory.predict(config)
 
     def _count(self, outcome: SearchOutcome | None, *names: str | None) -> None:
         if outcome is None:
@@ -197,6 +232,8 @@ class Search:
                     in_flight[0] -= new
             with self._lock:
                 outcome.trials.append(result)
+            if not result.feasible:
+                raise optuna.TrialPruned()   # not a value: CMA-ES resamples instead (module docstring)
             return cost(result)
 
         def stop_when_spent(study, trial) -> None:

@@ -11,7 +11,8 @@ Cheap checks before any emulation (:meth:`Space.rule_out`): constraints; a memor
 against the target's memory; and dominance by a configuration that already ran out of memory: ``memory.monotone``
 names parameters whose later choices never use less memory (micro-batch 1, 2, 4; recompute full, selective,
 none), so a configuration at or beyond an out-of-memory one in each of them, and equal in the rest, cannot fit
-either.
+either. Beyond these exact checks, ``memory.model`` (:mod:`emulate.search.memory_model`) learns peak memory from
+the trials that ran and rules out configurations it predicts will not fit.
 
 Expressions are parsed with :mod:`ast` and evaluated over a whitelist (numbers, strings, names, + - * / // % **,
 comparisons, and/or/not, min/max): a config file cannot run code.
@@ -35,10 +36,20 @@ class SearchConfigError(ValueError):
     """A search config that cannot be used: one line naming the file and field."""
 
 
+class LearnedMemory(BaseModel):
+    """``memory.model``: the learned peak-memory model (:mod:`emulate.search.memory_model`)."""
+    model_config = ConfigDict(extra="forbid")
+    scale: str                                   # the parameter peak memory grows linearly in (micro_batch)
+    static: list[str] = Field(default_factory=list)     # what the fixed part depends on
+    per_unit: list[str] = Field(default_factory=list)   # what the part per unit of ``scale`` depends on
+    margin: float = Field(default=0.05, ge=0.0)  # rule out only above memory * (1 + margin)
+
+
 class MemoryChecks(BaseModel):
     model_config = ConfigDict(extra="forbid")
     lower_bound_gib: str | None = None
     monotone: dict[str, Literal["increasing"]] = Field(default_factory=dict)
+    model: LearnedMemory | None = None
 
 
 class Budget(BaseModel):
@@ -47,6 +58,7 @@ class Budget(BaseModel):
     seed: int = 0
     max_evaluations: int | None = Field(default=None, ge=1)
     max_trials: int = Field(default=500, ge=1)
+    cmaes_start: Literal["middle", "baseline"] = "middle"   # CMA-ES's initial mean: the space's middle, the baseline
 
 
 class SearchConfig(BaseModel):
@@ -88,6 +100,15 @@ class SearchConfig(BaseModel):
         for name in self.memory.monotone:
             if name not in self.space:
                 raise ValueError(f"memory.monotone.{name}: not a parameter of the space")
+        learned = self.memory.model
+        if learned is not None:
+            for field, names in (("scale", [learned.scale]), ("static", learned.static),
+                                 ("per_unit", learned.per_unit)):
+                for name in names:
+                    if name not in self.space:
+                        raise ValueError(f"memory.model.{field}: {name} is not a parameter of the space")
+            if any(not isinstance(v, (int, float)) or isinstance(v, bool) for v in self.space[learned.scale]):
+                raise ValueError(f"memory.model.scale: {learned.scale} choices must be numbers")
         for name in self.flags:
             if name not in self.space and name not in self.fixed:
                 raise ValueError(f"flags.{name}: not a parameter of the space or a fixed value")
@@ -101,6 +122,8 @@ class SearchConfig(BaseModel):
                     raise ValueError(f"baseline.{name}: {value!r} is not one of {self.space[name]}")
             if set(self.baseline) != set(self.space):
                 raise ValueError(f"baseline: expected a value for each of {sorted(self.space)}")
+        elif self.search.cmaes_start == "baseline":
+            raise ValueError("search.cmaes_start: baseline needs a baseline configuration")
         return self
 
     @property

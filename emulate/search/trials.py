@@ -51,6 +51,7 @@ class TrialResult:
     cached: bool = False
     key: str | None = None
     warnings: list[str] = field(default_factory=list)
+    predicted_peak_gib: float | None = None   # the learned memory model's prediction before it ran (or was pruned)
 
     @property
     def feasible(self) -> bool:
