@@ -2,7 +2,7 @@
 
 The end-to-end benchmark (:mod:`emulate.e2e_benchmark`) emulates each NeuSight label; this sets the estimator's
 predictions of the labels' own operators (the in-step rows, :mod:`estimator.importers.neusight_inmodel`) beside
-their measured times, in four tables per GPU:
+their measured times, in five tables per GPU:
 
 1. per label and family: NeuSight's per-op trace as timed, the same scaled to the measured pass (in step), the
    estimator's prediction (before calibration), in-step / predicted, and the GEMMs' achieved TFLOPS in step: a
@@ -14,7 +14,10 @@ their measured times, in four tables per GPU:
 4. the estimator's training data for the GPU's GEMMs (NeuSight's isolated sweeps, one collection per op: ``linear``
    and ``bmm``): median TFLOPS of GEMMs of at least 1 GFLOP by how long the kernel ran. Throughput that falls as
    kernels run longer is the signature of a clock that dropped during the sweep (power or thermal throttling), which
-   the estimator then learns as the GPU's speed.
+   the estimator then learns as the GPU's speed; but long kernels are also other shapes;
+5. the same sweep compared within efficiency classes (same kernel, reduction length and per-matrix shape; only the
+   duration varies, :mod:`emulate.e2e.throttle`): the share of the short ops' throughput that longer ops kept. Below
+   1 it is the clock, not the shape.
 """
 from __future__ import annotations
 
@@ -27,10 +30,11 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from emulate.e2e import instep
+from emulate.e2e import instep, throttle
 from estimator.importers import neusight as sweeps
 from profiling.errors import report
 from profiling.families import key_columns
+from profiling.hardware import lookup
 from profiling.paths import shared_data_root
 
 DURATION_EDGES_MS = (0.0, 2.0, 10.0, 50.0, 200.0, np.inf)
@@ -138,7 +142,8 @@ def print_gpu(hardware: str, rows: pd.DataFrame, estimator, root: Path, console:
                       f"{r.in_step_us:.0f}", f"{r.predicted_us:.0f}", f"{r.ratio:.2f}", f"{r.tflops:.2f}")
     console.print(table)
 
-    sweep = sweep_by_duration(load_sweep(root, hardware))
+    raw = load_sweep(root, hardware)
+    sweep = sweep_by_duration(raw)
     table = Table(title=f"{hardware}: the estimator's GEMM training sweep (NeuSight, isolated, >= "
                         f"{MIN_SWEEP_GFLOP:g} GFLOP): median TFLOPS by kernel duration")
     table.add_column("collection", justify="left")
@@ -147,6 +152,18 @@ def print_gpu(hardware: str, rows: pd.DataFrame, estimator, root: Path, console:
     for op, part in sweep.groupby("gemm_op"):
         cells = {str(r.duration_ms): f"{r.median_tflops:.2f} ({r.rows})" for r in part.itertuples(index=False)}
         table.add_row(str(op), *(cells.get(str(c), "") for c in sweep["duration_ms"].cat.categories))
+    console.print(table)
+
+    kept = throttle.retained_by_duration(raw, lookup(hardware).sm_count, DURATION_EDGES_MS) if len(raw) else None
+    table = Table(title=f"{hardware}: the same sweep within efficiency classes (same kernel, reduction and per-matrix "
+                        f"shape): throughput kept vs ops under {throttle.REFERENCE_MS:g} ms (median, rows)")
+    table.add_column("collection", justify="left")
+    buckets = kept["duration_ms"].cat.categories if kept is not None and len(kept) else []
+    for interval in buckets:
+        table.add_column(f"{interval.left:g}-{interval.right:g} ms", justify="right")
+    for op, part in kept.groupby("gemm_op") if kept is not None else []:
+        cells = {str(r.duration_ms): f"{r.retained:.2f} ({r.rows})" for r in part.itertuples(index=False)}
+        table.add_row(str(op), *(cells.get(str(c), "") for c in buckets))
     console.print(table)
 
 
