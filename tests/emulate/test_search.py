@@ -195,13 +195,39 @@ def test_parallel_jobs_never_spend_more_than_the_evaluation_budget(script, tmp_p
     assert len(runner.calls) == 5
 
 
-def test_infeasible_and_pruned_proposals_cost_the_sampler_the_penalty(script, tmp_path):
-    s = search(config_doc(script), tmp_path, FakeRunner())
-    outcome = s.run(sampler="grid")
+def test_infeasible_and_pruned_proposals_are_not_told_to_the_sampler_as_values(script, tmp_path, monkeypatch):
+    """CMA-ES resamples: an infeasible proposal ends PRUNED (left out of its update), a feasible one gets its cost;
+    cost() still ranks an infeasible result last."""
+    import optuna
+
     from emulate.search.samplers import cost
 
+    studies = []
+    create = optuna.create_study
+    monkeypatch.setattr(optuna, "create_study", lambda **kw: studies.append(create(**kw)) or studies[-1])
+    outcome = search(config_doc(script), tmp_path, FakeRunner()).run(sampler="cmaes", max_trials=40)
+    states = [t.state for t in studies[0].trials]
+    assert len(states) == len(outcome.trials) == 40
+    space = Space(parse_config(config_doc(script), "toy.yaml"))
+    by_config = {json.dumps(r.config, sort_keys=True): r.feasible for r in outcome.trials}
+    for trial in studies[0].trials:
+        feasible = by_config[json.dumps(space.from_index(trial.params), sort_keys=True)]
+        assert trial.state == (optuna.trial.TrialState.COMPLETE if feasible else optuna.trial.TrialState.PRUNED)
+    assert optuna.trial.TrialState.PRUNED in states and optuna.trial.TrialState.COMPLETE in states
     assert all(cost(t) == INFEASIBLE_COST for t in outcome.trials if not t.feasible)
-    assert all(cost(t) < INFEASIBLE_COST for t in outcome.trials if t.feasible)
+
+
+def test_cmaes_starts_at_the_baseline_when_the_config_asks(script):
+    from emulate.search.samplers import make_sampler
+
+    doc = config_doc(script, baseline={"tp": 8, "pp": 1, "micro_batch": 2},
+                     search={"sampler": "cmaes", "cmaes_start": "baseline"})
+    space = Space(parse_config(doc, "toy.yaml"))
+    assert make_sampler("cmaes", space, 0)._x0 == {"tp": 3.0, "pp": 0.0, "micro_batch": 1.0}
+    doc["search"]["cmaes_start"] = "middle"
+    assert make_sampler("cmaes", Space(parse_config(doc, "toy.yaml")), 0)._x0 is None
+    with pytest.raises(SearchConfigError, match="search.cmaes_start: baseline needs a baseline configuration"):
+        parse_config(config_doc(script, search={"cmaes_start": "baseline"}), "toy.yaml")
 
 
 def test_space_admitting_nothing_feasible_says_why_in_one_line(script, tmp_path, capsys):
