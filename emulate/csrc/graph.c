@@ -5,8 +5,9 @@
  * a log record. A stream that waits on an event recorded during a capture joins that capture, as in CUDA (fork /
  * join through events). Each cudaGraphLaunch writes the graph's nodes into the log again (core.c, sc_emit_graph):
  * one 'L' record (the launch call, with its host gap) followed by the nodes, on the launching stream where they
- * were captured on the capture's first stream, with fresh op-call numbers, so each replay is timed as new work.
- * Graphs built node by node (cudaGraphAdd*Node) are not emulated: they stay empty.
+ * were captured on the capture's first stream, with fresh op-call numbers, so each replay is timed as new work; a
+ * captured collective takes its communicator's next sequence number at each launch, as a new run of NCCL's kernel.
+ * Graphs built node by node (cudaGraphAdd*Node) are not emulated under the shim: they stay empty.
  *
  * Graph memory is never freed: torch destroys a graph right after instantiating it, and the executable graph
  * keeps reading its nodes; graphs are few and small. */
@@ -321,6 +322,29 @@ SC_EXPORT cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) {
     return cudaSuccess;
 }
 
+/* nccl.c: a captured collective's fields with its communicator's next sequence number (one run per graph launch) */
+int sc_collective_rerun(const char *text, const char *sep, char *out, size_t cap);
+
+/* The nodes of one launch when the graph holds collectives: a copy whose collectives ('N') carry this run's sequence
+ * numbers (their own strings, the rest shared); NULL when it holds none (or without memory). */
+static sc_node_t *rerun_collectives(const sc_node_t *nodes, size_t n) {
+    size_t i = 0;
+    while (i < n && nodes[i].kind != 'N') i++;
+    if (i == n) return NULL;
+    sc_node_t *copy = malloc(n * sizeof *copy);
+    if (!copy) return NULL;
+    memcpy(copy, nodes, n * sizeof *copy);
+    for (; i < n; i++) {
+        if (copy[i].kind != 'N') continue;
+        size_t cap = strlen(nodes[i].post) + 24;
+        char *post = malloc(cap);
+        if (!post) continue;
+        sc_collective_rerun(nodes[i].post, "\t", post, cap);
+        copy[i].post = post;
+    }
+    return copy;
+}
+
 SC_EXPORT cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s) {
     uint64_t t = sc_call_enter();
     sc_exec_t *exec = as_exec(e);
@@ -346,6 +370,12 @@ SC_EXPORT cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s) {
     size_t n = g->n;
     uint32_t calls = g->calls;
     pthread_mutex_unlock(&graph_lock);
-    sc_emit_graph(t, stream, g->id, g->origin, g->nodes, n, calls ? sc_op_instances_reserve(calls) : 0);
+    sc_node_t *nodes = rerun_collectives(g->nodes, n);
+    sc_emit_graph(t, stream, g->id, g->origin, nodes ? nodes : g->nodes, n, calls ? sc_op_instances_reserve(calls) : 0);
+    if (nodes) {
+        for (size_t i = 0; i < n; i++)
+            if (nodes[i].post != g->nodes[i].post) free(nodes[i].post);
+        free(nodes);
+    }
     return cudaSuccess;
 }

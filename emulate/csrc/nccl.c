@@ -70,6 +70,34 @@ static sc_comm *new_comm(uint64_t key, int nranks, int rank) {
     return c;
 }
 
+/* A collective captured into a CUDA graph runs again at each launch of the graph, as a new collective of its
+ * communicator (a GPU runs NCCL's kernel again): it takes the communicator's next sequence number then. Every member
+ * launches the same graphs in the same order relative to its other collectives, so the numbers agree across ranks,
+ * and the exchange area (datapath.c) only needs them to grow. `text` is an 'N' line's fields from the stream on
+ * (field 2 the communicator, 3 the number) separated by `sep` (a tab, or the two characters \t inside a JSON
+ * string); `out` gets the same with the new number. Returns 1 when renumbered, 0 (out a copy) otherwise. */
+int sc_collective_rerun(const char *text, const char *sep, char *out, size_t cap) {
+    const char *field[5] = {text};
+    size_t n = strlen(sep);
+    for (int i = 1; i < 5; i++) {
+        const char *next = strstr(field[i - 1], sep);
+        if (!next) { snprintf(out, cap, "%s", text); return 0; }
+        field[i] = next + n;
+    }
+    size_t id_len = (size_t)(field[3] - n - field[2]);
+    sc_comm *c = NULL;
+    pthread_mutex_lock(&comms_lock);
+    for (c = all_comms; c; c = c->next)
+        if (strlen(c->id) == id_len && strncmp(c->id, field[2], id_len) == 0) break;
+    pthread_mutex_unlock(&comms_lock);
+    if (!c) { snprintf(out, cap, "%s", text); return 0; }
+    pthread_mutex_lock(&c->lock);
+    uint64_t seq = c->seq++;
+    pthread_mutex_unlock(&c->lock);
+    snprintf(out, cap, "%.*s%lu%s", (int)(field[3] - text), text, (unsigned long)seq, field[4] - n);
+    return 1;
+}
+
 SC_EXPORT ncclResult_t ncclGetVersion(int *v) { *v = NCCL_VERSION_CODE; return ncclSuccess; }
 SC_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId *u) {
     static int counter;

@@ -4,7 +4,9 @@
  * device memory without pages. nccl.c is used unchanged; what it needs of the shim's core is answered here from
  * the driver's capture API (emulate/driver/csrc/capture.c), resolved at first use:
  * - records go into the driver's log (stepcast_log_record), as "collective" / "comm" records holding the shim's
- *   own line ("text"), timed with the driver's clock, gap, thread and op fields like the driver's own records;
+ *   own line ("text"), timed with the driver's clock, gap, thread and op fields like the driver's own records; a
+ *   collective issued on a capturing stream becomes a node of that CUDA graph instead (stepcast_graph_record),
+ *   logged at each launch of the graph, as a GPU runs it;
  * - stream ids are the driver's (stepcast_stream_id), device memory is the driver's (cuMemAlloc / cuMemFree);
  * - small collectives exchange their payloads as on the shim, through the driver's built-in copy of the shim's data
  *   path (stepcast_comm_shm / stepcast_exchange: emulate/csrc/datapath.c); large ones move no data. */
@@ -14,6 +16,7 @@
 #include <dlfcn.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -21,6 +24,7 @@ typedef void (*log_record_fn)(const char *event, int timed, const char *json);
 typedef unsigned long long (*stream_id_fn)(const void *stream);
 typedef int (*mem_alloc_fn)(unsigned long long *ptr, size_t bytes);
 typedef int (*mem_free_fn)(unsigned long long ptr);
+typedef int (*graph_record_fn)(unsigned long long stream, const char *event, const char *json);
 
 static void *driver_symbol(const char *name) {
     void *p = dlsym(RTLD_DEFAULT, name);
@@ -62,6 +66,10 @@ static void log_text(const char *event, int timed, const char *text) {
     }
     json[o++] = '"';
     json[o] = 0;
+    static graph_record_fn captured;
+    if (!captured) captured = (graph_record_fn)driver_symbol("stepcast_graph_record");
+    /* issued on a capturing stream (the line's first field): a node of that graph, logged at each of its launches */
+    if (timed && captured && captured(strtoull(text, NULL, 10), event, json)) return;
     fn(event, timed, json);
 }
 
@@ -131,3 +139,9 @@ void sc_exchange(void *shm, int nranks, int rank, uint64_t seq, int kind, const 
     if (fn) fn(shm, nranks, rank, seq, kind, send, recv, count, dtype, redop, root);
 }
 void sc_shm_member_state(void *shm, int rank, uint64_t program, int stopped) {}  /* rank dedup: not on the driver */
+/* The driver's CUDA graphs (emulate/driver/csrc/graph.c) hold a captured collective as its record's members: at each
+ * launch of the graph they are logged with the communicator's next sequence number (nccl.c, sc_collective_rerun). */
+int sc_collective_rerun(const char *text, const char *sep, char *out, size_t cap);
+SC_EXPORT int stepcast_collective_rerun(const char *json, char *out, size_t cap) {
+    return sc_collective_rerun(json, "\\t", out, cap);
+}

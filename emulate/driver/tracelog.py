@@ -111,10 +111,10 @@ def driver_events(log: DriverLog, *, comm_sizes: dict[str, int] | None = None,
             ev = {"kind": "kernel", "stream": stream(r["stream"]), "name": name, "grid": r["grid"],
                   "block": r["block"], "shmem": r["smem"], "cluster": r["cluster"], "lib": None, **ctx,
                   "spec": _kernel_spec(op, name)}
+            if r.get("rd") or r.get("wr"):  # what its launcher said it reads and writes (Inductor's Triton)
+                ev["bytes_read"], ev["bytes_written"] = r.get("rd", 0), r.get("wr", 0)
             if ev["spec"] and r["call"]:
                 op_calls.mark(ev, (op_id, r["call"]))
-            if r.get("graph"):  # a node of a graph launch: one launch call for all its nodes
-                ev["graph_launch"], ev["graph_node"] = r["graph"], r["node"]
         elif kind == "memcpy":
             ev = {"kind": "memcpy", "stream": stream(r["stream"]), "bytes": r["bytes"], "direction": r["direction"],
                   "blocking": bool(r["blocking"]), "op": ctx["op"]}
@@ -138,6 +138,8 @@ def driver_events(log: DriverLog, *, comm_sizes: dict[str, int] | None = None,
                                   ranks_per_node, ctx["op"])
         else:
             ev = {"kind": "device_sync"}
+        if r.get("graph"):  # a node of a graph launch (any device work): one launch call for all its nodes
+            ev["graph_launch"], ev["graph_node"] = r["graph"], r["node"]
         ev.update({"t_ns": r["t"], "gap_ns": r["gap"], "thread": r["thread"]})
         if r.get("ops") or r.get("nodes") or r.get("py"):
             ev.update(host_ops=r.get("ops", 0), host_nodes=r.get("nodes", 0), host_py=r.get("py", 0))

@@ -60,7 +60,9 @@ size_t fk_device_peak(void);  /* most device memory in use at once, bytes */
 unsigned long long fk_stream_id(CUstream s);
 typedef struct fk_graph fk_graph_t;
 fk_graph_t *fk_stream_capture(CUstream s);             /* the graph a stream is capturing into, or NULL */
+fk_graph_t *fk_stream_capture_by_id(unsigned long long stream);  /* the same, by the stream's id */
 unsigned long long fk_graph_capture_id(const fk_graph_t *g);
+void fk_graph_set_origin(fk_graph_t *g, unsigned long long stream);  /* the stream a capture began on */
 void fk_stream_join_capture(CUstream s, fk_graph_t *g); /* a stream waiting on a captured event joins */
 void fk_streams_end_capture(fk_graph_t *g);             /* every stream capturing into g stops */
 int fk_stream_begin_capture(CUstream s, fk_graph_t *g);
@@ -73,10 +75,25 @@ typedef struct {
     unsigned grid[3], block[3], smem, cluster[3];
     const char *via;
 } fk_launch_rec_t;
+/* fill *rec for a launch of f, checking it as cuLaunchKernel does (launch.c) */
+CUresult fk_launch_record(fk_launch_rec_t *rec, const fk_function_t *f, const unsigned grid[3], const unsigned block[3],
+                          unsigned smem, const unsigned cluster[3], const char *via);
 /* graph_launch: the n-th graph launch (from 1) that replays this node (its position: node); 0 for a plain launch */
 void fk_log_launch(const fk_launch_rec_t *rec, unsigned long long stream, const char *via, unsigned long long graph_launch,
                    size_t node);
-int fk_graph_add_launch(fk_graph_t *g, const fk_launch_rec_t *rec);
+/* device work issued on a capturing stream (its id: stream) becomes a node of the graph: 1 done, 0 out of memory */
+int fk_graph_add_launch(fk_graph_t *g, const fk_launch_rec_t *rec, unsigned long long stream);
+/* copies: rows of width bytes, dst_pitch / src_pitch bytes apart (one row: a plain copy) */
+int fk_graph_add_copy(fk_graph_t *g, uintptr_t dst, size_t dst_pitch, uintptr_t src, size_t src_pitch, size_t width,
+                      size_t rows, unsigned long long stream);
+int fk_graph_add_fill(fk_graph_t *g, uintptr_t dst, unsigned value, size_t width, size_t count, size_t pitch,
+                      size_t rows, unsigned long long stream);
+int fk_graph_add_record(fk_graph_t *g, const char *event, const char *json, unsigned long long stream);
+/* a graph's copy / fill at its launch (memory.c): done and logged, `graph` holding the record's graph members */
+void fk_replay_copy(uintptr_t dst, size_t dst_pitch, uintptr_t src, size_t src_pitch, size_t width, size_t rows,
+                    unsigned long long stream, const char *graph);
+void fk_replay_fill(uintptr_t dst, unsigned value, size_t width, size_t count, size_t pitch, size_t rows,
+                    unsigned long long stream, const char *graph);
 
 /* ---- occupancy (launch.c) ---- */
 int fk_blocks_per_sm(const fk_function_t *f, int threads, size_t dynamic_smem);

@@ -71,24 +71,31 @@ void fk_log_launch(const fk_launch_rec_t *r, unsigned long long stream, const ch
                 r->cluster[0], r->cluster[1], r->cluster[2], stream, (int)device, via, graph);
 }
 
-/* a launch on a capturing stream becomes a node of the graph (logged at each replay), else it is logged now */
-CUresult fk_launch(fk_function_t *f, const unsigned grid[3], const unsigned block[3], unsigned smem, CUstream stream,
-                   const unsigned cluster[3], const char *via) {
+CUresult fk_launch_record(fk_launch_rec_t *rec, const fk_function_t *f, const unsigned grid[3], const unsigned block[3],
+                          unsigned smem, const unsigned cluster[3], const char *via) {
     if (!f) return CUDA_ERROR_INVALID_HANDLE;
     unsigned long long threads = (unsigned long long)block[0] * block[1] * block[2];
     if (!grid[0] || !grid[1] || !grid[2] || !threads || threads > (unsigned)fk_attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK))
         return CUDA_ERROR_INVALID_VALUE;
     if ((int)smem > f->max_dynamic_smem && smem > 48 * 1024) return CUDA_ERROR_INVALID_VALUE;
+    json_string(rec->name, sizeof rec->name, f->name);
+    memcpy(rec->grid, grid, sizeof rec->grid);
+    memcpy(rec->block, block, sizeof rec->block);
+    memcpy(rec->cluster, cluster, sizeof rec->cluster);
+    rec->smem = smem;
+    rec->via = via;
+    return CUDA_SUCCESS;
+}
+
+/* a launch on a capturing stream becomes a node of the graph (logged at each replay), else it is logged now */
+CUresult fk_launch(fk_function_t *f, const unsigned grid[3], const unsigned block[3], unsigned smem, CUstream stream,
+                   const unsigned cluster[3], const char *via) {
     static __thread fk_launch_rec_t rec;
-    json_string(rec.name, sizeof rec.name, f->name);
-    memcpy(rec.grid, grid, sizeof rec.grid);
-    memcpy(rec.block, block, sizeof rec.block);
-    memcpy(rec.cluster, cluster, sizeof rec.cluster);
-    rec.smem = smem;
-    rec.via = via;
+    CUresult rc = fk_launch_record(&rec, f, grid, block, smem, cluster, via);
+    if (rc != CUDA_SUCCESS) return rc;
     sc_note_kernel_write();  /* the data path: this op's outputs are a kernel's, not bytes it knows */
     fk_graph_t *g = fk_stream_capture(stream);
-    if (g) return fk_graph_add_launch(g, &rec) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    if (g) return fk_graph_add_launch(g, &rec, fk_stream_id(stream)) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
     fk_log_launch(&rec, fk_stream_id(stream), via, 0, 0);
     return CUDA_SUCCESS;
 }

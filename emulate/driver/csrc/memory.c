@@ -247,25 +247,62 @@ static void fill(uintptr_t dst, unsigned value, size_t n, size_t width) {
     }
     for (size_t i = 0; i < n; i++) memcpy((char *)dst + i * width, &value, width);
 }
-/* copies and fills are logged with their bytes, direction and stream; the synchronous entry points block */
-static void log_copy(uintptr_t dst, uintptr_t src, size_t n, CUstream s, int blocking) {
+/* copies and fills are logged with their bytes, direction and stream; the synchronous entry points block. On a
+ * capturing stream they become graph nodes instead (graph.c): done and logged at each launch of the graph. */
+static void log_copy(uintptr_t dst, uintptr_t src, size_t n, unsigned long long stream, int blocking, const char *graph) {
     static const char *directions[2][2] = {{"h2h", "h2d"}, {"d2h", "d2d"}};
     fk_count_device_work();
-    fk_log_call("memcpy", "\"stream\":%llu,\"bytes\":%zu,\"direction\":\"%s\",\"blocking\":%d",
-                blocking ? 1ull : fk_stream_id(s), n,
-                directions[fk_is_device_pointer(src) ? 1 : 0][fk_is_device_pointer(dst) ? 1 : 0], blocking);
+    fk_log_call("memcpy", "\"stream\":%llu,\"bytes\":%zu,\"direction\":\"%s\",\"blocking\":%d%s%s", stream, n,
+                directions[fk_is_device_pointer(src) ? 1 : 0][fk_is_device_pointer(dst) ? 1 : 0], blocking,
+                graph ? "," : "", graph ? graph : "");
+}
+static void log_fill(size_t bytes, unsigned long long stream, int blocking, const char *graph) {
+    fk_count_device_work();
+    fk_log_call("memset", "\"stream\":%llu,\"bytes\":%zu,\"blocking\":%d%s%s", stream, bytes, blocking,
+                graph ? "," : "", graph ? graph : "");
+}
+static void copy_rows(uintptr_t dst, size_t dst_pitch, uintptr_t src, size_t src_pitch, size_t width, size_t rows) {
+    for (size_t r = 0; r < rows; r++) copy(dst + r * dst_pitch, src + r * src_pitch, width);
+}
+static CUresult logged_copy_rows(uintptr_t dst, size_t dst_pitch, uintptr_t src, size_t src_pitch, size_t width,
+                                 size_t rows, CUstream s, int blocking) {
+    fk_graph_t *g = blocking ? NULL : fk_stream_capture(s);
+    if (g)
+        return fk_graph_add_copy(g, dst, dst_pitch, src, src_pitch, width, rows, fk_stream_id(s)) ? CUDA_SUCCESS
+                                                                                                   : CUDA_ERROR_OUT_OF_MEMORY;
+    log_copy(dst, src, width * rows, blocking ? 1ull : fk_stream_id(s), blocking, NULL);
+    copy_rows(dst, dst_pitch, src, src_pitch, width, rows);
+    return CUDA_SUCCESS;
 }
 static CUresult logged_copy(uintptr_t dst, uintptr_t src, size_t n, CUstream s, int blocking) {
-    log_copy(dst, src, n, s, blocking);
-    copy(dst, src, n);
+    return logged_copy_rows(dst, n, src, n, n, 1, s, blocking);
+}
+static void fill_rows(uintptr_t dst, unsigned value, size_t width, size_t count, size_t pitch, size_t rows) {
+    for (size_t r = 0; r < rows; r++) fill(dst + r * pitch, value, count, width);
+}
+/* count elements of width bytes a row, rows rows pitch bytes apart */
+static CUresult logged_fill_rows(uintptr_t dst, unsigned value, size_t width, size_t count, size_t pitch, size_t rows,
+                                 CUstream s, int blocking) {
+    fk_graph_t *g = blocking ? NULL : fk_stream_capture(s);
+    if (g)
+        return fk_graph_add_fill(g, dst, value, width, count, pitch, rows, fk_stream_id(s)) ? CUDA_SUCCESS
+                                                                                            : CUDA_ERROR_OUT_OF_MEMORY;
+    log_fill(count * width * rows, blocking ? 1ull : fk_stream_id(s), blocking, NULL);
+    fill_rows(dst, value, width, count, pitch, rows);
     return CUDA_SUCCESS;
 }
 static CUresult logged_fill(uintptr_t dst, unsigned value, size_t n, size_t width, CUstream s, int blocking) {
-    fk_count_device_work();
-    fk_log_call("memset", "\"stream\":%llu,\"bytes\":%zu,\"blocking\":%d", blocking ? 1ull : fk_stream_id(s),
-                n * width, blocking);
-    fill(dst, value, n, width);
-    return CUDA_SUCCESS;
+    return logged_fill_rows(dst, value, width, n, 0, 1, s, blocking);
+}
+void fk_replay_copy(uintptr_t dst, size_t dst_pitch, uintptr_t src, size_t src_pitch, size_t width, size_t rows,
+                    unsigned long long stream, const char *graph) {
+    log_copy(dst, src, width * rows, stream, 0, graph);
+    copy_rows(dst, dst_pitch, src, src_pitch, width, rows);
+}
+void fk_replay_fill(uintptr_t dst, unsigned value, size_t width, size_t count, size_t pitch, size_t rows,
+                    unsigned long long stream, const char *graph) {
+    log_fill(count * width * rows, stream, 0, graph);
+    fill_rows(dst, value, width, count, pitch, rows);
 }
 FK_EXPORT CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) { return logged_copy(dst, src, n, NULL, 1); }
 FK_EXPORT CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { return logged_copy(dst, src, n, s, 0); }
@@ -281,11 +318,9 @@ static CUresult copy2d(const CUDA_MEMCPY2D *c, CUstream s, int blocking) {
     uintptr_t dst = c->dstMemoryType == CU_MEMORYTYPE_HOST ? (uintptr_t)c->dstHost : (uintptr_t)c->dstDevice;
     uintptr_t src = c->srcMemoryType == CU_MEMORYTYPE_HOST ? (uintptr_t)c->srcHost : (uintptr_t)c->srcDevice;
     if (c->dstMemoryType == CU_MEMORYTYPE_ARRAY || c->srcMemoryType == CU_MEMORYTYPE_ARRAY) return CUDA_ERROR_NOT_SUPPORTED;
-    log_copy(dst, src, c->WidthInBytes * c->Height, s, blocking);
-    for (size_t row = 0; row < c->Height; row++)
-        copy(dst + (c->dstY + row) * c->dstPitch + c->dstXInBytes, src + (c->srcY + row) * c->srcPitch + c->srcXInBytes,
-             c->WidthInBytes);
-    return CUDA_SUCCESS;
+    return logged_copy_rows(dst + c->dstY * c->dstPitch + c->dstXInBytes, c->dstPitch,
+                            src + c->srcY * c->srcPitch + c->srcXInBytes, c->srcPitch, c->WidthInBytes, c->Height, s,
+                            blocking);
 }
 FK_EXPORT CUresult CUDAAPI cuMemcpy2D(const CUDA_MEMCPY2D *c) { return copy2d(c, NULL, 1); }
 FK_EXPORT CUresult CUDAAPI cuMemcpy2DUnaligned(const CUDA_MEMCPY2D *c) { return copy2d(c, NULL, 1); }
@@ -297,16 +332,10 @@ FK_EXPORT CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_
 FK_EXPORT CUresult CUDAAPI cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream s) { return logged_fill(d, v, n, 2, s, 0); }
 FK_EXPORT CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream s) { return logged_fill(d, v, n, 4, s, 0); }
 FK_EXPORT CUresult CUDAAPI cuMemsetD2D8Async(CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h, CUstream s) {
-    fk_count_device_work();
-    fk_log_call("memset", "\"stream\":%llu,\"bytes\":%zu,\"blocking\":0", fk_stream_id(s), w * h);
-    for (size_t r = 0; r < h; r++) fill(d + r * pitch, v, w, 1);
-    return CUDA_SUCCESS;
+    return logged_fill_rows(d, v, 1, w, pitch, h, s, 0);
 }
 FK_EXPORT CUresult CUDAAPI cuMemsetD2D32Async(CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h, CUstream s) {
-    fk_count_device_work();
-    fk_log_call("memset", "\"stream\":%llu,\"bytes\":%zu,\"blocking\":0", fk_stream_id(s), 4 * w * h);
-    for (size_t r = 0; r < h; r++) fill(d + r * pitch, v, w, 4);
-    return CUDA_SUCCESS;
+    return logged_fill_rows(d, v, 4, w, pitch, h, s, 0);
 }
 FK_EXPORT CUresult CUDAAPI cuMemPrefetchAsync_v2(CUdeviceptr p, size_t n, CUmemLocation loc, unsigned int flags, CUstream s) { return CUDA_SUCCESS; }
 FK_EXPORT CUresult CUDAAPI cuMemAdvise_v2(CUdeviceptr p, size_t n, CUmem_advise advice, CUmemLocation loc) { return CUDA_SUCCESS; }

@@ -1,6 +1,7 @@
 /* Streams and events. All work completes at once (nothing executes), so every query answers "done". */
 #include "fakecuda.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,8 +76,12 @@ FK_EXPORT CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, u
     fk_event_t *e = as_event(hEvent);
     if (!e) return CUDA_ERROR_INVALID_HANDLE;
     if (e->capture && !fk_stream_capture(hStream)) fk_stream_join_capture(hStream, e->capture);
-    if (!e->capture) fk_log_call("stream_wait_event", "\"stream\":%llu,\"handle\":%llu", fk_stream_id(hStream),
-                                 (unsigned long long)(uintptr_t)e);
+    fk_graph_t *g = fk_stream_capture(hStream);
+    char handle[48];
+    snprintf(handle, sizeof handle, "\"handle\":%llu", (unsigned long long)(uintptr_t)e);
+    if (g) return fk_graph_add_record(g, "stream_wait_event", handle, fk_stream_id(hStream)) ? CUDA_SUCCESS
+                                                                                            : CUDA_ERROR_OUT_OF_MEMORY;
+    fk_log_call("stream_wait_event", "\"stream\":%llu,%s", fk_stream_id(hStream), handle);
     return CUDA_SUCCESS;
 }
 FK_EXPORT CUresult CUDAAPI cuStreamGetPriority(CUstream hStream, int *priority) {
@@ -119,10 +124,19 @@ void fk_stream_join_capture(CUstream hStream, fk_graph_t *g) {
     fk_stream_t *s = as_stream(hStream);
     if (s) s->capture = g;
 }
+fk_graph_t *fk_stream_capture_by_id(unsigned long long id) {
+    fk_graph_t *g = NULL;
+    pthread_mutex_lock(&fk_lock);
+    for (fk_stream_t *s = streams; s && !g; s = s->next)
+        if (s->id == id) g = s->capture;
+    pthread_mutex_unlock(&fk_lock);
+    return g;
+}
 int fk_stream_begin_capture(CUstream hStream, fk_graph_t *g) {
     fk_stream_t *s = as_stream(hStream);  /* the default streams cannot be captured */
     if (!s || s->capture) return 0;
     s->capture = g;
+    fk_graph_set_origin(g, s->id);
     return 1;
 }
 void fk_streams_end_capture(fk_graph_t *g) {
@@ -180,8 +194,11 @@ FK_EXPORT CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream) {
     e->stream = fk_stream_id(hStream);
     e->capture = fk_stream_capture(hStream);
     e->work = __atomic_load_n(&device_work, __ATOMIC_RELAXED);
-    if (!e->capture) fk_log_call("event_record", "\"handle\":%llu,\"stream\":%llu", (unsigned long long)(uintptr_t)e,
-                                 e->stream);
+    char handle[48];
+    snprintf(handle, sizeof handle, "\"handle\":%llu", (unsigned long long)(uintptr_t)e);
+    if (e->capture)  /* recorded at each launch of the graph, on the stream the graph's work of this one goes to */
+        return fk_graph_add_record(e->capture, "event_record", handle, e->stream) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    fk_log_call("event_record", "%s,\"stream\":%llu", handle, e->stream);
     return CUDA_SUCCESS;
 }
 FK_EXPORT CUresult CUDAAPI cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags) { return cuEventRecord(hEvent, hStream); }
