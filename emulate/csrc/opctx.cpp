@@ -57,11 +57,12 @@ uint64_t span_bytes(const at::Tensor &t) {
 
 // The device address of a CUDA tensor with memory behind it; null for tensors that have none to point at: the
 // fake tensors torch.compile traces with (a CUDA device, no storage), functional wrappers, not-yet-allocated data.
-// Asking those for data_ptr() throws, and every throw in a callback is printed by RecordFunction.
+// Only the const accessors are used, inside the try: the mutable ones (data_ptr()) throw or warn on fake and
+// functional tensors, and every throw in a callback is printed by RecordFunction.
 const void *device_data(const at::Tensor &t) {
-    if (!t.defined() || !t.is_cuda() || !t.has_storage() || !t.unsafeGetTensorImpl()->unsafe_storage().data())
-        return nullptr;
     try {
+        if (!t.defined() || !t.is_cuda() || !t.has_storage() || !t.unsafeGetTensorImpl()->unsafe_storage().data())
+            return nullptr;
         return t.const_data_ptr();
     } catch (const c10::Error &) {
         return nullptr;
@@ -74,9 +75,12 @@ bool known(const at::Tensor &t) {  // host tensors (wrapped scalars, CPU operand
     return p && (t.numel() == 0 || stepcast_range_known((uintptr_t)p, span_bytes(t)));
 }
 
+// A CPU tensor over a device tensor's own memory (host-addressable under emulation); undefined when it has none.
 at::Tensor host_view(const at::Tensor &t) {
     if (t.device().is_cpu()) return t;
-    return at::from_blob(t.data_ptr(), t.sizes(), t.strides(), at::TensorOptions().dtype(t.dtype()));
+    const void *p = device_data(t);
+    if (!p) return at::Tensor();
+    return at::from_blob(const_cast<void *>(p), t.sizes(), t.strides(), at::TensorOptions().dtype(t.dtype()));
 }
 
 // Inputs are only readable in the start callback: replayable ops keep them for the end callback.
@@ -92,7 +96,9 @@ bool replay_on_host(const at::RecordFunction &fn, const SavedInputs *saved) {
         if (v.isTensor()) {
             bool written_only = overwrites_self && args.empty();
             if (!written_only && !known(v.toTensor())) return false;
-            args.emplace_back(host_view(v.toTensor()));
+            at::Tensor view = host_view(v.toTensor());
+            if (!view.defined()) return false;
+            args.emplace_back(view);
         } else if (v.isTensorList()) {
             std::vector<at::Tensor> list;
             for (const at::Tensor &t : v.toTensorVector()) {
@@ -118,8 +124,9 @@ bool replay_on_host(const at::RecordFunction &fn, const SavedInputs *saved) {
         for (size_t i = 0; i < outs.size() && i < args.size(); i++) {
             if (!args[i].isTensor()) continue;
             const at::Tensor &result = args[i].toTensor();
-            if (result.data_ptr() != outs[i].data_ptr()) host_view(outs[i]).copy_(result);
-            stepcast_range_written((uintptr_t)outs[i].data_ptr(), span_bytes(outs[i]));
+            const void *out = device_data(outs[i]);
+            if (result.const_data_ptr() != out) host_view(outs[i]).copy_(result);
+            stepcast_range_written((uintptr_t)out, span_bytes(outs[i]));
         }
         replaying = false;
         return true;
@@ -244,25 +251,38 @@ int work_class(const char *name) {
     return 0;
 }
 
+// The op's id in the table (its name, input shapes, dtypes and scalars). Inputs whose sizes cannot be read here
+// (symbolic shapes while compiling) make a record of the name alone: a callback must never throw.
+int op_id(const at::RecordFunction &fn) {
+    uint64_t key;
+    std::string record;
+    try {
+        key = key_of(fn);
+        record = describe(fn);
+    } catch (const std::exception &) {
+        key = 0xcbf29ce484222325ull;
+        for (const char *p = fn.name(); *p; p++) key = mix(key, (unsigned char)*p);
+        key = mix(key, 0xbad);
+        std::string name = fn.name();
+        for (size_t p; (p = name.find("::")) != std::string::npos;) name.replace(p, 2, ".");
+        record = "{\"op\":\"" + name + ".default\",\"shapes\":[],\"dtypes\":[],\"args\":[],\"kwargs\":{}}";
+    }
+    std::lock_guard<std::mutex> g(table_lock);
+    auto it = ids.find(key);
+    if (it != ids.end()) return it->second;
+    int id = (int)table.size();
+    table.push_back(std::move(record));
+    ids.emplace(key, id);
+    return id;
+}
+
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction &fn) {
     if (replaying) return nullptr;
     stepcast_pause();
     stepcast_count_python();  // once per thread: autograd's threads run Python hooks too (csrc/hostwork.c)
     int work = work_class(fn.name());
     if (work >= 0) stepcast_host_work(work);
-    uint64_t key = key_of(fn);
-    int id;
-    {
-        std::lock_guard<std::mutex> g(table_lock);
-        auto it = ids.find(key);
-        if (it != ids.end()) {
-            id = it->second;
-        } else {
-            id = (int)table.size();
-            table.push_back(describe(fn));
-            ids.emplace(key, id);
-        }
-    }
+    int id = op_id(fn);
     stack.push_back(id);
     stepcast_set_op(id);
     std::unique_ptr<at::ObserverContext> ctx;
@@ -283,10 +303,7 @@ void on_exit(const at::RecordFunction &fn, at::ObserverContext *ctx) {
     if (!replayed && stepcast_needs_untrack()) {  // a kernel wrote the outputs: remembered bytes stale
         for (const auto &v : fn.outputs()) {
             const void *p = v.isTensor() ? device_data(v.toTensor()) : nullptr;
-            if (p) {
-                const auto &t = v.toTensor();
-                stepcast_untrack((unsigned long long)(uintptr_t)p, (unsigned long long)(t.numel() * t.element_size()));
-            }
+            if (p) stepcast_untrack((unsigned long long)(uintptr_t)p, span_bytes(v.toTensor()));
         }
     }
     if (!stack.empty()) stack.pop_back();

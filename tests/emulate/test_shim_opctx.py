@@ -65,3 +65,34 @@ def test_the_capture_counts_the_same_host_work_in_every_steady_iteration(emulate
     assert ops >= 10  # two linears, a gelu, a sum, their backward ops and SGD's
     assert (nodes > 0) == (op_context == "native")
     assert py > ops  # nn.Module calls, the optimizer's Python: more Python calls than ops
+
+
+FAKE_TENSOR_COPIES = textwrap.dedent("""
+    import torch
+    import torch._functorch.config
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    known = torch.tensor([1.0, 2.0], device="cuda")  # small host data: the data path holds real bytes (copy_ replays)
+    for unsafe in (False, True):  # fake tensors that throw on a mutable data pointer, and ones that warn
+        torch._functorch.config.fake_tensor_allow_unsafe_data_ptr_access = unsafe
+        with FakeTensorMode():
+            a = torch.empty(4, device="cuda")
+            a.copy_(torch.empty(4, device="cuda"))
+            a.add_(1)
+    print(known.sum().item())
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["shim", "driver"])
+def test_copies_between_fake_tensors_print_no_callback_errors_or_data_pointer_warnings(emulate_run, tmp_path,
+                                                                                      backend):
+    # torch.compile's tracing (torchtitan's FlexAttention) copies into fake CUDA tensors; the hook's host replay of
+    # copy_ asked the destination for its mutable data pointer, which throws or warns on them
+    script = tmp_path / "fake_copies.py"
+    script.write_text(FAKE_TENSOR_COPIES)
+    proc, _, _ = emulate_run(tmp_path, script, options=("--backend", backend))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "3.0" in proc.stdout
+    assert "Exception in RecordFunction callback" not in proc.stderr
+    assert "Accessing the data pointer of FakeTensor" not in proc.stderr
