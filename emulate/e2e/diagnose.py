@@ -7,7 +7,8 @@ their measured times, in five tables per GPU:
 1. per label and family: NeuSight's per-op trace as timed, the same scaled to the measured pass (in step), the
    estimator's prediction (before calibration), in-step / predicted, and the GEMMs' achieved TFLOPS in step: a
    GPU whose labels ran at different GEMM throughputs cannot be predicted within their spread by any rule that
-   sees only shapes;
+   sees only shapes; a line under it gives the error any one GEMM factor for all the labels leaves
+   (:func:`shared_factor_floor`);
 2. the in-step factors each label's emulation gets (leave-one-model-out): the GPU's own, or pooled over the other
    GPUs when its other models are too few (:func:`emulate.e2e.instep.factors`);
 3. every GEMM row: shape, in-step and predicted time, their ratio, achieved TFLOPS;
@@ -72,6 +73,19 @@ def label_family_table(rows: pd.DataFrame, predicted: np.ndarray) -> pd.DataFram
     return out.drop(columns="gflop")
 
 
+def shared_factor_floor(labels: pd.DataFrame, family: str = "gemm") -> tuple[float, float, float]:
+    """(lowest and highest in-step / predicted of ``family`` over the labels of :func:`label_family_table`, and the
+    error that any one factor shared by those labels leaves on at least one of them: (hi - lo) / (hi + lo), what
+    the best factor, 2 / (1/lo + 1/hi), leaves on both ends). However it is fitted, a calibration that scales a
+    GPU's kernels of a family alike cannot do better on these labels."""
+    ratios = labels.loc[labels["family"] == family, "ratio"].to_numpy(dtype=float)
+    ratios = ratios[np.isfinite(ratios) & (ratios > 0)]
+    if not len(ratios):
+        return float("nan"), float("nan"), float("nan")
+    lo, hi = float(ratios.min()), float(ratios.max())
+    return lo, hi, (hi - lo) / (hi + lo)
+
+
 def gemm_table(rows: pd.DataFrame, predicted: np.ndarray) -> pd.DataFrame:
     """Every GEMM row: sample, op, shape, repeat, in-step us, predicted us, ratio, TFLOPS in step."""
     gemm = rows["family"] == "gemm"
@@ -121,6 +135,10 @@ def print_gpu(hardware: str, rows: pd.DataFrame, estimator, root: Path, console:
         table.add_row(r.sample, r.family, f"{r.trace_ms:.0f}", f"{r.in_step_ms:.0f}", f"{r.predicted_ms:.0f}",
                       f"{r.ratio:.2f}", "" if np.isnan(r.tflops) else f"{r.tflops:.2f}")
     console.print(table)
+    lo, hi, floor = shared_factor_floor(labels)
+    if np.isfinite(floor):
+        console.print(f"{hardware}: GEMM in step / predicted ranges {lo:.2f}-{hi:.2f} over its labels: any one GEMM "
+                      f"factor for them all leaves at least {100 * floor:.1f} % on one of them", highlight=False)
 
     held = Table(title=f"{hardware}: in-step factors per held-out model (own: this GPU's other models; used: what "
                        f"the emulation applies, pooled over the other GPUs where own is missing)")

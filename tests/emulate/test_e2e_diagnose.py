@@ -52,3 +52,13 @@ def test_an_unknown_gpu_is_one_line_and_status_2(monkeypatch, capsys):
     monkeypatch.setattr(diagnose.instep, "in_step_rows", lambda root=None: in_step_rows())
     assert diagnose.main(["h100-sxm"]) == 2
     assert capsys.readouterr().err.startswith("stepcast: ")
+
+
+def test_labels_that_disagree_on_gemm_speed_bound_any_shared_factor():
+    # one label's GEMMs ran at half the predicted time, another's at the predicted time: the best shared factor
+    # (2/3) is off by a third on both
+    labels = pd.DataFrame({"family": ["gemm", "gemm", "norm"], "ratio": [0.5, 1.0, 3.0]})
+    lo, hi, floor = diagnose.shared_factor_floor(labels)
+    assert (lo, hi) == (0.5, 1.0)
+    assert floor == pytest.approx(1.0 / 3.0)
+    assert np.isnan(diagnose.shared_factor_floor(labels[labels["family"] == "norm"])[2])
