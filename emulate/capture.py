@@ -29,6 +29,8 @@ emulated driver (emulate/driver), which exports the same capture API (``stepcast
 - on the shim, turns cuDNN off (``torch.backends.cudnn.enabled = False`` and the cuDNN SDPA backend): the shim
   does not emulate cuDNN's graph API (on the driver, cuDNN runs for real and keeps torch's defaults), so convolutions and batch norm run torch's native CUDA kernels and attention the flash / memory-efficient
   kernels, which are captured like any other launch (on a real sm90+ GPU torch may choose cuDNN for these);
+- tells the capture library, around each launch of an Inductor Triton kernel, the bytes it reads and writes
+  (emulate/triton_bytes.py: its tensor arguments by role), which the launch record carries;
 - drops CUDA activities from ``torch.profiler`` (CUPTI needs a real driver) and skips DDP's cross-rank parameter
   shape check (device reads return zeros, so it would always fail);
 - runs the script with ``runpy`` (``__name__ == "__main__"``), then writes the op table and torch's own memory
@@ -289,16 +291,21 @@ def _remove_shared_memory() -> None:
             area.unlink(missing_ok=True)
 
 
-def _install_sparse(shim: ctypes.CDLL) -> dict[str, Any]:
-    """A sparse run (``--run-ranks``): answer for the absent ranks (emulate/sparse_store.py, loaded by its path so
-    that nothing of the project lands on the script's ``sys.path``); returns the record kept in the op table."""
+def _sibling(name: str) -> Any:
+    """This folder's module ``name``, loaded by its path so that nothing of the project lands on the script's
+    ``sys.path``."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("_stepcast_sparse_store",
-                                                  Path(__file__).resolve().with_name("sparse_store.py"))
+    spec = importlib.util.spec_from_file_location(f"_stepcast_{name}", Path(__file__).resolve().with_name(f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.install(shim)
+    return module
+
+
+def _install_sparse(shim: ctypes.CDLL) -> dict[str, Any]:
+    """A sparse run (``--run-ranks``): answer for the absent ranks (emulate/sparse_store.py); returns the record
+    kept in the op table."""
+    return _sibling("sparse_store").install(shim)
 
 
 def _watch_stop_signal(on_stop: Callable[[int], None]) -> None:
@@ -319,6 +326,7 @@ def main(argv: list[str]) -> int:
         torch.backends.cudnn.enabled = False
         torch.backends.cuda.enable_cudnn_sdp(False)  # SDPA would pick cuDNN attention on sm90+; flash/efficient
     sparse = _install_sparse(shim) if os.environ.get("STEPCAST_RUN_RANKS") else None
+    _sibling("triton_bytes").install(shim)  # each Inductor Triton launch's bytes read and written
     native = os.environ.get("STEPCAST_OPCTX")
     recorder = NativeOpContext(native) if native else OpRecorder(shim)
     shim.stepcast_count_python()  # this thread's Python calls count as host work (csrc/hostwork.c)

@@ -1,7 +1,8 @@
 """Read the shim's per-rank log (+ the capture layer's op table) and turn it into trace-v1 events.
 
 Log lines are tab-separated. Timed calls: ``<kind> <t_ns> <gap_ns> <thread> <op id> <fields...>``; the kinds are
-K kernel launch (its last field: the op call, shared by the kernels one call launches), G cuBLAS/cuBLASLt GEMM,
+K kernel launch (``stream function grid block shmem read written call``: the bytes its launcher said it reads and
+writes, 0 when unknown, and last the op call, shared by the kernels one call launches), G cuBLAS/cuBLASLt GEMM,
 C memcpy, S memset, M malloc, f free, R event record, W stream wait event, E event sync, Y stream sync, D device
 sync, N collective, L graph launch (``stream graph nodes``: the next ``nodes`` records, each with no gap of its
 own, are the graph's captured work replayed; the launch's gap goes to the first). The gap is the host time since the previous call returned, in the clock the ``H`` line names:
@@ -236,8 +237,10 @@ def rank_events(log: RankLog, *, comm_sizes: dict[str, int], ranks_per_node: int
             name = demangle(log.kernels.get(int(p[6]), f"kernel_{p[6]}"))
             ev = {"kind": "kernel", "stream": stream(p[5]), "name": name, "grid": _dims(p[7]), "block": _dims(p[8]),
                   "shmem": int(p[9]), "lib": None, **ctx, "spec": _kernel_spec(op, name)}
-            if ev["spec"] and len(p) > 10 and int(p[10]):
-                op_parts.mark(ev, (op_id, int(p[10])))
+            if len(p) > 12 and (p[10] != "0" or p[11] != "0"):  # what its launcher said it reads and writes
+                ev["bytes_read"], ev["bytes_written"] = int(p[10]), int(p[11])
+            if ev["spec"] and len(p) > 10 and int(p[-1]):  # the op call, last
+                op_parts.mark(ev, (op_id, int(p[-1])))
         elif kind == "G":
             g = gemm_fields(p)
             ev = {"kind": "kernel", "stream": stream(p[5]), "name": p[7], "grid": None, "block": None, "shmem": 0,

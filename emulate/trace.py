@@ -49,6 +49,9 @@ Optional fields written by ``python -m emulate run`` (compatible extensions of v
   the op's ``spec`` (its ``spec`` is then null): the estimators time ops as a whole (every source times the op's
   kernels together), so the op's time goes to its first kernel and this one adds none when durations are predicted
   (a FlashAttention backward launches three kernels, a layer-norm backward two, a split-K GEMM a reduction).
+- ``kernel``: ``bytes_read`` and ``bytes_written``, what the kernel's launcher said it reads and writes in device
+  memory (Inductor's Triton kernels: their tensor arguments by role, emulate/triton_bytes.py); absent when unknown.
+  The simulator times such a kernel as a memory-bound op of that many bytes (``classify_triton_kernel``).
 - device events, event records and waits replayed by a CUDA graph launch (captured work, logged again at each
   launch): ``graph_launch`` (the n-th graph launch of the rank, from 1) and ``graph_node`` (the event's position in
   that launch, from 0); the launch call's host gap and cost go to node 0, the others have none of their own.

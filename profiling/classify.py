@@ -22,9 +22,11 @@ Choices a reader should know:
   tensor) are ``add_scalar`` etc.: a different kernel that reads one stream instead of two (NeuSight's ``addu``).
 - foreach ops keep their name (``foreach_add``, ``foreach_addcdiv``...): one captured launch is one of these, not a
   whole optimizer step; fused optimizers are ``adamw_fused``, ``adam_fused``, ``sgd_fused``.
-- Inductor's Triton kernels (``classify_triton_kernel``) have no aten op of their own: their size comes from the
-  launch grid and block (Inductor's pointwise configs: 8 elements per thread), their family from the name
-  (``triton_poi`` elementwise, ``triton_per``/``triton_red`` norm).
+- Inductor's Triton kernels (``classify_triton_kernel``) have no aten op of their own: a memory-bound elementwise
+  ``copy`` of the bytes their launch read and wrote (recorded at capture from the launcher's tensor arguments);
+  for traces without those bytes, their size comes from the launch grid and block (Inductor's pointwise configs:
+  8 elements per thread), their family from the name (``triton_poi`` elementwise, ``triton_per``/``triton_red``
+  norm).
 - collectives: ``bytes`` per rank is the largest tensor argument (nccl-tests ``size``); ``ranks`` and
   ``ranks_per_node`` come from the keyword arguments (None when the caller does not know them).
 """
@@ -553,9 +555,17 @@ _LAYOUT_OPS = ("_unsafe_view", "_to_copy", "view", "clone", "expand", "transpose
 
 
 def classify_triton_kernel(name: str, grid: Sequence[int] | None, block: Sequence[int] | None,
-                           shapes: Sequence = (), dtypes: Sequence = (), backward: bool = False) -> Row | None:
+                           shapes: Sequence = (), dtypes: Sequence = (), backward: bool = False,
+                           bytes_moved: int | None = None) -> Row | None:
     """Estimator row of an Inductor-generated Triton kernel, which no aten op describes: its launch shows how much
     it covers, its name which aten ops it fused, its op context (the compiled graph's inputs) the dtype and width.
+
+    With ``bytes_moved`` (what the launch read plus wrote, as its launcher told the capture: the trace's
+    ``bytes_read`` + ``bytes_written``), every Triton kernel, pointwise or reduction, is a memory-bound op of that
+    many bytes: an elementwise ``copy`` (one stream read, one written) of ``bytes_moved / 2`` bytes a stream, in
+    the dtype of the op context, so the elementwise estimator's learned efficiency at that size times it. Fused
+    kernels do a few FLOPs per byte at most; the bytes decide. Without them (traces captured before launches
+    carried them), the launch's grid:
 
     ``triton_poi_*`` (pointwise) -> elementwise ``mul`` (a fused kernel reads its operands and writes one result;
     ``copy`` when it fuses only layout ops) over grid x threads x :data:`INDUCTOR_ELEMENTS_PER_THREAD` elements.
@@ -569,10 +579,25 @@ def classify_triton_kernel(name: str, grid: Sequence[int] | None, block: Sequenc
     if not grid or not block or _TRITON_KERNEL.match(name) is None:
         return None
     try:
+        if bytes_moved:
+            return dict(_triton_bytes_row(_freeze(shapes), _freeze(dtypes), int(bytes_moved)))
         row = _triton_cached(name, _freeze(grid), _freeze(block), _freeze(shapes), _freeze(dtypes), bool(backward))
     except TypeError:  # an unhashable entry: nothing the classifier reads
         return None
     return dict(row) if row is not None else None
+
+
+def _context_dtype(shapes: tuple, dtypes: tuple) -> str:
+    """The dtype of the op context's largest floating-point tensor (a compiled graph's activations), else fp32."""
+    t = [(s, d) for s, d in _tensors(shapes, dtypes) if d not in ("int64", "bool")]
+    return max(t, key=lambda item: _numel(item[0]))[1] if t else "fp32"
+
+
+@functools.lru_cache(maxsize=16384)
+def _triton_bytes_row(shapes: tuple, dtypes: tuple, bytes_moved: int) -> Row:
+    dtype = _context_dtype(shapes, dtypes)
+    return {"family": "elementwise", "dtype": dtype, "op": "copy",
+            "numel": max(1, round(bytes_moved / (2 * dtype_bytes(dtype))))}
 
 
 @functools.lru_cache(maxsize=16384)
@@ -582,7 +607,7 @@ def _triton_cached(name: str, grid: tuple, block: tuple, shapes: tuple, dtypes: 
     if blocks <= 0 or threads <= 0:
         return None
     t = [(s, d) for s, d in _tensors(shapes, dtypes) if d not in ("int64", "bool")]
-    dtype = max(t, key=lambda item: _numel(item[0]))[1] if t else "fp32"
+    dtype = _context_dtype(shapes, dtypes)
     fused = [op for op in match.group(2).split("_") if op]
     if match.group(1) == "poi":
         layout_only = all(any(op in layout.split("_") for layout in _LAYOUT_OPS) for op in fused)

@@ -334,6 +334,14 @@ SC_EXPORT void stepcast_mark(int source, int step) {
     pthread_mutex_unlock(&log_lock);
     sc_note("I\t%lu\t0\t%d\t%d\t%d\t%d\n", (unsigned long)(sc_now_ns() - t_origin), thread_no, cur_op, source, step);
 }
+/* The bytes the next kernel launches of this thread read and write, as their launcher knows them (the capture
+ * layer's wrapper of Inductor's Triton launcher, emulate/triton_bytes.py): set before the launch, 0, 0 after it. A
+ * launch's K record carries them (0 = unknown). */
+static __thread unsigned long long kernel_read, kernel_written;
+SC_EXPORT void stepcast_kernel_bytes(unsigned long long read, unsigned long long written) {
+    kernel_read = read;
+    kernel_written = written;
+}
 SC_EXPORT void stepcast_flush(void) {
     pthread_mutex_lock(&log_lock);
     if (log_file) fflush(log_file);
@@ -637,10 +645,11 @@ void sc_log_kernel(uint64_t t_enter, const void *func, unsigned gx, unsigned gy,
     unsigned dims[6] = {gx, gy, gz, bx, by, bz};
     for (int i = 0; i < 6; i++) h = (h ^ dims[i]) * 0x100000001b3ull;
     hash_override = ((h ^ (uint64_t)shmem) * 0x100000001b3ull) ^ (uint64_t)(uint32_t)sc_stream_id(stream);
-    /* the op call last: the kernels of one call share it (an op timed as a whole is timed once); K records are
-     * hashed by hash_override above, so the per-call number does not reach rank dedup */
-    sc_emit(t_enter, 'K', "%d\t%d\t%u,%u,%u\t%u,%u,%u\t%zu\t%lu", sc_stream_id(stream), id, gx, gy, gz, bx, by, bz,
-            shmem, (unsigned long)sc_op_instance());
+    /* then the bytes the launcher said it reads and writes (stepcast_kernel_bytes); the op call last: the kernels
+     * of one call share it (an op timed as a whole is timed once); K records are hashed by hash_override above, so
+     * neither the per-call number nor the bytes reach rank dedup */
+    sc_emit(t_enter, 'K', "%d\t%d\t%u,%u,%u\t%u,%u,%u\t%zu\t%llu\t%llu\t%lu", sc_stream_id(stream), id, gx, gy, gz,
+            bx, by, bz, shmem, kernel_read, kernel_written, (unsigned long)sc_op_instance());
 }
 
 /* ---- streams and events: handles are pointers to small records carrying a trace id ---- */

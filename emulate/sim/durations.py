@@ -6,7 +6,8 @@ Order of preference for each op (``mode`` is "measured" or "predicted"):
 2. kernels and collectives with a ``spec`` (collectives without one get a spec built from op/bytes/ranks): the
    estimator's prediction on the target hardware. All ranks' rows go to ONE ``predict_frame`` call. Rows the
    estimator answers with its analytical fallback (label ``roofline@...``) are counted as fallbacks.
-   Inductor's Triton kernels carry no spec; they get one from their launch (``classify_triton_kernel``).
+   Inductor's Triton kernels carry no spec; they get one from their launch (``classify_triton_kernel``: the
+   bytes it read and wrote when the capture recorded them, else its grid).
 3. ``op_part`` kernels (further kernels of an op call whose first kernel carries the op's spec): 0, the op's
    predicted time covers them. Other kernels without a spec: the measured duration scaled by the ratio of memory
    bandwidths (source -> target hardware; most unclassified kernels are memory bound) when one was recorded, else a
@@ -120,7 +121,8 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
             if not spec and events[i]["name"].startswith("triton_"):  # Inductor's: no aten op describes them
                 ev = events[i]
                 spec = classify_triton_kernel(ev["name"], ev.get("grid"), ev.get("block"), ev.get("op_shapes") or (),
-                                              ev.get("op_dtypes") or (), "Backward" in (ev.get("op") or ""))
+                                              ev.get("op_dtypes") or (), "Backward" in (ev.get("op") or ""),
+                                              (ev.get("bytes_read") or 0) + (ev.get("bytes_written") or 0))
             if spec:
                 try:
                     j = known((tuple(spec), tuple(spec.values())))

@@ -105,3 +105,26 @@ def test_an_op_calls_further_kernels_are_timed_with_its_first(tmp_path):
     assert [bool(e["spec"]) for e in kernels] == [True, False, True, False]
     assert [e.get("op_part", False) for e in kernels] == [False, True, False, True]
     assert kernels[0]["spec"]["family"] == "norm" and kernels[0]["spec"]["pass"] == "bwd"
+
+
+def test_a_launch_carries_the_bytes_its_launcher_told_and_the_op_call_stays_last(tmp_path):
+    """K records end ``shmem read written call``: a Triton launch's bytes become bytes_read / bytes_written; 0, 0
+    (unknown) and the older records without them give none, and the op call is read from the last field."""
+    log = tmp_path / "rank0.log"
+    log.write_text("\n".join([
+        "H\t1",
+        "F\t0\ttriton_poi_fused_add_0",
+        "F\t1\tlayer_norm_grad_input_kernel",
+        "K\t100\t0\t0\t-1\t0\t0\t64,1,1\t128,1,1\t0\t4096\t2048\t0",
+        "K\t200\t0\t0\t0\t0\t1\t1,1,1\t128,1,1\t0\t0\t0\t7",
+        "K\t300\t0\t0\t0\t0\t1\t1,1,1\t128,1,1\t0\t7",
+    ]) + "\n")
+    (tmp_path / "rank0.log.ops.json").write_text(json.dumps({"ops": [
+        {"op": "aten.native_layer_norm_backward.default",
+         "shapes": [[8, 64], [8, 64], [64], [8, 1], [8, 1], [64], [64], []],
+         "dtypes": ["torch.float32"] * 7 + [""], "args": [None] * 7 + [[True, True, True]], "kwargs": {}}]}))
+    triton, new_format, old_format = [e for e in rank_events(read_rank_log(log), comm_sizes={}, ranks_per_node=1)
+                                      if e["kind"] == "kernel"]
+    assert (triton["bytes_read"], triton["bytes_written"]) == (4096, 2048)
+    assert "bytes_read" not in new_format and "bytes_read" not in old_format
+    assert new_format["spec"] and old_format.get("op_part")  # both in op call 7: the second is the first's part

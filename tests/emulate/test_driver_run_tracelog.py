@@ -58,3 +58,10 @@ def test_the_first_gemm_kernel_of_an_op_call_carries_the_spec_and_splitk_reduce_
     assert (record["event"], record["stream"], wait["stream"]) == (99, 1, 0)
     assert events[1]["t_ns"] == 0 and events[1]["gap_ns"] == 0 and events[2]["gap_ns"] == 1000
     assert [e["seq"] for e in events] == list(range(len(events)))
+
+
+def test_a_launch_record_with_rd_and_wr_gives_the_kernel_its_bytes(tmp_path):
+    triton = {**launch("triton_poi_fused_add_0", 20, -1, 0), "rd": 4096, "wr": 2048}
+    log = write_log(tmp_path, [triton, launch("triton_poi_fused_add_0", 30, -1, 0)], [])
+    first, second = [e for e in driver_events(read_driver_log(log)) if e["kind"] == "kernel"]
+    assert (first["bytes_read"], first["bytes_written"]) == (4096, 2048) and "bytes_read" not in second

@@ -259,3 +259,18 @@ def test_non_inductor_or_gridless_kernels_get_no_triton_row():
     assert classify_triton_kernel("ampere_bf16_s16816gemm", [64, 1, 1], [128, 1, 1], *_GRAPH) is None
     assert classify_triton_kernel("triton_poi_fused_add_0", None, None, *_GRAPH) is None
     assert classify_triton_kernel("triton_poi_fused_add_0", [8, 1, 1], [128, 1, 1])["dtype"] == "fp32"
+
+
+def test_inductor_kernel_with_recorded_bytes_is_a_copy_of_half_its_bytes_per_stream():
+    """A launch that carries the bytes it read and wrote is timed from them, pointwise or reduction alike: the
+    RMSNorm weight-gradient reduction (1,024 programs) reads seven activations, which its grid cannot show."""
+    from profiling.classify import classify_triton_kernel
+
+    moved = 939_663_360 + 65_536
+    row = classify_triton_kernel("triton_per_fused__to_copy_add_mean_mul_pow_rsqrt_sum_view_9", [1024, 1, 1],
+                                 [64, 1, 1], *_GRAPH, bytes_moved=moved)
+    assert row == {"family": "elementwise", "dtype": "bf16", "op": "copy", "numel": round(moved / 4)}
+    gridded = classify_triton_kernel("triton_per_fused__to_copy_add_mean_mul_pow_rsqrt_sum_view_9", [1024, 1, 1],
+                                     [64, 1, 1], *_GRAPH)
+    assert gridded["family"] == "norm"  # without bytes (older traces): the grid, as before
+    assert classify_triton_kernel("triton_tem_fused_mm_0", [64, 1, 1], [128, 1, 1], *_GRAPH, bytes_moved=moved) is None

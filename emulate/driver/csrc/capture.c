@@ -8,12 +8,14 @@
  * thread that logged), "op" (the aten op id the hook set, -1 outside ops) and "call" (the op call: one number per
  * op entry, shared by the kernels that call launches); "ops", "nodes" and "py" (the host work counted on the thread
  * since its previous logged call: aten op entries, autograd node evaluations and Python calls, emulate/csrc/
- * hostwork.c; the counted host model of emulate/sim/host.py). Iteration marks ("mark") take no host time of their own. */
+ * hostwork.c; the counted host model of emulate/sim/host.py); a launch also "rd" and "wr" when its launcher said
+ * what it reads and writes (stepcast_kernel_bytes). Iteration marks ("mark") take no host time of their own. */
 #include "fakecuda.h"
 #include "shim.h"
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 static __thread int cur_op = -1;
@@ -60,6 +62,14 @@ FK_EXPORT void stepcast_runtime_mark(int entering) {
     in_runtime = 0;
 }
 
+/* The bytes the next launches of this thread read and write, as their launcher knows them (the capture layer's
+ * wrapper of Inductor's Triton launcher, emulate/triton_bytes.py): a launch record carries them as "rd" and "wr". */
+static __thread unsigned long long kernel_read, kernel_written;
+FK_EXPORT void stepcast_kernel_bytes(unsigned long long read, unsigned long long written) {
+    kernel_read = read;
+    kernel_written = written;
+}
+
 void fk_log_call(const char *event, const char *fmt, ...) {
     pthread_once(&calibrate_once, calibrate);
     uint64_t enter = in_runtime ? runtime_entered : cpu_now();
@@ -75,6 +85,10 @@ void fk_log_call(const char *event, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(fields, sizeof fields, fmt, ap);
     va_end(ap);
+    if ((kernel_read || kernel_written) && strcmp(event, "launch") == 0) {
+        size_t used = strlen(fields);
+        snprintf(fields + used, sizeof fields - used, ",\"rd\":%llu,\"wr\":%llu", kernel_read, kernel_written);
+    }
     uint32_t ops, nodes, py;
     sc_take_work(&ops, &nodes, &py);  /* the shim's hostwork.c, built in */
     fk_log_line("{\"event\":\"%s\",\"t\":%llu,\"gap\":%lld,\"ops\":%u,\"nodes\":%u,\"py\":%u,\"thread\":%d,"

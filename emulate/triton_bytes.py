@@ -1,0 +1,142 @@
+"""The bytes each Inductor Triton launch reads and writes, told to the capture library before the launch.
+
+A Triton kernel has no aten op that describes it, and its grid does not show how many tensors it touches (Inductor
+fuses one to a dozen). Its launcher does know: Inductor names a generated kernel's pointer arguments by role
+(``in_ptr<k>`` read, ``out_ptr<k>`` written, ``in_out_ptr<k>`` both) and passes the tensors themselves to
+``CachingAutotuner.run``. Around each ``run`` the capture layer (emulate/capture.py, which loads this file by its
+path: nothing of the project is importable there) calls ``stepcast_kernel_bytes(read, written)``, so the launch
+record the capture library writes carries them (the shim's K record, the driver's ``rd``/``wr``), and resets them
+to 0 after it. Each tensor counts at most the kernel's iteration space (the product of its ``*numel`` arguments)
+elements, as Inductor's own ``estimate_kernel_num_bytes`` does: a gather (an embedding) reads the rows it indexes,
+not the whole table. A kernel whose arguments follow no such naming (a user-written Triton kernel) gets 0, 0: the
+bytes are unknown and the simulator falls back to its grid.
+
+The wrapper is installed when Inductor's runtime module is first imported (an import hook), so scripts that never
+compile pay nothing; its own work runs between ``stepcast_pause`` and ``stepcast_resume`` (the capture layer's
+time, not the script's host time).
+"""
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import math
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+#: the module that defines Inductor's launcher (``CachingAutotuner``)
+HEURISTICS = "torch._inductor.runtime.triton_heuristics"
+_NUMEL_ARGS = ("xnumel", "ynumel", "znumel", "rnumel", "r0_numel", "r1_numel")
+
+#: argument role: 1 read, 2 written, 3 both (in_out), 4 an iteration-space size, 0 anything else
+READ, WRITTEN, SIZE = 1, 2, 4
+
+
+def argument_roles(names: Sequence[str]) -> tuple[int, ...]:
+    """The role of each argument name of an Inductor kernel (``in_ptr0`` -> READ, ``in_out_ptr0`` -> READ |
+    WRITTEN, ``xnumel`` -> SIZE ...)."""
+    roles = []
+    for name in names:
+        if name.startswith("in_out_ptr"):
+            roles.append(READ | WRITTEN)
+        elif name.startswith("in_ptr"):
+            roles.append(READ)
+        elif name.startswith("out_ptr"):
+            roles.append(WRITTEN)
+        elif name in _NUMEL_ARGS:
+            roles.append(SIZE)
+        else:
+            roles.append(0)
+    return tuple(roles)
+
+
+def launch_bytes(roles: Sequence[int], args: Sequence[Any]) -> tuple[int, int]:
+    """(bytes read, bytes written) of one launch: each tensor argument's bytes by its role, its elements capped at
+    the iteration space (the product of the size arguments; uncapped when there are none)."""
+    sizes = [int(a) for r, a in zip(roles, args) if r == SIZE and isinstance(a, int)]
+    space = math.prod(sizes) if sizes else None
+    read = written = 0
+    for role, arg in zip(roles, args):
+        if not role & (READ | WRITTEN) or not hasattr(arg, "element_size"):
+            continue
+        numel = arg.numel()
+        size = (numel if space is None else min(numel, space)) * arg.element_size()
+        if role & READ:
+            read += size
+        if role & WRITTEN:
+            written += size
+    return read, written
+
+
+def wrap_run(run: Callable[..., Any], tell: Callable[[int, int], None], pause: Callable[[], None],
+             resume: Callable[[], None]) -> Callable[..., Any]:
+    """``CachingAutotuner.run`` that tells ``tell(read, written)`` before the launch and ``tell(0, 0)`` after."""
+
+    def stepcast_run(self, *args, **kwargs):
+        pause()
+        try:
+            roles = self.__dict__.get("_stepcast_roles")
+            if roles is None:
+                roles = self._stepcast_roles = argument_roles(getattr(self.fn, "arg_names", ()) or ())
+            tell(*launch_bytes(roles, args))
+        except Exception:  # never let the bookkeeping break the script's launch
+            tell(0, 0)
+        finally:
+            resume()
+        try:
+            return run(self, *args, **kwargs)
+        finally:
+            tell(0, 0)
+
+    stepcast_run.__wrapped__ = run
+    return stepcast_run
+
+
+def _patch(module: Any, shim: Any) -> None:
+    autotuner = getattr(module, "CachingAutotuner", None)
+    if autotuner is None or hasattr(autotuner.run, "__wrapped__"):
+        return
+    autotuner.run = wrap_run(autotuner.run, shim.stepcast_kernel_bytes, shim.stepcast_pause, shim.stepcast_resume)
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    """Patches Inductor's launcher right after its module is executed."""
+
+    def __init__(self, shim: Any) -> None:
+        self._shim = shim
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != HEURISTICS:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return None
+        loader, shim = spec.loader, self._shim
+
+        class Loader(importlib.abc.Loader):
+            def create_module(self, spec):
+                return loader.create_module(spec)
+
+            def exec_module(self, module):
+                loader.exec_module(module)
+                _patch(module, shim)
+
+        spec.loader = Loader()
+        return spec
+
+
+def install(shim: Any) -> None:
+    """Wrap Inductor's launcher now if it is loaded, else when it is first imported. ``shim``: the capture
+    library (ctypes), which exports ``stepcast_kernel_bytes``; an older one without it: nothing is installed."""
+    try:
+        tell = shim.stepcast_kernel_bytes
+    except AttributeError:
+        return
+    import ctypes
+
+    tell.argtypes = [ctypes.c_ulonglong, ctypes.c_ulonglong]
+    tell.restype = None
+    if HEURISTICS in sys.modules:
+        _patch(sys.modules[HEURISTICS], shim)
+    else:
+        sys.meta_path.insert(0, _PatchOnImport(shim))

@@ -1,0 +1,78 @@
+"""The capture layer's wrapper of Inductor's Triton launcher (emulate/triton_bytes.py): argument roles, the bytes
+a launch reads and writes, and that the wrapper tells the capture library around each launch and never breaks it."""
+from __future__ import annotations
+
+import types
+
+import torch
+
+from emulate.triton_bytes import READ, SIZE, WRITTEN, _patch, argument_roles, install, launch_bytes, wrap_run
+
+
+def test_inductor_argument_names_give_their_roles():
+    names = ["in_out_ptr0", "in_ptr0", "in_ptr1", "out_ptr0", "xnumel", "r0_numel", "ws_ptr", "XBLOCK"]
+    assert argument_roles(names) == (READ | WRITTEN, READ, READ, WRITTEN, SIZE, SIZE, 0, 0)
+
+
+def test_launch_bytes_count_each_tensor_by_role_capped_at_the_iteration_space():
+    act = torch.zeros(16, 64, dtype=torch.bfloat16)   # 1,024 elements, 2 bytes
+    table = torch.zeros(1000, 64)                       # an embedding table: only the gathered rows are read
+    weight = torch.zeros(64)
+    roles = argument_roles(["in_out_ptr0", "in_ptr0", "in_ptr1", "out_ptr0", "xnumel"])
+    read, written = launch_bytes(roles, [act, table, weight, act, 1024])
+    assert read == 1024 * 2 + 1024 * 4 + 64 * 4 and written == 1024 * 2 + 1024 * 2
+    # no size argument: whole tensors
+    assert launch_bytes(argument_roles(["in_ptr0", "out_ptr0"]), [table, weight]) == (64000 * 4, 64 * 4)
+
+
+class _Autotuner:
+    """Stands in for CachingAutotuner: a fn with arg_names and a run that launches."""
+
+    def __init__(self, names):
+        self.fn = types.SimpleNamespace(arg_names=names)
+
+    def run(self, *args, stream=0):
+        return ("launched", args)
+
+
+def test_wrapped_run_tells_the_bytes_before_the_launch_and_clears_them_after():
+    told, calls = [], []
+
+    def run(self, *args, stream=0):
+        calls.append(told[-1])
+        return "done"
+
+    wrapped = wrap_run(run, lambda r, w: told.append((r, w)), lambda: None, lambda: None)
+    x = torch.zeros(8)
+    tuner = _Autotuner(["in_ptr0", "out_ptr0", "xnumel", "XBLOCK"])
+    assert wrapped(tuner, x, x, 8, stream=3) == "done"
+    assert calls == [(32, 32)] and told[-1] == (0, 0)
+
+
+def test_bookkeeping_failure_never_breaks_the_launch():
+    told = []
+
+    class Odd:
+        def numel(self):
+            raise RuntimeError("not a real tensor")
+
+        def element_size(self):
+            return 4
+
+    wrapped = wrap_run(lambda self, *a, **k: "done", lambda r, w: told.append((r, w)), lambda: None, lambda: None)
+    assert wrapped(_Autotuner(["in_ptr0"]), Odd()) == "done"
+    assert told == [(0, 0), (0, 0)]
+
+
+def test_patch_wraps_the_autotuner_once_and_install_needs_the_export():
+    told = []
+    shim = types.SimpleNamespace(stepcast_kernel_bytes=lambda r, w: told.append((r, w)),
+                                 stepcast_pause=lambda: None, stepcast_resume=lambda: None)
+    module = types.SimpleNamespace(CachingAutotuner=type("CachingAutotuner", (_Autotuner,), {}))
+    _patch(module, shim)
+    first = module.CachingAutotuner.run
+    _patch(module, shim)
+    assert module.CachingAutotuner.run is first  # not wrapped twice
+    out = module.CachingAutotuner(["in_ptr0"]).run(torch.zeros(4), stream=1)
+    assert out[0] == "launched" and told == [(16, 0), (0, 0)]
+    install(types.SimpleNamespace())  # an older capture library: nothing installed, nothing raised
