@@ -73,10 +73,7 @@ ROWS: dict[str, Row] = {r.name: r for r in (
     Row("deepspeed_zero3", "examples/compat/deepspeed_zero.py", ("--stage", "3", *STEPS), nproc=2,
         requires=("deepspeed",)),
     Row("torchtitan_llama3_1rank", "examples/compat/torchtitan_llama3.py", STEPS, requires=("torchtitan",)),
-    # CUDA graphs off on 2 ranks: with them (torchtitan's default) the ranks issue different collectives in the
-    # first step and wait on each other, on both backends (an emulator gap, not torchtitan's)
-    Row("torchtitan_llama3_2rank", "examples/compat/torchtitan_llama3.py",
-        (*STEPS, "--training.disable_cuda_graphs"), nproc=2, requires=("torchtitan",)),
+    Row("torchtitan_llama3_2rank", "examples/compat/torchtitan_llama3.py", STEPS, nproc=2, requires=("torchtitan",)),
 )}
 
 

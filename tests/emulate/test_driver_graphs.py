@@ -1,11 +1,17 @@
 """CUDA graphs on the emulated driver: graphs built node by node (cuGraphAdd*Node, as CUDA programs and libraries
 build them) and copies captured from a stream replay their work at each launch, as a GPU runs it, and nothing runs
-while the graph is built."""
+while the graph is built; on both backends a captured collective runs again at each launch."""
 from __future__ import annotations
+
+import json
+import subprocess
+import sys
 
 import pytest
 
 from emulate.driver.child import run_python
+from emulate.trace import read_trace
+from profiling.paths import REPO_ROOT
 
 # A driver-API program (ctypes, no torch): a kernel node, a fill node (32 bytes of 7) and a copy node (the filled
 # device bytes to a host buffer), instantiated and launched twice.
@@ -102,3 +108,48 @@ def test_a_copy_captured_from_a_stream_is_logged_at_each_replay_not_at_capture()
     assert "graph" not in d2d[0] and [e["graph"] for e in d2d[1:]] == [1, 2, 3]
     replayed = [e for e in events if e.get("graph") == 1 and e.get("event") in ("memcpy", "launch")]
     assert [e["event"] for e in replayed] == ["memcpy", "launch"]  # in capture order: the copy, then the mul
+
+
+CAPTURED_ALL_REDUCE = r"""
+import os
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("nccl")
+torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+x = torch.ones(1 << 16, device="cuda")
+side = torch.cuda.Stream()
+with torch.cuda.stream(side):
+    dist.all_reduce(x)  # warm-up outside the capture
+torch.cuda.synchronize()
+g = torch.cuda.CUDAGraph()
+with torch.cuda.graph(g):
+    dist.all_reduce(x)
+    x.mul_(0.5)
+for _ in range(3):
+    g.replay()
+dist.all_reduce(x)
+torch.cuda.synchronize()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["shim", "driver"])
+def test_a_collective_captured_in_a_graph_runs_again_at_each_replay_and_pairs_across_ranks(tmp_path, backend):
+    # each replay is a new run of NCCL's kernel: a fresh sequence number of its communicator (replays that repeated
+    # the captured number made the simulator reject the run: 'duplicate comm_seq'), the same on every rank
+    script = tmp_path / "graph_all_reduce.py"
+    script.write_text(CAPTURED_ALL_REDUCE)
+    cmd = [sys.executable, "-m", "emulate", "run", "--backend", backend, "--nproc", "2", "--no-dedup",
+           "--report", str(tmp_path / "r.json"), "--trace-dir", str(tmp_path / "traces"), "--", str(script)]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads((tmp_path / "r.json").read_text())
+    traces = [read_trace(path) for path in doc["traces"]]
+    calls = [[(e["comm_seq"], e["op"], e.get("graph_launch")) for e in t["events"]
+              if e["kind"] == "collective" and e["bytes"] == 4 << 16] for t in traces]
+    assert calls[0] == calls[1]
+    seqs = [seq for seq, _, _ in calls[0]]
+    assert len(seqs) == len(set(seqs)) == 5  # warm-up, three replays, the eager one after
+    assert [bool(graph) for _, _, graph in calls[0]] == [False, True, True, True, False]
