@@ -31,7 +31,8 @@ Every GEMM suite also scores ``xgboost(+kernel config)``: the default XGBoost wi
 (``estimator.kernel_config``: the recorded kernel where a row names one, else cuBLASLt's heuristic on the virtual
 device, ``estimator.kernel_labels``; fill the label cache first with ``python -m estimator.kernel_labels``, else the
 folds ask cuBLASLt as they go), on the same folds. Suite 1's aiconfigurator column is repeated with the rows' timing
-method as a feature (``timing``), and with both.
+method as a feature (``timing``), and with both. They also score ``tiled``, the NeuSight-structured model
+(``estimator.tiled``: floor + the tile bound of the kernel that runs over a learned utilisation), same folds.
 
 Every learned model is fit on each fold's training rows only; the roofline has nothing to fit.
 """
@@ -68,6 +69,8 @@ GEMM_COMPARISONS = {
 #: the default model with the kernel-configuration features (estimator.kernel_config), beside it on the same folds
 KERNEL_CONFIG = "xgboost(+kernel config)"
 WITH_KERNEL_CONFIG = {KERNEL_CONFIG: ("xgboost", {"kernel_config": True}, "efficiency")}
+#: the NeuSight-structured GEMM model (estimator.tiled: tile bound over a learned utilisation), on the same folds
+TILED = {"tiled": ("tiled", {}, "efficiency")}
 
 
 POOLED = "pooled"  # the row of every held-out prediction of a split scored together
@@ -138,7 +141,8 @@ WITH_PROFILES = EXTRA_SOURCES["profiler"]
 def suite_vidur_h100(data: pd.DataFrame, max_train_rows: int | None) -> pd.DataFrame:
     frame = data[(data["family"] == "gemm") & (data["source"] == "vidur") & (data["hardware"] == "h100-sxm")]
     frame = frame.reset_index(drop=True)
-    res = score_folds(frame, "held_out_shapes", MODELS | GEMM_COMPARISONS | WITH_KERNEL_CONFIG, max_train_rows, None)
+    res = score_folds(frame, "held_out_shapes", MODELS | GEMM_COMPARISONS | WITH_KERNEL_CONFIG | TILED, max_train_rows,
+                      None)
     notes = []
     for source, label in EXTRA_SOURCES.items():
         extra = data[(data["family"] == "gemm") & (data["source"] == source)
@@ -190,7 +194,7 @@ def with_profiles(frame: pd.DataFrame, profiled: pd.DataFrame, max_train_rows: i
 def suite_neusight_logo(data: pd.DataFrame, max_train_rows: int | None) -> pd.DataFrame:
     frame = data[(data["family"] == "gemm") & (data["source"] == "neusight") & (data["dtype"] == "fp32")]
     res = score_folds(frame.reset_index(drop=True), "leave_one_hardware_out",
-                      MODELS | GEMM_COMPARISONS | WITH_KERNEL_CONFIG, max_train_rows, None)
+                      MODELS | GEMM_COMPARISONS | WITH_KERNEL_CONFIG | TILED, max_train_rows, None)
     side_by_side(res, "NeuSight fp32 GEMMs, leave one GPU out: mean APE % per held-out GPU (aim < 15)")
     return res.assign(suite="neusight_fp32_gemm_logo")
 
@@ -344,7 +348,7 @@ def suite_families(data: pd.DataFrame, max_train_rows: int | None, max_folds: in
         if len(frame) < 100:
             console.print(f"[dim]{family}: {len(frame)} rows, too few for a benchmark (roofline only)[/dim]")
             continue
-        models = MODELS | (WITH_KERNEL_CONFIG if family == "gemm" else {})  # the only family with kernel labels
+        models = MODELS | (WITH_KERNEL_CONFIG | TILED if family == "gemm" else {})  # the only family with kernel labels
         parts = [score_folds(frame, split, models, max_train_rows, max_folds) for split in SPLITS]
         res = pd.concat([p for p in parts if len(p)], ignore_index=True)
         pooled = res[res["fold"] == POOLED]

@@ -32,6 +32,7 @@ KINDS: dict[str, str] = {
     "xgboost": "estimator.xgb:XGBoostEstimator",
     "mlp": "estimator.mlp:MLPEstimator",
     "nccl": "estimator.nccl:NcclEstimator",
+    "tiled": "estimator.tiled:TiledEstimator",
 }
 
 

@@ -13,6 +13,7 @@ MODEL_KINDS: dict[str, str] = {
     "random_forest": "estimator.forest:RandomForestEstimator",
     "roofline": "estimator.analytical:RooflineEstimator",
     "nccl": "estimator.nccl:NcclEstimator",  # collectives only: NCCL's algorithms and protocols, fitted per device
+    "tiled": "estimator.tiled:TiledEstimator",  # GEMMs only: tile bound / learned utilisation (NeuSight's structure)
 }
 
 

@@ -1,0 +1,310 @@
+"""A GEMM model with NeuSight's structure (ASPLOS'25): the GEMM is cut into the tiles the library runs, and a small
+network predicts how much of a bound the tiles reach, so a prediction can never beat the bound.
+
+    time = floor + bound / utilisation,     0 < utilisation < 1 (a sigmoid)
+    bound = max(waves x one CTA's FLOPs / (power share x peak FLOP/s per SM),  unique bytes / memory bandwidth)
+
+- **Tiles and waves** come from the kernel that runs (``estimator.kernel_config``: the recorded launch, else
+  cuBLASLt's heuristic on the virtual device, ``estimator.kernel_labels``): its output tile, split-K and grid;
+  waves = ceil(CTAs / SMs). A row without a label takes, of ``estimator.features.GEMM_TILES``, the tile with the
+  least quantisation overhead. The compute term charges every CTA of every wave a whole tile, so wave and tile
+  quantisation are in the bound exactly, for any device; the memory term is the whole GEMM's unique bytes (tiles
+  re-read operands from L2, which a per-tile byte count would charge to DRAM and so over-bound).
+- **Power share** (``power_cap``): a board sustains at most its power over the energy per FLOP of its SM
+  generation (compute capability major) and dtype. Each training device bounds that energy from above (board
+  power over its sustained FLOP/s, ``fit_joules_per_flop``); the least bound of a generation caps its devices'
+  peak (``power_share``), and a generation never measured is not capped. This is the figure the spec sheet lacks:
+  the 70-75 W inference cards reach a third to a half of their rated fp32 peak on large GEMMs.
+- **Utilisation** is what the network learns, from dimensionless tile facts (tile sides, K per CTA, waves,
+  last-wave fill, the tile's arithmetic intensity over the SM's ridge, split-K, path, alignment), optionally with
+  the device per SM (``device_features="per_sm"``: peak GFLOP/s, bandwidth and L2 per SM, NeuSight's
+  normalisation). Inputs are clamped to their training range, so an unseen device cannot push the network beyond
+  its data.
+- **Floor**: one fitted per-op cost (the launch path), the same for every device.
+
+Fitted by minimising the absolute log error of the whole formula (torch, CPU). Weights as safetensors, the floor,
+energies and normalisation in meta.json (``estimator.mlp``'s persistence).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from estimator.features import GEMM_TILES, FeatureFrame, categorical_keys, encode, timing_codes, VOCABULARY
+from estimator.frames import Kernels, factorize, num
+from estimator.hardware_table import row_hardware
+from estimator.kernel_config import kernel_config_features
+from estimator.kernel_labels import label_for_features
+from estimator.mlp import MLPEstimator, build_network
+from estimator.workload import element_bytes, work
+
+#: the structural column: log2 of the bound (microseconds); the prediction is floor + bound / utilisation
+BOUND = "log2_bound_us"
+#: the timing method of the row's source (estimator.features.TIMING_METHODS), which sets the per-op floor
+TIMING = "timing"
+#: device descriptions the network may see: none (the device enters through the bound only) or per SM (NeuSight's)
+DEVICE_FEATURES = ("none", "per_sm")
+
+
+def _tile_fallback(m: np.ndarray, n: np.ndarray, batch: np.ndarray, sms: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(tile along cuBLAS M = the row's n, tile along cuBLAS N = the row's m) of least quantisation overhead."""
+    best, tile_m, tile_n = np.full(len(m), np.inf), np.zeros(len(m)), np.zeros(len(m))
+    for tm, tn in GEMM_TILES:
+        tiles = np.ceil(n / tm) * np.ceil(m / tn) * batch
+        slots = np.ceil(tiles / sms) * sms * tm * tn
+        better = slots < best
+        best = np.where(better, slots, best)
+        tile_m, tile_n = np.where(better, tm, tile_m), np.where(better, tn, tile_n)
+    return tile_m, tile_n
+
+
+#: GEMMs of at least this many FLOPs run long enough for a board to settle at its power limit
+POWER_MIN_FLOPS = 1e10
+#: the sustained rate a device shows: this quantile of its achieved FLOP/s over such GEMMs (its best kernels)
+POWER_QUANTILE = 0.9
+#: devices with fewer such GEMMs say nothing about their generation's energy per FLOP
+POWER_MIN_ROWS = 20
+
+
+def _generation_keys(frame: Kernels) -> np.ndarray:
+    """"<compute capability major>/<dtype>" per row: energy per FLOP is a property of the SM generation (its process
+    and datapath) and of the unit that runs the dtype; "" for devices without a compute capability or board power."""
+    from profiling.hardware import lookup
+
+    codes, devices = factorize(frame["hardware"])
+    dcodes, dtypes = factorize(frame["dtype"])
+    specs = [lookup(str(d)) for d in devices]
+    major = np.array([f"{s.compute_capability[0]}" if s.compute_capability and s.tdp_w else "" for s in specs] + [""],
+                     dtype=object)[np.where(codes < 0, len(devices), codes)]
+    dtype = np.array([str(d) for d in dtypes] + [""], dtype=object)[np.where(dcodes < 0, len(dtypes), dcodes)]
+    return np.where(major == "", "", major + "/" + dtype).astype(object)
+
+
+def fit_joules_per_flop(frame: Kernels, runtime_us: np.ndarray) -> dict[str, float]:
+    """Per SM generation and dtype (``_generation_keys``), the least energy per FLOP a training device implies:
+    its board power over its sustained FLOP/s (``POWER_QUANTILE`` of its GEMMs over ``POWER_MIN_FLOPS``). A device
+    that reaches R FLOP/s within P watts spends at most P / R joules per FLOP, so the least is the tightest figure."""
+    keys = _generation_keys(frame)
+    flops = work("gemm", frame).flops
+    watts = _tdp_watts(frame)
+    hardware = np.asarray(frame["hardware"], dtype=object).astype(str)
+    big = flops >= POWER_MIN_FLOPS
+    out: dict[str, float] = {}
+    for key, device in {(k, h) for k, h in zip(keys[big], hardware[big]) if k}:
+        rows = big & (keys == key) & (hardware == device)
+        if rows.sum() < POWER_MIN_ROWS:
+            continue
+        rate = float(np.quantile(flops[rows] / (runtime_us[rows] * 1e-6), POWER_QUANTILE))
+        joules = float(watts[rows][0]) / rate
+        out[key] = min(out.get(key, np.inf), joules)
+    return out
+
+
+def power_share(frame: Kernels, peak_flops: np.ndarray, joules_per_flop: dict[str, float]) -> np.ndarray:
+    """The share of the dtype's peak a board can sustain within its power: min(1, watts / (J per FLOP x peak)), with
+    the energy per FLOP of its generation (``fit_joules_per_flop``); 1 where its generation was never measured."""
+    keys = _generation_keys(frame)
+    joules = np.array([joules_per_flop.get(k, np.nan) for k in keys], dtype=np.float64)
+    share = _tdp_watts(frame) / (joules * peak_flops)
+    return np.where(np.isfinite(share), np.minimum(share, 1.0), 1.0)
+
+
+def tile_features(frame: Kernels, device_features: str = "none", joules_per_flop: dict[str, float] | None = None) -> FeatureFrame:
+    """The bound (``BOUND``) and the utilisation network's inputs for every GEMM row; ``baseline_us`` is the bound.
+    ``joules_per_flop``: the bound's compute term runs at the power-limited share of peak (``power_share``)."""
+    frame = categorical_keys(label_for_features(frame))
+    w = work("gemm", frame)
+    hw = row_hardware(frame["hardware"], frame["dtype"])
+    m, n, k, batch = (np.asarray(num(frame, c), dtype=np.float64) for c in ("m", "n", "k", "batch"))
+    sms = hw.spec["hw_sm_count"]
+    elem = element_bytes(frame)
+    kc = kernel_config_features(frame, m, n, k, batch, sms, elem)
+    fallback_m, fallback_n = _tile_fallback(m, n, batch, sms)
+    known = np.isfinite(kc["kc_tile_m"]) & np.isfinite(kc["kc_tile_n"])
+    tile_m = np.where(known, kc["kc_tile_m"], fallback_m)
+    tile_n = np.where(known, kc["kc_tile_n"], fallback_n)
+    split = np.where(np.isfinite(kc["kc_split_k"]), kc["kc_split_k"], 1.0)
+    tiles = np.ceil(n / tile_m) * np.ceil(m / tile_n) * batch
+    ctas = np.where(np.isfinite(kc["kc_log2_ctas"]), 2.0 ** kc["kc_log2_ctas"], tiles * split)
+    ctas = np.maximum(ctas, 1.0)
+    waves = np.ceil(ctas / sms)
+    k_cta = np.ceil(k / split)
+    cta_flops = 2.0 * tile_m * tile_n * k_cta
+    cta_bytes = elem * (tile_m * k_cta + tile_n * k_cta + tile_m * tile_n)
+    share = power_share(frame, hw.peak_flops, joules_per_flop) if joules_per_flop else np.ones(len(m))
+    sm_flops = hw.peak_flops * share / sms
+    sm_bandwidth = hw.memory_bandwidth / sms
+    compute_us = waves * cta_flops / sm_flops * 1e6
+    memory_us = w.bytes / hw.memory_bandwidth * 1e6
+    bound_us = np.maximum(np.maximum(compute_us, memory_us), 1e-3)
+    cols: dict[str, np.ndarray] = {
+        BOUND: np.log2(bound_us),
+        "log2_compute_over_memory": np.log2(np.maximum(compute_us, 1e-6) / np.maximum(memory_us, 1e-6)),
+        "log2_tile_m": np.log2(tile_m), "log2_tile_n": np.log2(tile_n), "log2_k_per_cta": np.log2(k_cta),
+        "log2_split_k": np.log2(split), "log2_batch": np.log2(np.maximum(batch, 1.0)),
+        "log2_waves": np.log2(waves), "inverse_waves": 1.0 / waves, "last_wave_fill": ctas / (waves * sms),
+        "log2_tile_overhead": np.log2(tiles * tile_m * tile_n / np.maximum(m * n * batch, 1.0)),
+        "log2_tile_intensity_over_ridge": np.log2(cta_flops / cta_bytes) - np.log2(sm_flops / sm_bandwidth),
+        "log2_operands_over_l2": np.log2(w.bytes / (hw.spec["hw_l2_cache_mib"] * 2.0 ** 20)),
+        "labelled": known.astype(np.float64),
+        "path": np.where(np.isfinite(kc["kc_path"]), kc["kc_path"], -1.0),
+        "tensor_cores": np.nan_to_num(kc["kc_tensor"], nan=0.0),
+        "log2_slices": np.log2(np.nan_to_num(kc["kc_slices"], nan=1.0)),
+        "log2_shape_align_bytes": np.log2(kc["kc_shape_align_bytes"]),
+        "dtype": encode(frame["dtype"], VOCABULARY["dtype"]),
+    }
+    if device_features == "per_sm":
+        cols |= {"log2_sm_gflops": np.log2(sm_flops / 1e9), "log2_sm_bandwidth_gbps": np.log2(sm_bandwidth / 1e9),
+                 "log2_sm_l2_kib": np.log2(hw.spec["hw_l2_cache_mib"] * 1024.0 / sms)}
+    cols[TIMING] = timing_codes(frame)  # the floor's key, and an input: sources time the same kernel differently
+    names = list(cols)
+    matrix = np.empty((len(m), len(names)), dtype=np.float32, order="F")
+    for i, name in enumerate(names):
+        matrix[:, i] = cols[name]
+    return FeatureFrame(names, matrix, bound_us, hw)
+
+
+def _tdp_watts(frame: Kernels) -> np.ndarray:
+    """Board power of each row's device (the catalog's ``tdp_w``; NaN where it has none)."""
+    from profiling.hardware import lookup
+
+    codes, devices = factorize(frame["hardware"])
+    watts = np.array([float(getattr(lookup(str(d)), "tdp_w", None) or np.nan) for d in devices] + [np.nan])
+    return watts[np.where(codes < 0, len(devices), codes)]
+
+
+class TiledEstimator(MLPEstimator):
+    """GEMMs only: floor + tile bound / learned utilisation (see the module docstring). ``kernel_config`` and
+    ``timing`` are accepted for the common interface; this model always uses both (the tiles are its structure, the
+    timing method sets its floor)."""
+
+    kind = "tiled"
+
+    def __init__(self, family: str = "gemm", target: str = "efficiency", spec_tolerance: float = 2.0,
+                 kernel_config: bool = True, timing: bool = False, hidden: tuple[int, ...] | list[int] = (64, 64),
+                 epochs: int = 30, batch_size: int = 1024, learning_rate: float = 3e-3, weight_decay: float = 1e-5,
+                 threads: int = 1, seed: int = 0, device_features: str = "none", floor_us: float = 30.0,
+                 clamp_inputs: bool = True, power_cap: bool = True, min_steps: int = 1500) -> None:
+        if family != "gemm":
+            raise ValueError(f"tiled estimator: family '{family}' is not modelled (expected 'gemm')")
+        if device_features not in DEVICE_FEATURES:
+            raise ValueError(f"device_features '{device_features}': expected one of {', '.join(DEVICE_FEATURES)}")
+        super().__init__(family, "efficiency", spec_tolerance, True, True, hidden, epochs, batch_size,
+                         learning_rate, weight_decay, threads, seed)
+        self.device_features = device_features
+        self.floor_us = float(floor_us)
+        self.clamp_inputs = bool(clamp_inputs)
+        self.power_cap = bool(power_cap)
+        self.min_steps = int(min_steps)
+        self.joules_per_flop: dict[str, float] = {}
+
+    def get_params(self) -> dict[str, Any]:
+        return super().get_params() | {"device_features": self.device_features, "floor_us": self.floor_us,
+                                      "clamp_inputs": self.clamp_inputs, "power_cap": self.power_cap,
+                                      "min_steps": self.min_steps}
+
+    def fit(self, frame, runtime_us) -> "TiledEstimator":
+        """Fits the generations' energy per FLOP first (the bound depends on it), then the network."""
+        from estimator.frames import as_kernels
+
+        frame = as_kernels(frame)
+        runtime_us = np.asarray(runtime_us, dtype=np.float64)
+        self.feature_names = []
+        self.joules_per_flop = fit_joules_per_flop(frame, runtime_us) if self.power_cap else {}
+        return super().fit(frame, runtime_us)
+
+    def _features(self, frame: Kernels) -> FeatureFrame:
+        codes, uniques = factorize(frame["family"])
+        if len(uniques) and (len(uniques) > 1 or str(uniques[0]) != "gemm"):
+            raise ValueError(f"tiled estimator got rows of family {', '.join(map(str, uniques))} (expected gemm; "
+                             "route mixed frames through estimator.load())")
+        feats = tile_features(frame, self.device_features, self.joules_per_flop)
+        if self.feature_names and feats.names != self.feature_names:
+            raise ValueError(f"tiled@{self.version} was trained on other features than this version computes: "
+                             "retrain or re-export the bundle")
+        return feats
+
+    def _inputs(self, x: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """(normalised network inputs, log bound in microseconds). Inputs are clamped to the training range: a
+        network's output beyond its data is a straight line to anywhere, and an unseen device's figures would take
+        it there (the MLP on per-SM figures: 392.6 % on NeuSight leave-one-GPU-out); clamped, an unseen device is
+        described by the nearest seen value of each figure."""
+        bound = torch.from_numpy(np.asarray(x[:, self.feature_names.index(BOUND)], dtype=np.float32) * np.log(2.0))
+        if self.clamp_inputs:
+            x = np.clip(x, np.asarray(self.norm["x_min"], dtype=np.float32),
+                        np.asarray(self.norm["x_max"], dtype=np.float32))
+        return self._normalise(x), bound
+
+    def _log_time(self, xs: torch.Tensor, log_bound: torch.Tensor, log_floor: torch.Tensor) -> torch.Tensor:
+        """log(floor + bound / utilisation), utilisation = sigmoid(network): logaddexp keeps it stable.
+        ``log_floor``: one per row (its timing method's floor)."""
+        log_util = nn.functional.logsigmoid(self.network(xs)[:, 0])
+        return torch.logaddexp(log_floor, log_bound - log_util)
+
+    def _floor_codes(self, x: np.ndarray) -> torch.Tensor:
+        """Each row's timing method (``estimator.features.timing_codes``; -1, a method not in the vocabulary, last)."""
+        codes = x[:, self.feature_names.index(TIMING)].astype(np.int64)
+        return torch.from_numpy(np.where(codes < 0, len(VOCABULARY["timing"]), codes))
+
+    def _fit_matrix(self, x: np.ndarray, y: np.ndarray) -> None:
+        torch.manual_seed(self.seed)
+        x_mean, x_std = np.nanmean(x, axis=0), np.nanstd(x, axis=0)
+        x_mean = np.where(np.isfinite(x_mean), x_mean, 0.0)
+        x_std = np.where(np.isfinite(x_std) & (x_std > 1e-6), x_std, 1.0)
+        x_min, x_max = np.nanmin(x, axis=0), np.nanmax(x, axis=0)
+        self.norm = {"x_mean": x_mean.tolist(), "x_std": x_std.tolist(),
+                     "x_min": np.where(np.isfinite(x_min), x_min, 0.0).tolist(),
+                     "x_max": np.where(np.isfinite(x_max), x_max, 0.0).tolist()}
+        xs, log_bound = self._inputs(x)
+        target = torch.from_numpy(y.astype(np.float32)) + log_bound  # y is log(runtime / bound)
+        self.network = build_network(xs.shape[1], self.hidden)
+        with torch.no_grad():
+            self.network[-1].bias.fill_(0.0)
+        log_floor = nn.Parameter(torch.full((len(VOCABULARY["timing"]) + 1,), float(np.log(self.floor_us))))
+        floor_codes = self._floor_codes(x)
+        opt = torch.optim.AdamW([*self.network.parameters(), log_floor], lr=self.learning_rate,
+                                weight_decay=self.weight_decay)
+        steps = max(1, int(np.ceil(len(xs) / self.batch_size)))
+        epochs = max(self.epochs, int(np.ceil(self.min_steps / steps)))  # a small training set still trains
+        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=self.learning_rate, total_steps=epochs * steps)
+        generator = torch.Generator().manual_seed(self.seed)
+        previous_threads = torch.get_num_threads()
+        torch.set_num_threads(self.threads)
+        try:
+            self.network.train()
+            for _ in range(epochs):
+                order = torch.randperm(len(xs), generator=generator)
+                for start in range(0, len(xs), self.batch_size):
+                    idx = order[start:start + self.batch_size]
+                    loss = (self._log_time(xs[idx], log_bound[idx], log_floor[floor_codes[idx]])
+                            - target[idx]).abs().mean()
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    opt.step()
+                    sched.step()
+        finally:
+            torch.set_num_threads(previous_threads)
+        self.network.eval()
+        seen = np.unique(floor_codes.numpy())
+        fitted = torch.exp(log_floor).detach().numpy()
+        # a method no training row had takes the median fitted floor (its starting value would be arbitrary)
+        fitted = np.where(np.isin(np.arange(len(fitted)), seen), fitted, float(np.median(fitted[seen])))
+        self.norm["floor_us"] = fitted.tolist()
+        self.norm["joules_per_flop"] = dict(self.joules_per_flop)
+
+    def _load_weights(self, path, meta: dict[str, Any]) -> None:
+        super()._load_weights(path, meta)
+        self.joules_per_flop = {str(k): float(v) for k, v in self.norm.get("joules_per_flop", {}).items()}
+
+    def _predict_matrix(self, x: np.ndarray) -> np.ndarray:
+        """log(predicted time / bound), as LearnedEstimator expects of an efficiency model."""
+        if self.network is None:
+            raise RuntimeError("tiled estimator is not fitted")
+        xs, log_bound = self._inputs(x)
+        log_floor = torch.log(torch.tensor(self.norm["floor_us"], dtype=torch.float32))[self._floor_codes(x)]
+        with torch.inference_mode():
+            out = self._log_time(xs, log_bound, log_floor)
+        return (out - log_bound).numpy()
