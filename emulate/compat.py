@@ -58,6 +58,9 @@ ROWS: dict[str, Row] = {r.name: r for r in (
         backend="driver"),
     Row("compile_reduce_overhead_shim", "examples/compat/compiled_mlp.py", ("--mode", "reduce-overhead", *STEPS)),
     Row("flex_attention", "examples/compat/flex_attention.py", STEPS),
+    # fp32's peak is cudnn.benchmark's workspace in the first step: torch (Conv_v8.cpp, generate_and_filter_plans)
+    # allocates the largest workspace of the engines that fit the free memory, 4.35 GiB for one convolution
+    # backward here, as on an 80 GB GPU; the steady footprint is about 0.5 GiB
     Row("resnet50_fp32", "examples/compat/resnet50.py", ("--dtype", "fp32", *STEPS), backend="driver",
         requires=("torchvision",)),
     Row("resnet50_bf16_cl", "examples/compat/resnet50.py", ("--dtype", "bf16", "--channels-last", *STEPS),
