@@ -7,7 +7,8 @@
  * one 'L' record (the launch call, with its host gap) followed by the nodes, on the launching stream where they
  * were captured on the capture's first stream, with fresh op-call numbers, so each replay is timed as new work; a
  * captured collective takes its communicator's next sequence number at each launch, as a new run of NCCL's kernel.
- * Graphs built node by node (cudaGraphAdd*Node) are not emulated under the shim: they stay empty.
+ * Graphs built node by node through cudaGraphAddNode (the entry torch imports) get kernel, copy, fill and empty
+ * nodes the same way: their work is issued on a private stream capturing into the graph.
  *
  * Graph memory is never freed: torch destroys a graph right after instantiating it, and the executable graph
  * keeps reading its nodes; graphs are few and small. */
@@ -56,6 +57,17 @@ static sc_graph_t *new_graph(void) {
 static sc_graph_t *as_graph(cudaGraph_t g) {
     sc_graph_t *graph = (sc_graph_t *)g;
     return graph && graph->magic == GRAPH_MAGIC ? graph : NULL;
+}
+
+/* A node handle: a node's own record (cudaGraphGetNodes), or one given out by cudaGraphAddNode, which stays valid
+ * while the graph's node array moves. */
+#define HANDLE_KIND 'h'  /* a node handle given out by cudaGraphAddNode (stable: the graph's node array moves) */
+typedef struct { char kind; sc_graph_t *graph; size_t index; } node_handle_t;
+
+static const sc_node_t *node_of(cudaGraphNode_t node) {
+    const node_handle_t *h = (const node_handle_t *)node;
+    if (h && h->kind == HANDLE_KIND) return h->index < h->graph->n ? &h->graph->nodes[h->index] : NULL;
+    return (const sc_node_t *)node;
 }
 
 /* ---- capture bookkeeping (graph_lock held) ---- */
@@ -264,7 +276,7 @@ SC_EXPORT cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t *node
 }
 
 SC_EXPORT cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, enum cudaGraphNodeType *type) {
-    const sc_node_t *n = (const sc_node_t *)node;
+    const sc_node_t *n = node_of(node);
     if (!n || !type) return cudaErrorInvalidValue;
     switch (n->kind) {
     case 'K': case 'G': case 'N': *type = cudaGraphNodeTypeKernel; break;
@@ -274,6 +286,69 @@ SC_EXPORT cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, enum cudaGraphN
     case 'W': *type = cudaGraphNodeTypeWaitEvent; break;
     default: *type = cudaGraphNodeTypeEmpty;
     }
+    return cudaSuccess;
+}
+
+/* ---- nodes added by hand (cudaGraphAddNode: what torch imports): the node's work is issued on a private stream
+ * that captures into the graph, so the node is the record a stream-captured one would be (one way to make nodes).
+ * Dependencies are accepted and not kept: nodes replay in the order they were added. ---- */
+static cudaError_t issue_node(cudaStream_t s, const struct cudaGraphNodeParams *p) {
+    switch (p->type) {
+    case cudaGraphNodeTypeKernel: {
+        const struct cudaKernelNodeParamsV2 *k = &p->kernel;
+        return cudaLaunchKernel(k->func, k->gridDim, k->blockDim, k->kernelParams, k->sharedMemBytes, s);
+    }
+    case cudaGraphNodeTypeMemset: {
+        const struct cudaMemsetParamsV2 *m = &p->memset;
+        size_t height = m->height ? m->height : 1;
+        if (m->elementSize == 1 && (height == 1 || m->pitch == m->width))
+            return cudaMemsetAsync(m->dst, (int)m->value, m->width * height, s);
+        sc_emit(sc_call_enter(), 'S', "%d\t%zu", sc_stream_id(s), (size_t)m->elementSize * m->width * height);
+        return cudaSuccess;
+    }
+    case cudaGraphNodeTypeMemcpy: {
+        const struct cudaMemcpy3DParms *c = &p->memcpy.copyParams;
+        if (c->srcArray || c->dstArray) return cudaErrorNotSupported;
+        size_t src_slice = c->srcPtr.pitch * c->srcPtr.ysize, dst_slice = c->dstPtr.pitch * c->dstPtr.ysize;
+        const char *src = (const char *)c->srcPtr.ptr + c->srcPos.x + c->srcPos.y * c->srcPtr.pitch + c->srcPos.z * src_slice;
+        char *dst = (char *)c->dstPtr.ptr + c->dstPos.x + c->dstPos.y * c->dstPtr.pitch + c->dstPos.z * dst_slice;
+        size_t rows = (c->extent.height ? c->extent.height : 1) * (c->extent.depth ? c->extent.depth : 1);
+        if (rows == 1) return cudaMemcpyAsync(dst, src, c->extent.width, c->kind, s);
+        return cudaMemcpy2DAsync(dst, c->dstPtr.pitch, src, c->srcPtr.pitch, c->extent.width, rows, c->kind, s);
+    }
+    case cudaGraphNodeTypeEmpty: return cudaSuccess;
+    default: return cudaErrorNotSupported;  /* host, child-graph, event, memory and conditional nodes */
+    }
+}
+
+SC_EXPORT cudaError_t cudaGraphAddNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *deps,
+                                       const cudaGraphEdgeData *edges, size_t ndeps, struct cudaGraphNodeParams *p) {
+    (void)deps; (void)edges; (void)ndeps;
+    sc_graph_t *g = as_graph(graph);
+    if (!g || !p) return cudaErrorInvalidValue;
+    static __thread cudaStream_t builder;  /* this thread's private stream, capturing into one graph at a time */
+    if (!builder) builder = sc_new_stream();
+    int stream = sc_stream_id(builder);
+    pthread_mutex_lock(&graph_lock);
+    int joined = join_locked(stream, g);
+    if (joined && g->origin < 0) g->origin = stream;  /* replays put a hand-built graph's work on the launching stream */
+    size_t index = g->n;
+    pthread_mutex_unlock(&graph_lock);
+    if (!joined) return cudaErrorMemoryAllocation;
+    cudaError_t rc = issue_node(builder, p);
+    pthread_mutex_lock(&graph_lock);
+    for (int i = 0; i < MAX_CAPTURING; i++)
+        if (capturing[i].graph == g && capturing[i].stream == stream) {
+            capturing[i].graph = NULL;
+            __atomic_fetch_sub(&sc_capturing, 1, __ATOMIC_RELAXED);
+        }
+    int added = g->n > index;
+    pthread_mutex_unlock(&graph_lock);
+    if (rc != cudaSuccess) return rc;
+    node_handle_t *h = calloc(1, sizeof *h);
+    if (!h) return cudaErrorMemoryAllocation;
+    *h = (node_handle_t){.kind = added ? HANDLE_KIND : 0, .graph = g, .index = index};  /* kind 0: an empty node */
+    if (pGraphNode) *pGraphNode = (cudaGraphNode_t)h;
     return cudaSuccess;
 }
 
