@@ -1,0 +1,105 @@
+"""The NeuSight-structured GEMM model: its bound charges whole tiles over whole waves of the kernel that runs, a
+board's power caps its generation's peak, predictions never beat the bound, and it trains, saves and loads through
+the common interface. fp32 rows on P100 / V100 / T4 with recorded kernels or batches: nothing asks cuBLASLt."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from estimator.analytical import RooflineEstimator
+from estimator.metrics import summary
+from estimator.models import make_estimator
+from estimator.tiled import BOUND, TiledEstimator, fit_joules_per_flop, power_share, tile_features
+from profiling.hardware import lookup
+
+FAST = {"epochs": 5, "min_steps": 1000, "batch_size": 128, "learning_rate": 0.01}
+
+
+def gemm(m: int, n: int, k: int, hardware: str = "p100", batch: int = 1, **extra) -> dict:
+    return {"family": "gemm", "hardware": hardware, "dtype": "fp32", "m": float(m), "n": float(n), "k": float(k),
+            "batch": float(batch)} | extra
+
+
+def synthetic(n: int = 600, hardware=("p100", "v100-pcie-32gb"), seed: int = 0) -> pd.DataFrame:
+    """Batched fp32 GEMMs (never labelled by cuBLASLt) whose time is a launch floor plus the roofline over a
+    utilisation that grows with the GEMM's size."""
+    rng = np.random.default_rng(seed)
+    frame = pd.DataFrame([gemm(*rng.integers(16, 2048, 3), hardware=rng.choice(hardware), batch=2) for _ in range(n)])
+    size = np.log2(frame["m"] * frame["n"] * frame["k"])
+    utilisation = 0.2 + 0.7 / (1.0 + np.exp(-(size - 27.0) / 2.0))
+    frame["runtime_us"] = 20.0 + RooflineEstimator(compute_efficiency=1.0, memory_efficiency=1.0,
+                                                   gpu_fixed_us=0.0).predict(frame) / utilisation
+    frame["source"] = "neusight"
+    return frame
+
+
+def test_bound_charges_a_second_wave_when_the_grid_passes_the_sm_count():
+    sms = lookup("p100").sm_count
+    name = "maxwell_sgemm_128x64_nn"  # cuBLAS M (the row's n) tiled by 128, N (the row's m) by 64
+    full = gemm(64, 128 * sms, 256, kernel_name=name, grid=f"{sms},1,1")
+    spill = gemm(64, 128 * (sms + 1), 256, kernel_name=name, grid=f"{sms + 1},1,1")
+    bound = 2.0 ** tile_features(pd.DataFrame([full, spill])).column(BOUND)
+    assert bound[1] == pytest.approx(2.0 * bound[0], rel=1e-4)
+    per_cta_us = 2 * 128 * 64 * 256 / (lookup("p100").peak_flops("fp32") / sms) * 1e6
+    assert bound[0] == pytest.approx(per_cta_us, rel=1e-4)
+
+
+def test_unlabelled_rows_take_the_tile_of_least_quantisation():
+    frame = pd.DataFrame([gemm(256, 256, 64, batch=3)])
+    feats = tile_features(frame)
+    assert feats.column("labelled")[0] == 0.0
+    assert feats.column("log2_tile_overhead")[0] == pytest.approx(0.0)  # 256 x 256 is a whole number of tiles
+
+
+def test_power_share_caps_a_low_power_board_by_its_generations_energy_per_flop():
+    v100 = lookup("v100-pcie-32gb")
+    frame = pd.DataFrame([gemm(4096, 4096, 4096, hardware="v100-pcie-32gb") for _ in range(30)])
+    flops = 2 * 4096.0 ** 3
+    runtime = np.full(30, flops / (0.9 * v100.peak_flops("fp32")) * 1e6)  # the V100 sustains 90 % of its peak
+    joules = fit_joules_per_flop(frame, runtime)
+    assert joules == {"7/fp32": pytest.approx(v100.tdp_w / (0.9 * v100.peak_flops("fp32")))}
+    rows = pd.DataFrame([gemm(64, 64, 64, hardware=h) for h in ("t4", "v100-pcie-32gb", "p100")])
+    peaks = np.array([lookup(h).peak_flops("fp32") for h in ("t4", "v100-pcie-32gb", "p100")])
+    share = power_share(rows, peaks, joules)
+    t4 = lookup("t4")
+    assert share[0] == pytest.approx(t4.tdp_w / (joules["7/fp32"] * t4.peak_flops("fp32")))
+    assert share[0] < 0.6 and share[1] == pytest.approx(0.9)  # 70 W cannot feed the T4; the V100 holds what it showed
+    assert share[2] == 1.0  # Pascal was never measured: not capped
+
+
+@pytest.fixture(scope="module")
+def fitted() -> tuple[TiledEstimator, pd.DataFrame]:
+    rows = synthetic()
+    train, test = rows.iloc[:450], rows.iloc[450:]
+    return TiledEstimator(**FAST).fit(train, train["runtime_us"].to_numpy()), test
+
+
+def test_learns_the_utilisation_better_than_the_roofline(fitted):
+    model, test = fitted
+    truth = test["runtime_us"].to_numpy()
+    ours = summary(model.predict(test), truth)["mean_ape"]
+    roofline = summary(RooflineEstimator().predict(test), truth)["mean_ape"]
+    assert ours < 0.5 * roofline
+
+
+def test_predictions_never_beat_the_bound_even_on_an_unseen_device(fitted):
+    model, test = fitted
+    unseen = test.assign(hardware="t4")
+    for rows in (test, unseen):
+        predicted = model.predict(rows)
+        bound = 2.0 ** tile_features(rows, model.device_features, model.joules_per_flop).column(BOUND)
+        assert np.all(np.isfinite(predicted)) and np.all(predicted >= bound * (1 - 1e-4))
+
+
+def test_saves_and_loads_to_the_same_predictions(fitted, tmp_path):
+    model, test = fitted
+    again = TiledEstimator.load(model.save(tmp_path / "tiled"))
+    assert again.joules_per_flop == model.joules_per_flop
+    np.testing.assert_allclose(again.predict(test), model.predict(test), rtol=1e-6)
+
+
+def test_is_built_by_name_and_refuses_other_families():
+    assert isinstance(make_estimator("tiled", "gemm", {"device_features": "per_sm"}), TiledEstimator)
+    with pytest.raises(ValueError, match="family 'norm'"):
+        make_estimator("tiled", "norm")
