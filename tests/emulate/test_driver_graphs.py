@@ -13,8 +13,8 @@ from emulate.driver.child import run_python
 from emulate.trace import read_trace
 from profiling.paths import REPO_ROOT
 
-# A driver-API program (ctypes, no torch): a kernel node, a fill node (32 bytes of 7) and a copy node (the filled
-# device bytes to a host buffer), instantiated and launched twice.
+# A driver-API program (ctypes, no torch): a kernel node, a fill node (32 bytes of 7), a copy node (the filled
+# device bytes to a host buffer) and a kernel node through the generic cuGraphAddNode, launched twice.
 NODE_BY_NODE = r"""
 import ctypes as C
 cu = C.CDLL("libcuda.so.1")
@@ -51,6 +51,12 @@ ok(cu.cuGraphAddMemsetNode(C.byref(node), graph, None, 0, C.byref(MemsetParams(d
 copy = Memcpy3D(srcMemoryType=2, srcDevice=dev.value, dstMemoryType=1, dstHost=C.addressof(host), WidthInBytes=32,
                 Height=1, Depth=1)
 ok(cu.cuGraphAddMemcpyNode(C.byref(node), graph, None, 0, C.byref(copy), ctx))
+class Generic(C.Structure):  # CUgraphNodeParams: the runtime's cudaGraphAddNode comes through cuGraphAddNode
+    _fields_ = [("type", C.c_int), ("reserved0", C.c_int * 3), ("kernel", KernelParams),
+                ("pad", C.c_char * (29 * 8 - C.sizeof(KernelParams))), ("reserved2", C.c_longlong)]
+generic = C.c_void_p()
+ok(cu.cuModuleGetFunction(C.byref(generic), module, b"generic_kernel"))
+ok(cu.cuGraphAddNode_v2(C.byref(node), graph, None, None, 0, C.byref(Generic(0, kernel=KernelParams(generic, 1, 1, 1, 32, 1, 1, 0)))))
 count = C.c_size_t()
 ok(cu.cuGraphGetNodes(graph, None, C.byref(count)))
 execg, stream = C.c_void_p(), C.c_void_p()
@@ -68,16 +74,18 @@ print("after", sum(host))
 def test_a_graph_built_node_by_node_replays_its_kernel_fill_and_copy_at_each_launch():
     run = run_python(["-c", NODE_BY_NODE], "h100-sxm")
     assert run.returncode == 0, run.stderr[-2000:]
-    assert "nodes 3 before 0" in run.stdout  # adding nodes runs nothing
+    assert "nodes 4 before 0" in run.stdout  # adding nodes runs nothing
     assert "after 224" in run.stdout  # the launch filled 32 bytes with 7 and copied them back: 32 * 7
     (events,) = run.events.values()
     work = [e for e in events if e.get("event") in ("launch", "memset", "memcpy")]
     assert [(e["event"], e["graph"], e["node"]) for e in work] == [
-        ("launch", 1, 0), ("memset", 1, 1), ("memcpy", 1, 2), ("launch", 2, 0), ("memset", 2, 1), ("memcpy", 2, 2)]
+        ("launch", 1, 0), ("memset", 1, 1), ("memcpy", 1, 2), ("launch", 1, 3),
+        ("launch", 2, 0), ("memset", 2, 1), ("memcpy", 2, 2), ("launch", 2, 3)]
     kernel = work[0]
     assert (kernel["name"], kernel["grid"], kernel["block"], kernel["via"]) == (
         "scale_kernel", [4, 2, 1], [128, 1, 1], "cuGraphLaunch")
     assert work[1]["bytes"] == 32 and work[2]["direction"] == "d2h"
+    assert work[3]["name"] == "generic_kernel" and work[3]["block"] == [32, 1, 1]
 
 
 CAPTURED_COPY = r"""

@@ -275,13 +275,18 @@ FK_EXPORT CUresult CUDAAPI cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgrap
                                                 size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx) {
     return copy_node(phGraphNode, hGraph, copyParams);
 }
+static CUresult fill_node(CUgraphNode *phGraphNode, CUgraph hGraph, CUdeviceptr dst, size_t pitch, unsigned value,
+                          unsigned element, size_t width, size_t height) {
+    fk_graph_t *g = as_graph(hGraph);
+    if (!g || (element != 1 && element != 2 && element != 4)) return CUDA_ERROR_INVALID_VALUE;
+    fk_node_t node = {.kind = NODE_FILL, .dst = dst, .value = value, .width = element, .bytes = width, .pitch = pitch,
+                      .rows = height ? height : 1};
+    return added(phGraphNode, g, add_node(g, &node));
+}
 FK_EXPORT CUresult CUDAAPI cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                                                 size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS *p, CUcontext ctx) {
-    fk_graph_t *g = as_graph(hGraph);
-    if (!g || !p || (p->elementSize != 1 && p->elementSize != 2 && p->elementSize != 4)) return CUDA_ERROR_INVALID_VALUE;
-    fk_node_t node = {.kind = NODE_FILL, .dst = p->dst, .value = p->value, .width = p->elementSize, .bytes = p->width,
-                      .pitch = p->pitch, .rows = p->height ? p->height : 1};
-    return added(phGraphNode, g, add_node(g, &node));
+    if (!p) return CUDA_ERROR_INVALID_VALUE;
+    return fill_node(phGraphNode, hGraph, p->dst, p->pitch, p->value, p->elementSize, p->width, p->height);
 }
 FK_EXPORT CUresult CUDAAPI cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                                                size_t numDependencies) {
@@ -309,6 +314,28 @@ FK_EXPORT CUresult CUDAAPI cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CU
 FK_EXPORT CUresult CUDAAPI cuGraphAddDependencies(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to,
                                                   const CUgraphEdgeData *edgeData, size_t numDependencies) {
     return as_graph(hGraph) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* the generic entry (the runtime's cudaGraphAddNode comes here): kernel, copy, fill and empty nodes */
+FK_EXPORT CUresult CUDAAPI cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                          const CUgraphEdgeData *dependencyData, size_t numDependencies,
+                                          CUgraphNodeParams *nodeParams) {
+    if (!nodeParams) return CUDA_ERROR_INVALID_VALUE;
+    switch (nodeParams->type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL: {
+        const CUDA_KERNEL_NODE_PARAMS_v3 *k = &nodeParams->kernel;
+        const CUDA_KERNEL_NODE_PARAMS p = {k->func, k->gridDimX, k->gridDimY, k->gridDimZ, k->blockDimX, k->blockDimY,
+                                           k->blockDimZ, k->sharedMemBytes, k->kernelParams, k->extra, k->kern, k->ctx};
+        return kernel_node(phGraphNode, hGraph, &p);
+    }
+    case CU_GRAPH_NODE_TYPE_MEMCPY: return copy_node(phGraphNode, hGraph, &nodeParams->memcpy.copyParams);
+    case CU_GRAPH_NODE_TYPE_MEMSET: {
+        const CUDA_MEMSET_NODE_PARAMS_v2 *m = &nodeParams->memset;
+        return fill_node(phGraphNode, hGraph, m->dst, m->pitch, m->value, m->elementSize, m->width, m->height);
+    }
+    case CU_GRAPH_NODE_TYPE_EMPTY: return cuGraphAddEmptyNode(phGraphNode, hGraph, dependencies, numDependencies);
+    default: return CUDA_ERROR_NOT_SUPPORTED;  /* host, child-graph, event, memory and conditional nodes */
+    }
 }
 
 /* ---- executable graphs ---- */
