@@ -7,8 +7,11 @@ fuses one to a dozen). Its launcher does know: Inductor names a generated kernel
 path: nothing of the project is importable there) calls ``stepcast_kernel_bytes(read, written)``, so the launch
 record the capture library writes carries them (the shim's K record, the driver's ``rd``/``wr``), and resets them
 to 0 after it. Each tensor counts at most the kernel's iteration space (the product of its ``*numel`` arguments)
-elements, as Inductor's own ``estimate_kernel_num_bytes`` does: a gather (an embedding) reads the rows it indexes,
-not the whole table. A kernel whose arguments follow no such naming (a user-written Triton kernel) gets 0, 0: the
+elements per ``tl.load`` / ``tl.store`` statement of it in the kernel's source (``fn.src``), as Inductor's own
+``estimate_kernel_num_bytes`` caps at the space: a gather (an embedding) reads the rows it indexes, not the whole
+table, and a pooling window of k loads reads up to k spaces of its input. A tensor read again in a later loop of a
+looped reduction counts once (its rows are taken to be in L2 by then: true of a model's rows of a few thousand
+elements, not of a row of hundreds of kilobytes on a small-L2 GPU). A kernel whose arguments follow no such naming (a user-written Triton kernel) gets 0, 0: the
 bytes are unknown and the simulator falls back to its grid.
 
 The wrapper is installed when Inductor's runtime module is first imported (an import hook), so scripts that never
@@ -20,6 +23,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import math
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -50,17 +54,32 @@ def argument_roles(names: Sequence[str]) -> tuple[int, ...]:
     return tuple(roles)
 
 
-def launch_bytes(roles: Sequence[int], args: Sequence[Any]) -> tuple[int, int]:
+_ACCESS = re.compile(r"\btl\.(load|store)\(\s*(\w+)")
+
+
+def access_counts(names: Sequence[str], source: str) -> tuple[int, ...]:
+    """How many ``tl.load`` / ``tl.store`` statements of the kernel's source name each argument (at least 1): a
+    pooling window or a gather loads one pointer at several offsets, each statement an iteration space of its own."""
+    counts = dict.fromkeys(names, 0)
+    for _, name in _ACCESS.findall(source or ""):
+        if name in counts:
+            counts[name] += 1
+    return tuple(max(counts[n], 1) for n in names)
+
+
+def launch_bytes(roles: Sequence[int], args: Sequence[Any], accesses: Sequence[int] = ()) -> tuple[int, int]:
     """(bytes read, bytes written) of one launch: each tensor argument's bytes by its role, its elements capped at
-    the iteration space (the product of the size arguments; uncapped when there are none)."""
+    its accesses (statements, ``accesses``; 1 each when not given) times the iteration space (the product of the
+    size arguments; uncapped when there are none)."""
     sizes = [int(a) for r, a in zip(roles, args) if r == SIZE and isinstance(a, int)]
     space = math.prod(sizes) if sizes else None
     read = written = 0
-    for role, arg in zip(roles, args):
+    for i, (role, arg) in enumerate(zip(roles, args)):
         if not role & (READ | WRITTEN) or not hasattr(arg, "element_size"):
             continue
         numel = arg.numel()
-        size = (numel if space is None else min(numel, space)) * arg.element_size()
+        reach = None if space is None else space * (accesses[i] if i < len(accesses) else 1)
+        size = (numel if reach is None else min(numel, reach)) * arg.element_size()
         if role & READ:
             read += size
         if role & WRITTEN:
@@ -75,10 +94,13 @@ def wrap_run(run: Callable[..., Any], tell: Callable[[int, int], None], pause: C
     def stepcast_run(self, *args, **kwargs):
         pause()
         try:
-            roles = self.__dict__.get("_stepcast_roles")
-            if roles is None:
-                roles = self._stepcast_roles = argument_roles(getattr(self.fn, "arg_names", ()) or ())
-            tell(*launch_bytes(roles, args))
+            known = self.__dict__.get("_stepcast_arguments")
+            if known is None:  # once per kernel: its argument names and source do not change
+                names = list(getattr(self.fn, "arg_names", ()) or ())
+                known = self._stepcast_arguments = (argument_roles(names),
+                                                    access_counts(names, getattr(self.fn, "src", "")))
+            roles, accesses = known
+            tell(*launch_bytes(roles, args, accesses))
         except Exception:  # never let the bookkeeping break the script's launch
             tell(0, 0)
         finally:

@@ -4,7 +4,8 @@ them into trace-v1 events, the same events :func:`emulate.shimlog.rank_events` m
 The log (``rank<k>.log.driver.<pid>.jsonl``, one JSON object a line, see :mod:`emulate.driver`) holds, besides the
 driver's notes, one record per call the capture times (csrc/capture.c): ``launch``, ``malloc`` (``ok`` 0 when the
 device refused), ``free``, ``memcpy``, ``memset``, ``event_record``, ``stream_wait_event``, ``event_sync``,
-``stream_sync``, ``device_sync``, each with ``t`` (ns), ``gap`` (the thread's CPU time since its previous call,
+``stream_sync``, ``device_sync`` (a launch also ``rd``/``wr`` when its launcher told the bytes it reads and writes:
+the event's ``bytes_read``/``bytes_written``), each with ``t`` (ns), ``gap`` (the thread's CPU time since its previous call,
 the shim's ``cpu`` host clock), ``ops``/``nodes``/``py`` (host work counted since it: the events'
 ``host_ops``/``host_nodes``/``host_py``), ``thread``, ``op`` (op table index, -1 none) and ``call`` (the op call); and
 ``mark`` records (iteration marks: ``source`` 1 profiler, 2 optimizer, 3 backward, ``step``). With more than one

@@ -6,7 +6,8 @@ import types
 
 import torch
 
-from emulate.triton_bytes import READ, SIZE, WRITTEN, _patch, argument_roles, install, launch_bytes, wrap_run
+from emulate.triton_bytes import (READ, SIZE, WRITTEN, _patch, access_counts, argument_roles, install, launch_bytes,
+                                  wrap_run)
 
 
 def test_inductor_argument_names_give_their_roles():
@@ -25,11 +26,32 @@ def test_launch_bytes_count_each_tensor_by_role_capped_at_the_iteration_space():
     assert launch_bytes(argument_roles(["in_ptr0", "out_ptr0"]), [table, weight]) == (64000 * 4, 64 * 4)
 
 
+POOL = """
+def triton_poi_fused_max_pool2d_0(in_ptr0, out_ptr0, xnumel, XBLOCK : tl.constexpr):
+    tmp0 = tl.load(in_ptr0 + (2*x0 + 128*x1), xmask)
+    tmp1 = tl.load(in_ptr0 + (1 + 2*x0 + 128*x1), xmask)
+    tmp2 = tl.load(in_ptr0 + (64 + 2*x0 + 128*x1), xmask)
+    tmp3 = tl.load(in_ptr0 + (65 + 2*x0 + 128*x1), xmask)
+    tl.store(out_ptr0 + (x2), triton_helpers.maximum(tmp0, tmp3), xmask)
+"""
+
+
+def test_a_pointer_loaded_by_k_statements_reads_up_to_k_iteration_spaces():
+    """A 2x2 max pool reads its whole input (4 loads of a quarter-size space each); a broadcast weight loaded
+    twice still reads only its own elements."""
+    names = ["in_ptr0", "out_ptr0", "xnumel"]
+    accesses = access_counts(names, POOL)
+    assert accesses == (4, 1, 1)
+    image, pooled = torch.zeros(64, 64), torch.zeros(32, 32)
+    assert launch_bytes(argument_roles(names), [image, pooled, 1024], accesses) == (64 * 64 * 4, 1024 * 4)
+    assert launch_bytes(argument_roles(names), [torch.zeros(16), pooled, 1024], accesses) == (16 * 4, 1024 * 4)
+
+
 class _Autotuner:
     """Stands in for CachingAutotuner: a fn with arg_names and a run that launches."""
 
     def __init__(self, names):
-        self.fn = types.SimpleNamespace(arg_names=names)
+        self.fn = types.SimpleNamespace(arg_names=names, src="")
 
     def run(self, *args, stream=0):
         return ("launched", args)
