@@ -1,0 +1,201 @@
+"""How well are Inductor's Triton kernels timed? KernelBench's torch.compile timings against the emulator.
+
+    python -m emulate.kernelbench_benchmark                 # every device-bound level-1 problem, T4 and B200
+    python -m emulate.kernelbench_benchmark --problems 36_RMSNorm_,40_LayerNorm --json out.json
+
+KernelBench (``kernelbench/`` under the shared data, read its SOURCE.md) timed the forward of each problem's
+reference module compiled with Inductor's default mode (fp32, PyTorch 2.5, CUDA events over 100 calls) on several
+GPUs; the catalog knows two of them, T4 and B200 (:data:`GPUS`). Each level-1 problem that is neither a matmul nor
+a convolution is run once on the emulator (``emulate/e2e/kernelbench_problem.py``: one profiler step per forward);
+its captured trace (kept under ``<cache>/kernelbench/``) is then simulated on each GPU, and the predicted device
+time of one steady forward (the sum of its kernels' predicted durations) is printed beside the measured time,
+twice: with each Triton launch timed from the bytes its launcher read and wrote (``bytes``, what the emulator does)
+and from its grid alone (``grid``, what it did before launches carried their bytes). A (problem, GPU) is compared
+only when its measured time is at least :data:`DEVICE_BOUND_FLOORS` times that GPU's host floor (its time for
+:data:`HOST_FLOOR_PROBLEM`, one kernel on 1 MB: the Python dispatch and launch of a compiled module), and problems
+whose compiled forward runs anything but Triton kernels (an extern GEMM, a cuDNN call) are left out.
+The last rows give the median |error| per GPU and column.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from profiling.atomic import write_json_atomic
+from profiling.paths import REPO_ROOT, cache_root, shared_data_root
+
+#: KernelBench timing folder -> catalog id (the GPUs the catalog has)
+GPUS = {"T4_modal": "t4", "B200_together": "b200"}
+TIMINGS = "kernelbench/results/timing"
+PROBLEMS = "kernelbench/KernelBench/level1"
+COMPILED = "baseline_time_torch_compile_inductor_default.json"
+#: the host floor of a compiled forward on a GPU: its time for this problem (one pointwise kernel on 1 MB), which
+#: is the Python dispatch and launch of a compiled module, not kernel time
+HOST_FLOOR_PROBLEM = "19_ReLU"
+#: a (problem, GPU) is device bound, and compared, when its measured time is at least this many host floors
+DEVICE_BOUND_FLOORS = 3.0
+#: problems that compile to extern kernels (cuBLAS GEMMs, cuDNN convolutions): not a check of Triton's timing
+NOT_TRITON = re.compile(r"matmul|multiplication|conv|gemm", re.IGNORECASE)
+SCALAR_PRODUCT = "5_Matrix_scalar_multiplication"  # a pointwise kernel despite its name
+SCRIPT = REPO_ROOT / "emulate" / "e2e" / "kernelbench_problem.py"
+CAPTURE_HARDWARE = "t4"   # the bytes a launch moves do not depend on the GPU it is captured on
+CALLS = 4                 # forwards per capture: the first compiles, the last full one is timed
+
+
+def measured_ms(root: Path) -> dict[str, dict[str, float]]:
+    """{problem stem: {catalog id: mean ms of the compiled forward}} for the level-1 problems."""
+    out: dict[str, dict[str, float]] = {}
+    for folder, gpu in GPUS.items():
+        path = root / TIMINGS / folder / COMPILED
+        if not path.is_file():
+            continue
+        for name, row in json.loads(path.read_text()).get("level1", {}).items():
+            out.setdefault(Path(name).stem, {})[gpu] = float(row["mean"])
+    return out
+
+
+def device_bound(measured: dict[str, dict[str, float]]) -> dict[str, float]:
+    """{GPU: the least measured ms compared there}: :data:`DEVICE_BOUND_FLOORS` times its host floor."""
+    floor = measured.get(HOST_FLOOR_PROBLEM, {})
+    return {gpu: DEVICE_BOUND_FLOORS * ms for gpu, ms in floor.items()}
+
+
+def candidates(measured: dict[str, dict[str, float]], only: list[str] | None = None) -> list[str]:
+    """Problems worth emulating: not a GEMM or convolution, device bound on at least one GPU; ``only`` narrows."""
+    least = device_bound(measured)
+    keep = [p for p in measured if not NOT_TRITON.search(p) or p == SCALAR_PRODUCT]
+    keep = [p for p in keep if any(ms >= least.get(gpu, float("inf")) for gpu, ms in measured[p].items())]
+    if only:
+        keep = [p for p in keep if p in only]
+    return sorted(keep, key=lambda p: int(p.split("_")[0]))
+
+
+def capture(problem: Path, fresh: bool = False) -> Path | str:
+    """The captured trace of one problem (cached), or why there is none."""
+    from emulate.e2e.emulation import emulate_script
+
+    trace_dir = cache_root() / "kernelbench" / problem.stem
+    trace = trace_dir / "rank0.trace.json"
+    if trace.is_file() and not fresh:
+        return trace
+    done = emulate_script(SCRIPT, [str(problem), str(CALLS)], CAPTURE_HARDWARE, kernels=False, timeout_s=900,
+                          trace_dir=trace_dir)
+    if not done["ok"]:
+        return f"emulation failed: {done['error']}"
+    return trace if trace.is_file() else "no trace written"
+
+
+def steady_forward(events: list[dict[str, Any]]) -> tuple[int, int] | None:
+    """(first, end) event positions of the last full forward: between the last two iteration markers."""
+    marks = [i for i, ev in enumerate(events) if ev["kind"] == "iteration"]
+    return (marks[-2], marks[-1]) if len(marks) >= 3 else None
+
+
+def predicted_ms(events: list[dict[str, Any]], gpu: str, window: tuple[int, int], with_bytes: bool) -> float:
+    """Predicted device time (ms) of the kernels in ``window`` on ``gpu``; without ``with_bytes`` the Triton
+    launches lose their recorded bytes and are timed from their grid."""
+    from emulate.simulate import simulate
+
+    if not with_bytes:
+        events = [{k: v for k, v in ev.items() if k not in ("bytes_read", "bytes_written")} for ev in events]
+    doc = {"format": "stepcast-trace", "version": 1, "rank": 0, "world_size": 1, "hardware": gpu, "meta": {},
+           "events": events}
+    result = simulate([doc], gpu)
+    us = result.durations.us[0]
+    first, end = window
+    return sum(float(us[i]) for i in range(first, end) if events[i]["kind"] == "kernel") / 1e3
+
+
+def evaluate(problem: str, trace: Path, measured: dict[str, float], least: dict[str, float]) -> dict[str, Any]:
+    """One problem's row: per GPU, measured and predicted ms (bytes and grid), or why it is left out."""
+    from emulate.trace import read_trace
+
+    events = [dict(ev) for ev in read_trace(trace)["events"]]
+    window = steady_forward(events)
+    if window is None:
+        return {"problem": problem, "skipped": "fewer than two forwards were marked"}
+    kernels = [events[i] for i in range(*window) if events[i]["kind"] == "kernel"]
+    other = next((k["name"] for k in kernels if not k["name"].startswith("triton_")), None)
+    if not kernels or other is not None:
+        return {"problem": problem, "skipped": f"not only Triton kernels ({(other or 'none')[:60]})"}
+    row: dict[str, Any] = {"problem": problem, "kernels": len(kernels),
+                           "bytes": sum(k.get("bytes_read", 0) + k.get("bytes_written", 0) for k in kernels),
+                           "gpus": {}}
+    for gpu, ms in measured.items():
+        if ms < least.get(gpu, float("inf")):
+            continue
+        row["gpus"][gpu] = {"measured_ms": ms, "bytes_ms": predicted_ms(events, gpu, window, True),
+                            "grid_ms": predicted_ms(events, gpu, window, False)}
+    return row
+
+
+def error(predicted: float, measured: float) -> float:
+    return (predicted - measured) / measured * 100.0
+
+
+def print_table(rows: list[dict[str, Any]], console: Console) -> None:
+    table = Table(title="KernelBench torch.compile forward (fp32, Inductor default): predicted vs measured")
+    for col in ("problem", "GPU", "kernels", "MB moved", "measured ms", "bytes ms", "err %", "grid ms", "err %"):
+        table.add_column(col, justify="left" if col in ("problem", "GPU") else "right")
+    errors: dict[str, dict[str, list[float]]] = {}
+    for row in rows:
+        if "skipped" in row:
+            table.add_row(row["problem"], "-", "", "", "", "", "", "", row["skipped"])
+            continue
+        for gpu, g in row["gpus"].items():
+            eb, eg = error(g["bytes_ms"], g["measured_ms"]), error(g["grid_ms"], g["measured_ms"])
+            errors.setdefault(gpu, {"bytes": [], "grid": []})
+            errors[gpu]["bytes"].append(abs(eb))
+            errors[gpu]["grid"].append(abs(eg))
+            table.add_row(row["problem"], gpu, str(row["kernels"]), f"{row['bytes'] / 1e6:,.0f}",
+                          f"{g['measured_ms']:.3f}", f"{g['bytes_ms']:.3f}", f"{eb:+.1f}", f"{g['grid_ms']:.3f}",
+                          f"{eg:+.1f}")
+    for gpu, e in errors.items():
+        table.add_row(f"median |error| ({len(e['bytes'])})", gpu, "", "", "", "", f"{statistics.median(e['bytes']):.1f}",
+                      "", f"{statistics.median(e['grid']):.1f}")
+    console.print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m emulate.kernelbench_benchmark",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--problems", default=None, help="comma-separated problem stems (default: every candidate)")
+    parser.add_argument("--root", type=Path, default=None, help="shared data folder (default: the setting)")
+    parser.add_argument("--fresh", action="store_true", help="capture again even where a trace is cached")
+    parser.add_argument("--json", type=Path, default=None, help="write every row here (JSON)")
+    args = parser.parse_args(argv)
+    root = args.root or shared_data_root()
+    measured = measured_ms(root)
+    if not measured:
+        print(f"stepcast: no KernelBench timings under {root / TIMINGS} (set STEPCAST_SHARED_DATA)", file=sys.stderr)
+        return 2
+    only = [p.strip() for p in args.problems.split(",")] if args.problems else None
+    problems, least = candidates(measured, only), device_bound(measured)
+    if only and not problems:
+        print(f"stepcast: --problems: none of {', '.join(only)} is a candidate (level 1, neither GEMM nor "
+              f"convolution, measured at least {DEVICE_BOUND_FLOORS:g}x {HOST_FLOOR_PROBLEM} on a GPU)",
+              file=sys.stderr)
+        return 2
+    console = Console(width=160)
+    rows = []
+    for n, problem in enumerate(problems, 1):
+        console.print(f"[{n}/{len(problems)}] {problem}")
+        trace = capture(root / PROBLEMS / f"{problem}.py", fresh=args.fresh)
+        rows.append(evaluate(problem, trace, measured[problem], least) if isinstance(trace, Path)
+                    else {"problem": problem, "skipped": trace})
+    print_table(rows, console)
+    if args.json:
+        write_json_atomic(args.json, {"rows": rows, "least_measured_ms": least})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
