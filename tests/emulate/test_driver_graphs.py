@@ -46,7 +46,9 @@ ok(cu.cuMemAlloc_v2(C.byref(dev), 32))
 host = (C.c_ubyte * 32)()
 graph, node = C.c_void_p(), C.c_void_p()
 ok(cu.cuGraphCreate(C.byref(graph), 0))
+cu.stepcast_kernel_bytes(C.c_ulonglong(100), C.c_ulonglong(200))  # what a launcher says (Inductor's, through the capture layer)
 ok(cu.cuGraphAddKernelNode_v2(C.byref(node), graph, None, 0, C.byref(KernelParams(func, 4, 2, 1, 128, 1, 1, 0))))
+cu.stepcast_kernel_bytes(C.c_ulonglong(0), C.c_ulonglong(0))
 ok(cu.cuGraphAddMemsetNode(C.byref(node), graph, None, 0, C.byref(MemsetParams(dev.value, 0, 7, 1, 32, 1)), ctx))
 copy = Memcpy3D(srcMemoryType=2, srcDevice=dev.value, dstMemoryType=1, dstHost=C.addressof(host), WidthInBytes=32,
                 Height=1, Depth=1)
@@ -86,6 +88,7 @@ def test_a_graph_built_node_by_node_replays_its_kernel_fill_and_copy_at_each_lau
         "scale_kernel", [4, 2, 1], [128, 1, 1], "cuGraphLaunch")
     assert work[1]["bytes"] == 32 and work[2]["direction"] == "d2h"
     assert work[3]["name"] == "generic_kernel" and work[3]["block"] == [32, 1, 1]
+    assert (work[4]["rd"], work[4]["wr"]) == (100, 200) and "rd" not in work[3]  # kept from the node's creation
 
 
 CAPTURED_COPY = r"""

@@ -69,6 +69,10 @@ FK_EXPORT void stepcast_kernel_bytes(unsigned long long read, unsigned long long
     kernel_read = read;
     kernel_written = written;
 }
+void fk_kernel_bytes(unsigned long long *read, unsigned long long *written) {
+    *read = kernel_read;
+    *written = kernel_written;
+}
 
 void fk_log_call(const char *event, const char *fmt, ...) {
     pthread_once(&calibrate_once, calibrate);

@@ -35,6 +35,9 @@ void fk_log_unsupported(const char *name);
 void fk_log_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* a record of a call the capture times (capture.c): the event name, then the record's own JSON fields */
 void fk_log_call(const char *event, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* the bytes the calling thread's launcher said its next launches read and write (capture.c), and setting them */
+void fk_kernel_bytes(unsigned long long *read, unsigned long long *written);
+void stepcast_kernel_bytes(unsigned long long read, unsigned long long written);
 
 /* ---- kernels and functions (module.c): one object serves as CUkernel and CUfunction ---- */
 typedef struct fk_function {
@@ -74,6 +77,7 @@ typedef struct {
     char name[6000];  /* JSON-escaped */
     unsigned grid[3], block[3], smem, cluster[3];
     const char *via;
+    unsigned long long read, written;  /* bytes, as its launcher said (0: unknown); a graph's launches keep them */
 } fk_launch_rec_t;
 /* fill *rec for a launch of f, checking it as cuLaunchKernel does (launch.c) */
 CUresult fk_launch_record(fk_launch_rec_t *rec, const fk_function_t *f, const unsigned grid[3], const unsigned block[3],

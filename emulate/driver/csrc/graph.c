@@ -124,7 +124,14 @@ static void replay_node(const fk_node_t *node, unsigned long long stream, unsign
     char graph[64];
     snprintf(graph, sizeof graph, "\"graph\":%llu,\"node\":%zu", launch, i);
     switch (node->kind) {
-    case NODE_LAUNCH: fk_log_launch(node->launch, stream, "cuGraphLaunch", launch, i); break;
+    case NODE_LAUNCH: {  /* with the bytes its launcher gave when it was captured */
+        unsigned long long read, written;
+        fk_kernel_bytes(&read, &written);
+        stepcast_kernel_bytes(node->launch->read, node->launch->written);
+        fk_log_launch(node->launch, stream, "cuGraphLaunch", launch, i);
+        stepcast_kernel_bytes(read, written);
+        break;
+    }
     case NODE_COPY:
         fk_replay_copy(node->dst, node->pitch, node->src, node->src_pitch, node->width, node->rows, stream, graph);
         break;

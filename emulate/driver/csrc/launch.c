@@ -84,6 +84,7 @@ CUresult fk_launch_record(fk_launch_rec_t *rec, const fk_function_t *f, const un
     memcpy(rec->cluster, cluster, sizeof rec->cluster);
     rec->smem = smem;
     rec->via = via;
+    fk_kernel_bytes(&rec->read, &rec->written);
     return CUDA_SUCCESS;
 }
 
