@@ -24,7 +24,7 @@ import math
 import time
 from typing import Any
 
-from emulate.search.samplers import INFEASIBLE_COST, Search, SearchOutcome, cost, make_sampler
+from emulate.search.samplers import INFEASIBLE_COST, Search, SearchOutcome, cost, make_sampler, propose
 from emulate.search.space import SearchConfig
 from emulate.search.trials import Target, TrialCache, TrialResult
 
@@ -76,7 +76,8 @@ def make_searcher(cfg: SearchConfig):
                                                  sampler=make_sampler(budget.sampler, Space(cfg), budget.seed))
             trial = self.study.ask()
             self.pending[trial_id] = trial
-            return {name: trial.suggest_int(name, 0, len(choices) - 1) for name, choices in cfg.space.items()}
+            space = Space(cfg)
+            return dict(zip(space.names, space.index(propose(trial, space))))
 
         def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
             trial = self.pending.pop(trial_id, None)

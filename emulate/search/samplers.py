@@ -2,8 +2,12 @@
 
 Samplers come from Optuna (``search.sampler``): ``cmaes`` (CmaEsSampler: CMA-ES over each parameter's position in
 its ordered list of choices, so tp 1 < 2 < 4 keeps its order), ``random`` and ``grid`` (every configuration once)
-as baselines. Each parameter is suggested as an integer index into its choices, so every sampler can only choose
-from the space.
+as baselines. Each parameter is suggested as a position in [0, 1] whose equal slices are its choices
+(:func:`propose`), so every sampler can only choose from the space and every parameter spans the same width
+whatever its number of choices: CMA-ES's one initial step size (a sixth of the width) is then as wide, relative to
+its choices, for a parameter of four choices as for one of two, as CMA-ES assumes of scaled variables (with integer
+indices, Optuna's step size is a sixth of the narrowest parameter's range, too small to leave the middle choice of
+a wider one). The grid proposes each slice's centre.
 
 What a proposal costs: a configuration seen before in this search is answered from memory; one the cache holds
 is answered from the cache (``cache hit``); one a cheap check rules out (:meth:`emulate.search.space.Space.rule_out`)
@@ -52,15 +56,23 @@ def make_sampler(kind: str, space: Space, seed: int):
 
     if kind == "cmaes":
         cfg = space.cfg
-        start = (dict(zip(space.names, map(float, space.index(cfg.baseline))))
+        start = ({name: (i + 0.5) / len(cfg.space[name]) for name, i in zip(space.names, space.index(cfg.baseline))}
                  if cfg.search.cmaes_start == "baseline" and cfg.baseline is not None else None)
         return optuna.samplers.CmaEsSampler(x0=start, seed=seed, n_startup_trials=1 if start is None else 0,
                                             warn_independent_sampling=False)
     if kind == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if kind == "grid":
-        return optuna.samplers.GridSampler({name: list(range(len(c))) for name, c in space.cfg.space.items()})
+        return optuna.samplers.GridSampler({name: [(i + 0.5) / len(c) for i in range(len(c))]
+                                            for name, c in space.cfg.space.items()})
     raise ValueError(f"search.sampler: expected cmaes, random or grid, got {kind!r}")
+
+
+def propose(trial, space: Space) -> Config:
+    """The configuration an Optuna trial proposes: each parameter a position in [0, 1], choice i of n its slice
+    [i / n, (i + 1) / n)."""
+    return space.from_index({name: min(int(trial.suggest_float(name, 0.0, 1.0) * len(choices)), len(choices) - 1)
+                             for name, choices in space.cfg.space.items()})
 
 
 @dataclass
@@ -216,8 +228,7 @@ class Search:
         in_flight = [0]   # configurations new to this search being evaluated now (parallel jobs)
 
         def objective(trial) -> float:
-            config = self.space.from_index({name: trial.suggest_int(name, 0, len(choices) - 1)
-                                            for name, choices in self.cfg.space.items()})
+            config = propose(trial, self.space)
             with self._lock:
                 new = json.dumps(config, sort_keys=True) not in self._known
                 if new and max_evaluations is not None and outcome.evaluations + in_flight[0] >= max_evaluations:
@@ -274,5 +285,5 @@ def no_feasible_reason(outcome: SearchOutcome) -> str:
             f"{detail}")
 
 
-__all__ = ["INFEASIBLE_COST", "Search", "SearchOutcome", "TrialInterrupted", "cost", "make_sampler",
+__all__ = ["INFEASIBLE_COST", "Search", "SearchOutcome", "TrialInterrupted", "cost", "make_sampler", "propose",
            "no_feasible_reason"]

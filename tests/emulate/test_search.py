@@ -200,7 +200,7 @@ def test_infeasible_and_pruned_proposals_are_not_told_to_the_sampler_as_values(s
     cost() still ranks an infeasible result last."""
     import optuna
 
-    from emulate.search.samplers import cost
+    from emulate.search.samplers import cost, propose
 
     studies = []
     create = optuna.create_study
@@ -211,10 +211,24 @@ def test_infeasible_and_pruned_proposals_are_not_told_to_the_sampler_as_values(s
     space = Space(parse_config(config_doc(script), "toy.yaml"))
     by_config = {json.dumps(r.config, sort_keys=True): r.feasible for r in outcome.trials}
     for trial in studies[0].trials:
-        feasible = by_config[json.dumps(space.from_index(trial.params), sort_keys=True)]
+        feasible = by_config[json.dumps(propose(optuna.trial.FixedTrial(trial.params), space), sort_keys=True)]
         assert trial.state == (optuna.trial.TrialState.COMPLETE if feasible else optuna.trial.TrialState.PRUNED)
     assert optuna.trial.TrialState.PRUNED in states and optuna.trial.TrialState.COMPLETE in states
     assert all(cost(t) == INFEASIBLE_COST for t in outcome.trials if not t.feasible)
+
+
+def test_every_parameter_spans_the_same_width_whatever_its_number_of_choices(script):
+    """A position in [0, 1] picks choice i of n in [i / n, (i + 1) / n): CMA-ES's one step size is as wide for tp's
+    four choices as for pp's three."""
+    import optuna
+
+    from emulate.search.samplers import propose
+
+    space = Space(parse_config(config_doc(script), "toy.yaml"))
+    assert propose(optuna.trial.FixedTrial({"tp": 0.0, "pp": 0.5, "micro_batch": 1.0}), space) == {
+        "tp": 1, "pp": 2, "micro_batch": 8}
+    assert propose(optuna.trial.FixedTrial({"tp": 0.26, "pp": 0.33, "micro_batch": 0.74}), space) == {
+        "tp": 2, "pp": 1, "micro_batch": 4}
 
 
 def test_cmaes_starts_at_the_baseline_when_the_config_asks(script):
@@ -223,7 +237,7 @@ def test_cmaes_starts_at_the_baseline_when_the_config_asks(script):
     doc = config_doc(script, baseline={"tp": 8, "pp": 1, "micro_batch": 2},
                      search={"sampler": "cmaes", "cmaes_start": "baseline"})
     space = Space(parse_config(doc, "toy.yaml"))
-    assert make_sampler("cmaes", space, 0)._x0 == {"tp": 3.0, "pp": 0.0, "micro_batch": 1.0}
+    assert make_sampler("cmaes", space, 0)._x0 == {"tp": 7 / 8, "pp": 1 / 6, "micro_batch": 3 / 8}   # slice centres
     doc["search"]["cmaes_start"] = "middle"
     assert make_sampler("cmaes", Space(parse_config(doc, "toy.yaml")), 0)._x0 is None
     with pytest.raises(SearchConfigError, match="search.cmaes_start: baseline needs a baseline configuration"):
