@@ -2,7 +2,7 @@
 network predicts how much of a bound the tiles reach, so a prediction can never beat the bound.
 
     time = floor + bound / utilisation,     0 < utilisation < 1 (a sigmoid)
-    bound = max(waves x one CTA's FLOPs / (power share x peak FLOP/s per SM),  unique bytes / memory bandwidth)
+    bound = max(waves x one CTA's FLOPs / peak FLOP/s per SM,  unique bytes / memory bandwidth)
 
 - **Tiles and waves** come from the kernel that runs (``estimator.kernel_config``: the recorded launch, else
   cuBLASLt's heuristic on the virtual device, ``estimator.kernel_labels``): its output tile, split-K and grid;
@@ -10,17 +10,21 @@ network predicts how much of a bound the tiles reach, so a prediction can never 
   least quantisation overhead. The compute term charges every CTA of every wave a whole tile, so wave and tile
   quantisation are in the bound exactly, for any device; the memory term is the whole GEMM's unique bytes (tiles
   re-read operands from L2, which a per-tile byte count would charge to DRAM and so over-bound).
-- **Power share** (``power_cap``): a board sustains at most its power over the energy per FLOP of its SM
-  generation (compute capability major) and dtype. Each training device bounds that energy from above (board
-  power over its sustained FLOP/s, ``fit_joules_per_flop``); the least bound of a generation caps its devices'
-  peak (``power_share``), and a generation never measured is not capped. This is the figure the spec sheet lacks:
-  the 70-75 W inference cards reach a third to a half of their rated fp32 peak on large GEMMs.
+- **Power share** (``power``): a board sustains at most its power over the energy per FLOP of its SM generation
+  (compute capability major) and dtype. Each training device bounds that energy from above (board power over its
+  sustained FLOP/s, ``fit_joules_per_flop``); the least bound of a generation gives its devices' share of peak
+  (``power_share``; a generation never measured gets 1). This is the figure the spec sheet lacks: the 70-75 W
+  inference cards reach a third to a half of their rated fp32 peak on large GEMMs. ``power="feature"`` (default)
+  gives the share to the network, ``"bound"`` divides the bound's peak by it (a short kernel boosts past its
+  board's power, so there it over-bounds: NeuSight leave-one-GPU-out 26.6 % against 23.4), ``"none"`` ignores it.
 - **Utilisation** is what the network learns, from dimensionless tile facts (tile sides, K per CTA, waves,
   last-wave fill, the tile's arithmetic intensity over the SM's ridge, split-K, path, alignment), optionally with
   the device per SM (``device_features="per_sm"``: peak GFLOP/s, bandwidth and L2 per SM, NeuSight's
   normalisation). Inputs are clamped to their training range, so an unseen device cannot push the network beyond
   its data.
-- **Floor**: one fitted per-op cost (the launch path), the same for every device.
+- **Floor**: a fitted per-op cost (the launch path) per timing method of the source (``estimator.features.
+  TIMING_METHODS``: NeuSight times an op with its host launch, aiconfigurator under CUDA graphs), the same for every
+  device; the timing method is also a network input.
 
 Fitted by minimising the absolute log error of the whole formula (torch, CPU). Weights as safetensors, the floor,
 energies and normalisation in meta.json (``estimator.mlp``'s persistence).
@@ -46,7 +50,9 @@ BOUND = "log2_bound_us"
 #: the timing method of the row's source (estimator.features.TIMING_METHODS), which sets the per-op floor
 TIMING = "timing"
 #: device descriptions the network may see: none (the device enters through the bound only) or per SM (NeuSight's)
-DEVICE_FEATURES = ("none", "per_sm")
+DEVICE_FEATURES = ("none", "per_sm", "generation")
+#: where the board's power share enters: nowhere, the bound, or the network's inputs
+POWER_MODES = ("none", "bound", "feature")
 
 
 def _tile_fallback(m: np.ndarray, n: np.ndarray, batch: np.ndarray, sms: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -112,15 +118,18 @@ def power_share(frame: Kernels, peak_flops: np.ndarray, joules_per_flop: dict[st
     return np.where(np.isfinite(share), np.minimum(share, 1.0), 1.0)
 
 
-def tile_features(frame: Kernels, device_features: str = "none", joules_per_flop: dict[str, float] | None = None) -> FeatureFrame:
+def tile_features(frame: Kernels, device_features: str = "none", joules_per_flop: dict[str, float] | None = None,
+                  power: str = "feature") -> FeatureFrame:
     """The bound (``BOUND``) and the utilisation network's inputs for every GEMM row; ``baseline_us`` is the bound.
-    ``joules_per_flop``: the bound's compute term runs at the power-limited share of peak (``power_share``)."""
+    ``joules_per_flop`` gives each row its board's power share (``power_share``): with ``power="bound"`` the bound's
+    compute term runs at that share of peak, with ``"feature"`` the share is an input of the network instead."""
     frame = categorical_keys(label_for_features(frame))
     w = work("gemm", frame)
     hw = row_hardware(frame["hardware"], frame["dtype"])
     m, n, k, batch = (np.asarray(num(frame, c), dtype=np.float64) for c in ("m", "n", "k", "batch"))
-    sms = hw.spec["hw_sm_count"]
     elem = element_bytes(frame)
+    sms = hw.spec["hw_sm_count"]
+
     kc = kernel_config_features(frame, m, n, k, batch, sms, elem)
     fallback_m, fallback_n = _tile_fallback(m, n, batch, sms)
     known = np.isfinite(kc["kc_tile_m"]) & np.isfinite(kc["kc_tile_n"])
@@ -135,7 +144,7 @@ def tile_features(frame: Kernels, device_features: str = "none", joules_per_flop
     cta_flops = 2.0 * tile_m * tile_n * k_cta
     cta_bytes = elem * (tile_m * k_cta + tile_n * k_cta + tile_m * tile_n)
     share = power_share(frame, hw.peak_flops, joules_per_flop) if joules_per_flop else np.ones(len(m))
-    sm_flops = hw.peak_flops * share / sms
+    sm_flops = hw.peak_flops * (share if power == "bound" else 1.0) / sms
     sm_bandwidth = hw.memory_bandwidth / sms
     compute_us = waves * cta_flops / sm_flops * 1e6
     memory_us = w.bytes / hw.memory_bandwidth * 1e6
@@ -156,6 +165,10 @@ def tile_features(frame: Kernels, device_features: str = "none", joules_per_flop
         "log2_shape_align_bytes": np.log2(kc["kc_shape_align_bytes"]),
         "dtype": encode(frame["dtype"], VOCABULARY["dtype"]),
     }
+    if power == "feature":
+        cols["log2_power_share"] = np.log2(share)
+    if device_features == "generation":
+        cols["sm_generation"] = hw.spec["hw_compute_capability"] // 10
     if device_features == "per_sm":
         cols |= {"log2_sm_gflops": np.log2(sm_flops / 1e9), "log2_sm_bandwidth_gbps": np.log2(sm_bandwidth / 1e9),
                  "log2_sm_l2_kib": np.log2(hw.spec["hw_l2_cache_mib"] * 1024.0 / sms)}
@@ -187,7 +200,7 @@ class TiledEstimator(MLPEstimator):
                  kernel_config: bool = True, timing: bool = False, hidden: tuple[int, ...] | list[int] = (64, 64),
                  epochs: int = 30, batch_size: int = 1024, learning_rate: float = 3e-3, weight_decay: float = 1e-5,
                  threads: int = 1, seed: int = 0, device_features: str = "none", floor_us: float = 30.0,
-                 clamp_inputs: bool = True, power_cap: bool = True, min_steps: int = 1500) -> None:
+                 clamp_inputs: bool = True, power: str = "feature", min_steps: int = 1500) -> None:
         if family != "gemm":
             raise ValueError(f"tiled estimator: family '{family}' is not modelled (expected 'gemm')")
         if device_features not in DEVICE_FEATURES:
@@ -197,13 +210,15 @@ class TiledEstimator(MLPEstimator):
         self.device_features = device_features
         self.floor_us = float(floor_us)
         self.clamp_inputs = bool(clamp_inputs)
-        self.power_cap = bool(power_cap)
+        if power not in POWER_MODES:
+            raise ValueError(f"power '{power}': expected one of {', '.join(POWER_MODES)}")
+        self.power = power
         self.min_steps = int(min_steps)
         self.joules_per_flop: dict[str, float] = {}
 
     def get_params(self) -> dict[str, Any]:
         return super().get_params() | {"device_features": self.device_features, "floor_us": self.floor_us,
-                                      "clamp_inputs": self.clamp_inputs, "power_cap": self.power_cap,
+                                      "clamp_inputs": self.clamp_inputs, "power": self.power,
                                       "min_steps": self.min_steps}
 
     def fit(self, frame, runtime_us) -> "TiledEstimator":
@@ -213,7 +228,7 @@ class TiledEstimator(MLPEstimator):
         frame = as_kernels(frame)
         runtime_us = np.asarray(runtime_us, dtype=np.float64)
         self.feature_names = []
-        self.joules_per_flop = fit_joules_per_flop(frame, runtime_us) if self.power_cap else {}
+        self.joules_per_flop = fit_joules_per_flop(frame, runtime_us) if self.power != "none" else {}
         return super().fit(frame, runtime_us)
 
     def _features(self, frame: Kernels) -> FeatureFrame:
@@ -221,7 +236,7 @@ class TiledEstimator(MLPEstimator):
         if len(uniques) and (len(uniques) > 1 or str(uniques[0]) != "gemm"):
             raise ValueError(f"tiled estimator got rows of family {', '.join(map(str, uniques))} (expected gemm; "
                              "route mixed frames through estimator.load())")
-        feats = tile_features(frame, self.device_features, self.joules_per_flop)
+        feats = tile_features(frame, self.device_features, self.joules_per_flop, self.power)
         if self.feature_names and feats.names != self.feature_names:
             raise ValueError(f"tiled@{self.version} was trained on other features than this version computes: "
                              "retrain or re-export the bundle")

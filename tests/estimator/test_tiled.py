@@ -13,7 +13,7 @@ from estimator.models import make_estimator
 from estimator.tiled import BOUND, TiledEstimator, fit_joules_per_flop, power_share, tile_features
 from profiling.hardware import lookup
 
-FAST = {"epochs": 5, "min_steps": 1000, "batch_size": 128, "learning_rate": 0.01}
+FAST = {"epochs": 5, "min_steps": 1000, "batch_size": 128, "learning_rate": 0.01, "power": "bound"}
 
 
 def gemm(m: int, n: int, k: int, hardware: str = "p100", batch: int = 1, **extra) -> dict:
@@ -88,7 +88,7 @@ def test_predictions_never_beat_the_bound_even_on_an_unseen_device(fitted):
     unseen = test.assign(hardware="t4")
     for rows in (test, unseen):
         predicted = model.predict(rows)
-        bound = 2.0 ** tile_features(rows, model.device_features, model.joules_per_flop).column(BOUND)
+        bound = 2.0 ** tile_features(rows, model.device_features, model.joules_per_flop, model.power).column(BOUND)
         assert np.all(np.isfinite(predicted)) and np.all(predicted >= bound * (1 - 1e-4))
 
 
