@@ -30,6 +30,11 @@ Fields::
                            collective had reached its stream and waited for other ranks (= breakdown idle)
     fallback_kernels       kernels timed without a learned model (analytical estimate or launch floor)
     fallback_reasons       those kernels by reason
+    predicted_event_timings  what the script's event timings (cudaEventElapsedTime, as autotuners time their
+                           candidates) answered during the capture (emulate/event_timing.py): {queries, predicted,
+                           nominal, callers (who asked, e.g. triton.autotune, inductor.select_algorithm), choices
+                           (the configs / algorithms autotuners kept on predicted times)}, summed over ranks; null
+                           when no rank timed events (or the traces were not captured here)
 
 Iterations of a rank are device-inclusive: the boundary at an ``iteration`` marker is the later of the marker's
 host time and the end of all device work the host issued before it, so an iteration is never shorter than its
@@ -62,6 +67,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -170,7 +176,38 @@ def build_report(result) -> dict[str, Any]:
         "fallback_kernels": times.fallback_kernels,
         "fallback_reasons": dict(times.fallback_reasons),
         "collectives_matched": len(result.groups) if matched is None else matched,
+        "predicted_event_timings": predicted_event_timings(result.programs),
     }
+
+
+def predicted_event_timings(programs: list[RankProgram]) -> dict[str, Any] | None:
+    """The capture's event-timing summaries (``rank<k>.log.events.json`` beside each rank's trace, written by
+    emulate/event_timing.py) summed over ranks; choices listed once each. None when there is none."""
+    total: dict[str, Any] = {"queries": 0, "predicted": 0, "nominal": 0, "callers": {}, "choices": []}
+    seen: set[str] = set()
+    found = False
+    for prog in programs:
+        trace = Path(str(prog.source))
+        if not trace.is_file():  # an in-memory trace: no capture folder
+            continue
+        path = trace.parent / f"rank{prog.rank}.log.events.json"
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        found = True
+        for key in ("queries", "predicted", "nominal"):
+            total[key] += int(doc.get(key) or 0)
+        for caller, n in (doc.get("callers") or {}).items():
+            total["callers"][caller] = total["callers"].get(caller, 0) + int(n)
+        for choice in doc.get("choices") or []:
+            key = json.dumps({k: v for k, v in choice.items() if k != "predicted_ms"}, sort_keys=True)
+            if key not in seen:
+                seen.add(key)
+                total["choices"].append(choice)
+        if doc.get("failure") and "failure" not in total:
+            total["failure"] = doc["failure"]
+    return total if found else None
 
 
 def _as_rank(entry: dict[str, Any], rank: int) -> dict[str, Any]:
@@ -343,6 +380,11 @@ def print_summary(report: dict[str, Any], console=None) -> None:
     table.add_row("kernels without a learned model", str(report["fallback_kernels"]))
     if report.get("estimator"):
         table.add_row("estimator", report["estimator"])
+    events = report.get("predicted_event_timings")
+    if events:
+        tuned = Counter(c.get("tuner", "?") for c in events["choices"])
+        table.add_row("event timings predicted", f"{events['predicted']} of {events['queries']}"
+                      + "".join(f"; {n} {tuner} choice(s)" for tuner, n in tuned.items()))
     det = report.get("determinism")
     if det:
         value = f"{det['steady_iterations']} ({det['spread'] * 100:.1f}%)"

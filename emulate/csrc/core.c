@@ -656,10 +656,19 @@ void sc_log_kernel(uint64_t t_enter, const void *func, unsigned gx, unsigned gy,
 typedef struct { uint32_t magic; int id; uint64_t work_mark; } sc_handle_t;
 
 /* The emulated device's clock, for code that times itself with events (Triton's and Inductor's autotuners,
- * torch.utils.benchmark): every piece of device work (kernel, library call, copy, memset, collective) counts one
- * nominal microsecond, so elapsed times are positive and grow with the work; they predict nothing (that is the
- * simulator's job) and all candidates of an autotuner tie on equal launch counts, which keeps its first choice. */
+ * torch.utils.benchmark). The capture layer registers a predictor (emulate/event_timing.py,
+ * stepcast_set_elapsed_predictor): given the two events' ids, it finds their latest 'R' records in the log and
+ * answers the predicted device time of the work between them on the start event's stream, so that an autotuner's
+ * candidates compare as the estimator predicts them on the target. Without one, or when it cannot answer, every
+ * piece of device work (kernel, library call, copy, memset, collective) counts one nominal microsecond: elapsed
+ * times stay positive and grow with the work, and all candidates tie on equal launch counts (the first is kept).
+ * A record stays O(1): it notes the work count; the log is only read at a query (rare: once per timed run). */
 #define SC_NOMINAL_WORK_MS 1e-3f
+static sc_elapsed_predictor_t elapsed_predictor;
+SC_EXPORT void stepcast_set_elapsed_predictor(sc_elapsed_predictor_t predictor) {
+    __atomic_store_n(&elapsed_predictor, predictor, __ATOMIC_RELEASE);
+}
+
 void sc_event_mark(void *event) {
     sc_handle_t *h = event;
     if (h && h->magic == 0xE7E7) h->work_mark = __atomic_load_n(&device_work, __ATOMIC_RELAXED);
@@ -668,7 +677,14 @@ void sc_event_mark(void *event) {
 int sc_event_elapsed_ms(const void *start, const void *end, float *ms) {
     const sc_handle_t *a = start, *b = end;
     if (!a || !b || a->magic != 0xE7E7 || b->magic != 0xE7E7) return -1;
-    *ms = (float)((int64_t)(b->work_mark - a->work_mark)) * SC_NOMINAL_WORK_MS;
+    float nominal = (float)((int64_t)(b->work_mark - a->work_mark)) * SC_NOMINAL_WORK_MS;
+    *ms = nominal;
+    sc_elapsed_predictor_t predict = __atomic_load_n(&elapsed_predictor, __ATOMIC_ACQUIRE);
+    if (predict && sc_logging()) {
+        stepcast_flush();  /* the predictor reads the records up to the end event's from the file */
+        float predicted;
+        if (predict(a->id, b->id, nominal, &predicted) == 0) *ms = predicted;
+    }
     return 0;
 }
 static int next_stream_id = 1, next_event_id = 1;

@@ -367,7 +367,8 @@ SC_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     return cudaSuccess;
 }
 SC_EXPORT cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
-    /* device time is the simulator's to predict: this is the nominal event clock (core.c, sc_event_mark) */
+    /* the predicted device time of the work between, when the capture layer registered a predictor; else the
+     * nominal event clock (core.c, sc_event_elapsed_ms) */
     return sc_event_elapsed_ms(a, b, ms) == 0 ? cudaSuccess : cudaErrorInvalidResourceHandle;
 }
 SC_EXPORT cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *data) {

@@ -72,9 +72,14 @@ void sc_host_range_remove(const void *ptr);
 size_t sc_device_used_bytes(int device);
 void *sc_new_stream(void);
 void *sc_new_event(void);
-/* Events as a device clock (core.c): a record notes the device work so far; elapsed = work between, nominally. */
+/* Events as a device clock (core.c): a record notes the device work so far; elapsed = the predicted time of the
+ * work between (the registered predictor), else that work at a nominal microsecond a piece. */
 void sc_event_mark(void *event);
 int sc_event_elapsed_ms(const void *start, const void *end, float *ms);  /* -1 when either is not an event */
+/* The capture layer's elapsed-time predictor (emulate/event_timing.py): the start and end events' trace ids (their
+ * 'R' records in the log) and the nominal answer; 0 with *ms set, else nonzero (the nominal answer stands). */
+typedef int (*sc_elapsed_predictor_t)(long long start, long long end, float nominal_ms, float *ms);
+void stepcast_set_elapsed_predictor(sc_elapsed_predictor_t predictor);
 
 /* Kernel names: a registered host stub / module function -> its (mangled) device name, logged once ('F' line). */
 typedef struct sc_func {

@@ -209,15 +209,27 @@ FK_EXPORT CUresult CUDAAPI cuEventSynchronize(CUevent hEvent) {
     return CUDA_SUCCESS;
 }
 
-/* The event clock, as the shim's (emulate/csrc/core.c, sc_event_elapsed_ms): each piece of device work issued
- * between two events counts one nominal microsecond. Elapsed times are then positive and grow with the work, as on a
- * GPU (autotuners divide by them: Inductor's coordinate descent does), yet predict nothing: every candidate of an
- * autotuner that issues the same number of launches ties, so it keeps its first, heuristic choice. Predicting the
- * time is the simulator's job, after the run. */
+/* The event clock, as the shim's (emulate/csrc/core.c, sc_event_elapsed_ms). The capture layer registers a
+ * predictor (emulate/event_timing.py, stepcast_set_elapsed_predictor): given the two events' handles as logged, it
+ * finds their latest event_record records and answers the predicted device time of the work between them on the
+ * start event's stream, so that autotuners (Inductor max-autotune, Triton's autotune, cudnn.benchmark) compare
+ * candidates as the estimator predicts them on the target. Without one, or when it cannot answer, each piece of
+ * device work issued between the events counts one nominal microsecond: elapsed times are then positive and grow
+ * with the work, as on a GPU (autotuners divide by them: Inductor's coordinate descent does), and every candidate
+ * that issues the same number of launches ties, so the autotuner keeps its first, heuristic choice. */
 #define FK_NOMINAL_WORK_MS 1e-3f
+typedef int (*fk_elapsed_predictor_t)(long long start, long long end, float nominal_ms, float *ms);
+static fk_elapsed_predictor_t elapsed_predictor;
+FK_EXPORT void stepcast_set_elapsed_predictor(fk_elapsed_predictor_t predictor) {
+    __atomic_store_n(&elapsed_predictor, predictor, __ATOMIC_RELEASE);
+}
 FK_EXPORT CUresult CUDAAPI cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd) {
     fk_event_t *a = as_event(hStart), *b = as_event(hEnd);
     if (!pMilliseconds || !a || !b) return CUDA_ERROR_INVALID_HANDLE;
-    *pMilliseconds = (float)(long long)(b->work - a->work) * FK_NOMINAL_WORK_MS;
+    float nominal = (float)(long long)(b->work - a->work) * FK_NOMINAL_WORK_MS, predicted;
+    *pMilliseconds = nominal;
+    fk_elapsed_predictor_t predict = __atomic_load_n(&elapsed_predictor, __ATOMIC_ACQUIRE);
+    if (predict && predict((long long)(uintptr_t)a, (long long)(uintptr_t)b, nominal, &predicted) == 0)
+        *pMilliseconds = predicted;
     return CUDA_SUCCESS;
 }

@@ -1,0 +1,257 @@
+"""Event timing under the capture: elapsed times between recorded events are the predicted device time of the work
+between them (emulate/event_timing.py), so autotuners choose as the estimator predicts; else the nominal clock."""
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from emulate.event_timing import KEEP_WORK, EventTiming, WorkLog, gemm_row
+from emulate.report import predicted_event_timings
+
+# ---- the log reader ---------------------------------------------------------------------------------------------
+
+SHIM_LOG = "\n".join([
+    "H\t0\tcpu",
+    "F\t0\tgemm_kernel",
+    "R\t10\t0\t0\t-1\t1\t0",          # event 1 recorded on stream 0
+    "K\t20\t0\t0\t-1\t0\t0\t1,1,1\t128,1,1\t0\t0\t0\t0",
+    "K\t30\t0\t0\t-1\t5\t0\t1,1,1\t128,1,1\t0\t0\t0\t0",   # another stream: not timed
+    "S\t40\t0\t0\t-1\t0\t4096",
+    "R\t50\t0\t0\t-1\t2\t0",          # event 2
+    "K\t60\t0\t0\t-1\t0\t0\t2,1,1\t128,1,1\t0\t0\t0\t0",
+    "R\t70\t0\t0\t-1\t1\t0",          # event 1 again
+    "",
+])
+
+
+def _log(tmp_path: Path, text: str, backend: str = "shim") -> WorkLog:
+    path = tmp_path / ("rank0.log" if backend == "shim" else "rank0.log.driver.1.jsonl")
+    path.write_text(text)
+    log = WorkLog(path, backend)
+    log.read()
+    return log
+
+
+def test_work_between_two_events_is_the_device_work_on_the_start_events_stream(tmp_path):
+    log = _log(tmp_path, SHIM_LOG.replace("R\t70\t0\t0\t-1\t1\t0\n", ""))
+    records, sign = log.between(1, 2)
+    assert [(r[0], r[5]) for r in records] == [("K", "0"), ("S", "0")]
+    assert sign == 1
+
+
+def test_an_event_recorded_again_is_timed_from_its_latest_record(tmp_path):
+    log = _log(tmp_path, SHIM_LOG)
+    records, sign = log.between(2, 1)      # 2 at its only record, 1 at its second: one kernel between
+    assert [r[7] for r in records] == ["2,1,1"]
+    assert sign == 1
+    assert log.between(1, 2)[1] == -1      # end recorded before start: a negative interval, as CUDA gives
+
+
+def test_lines_arriving_in_pieces_are_read_once_complete(tmp_path):
+    path = tmp_path / "rank0.log"
+    path.write_text(SHIM_LOG[:100])   # the writer stopped inside a line
+    log = WorkLog(path, "shim")
+    log.read()
+    path.write_text(SHIM_LOG)
+    log.read()
+    assert len(log.work) == 4 and log.kernels == {0: "gemm_kernel"}
+    assert log.between(2, 1)[0][0][7] == "2,1,1"
+
+
+def test_an_unrecorded_event_or_forgotten_work_gets_no_answer(tmp_path):
+    log = _log(tmp_path, SHIM_LOG)
+    assert log.between(1, 99) is None
+    log.base = 10   # the work before these records left memory
+    assert log.between(2, 1) is None
+
+
+def test_the_reader_keeps_a_bounded_window_of_work(tmp_path):
+    lines = ["R\t0\t0\t0\t-1\t1\t0"] + ["S\t1\t0\t0\t-1\t0\t64"] * (KEEP_WORK + 10) + ["R\t2\t0\t0\t-1\t2\t0", ""]
+    log = _log(tmp_path, "\n".join(lines))
+    assert len(log.work) <= KEEP_WORK
+    assert 1 not in log.latest and log.between(1, 2) is None
+
+
+def test_the_driver_log_is_read_the_same_way(tmp_path):
+    records = [{"event": "event_record", "handle": 7, "stream": 1},
+               {"event": "launch", "name": "k", "grid": [1, 1, 1], "block": [32, 1, 1], "smem": 0, "stream": 1},
+               {"event": "launch", "name": "k", "grid": [1, 1, 1], "block": [32, 1, 1], "smem": 0, "stream": 3},
+               {"event": "memcpy", "stream": 1, "bytes": 4, "direction": "d2h", "blocking": 0},
+               {"event": "event_record", "handle": 8, "stream": 1}]
+    log = _log(tmp_path, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records), "driver")
+    found, sign = log.between(7, 8)
+    assert [r["event"] for r in found] == ["launch", "memcpy"] and sign == 1
+
+
+class _Shim:
+    def stepcast_pause(self) -> None: ...
+    def stepcast_resume(self) -> None: ...
+
+
+def test_a_failing_prediction_leaves_the_nominal_answer_and_warns_once(tmp_path, capsys):
+    timing = EventTiming(_Shim(), _log(tmp_path, SHIM_LOG), None)
+
+    def broken(events):
+        raise RuntimeError("no estimator here")
+
+    timing._assign = broken
+    out = [-1.0]
+    assert timing.answer(2, 1, 0.001, out) == 1 and out == [-1.0]
+    assert timing.answer(2, 1, 0.001, out) == 1
+    assert capsys.readouterr().err.count("no estimator here") == 1
+    assert timing.summary()["nominal"] == 2 and timing.summary()["predicted"] == 0
+
+
+def test_the_report_sums_the_ranks_event_timings(tmp_path):
+    programs = []
+    for rank in (0, 1):
+        trace = tmp_path / f"rank{rank}.trace.json"
+        trace.write_text("{}")
+        (tmp_path / f"rank{rank}.log.events.json").write_text(json.dumps(
+            {"queries": 3, "predicted": 2, "nominal": 1, "callers": {"triton.autotune": 3},
+             "choices": [{"tuner": "triton.autotune", "kernel": "k", "chosen": "BLOCK: 1024"}]}))
+        programs.append(SimpleNamespace(source=str(trace), rank=rank))
+    got = predicted_event_timings(programs)
+    assert (got["queries"], got["predicted"], got["nominal"]) == (6, 4, 2)
+    assert got["callers"] == {"triton.autotune": 6}
+    assert got["choices"] == [{"tuner": "triton.autotune", "kernel": "k", "chosen": "BLOCK: 1024"}]
+    assert predicted_event_timings([SimpleNamespace(source="<trace 0>", rank=0)]) is None
+
+
+# ---- scripts under the capture ----------------------------------------------------------------------------------
+
+GEMMS = textwrap.dedent("""
+    import torch
+    big = torch.randn(4096, 4096, device="cuda")
+    small = torch.randn(256, 256, device="cuda")
+
+    def timed(x):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.mm(x, x)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+
+    print("ELAPSED", timed(big), timed(small))
+""")
+
+
+def _elapsed(proc) -> list[float]:
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("ELAPSED"))
+    return [float(v) for v in line.split()[1:]]
+
+
+def _simulated_between_records(trace: dict) -> list[float]:
+    """The simulator's own predicted time (ms) of the device work between consecutive pairs of event records on
+    the start record's stream, from the whole collated trace."""
+    import estimator
+    from emulate.sim.durations import assign_durations
+    from emulate.sim.program import build_program
+    from profiling.hardware import lookup
+
+    events = list(trace["events"])
+    times = assign_durations([build_program(trace, "<trace>")], lookup("h100-sxm"), "predicted",
+                             estimator.load(None), 1).us[0]
+    records = [i for i, ev in enumerate(events) if ev["kind"] == "event_record"]
+    out = []
+    for a, b in zip(records[0::2], records[1::2]):
+        stream = events[a]["stream"]
+        out.append(sum(times[i] for i in range(a + 1, b) if events[i]["kind"] in ("kernel", "memcpy", "memset")
+                       and events[i]["stream"] == stream) / 1e3)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["shim", "driver"])
+def test_event_timed_gemms_get_the_simulators_predicted_times(emulate_run, tmp_path, backend):
+    script = tmp_path / "gemms.py"
+    script.write_text(GEMMS)
+    proc, doc, traces = emulate_run(tmp_path, script, options=("--backend", backend))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    big, small = _elapsed(proc)
+    assert [big, small] == pytest.approx(_simulated_between_records(traces[0]), rel=1e-4)
+    assert big > 50 * small   # 4096^3 against 256^3: not one nominal microsecond a launch
+    summary = json.loads((tmp_path / "traces" / "rank0.log.events.json").read_text())
+    assert (summary["queries"], summary["predicted"]) == (2, 2)
+    assert summary["callers"] == {"gemms.py:timed": 2}
+
+
+@pytest.mark.slow
+def test_with_event_timing_off_elapsed_times_are_nominal(emulate_run, tmp_path, monkeypatch):
+    monkeypatch.setenv("STEPCAST_EVENT_TIMING", "nominal")
+    script = tmp_path / "gemms.py"
+    script.write_text(GEMMS)
+    proc, _, _ = emulate_run(tmp_path, script)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _elapsed(proc) == pytest.approx([1e-3, 1e-3])   # one cuBLAS call each, a nominal microsecond
+    assert not (tmp_path / "traces" / "rank0.log.events.json").exists()
+
+
+AUTOTUNE = textwrap.dedent("""
+    import torch
+    import triton
+    import triton.language as tl
+
+    # the config the estimator times slower comes first: on a tie (the nominal clock) the autotuner keeps it
+    CONFIGS = [triton.Config({"BLOCK": 64}, num_warps=1), triton.Config({"BLOCK": 1024}, num_warps=4)]
+
+    # named as Inductor names a pointwise kernel, so that the simulator times it from its grid
+    @triton.autotune(configs=CONFIGS, key=["n"])
+    @triton.jit
+    def triton_poi_fused_add_0(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + 1.0, mask=mask)
+
+    x = torch.randn(1 << 24, device="cuda")
+    out = torch.empty_like(x)
+    triton_poi_fused_add_0[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, out, x.numel())
+    torch.cuda.synchronize()
+    print("CHOSEN", triton_poi_fused_add_0.best_config.kwargs["BLOCK"])
+""")
+
+
+@pytest.mark.slow
+def test_triton_autotune_keeps_the_config_the_estimator_predicts_faster(emulate_run, tmp_path, monkeypatch):
+    pytest.importorskip("triton")
+    import estimator
+    from emulate.sim.durations import assign_durations
+    from emulate.sim.program import build_program
+    from profiling.hardware import lookup
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    script = tmp_path / "autotune.py"
+    script.write_text(AUTOTUNE)
+    proc, _, traces = emulate_run(tmp_path, script)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    chosen = int(next(line for line in proc.stdout.splitlines() if line.startswith("CHOSEN")).split()[1])
+    events = list(traces[0]["events"])
+    times = assign_durations([build_program(traces[0], "<trace>")], lookup("h100-sxm"), "predicted",
+                             estimator.load(None), 1).us[0]
+    by_block = {(1 << 24) // ev["grid"][0]: times[i] for i, ev in enumerate(events)
+                if ev["kind"] == "kernel" and ev["name"] == "triton_poi_fused_add_0"}
+    assert set(by_block) == {64, 1024} and by_block[64] != by_block[1024]
+    assert chosen == min(by_block, key=by_block.get)
+    summary = json.loads((tmp_path / "traces" / "rank0.log.events.json").read_text())
+    assert summary["predicted"] == summary["queries"] > 0
+    assert set(summary["callers"]) == {"triton.autotune"}
+    assert [(c["tuner"], c["kernel"], f"BLOCK: {chosen}," in c["chosen"]) for c in summary["choices"]] == \
+        [("triton.autotune", "triton_poi_fused_add_0", True)]
+
+
+def _tensor(*shape: int, dtype: str = "torch.float16") -> SimpleNamespace:
+    return SimpleNamespace(shape=shape, dtype=dtype)
+
+
+def test_a_gemm_templates_benchmark_is_timed_as_the_gemm_it_computes():
+    row = gemm_row((_tensor(64, 32), _tensor(32, 16)), _tensor(64, 16))
+    assert row == {"family": "gemm", "dtype": "fp16", "m": 64, "n": 16, "k": 32, "batch": 1}
+    batched = gemm_row((_tensor(8, 16), _tensor(4, 64, 32), _tensor(4, 32, 16)), _tensor(4, 64, 16))
+    assert (batched["m"], batched["k"], batched["batch"]) == (64, 32, 4)
+    assert gemm_row((_tensor(64, 32), _tensor(16, 16)), _tensor(64, 16)) is None   # no B [K, N]
+    assert gemm_row((_tensor(64, 16),), _tensor(64, 16)) is None
