@@ -277,7 +277,7 @@ class EventTiming:
         while frame is not None:
             path = frame.f_code.co_filename.replace(os.sep, "/")
             if first is None and not path.endswith(_EVENT_FILES) and path != __file__:
-                first = f"{Path(path).name}:{frame.f_code.co_name}"
+                first = f"{path.rsplit('/', 1)[-1]}:{frame.f_code.co_name}"
             for part, tuner in TUNERS:
                 if part in path and tuner not in found:
                     found[tuner] = frame
