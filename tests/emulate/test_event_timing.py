@@ -255,3 +255,16 @@ def test_a_gemm_templates_benchmark_is_timed_as_the_gemm_it_computes():
     assert (batched["m"], batched["k"], batched["batch"]) == (64, 32, 4)
     assert gemm_row((_tensor(64, 32), _tensor(16, 16)), _tensor(64, 16)) is None   # no B [K, N]
     assert gemm_row((_tensor(64, 16),), _tensor(64, 16)) is None
+
+
+def test_the_emulated_gpus_name_finds_the_hardware_the_run_targets():
+    """The predictor knows the target only by the name the launcher gives the virtual GPU (STEPCAST_GPU_NAME)."""
+    from emulate.launcher import gpu_environment
+    from profiling.hardware import lookup
+    from profiling.paths import REPO_ROOT
+
+    gpus = [lookup(p.stem) for p in sorted((REPO_ROOT / "conf" / "hardware").glob("*.yaml"))]
+    gpus = [spec for spec in gpus if spec.kind == "gpu" and spec.compute_capability is not None]
+    assert len(gpus) > 5
+    for spec in gpus:
+        assert lookup(gpu_environment(spec, 1)["STEPCAST_GPU_NAME"]).id == spec.id
