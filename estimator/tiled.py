@@ -1,8 +1,9 @@
 """A GEMM model with NeuSight's structure (ASPLOS'25): the GEMM is cut into the tiles the library runs, and a small
 network predicts how much of a bound the tiles reach, so a prediction can never beat the bound.
 
-    time = floor + bound / utilisation,     0 < utilisation < 1 (a sigmoid)
+    time = floor + max(bound / utilisation, cap),     0 < utilisation < 1 (a sigmoid)
     bound = max(waves x one CTA's FLOPs / peak FLOP/s per SM,  unique bytes / memory bandwidth)
+    cap = E^2 / (E + credit),  E = FLOPs x the generation's energy per FLOP / board power   (power="cap" only)
 
 - **Tiles and waves** come from the kernel that runs (``estimator.kernel_config``: the recorded launch, else
   cuBLASLt's heuristic on the virtual device, ``estimator.kernel_labels``): its output tile, split-K and grid;
@@ -14,9 +15,14 @@ network predicts how much of a bound the tiles reach, so a prediction can never 
   (compute capability major) and dtype. Each training device bounds that energy from above (board power over its
   sustained FLOP/s, ``fit_joules_per_flop``); the least bound of a generation gives its devices' share of peak
   (``power_share``; a generation never measured gets 1). This is the figure the spec sheet lacks: the 70-75 W
-  inference cards reach a third to a half of their rated fp32 peak on large GEMMs. ``power="feature"`` (default)
-  gives the share to the network, ``"bound"`` divides the bound's peak by it (a short kernel boosts past its
-  board's power, so there it over-bounds: NeuSight leave-one-GPU-out 26.6 % against 23.4), ``"none"`` ignores it.
+  inference cards reach a third to a half of their rated fp32 peak on large GEMMs. ``power="feature"`` gives the
+  share to the network, ``"bound"`` divides the bound's peak by it (a short kernel boosts past its board's power,
+  so there it over-bounds: NeuSight leave-one-GPU-out 26.6 % against 23.4), ``"none"`` ignores it. ``"cap"``
+  (default) gives the share to the network too and adds the power-limited time E as a second bound that the time
+  cannot beat, less a fitted energy credit (the board boosts past its power until its limiter catches up): the
+  low-power cards' share of the tile bound falls with the kernel's length (90th percentile, compute-bound, 4+
+  waves: T4 0.69 at 0.1-0.3 ms, 0.60 at 1-3 ms, 0.44 beyond 30 ms; P4 0.76 / 0.61 / 0.35), which a share that
+  every kernel gets cannot express and a network that saw four devices does not learn to carry over.
 - **Utilisation** is what the network learns, from dimensionless tile facts (tile sides, K per CTA, waves,
   last-wave fill, the tile's arithmetic intensity over the SM's ridge, split-K, path, alignment), optionally with
   the device per SM (``device_features="per_sm"``: peak GFLOP/s, bandwidth and L2 per SM, NeuSight's
@@ -51,8 +57,20 @@ BOUND = "log2_bound_us"
 TIMING = "timing"
 #: device descriptions the network may see: none (the device enters through the bound only) or per SM (NeuSight's)
 DEVICE_FEATURES = ("none", "per_sm", "generation")
-#: where the board's power share enters: nowhere, the bound, or the network's inputs
-POWER_MODES = ("none", "bound", "feature")
+#: where the board's power share enters: nowhere, the bound, the network's inputs, or a power-limited time beside the
+#: bound that a long kernel cannot beat (``cap``: see ``_log_time``)
+POWER_MODES = ("none", "bound", "feature", "cap")
+#: the structural column of ``power="cap"``: log2 of the time (us) the row's useful FLOPs take at its board's power
+#: (its generation's energy per FLOP x FLOPs / board power); NaN where the generation was never measured
+ENERGY = "log2_energy_us"
+#: columns the formula reads but the network does not see
+STRUCTURAL = (ENERGY,)
+#: log microseconds of "no power-limited time" (a generation never measured): far below any kernel
+NO_CAP = -50.0
+#: starting value of the fitted energy credit of ``power="cap"``, in microseconds of power-limited time: next to
+#: nothing, so the cap starts as the plain power-limited time and the data decide whether short kernels escape it
+#: (NeuSight leave-one-GPU-out cannot tell 1 from 100 us: 20.4 vs 20.6 %, one seed)
+CREDIT_US = 1.0
 
 
 def _tile_fallback(m: np.ndarray, n: np.ndarray, batch: np.ndarray, sms: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -109,12 +127,15 @@ def fit_joules_per_flop(frame: Kernels, runtime_us: np.ndarray) -> dict[str, flo
     return out
 
 
+def _joules(frame: Kernels, joules_per_flop: dict[str, float]) -> np.ndarray:
+    """Each row's generation's energy per FLOP (``fit_joules_per_flop``); NaN where it was never measured."""
+    return np.array([joules_per_flop.get(k, np.nan) for k in _generation_keys(frame)], dtype=np.float64)
+
+
 def power_share(frame: Kernels, peak_flops: np.ndarray, joules_per_flop: dict[str, float]) -> np.ndarray:
     """The share of the dtype's peak a board can sustain within its power: min(1, watts / (J per FLOP x peak)), with
     the energy per FLOP of its generation (``fit_joules_per_flop``); 1 where its generation was never measured."""
-    keys = _generation_keys(frame)
-    joules = np.array([joules_per_flop.get(k, np.nan) for k in keys], dtype=np.float64)
-    share = _tdp_watts(frame) / (joules * peak_flops)
+    share = _tdp_watts(frame) / (_joules(frame, joules_per_flop) * peak_flops)
     return np.where(np.isfinite(share), np.minimum(share, 1.0), 1.0)
 
 
@@ -165,8 +186,10 @@ def tile_features(frame: Kernels, device_features: str = "none", joules_per_flop
         "log2_shape_align_bytes": np.log2(kc["kc_shape_align_bytes"]),
         "dtype": encode(frame["dtype"], VOCABULARY["dtype"]),
     }
-    if power == "feature":
+    if power in ("feature", "cap"):
         cols["log2_power_share"] = np.log2(share)
+    if power == "cap":
+        cols[ENERGY] = np.log2(w.flops * _joules(frame, joules_per_flop or {}) / _tdp_watts(frame) * 1e6)
     if device_features == "generation":
         cols["sm_generation"] = hw.spec["hw_compute_capability"] // 10
     if device_features == "per_sm":
@@ -200,7 +223,7 @@ class TiledEstimator(MLPEstimator):
                  kernel_config: bool = True, timing: bool = False, hidden: tuple[int, ...] | list[int] = (64, 64),
                  epochs: int = 30, batch_size: int = 1024, learning_rate: float = 3e-3, weight_decay: float = 1e-5,
                  threads: int = 1, seed: int = 0, device_features: str = "none", floor_us: float = 30.0,
-                 clamp_inputs: bool = True, power: str = "feature", min_steps: int = 1500) -> None:
+                 clamp_inputs: bool = True, power: str = "cap", min_steps: int = 1500) -> None:
         if family != "gemm":
             raise ValueError(f"tiled estimator: family '{family}' is not modelled (expected 'gemm')")
         if device_features not in DEVICE_FEATURES:
@@ -242,22 +265,40 @@ class TiledEstimator(MLPEstimator):
                              "retrain or re-export the bundle")
         return feats
 
-    def _inputs(self, x: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        """(normalised network inputs, log bound in microseconds). Inputs are clamped to the training range: a
-        network's output beyond its data is a straight line to anywhere, and an unseen device's figures would take
-        it there (the MLP on per-SM figures: 392.6 % on NeuSight leave-one-GPU-out); clamped, an unseen device is
-        described by the nearest seen value of each figure."""
+    def _network_columns(self) -> np.ndarray:
+        """Indices of the columns the network sees (all but ``STRUCTURAL``)."""
+        return np.array([i for i, name in enumerate(self.feature_names) if name not in STRUCTURAL], dtype=np.int64)
+
+    def _inputs(self, x: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(normalised network inputs, log bound, log power-limited time) in log microseconds; the last is -inf-like
+        where there is no cap. Inputs are clamped to the training range: a network's output beyond its data is a
+        straight line to anywhere, and an unseen device's figures would take it there (the MLP on per-SM figures:
+        392.6 % on NeuSight leave-one-GPU-out); clamped, an unseen device is described by the nearest seen value of
+        each figure."""
         bound = torch.from_numpy(np.asarray(x[:, self.feature_names.index(BOUND)], dtype=np.float32) * np.log(2.0))
+        energy = np.full(len(x), NO_CAP, dtype=np.float32)
+        if ENERGY in self.feature_names:
+            column = x[:, self.feature_names.index(ENERGY)] * np.float32(np.log(2.0))
+            energy = np.where(np.isfinite(column), column, NO_CAP).astype(np.float32)
+        x = x[:, self._network_columns()]
         if self.clamp_inputs:
             x = np.clip(x, np.asarray(self.norm["x_min"], dtype=np.float32),
                         np.asarray(self.norm["x_max"], dtype=np.float32))
-        return self._normalise(x), bound
+        return self._normalise(x), bound, torch.from_numpy(energy)
 
-    def _log_time(self, xs: torch.Tensor, log_bound: torch.Tensor, log_floor: torch.Tensor) -> torch.Tensor:
-        """log(floor + bound / utilisation), utilisation = sigmoid(network): logaddexp keeps it stable.
-        ``log_floor``: one per row (its timing method's floor)."""
+    def _log_time(self, xs: torch.Tensor, log_bound: torch.Tensor, log_floor: torch.Tensor,
+                  log_energy: torch.Tensor | None = None, log_credit: torch.Tensor | None = None) -> torch.Tensor:
+        """log(floor + max(bound / utilisation, cap)), utilisation = sigmoid(network): logaddexp keeps it stable.
+        ``log_floor``: one per row (its timing method's floor). The cap (``power="cap"``) is the power-limited time
+        E less what the board's energy credit c buys, E^2 / (E + c) (about E - c for E >> c, nothing for E << c): a
+        board boosts past its power until the limiter catches up, so only long kernels settle at the power-limited
+        rate (NeuSight's T4 and P4 reach 0.7 of their rated peak at 0.1-1 ms, 0.44 and 0.35 beyond 30 ms)."""
         log_util = nn.functional.logsigmoid(self.network(xs)[:, 0])
-        return torch.logaddexp(log_floor, log_bound - log_util)
+        log_compute = log_bound - log_util
+        if log_energy is not None and log_credit is not None:
+            log_cap = 2.0 * log_energy - torch.logaddexp(log_energy, log_credit)
+            log_compute = torch.maximum(log_compute, log_cap)
+        return torch.logaddexp(log_floor, log_compute)
 
     def _floor_codes(self, x: np.ndarray) -> torch.Tensor:
         """Each row's timing method (``estimator.features.timing_codes``; -1, a method not in the vocabulary, last)."""
@@ -266,22 +307,25 @@ class TiledEstimator(MLPEstimator):
 
     def _fit_matrix(self, x: np.ndarray, y: np.ndarray) -> None:
         torch.manual_seed(self.seed)
-        x_mean, x_std = np.nanmean(x, axis=0), np.nanstd(x, axis=0)
+        net = x[:, self._network_columns()]
+        x_mean, x_std = np.nanmean(net, axis=0), np.nanstd(net, axis=0)
         x_mean = np.where(np.isfinite(x_mean), x_mean, 0.0)
         x_std = np.where(np.isfinite(x_std) & (x_std > 1e-6), x_std, 1.0)
-        x_min, x_max = np.nanmin(x, axis=0), np.nanmax(x, axis=0)
+        x_min, x_max = np.nanmin(net, axis=0), np.nanmax(net, axis=0)
         self.norm = {"x_mean": x_mean.tolist(), "x_std": x_std.tolist(),
                      "x_min": np.where(np.isfinite(x_min), x_min, 0.0).tolist(),
                      "x_max": np.where(np.isfinite(x_max), x_max, 0.0).tolist()}
-        xs, log_bound = self._inputs(x)
+        xs, log_bound, log_energy = self._inputs(x)
         target = torch.from_numpy(y.astype(np.float32)) + log_bound  # y is log(runtime / bound)
         self.network = build_network(xs.shape[1], self.hidden)
         with torch.no_grad():
             self.network[-1].bias.fill_(0.0)
         log_floor = nn.Parameter(torch.full((len(VOCABULARY["timing"]) + 1,), float(np.log(self.floor_us))))
+        log_credit = nn.Parameter(torch.tensor(float(np.log(CREDIT_US))))
+        capped = self.power == "cap"
         floor_codes = self._floor_codes(x)
-        opt = torch.optim.AdamW([*self.network.parameters(), log_floor], lr=self.learning_rate,
-                                weight_decay=self.weight_decay)
+        opt = torch.optim.AdamW([*self.network.parameters(), log_floor] + ([log_credit] if capped else []),
+                                lr=self.learning_rate, weight_decay=self.weight_decay)
         steps = max(1, int(np.ceil(len(xs) / self.batch_size)))
         epochs = max(self.epochs, int(np.ceil(self.min_steps / steps)))  # a small training set still trains
         sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=self.learning_rate, total_steps=epochs * steps)
@@ -294,8 +338,9 @@ class TiledEstimator(MLPEstimator):
                 order = torch.randperm(len(xs), generator=generator)
                 for start in range(0, len(xs), self.batch_size):
                     idx = order[start:start + self.batch_size]
-                    loss = (self._log_time(xs[idx], log_bound[idx], log_floor[floor_codes[idx]])
-                            - target[idx]).abs().mean()
+                    predicted = self._log_time(xs[idx], log_bound[idx], log_floor[floor_codes[idx]],
+                                               log_energy[idx] if capped else None, log_credit if capped else None)
+                    loss = (predicted - target[idx]).abs().mean()
                     opt.zero_grad(set_to_none=True)
                     loss.backward()
                     opt.step()
@@ -309,17 +354,27 @@ class TiledEstimator(MLPEstimator):
         fitted = np.where(np.isin(np.arange(len(fitted)), seen), fitted, float(np.median(fitted[seen])))
         self.norm["floor_us"] = fitted.tolist()
         self.norm["joules_per_flop"] = dict(self.joules_per_flop)
+        self.norm["credit_us"] = float(torch.exp(log_credit).item())
 
     def _load_weights(self, path, meta: dict[str, Any]) -> None:
-        super()._load_weights(path, meta)
+        """MLPEstimator's loader, with the network as wide as the columns it sees (``STRUCTURAL`` ones are not)."""
+        names = self.feature_names
+        self.feature_names = [n for n in names if n not in STRUCTURAL]
+        try:
+            super()._load_weights(path, meta)
+        finally:
+            self.feature_names = names
         self.joules_per_flop = {str(k): float(v) for k, v in self.norm.get("joules_per_flop", {}).items()}
 
     def _predict_matrix(self, x: np.ndarray) -> np.ndarray:
         """log(predicted time / bound), as LearnedEstimator expects of an efficiency model."""
         if self.network is None:
             raise RuntimeError("tiled estimator is not fitted")
-        xs, log_bound = self._inputs(x)
+        xs, log_bound, log_energy = self._inputs(x)
         log_floor = torch.log(torch.tensor(self.norm["floor_us"], dtype=torch.float32))[self._floor_codes(x)]
+        capped = self.power == "cap"
+        log_credit = torch.tensor(float(np.log(self.norm.get("credit_us", CREDIT_US))))
         with torch.inference_mode():
-            out = self._log_time(xs, log_bound, log_floor)
+            out = self._log_time(xs, log_bound, log_floor, log_energy if capped else None,
+                                 log_credit if capped else None)
         return (out - log_bound).numpy()

@@ -10,7 +10,9 @@ import pytest
 from estimator.analytical import RooflineEstimator
 from estimator.metrics import summary
 from estimator.models import make_estimator
-from estimator.tiled import BOUND, TiledEstimator, fit_joules_per_flop, power_share, tile_features
+from estimator.tiled import (BOUND, ENERGY, STRUCTURAL, TiledEstimator, fit_joules_per_flop, power_share,
+                             tile_features)
+from estimator.workload import work
 from profiling.hardware import lookup
 
 FAST = {"epochs": 5, "min_steps": 1000, "batch_size": 128, "learning_rate": 0.01, "power": "bound"}
@@ -103,3 +105,61 @@ def test_is_built_by_name_and_refuses_other_families():
     assert isinstance(make_estimator("tiled", "gemm", {"device_features": "per_sm"}), TiledEstimator)
     with pytest.raises(ValueError, match="family 'norm'"):
         make_estimator("tiled", "norm")
+
+
+def power_limited(n: int = 700, seed: int = 1) -> tuple[pd.DataFrame, float]:
+    """``synthetic`` V100 and T4 GEMMs, plus 60 large V100 GEMMs at 90 % of peak that set Volta's energy per FLOP;
+    a T4 GEMM takes at least its FLOPs at that energy over the T4's 70 W (the power-limited time)."""
+    frame = synthetic(n, hardware=("v100-pcie-32gb", "t4"), seed=seed)
+    v100 = lookup("v100-pcie-32gb")
+    big = pd.DataFrame([gemm(4096, 4096, 1024 * (1 + i % 4), hardware="v100-pcie-32gb", batch=2) for i in range(60)])
+    big["runtime_us"] = work("gemm", big).flops / (0.9 * v100.peak_flops("fp32")) * 1e6
+    big["source"] = "neusight"
+    frame = pd.concat([frame, big], ignore_index=True)
+    joules = v100.tdp_w / (0.9 * v100.peak_flops("fp32"))
+    energy_us = work("gemm", frame).flops * joules / lookup("t4").tdp_w * 1e6
+    t4 = (frame["hardware"] == "t4").to_numpy()
+    frame.loc[t4, "runtime_us"] = np.maximum(frame.loc[t4, "runtime_us"], energy_us[t4])
+    return frame, joules
+
+
+def test_cap_mode_gives_each_row_its_power_limited_time_and_none_to_an_unmeasured_generation():
+    frame, joules = power_limited()
+    rows = pd.DataFrame([gemm(2048, 2048, 2048, hardware=h) for h in ("t4", "a100-pcie-40gb")])
+    energy = 2.0 ** tile_features(rows, joules_per_flop={"7/fp32": joules}, power="cap").column(ENERGY)
+    assert energy[0] == pytest.approx(2 * 2048.0 ** 3 * joules / lookup("t4").tdp_w * 1e6, rel=1e-4)
+    assert np.isnan(energy[1])  # Ampere was never measured: no cap
+
+
+@pytest.fixture(scope="module")
+def capped() -> tuple[TiledEstimator, pd.DataFrame]:
+    frame, _ = power_limited()
+    train, test = frame.iloc[:500], frame.iloc[500:700]
+    return TiledEstimator(**(FAST | {"power": "cap"})).fit(train, train["runtime_us"].to_numpy()), test
+
+
+def test_cap_mode_never_predicts_a_long_kernel_faster_than_its_board_power_allows(capped):
+    model, test = capped
+    long = pd.DataFrame([gemm(s, s, s, hardware="t4", batch=4) for s in (1024, 2048, 3072, 4096)]).assign(
+        source="neusight")
+    energy = 2.0 ** tile_features(long, joules_per_flop=model.joules_per_flop, power="cap").column(ENERGY)
+    credit = model.norm["credit_us"]
+    assert np.all(model.predict(long) >= energy ** 2 / (energy + credit) * (1 - 1e-4))
+    assert energy[-1] > 10 * credit  # the largest is held near its power-limited time, not above it by the credit
+
+
+def test_cap_mode_learns_a_power_limited_board_better_than_the_power_share_alone(capped):
+    model, test = capped
+    train = power_limited()[0].iloc[:500]
+    shared = TiledEstimator(**(FAST | {"power": "feature"})).fit(train, train["runtime_us"].to_numpy())
+    t4 = test[test["hardware"] == "t4"]
+    truth = t4["runtime_us"].to_numpy()
+    assert summary(model.predict(t4), truth)["mean_ape"] < summary(shared.predict(t4), truth)["mean_ape"]
+
+
+def test_cap_mode_keeps_its_structural_column_from_the_network_and_reloads(capped, tmp_path):
+    model, test = capped
+    assert model.network[0].in_features == len([n for n in model.feature_names if n not in STRUCTURAL])
+    again = TiledEstimator.load(model.save(tmp_path / "capped"))
+    assert again.norm["credit_us"] == pytest.approx(model.norm["credit_us"])
+    np.testing.assert_allclose(again.predict(test), model.predict(test), rtol=1e-6)
