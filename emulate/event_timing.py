@@ -288,7 +288,7 @@ class EventTiming:
             if tuner in found:
                 self._note_tuner(tuner, found[tuner])
                 return tuner, context
-        return first or "<unknown>", context
+        return first or "<no Python frame>", context  # e.g. cuDNN timing plans on autograd's thread
 
     def _note_tuner(self, tuner: str, frame: Any) -> None:
         obj = frame.f_locals.get("self")
