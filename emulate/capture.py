@@ -31,6 +31,8 @@ emulated driver (emulate/driver), which exports the same capture API (``stepcast
   kernels, which are captured like any other launch (on a real sm90+ GPU torch may choose cuDNN for these);
 - tells the capture library, around each launch of an Inductor Triton kernel, the bytes it reads and writes
   (emulate/triton_bytes.py: its tensor arguments by role), which the launch record carries;
+- times events: ``cudaEventElapsedTime`` / ``cuEventElapsedTime`` answer the predicted device time of the work
+  between the two events (emulate/event_timing.py), so autotuners choose on the target's predicted times;
 - drops CUDA activities from ``torch.profiler`` (CUPTI needs a real driver) and skips DDP's cross-rank parameter
   shape check (device reads return zeros, so it would always fail);
 - runs the script with ``runpy`` (``__name__ == "__main__"``), then writes the op table and torch's own memory
