@@ -16,6 +16,13 @@ memory model) and ``mispruned``: those the model ruled out that the grid found f
 error over every budgeted run (feasible trials it predicted before they ran; out-of-memory ones it predicted to
 fit). Aim (the issue): within 2 % of the grid's optimum with at most 40 % of its emulations.
 
+Three seeds sample a rate coarsely, so ``--replay-seeds N`` (default 100) then replays CMA-ES and random over
+seeds 0..N-1 with the same budget, each answered from the grid's trials (the cache, and out of memory for what the
+grid pruned as needing the memory of an out-of-memory configuration): seconds, no emulation; where the config
+declares ``speed.monotone`` also without it. ``speed-pruned`` counts configurations a run ruled out as no faster
+than a feasible one (the grid ignores the declaration) and ``speed-mispruned`` those of them the grid found more than
+2 % faster than what ruled them out.
+
 BENCHMARK_OVERRIDES narrows conf/search/megatron_gpt.yaml to what a 2-core machine emulates in well under an hour
 (each 8-rank Megatron-core capture takes one to two minutes there); other configs run as they are unless
 ``--override`` says otherwise.
@@ -143,6 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--cache-dir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    parser.add_argument("--replay-seeds", type=int, default=100,
+                        help="also replay CMA-ES and random over this many seeds from the grid's answers (no "
+                             "emulation; 0: off)")
     parser.add_argument("--published-only", action="store_true",
                         help="only predict the config's published runs and their rank correlation (no grid)")
     args = parser.parse_args(argv)
@@ -174,46 +184,52 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"[dim]  emulated {format_config(result.config)}: {what} in {result.emulation_s:.0f} s"
                           "[/dim]")
 
-    def run(sampler: str, seed: int, max_evaluations: int | None, learned_memory: bool = True):
-        return Search(cfg, target, cache, jobs=args.jobs, progress=progress, learned_memory=learned_memory).run(
-            sampler=sampler, seed=seed, max_evaluations=max_evaluations)
+    def exact_search():   # only the exact checks: the published runs and the grid are references
+        return Search(cfg, target, cache, jobs=args.jobs, progress=progress, learned_memory=False,
+                      speed_pruning=False)
+
+    def run(sampler: str, seed: int, max_evaluations: int | None, exact: bool = False):
+        return Search(cfg, target, cache, jobs=args.jobs, progress=progress, learned_memory=not exact,
+                      speed_pruning=not exact).run(sampler=sampler, seed=seed, max_evaluations=max_evaluations)
 
     if args.published_only:
         if cfg.name not in PUBLISHED:
             print(f"stepcast: --published-only: no published runs for {cfg.name} (known: {', '.join(PUBLISHED)})",
                   file=sys.stderr)
             return 2
-        print_published(Search(cfg, target, cache, jobs=args.jobs, progress=progress), cfg, console)
+        print_published(exact_search(), cfg, console)
         return 0
     console.print(f"grid over {Search(cfg, target, cache).space.size()} configurations of {cfg.name} on "
                   f"{cfg.gpus}x {spec.id}")
-    grid = run("grid", 0, None, learned_memory=False)
+    grid = run("grid", 0, None, exact=True)
     if grid.best() is None:
         print("stepcast: the grid found no feasible configuration; nothing to compare", file=sys.stderr)
         return 1
     optimum = cost(grid.best())
     truth = {json.dumps(t.config, sort_keys=True): t for t in grid.distinct()}
     budget = max(1, math.floor(args.budget_fraction * grid.evaluations))
-    rows = [row("grid", "-", grid, optimum, truth)]
+    space = Search(cfg, target, cache).space
+    rows = [row("grid", "-", grid, optimum, truth, space)]
     budgeted = []
     for sampler in ("cmaes", "random"):
         for seed in args.seeds:
             console.print(f"{sampler} seed {seed}, budget {budget} emulations")
             outcome = run(sampler, seed, budget)
             budgeted.append(outcome)
-            rows.append(row(sampler, str(seed), outcome, optimum, truth))
+            rows.append(row(sampler, str(seed), outcome, optimum, truth, space))
 
     table = Table(title=f"Search on {cfg.gpus}x {spec.id}: {cfg.name}, {grid.evaluations} grid emulations "
                         f"(budget {budget} = {args.budget_fraction:.0%}; emulations: distinct configurations "
                         "emulated, out-of-memory ones included, pruned ones not)")
     for col in ("sampler", "seed", "emulations", "best", "tokens/s", "gap to grid", "emulation s", "wall s",
-                "cache hits", "infeasible", "pruned", "model-pruned", "mispruned"):
+                "cache hits", "infeasible", "pruned", "model-pruned", "mispruned", "speed-pruned",
+                "speed-mispruned"):
         table.add_column(col, justify="left" if col in ("sampler", "best") else "right")
     for r in rows:
         table.add_row(r["sampler"], r["seed"], str(r["emulations"]), r["best"], f"{r['tokens_per_s']:,.0f}",
                       f"{r['gap'] * 100:+.2f}%", f"{r['emulation_s']:.0f}", f"{r['wall_s']:.0f}",
                       str(r["cache_hits"]), str(r["infeasible"]), str(r["pruned"]), str(r["model_pruned"]),
-                      str(r["mispruned"]))
+                      str(r["mispruned"]), str(r["speed_pruned"]), str(r["speed_mispruned"]))
     console.print(table)
     for sampler in ("cmaes", "random"):
         mine = [r for r in rows if r["sampler"] == sampler]
@@ -222,8 +238,19 @@ def main(argv: list[str] | None = None) -> int:
                       f"{statistics.median(r['emulations'] for r in mine):.0f} emulations "
                       f"({statistics.median(r['emulations'] for r in mine) / grid.evaluations:.0%} of the grid's)")
     print_model_errors(budgeted, target.memory_gib, console)
+    if args.replay_seeds > 0:
+        answers = replay_runner(space, grid)
+        seeds = range(args.replay_seeds)
+        for speed in (True, False) if cfg.speed.monotone else (True,):
+            for sampler in ("cmaes", "random"):
+                rates = replay_rate(lambda: Search(cfg, target, cache, runner=answers, speed_pruning=speed), sampler,
+                                    seeds, budget, optimum)
+                console.print(f"{sampler}{'' if speed else ' without speed.monotone'}, replayed from the grid's "
+                              f"answers over seeds 0-{seeds[-1]}: within 2 % of the optimum in {rates['within']} of "
+                              f"{len(seeds)}, at it in {rates['found']}, median {rates['median_emulations']:.0f} "
+                              "emulations")
     if cfg.name in PUBLISHED:
-        print_published(Search(cfg, target, cache, jobs=args.jobs, progress=progress), cfg, console)
+        print_published(exact_search(), cfg, console)
     if args.json:
         from profiling.atomic import write_json_atomic
 
@@ -273,17 +300,68 @@ def print_model_errors(outcomes, memory_gib: float, console) -> None:
                   f"{errors.model_pruned} configurations it ruled out (checked against the grid: 'mispruned')")
 
 
-def row(sampler: str, seed: str, outcome, optimum: float, truth: dict) -> dict:
-    """One table row; ``truth`` is the grid's trial per configuration (JSON key), to check the model's pruning."""
+def replay_runner(space, grid):
+    """A runner that answers from the grid instead of emulating, for the configurations the trial cache lacks: those
+    the grid pruned as needing the memory of an out-of-memory one (out of memory by the monotone declaration; a
+    budgeted run that proposes one first would have emulated it). Answers are transient, so never cached."""
+    by_args = {tuple(space.script_command(c)[0]): c for c in space.all_configs()}
+    grid_status = {json.dumps(t.config, sort_keys=True): t for t in grid.distinct()}
+
+    def runner(script, args, env, target, timeout_s=None) -> dict:
+        config = by_args.get(tuple(args))
+        known = grid_status.get(json.dumps(config, sort_keys=True)) if config is not None else None
+        if known is None or known.status != "pruned":
+            raise RuntimeError(f"replay: {' '.join(args)} is neither in the trial cache nor pruned by the grid")
+        return {"status": "oom", "reason": f"replay: {known.reason}", "emulation_s": 0.0, "transient": True}
+
+    return runner
+
+
+def replay_rate(new_search, sampler: str, seeds, budget: int, optimum: float) -> dict:
+    """How often ``sampler`` ends within 2 % of (and at) the grid's optimum over many seeds, each run answered from
+    the cache and :func:`replay_runner` (seconds, no emulation): the rate the three benchmarked seeds sample.
+    ``new_search`` makes a fresh :class:`~emulate.search.samplers.Search` (nothing seen, memory model empty)."""
     from emulate.search.samplers import cost
-    from emulate.search.space import format_config
+
+    within = found = 0
+    spent = []
+    for seed in seeds:
+        outcome = new_search().run(sampler=sampler, seed=seed, max_evaluations=budget)
+        best = outcome.best()
+        gap = cost(best) / optimum - 1.0 if best else math.inf
+        within += gap <= 0.02
+        found += gap <= 1e-9
+        spent.append(outcome.evaluations)
+    return {"within": within, "found": found, "median_emulations": statistics.median(spent) if spent else 0}
+
+
+def speed_contradicted(pruned, outcome, truth: dict, space) -> bool:
+    """Whether the grid found a configuration this run ruled out as no faster than a feasible one
+    (``speed.monotone``) more than 2 % faster than every feasible configuration of the run that ruled it out: the
+    declaration contradicted where it mattered (within 2 % is a tie in the emulator's noise, as the aim counts)."""
+    from emulate.search.samplers import cost
+
+    mine = truth.get(json.dumps(pruned.config, sort_keys=True))
+    rulers = [t for t in outcome.distinct() if t.feasible and space.no_faster_than(pruned.config, t.config)]
+    if mine is None or not mine.feasible or not rulers:
+        return False
+    return cost(mine) * 1.02 < min(cost(t) for t in rulers)
+
+
+def row(sampler: str, seed: str, outcome, optimum: float, truth: dict, space) -> dict:
+    """One table row; ``truth`` is the grid's trial per configuration (JSON key), to check the model's pruning and
+    the speed declaration's."""
+    from emulate.search.samplers import cost
+    from emulate.search.space import SPEED_PRUNED, format_config
 
     best = outcome.best()
     distinct = [t for t in outcome.distinct() if t.status != "pruned"]
     model_pruned = [t for t in outcome.distinct() if t.status == "pruned" and t.predicted_peak_gib is not None]
     mispruned = [t for t in model_pruned if (truth.get(json.dumps(t.config, sort_keys=True)) or t).feasible]
+    speed_pruned = [t for t in outcome.distinct() if t.status == "pruned" and t.reason.startswith(SPEED_PRUNED)]
     return {"sampler": sampler, "seed": seed, "emulations": outcome.evaluations,
-            "model_pruned": len(model_pruned), "mispruned": len(mispruned),
+            "model_pruned": len(model_pruned), "mispruned": len(mispruned), "speed_pruned": len(speed_pruned),
+            "speed_mispruned": sum(speed_contradicted(t, outcome, truth, space) for t in speed_pruned),
             "best": format_config(best.config) if best else "none",
             "tokens_per_s": (best.tokens_per_s or 0.0) if best else 0.0,
             "gap": (cost(best) / optimum - 1.0) if best else math.inf,

@@ -11,7 +11,8 @@ a wider one). The grid proposes each slice's centre.
 
 What a proposal costs: a configuration seen before in this search is answered from memory; one the cache holds
 is answered from the cache (``cache hit``); one a cheap check rules out (:meth:`emulate.search.space.Space.rule_out`)
-is ``pruned`` without emulation, and so is one the learned memory model (``memory.model``,
+is ``pruned`` without emulation (as is one ``speed.monotone`` says is no faster than a feasible one already
+answered: ``speed_pruned``), and so is one the learned memory model (``memory.model``,
 :mod:`emulate.search.memory_model`, fitted to the peaks of the trials so far) predicts will not fit (``pruned``
 with a ``memory model:`` reason, counted in ``model_pruned``); only the rest are emulated. ``evaluations`` counts
 the distinct configurations that needed an emulation's answer (emulated now or found in the cache; out-of-memory
@@ -39,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from emulate.search.memory_model import MemoryModel
-from emulate.search.space import Config, SearchConfig, Space, format_config
+from emulate.search.space import SPEED_PRUNED, Config, SearchConfig, Space, format_config
 from emulate.search.trials import (
     Target, TrialCache, TrialInterrupted, TrialResult, estimator_version, run_trial, trial_key,
 )
@@ -84,6 +85,7 @@ class SearchOutcome:
     cache_hits: int = 0
     pruned: int = 0             # distinct configurations ruled out by a cheap check or the memory model
     model_pruned: int = 0       # of those, ruled out by the learned memory model
+    speed_pruned: int = 0       # of those, ruled out as no faster than a feasible one (speed.monotone)
     infeasible: int = 0         # distinct configurations that ran out of memory
     errors: int = 0
     wall_s: float = 0.0
@@ -115,15 +117,18 @@ class Search:
 
     def __init__(self, cfg: SearchConfig, target: Target, cache: TrialCache, jobs: int = 1,
                  runner: Runner | None = None, timeout_s: float | None = None,
-                 progress: Callable[[TrialResult], None] | None = None, learned_memory: bool = True) -> None:
-        """``learned_memory=False`` turns the learned memory model off (an exhaustive reference keeps only the
-        exact checks)."""
+                 progress: Callable[[TrialResult], None] | None = None, learned_memory: bool = True,
+                 speed_pruning: bool = True) -> None:
+        """``learned_memory=False`` turns the learned memory model off and ``speed_pruning=False`` the
+        ``speed.monotone`` declaration (an exhaustive reference keeps only the exact checks)."""
         self.cfg, self.space, self.target, self.cache = cfg, Space(cfg), target, cache
         self.jobs, self.runner, self.timeout_s, self.progress = jobs, runner or run_trial, timeout_s, progress
         self.estimator = estimator_version()
         self._lock = threading.Lock()
         self._known: dict[str, Future] = {}
         self._oom: list[Config] = []
+        self._feasible: list[Config] = []
+        self.speed_pruning = speed_pruning
         learned = cfg.memory.model
         self.learned_memory = learned_memory and learned is not None
         self._memory = MemoryModel(learned.scale, learned.static, learned.per_unit) if self.learned_memory else None
@@ -153,9 +158,10 @@ class Search:
     def _evaluate_new(self, config: Config, outcome: SearchOutcome | None) -> TrialResult:
         with self._lock:
             ooms = list(self._oom)
-        why = self.space.rule_out(config, self.target.memory_gib, ooms)
+            feasible = list(self._feasible) if self.speed_pruning else []
+        why = self.space.rule_out(config, self.target.memory_gib, ooms, feasible)
         if why is not None:
-            self._count(outcome, "pruned")
+            self._count(outcome, "pruned", "speed_pruned" if why.startswith(SPEED_PRUNED) else None)
             return TrialResult(config=config, status="pruned", reason=why)
         predicted = self._predicted_peak(config)
         if predicted is not None and predicted.peak_gib > self.target.memory_gib * (1 + self.cfg.memory.model.margin):
@@ -182,7 +188,10 @@ class Search:
         if result.status == "oom":
             with self._lock:
                 self._oom.append(config)
-        elif result.feasible and result.peak_memory_bytes and self._memory is not None:
+        elif result.feasible:
+            with self._lock:
+                self._feasible.append(config)
+        if result.feasible and result.peak_memory_bytes and self._memory is not None:
             with self._lock:
                 self._memory.observe(config, result.peak_memory_bytes)
         self._count(outcome, "evaluations", "cache_hits" if cached else "emulated",

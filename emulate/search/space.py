@@ -12,7 +12,12 @@ against the target's memory; and dominance by a configuration that already ran o
 names parameters whose later choices never use less memory (micro-batch 1, 2, 4; recompute full, selective,
 none), so a configuration at or beyond an out-of-memory one in each of them, and equal in the rest, cannot fit
 either. Beyond these exact checks, ``memory.model`` (:mod:`emulate.search.memory_model`) learns peak memory from
-the trials that ran and rules out configurations it predicts will not fit.
+the trials that ran and rules out configurations it predicts will not fit, and ``speed.monotone`` names parameters
+whose later choices never train slower (recompute full, selective, none; resharding always, default, never): a
+configuration at or below a feasible one in each of them, and equal in the rest, cannot be faster, so it is not
+emulated. With both declared the fastest configuration that fits lies on the memory frontier, and a search spends
+its emulations there instead of below configurations it already knows fit (a declaration, not a check: the
+benchmark counts where the grid contradicts it).
 
 Expressions are parsed with :mod:`ast` and evaluated over a whitelist (numbers, strings, names, + - * / // % **,
 comparisons, and/or/not, min/max): a config file cannot run code.
@@ -30,6 +35,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from profiling.paths import REPO_ROOT
 
 Config = dict[str, Any]
+
+#: how a reason given by the speed declaration begins (the benchmark counts these)
+SPEED_PRUNED = "speed.monotone: no faster than"
 
 
 class SearchConfigError(ValueError):
@@ -50,6 +58,12 @@ class MemoryChecks(BaseModel):
     lower_bound_gib: str | None = None
     monotone: dict[str, Literal["increasing"]] = Field(default_factory=dict)
     model: LearnedMemory | None = None
+
+
+class SpeedChecks(BaseModel):
+    """``speed``: parameters whose later choices never make a step slower (the other parameters equal)."""
+    model_config = ConfigDict(extra="forbid")
+    monotone: dict[str, Literal["increasing"]] = Field(default_factory=dict)
 
 
 class Budget(BaseModel):
@@ -74,6 +88,7 @@ class SearchConfig(BaseModel):
     derived: dict[str, str] = Field(default_factory=dict)
     constraints: list[str] = Field(default_factory=list)
     memory: MemoryChecks = Field(default_factory=MemoryChecks)
+    speed: SpeedChecks = Field(default_factory=SpeedChecks)
     args: list[str] = Field(default_factory=list)
     flags: dict[str, str] = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)
@@ -97,9 +112,10 @@ class SearchConfig(BaseModel):
     def _consistent(self) -> "SearchConfig":
         if self.gpus % self.nodes:
             raise ValueError(f"gpus ({self.gpus}) is not a multiple of nodes ({self.nodes})")
-        for name in self.memory.monotone:
-            if name not in self.space:
-                raise ValueError(f"memory.monotone.{name}: not a parameter of the space")
+        for field, names in (("memory.monotone", self.memory.monotone), ("speed.monotone", self.speed.monotone)):
+            for name in names:
+                if name not in self.space:
+                    raise ValueError(f"{field}.{name}: not a parameter of the space")
         learned = self.memory.model
         if learned is not None:
             for field, names in (("scale", [learned.scale]), ("static", learned.static),
@@ -275,28 +291,35 @@ class Space:
     def tokens_per_step(self, config: Config) -> float | None:
         return float(self.tokens(self.namespace(config))) if self.tokens else None
 
-    def dominates_oom(self, config: Config, oom: Config) -> bool:
-        """True when ``config`` needs at least the memory of ``oom`` (a configuration that ran out of memory):
-        equal in every parameter not declared monotone (and in any fixed value either changes), at or beyond it in
-        each monotone one."""
-        monotone = self.cfg.memory.monotone
+    def at_or_beyond(self, config: Config, other: Config, monotone: dict[str, str]) -> bool:
+        """True when ``config`` is at or beyond ``other`` in each ``monotone`` parameter and equal in every other
+        parameter (and in any fixed value either changes); never when nothing is declared monotone."""
         if not monotone:
             return False
-        extra = (set(config) | set(oom)) - set(self.names)   # fixed values a configuration changes (a longer seq)
-        if any(config.get(name) != oom.get(name) for name in extra):
+        extra = (set(config) | set(other)) - set(self.names)   # fixed values a configuration changes (a longer seq)
+        if any(config.get(name) != other.get(name) for name in extra):
             return False
         for name in self.names:
             choices = self.cfg.space[name]
             if name in monotone:
-                if choices.index(config[name]) < choices.index(oom[name]):
+                if choices.index(config[name]) < choices.index(other[name]):
                     return False
-            elif config[name] != oom[name]:
+            elif config[name] != other[name]:
                 return False
         return True
 
-    def rule_out(self, config: Config, memory_gib: float, oom_configs: list[Config]) -> str | None:
+    def dominates_oom(self, config: Config, oom: Config) -> bool:
+        """True when ``config`` needs at least the memory of ``oom`` (a configuration that ran out of memory)."""
+        return self.at_or_beyond(config, oom, self.cfg.memory.monotone)
+
+    def no_faster_than(self, config: Config, feasible: Config) -> bool:
+        """True when ``config`` cannot train faster than ``feasible`` (``speed.monotone``); never for itself."""
+        return config != feasible and self.at_or_beyond(feasible, config, self.cfg.speed.monotone)
+
+    def rule_out(self, config: Config, memory_gib: float, oom_configs: list[Config],
+                 feasible_configs: list[Config] = ()) -> str | None:
         """Why ``config`` need not be emulated (a constraint, the memory bound, a smaller configuration that ran
-        out of memory), or None."""
+        out of memory, a feasible one it cannot be faster than), or None."""
         broken = self.broken_constraint(config)
         if broken is not None:
             return f"constraint {broken}"
@@ -306,6 +329,9 @@ class Space:
         for oom in oom_configs:
             if self.dominates_oom(config, oom):
                 return f"needs at least the memory of {format_config(oom)}, which ran out of memory"
+        for feasible in feasible_configs:
+            if self.no_faster_than(config, feasible):
+                return f"{SPEED_PRUNED} {format_config(feasible)}, which fits"
         return None
 
     def script_command(self, config: Config) -> tuple[list[str], dict[str, str]]:

@@ -109,6 +109,31 @@ def test_a_configuration_changing_a_fixed_value_is_not_pruned_by_an_oom_one_with
     assert space.rule_out({"tp": 1, "pp": 1, "micro_batch": 4, "global_batch": 8}, 80.0, [oom]) is None
 
 
+def test_configuration_no_faster_than_a_feasible_one_is_pruned_when_speed_is_declared_monotone(script, tmp_path):
+    """speed.monotone: a smaller micro-batch than one that fits cannot be faster, so it is not emulated; a larger
+    one, or one differing in an undeclared parameter, still is; the exhaustive reference ignores the declaration."""
+    from emulate.search.samplers import SearchOutcome
+    from emulate.search.space import SPEED_PRUNED
+
+    doc = config_doc(script, speed={"monotone": {"micro_batch": "increasing"}},
+                     space={"tp": [1, 2], "pp": [2], "micro_batch": [1, 2, 4]}, constraints=[], derived={"dp": "2"})
+    runner = FakeRunner()
+    s = search(doc, tmp_path, runner)
+    outcome = SearchOutcome(sampler="test")
+    assert s.evaluate({"tp": 2, "pp": 2, "micro_batch": 2}, outcome).status == "ok"
+    below = s.evaluate({"tp": 2, "pp": 2, "micro_batch": 1}, outcome)
+    assert below.status == "pruned" and below.reason == f"{SPEED_PRUNED} tp=2 pp=2 micro_batch=2, which fits"
+    assert s.evaluate({"tp": 2, "pp": 2, "micro_batch": 4}, outcome).status == "ok"
+    assert s.evaluate({"tp": 1, "pp": 2, "micro_batch": 1}, outcome).status == "ok"   # tp is not declared
+    assert len(runner.calls) == 3 and (outcome.pruned, outcome.speed_pruned) == (1, 1)
+    exact = Search(parse_config(doc, "toy.yaml"), TARGET, TrialCache(tmp_path / "exact"), runner=FakeRunner(),
+                   speed_pruning=False)
+    exact.evaluate({"tp": 2, "pp": 2, "micro_batch": 2})
+    assert exact.evaluate({"tp": 2, "pp": 2, "micro_batch": 1}).status == "ok"
+    with pytest.raises(SearchConfigError, match=r"toy.yaml: config: speed.monotone.ac: not a parameter of the space"):
+        parse_config(config_doc(script, speed={"monotone": {"ac": "increasing"}}), "toy.yaml")
+
+
 def test_flags_pass_their_switch_only_when_true(script):
     doc = config_doc(script, space={"tp": [1, 2], "pp": [1], "micro_batch": [1], "compile": [False, True]},
                      fixed={"global_batch": 16, "float8": True}, flags={"compile": "--compile", "float8": "--float8"})

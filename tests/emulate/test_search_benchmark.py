@@ -126,3 +126,43 @@ def test_compile_and_float8_flags_change_the_kernels_the_gpu_runs(tmp_path, emul
         runs[name] = kernels(traces[0])
     assert triton_kernels(runs["compile"]) and not fp8_matmuls(runs["compile"])
     assert fp8_matmuls(runs["float8"]) and not triton_kernels(runs["float8"])
+
+
+def toy_space(tmp_path):
+    from emulate.search.space import parse_config
+
+    script = tmp_path / "train.py"
+    script.write_text("print('a training script')\n")
+    return Space(parse_config({"name": "toy", "script": str(script), "gpus": 8,
+                               "space": {"ac": ["full", "none"], "micro_batch": [1, 2]},
+                               "speed": {"monotone": {"ac": "increasing", "micro_batch": "increasing"}},
+                               "args": ["--ac={ac}", "--mb={micro_batch}"]}, "toy.yaml"))
+
+
+def test_replay_answers_only_what_the_grid_pruned_and_as_out_of_memory_never_cached(tmp_path):
+    from emulate.search.samplers import SearchOutcome
+    from emulate.search_benchmark import replay_runner
+
+    space = toy_space(tmp_path)
+    grid = SearchOutcome(sampler="grid", trials=[
+        TrialResult(config={"ac": "none", "micro_batch": 2}, status="pruned", reason="needs at least the memory of x"),
+        TrialResult(config={"ac": "none", "micro_batch": 1}, status="oom", reason="out of memory")])
+    runner = replay_runner(space, grid)
+    doc = runner(None, ["--ac=none", "--mb=2"], {}, None)
+    assert doc["status"] == "oom" and doc["transient"] and "needs at least the memory of x" in doc["reason"]
+    with pytest.raises(RuntimeError, match="neither in the trial cache nor pruned by the grid"):
+        runner(None, ["--ac=none", "--mb=1"], {}, None)
+
+
+def test_speed_declaration_counts_as_contradicted_only_beyond_2_percent(tmp_path):
+    from emulate.search.samplers import SearchOutcome
+    from emulate.search_benchmark import speed_contradicted
+
+    space = toy_space(tmp_path)
+    ruler = result({"ac": "none", "micro_batch": 1}, 1000.0)
+    pruned = TrialResult(config={"ac": "full", "micro_batch": 1}, status="pruned", reason="speed.monotone: ...")
+    run = SearchOutcome(sampler="cmaes", trials=[ruler, pruned])
+    key = '{"ac": "full", "micro_batch": 1}'
+    assert speed_contradicted(pruned, run, {key: result(pruned.config, 1030.0)}, space)     # 3 % faster
+    assert not speed_contradicted(pruned, run, {key: result(pruned.config, 1010.0)}, space)  # a tie in the noise
+    assert not speed_contradicted(pruned, run, {key: result(pruned.config, None)}, space)    # did not fit anyway
