@@ -6,7 +6,7 @@ like ``c10::Half``, shapes from ``Input Dims``). Both give one shape per positio
 has shape ``[]`` and a dtype such as ``""``, ``"Scalar"``, ``"Int"`` or ``None``; a tensor list is a list of shapes.
 
 ``classify_op(...)`` returns ``{"family", "dtype", <key columns>}`` or None for ops outside every family (views,
-convolutions, indexing, ...). Where the shapes alone cannot tell (the reduced dims of ``sum``, ``is_causal``), the
+indexing, ...). Where the shapes alone cannot tell (the reduced dims of ``sum``, ``is_causal``), the
 optional ``args`` (values aligned with ``shapes``, like Kineto's "Concrete Inputs") decide; without them:
 softmax-like ops reduce the last dim, ``sum``/``mean`` reduce everything, attention is not causal.
 
@@ -27,6 +27,11 @@ Choices a reader should know:
   for traces without those bytes, their size comes from the launch grid and block (Inductor's pointwise configs:
   8 elements per thread), their family from the name (``triton_poi`` elementwise, ``triton_per``/``triton_red``
   norm).
+- convolutions (cuDNN's ops, ``convolution_backward``, torch's depthwise kernels) are implicit GEMMs
+  (``conv_parts``: fprop, dgrad, wgrad of the plain convolution; a transposed one swaps fprop and dgrad), one row
+  per op call (its further kernels, layout transforms and split-K reductions, are ``op_part``); depthwise ones
+  (one input channel a group) are memory bound: an elementwise ``copy`` of their bytes. fp32 is ``tf32`` unless
+  ``allow_tf32`` is False (cuDNN's default). The native im2col path's kernels get none: its GEMMs are cuBLAS's.
 - collectives: ``bytes`` per rank is the largest tensor argument (nccl-tests ``size``); ``ranks`` and
   ``ranks_per_node`` come from the keyword arguments (None when the caller does not know them).
 """
@@ -451,6 +456,191 @@ def _collective(name: str, shapes: tuple, dtypes: tuple, args: tuple | None, ran
             "ranks": ranks, "ranks_per_node": ranks_per_node}
 
 
+# ---- convolutions (cuDNN and torch's depthwise kernels) --------------------------------------------------------------
+
+#: cuDNN's forward ops -> positions of their padding, stride, dilation, groups, output_padding (None: not
+#: transposed) and allow_tf32 arguments
+_CONV_FORWARD_ARGS = {
+    "cudnn_convolution": (2, 3, 4, 5, None, 8),
+    "cudnn_convolution_transpose": (2, 4, 5, 6, 3, 9),
+}
+#: native (slow) convolutions lower to im2col + cuBLAS GEMMs, which the capture times as GEMMs already
+#: (cuDNN's own ``cudnn::cnn::im2col4d_kernel`` is one of its algorithms: it keeps its row)
+_NATIVE_CONV_KERNEL = re.compile(r"^(?!.*cudnn).*(im2col|col2im|vol2col|col2vol|slow_conv)", re.IGNORECASE)
+
+
+def _ints(value: Any, ndim: int) -> tuple[int, ...] | None:
+    """A per-dim int argument (list, int, or Kineto's text like ``"[1, 1]"``) broadcast to ``ndim``; None if absent."""
+    if value is None or value == "" or isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        value = [int(v) for v in re.findall(r"-?\d+", value)]
+    values = list(value) if isinstance(value, (list, tuple)) else [value]
+    try:
+        values = [int(v) for v in values]
+    except (TypeError, ValueError):
+        return None
+    if len(values) == 1:
+        values *= ndim
+    return tuple(values) if len(values) == ndim else None
+
+
+def _conv_out(size: Shape, kernel: Shape, pad: Shape, stride: Shape, dil: Shape,
+              out_pad: Shape | None) -> Shape:
+    """Spatial output of a convolution (``out_pad`` given: a transposed one)."""
+    if out_pad is not None:
+        return tuple((i - 1) * s - 2 * p + d * (k - 1) + o + 1
+                     for i, k, p, s, d, o in zip(size, kernel, pad, stride, dil, out_pad))
+    return tuple((i + 2 * p - d * (k - 1) - 1) // s + 1 for i, k, p, s, d in zip(size, kernel, pad, stride, dil))
+
+
+def conv_parts(x: Shape, w: Shape, y: Shape, groups: int, stride: Shape, transposed: bool,
+               passes: Sequence[str]) -> list[tuple[int, int, int, int]]:
+    """The implicit GEMMs (m, n, k, batch) of a convolution's passes (``fprop``, ``dgrad``, ``wgrad``).
+
+    ``x``/``y``: the op's input and output as written, ``w`` its weight. A transposed convolution is the dgrad of
+    the plain one that maps ``y`` to ``x`` with the same weight, so every pass is taken on that plain convolution
+    (Cout = w[0], Cin / groups = w[1] either way): fprop m = N x out pixels, n = Cout/g, k = Cin/g x taps; dgrad
+    m = N x in pixels, n = Cin/g, k = Cout/g x taps / prod(stride) (a strided dgrad skips the zero taps: its
+    FLOPs are fprop's); wgrad m = Cout/g, n = Cin/g x taps, k = N x out pixels; batch = groups."""
+    src, dst = (y, x) if transposed else (x, y)        # the plain convolution's input and output
+    cout, cin_g, taps = w[0] // groups, w[1], _numel(w[2:])
+    out_px, in_px = src[0] * _numel(dst[2:]), src[0] * _numel(src[2:])
+    plain = {"fprop": (out_px, cout, cin_g * taps, groups),
+             "dgrad": (in_px, cin_g, max(1, math.ceil(cout * taps / _numel(stride))), groups),
+             "wgrad": (cout, cin_g * taps, out_px, groups)}
+    swap = {"fprop": "dgrad", "dgrad": "fprop"} if transposed else {}
+    return [plain[swap.get(p, p)] for p in passes]
+
+
+#: cuDNN's Winograd kernels (the family shows in every kernel of the call: tile generation, data and filter
+#: transforms, the fused kernel) -> output tile: the fused ones F(2x2, 3x3), the non-fused F(4x4, 3x3)
+_WINOGRAD_KERNEL = re.compile(r"winograd", re.IGNORECASE)
+_WINOGRAD_NONFUSED = re.compile(r"winograd_?nonfused|winogradForward|winogradWgrad", re.IGNORECASE)
+
+
+def winograd_parts(x: Shape, w: Shape, y: Shape, groups: int, passes: Sequence[str],
+                   tile: int) -> list[tuple[int, int, int, int]] | None:
+    """The GEMMs of a Winograd F(tile x tile, r x r) convolution: one per point of the (tile + r - 1)^2 transformed
+    tile (the batch), over the tiles of the output (fprop, wgrad) or the input (dgrad): the multiplications drop
+    by r^2 tile^2 / (tile + r - 1)^2 (2.25x for F(2, 3), 4x for F(4, 3)). None for anything but a stride-1 2-D
+    convolution with a square kernel (the only ones cuDNN runs this way)."""
+    if len(w) != 4 or w[2] != w[3]:
+        return None
+    alpha = tile + w[2] - 1
+    cout, cin_g = w[0] // groups, w[1]
+    tiles = {"out": y[0] * math.prod(-(-d // tile) for d in y[2:]), "in": x[0] * math.prod(-(-d // tile) for d in x[2:])}
+    shapes = {"fprop": (tiles["out"], cout, cin_g), "dgrad": (tiles["in"], cin_g, cout), "wgrad": (cout, cin_g, tiles["out"])}
+    return [(*shapes[p], alpha * alpha * groups) for p in passes]
+
+
+def _conv_dtype(dtype: str | None, allow_tf32: Any) -> str | None:
+    """cuDNN runs fp32 convolutions on TF32 tensor cores unless told not to (``torch.backends.cudnn.allow_tf32``,
+    True by default; the forward ops carry it, the backward follows the same flag)."""
+    if dtype == "fp32" and (allow_tf32 is None or _as_bool(allow_tf32)):
+        return "tf32"
+    return dtype
+
+
+def _depthwise(x: Shape, w: Shape, groups: int, transposed: bool) -> bool:
+    return not transposed and groups > 1 and groups == x[1] and w[1] == 1
+
+
+def _depthwise_row(dtype: str, x: Shape, w: Shape, y: Shape, passes: int) -> Row:
+    """A depthwise convolution (one input channel a group) does a few FMAs per byte: each pass (forward, dgrad,
+    wgrad) is a memory-bound sweep over input, output and weight, timed as the elementwise ``copy`` of those bytes
+    (one stream read, one written)."""
+    nbytes = passes * (_numel(x) + _numel(y) + _numel(w)) * dtype_bytes(dtype)
+    return {"family": "elementwise", "dtype": dtype, "op": "copy", "numel": max(1, round(nbytes / (2 * dtype_bytes(dtype))))}
+
+
+def _mask(value: Any) -> tuple[bool, bool]:
+    """(grad input, grad weight) wanted by a ``convolution_backward`` call; both when its output_mask is unknown."""
+    if isinstance(value, str):
+        value = [v.lower() == "true" for v in re.findall(r"true|false", value, re.IGNORECASE)]
+    if isinstance(value, (list, tuple)) and len(value) >= 2:
+        return _as_bool(value[0]), _as_bool(value[1])
+    return True, True
+
+
+def _conv_geometry(name: str, t: list, shapes: tuple, args: tuple | None) -> tuple | None:
+    """(x, w, y, groups, stride, transposed, passes, allow_tf32) of a convolution op call, or None when its
+    arguments do not fix it (a forward without stride and padding: Kineto traces before ``Concrete Inputs``)."""
+    if name in _CONV_FORWARD_ARGS or name in ("_conv_depthwise2d", "conv_depthwise3d"):
+        (x, _), (w, _) = t[0], t[1]
+        nd = len(x) - 2
+        pad_i, stride_i, dil_i, groups_i, out_pad_i, tf32_i = _CONV_FORWARD_ARGS.get(name, (5, 4, 6, None, None, None))
+        pad, stride, dil = (_ints(_arg(args, i), nd) for i in (pad_i, stride_i, dil_i))
+        out_pad = _ints(_arg(args, out_pad_i), nd) if out_pad_i is not None else None
+        if pad is None or stride is None or (out_pad_i is not None and out_pad is None):
+            return None
+        groups = int(_arg(args, groups_i, 1)) if groups_i is not None else x[1]
+        transposed = out_pad_i is not None
+        y = x[:1] + ((w[1] * groups,) if transposed else (w[0],)) + _conv_out(x[2:], w[2:], pad, stride,
+                                                                              dil or (1,) * nd, out_pad)
+        return x, w, y, groups, stride, transposed, ["fprop"], _arg(args, tf32_i) if tf32_i else None
+    if name == "convolution_backward":  # (grad_output, input, weight, bias_sizes, stride, padding, dilation,
+        (y, _), (x, _), (w, _) = t[0], t[1], t[2]  # transposed, output_padding, groups, output_mask)
+        nd = len(x) - 2
+        passes = [p for p, want in zip(("dgrad", "wgrad"), _mask(_arg(args, 10))) if want]
+        return (x, w, y, int(_arg(args, 9, 1)), _ints(_arg(args, 4), nd) or (1,) * nd, _as_bool(_arg(args, 7, False)),
+                passes, None)
+    # PyTorch < 1.11: cudnn_convolution_backward_{input,weight}(size of the result, grad_output, weight | input,
+    # padding, stride, dilation, groups, benchmark, deterministic, allow_tf32)
+    (y, _), (other, _) = t[0], t[1]
+    size = _ints(_arg(args, 0), len(y))
+    if size is None:
+        return None
+    x, w = (size, other) if name.endswith("input") else (other, size)
+    stride = _ints(_arg(args, 4), len(y) - 2) or (1,) * (len(y) - 2)
+    return x, w, y, int(_arg(args, 6, 1)), stride, False, ["dgrad" if name.endswith("input") else "wgrad"], _arg(args, 9)
+
+
+#: the pass a kernel of a ``convolution_backward`` call runs, from its name (cuDNN's xmma / engine kernels, torch's
+#: depthwise kernels); "fprop" kernels compute a transposed convolution's grad input
+_WGRAD_KERNEL = re.compile(r"wgrad|grad_weight|bwd_filter|bprop_filter", re.IGNORECASE)
+_DGRAD_KERNEL = re.compile(r"dgrad|fprop|depthwise\d?d_backward|bwd_data|bprop_data", re.IGNORECASE)
+
+
+def _backward_pass(passes: list[str], kernel_name: str | None) -> list[str]:
+    """The pass one kernel of a ``convolution_backward`` call stands for. The capture splits the call at the
+    gradient buffers' allocations, so grad input and grad weight are separate op calls, each timed by its first
+    kernel: a dgrad kernel times dgrad; a wgrad kernel, or a layout transform (cuDNN's NHWC wgrad kernels follow
+    one), wgrad. Without a kernel name (a trace's op as a whole) both."""
+    if len(passes) < 2 or not kernel_name:
+        return passes
+    return ["dgrad"] if _DGRAD_KERNEL.search(kernel_name) and not _WGRAD_KERNEL.search(kernel_name) else ["wgrad"]
+
+
+def _conv(name: str, shapes: tuple, dtypes: tuple, args: tuple | None, kernel_name: str | None) -> Row | None:
+    """A convolution op call as one implicit GEMM per pass it runs (:func:`conv_parts`; depthwise: its bytes).
+    Two passes in one row (a backward without a kernel name) are the first GEMM with batch x 2: dgrad and wgrad
+    do the same FLOPs. None without the arguments that fix the geometry, and for the native im2col path, whose
+    GEMMs the capture times as GEMMs."""
+    if kernel_name and _NATIVE_CONV_KERNEL.search(kernel_name):
+        return None
+    t = _tensors(shapes, dtypes)
+    if len(t) < (3 if name == "convolution_backward" else 2):
+        return None
+    geometry = _conv_geometry(name, t, shapes, args)
+    if geometry is None:
+        return None
+    x, w, y, groups, stride, transposed, passes, allow_tf32 = geometry
+    dtype = t[0][1]
+    if name == "convolution_backward":
+        passes = _backward_pass(passes, kernel_name)
+    if not passes or len(x) != len(w) or len(y) != len(x) or len(x) < 3 or min(*x, *w, *y, groups) <= 0:
+        return None
+    if _depthwise(x, w, groups, transposed):
+        return _depthwise_row(dtype, x, w, y, len(passes))
+    parts = conv_parts(x, w, y, groups, stride, transposed, passes)
+    if kernel_name and _WINOGRAD_KERNEL.search(kernel_name) and not transposed and max(stride) == 1:
+        tile = 4 if _WINOGRAD_NONFUSED.search(kernel_name) else 2
+        parts = winograd_parts(x, w, y, groups, passes, tile) or parts
+    m, n, k, batch = parts[0]
+    return _gemm_row(m, n, k, batch * len(parts), _conv_dtype(dtype, allow_tf32), None)
+
+
 _Handler = Callable[[str, tuple, tuple, "tuple | None", "str | None"], "Row | None"]
 _HANDLERS: dict[str, _Handler] = {}
 for _name in ("mm", "addmm", "_addmm_activation", "bmm", "baddbmm", "addbmm", "matmul", "linear", "_scaled_mm"):
@@ -463,6 +653,9 @@ for _name in _ELEMENTWISE_ALIASES:
     _HANDLERS[_name] = _elementwise
 for _name in _FUSED_OPTIMIZERS:
     _HANDLERS[_name] = _optimizer
+for _name in (*_CONV_FORWARD_ARGS, "_conv_depthwise2d", "conv_depthwise3d", "convolution_backward",
+              "cudnn_convolution_backward_input", "cudnn_convolution_backward_weight"):
+    _HANDLERS[_name] = _conv
 
 
 # ---- public API ---------------------------------------------------------------------------------------------------
@@ -478,7 +671,7 @@ def classify_op(op: str, shapes: Sequence, dtypes: Sequence, kernel_name: str | 
     ``shapes`` (dims, is_causal). ``ranks``/``ranks_per_node``: the process group's size and its GPUs per node,
     for collectives.
     """
-    if not _may_classify(op):  # views, convolutions, ...: no need to build a cache key
+    if not _may_classify(op):  # views, indexing, ...: no need to build a cache key
         return None
     frozen_args = _freeze_args(args) if args is not None else None
     try:  # the common case, flat int shapes and str dtypes, is hashable after one level of tuple()

@@ -1,0 +1,344 @@
+"""How well are convolutions timed? The implicit-GEMM rows (:func:`profiling.classify.conv_parts`) against real
+timings, beside what the emulator did before they existed (every convolution kernel at the launch floor).
+
+    python -m emulate.conv_benchmark                          # KernelBench level-1 convolutions + ResNet-50 traces
+    python -m emulate.conv_benchmark --problems 63_conv,87_conv --no-kineto --json out.json
+
+Two checks:
+
+- **KernelBench** (``kernelbench/`` under the shared data, read its SOURCE.md): the eager forward of each level-1
+  convolution problem (54-87), fp32, CUDA events over 100 calls, on the GPUs the catalog knows (T4, B200). All
+  problems run in one capture on the driver backend (cuDNN runs for real: ``emulate/e2e/kernelbench_eager.py``,
+  kept under ``<cache>/conv_benchmark/``); each problem's last forward is simulated on each GPU and its predicted
+  device time (the sum of its kernels) printed beside the measured time, with the convolution rows (``model``)
+  and without them (``floor``: today's launch floor for every convolution kernel). A (problem, GPU) is compared
+  only when its measured time is at least :data:`emulate.kernelbench_benchmark.DEVICE_BOUND_FLOORS` host floors
+  (the eager time of its one-kernel problem on that GPU).
+- **ResNet-50 on V100** (the Kineto traces of ``kineto/tb_plugin/samples``): every convolution op call (forward,
+  backward input, backward weight: PyTorch 1.8 recorded them as separate ops) with its kernels' measured time,
+  against the estimator's time of its row on the trace's GPU. These traces record shapes but not argument values,
+  so stride and padding are read off the trace: the output of a forward is the input of the batch norm that
+  follows it; a backward takes the geometry of the forward with the same weight and output.
+
+The last rows of each table give the median |error| per GPU (KernelBench) and per pass (ResNet-50).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from emulate.kernelbench_benchmark import (CAPTURE_HARDWARE, DEVICE_BOUND_FLOORS, GPUS, PROBLEMS, TIMINGS, device_bound,
+                                           error, predicted_ms)
+from profiling.atomic import write_json_atomic
+from profiling.classify import classify_op, op_base_name
+from profiling.paths import REPO_ROOT, cache_root, shared_data_root
+
+EAGER = "baseline_time_torch.json"
+CONV_PROBLEMS = range(54, 88)      # KernelBench level 1: the convolutions
+SCRIPT = REPO_ROOT / "emulate" / "e2e" / "kernelbench_eager.py"
+CALLS = 2                          # forwards per problem: the first warms cuDNN up, the last is timed
+KINETO = "kineto/tb_plugin/samples/resnet50_*/*.pt.trace.json.gz"
+#: aten ops whose kernels are a convolution's (the innermost op of cuDNN's and torch's depthwise kernels)
+CONV_OPS = frozenset({"cudnn_convolution", "cudnn_convolution_transpose", "convolution_backward",
+                      "_conv_depthwise2d", "conv_depthwise3d", "cudnn_convolution_backward_input",
+                      "cudnn_convolution_backward_weight"})
+LAUNCH_FLOOR_US = 2.0
+
+
+def is_conv_op(op: str | None) -> bool:
+    return bool(op) and op_base_name(op)[1] in CONV_OPS
+
+
+# ---- KernelBench ----------------------------------------------------------------------------------------------------
+
+def eager_ms(root: Path) -> dict[str, dict[str, float]]:
+    """{problem stem: {catalog id: mean ms of the eager forward}} for the level-1 problems."""
+    out: dict[str, dict[str, float]] = {}
+    for folder, gpu in GPUS.items():
+        path = root / TIMINGS / folder / EAGER
+        if path.is_file():
+            for name, row in json.loads(path.read_text()).get("level1", {}).items():
+                out.setdefault(Path(name).stem, {})[gpu] = float(row["mean"])
+    return out
+
+
+def conv_problems(measured: dict[str, dict[str, float]], only: list[str] | None = None) -> list[str]:
+    """The convolution problems with timings (``only``: stems or their prefixes), in KernelBench's order."""
+    keep = [p for p in measured if int(p.split("_")[0]) in CONV_PROBLEMS]
+    if only:
+        keep = [p for p in keep if any(p.startswith(o) for o in only)]
+    return sorted(keep, key=lambda p: int(p.split("_")[0]))
+
+
+def capture(problems: list[str], root: Path, fresh: bool = False) -> Path | str:
+    """One trace of all ``problems`` run eagerly on the driver backend (cached by the set), or why there is none."""
+    from emulate.e2e.emulation import emulate_script
+
+    key = hashlib.sha1("\n".join(problems).encode()).hexdigest()[:12]
+    trace_dir = cache_root() / "conv_benchmark" / key
+    trace = trace_dir / "rank0.trace.json"
+    if trace.is_file() and not fresh:
+        return trace
+    paths = [str(root / PROBLEMS / f"{p}.py") for p in problems]
+    done = emulate_script(SCRIPT, [str(CALLS), *paths], CAPTURE_HARDWARE, kernels=False, timeout_s=3600,
+                          options=["--backend", "driver"], trace_dir=trace_dir)
+    if not done["ok"]:
+        return f"emulation failed: {done['error']}"
+    return trace if trace.is_file() else "no trace written"
+
+
+def problem_windows(events: list[dict[str, Any]], count: int) -> list[tuple[int, int]] | None:
+    """(first, end) event positions of each problem's last forward: steps are cut at the iteration markers,
+    :data:`CALLS` per problem; None when the markers do not give ``count`` problems."""
+    marks = [i for i, ev in enumerate(events) if ev["kind"] == "iteration"] + [len(events)]
+    if len(marks) < count * CALLS + 1:
+        return None
+    return [(marks[(p + 1) * CALLS - 1], marks[(p + 1) * CALLS]) for p in range(count)]
+
+
+def without_conv_rows(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The trace as the emulator had it before convolutions had rows: their kernels carry no spec (launch floor)."""
+    out = []
+    for ev in events:
+        if ev["kind"] == "kernel" and is_conv_op(ev.get("op")):
+            ev = {**ev, "spec": None, "op_part": False}
+        out.append(ev)
+    return out
+
+
+def evaluate_problems(problems: list[str], trace: Path, measured: dict[str, dict[str, float]],
+                      least: dict[str, float]) -> list[dict[str, Any]]:
+    """One row a problem: its convolution kernels and, per device-bound GPU, measured, model and floor ms."""
+    from emulate.trace import read_trace
+
+    events = [dict(ev) for ev in read_trace(trace)["events"]]
+    windows = problem_windows(events, len(problems))
+    if windows is None:
+        return [{"problem": p, "skipped": "the trace has fewer forwards than expected"} for p in problems]
+    floor_events = without_conv_rows(events)
+    rows = []
+    for problem, window in zip(problems, windows):
+        kernels = [events[i] for i in range(*window) if events[i]["kind"] == "kernel"]
+        conv = [k for k in kernels if is_conv_op(k.get("op"))]
+        row: dict[str, Any] = {"problem": problem, "kernels": len(kernels), "conv_kernels": len(conv),
+                               "rows": [k["spec"] for k in conv if k.get("spec")], "gpus": {}}
+        if not conv:
+            row["skipped"] = "no convolution kernel in its forward"
+        for gpu, ms in measured[problem].items():
+            if "skipped" in row or ms < least.get(gpu, float("inf")):
+                continue
+            row["gpus"][gpu] = {"measured_ms": ms, "model_ms": predicted_ms(events, gpu, window, True),
+                                "floor_ms": predicted_ms(floor_events, gpu, window, True)}
+        rows.append(row)
+    return rows
+
+
+# ---- ResNet-50 Kineto traces ----------------------------------------------------------------------------------------
+
+def _dims(value: Any) -> list:
+    return [list(d) if isinstance(d, (list, tuple)) else [] for d in value] if isinstance(value, (list, tuple)) else []
+
+
+def forward_geometry(ops: pd.DataFrame) -> dict[int, dict[str, Any]]:
+    """{op row: {x, w, y, stride, padding, seq}} of each forward convolution of a trace without argument values:
+    ``y`` is the input of the first batch norm after it on its thread with ``w``'s output channels; ``seq`` its
+    autograd sequence number (its backward node carries the same)."""
+    out: dict[int, dict[str, Any]] = {}
+    norms = ops[ops["name"].str.contains("batch_norm", na=False)]
+    for idx, op in ops[ops["name"] == "aten::cudnn_convolution"].iterrows():
+        dims = _dims(op["input_dims"])
+        if len(dims) < 2 or len(dims[0]) < 3:
+            continue
+        x, w = dims[0], dims[1]
+        after = norms[(norms["tid"] == op["tid"]) & (norms["ts"] >= op["ts"] + op["dur"])]
+        y = next((d[0] for d in map(_dims, after["input_dims"]) if d and len(d[0]) == len(x) and d[0][1] == w[0]), None)
+        if y is None:
+            continue
+        stride = [max(1, round(i / o)) for i, o in zip(x[2:], y[2:])]
+        padding = [max(0, -(-((o - 1) * s + k - i) // 2)) for i, o, s, k in zip(x[2:], y[2:], stride, w[2:])]
+        seq = op.get("sequence_number")
+        out[idx] = {"x": x, "w": w, "y": y, "stride": stride, "padding": padding,
+                    "seq": int(seq) if pd.notna(seq) else None}
+    return out
+
+
+def backward_sequence(ops: pd.DataFrame) -> dict[int, int]:
+    """{op row: sequence number of the autograd node (``...Backward``) it runs in}, for ops inside one."""
+    from profiling.kineto import op_parents
+
+    parents = op_parents(ops)
+    names, seqs = ops["name"].to_numpy(), ops["sequence_number"].to_numpy()
+    out: dict[int, int] = {}
+    for pos in range(len(ops)):
+        up = parents[pos]
+        while up >= 0 and not (str(names[up]).endswith(("Backward", "Backward0")) and pd.notna(seqs[up])):
+            up = parents[up]
+        if up >= 0:
+            out[ops.index[pos]] = int(seqs[up])
+    return out
+
+
+def kineto_args(name: str, dims: list, geometry: list[dict[str, Any]], seq: int | None = None) -> list | None:
+    """Argument values of one convolution op call (aligned with its Input Dims) from its forward's geometry: the
+    forward with the backward's sequence number, else the first with the same shapes."""
+    def find(**want: Any) -> dict[str, Any] | None:
+        same = [g for g in geometry if all(g[k] == v for k, v in want.items())]
+        return next((g for g in same if seq is not None and g["seq"] == seq), same[0] if same else None)
+
+    if name == "cudnn_convolution":
+        g = find(x=dims[0], w=dims[1])
+        return [None, None, g["padding"], g["stride"], [1] * len(g["stride"]), 1, False, False, False] if g else None
+    if name == "cudnn_convolution_backward_input":
+        g = find(y=dims[1], w=dims[2])
+        return [g["x"], None, None, g["padding"], g["stride"], [1] * len(g["stride"]), 1] if g else None
+    if name == "cudnn_convolution_backward_weight":
+        g = find(y=dims[1], x=dims[2])
+        return [g["w"], None, None, g["padding"], g["stride"], [1] * len(g["stride"]), 1] if g else None
+    return None
+
+
+PASSES = {"cudnn_convolution": "fprop", "cudnn_convolution_backward_input": "dgrad",
+          "cudnn_convolution_backward_weight": "wgrad"}
+
+
+def kineto_calls(path: Path) -> tuple[str | None, list[dict[str, Any]]]:
+    """(hardware, one entry per convolution op call with its kernels' measured time and estimator row)."""
+    from profiling.kineto import read_trace
+
+    trace = read_trace(path)
+    events = trace.events
+    ops = events[events["cat"].isin(("cpu_op", "Operator"))]
+    geometry = list(forward_geometry(ops).values())
+    sequence = backward_sequence(ops[ops["name"].str.contains("onvolution", na=False)])
+    kernels = trace.kernels(("kernel",))
+    kernels = kernels[(kernels["op_index"] >= 0) & kernels["op_name"].isin([f"aten::{n}" for n in PASSES])]
+    calls = []
+    for op_index, group in kernels.groupby("op_index", sort=False):
+        name = str(group["op_name"].iloc[0]).split("::")[-1]
+        dims = _dims(group["op_input_dims"].iloc[0])
+        types = list(group["op_input_types"].iloc[0] or [])
+        args = kineto_args(name, dims, geometry, sequence.get(op_index))
+        row = classify_op(f"aten::{name}", dims, types, str(group["name"].iloc[0]), args=args) if args else None
+        calls.append({"op": name, "pass": PASSES[name], "dims": dims, "kernels": len(group),
+                      "measured_us": float(group["dur"].sum()), "row": row})
+    return trace.hardware_id, calls
+
+
+def predict_calls(hardware: str, calls: list[dict[str, Any]], estimator: Any) -> None:
+    """Each call's ``predicted_us`` (its row on ``hardware``; None without a row) and ``floor_us``."""
+    rows = [{**c["row"], "hardware": hardware} for c in calls if c["row"]]
+    values = estimator.predict_frame(pd.DataFrame.from_records(rows))["predicted_us"].to_numpy() if rows else []
+    it = iter(values)
+    for c in calls:
+        c["predicted_us"] = float(next(it)) if c["row"] else None
+        c["floor_us"] = LAUNCH_FLOOR_US * c["kernels"]
+
+
+# ---- report ---------------------------------------------------------------------------------------------------------
+
+def print_problems(rows: list[dict[str, Any]], console: Console) -> dict[str, dict[str, float]]:
+    table = Table(title="KernelBench eager convolutions (fp32, cuDNN): predicted vs measured forward")
+    for col in ("problem", "GPU", "conv kernels", "measured ms", "model ms", "err %", "floor ms", "err %"):
+        table.add_column(col, justify="left" if col in ("problem", "GPU") else "right")
+    errors: dict[str, dict[str, list[float]]] = defaultdict(lambda: {"model": [], "floor": []})
+    for row in rows:
+        if "skipped" in row or not row["gpus"]:
+            table.add_row(row["problem"][:44], "-", str(row.get("conv_kernels", "")), "", "", "", "",
+                          row.get("skipped", "host bound on every GPU"))
+            continue
+        for gpu, g in row["gpus"].items():
+            em, ef = error(g["model_ms"], g["measured_ms"]), error(g["floor_ms"], g["measured_ms"])
+            errors[gpu]["model"].append(abs(em))
+            errors[gpu]["floor"].append(abs(ef))
+            table.add_row(row["problem"][:44], gpu, str(row["conv_kernels"]), f"{g['measured_ms']:.3f}",
+                          f"{g['model_ms']:.3f}", f"{em:+.1f}", f"{g['floor_ms']:.3f}", f"{ef:+.1f}")
+    medians = {gpu: {k: statistics.median(v) for k, v in e.items()} for gpu, e in errors.items()}
+    for gpu, m in medians.items():
+        table.add_row(f"median |error| ({len(errors[gpu]['model'])})", gpu, "", "", "", f"{m['model']:.1f}", "",
+                      f"{m['floor']:.1f}")
+    console.print(table)
+    return medians
+
+
+def print_kineto(traces: list[tuple[str, str, list[dict[str, Any]]]], console: Console) -> dict[str, dict[str, float]]:
+    table = Table(title="ResNet-50 convolution op calls on V100 (Kineto): estimator row vs measured kernels")
+    for col in ("trace", "GPU", "pass", "calls", "no row", "measured ms", "model ms", "median |err| %",
+                "floor |err| %"):
+        table.add_column(col, justify="left" if col in ("trace", "GPU", "pass") else "right")
+    medians: dict[str, dict[str, float]] = {}
+    for name, hardware, calls in traces:
+        for p in ("fprop", "dgrad", "wgrad", "all"):
+            sel = [c for c in calls if p in ("all", c["pass"])]
+            timed = [c for c in sel if c["predicted_us"] is not None]
+            if not timed:
+                continue
+            model = [abs(error(c["predicted_us"], c["measured_us"])) for c in timed]
+            floor = [abs(error(c["floor_us"], c["measured_us"])) for c in timed]
+            medians[f"{name}:{p}"] = {"model": statistics.median(model), "floor": statistics.median(floor)}
+            table.add_row(name, hardware, p, str(len(sel)), str(len(sel) - len(timed)),
+                          f"{sum(c['measured_us'] for c in timed) / 1e3:.1f}",
+                          f"{sum(c['predicted_us'] for c in timed) / 1e3:.1f}", f"{statistics.median(model):.1f}",
+                          f"{statistics.median(floor):.1f}")
+    console.print(table)
+    return medians
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m emulate.conv_benchmark", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--problems", default=None, help="comma-separated problem stems or prefixes (default: all)")
+    parser.add_argument("--root", type=Path, default=None, help="shared data folder (default: the setting)")
+    parser.add_argument("--fresh", action="store_true", help="capture again even where a trace is cached")
+    parser.add_argument("--no-kernelbench", action="store_true", help="skip the KernelBench check (no capture)")
+    parser.add_argument("--no-kineto", action="store_true", help="skip the ResNet-50 trace check")
+    parser.add_argument("--json", type=Path, default=None, help="write every row here (JSON)")
+    args = parser.parse_args(argv)
+    root = args.root or shared_data_root()
+    console = Console(width=160)
+    out: dict[str, Any] = {}
+    if not args.no_kernelbench:
+        measured = eager_ms(root)
+        only = [p.strip() for p in args.problems.split(",")] if args.problems else None
+        problems = conv_problems(measured, only)
+        if not problems:
+            print(f"stepcast: no KernelBench convolution timings under {root / TIMINGS}"
+                  f"{' matching --problems' if only else ''} (set STEPCAST_SHARED_DATA)", file=sys.stderr)
+            return 2
+        least = device_bound(measured)
+        console.print(f"capturing {len(problems)} problems on the driver backend (cached)")
+        trace = capture(problems, root, fresh=args.fresh)
+        rows = (evaluate_problems(problems, trace, measured, least) if isinstance(trace, Path)
+                else [{"problem": p, "skipped": trace} for p in problems])
+        out["kernelbench"] = {"rows": rows, "least_measured_ms": least,
+                              "median_abs_error": print_problems(rows, console)}
+    if not args.no_kineto:
+        import estimator as estimators
+
+        est = estimators.load(None)
+        traces = []
+        for path in sorted(root.glob(KINETO)):
+            hardware, calls = kineto_calls(path)
+            if hardware is None:
+                continue
+            predict_calls(hardware, calls, est)
+            traces.append((path.parent.name, hardware, calls))
+        if traces:
+            out["kineto"] = {"medians": print_kineto(traces, console),
+                             "calls": {name: calls for name, _, calls in traces}}
+    if args.json:
+        write_json_atomic(args.json, out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

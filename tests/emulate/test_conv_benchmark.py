@@ -1,0 +1,94 @@
+"""The convolution check (emulate/conv_benchmark.py): which problems and forwards it compares, what "today"
+strips, and how it reads stride and padding off a Kineto trace without argument values; no emulation is run."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from emulate.conv_benchmark import (EAGER, backward_sequence, conv_problems, eager_ms, evaluate_problems,
+                                    forward_geometry, kineto_args, main, problem_windows, without_conv_rows)
+from emulate.kernelbench_benchmark import TIMINGS
+from emulate.trace import write_trace
+
+
+def fake_timings(root: Path) -> None:
+    for folder, times in {"T4_modal": {"19_ReLU.py": 0.03, "63_conv_standard_2D.py": 2.35, "64_conv_tr_1D.py": 0.05,
+                                       "88_MinGPTNewGelu.py": 1.0},
+                          "A10G_modal": {"63_conv_standard_2D.py": 1.0}}.items():
+        path = root / TIMINGS / folder / EAGER
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps({"level1": {p: {"mean": ms} for p, ms in times.items()}}))
+
+
+def test_only_convolution_problems_on_catalogued_gpus_are_read(tmp_path):
+    fake_timings(tmp_path)
+    measured = eager_ms(tmp_path)
+    assert measured["63_conv_standard_2D"] == {"t4": 2.35}  # A10G is not in the catalog
+    assert conv_problems(measured) == ["63_conv_standard_2D", "64_conv_tr_1D"]
+    assert conv_problems(measured, ["64_"]) == ["64_conv_tr_1D"]
+
+
+def test_each_problem_is_timed_on_its_last_call():
+    # two problems, two calls each: markers close each call
+    kinds = ["iteration", "kernel", "iteration", "kernel", "iteration", "kernel", "iteration", "kernel", "iteration"]
+    events = [{"kind": k} for k in kinds]
+    assert problem_windows(events, 2) == [(2, 4), (6, 8)]
+    assert problem_windows(events, 3) is None
+
+
+def test_today_strips_only_the_convolutions_rows():
+    conv = {"kind": "kernel", "op": "aten.convolution_backward.default", "spec": None, "op_part": True}
+    gemm = {"kind": "kernel", "op": "aten.mm.default", "spec": {"family": "gemm"}, "op_part": False}
+    first = {**conv, "spec": {"family": "gemm"}, "op_part": False}
+    out = without_conv_rows([first, conv, gemm])
+    assert [(e["spec"], e["op_part"]) for e in out] == [(None, False), (None, False), (gemm["spec"], False)]
+
+
+def kineto_ops() -> pd.DataFrame:
+    """Two forwards with the same weight and output but strides 1 and 2, each followed by its batch norm, and the
+    backward of the strided one inside its autograd node."""
+    rows = [
+        ("aten::cudnn_convolution", 0, 10, [[8, 64, 28, 28], [64, 64, 3, 3]], 7),
+        ("aten::cudnn_batch_norm", 20, 5, [[8, 64, 28, 28]], None),
+        ("aten::cudnn_convolution", 30, 10, [[8, 64, 56, 56], [64, 64, 3, 3]], 9),
+        ("aten::cudnn_batch_norm", 50, 5, [[8, 64, 28, 28]], None),
+        ("CudnnConvolutionBackward", 100, 50, [], 9),
+        ("aten::cudnn_convolution_backward_input", 110, 10, [[], [8, 64, 28, 28], [64, 64, 3, 3]], None),
+    ]
+    return pd.DataFrame([{"name": n, "ts": ts, "dur": d, "input_dims": dims, "sequence_number": seq, "tid": 1,
+                          "pid": 1} for n, ts, d, dims, seq in rows])
+
+
+def test_kineto_geometry_comes_from_the_next_batch_norm_and_the_autograd_sequence():
+    ops = kineto_ops()
+    geometry = forward_geometry(ops)
+    assert [(g["stride"], g["padding"]) for g in geometry.values()] == [([1, 1], [1, 1]), ([2, 2], [1, 1])]
+    seq = backward_sequence(ops)
+    assert seq[5] == 9
+    args = kineto_args("cudnn_convolution_backward_input", ops.loc[5, "input_dims"], list(geometry.values()), seq[5])
+    assert args[0] == [8, 64, 56, 56] and args[4] == [2, 2]  # the strided forward, not the first with these shapes
+
+
+@pytest.mark.slow
+def test_a_convolution_row_replaces_the_launch_floor(tmp_path):
+    kernel = {"kind": "kernel", "stream": 0, "grid": [1, 1, 1], "block": [128, 1, 1], "shmem": 0, "lib": None,
+              "op": "aten.cudnn_convolution.default"}
+    spec = {"family": "gemm", "dtype": "fp32", "m": 16 * 254 * 254, "n": 64, "k": 27, "batch": 1}
+    events = [{"kind": "iteration", "step": 0}, {**kernel, "name": "sm75_xmma_fprop", "spec": None},
+              {"kind": "iteration", "step": 1}, {**kernel, "name": "sm75_xmma_fprop", "spec": spec},
+              {"kind": "iteration", "step": 2}]
+    trace = tmp_path / "rank0.trace.json"
+    write_trace(trace, rank=0, world_size=1, hardware="t4",
+                events=[{**ev, "seq": i, "t_ns": i, "gap_ns": 0} for i, ev in enumerate(events)])
+    row, = evaluate_problems(["63_conv"], trace, {"63_conv": {"t4": 2.35}}, {"t4": 0.1})
+    g = row["gpus"]["t4"]
+    assert g["floor_ms"] == pytest.approx(0.002)
+    assert g["model_ms"] > 50 * g["floor_ms"]
+
+
+def test_missing_timings_exit_2(tmp_path, capsys):
+    assert main(["--root", str(tmp_path), "--no-kineto"]) == 2
+    assert "stepcast:" in capsys.readouterr().err
