@@ -216,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"{sampler} seed {seed}, budget {budget} emulations")
             outcome = run(sampler, seed, budget)
             budgeted.append(outcome)
-            rows.append(row(sampler, str(seed), outcome, optimum, truth, space))
+            name = sampler if outcome.sampler == sampler else f"{sampler}: {outcome.sampler}"
+            rows.append(row(name, str(seed), outcome, optimum, truth, space))
 
     table = Table(title=f"Search on {cfg.gpus}x {spec.id}: {cfg.name}, {grid.evaluations} grid emulations "
                         f"(budget {budget} = {args.budget_fraction:.0%}; emulations: distinct configurations "
@@ -232,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
                       str(r["mispruned"]), str(r["speed_pruned"]), str(r["speed_mispruned"]))
     console.print(table)
     for sampler in ("cmaes", "random"):
-        mine = [r for r in rows if r["sampler"] == sampler]
+        mine = [r for r in rows if r["sampler"].split(":")[0] == sampler]
         within = sum(r["gap"] <= 0.02 for r in mine)
         console.print(f"{sampler}: within 2 % of the grid's optimum in {within} of {len(mine)} seeds, median "
                       f"{statistics.median(r['emulations'] for r in mine):.0f} emulations "

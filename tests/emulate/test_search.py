@@ -454,3 +454,14 @@ def test_the_trial_cache_key_changes_with_the_host_model(monkeypatch):
     counted = estimator_version()
     monkeypatch.setattr(config, "HOST_MODEL", "measured")
     assert estimator_version() != counted
+
+
+def test_cmaes_with_a_budget_below_its_population_runs_random_search(script, tmp_path):
+    """Three parameters: CMA-ES's population is 7, so a budget of 5 ends before its first update."""
+    from emulate.search.samplers import cmaes_population
+
+    assert cmaes_population(3) == 7 and cmaes_population(4) == 8
+    short = search(config_doc(script), tmp_path / "a", FakeRunner()).run(sampler="cmaes", max_evaluations=5)
+    assert short.sampler == "random" and short.evaluations == 5
+    long = search(config_doc(script), tmp_path / "b", FakeRunner()).run(sampler="cmaes", max_evaluations=7)
+    assert long.sampler == "cmaes"
