@@ -246,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
             for sampler in ("cmaes", "random"):
                 rates = replay_rate(lambda: Search(cfg, target, cache, runner=answers, speed_pruning=speed), sampler,
                                     seeds, budget, optimum)
-                console.print(f"{sampler}{'' if speed else ' without speed.monotone'}, replayed from the grid's "
+                ran = sampler if rates["ran"] == sampler else f"{sampler} (ran {rates['ran']})"
+                console.print(f"{ran}{'' if speed else ' without speed.monotone'}, replayed from the grid's "
                               f"answers over seeds 0-{seeds[-1]}: within 2 % of the optimum in {rates['within']} of "
                               f"{len(seeds)}, at it in {rates['found']}, median {rates['median_emulations']:.0f} "
                               "emulations")
@@ -333,7 +334,9 @@ def replay_rate(new_search, sampler: str, seeds, budget: int, optimum: float) ->
         within += gap <= 0.02
         found += gap <= 1e-9
         spent.append(outcome.evaluations)
-    return {"within": within, "found": found, "median_emulations": statistics.median(spent) if spent else 0}
+        ran = outcome.sampler
+    return {"within": within, "found": found, "median_emulations": statistics.median(spent) if spent else 0,
+            "ran": ran if seeds else sampler}
 
 
 def speed_contradicted(pruned, outcome, truth: dict, space) -> bool:
