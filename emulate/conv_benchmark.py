@@ -7,13 +7,16 @@ timings, beside what the emulator did before they existed (every convolution ker
 Two checks:
 
 - **KernelBench** (``kernelbench/`` under the shared data, read its SOURCE.md): the eager forward of each level-1
-  convolution problem (54-87), fp32, CUDA events over 100 calls, on the GPUs the catalog knows (T4, B200). All
-  problems run in one capture on the driver backend (cuDNN runs for real: ``emulate/e2e/kernelbench_eager.py``,
-  kept under ``<cache>/conv_benchmark/``); each problem's last forward is simulated on each GPU and its predicted
-  device time (the sum of its kernels) printed beside the measured time, with the convolution rows (``model``)
-  and without them (``floor``: today's launch floor for every convolution kernel). A (problem, GPU) is compared
-  only when its measured time is at least :data:`emulate.kernelbench_benchmark.DEVICE_BOUND_FLOORS` host floors
-  (the eager time of its one-kernel problem on that GPU).
+  convolution problem (54-87), fp32, CUDA events over 100 calls, on the GPUs the catalog knows (T4, B200). The
+  problems run in one capture a GPU on the driver backend emulating it (cuDNN runs for real and picks its kernels
+  for that device, and the rows follow the kernels: ``emulate/e2e/kernelbench_eager.py``, kept under
+  ``<cache>/conv_benchmark/``; a cached capture is re-collated, so its rows are today's classifier's; a run the
+  emulated driver crashes in loses its op table, so the problem it crashed in is left out and the others run
+  again). Each problem's last forward is simulated on its GPU and its predicted device time (the sum of its
+  kernels) printed beside the measured time, with the convolution rows (``model``) and without them (``floor``:
+  today's launch floor for every convolution kernel). A (problem, GPU) is compared only when its measured time
+  is at least :data:`emulate.kernelbench_benchmark.DEVICE_BOUND_FLOORS` host floors (the eager time of its
+  one-kernel problem on that GPU).
 - **ResNet-50 on V100** (the Kineto traces of ``kineto/tb_plugin/samples``): every convolution op call (forward,
   backward input, backward weight: PyTorch 1.8 recorded them as separate ops) with its kernels' measured time,
   against the estimator's time of its row on the trace's GPU. These traces record shapes but not argument values,
@@ -38,7 +41,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from emulate.kernelbench_benchmark import (CAPTURE_HARDWARE, DEVICE_BOUND_FLOORS, GPUS, PROBLEMS, TIMINGS, device_bound,
+from emulate.kernelbench_benchmark import (GPUS, PROBLEMS, TIMINGS, device_bound,
                                            error, predicted_ms)
 from profiling.atomic import write_json_atomic
 from profiling.classify import classify_op, op_base_name
@@ -54,6 +57,7 @@ CONV_OPS = frozenset({"cudnn_convolution", "cudnn_convolution_transpose", "convo
                       "_conv_depthwise2d", "conv_depthwise3d", "cudnn_convolution_backward_input",
                       "cudnn_convolution_backward_weight"})
 LAUNCH_FLOOR_US = 2.0
+MAX_RUNS = 24                      # captures a GPU before the problems left are given up
 
 
 def is_conv_op(op: str | None) -> bool:
@@ -81,21 +85,59 @@ def conv_problems(measured: dict[str, dict[str, float]], only: list[str] | None 
     return sorted(keep, key=lambda p: int(p.split("_")[0]))
 
 
-def capture(problems: list[str], root: Path, fresh: bool = False) -> Path | str:
-    """One trace of all ``problems`` run eagerly on the driver backend (cached by the set), or why there is none."""
+def capture(problems: list[str], root: Path, gpu: str, fresh: bool = False) -> tuple[Path | None, str | None]:
+    """(trace, why the run failed) of ``problems`` run eagerly, in order, on the driver backend emulating ``gpu``
+    (cached by GPU and problem set; a failed run keeps its trace up to the failure). Each GPU has its own
+    capture: cuDNN picks its kernels (Winograd or implicit GEMM, TF32 or not) for the device it runs on, and the
+    rows follow the kernels."""
     from emulate.e2e.emulation import emulate_script
 
     key = hashlib.sha1("\n".join(problems).encode()).hexdigest()[:12]
-    trace_dir = cache_root() / "conv_benchmark" / key
-    trace = trace_dir / "rank0.trace.json"
+    trace_dir = cache_root() / "conv_benchmark" / f"{gpu}-{key}"
+    trace, failed = trace_dir / "rank0.trace.json", trace_dir / "failed.txt"
     if trace.is_file() and not fresh:
-        return trace
+        if not failed.is_file():
+            recollate(trace_dir, gpu)
+        return trace, failed.read_text() if failed.is_file() else None
     paths = [str(root / PROBLEMS / f"{p}.py") for p in problems]
-    done = emulate_script(SCRIPT, [str(CALLS), *paths], CAPTURE_HARDWARE, kernels=False, timeout_s=3600,
+    done = emulate_script(SCRIPT, [str(CALLS), *paths], gpu, kernels=False, timeout_s=3600,
                           options=["--backend", "driver"], trace_dir=trace_dir)
-    if not done["ok"]:
-        return f"emulation failed: {done['error']}"
-    return trace if trace.is_file() else "no trace written"
+    error = None if done["ok"] else f"emulation failed: {done['error'][:300]}"
+    if error and trace_dir.is_dir():
+        failed.write_text(error)
+    return (trace if trace.is_file() else None), error or (None if trace.is_file() else "no trace written")
+
+
+def recollate(trace_dir: Path, gpu: str) -> None:
+    """Rewrite a cached capture's trace from its driver log, so its rows are the classifier's of today."""
+    from emulate.collate import collate
+
+    logs = sorted(trace_dir.glob("rank0.log.driver.*.jsonl"))
+    if logs:
+        collate(logs[-1:], hardware=gpu, world_size=1, ranks_per_node=1, trace_dir=trace_dir)
+
+
+def capture_all(problems: list[str], root: Path, gpu: str,
+                fresh: bool = False) -> tuple[list[tuple[Path, list[str]]], dict[str, str]]:
+    """Every problem captured on ``gpu``: ([(trace, the problems it holds in order)], {problem: why it has none}).
+    A run that fails (the emulated driver can crash in a cuDNN engine) has no op table, so none of its rows: the
+    problem it failed in is left out and the others run again, at most :data:`MAX_RUNS` runs a GPU."""
+    from emulate.trace import read_trace
+
+    failed: dict[str, str] = {}
+    todo = list(problems)
+    for _ in range(MAX_RUNS):
+        trace, error = capture(todo, root, gpu, fresh)
+        if error is None:
+            return [(trace, todo)], failed
+        marks = sum(ev["kind"] == "iteration" for ev in read_trace(trace)["events"]) if trace else 1
+        at = min(len(todo) - 1, max(0, marks - 1) // CALLS)
+        failed[todo[at]] = error
+        todo = todo[:at] + todo[at + 1:]
+        if not todo:
+            break
+    failed.update({p: f"not captured: {MAX_RUNS} runs on {gpu} failed" for p in todo})
+    return [], failed
 
 
 def problem_windows(events: list[dict[str, Any]], count: int) -> list[tuple[int, int]] | None:
@@ -117,31 +159,37 @@ def without_conv_rows(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def evaluate_problems(problems: list[str], trace: Path, measured: dict[str, dict[str, float]],
-                      least: dict[str, float]) -> list[dict[str, Any]]:
-    """One row a problem: its convolution kernels and, per device-bound GPU, measured, model and floor ms."""
+def evaluate_problems(problems: list[str], traces: dict[str, list[tuple[Path, list[str]]]],
+                      measured: dict[str, dict[str, float]], least: dict[str, float],
+                      failed: dict[str, dict[str, str]] | None = None) -> list[dict[str, Any]]:
+    """One row a problem: per device-bound GPU, the convolution kernels of its capture on that GPU (``traces``:
+    GPU -> [(trace, its problems)]; ``failed``: GPU -> {problem: why it has no capture}) and the measured, model
+    and floor ms."""
     from emulate.trace import read_trace
 
-    events = [dict(ev) for ev in read_trace(trace)["events"]]
-    windows = problem_windows(events, len(problems))
-    if windows is None:
-        return [{"problem": p, "skipped": "the trace has fewer forwards than expected"} for p in problems]
-    floor_events = without_conv_rows(events)
-    rows = []
-    for problem, window in zip(problems, windows):
-        kernels = [events[i] for i in range(*window) if events[i]["kind"] == "kernel"]
-        conv = [k for k in kernels if is_conv_op(k.get("op"))]
-        row: dict[str, Any] = {"problem": problem, "kernels": len(kernels), "conv_kernels": len(conv),
-                               "rows": [k["spec"] for k in conv if k.get("spec")], "gpus": {}}
-        if not conv:
-            row["skipped"] = "no convolution kernel in its forward"
-        for gpu, ms in measured[problem].items():
-            if "skipped" in row or ms < least.get(gpu, float("inf")):
-                continue
-            row["gpus"][gpu] = {"measured_ms": ms, "model_ms": predicted_ms(events, gpu, window, True),
-                                "floor_ms": predicted_ms(floor_events, gpu, window, True)}
-        rows.append(row)
-    return rows
+    rows: dict[str, dict[str, Any]] = {p: {"problem": p, "gpus": {}, "notes": []} for p in problems}
+    for gpu, why in (failed or {}).items():
+        for p, error in why.items():
+            rows[p]["notes"].append(f"{gpu}: {error}")
+    for gpu, parts in traces.items():
+        for trace, held in parts:
+            events = [dict(ev) for ev in read_trace(trace)["events"]]
+            floor_events = without_conv_rows(events)
+            for problem, window in zip(held, problem_windows(events, len(held)) or []):
+                if problem not in rows:
+                    continue
+                ms = measured[problem].get(gpu)
+                conv = [events[i] for i in range(*window)
+                        if events[i]["kind"] == "kernel" and is_conv_op(events[i].get("op"))]
+                if not conv:
+                    rows[problem]["notes"].append(f"{gpu}: no convolution kernel in its forward")
+                if ms is None or ms < least.get(gpu, float("inf")) or not conv:
+                    continue
+                rows[problem]["gpus"][gpu] = {
+                    "measured_ms": ms, "model_ms": predicted_ms(events, gpu, window, True),
+                    "floor_ms": predicted_ms(floor_events, gpu, window, True), "conv_kernels": len(conv),
+                    "kernels": [k["name"][:80] for k in conv], "rows": [k["spec"] for k in conv if k.get("spec")]}
+    return list(rows.values())
 
 
 # ---- ResNet-50 Kineto traces ----------------------------------------------------------------------------------------
@@ -253,15 +301,15 @@ def print_problems(rows: list[dict[str, Any]], console: Console) -> dict[str, di
         table.add_column(col, justify="left" if col in ("problem", "GPU") else "right")
     errors: dict[str, dict[str, list[float]]] = defaultdict(lambda: {"model": [], "floor": []})
     for row in rows:
-        if "skipped" in row or not row["gpus"]:
-            table.add_row(row["problem"][:44], "-", str(row.get("conv_kernels", "")), "", "", "", "",
-                          row.get("skipped", "host bound on every GPU"))
+        if not row["gpus"]:
+            table.add_row(row["problem"][:44], "-", "", "", "", "", "",
+                          "; ".join(row["notes"])[:120] or "host bound on every GPU")
             continue
         for gpu, g in row["gpus"].items():
             em, ef = error(g["model_ms"], g["measured_ms"]), error(g["floor_ms"], g["measured_ms"])
             errors[gpu]["model"].append(abs(em))
             errors[gpu]["floor"].append(abs(ef))
-            table.add_row(row["problem"][:44], gpu, str(row["conv_kernels"]), f"{g['measured_ms']:.3f}",
+            table.add_row(row["problem"][:44], gpu, str(g["conv_kernels"]), f"{g['measured_ms']:.3f}",
                           f"{g['model_ms']:.3f}", f"{em:+.1f}", f"{g['floor_ms']:.3f}", f"{ef:+.1f}")
     medians = {gpu: {k: statistics.median(v) for k, v in e.items()} for gpu, e in errors.items()}
     for gpu, m in medians.items():
@@ -315,10 +363,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"{' matching --problems' if only else ''} (set STEPCAST_SHARED_DATA)", file=sys.stderr)
             return 2
         least = device_bound(measured)
-        console.print(f"capturing {len(problems)} problems on the driver backend (cached)")
-        trace = capture(problems, root, fresh=args.fresh)
-        rows = (evaluate_problems(problems, trace, measured, least) if isinstance(trace, Path)
-                else [{"problem": p, "skipped": trace} for p in problems])
+        traces, failed = {}, {}
+        for gpu in sorted({g for p in problems for g in measured[p]}):
+            console.print(f"capturing {len(problems)} problems on the driver backend as {gpu} (cached)")
+            traces[gpu], failed[gpu] = capture_all(problems, root, gpu, fresh=args.fresh)
+        rows = evaluate_problems(problems, traces, measured, least, failed)
         out["kernelbench"] = {"rows": rows, "least_measured_ms": least,
                               "median_abs_error": print_problems(rows, console)}
     if not args.no_kineto:

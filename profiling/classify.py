@@ -29,9 +29,11 @@ Choices a reader should know:
   norm).
 - convolutions (cuDNN's ops, ``convolution_backward``, torch's depthwise kernels) are implicit GEMMs
   (``conv_parts``: fprop, dgrad, wgrad of the plain convolution; a transposed one swaps fprop and dgrad), one row
-  per op call (its further kernels, layout transforms and split-K reductions, are ``op_part``); depthwise ones
-  (one input channel a group) are memory bound: an elementwise ``copy`` of their bytes. fp32 is ``tf32`` unless
-  ``allow_tf32`` is False (cuDNN's default). The native im2col path's kernels get none: its GEMMs are cuBLAS's.
+  per op call (its further kernels, layout transforms and split-K reductions, are ``op_part``); cuDNN's Winograd
+  kernels are their batched transformed-tile GEMMs (``winograd_parts``); a ``convolution_backward`` kernel times
+  the pass its name shows; depthwise ones (one input channel a group) are memory bound: an elementwise ``copy``
+  of their bytes. fp32 is ``tf32`` unless ``allow_tf32`` is False or the kernel runs on the CUDA cores (SIMT,
+  Winograd). The native im2col path's kernels get none: its GEMMs are cuBLAS's.
 - collectives: ``bytes`` per rank is the largest tensor argument (nccl-tests ``size``); ``ranks`` and
   ``ranks_per_node`` come from the keyword arguments (None when the caller does not know them).
 """
@@ -466,6 +468,7 @@ _CONV_FORWARD_ARGS = {
 }
 #: native (slow) convolutions lower to im2col + cuBLAS GEMMs, which the capture times as GEMMs already
 #: (cuDNN's own ``cudnn::cnn::im2col4d_kernel`` is one of its algorithms: it keeps its row)
+_CUDNN_KERNEL = re.compile(r"cudnn|xmma|sm\d+_", re.IGNORECASE)
 _NATIVE_CONV_KERNEL = re.compile(r"^(?!.*cudnn).*(im2col|col2im|vol2col|col2vol|slow_conv)", re.IGNORECASE)
 
 
@@ -519,26 +522,36 @@ _WINOGRAD_KERNEL = re.compile(r"winograd", re.IGNORECASE)
 _WINOGRAD_NONFUSED = re.compile(r"winograd_?nonfused|winogradForward|winogradWgrad", re.IGNORECASE)
 
 
-def winograd_parts(x: Shape, w: Shape, y: Shape, groups: int, passes: Sequence[str],
+def winograd_parts(x: Shape, w: Shape, y: Shape, groups: int, transposed: bool, passes: Sequence[str],
                    tile: int) -> list[tuple[int, int, int, int]] | None:
     """The GEMMs of a Winograd F(tile x tile, r x r) convolution: one per point of the (tile + r - 1)^2 transformed
-    tile (the batch), over the tiles of the output (fprop, wgrad) or the input (dgrad): the multiplications drop
-    by r^2 tile^2 / (tile + r - 1)^2 (2.25x for F(2, 3), 4x for F(4, 3)). None for anything but a stride-1 2-D
-    convolution with a square kernel (the only ones cuDNN runs this way)."""
+    tile (the batch), over the tiles of the output (fprop, wgrad) or the input (dgrad) of the plain convolution
+    (:func:`conv_parts`): the multiplications drop by r^2 tile^2 / (tile + r - 1)^2 (2.25x for F(2, 3), 4x for
+    F(4, 3)). None for anything but a 2-D convolution with a square kernel (cuDNN's Winograd kernels)."""
     if len(w) != 4 or w[2] != w[3]:
         return None
+    src, dst = (y, x) if transposed else (x, y)
     alpha = tile + w[2] - 1
     cout, cin_g = w[0] // groups, w[1]
-    tiles = {"out": y[0] * math.prod(-(-d // tile) for d in y[2:]), "in": x[0] * math.prod(-(-d // tile) for d in x[2:])}
-    shapes = {"fprop": (tiles["out"], cout, cin_g), "dgrad": (tiles["in"], cin_g, cout), "wgrad": (cout, cin_g, tiles["out"])}
-    return [(*shapes[p], alpha * alpha * groups) for p in passes]
+    out_tiles, in_tiles = (t[0] * math.prod(-(-d // tile) for d in t[2:]) for t in (dst, src))
+    shapes = {"fprop": (out_tiles, cout, cin_g), "dgrad": (in_tiles, cin_g, cout), "wgrad": (cout, cin_g, out_tiles)}
+    swap = {"fprop": "dgrad", "dgrad": "fprop"} if transposed else {}
+    return [(*shapes[swap.get(p, p)], alpha * alpha * groups) for p in passes]
 
 
-def _conv_dtype(dtype: str | None, allow_tf32: Any) -> str | None:
-    """cuDNN runs fp32 convolutions on TF32 tensor cores unless told not to (``torch.backends.cudnn.allow_tf32``,
-    True by default; the forward ops carry it, the backward follows the same flag)."""
+#: cuDNN's kernels that run fp32 on the CUDA cores even with TF32 allowed: the SIMT implicit / precomputed /
+#: explicit GEMMs, the direct engines, Winograd, and xmma kernels named f32f32 (TF32 ones are named tf32)
+_SIMT_CONV_KERNEL = re.compile(r"sgemm|scudnn|simt|convolve|_engine<float|engine<float|winograd|f32f32_f32f32",
+                               re.IGNORECASE)
+
+
+def _conv_dtype(dtype: str | None, allow_tf32: Any, kernel_name: str | None) -> str | None:
+    """cuDNN may run fp32 convolutions on TF32 tensor cores unless told not to (``torch.backends.cudnn.allow_tf32``,
+    True by default; the forward ops carry it, the backward follows the same flag); whether it does shows in the
+    kernel it picked (:data:`_SIMT_CONV_KERNEL`: not). A layout transform opening the call (NCHW -> NHWC, which only
+    the tensor-core kernels need) or no kernel name: TF32 as allowed."""
     if dtype == "fp32" and (allow_tf32 is None or _as_bool(allow_tf32)):
-        return "tf32"
+        return "fp32" if kernel_name and _SIMT_CONV_KERNEL.search(kernel_name) else "tf32"
     return dtype
 
 
@@ -546,12 +559,14 @@ def _depthwise(x: Shape, w: Shape, groups: int, transposed: bool) -> bool:
     return not transposed and groups > 1 and groups == x[1] and w[1] == 1
 
 
-def _depthwise_row(dtype: str, x: Shape, w: Shape, y: Shape, passes: int) -> Row:
+def _depthwise_row(dtype: str, x: Shape, w: Shape, y: Shape, passes: int, native: bool) -> Row:
     """A depthwise convolution (one input channel a group) does a few FMAs per byte: each pass (forward, dgrad,
-    wgrad) is a memory-bound sweep over input, output and weight, timed as the elementwise ``copy`` of those bytes
-    (one stream read, one written)."""
-    nbytes = passes * (_numel(x) + _numel(y) + _numel(w)) * dtype_bytes(dtype)
-    return {"family": "elementwise", "dtype": dtype, "op": "copy", "numel": max(1, round(nbytes / (2 * dtype_bytes(dtype))))}
+    wgrad) is a memory-bound sweep, timed as the elementwise ``copy`` of its bytes (one stream read, one written).
+    torch's own depthwise kernels (``native``) load every tap of every output from memory (no tiling in shared
+    memory): out x (taps + 1) elements a pass; cuDNN's read input, output and weight once."""
+    taps = _numel(w[2:])
+    elements = _numel(y) * (taps + 1) + _numel(w) if native else _numel(x) + _numel(y) + _numel(w)
+    return {"family": "elementwise", "dtype": dtype, "op": "copy", "numel": max(1, round(passes * elements / 2))}
 
 
 def _mask(value: Any) -> tuple[bool, bool]:
@@ -632,13 +647,15 @@ def _conv(name: str, shapes: tuple, dtypes: tuple, args: tuple | None, kernel_na
     if not passes or len(x) != len(w) or len(y) != len(x) or len(x) < 3 or min(*x, *w, *y, groups) <= 0:
         return None
     if _depthwise(x, w, groups, transposed):
-        return _depthwise_row(dtype, x, w, y, len(passes))
+        native = name in ("_conv_depthwise2d", "conv_depthwise3d") or (
+            name == "convolution_backward" and not (kernel_name and _CUDNN_KERNEL.search(kernel_name)))
+        return _depthwise_row(dtype, x, w, y, len(passes), native)
     parts = conv_parts(x, w, y, groups, stride, transposed, passes)
-    if kernel_name and _WINOGRAD_KERNEL.search(kernel_name) and not transposed and max(stride) == 1:
+    if kernel_name and _WINOGRAD_KERNEL.search(kernel_name) and max(stride) == 1:
         tile = 4 if _WINOGRAD_NONFUSED.search(kernel_name) else 2
-        parts = winograd_parts(x, w, y, groups, passes, tile) or parts
+        parts = winograd_parts(x, w, y, groups, transposed, passes, tile) or parts
     m, n, k, batch = parts[0]
-    return _gemm_row(m, n, k, batch * len(parts), _conv_dtype(dtype, allow_tf32), None)
+    return _gemm_row(m, n, k, batch * len(parts), _conv_dtype(dtype, allow_tf32, kernel_name), None)
 
 
 _Handler = Callable[[str, tuple, tuple, "tuple | None", "str | None"], "Row | None"]

@@ -8,8 +8,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from emulate.conv_benchmark import (EAGER, backward_sequence, conv_problems, eager_ms, evaluate_problems,
-                                    forward_geometry, kineto_args, main, problem_windows, without_conv_rows)
+from emulate import conv_benchmark
+from emulate.conv_benchmark import (EAGER, backward_sequence, capture_all, conv_problems, eager_ms,
+                                    evaluate_problems, forward_geometry, kineto_args, main, problem_windows,
+                                    without_conv_rows)
 from emulate.kernelbench_benchmark import TIMINGS
 from emulate.trace import write_trace
 
@@ -45,6 +47,31 @@ def test_today_strips_only_the_convolutions_rows():
     first = {**conv, "spec": {"family": "gemm"}, "op_part": False}
     out = without_conv_rows([first, conv, gemm])
     assert [(e["spec"], e["op_part"]) for e in out] == [(None, False), (None, False), (gemm["spec"], False)]
+
+
+def test_a_problem_the_emulation_fails_in_is_left_out_and_the_others_run_again(tmp_path, monkeypatch):
+    """The run over a, b, c, d crashes in b (a's two calls completed, but a crashed run has no op table); the
+    rerun over a, c, d succeeds; a run budget gives up on the rest."""
+    runs = []
+
+    def fake_capture(todo, root, gpu, fresh=False):
+        runs.append(list(todo))
+        trace = tmp_path / f"{len(runs)}.trace.json"
+        crash = "b" in todo or gpu == "t4"
+        complete = todo.index("b") if "b" in todo else 0 if crash else len(todo)
+        events = [{"kind": "iteration", "step": s} for s in range(complete * 2 + 1)]
+        write_trace(trace, rank=0, world_size=1, hardware=gpu,
+                    events=[{**ev, "seq": i, "t_ns": i, "gap_ns": 0} for i, ev in enumerate(events)])
+        return trace, ("emulation failed: exit -11" if crash else None)
+
+    monkeypatch.setattr(conv_benchmark, "capture", fake_capture)
+    done, failed = capture_all(["a", "b", "c", "d"], tmp_path, "b200")
+    assert runs == [["a", "b", "c", "d"], ["a", "c", "d"]]
+    assert [held for _, held in done] == [["a", "c", "d"]] and failed == {"b": "emulation failed: exit -11"}
+    monkeypatch.setattr(conv_benchmark, "MAX_RUNS", 2)
+    done, failed = capture_all(["x", "y", "z"], tmp_path, "t4")  # every run fails at its first problem
+    assert done == [] and failed["x"] == failed["y"] == "emulation failed: exit -11"
+    assert failed["z"].startswith("not captured: 2 runs")
 
 
 def kineto_ops() -> pd.DataFrame:
@@ -83,7 +110,7 @@ def test_a_convolution_row_replaces_the_launch_floor(tmp_path):
     trace = tmp_path / "rank0.trace.json"
     write_trace(trace, rank=0, world_size=1, hardware="t4",
                 events=[{**ev, "seq": i, "t_ns": i, "gap_ns": 0} for i, ev in enumerate(events)])
-    row, = evaluate_problems(["63_conv"], trace, {"63_conv": {"t4": 2.35}}, {"t4": 0.1})
+    row, = evaluate_problems(["63_conv"], {"t4": [(trace, ["63_conv"])]}, {"63_conv": {"t4": 2.35}}, {"t4": 0.1})
     g = row["gpus"]["t4"]
     assert g["floor_ms"] == pytest.approx(0.002)
     assert g["model_ms"] > 50 * g["floor_ms"]

@@ -109,16 +109,17 @@ def test_transposed_backward_swaps_fprop_and_dgrad():
     assert (grad_input["m"], grad_input["n"], grad_input["k"]) == (8 * 15 * 15, 32, 8 * 16)
 
 
-@pytest.mark.parametrize("op, shapes, args", [
-    ("aten._conv_depthwise2d.default", [[8, 32, 64, 64], [32, 1, 3, 3], [], [32], [], [], []],
-     [None, None, [3, 3], None, [1, 1], [1, 1], [1, 1]]),
-    ("aten.cudnn_convolution.default", [[8, 32, 64, 64], [32, 1, 3, 3]] + [[]] * 7,
-     [None, None, [1, 1], [1, 1], [1, 1], 32, False, False, True]),
-])
-def test_depthwise_is_timed_by_its_bytes(op, shapes, args):
-    row = classify_op(op, shapes, [F32, F32] + [F32 if s == [32] else "" for s in shapes[2:]], args=args)
-    moved = (2 * 8 * 32 * 64 * 64 + 32 * 9) * 4
-    assert row == {"family": "elementwise", "dtype": "fp32", "op": "copy", "numel": round(moved / 8)}
+def test_depthwise_is_timed_by_its_bytes():
+    """torch's kernel reads every tap of every output from memory, cuDNN's each tensor once."""
+    native = classify_op("aten._conv_depthwise2d.default", [[8, 32, 64, 64], [32, 1, 3, 3], [], [32], [], [], []],
+                         [F32, F32, "", F32, "", "", ""], args=[None, None, [3, 3], None, [1, 1], [1, 1], [1, 1]])
+    cudnn = classify_op("aten.cudnn_convolution.default", [[8, 32, 64, 64], [32, 1, 3, 3]] + [[]] * 7, FWD_DTYPES,
+                        args=[None, None, [1, 1], [1, 1], [1, 1], 32, False, False, True])
+    out = 8 * 32 * 64 * 64
+    assert native == {"family": "elementwise", "dtype": "fp32", "op": "copy", "numel": round((out * 10 + 288) / 2)}
+    assert cudnn["numel"] == round((2 * out + 288) / 2)
+    backward = bwd([8, 32, 64, 64], [32, 1, 3, 3], [8, 32, 64, 64], pad=(1, 1), groups=32)
+    assert backward["numel"] == 2 * native["numel"]  # both passes, torch's kernels
 
 
 def test_native_im2col_kernels_get_no_row_but_cudnns_own_do():
@@ -147,6 +148,28 @@ def test_winograd_kernels_do_fewer_multiplications():
 def test_pass_geometry_of_a_3d_convolution():
     (m, n, k, b), = conv_parts((2, 4, 8, 8, 8), (16, 4, 3, 3, 3), (2, 16, 6, 6, 6), 1, (1, 1, 1), False, ["fprop"])
     assert (m, n, k, b) == (2 * 216, 16, 4 * 27, 1)
-    assert winograd_parts((2, 4, 8, 8, 8), (16, 4, 3, 3, 3), (2, 16, 6, 6, 6), 1, ["fprop"], 4) is None
+    assert winograd_parts((2, 4, 8, 8, 8), (16, 4, 3, 3, 3), (2, 16, 6, 6, 6), 1, False, ["fprop"], 4) is None
     assert math.prod(conv_parts((2, 4, 8, 8, 8), (16, 4, 3, 3, 3), (2, 16, 6, 6, 6), 1, (1, 1, 1), False,
                                 ["wgrad"])[0]) == m * n * k
+
+
+def test_a_stride_1_transposed_convolution_can_run_winograd():
+    shapes = [[8, 32, 16, 16], [32, 64, 3, 3]] + [[]] * 8
+    args = [None, None, [0, 0], [0, 0], [1, 1], [1, 1], 1, False, False, True]
+    plain = classify_op("aten.cudnn_convolution_transpose.default", shapes, [F32] * 2 + [""] * 8, args=args)
+    winograd = classify_op("aten.cudnn_convolution_transpose.default", shapes, [F32] * 2 + [""] * 8, args=args,
+                           kernel_name="void cudnn::winograd_nonfused::winogradForwardData4x4<float, float>")
+    assert (winograd["m"], winograd["n"], winograd["k"], winograd["batch"]) == (8 * 5 * 5, 64, 32, 36)
+    assert flops(plain) > 3 * flops(winograd)
+
+
+@pytest.mark.parametrize("kernel, dtype", [
+    ("sm80_xmma_fprop_implicit_gemm_indexed_wo_smem_tf32f32_tf32f32_f32_nhwckrsc_nhwc", "tf32"),
+    ("void cudnn::engines_precompiled::nchwToNhwcKernel<float, float, float, false, true>", "tf32"),
+    ("sm80_xmma_fprop_implicit_gemm_f32f32_f32f32_f32_nchwkcrs_nchw_tilesize32x32x8", "fp32"),
+    ("void implicit_convolve_sgemm<float, float, int, 1024, 5, 5, 3, 3, 3, 1, false>", "fp32"),
+    ("_5x_cudnn_volta_scudnn_128x64_relu_small_nn_v1", "fp32"),
+])
+def test_tf32_needs_a_tensor_core_kernel(kernel, dtype):
+    row = classify_op("aten.cudnn_convolution.default", FWD_SHAPES, FWD_DTYPES, kernel_name=kernel, args=fwd_args())
+    assert row["dtype"] == dtype
