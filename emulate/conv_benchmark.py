@@ -36,13 +36,11 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from emulate.kernelbench_benchmark import (GPUS, PROBLEMS, TIMINGS, device_bound,
-                                           error, predicted_ms)
+from emulate.kernelbench_benchmark import GPUS, PROBLEMS, TIMINGS, device_bound, error, predicted_ms
 from profiling.atomic import write_json_atomic
 from profiling.classify import classify_op, op_base_name
 from profiling.paths import REPO_ROOT, cache_root, shared_data_root

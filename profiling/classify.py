@@ -608,7 +608,8 @@ def _conv_geometry(name: str, t: list, shapes: tuple, args: tuple | None) -> tup
         return None
     x, w = (size, other) if name.endswith("input") else (other, size)
     stride = _ints(_arg(args, 4), len(y) - 2) or (1,) * (len(y) - 2)
-    return x, w, y, int(_arg(args, 6, 1)), stride, False, ["dgrad" if name.endswith("input") else "wgrad"], _arg(args, 9)
+    passes = ["dgrad" if name.endswith("input") else "wgrad"]
+    return x, w, y, int(_arg(args, 6, 1)), stride, False, passes, _arg(args, 9)
 
 
 #: the pass a kernel of a ``convolution_backward`` call runs, from its name (cuDNN's xmma / engine kernels, torch's
