@@ -701,6 +701,13 @@ def classify_op(op: str, shapes: Sequence, dtypes: Sequence, kernel_name: str | 
     return dict(row) if row is not None else None
 
 
+def is_convolution_op(op: str) -> bool:
+    """Whether ``op`` (``aten::cudnn_convolution``, ``aten.convolution_backward.default``) is a convolution, which
+    is timed as its implicit GEMM: its measured time is cuDNN's, so it is no GEMM training row."""
+    namespace, name = op_base_name(op)
+    return namespace in ("aten", "") and _HANDLERS.get(name) is _conv
+
+
 @functools.lru_cache(maxsize=4096)
 def _may_classify(op: str) -> bool:
     namespace, name = op_base_name(op)

@@ -72,3 +72,30 @@ def test_concrete_inputs_resolve_reduced_dims(tmp_path: Path):
     row = rows.iloc[0]
     assert (row["family"], row["op"], row["rows"], row["cols"], row["dtype"]) == ("norm", "sum", 4096, 8, "bf16")
     assert (row["hardware"], row["runtime_us"], row["grid"]) == ("h100-sxm", 7.5, "32,1,1")
+
+
+def test_convolution_calls_never_become_gemm_training_rows(tmp_path: Path):
+    """A convolution is timed as its implicit GEMM at emulation time, but its measured time is cuDNN's, not cuBLAS's:
+    a trace that records a cudnn_convolution call in full (shapes and argument values) gives no GEMM row."""
+    import gzip
+    import json
+
+    host = {"pid": 1, "tid": 1}
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::cudnn_convolution", "ts": 0, "dur": 20, **host,
+         "args": {"External id": 1, "Input Dims": [[8, 64, 56, 56], [64, 64, 3, 3], [], [], [], [], [], [], []],
+                  "Input type": ["float", "float", "ScalarList", "ScalarList", "ScalarList", "Scalar", "Scalar",
+                                 "Scalar", "Scalar"],
+                  "Concrete Inputs": ["", "", "[1, 1]", "[1, 1]", "[1, 1]", "1", "False", "False", "False"]}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 5, "dur": 3, **host,
+         "args": {"External id": 1, "correlation": 10}},
+        {"ph": "X", "cat": "kernel", "name": "sm80_xmma_fprop_implicit_gemm_f32f32_f32f32_f32_nhwckrsc_nchw",
+         "ts": 30, "dur": 120.0, "pid": 0, "tid": 7,
+         "args": {"External id": 1, "correlation": 10, "stream": 7, "device": 0,
+                  "grid": [196, 1, 1], "block": [128, 1, 1]}},
+    ]
+    document = {"traceEvents": events, "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}]}
+    path = tmp_path / "rank0.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(document).encode()))
+    rows = kineto.load_trace(path, tmp_path)
+    assert rows.empty, rows.get("aten_op", pd.Series(dtype=str)).tolist()
