@@ -328,10 +328,10 @@ def main(argv: list[str]) -> int:
         torch.backends.cudnn.enabled = False
         torch.backends.cuda.enable_cudnn_sdp(False)  # SDPA would pick cuDNN attention on sm90+; flash/efficient
     sparse = _install_sparse(shim) if os.environ.get("STEPCAST_RUN_RANKS") else None
-    _sibling("triton_bytes").install(shim)  # each Inductor Triton launch's bytes read and written
-    _sibling("event_timing").install(shim)  # elapsed event times: the predicted device time between them
     native = os.environ.get("STEPCAST_OPCTX")
     recorder = NativeOpContext(native) if native else OpRecorder(shim)
+    _sibling("triton_bytes").install(shim)  # each Inductor Triton launch's bytes read and written
+    _sibling("event_timing").install(shim, recorder.dump)  # elapsed event times: predicted device time between
     shim.stepcast_count_python()  # this thread's Python calls count as host work (csrc/hostwork.c)
     status: dict[str, Any] = {"exit": "ok"}
     sidecar_lock = threading.Lock()

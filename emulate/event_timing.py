@@ -40,7 +40,7 @@ import sys
 import threading
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 PREDICTOR = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_float,
                              ctypes.POINTER(ctypes.c_float))
@@ -148,8 +148,10 @@ def _driver_stream(rec: dict[str, Any]) -> int:
 class EventTiming:
     """The predictor the capture library calls (:meth:`answer`) and what it answered."""
 
-    def __init__(self, shim: Any, log: WorkLog, summary_path: Path | None) -> None:
+    def __init__(self, shim: Any, log: WorkLog, summary_path: Path | None,
+                 op_table: Callable[[], list[dict[str, Any]]] = list) -> None:
         self.shim, self.log, self.summary_path = shim, log, summary_path
+        self.op_table = op_table             # the capture's op recorder's table so far (its dump)
         self.pid = os.getpid()               # a forked child reads another log: its queries stay nominal
         self.lock = threading.Lock()
         self.queries = self.predicted = 0
@@ -224,7 +226,7 @@ class EventTiming:
         """Trace events of the window's records, as the collator makes them (op context included)."""
         top = max((int(r[4]) if self.log.backend == "shim" else int(r["op"])) for r in records)
         if top >= len(self.ops):
-            self.ops = _op_table()
+            self.ops = self.op_table()
         if self.log.backend == "shim":
             from emulate.shimlog import RankLog, rank_events
 
@@ -389,22 +391,6 @@ def _ranks_per_node() -> int:
     return max(1, int(os.environ.get("LOCAL_WORLD_SIZE") or 1))
 
 
-def _op_table() -> list[dict[str, Any]]:
-    """The op table so far: the C++ RecordFunction hook's (``STEPCAST_OPCTX``), else the Python recorder's on the
-    dispatch mode stack; empty when neither is there (kernels then have no op context)."""
-    native = os.environ.get("STEPCAST_OPCTX")
-    if native:
-        lib = ctypes.CDLL(native)
-        lib.stepcast_opctx_table.restype = ctypes.c_char_p
-        return json.loads(lib.stepcast_opctx_table().decode())
-    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
-
-    for mode in _get_current_dispatch_mode_stack():
-        if type(mode).__name__ == "OpRecorder":
-            return mode.dump()
-    return []
-
-
 def log_path() -> tuple[Path, str] | None:
     """This process's capture log and its backend (the driver's is per process: ``$STEPCAST_DRIVER_LOG.<pid>``)."""
     backend = os.environ.get("STEPCAST_BACKEND", "shim")
@@ -418,8 +404,9 @@ def log_path() -> tuple[Path, str] | None:
 _installed: EventTiming | None = None
 
 
-def install(shim: Any) -> EventTiming | None:
-    """Register the predictor with the capture library ``shim`` (ctypes); nothing when it has no
+def install(shim: Any, op_table: Callable[[], list[dict[str, Any]]]) -> EventTiming | None:
+    """Register the predictor with the capture library ``shim`` (ctypes), reading op contexts from ``op_table``
+    (the capture's op recorder's ``dump``); nothing when it has no
     ``stepcast_set_elapsed_predictor`` (an older build), when there is no log, or with
     ``STEPCAST_EVENT_TIMING=nominal``."""
     global _installed
@@ -433,7 +420,7 @@ def install(shim: Any) -> EventTiming | None:
     register.argtypes = [PREDICTOR]
     register.restype = None
     summary = os.environ.get("STEPCAST_LOG")
-    timing = EventTiming(shim, WorkLog(*where), Path(summary + ".events.json") if summary else None)
+    timing = EventTiming(shim, WorkLog(*where), Path(summary + ".events.json") if summary else None, op_table)
     register(timing.callback)
     atexit.register(timing.write_summary)
     _installed = timing
