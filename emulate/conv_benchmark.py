@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import statistics
 import sys
 from collections import defaultdict
@@ -40,9 +39,9 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from emulate.kernelbench_benchmark import GPUS, PROBLEMS, TIMINGS, device_bound, error, predicted_ms
+from emulate.kernelbench_benchmark import PROBLEMS, TIMINGS, device_bound, error, measured_ms, predicted_ms
 from profiling.atomic import write_json_atomic
-from profiling.classify import classify_op, op_base_name
+from profiling.classify import classify_op, is_convolution_op
 from profiling.paths import REPO_ROOT, cache_root, shared_data_root
 
 EAGER = "baseline_time_torch.json"
@@ -50,29 +49,20 @@ CONV_PROBLEMS = range(54, 88)      # KernelBench level 1: the convolutions
 SCRIPT = REPO_ROOT / "emulate" / "e2e" / "kernelbench_eager.py"
 CALLS = 2                          # forwards per problem: the first warms cuDNN up, the last is timed
 KINETO = "kineto/tb_plugin/samples/resnet50_*/*.pt.trace.json.gz"
-#: aten ops whose kernels are a convolution's (the innermost op of cuDNN's and torch's depthwise kernels)
-CONV_OPS = frozenset({"cudnn_convolution", "cudnn_convolution_transpose", "convolution_backward",
-                      "_conv_depthwise2d", "conv_depthwise3d", "cudnn_convolution_backward_input",
-                      "cudnn_convolution_backward_weight"})
 LAUNCH_FLOOR_US = 2.0
 MAX_RUNS = 24                      # captures a GPU before the problems left are given up
 
 
 def is_conv_op(op: str | None) -> bool:
-    return bool(op) and op_base_name(op)[1] in CONV_OPS
+    """Whether a kernel's innermost aten op is a convolution (the classifier's own list)."""
+    return bool(op) and is_convolution_op(op)
 
 
 # ---- KernelBench ----------------------------------------------------------------------------------------------------
 
 def eager_ms(root: Path) -> dict[str, dict[str, float]]:
     """{problem stem: {catalog id: mean ms of the eager forward}} for the level-1 problems."""
-    out: dict[str, dict[str, float]] = {}
-    for folder, gpu in GPUS.items():
-        path = root / TIMINGS / folder / EAGER
-        if path.is_file():
-            for name, row in json.loads(path.read_text()).get("level1", {}).items():
-                out.setdefault(Path(name).stem, {})[gpu] = float(row["mean"])
-    return out
+    return measured_ms(root, EAGER)
 
 
 def conv_problems(measured: dict[str, dict[str, float]], only: list[str] | None = None) -> list[str]:

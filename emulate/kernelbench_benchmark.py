@@ -50,11 +50,12 @@ CAPTURE_HARDWARE = "t4"   # the bytes a launch moves do not depend on the GPU it
 CALLS = 4                 # forwards per capture: the first compiles, the last full one is timed
 
 
-def measured_ms(root: Path) -> dict[str, dict[str, float]]:
-    """{problem stem: {catalog id: mean ms of the compiled forward}} for the level-1 problems."""
+def measured_ms(root: Path, timings: str = COMPILED) -> dict[str, dict[str, float]]:
+    """{problem stem: {catalog id: mean ms of the forward}} for the level-1 problems, from the ``timings`` file of
+    each GPU's folder (default: the compiled forwards)."""
     out: dict[str, dict[str, float]] = {}
     for folder, gpu in GPUS.items():
-        path = root / TIMINGS / folder / COMPILED
+        path = root / TIMINGS / folder / timings
         if not path.is_file():
             continue
         for name, row in json.loads(path.read_text()).get("level1", {}).items():
