@@ -566,7 +566,14 @@ def _depthwise_row(dtype: str, x: Shape, w: Shape, y: Shape, passes: int, native
     memory): out x (taps + 1) elements a pass; cuDNN's read input, output and weight once."""
     taps = _numel(w[2:])
     elements = _numel(y) * (taps + 1) + _numel(w) if native else _numel(x) + _numel(y) + _numel(w)
-    return {"family": "elementwise", "dtype": dtype, "op": "copy", "numel": max(1, round(passes * elements / 2))}
+    return _memory_sweep_row(dtype, passes * elements)
+
+
+def _memory_sweep_row(dtype: str, elements_moved: float) -> Row:
+    """A memory-bound kernel that reads and writes ``elements_moved`` elements in all, timed as the elementwise
+    ``copy`` (one stream read, one written) of half as many: the elementwise estimator's learned efficiency at that
+    size times it (depthwise convolutions, Triton kernels with their launch bytes)."""
+    return {"family": "elementwise", "dtype": dtype, "op": "copy", "numel": max(1, round(elements_moved / 2))}
 
 
 def _mask(value: Any) -> tuple[bool, bool]:
@@ -814,8 +821,7 @@ def _context_dtype(shapes: tuple, dtypes: tuple) -> str:
 @functools.lru_cache(maxsize=16384)
 def _triton_bytes_row(shapes: tuple, dtypes: tuple, bytes_moved: int) -> Row:
     dtype = _context_dtype(shapes, dtypes)
-    return {"family": "elementwise", "dtype": dtype, "op": "copy",
-            "numel": max(1, round(bytes_moved / (2 * dtype_bytes(dtype))))}
+    return _memory_sweep_row(dtype, bytes_moved / dtype_bytes(dtype))
 
 
 @functools.lru_cache(maxsize=16384)
