@@ -32,3 +32,22 @@ def _emulate_run(tmp: Path, script: Path, *args: str, nproc: int = 1, hardware: 
 @pytest.fixture(scope="session")
 def emulate_run() -> EmulateRun:
     return _emulate_run
+
+
+WriteTimings = Callable[[str, dict[str, dict[str, float]]], Path]
+
+
+@pytest.fixture
+def kernelbench_timings(tmp_path: Path) -> WriteTimings:
+    """Writes KernelBench timing files as the shared data lays them out: ``write(file, {folder: {problem.py:
+    mean ms}})`` under ``tmp_path`` (returned, the data root)."""
+    from emulate.kernelbench_benchmark import TIMINGS
+
+    def write(file: str, timings: dict[str, dict[str, float]]) -> Path:
+        for folder, times in timings.items():
+            path = tmp_path / TIMINGS / folder / file
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"level1": {p: {"mean": ms} for p, ms in times.items()}}))
+        return tmp_path
+
+    return write

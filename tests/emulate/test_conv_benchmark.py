@@ -2,9 +2,6 @@
 strips, and how it reads stride and padding off a Kineto trace without argument values; no emulation is run."""
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pandas as pd
 import pytest
 
@@ -12,22 +9,17 @@ from emulate import conv_benchmark
 from emulate.conv_benchmark import (EAGER, backward_sequence, capture_all, conv_problems, eager_ms,
                                     evaluate_problems, forward_geometry, kineto_args, main, problem_windows,
                                     without_conv_rows)
-from emulate.kernelbench_benchmark import TIMINGS
 from emulate.trace import write_trace
 
 
-def fake_timings(root: Path) -> None:
-    for folder, times in {"T4_modal": {"19_ReLU.py": 0.03, "63_conv_standard_2D.py": 2.35, "64_conv_tr_1D.py": 0.05,
-                                       "88_MinGPTNewGelu.py": 1.0},
-                          "A10G_modal": {"63_conv_standard_2D.py": 1.0}}.items():
-        path = root / TIMINGS / folder / EAGER
-        path.parent.mkdir(parents=True)
-        path.write_text(json.dumps({"level1": {p: {"mean": ms} for p, ms in times.items()}}))
+#: eager forward times (ms) per GPU folder; A10G is not in the catalog
+TIMINGS_MS = {"T4_modal": {"19_ReLU.py": 0.03, "63_conv_standard_2D.py": 2.35, "64_conv_tr_1D.py": 0.05,
+                           "88_MinGPTNewGelu.py": 1.0},
+              "A10G_modal": {"63_conv_standard_2D.py": 1.0}}
 
 
-def test_only_convolution_problems_on_catalogued_gpus_are_read(tmp_path):
-    fake_timings(tmp_path)
-    measured = eager_ms(tmp_path)
+def test_only_convolution_problems_on_catalogued_gpus_are_read(kernelbench_timings):
+    measured = eager_ms(kernelbench_timings(EAGER, TIMINGS_MS))
     assert measured["63_conv_standard_2D"] == {"t4": 2.35}  # A10G is not in the catalog
     assert conv_problems(measured) == ["63_conv_standard_2D", "64_conv_tr_1D"]
     assert conv_problems(measured, ["64_"]) == ["64_conv_tr_1D"]

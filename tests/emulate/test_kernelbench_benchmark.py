@@ -2,26 +2,19 @@
 compares, which forward it times, and what it refuses; no emulation is run here."""
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-from emulate.kernelbench_benchmark import (COMPILED, TIMINGS, candidates, device_bound, evaluate, main, measured_ms,
+from emulate.kernelbench_benchmark import (COMPILED, candidates, device_bound, evaluate, main, measured_ms,
                                            steady_forward)
 from emulate.trace import write_trace
 
 
-def fake_timings(root: Path) -> None:
-    for folder, times in {"T4_modal": {"19_ReLU.py": 0.1, "36_RMSNorm_.py": 3.3, "23_Softmax.py": 0.17,
-                                       "1_Square_matrix_multiplication_.py": 9.0},
-                          "B200_together": {"19_ReLU.py": 0.12, "36_RMSNorm_.py": 0.2}}.items():
-        path = root / TIMINGS / folder / COMPILED
-        path.parent.mkdir(parents=True)
-        path.write_text(json.dumps({"level1": {p: {"mean": ms} for p, ms in times.items()}}))
+#: compiled forward times (ms) per GPU folder
+TIMINGS_MS = {"T4_modal": {"19_ReLU.py": 0.1, "36_RMSNorm_.py": 3.3, "23_Softmax.py": 0.17,
+                           "1_Square_matrix_multiplication_.py": 9.0},
+              "B200_together": {"19_ReLU.py": 0.12, "36_RMSNorm_.py": 0.2}}
 
 
-def test_only_device_bound_non_gemm_problems_on_catalogued_gpus_are_compared(tmp_path):
-    fake_timings(tmp_path)
-    measured = measured_ms(tmp_path)
+def test_only_device_bound_non_gemm_problems_on_catalogued_gpus_are_compared(kernelbench_timings):
+    measured = measured_ms(kernelbench_timings(COMPILED, TIMINGS_MS))
     assert measured["36_RMSNorm_"] == {"t4": 3.3, "b200": 0.2}
     least = device_bound(measured)
     assert least["t4"] == 0.1 * 3 and abs(least["b200"] - 0.36) < 1e-9
@@ -48,8 +41,8 @@ def test_a_forward_with_other_kernels_than_tritons_is_left_out(tmp_path):
     assert row["skipped"].startswith("not only Triton kernels (void at::native::pool_kernel")
 
 
-def test_missing_timings_or_an_unknown_problem_exit_2(tmp_path, capsys):
+def test_missing_timings_or_an_unknown_problem_exit_2(tmp_path, capsys, kernelbench_timings):
     assert main(["--root", str(tmp_path)]) == 2
-    fake_timings(tmp_path)
+    kernelbench_timings(COMPILED, TIMINGS_MS)
     assert main(["--root", str(tmp_path), "--problems", "23_Softmax"]) == 2
     assert "stepcast:" in capsys.readouterr().err
