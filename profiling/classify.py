@@ -34,6 +34,13 @@ Choices a reader should know:
   the pass its name shows; depthwise ones (one input channel a group) are memory bound: an elementwise ``copy``
   of their bytes. fp32 is ``tf32`` unless ``allow_tf32`` is False or the kernel runs on the CUDA cores (SIMT,
   Winograd). The native im2col path's kernels get none: its GEMMs are cuBLAS's.
+- batch norm (cuDNN's and torch's ops, forward and backward) is norm ``layer_norm`` with rows = channels and
+  cols = N x spatial: the same reduce-then-normalise over the transposed view (the family has no batch-norm op);
+  an inference forward, and a training forward's running-statistics kernel, are memory sweeps of their bytes.
+- pooling (max / average / adaptive, forward and backward) and random-number fills (``normal_``, ``uniform_``,
+  ``random_``, ``bernoulli_``...) are memory sweeps (an elementwise ``copy`` of their bytes, as depthwise
+  convolutions): each tensor once, a max pool's int64 indices included; a pooling forward's output size comes from
+  its arguments.
 - collectives: ``bytes`` per rank is the largest tensor argument (nccl-tests ``size``); ``ranks`` and
   ``ranks_per_node`` come from the keyword arguments (None when the caller does not know them).
 """
@@ -666,6 +673,144 @@ def _conv(name: str, shapes: tuple, dtypes: tuple, args: tuple | None, kernel_na
     return _gemm_row(m, n, k, batch * len(parts), _conv_dtype(dtype, allow_tf32, kernel_name), None)
 
 
+# ---- batch norm, pooling, random numbers ----------------------------------------------------------------------------
+
+#: batch-norm ops -> (position of the input, pass); the backward ops differ in where they put the input
+_BATCH_NORM: dict[str, tuple[int, str]] = {
+    "batch_norm": (0, "fwd"), "native_batch_norm": (0, "fwd"), "_native_batch_norm_legit": (0, "fwd"),
+    "_native_batch_norm_legit_no_training": (0, "fwd"), "_native_batch_norm_legit_functional": (0, "fwd"),
+    "_batch_norm_with_update": (0, "fwd"), "_batch_norm_no_update": (0, "fwd"), "cudnn_batch_norm": (0, "fwd"),
+    "miopen_batch_norm": (0, "fwd"),
+    "native_batch_norm_backward": (1, "bwd"), "batch_norm_backward": (1, "bwd"),
+    "cudnn_batch_norm_backward": (0, "bwd"), "miopen_batch_norm_backward": (0, "bwd"),
+}
+#: forward ops that never compute batch statistics (the ``training`` argument of the others says)
+_BATCH_NORM_EVAL = frozenset({"_native_batch_norm_legit_no_training", "_batch_norm_no_update"})
+#: the running-statistics update of a training forward (torch's own kernels run it as a kernel of its own): reads
+#: the batch mean and variance and both running statistics, writes the running statistics and the saved inverse std
+_BN_STAT_UPDATE_STREAMS = 7
+#: torch's TensorIterator kernels (``vectorized_elementwise_kernel``, ``unrolled_elementwise_kernel_for_multi_outputs``)
+_ELEMENTWISE_KERNEL = re.compile(r"elementwise_kernel", re.IGNORECASE)
+
+
+def _batch_norm(name: str, shapes: tuple, dtypes: tuple, args: tuple | None, kernel_name: str | None) -> Row | None:
+    """A training batch norm is a layer norm of the transposed view: per channel, statistics over N x spatial,
+    then normalise (forward: x read, y written; backward: x and dy read, dx written, as the layer norm's). So it is
+    the norm family's ``layer_norm`` with rows = C, cols = N x spatial (the family's op vocabulary has no batch
+    norm). An inference forward reduces nothing: a memory sweep of x read and y written. A training forward's
+    TensorIterator kernel (torch's running-statistics update, ``batch_norm_update_stats_and_invert``: 4 inputs, 3
+    outputs, :data:`_BN_STAT_UPDATE_STREAMS`) is a sweep of the per-channel vectors it moves."""
+    index, pass_ = _BATCH_NORM[name]
+    if index >= len(shapes):
+        return None
+    x, dtype = shapes[index], _entry_dtype(dtypes[index])
+    if dtype is None or len(x) < 2 or not all(isinstance(d, numbers.Integral) for d in x) or min(x) <= 0:
+        return None
+    channels = x[1]
+    training = pass_ == "bwd" or (name not in _BATCH_NORM_EVAL and str(_arg(args, 5, True)).lower() != "false")
+    if not training:
+        return _memory_sweep_row(dtype, 2 * _numel(x))
+    if pass_ == "fwd" and kernel_name and _ELEMENTWISE_KERNEL.search(kernel_name):
+        stats = _entry_dtype(dtypes[3]) if len(dtypes) > 3 else None
+        return _memory_sweep_row(stats or "fp32", _BN_STAT_UPDATE_STREAMS * channels)
+    return {"family": "norm", "dtype": dtype, "op": "layer_norm", "rows": channels, "cols": _numel(x) // channels,
+            "pass": pass_}
+
+
+#: pooling ops -> (pass, kind, whether it reads or writes int64 indices); kind: "window" (kernel_size, stride,
+#: padding[, dilation], ceil_mode args) or "adaptive" (an output_size arg)
+_POOLS: dict[str, tuple[str, str, bool]] = {
+    "max_pool2d_with_indices": ("fwd", "window", True), "max_pool3d_with_indices": ("fwd", "window", True),
+    "avg_pool2d": ("fwd", "window", False), "avg_pool3d": ("fwd", "window", False),
+    "adaptive_max_pool2d": ("fwd", "adaptive", True), "adaptive_max_pool3d": ("fwd", "adaptive", True),
+    "_adaptive_avg_pool2d": ("fwd", "adaptive", False), "_adaptive_avg_pool3d": ("fwd", "adaptive", False),
+    "max_pool2d_with_indices_backward": ("bwd", "window", True), "max_pool3d_with_indices_backward": ("bwd", "window",
+                                                                                                    True),
+    "avg_pool2d_backward": ("bwd", "window", False), "avg_pool3d_backward": ("bwd", "window", False),
+    "adaptive_max_pool2d_backward": ("bwd", "adaptive", True), "adaptive_max_pool3d_backward": ("bwd", "adaptive",
+                                                                                              True),
+    "_adaptive_avg_pool2d_backward": ("bwd", "adaptive", False),
+    "_adaptive_avg_pool3d_backward": ("bwd", "adaptive", False),
+}
+_INDEX_BYTES = dtype_bytes("int64")
+
+
+def _pool_out(size: Shape, kernel: Shape, pad: Shape, stride: Shape, dil: Shape, ceil: bool) -> Shape:
+    """Spatial output of a max / average pool (torch's pooling_output_shape: with ceil_mode the last window may
+    start in the padding only if it starts inside the input)."""
+    out = []
+    for i, k, p, s, d in zip(size, kernel, pad, stride, dil):
+        span = i + 2 * p - d * (k - 1) - 1
+        o = (span + (s - 1 if ceil else 0)) // s + 1
+        if ceil and (o - 1) * s >= i + p:
+            o -= 1
+        out.append(o)
+    return tuple(out)
+
+
+def _pool_forward_out(name: str, kind: str, x: Shape, args: tuple | None) -> Shape | None:
+    """The output shape of a pooling forward from its arguments; None when they are absent."""
+    nd = 3 if "3d" in name else 2
+    if len(x) < nd + 1:
+        return None
+    spatial = x[-nd:]
+    if kind == "adaptive":
+        size = _ints(_arg(args, 1), nd)
+        return x[:-nd] + size if size else None
+    kernel = _ints(_arg(args, 1), nd)
+    if kernel is None:
+        return None
+    stride = _ints(_arg(args, 2), nd) or kernel  # an empty stride means the kernel size
+    pad = _ints(_arg(args, 3), nd) or (0,) * nd
+    is_max = name.startswith("max_pool")
+    dil = (_ints(_arg(args, 4), nd) if is_max else None) or (1,) * nd
+    ceil = _as_bool(_arg(args, 5 if is_max else 4, False))
+    out = _pool_out(spatial, kernel, pad, stride, dil, ceil)
+    return x[:-nd] + out if min(out) > 0 else None
+
+
+def _pool(name: str, shapes: tuple, dtypes: tuple, args: tuple | None, kernel_name: str | None) -> Row | None:
+    """A pooling kernel does a few comparisons or adds per element it moves: a memory sweep of its tensors, each
+    once (the window's overlapping reads hit the caches). Forward: x read, y written (+ the int64 indices of a max
+    pool); backward: dy (+ indices) read, dx written. A forward's output comes from its arguments (kernel, stride,
+    padding, dilation, ceil_mode; output_size): None without them."""
+    pass_, kind, indices = _POOLS[name]
+    t = _tensors(shapes, dtypes)
+    if not t:
+        return None
+    dtype = t[0][1]
+    if pass_ == "fwd":
+        x = t[0][0]
+        y = _pool_forward_out(name, kind, x, args)
+        if y is None:
+            return None
+        big, small = x, y
+    else:
+        if len(t) < 2:
+            return None
+        (dy, _), (x, _) = t[0], t[1]
+        big, small = x, dy
+    index_elements = _numel(small) * _INDEX_BYTES / dtype_bytes(dtype) if indices else 0
+    return _memory_sweep_row(dtype, _numel(big) + _numel(small) + index_elements)
+
+
+#: random-number ops (the in-place fills torch.randn / rand / randint / dropout masks become, and their
+#: functional forms)
+_RANDOM_OPS = frozenset({"normal", "uniform", "random", "bernoulli", "exponential", "geometric", "log_normal",
+                         "cauchy"})
+
+
+def _random(name: str, shapes: tuple, dtypes: tuple, args: tuple | None, kernel_name: str | None) -> Row | None:
+    """A random-number fill (Philox plus a transform per element) is memory bound: a sweep of what it writes (its
+    largest tensor) plus its further tensor arguments read (a bernoulli's probabilities, a normal's mean / std)."""
+    t = _tensors(shapes, dtypes)
+    if not t:
+        return None
+    written, dtype = max(t, key=lambda item: _numel(item[0]))
+    elements = _numel(written) + sum(_numel(s) for s, _ in t[1:])
+    return _memory_sweep_row(dtype, elements) if _numel(written) > 0 else None
+
+
 _Handler = Callable[[str, tuple, tuple, "tuple | None", "str | None"], "Row | None"]
 _HANDLERS: dict[str, _Handler] = {}
 for _name in ("mm", "addmm", "_addmm_activation", "bmm", "baddbmm", "addbmm", "matmul", "linear", "_scaled_mm"):
@@ -681,6 +826,12 @@ for _name in _FUSED_OPTIMIZERS:
 for _name in (*_CONV_FORWARD_ARGS, "_conv_depthwise2d", "conv_depthwise3d", "convolution_backward",
               "cudnn_convolution_backward_input", "cudnn_convolution_backward_weight"):
     _HANDLERS[_name] = _conv
+for _name in _BATCH_NORM:
+    _HANDLERS[_name] = _batch_norm
+for _name in _POOLS:
+    _HANDLERS[_name] = _pool
+for _name in _RANDOM_OPS:
+    _HANDLERS[_name] = _random
 
 
 # ---- public API ---------------------------------------------------------------------------------------------------

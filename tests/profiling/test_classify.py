@@ -274,3 +274,83 @@ def test_inductor_kernel_with_recorded_bytes_is_a_copy_of_half_its_bytes_per_str
                                      [64, 1, 1], *_GRAPH)
     assert gridded["family"] == "norm"  # without bytes (older traces): the grid, as before
     assert classify_triton_kernel("triton_tem_fused_mm_0", [64, 1, 1], [128, 1, 1], *_GRAPH, bytes_moved=moved) is None
+
+
+# Op contexts as the driver capture records them (a ResNet-50 step: NCHW fp32 on cuDNN, channels-last bf16 on torch)
+BN_SHAPES = [[8, 64, 32, 32], [64], [64], [64], [64], [], [], []]
+BN_FP32 = ["torch.float32"] * 5 + [""] * 3
+BN_ARGS = [None] * 5 + [True, 0.1, 1e-5]
+
+
+def test_batch_norm_is_a_norm_row_per_channel_over_batch_and_pixels():
+    fwd = classify_op("aten.cudnn_batch_norm.default", BN_SHAPES, BN_FP32,
+                      "void cudnn::bn_fw_tr_1C11_singleread<float, 512, true, 1, 2, 0>(cudnn::bn_fw_tr_1C11_args<float>)",
+                      args=BN_ARGS)
+    assert fwd == {"family": "norm", "dtype": "fp32", "op": "layer_norm", "rows": 64, "cols": 8 * 32 * 32,
+                   "pass": "fwd"}
+    # native_batch_norm_backward(grad_out, input, weight, ...): the input is the second argument; its dtype decides
+    bwd = classify_op("aten.native_batch_norm_backward.default",
+                      [[8, 2048, 2, 2], [8, 2048, 2, 2], [2048], [2048], [2048], [2048], [2048], [], [], []],
+                      ["torch.bfloat16"] * 2 + ["torch.float32"] * 5 + [""] * 3,
+                      "void at::native::batch_norm_backward_reduce_channels_last_kernel<4, c10::BFloat16, float, "
+                      "float>(c10::BFloat16 const*)")
+    assert (bwd["family"], bwd["dtype"], bwd["rows"], bwd["cols"], bwd["pass"]) == ("norm", "bf16", 2048, 32, "bwd")
+
+
+def test_batch_norm_running_statistics_update_and_inference_are_memory_sweeps():
+    update = classify_op("aten.native_batch_norm.default", BN_SHAPES, ["torch.bfloat16"] + BN_FP32[1:],
+                         "void at::native::(anonymous namespace)::unrolled_elementwise_kernel_for_multi_outputs<3, "
+                         "at::native::(anonymous namespace)::batch_norm_update_stats_and_invert(at::Tensor const&)"
+                         "::{lambda(float, float, float, float)#1}, std::array<char*, 7ul>>()", args=BN_ARGS)
+    assert (update["family"], update["op"], update["dtype"]) == ("elementwise", "copy", "fp32")
+    assert update["numel"] < 64 * 8  # a few per-channel vectors, not the activations
+    inference = classify_op("aten._native_batch_norm_legit_no_training.default", BN_SHAPES[:7], BN_FP32[:7])
+    assert inference == {"family": "elementwise", "dtype": "fp32", "op": "copy", "numel": 8 * 64 * 32 * 32}
+
+
+def test_max_pool_is_a_sweep_of_its_input_output_and_indices():
+    x, y = 8 * 64 * 32 * 32, 8 * 64 * 16 * 16  # 3x3 window, stride 2, padding 1: 32 -> 16
+    for dtype, width in (("torch.float32", 4), ("torch.bfloat16", 2)):
+        fwd = classify_op("aten.max_pool2d_with_indices.default", [[8, 64, 32, 32], [], [], [], [], []],
+                          [dtype, "", "", "", "", ""], "void at::native::max_pool_forward_nchw<float, int>()",
+                          args=[None, [3, 3], [2, 2], [1, 1], [1, 1], False])
+        moved = (x + y) * width + y * 8  # x read, y and its int64 indices written
+        assert (fwd["family"], fwd["op"]) == ("elementwise", "copy")
+        assert fwd["numel"] == moved / width / 2
+        bwd = classify_op("aten.max_pool2d_with_indices_backward.default",
+                          [[8, 64, 16, 16], [8, 64, 32, 32], [], [], [], [], [], [8, 64, 16, 16]],
+                          [dtype, dtype, "", "", "", "", "", "torch.int64"],
+                          args=[None, None, [3, 3], [2, 2], [1, 1], [1, 1], False, None])
+        assert bwd["numel"] == moved / width / 2  # dy and indices read, dx written
+    # a forward without its window arguments (Kineto before Concrete Inputs) has no output size to time
+    assert classify_op("aten::max_pool2d_with_indices", [[8, 64, 32, 32], [], [], [], [], []],
+                       ["float", "", "", "", "", ""]) is None
+
+
+def test_pool_output_follows_ceil_mode_and_adaptive_size():
+    ceil = classify_op("aten::avg_pool2d", [[1, 1, 5, 5]] + [[]] * 6, ["float"] + [""] * 6,
+                       args=[None, [2, 2], [2, 2], [0, 0], True, True, None])
+    assert ceil["numel"] == (25 + 9) / 2  # ceil_mode: 5 -> 3
+    adaptive = classify_op("aten._adaptive_avg_pool2d.default", [[2, 8, 7, 7], []], ["torch.float16", ""],
+                           args=[None, [1, 1]])
+    assert adaptive["numel"] == (2 * 8 * 49 + 2 * 8) / 2
+
+
+def test_random_fills_are_sweeps_of_what_they_write():
+    randn = classify_op("aten.normal_.default", [[8, 3, 64, 64], [], [], []], ["torch.float32", "", "", ""],
+                        "void at::native::(anonymous namespace)::distribution_elementwise_grid_stride_kernel<float, 4>")
+    assert randn == {"family": "elementwise", "dtype": "fp32", "op": "copy", "numel": 8 * 3 * 64 * 64 // 2}
+    randint = classify_op("aten.random_.from", [[8], [], [], []], ["torch.int64", "", "", ""])
+    assert (randint["dtype"], randint["numel"]) == ("int64", 4)
+    masked = classify_op("aten::bernoulli_", [[1024], [1024], []], ["float", "float", ""])
+    assert masked["numel"] == 1024  # probabilities read, the draw written
+
+
+@pytest.mark.parametrize("kernel", [
+    "void cudnn::bn_fw_tr_1C11_singleread<float, 512, true, 1, 2, 0>(cudnn::bn_fw_tr_1C11_args<float>)",
+    "void at::native::batch_norm_collect_statistics_channels_last_kernel<at::native::Var, c10::BFloat16, float, 4>()",
+    "void at::native::(anonymous namespace)::max_pool_forward_nhwc<c10::BFloat16, int>(c10::BFloat16 const*, int)",
+])
+def test_kernel_names_of_the_new_rows_do_not_claim_another_family(kernel):
+    # the capture drops an op's row for a kernel whose name shows another family (a helper kernel of the op)
+    assert classify_kernel_name(kernel) is None
