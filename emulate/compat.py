@@ -1,5 +1,6 @@
 """Which training stacks run under the emulator? One row per workload: ran or failed (and why), the predicted
-iteration time, peak memory, and how many kernels were timed without a learned model.
+iteration time, peak memory, and how many kernels were timed without a learned model (in the whole capture, and in the
+steady iterations whose median is the iteration time).
 
     python -m emulate.compat                                   # every row (slow: seconds to a minute each)
     python -m emulate.compat --rows hf_llama_eager,ddp --json out.json
@@ -93,15 +94,16 @@ def missing_modules(row: Row, is_installed: Callable[[str], bool] = installed) -
 
 
 def result_from_report(row: Row, report: dict[str, Any], wall_s: float) -> dict[str, Any]:
-    """A ran row: the report's iteration time, peak memory and fallback-kernel count."""
+    """A ran row: the report's iteration time, peak memory and fallback-kernel counts (the whole capture's and the
+    steady iterations')."""
     return {**base(row), "status": RAN, "why": "", "iteration_time_ms": report.get("iteration_time_ms"),
             "peak_memory_bytes": report.get("peak_memory_bytes"), "fallback_kernels": report.get("fallback_kernels"),
-            "wall_s": wall_s}
+            "fallback_kernels_steady": report.get("fallback_kernels_steady"), "wall_s": wall_s}
 
 
 def failed(row: Row, why: str, wall_s: float | None) -> dict[str, Any]:
     return {**base(row), "status": FAILED, "why": why, "iteration_time_ms": None, "peak_memory_bytes": None,
-            "fallback_kernels": None, "wall_s": wall_s}
+            "fallback_kernels": None, "fallback_kernels_steady": None, "wall_s": wall_s}
 
 
 def base(row: Row) -> dict[str, Any]:
@@ -142,7 +144,7 @@ def print_table(results: list[dict[str, Any]], hardware: str) -> None:
     console = Console(width=max(Console().width, 200))
     table = Table(title=f"Compatibility on a virtual {hardware}", expand=False)
     for col in ("workload", "ranks", "backend", "status", "iteration ms", "peak GiB", "no-model kernels",
-                "wall s", "why"):
+                "no-model steady", "wall s", "why"):
         table.add_column(col, justify="left" if col in ("workload", "backend", "status", "why") else "right",
                          overflow="fold", min_width=80 if col == "why" else None)
     for r in results:
@@ -151,6 +153,7 @@ def print_table(results: list[dict[str, Any]], hardware: str) -> None:
                       "" if r["iteration_time_ms"] is None else f"{r['iteration_time_ms']:.3f}",
                       "" if mem is None else f"{mem / 2**30:.2f}",
                       "" if r["fallback_kernels"] is None else str(r["fallback_kernels"]),
+                      "" if r.get("fallback_kernels_steady") is None else str(r["fallback_kernels_steady"]),
                       "" if r["wall_s"] is None else f"{r['wall_s']:.0f}", r["why"])
     console.print(table)
 

@@ -28,7 +28,10 @@ Fields::
                            device_busy_ms / host_ms: per iteration, the time some device op ran and the host's own
                            work (its gaps, without waits); waiting_on_peers_ms: the steady iteration's time a
                            collective had reached its stream and waited for other ranks (= breakdown idle)
-    fallback_kernels       kernels timed without a learned model (analytical estimate or launch floor)
+    fallback_kernels       kernels timed without a learned model (analytical estimate or launch floor), over the whole
+                           capture (warm-up, autotuning's benchmark launches and the steady iterations alike)
+    fallback_kernels_steady  those of them inside the steady iterations (every rank's, summed over its steady
+                           iterations): the kernels without a model that the reported iteration time is made of
     fallback_reasons       those kernels by reason
     predicted_event_timings  what the script's event timings (cudaEventElapsedTime, as autotuners time their
                            candidates) answered during the capture (emulate/event_timing.py): {queries, predicted,
@@ -174,10 +177,23 @@ def build_report(result) -> dict[str, Any]:
         "mfu": mfu,
         "per_rank": per_rank,
         "fallback_kernels": times.fallback_kernels,
+        "fallback_kernels_steady": steady_fallback_kernels(result.programs, times.fallback),
         "fallback_reasons": dict(times.fallback_reasons),
         "collectives_matched": len(result.groups) if matched is None else matched,
         "predicted_event_timings": predicted_event_timings(result.programs),
     }
+
+
+def steady_fallback_kernels(programs: list[RankProgram], fallback: list[np.ndarray]) -> int | None:
+    """Kernels without a learned model inside the steady iterations, summed over ranks (a sparse run's copies count
+    as their twins, as in ``fallback_kernels``); None when the durations carry no per-event marks."""
+    if len(fallback) != len(programs):
+        return None
+    total = 0
+    for prog, marks in zip(programs, fallback):
+        bounds = iteration_bounds(prog)
+        total += sum(int(marks[bounds[k][0]:bounds[k][1]].sum()) for k in steady_iterations(prog).tolist())
+    return total
 
 
 def predicted_event_timings(programs: list[RankProgram]) -> dict[str, Any] | None:
@@ -377,7 +393,9 @@ def print_summary(report: dict[str, Any], console=None) -> None:
     for term, value in report["breakdown_ms"].items():
         table.add_row(f"  {term.replace('_', ' ')}", f"{value:.3f} ms")
     table.add_row("MFU", "n/a" if report["mfu"] is None else f"{report['mfu'] * 100:.1f}%")
-    table.add_row("kernels without a learned model", str(report["fallback_kernels"]))
+    steady = report.get("fallback_kernels_steady")
+    table.add_row("kernels without a learned model", str(report["fallback_kernels"])
+                  + ("" if steady is None else f" ({steady} in the steady iterations)"))
     if report.get("estimator"):
         table.add_row("estimator", report["estimator"])
     events = report.get("predicted_event_timings")

@@ -15,6 +15,9 @@ Order of preference for each op (``mode`` is "measured" or "predicted"):
    Collectives without op/bytes keep their recorded duration.
 4. memcpy / memset: bandwidth model from the catalog: host<->device over PCIe, device copies read and write HBM.
 
+Every kernel counted in ``fallback_kernels`` is also marked in ``fallback`` (per rank, per event), so that the
+report can count those of the steady iterations apart from warm-up and autotuning's benchmark launches.
+
 Predicted kernel times are then scaled by the in-step calibration of the target GPU when it has one
 (:mod:`emulate.e2e.instep`: one factor per family, fitted on per-operator times measured inside whole-model runs;
 ``STEPCAST_INSTEP=off`` turns it off; fitted once per estimator version and data, then read from the cache); the
@@ -57,6 +60,7 @@ class Durations:
     us: list[np.ndarray]
     measured: list[np.ndarray]                       # True where the duration is the recorded one
     fallback_kernels: int = 0
+    fallback: list[np.ndarray] = field(default_factory=list)  # per rank, True on each kernel counted above
     fallback_reasons: Counter = field(default_factory=Counter)
     estimator_label: str | None = None
     spec_rows: pd.DataFrame | None = None            # the distinct rows sent to the estimator, with predictions
@@ -97,6 +101,7 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
         if twin[r] != r:
             out.us.append(out.us[twin[r]])
             out.measured.append(out.measured[twin[r]])
+            out.fallback.append(out.fallback[twin[r]])
             continue
         us = np.zeros(prog.n_events, dtype=np.float64)
         measured = np.zeros(prog.n_events, dtype=bool)
@@ -150,6 +155,7 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
         uses.append((r, positions, ids, False))
         out.us.append(us)
         out.measured.append(measured)
+        out.fallback.append(np.zeros(prog.n_events, dtype=bool))
 
     if rows:
         if estimator is None:
@@ -171,10 +177,11 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
         n_analytical = 0
         for r, positions, ids, kernels_only in uses:
             if positions:
-                j = np.asarray(ids, dtype=np.int64)
-                out.us[r][np.asarray(positions, dtype=np.int64)] = values[j]
+                j, at = np.asarray(ids, dtype=np.int64), np.asarray(positions, dtype=np.int64)
+                out.us[r][at] = values[j]
                 if kernels_only:
                     n_analytical += int(analytical[j].sum()) * copies_of[r]
+                    out.fallback[r][at[analytical[j]]] = True
         out.fallback_kernels += n_analytical
         if n_analytical:
             out.fallback_reasons["no_learned_model"] += n_analytical
@@ -197,6 +204,7 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
             reason = "no_spec_launch_floor"
         if prog.kind[i] == KERNEL:
             out.fallback_kernels += copies_of[r]
+            out.fallback[r][i] = True
             out.fallback_reasons[reason] += copies_of[r]
     return out
 

@@ -47,12 +47,12 @@ def test_report_fields_are_read_into_the_row():
         seen["cmd"], seen["cwd"] = cmd, cwd
         report = Path(cmd[cmd.index("--report") + 1])
         report.write_text(json.dumps({"iteration_time_ms": 6.5, "peak_memory_bytes": 2 ** 30,
-                                      "fallback_kernels": 80}))
+                                      "fallback_kernels": 80, "fallback_kernels_steady": 12}))
         return subprocess.CompletedProcess(cmd, 0, stdout="", stderr="")
 
     result = compat.run_row(ROW, hardware="a100-sxm", is_installed=lambda m: True, runner=runner)
-    assert (result["status"], result["iteration_time_ms"], result["peak_memory_bytes"], result["fallback_kernels"]) \
-        == (compat.RAN, 6.5, 2 ** 30, 80)
+    assert (result["status"], result["iteration_time_ms"], result["peak_memory_bytes"], result["fallback_kernels"],
+            result["fallback_kernels_steady"]) == (compat.RAN, 6.5, 2 ** 30, 80, 12)
     assert (result["ranks"], result["backend"]) == (2, "driver")
     cmd = seen["cmd"]
     assert cmd[cmd.index("--nproc") + 1] == "2" and cmd[cmd.index("--backend") + 1] == "driver"
@@ -81,3 +81,11 @@ def test_the_frameworks_extra_installs_every_rows_modules():
     # a row's module -> the distribution that provides it (dotted modules: their distribution's name)
     needed = {m.split(".")[0] + ("-core" if "." in m else "") for row in compat.ROWS.values() for m in row.requires}
     assert needed <= names, f"frameworks extra lacks {sorted(needed - names)}"
+
+
+def test_table_shows_the_steady_no_model_count_beside_the_whole_captures(capsys):
+    row = compat.result_from_report(ROW, {"iteration_time_ms": 6.5, "peak_memory_bytes": 2 ** 30,
+                                          "fallback_kernels": 2654, "fallback_kernels_steady": 725}, 30.0)
+    compat.print_table([row, compat.failed(ROW, "boom", 1.0)], "h100-sxm")
+    out = capsys.readouterr().out
+    assert "no-model steady" in out and "2654" in out and "725" in out

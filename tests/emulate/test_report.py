@@ -82,3 +82,35 @@ def test_write_report_is_atomic(tmp_path, ddp_report):
     path = write_report(ddp_report, tmp_path / "r" / "report.json")
     assert json.loads(path.read_text())["world_size"] == 2
     assert [p.name for p in path.parent.iterdir()] == ["report.json"]
+
+
+def test_steady_fallback_count_leaves_out_benchmark_launches_before_the_steady_iterations():
+    # iteration 0 warm-up, 1 autotuning (three benchmark launches of a kernel without a model), 2-4 steady; every
+    # iteration launches one kernel without a model (no spec, nothing measured: the launch floor)
+    b = TraceBuilder(meta={"launch_latency_us": 0.0})
+    for step in range(5):
+        b.iteration(step)
+        b.kernel(name="timed", duration_us=10.0)
+        if step == 1:
+            for _ in range(3):
+                b.kernel(name="benchmark_candidate")
+        b.kernel(name="no_model")
+        b.device_sync()
+    b.iteration(5, end=True)
+    report = build_report(simulate([b.doc()], "h100-sxm", durations="measured"))
+    assert report["steady_iterations"] == [2, 3, 4]
+    assert report["fallback_kernels"] == 5 + 3
+    assert report["fallback_kernels_steady"] == 3
+
+
+def test_steady_fallback_count_includes_kernels_the_analytical_estimator_timed():
+    b = TraceBuilder(meta={"launch_latency_us": 0.0})
+    spec = {"family": "elementwise", "dtype": "fp32", "op": "copy", "numel": 1 << 20}
+    for step in range(4):
+        b.iteration(step)
+        b.kernel(spec=spec)
+        b.device_sync()
+    b.iteration(4, end=True)
+    report = build_report(simulate([b.doc()], "h100-sxm", estimator="roofline"))
+    assert report["fallback_kernels"] == 4
+    assert report["fallback_kernels_steady"] == len(report["steady_iterations"]) == 3
