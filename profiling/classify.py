@@ -866,6 +866,15 @@ def is_convolution_op(op: str) -> bool:
     return namespace in ("aten", "") and _HANDLERS.get(name) is _conv
 
 
+def is_stand_in_op(op: str) -> bool:
+    """Whether ``op``'s row stands in for a kernel of another kind: a convolution timed as its implicit GEMM, a batch
+    norm as a layer norm, a pool or a random fill as a copy of its bytes. Its measured time is then no training
+    sample of that row (a max-pool backward runs at a third of a copy's bandwidth), so importers of measured op
+    times should skip it, as they skip convolutions (:func:`is_convolution_op`)."""
+    namespace, name = op_base_name(op)
+    return namespace in ("aten", "") and _HANDLERS.get(name) in (_conv, _batch_norm, _pool, _random)
+
+
 @functools.lru_cache(maxsize=4096)
 def _may_classify(op: str) -> bool:
     namespace, name = op_base_name(op)

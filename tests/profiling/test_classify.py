@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from profiling.classify import canonical_dtype, classify_kernel_name, classify_op, op_base_name, tensor_dtype
+from profiling.classify import (canonical_dtype, classify_kernel_name, classify_op, is_stand_in_op, op_base_name,
+                                tensor_dtype)
 from profiling.families import key_columns
 
 
@@ -354,3 +355,13 @@ def test_random_fills_are_sweeps_of_what_they_write():
 def test_kernel_names_of_the_new_rows_do_not_claim_another_family(kernel):
     # the capture drops an op's row for a kernel whose name shows another family (a helper kernel of the op)
     assert classify_kernel_name(kernel) is None
+
+
+@pytest.mark.parametrize("op, stand_in", [
+    ("aten::cudnn_batch_norm", True), ("aten.native_batch_norm_backward.default", True),
+    ("aten::max_pool2d_with_indices_backward", True), ("aten.normal_.default", True),
+    ("aten::cudnn_convolution", True), ("aten::native_layer_norm", False), ("aten::add", False),
+    ("aten::mm", False),
+])
+def test_rows_that_stand_in_for_another_kernel_are_named_for_importers(op, stand_in):
+    assert is_stand_in_op(op) is stand_in
