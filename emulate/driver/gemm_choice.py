@@ -1,16 +1,19 @@
-"""Which kernel(s) the real cuBLASLt of torch's wheel launches for a GEMM on a virtual device.
+"""Which kernel(s) the real cuBLASLt of torch's wheel (or of another cuBLAS) launches for a GEMM on a virtual device.
 
 A child process with the emulated driver on ``LD_LIBRARY_PATH`` (no preload, nothing executes) loads the wheel's
 ``libcublasLt`` with ctypes, asks ``cublasLtMatmulAlgoGetHeuristic`` for the top algorithm and runs
 ``cublasLtMatmul`` with it; the driver logs each launch (real kernel name, grid, block, cluster). Many shapes share
 one child (the first query in a process costs ~0.1 s of lazy set-up, later ones microseconds), and each answer
-carries the cuBLASLt version, since the choice belongs to the library version.
+carries the cuBLASLt version, since the choice belongs to the library version. ``library`` (``--cublaslt``) asks
+another ``libcublasLt.so.*`` instead, e.g. the cuBLAS 12.1 a 2024 measurement ran (``estimator.kernel_labels``
+fetches such wheels); it links nothing but libc, and finds the emulated libcuda the same way.
 
 Shapes are cuBLAS's column-major problems: ``op(A)`` is m x k, ``op(B)`` k x n, C m x n, with ``transa`` /
 ``transb`` in {"N", "T"}. :func:`torch_mm_gemm` gives the problem torch's row-major ``A @ B`` becomes.
 
     python -m emulate.driver.gemm_choice --hardware h100-sxm --m 4096 --n 4096 --k 4096 --dtype bf16
     python -m emulate.driver.gemm_choice --hardware l4 --batch shapes.csv   # one JSON line per row
+    python -m emulate.driver.gemm_choice --m 4096 --n 520 --k 11008 --dtype fp16 --cublaslt PATH/libcublasLt.so.12
 
 A batch file is CSV with a header naming ``m,n,k`` and optionally ``dtype`` (default bf16) and ``layout``
 (cuBLAS transa+transb, default TN); ``--torch`` reads each row as torch's ``(m,k) @ (k,n)`` instead.
@@ -94,10 +97,20 @@ class GemmChoice:
         return self.main_launch.name if self.main_launch else ""
 
 
-def choose(gemms: list[Gemm], hardware: str, *, workspace_bytes: int = WORKSPACE_BYTES) -> list[GemmChoice]:
-    """The top heuristic choice and its launched kernels for each problem, on virtual device ``hardware``."""
+def wheel_library() -> Path:
+    """torch's own libcublasLt (the CUDA 13 wheel's): what is asked unless a library is given."""
+    return nvidia_root() / "cu13" / "lib" / "libcublasLt.so.13"
+
+
+def choose(gemms: list[Gemm], hardware: str, *, workspace_bytes: int = WORKSPACE_BYTES,
+           library: Path | None = None) -> list[GemmChoice]:
+    """The top heuristic choice and its launched kernels for each problem, on virtual device ``hardware``, from
+    ``library`` (a libcublasLt.so; default torch's, ``wheel_library``)."""
     spec = lookup(hardware)
-    request = json.dumps({"workspace": workspace_bytes, "gemms": [asdict(g) for g in gemms]})
+    library = Path(library) if library is not None else wheel_library()
+    if not library.is_file():
+        raise FileNotFoundError(f"cuBLASLt library {library} not found")
+    request = json.dumps({"workspace": workspace_bytes, "library": str(library), "gemms": [asdict(g) for g in gemms]})
     run = run_python(["-m", "emulate.driver.gemm_choice", "--child"], spec.id, stdin=request)
     if run.returncode != 0:
         tail = (run.stderr.strip().splitlines() or ["(no output)"])[-1]
@@ -119,11 +132,11 @@ class _HeuristicResult(ctypes.Structure):
 class _Child:
     """cuBLASLt through ctypes, on whatever libcuda.so.1 the loader finds (the emulated one)."""
 
-    def __init__(self) -> None:
+    def __init__(self, library: Path) -> None:
         self.k = {**header_constants("cublasLt.h", "CUBLASLT_"), **header_constants("cublas_api.h", "CUBLAS_"),
                   **header_constants("library_types.h", "CUDA_R_")}
         self.cuda = ctypes.CDLL("libcuda.so.1")
-        self.lt = ctypes.CDLL(str(nvidia_root() / "cu13" / "lib" / "libcublasLt.so.13"))
+        self.lt = ctypes.CDLL(str(library))
         self.lt.cublasLtGetVersion.restype = ctypes.c_size_t
         self.version = int(self.lt.cublasLtGetVersion())
         self._check(self.cuda.cuInit(0), "cuInit")
@@ -202,7 +215,7 @@ class _Child:
 def _child_main() -> int:
     request = json.load(sys.stdin)
     log = Path(f"{os.environ['STEPCAST_DRIVER_LOG']}.{os.getpid()}.jsonl")
-    child = _Child()
+    child = _Child(Path(request["library"]))
     answers = [child.run(Gemm(**g), int(request["workspace"]), log) for g in request["gemms"]]
     json.dump(answers, sys.stdout)
     return 0
@@ -242,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layout", default="TN", help="cuBLAS transa+transb, e.g. TN (default) or NN")
     parser.add_argument("--torch", action="store_true", help="m, n, k are torch's (m,k)@(k,n); use its cuBLAS layout")
     parser.add_argument("--batch", type=Path, help="CSV of problems (header m,n,k[,dtype][,layout]); JSON lines out")
+    parser.add_argument("--cublaslt", type=Path, help="libcublasLt.so to ask (default: torch's wheel's)")
     args = parser.parse_args(argv)
     if args.child:
         return _child_main()
@@ -255,10 +269,12 @@ def main(argv: list[str] | None = None) -> int:
         else:
             gemms = [Gemm(args.m, args.n, args.k, args.dtype, args.layout[:1], args.layout[1:])]
         lookup(args.hardware)
+        if args.cublaslt is not None and not args.cublaslt.is_file():
+            raise ValueError(f"--cublaslt: {args.cublaslt} not found")
     except (ValueError, KeyError) as exc:
         print(f"stepcast: {exc}", file=sys.stderr)
         return 2
-    choices = choose(gemms, args.hardware)
+    choices = choose(gemms, args.hardware, library=args.cublaslt)
     if args.batch is None:
         print(json.dumps(_answer(choices[0]), indent=1))
     for choice in choices if args.batch is not None else []:
