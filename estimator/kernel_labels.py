@@ -1,6 +1,14 @@
 """Which kernel cuBLAS runs for each GEMM row: the recorded launch where a row has one, else cuBLASLt's own heuristic
 on a virtual device (``emulate.driver.gemm_choice``), cached by shape, dtype, layout, device and cuBLAS version.
 
+The heuristic asked is the one of the cuBLAS the row's source measured with, where that is known
+(:data:`SOURCE_CUBLAS`: its wheel is fetched once with ``--fetch-cublas``), since cuBLAS's kernel choices move between
+versions; rows of other sources, and rows without a source (an emulated step), ask the installed wheel's cuBLAS.
+A source whose cuBLAS is not fetched here falls back to the installed wheel's labels, with a warning; the label
+column says which version answered. cuBLAS 12.1 runs on the emulated Volta, Ampere and Ada devices; on Hopper its
+``cublasLtCreate`` fails until the emulated driver answers its cluster-occupancy probe for clusters of 18 CTAs
+(tests/emulate/test_gemm_choice.py).
+
 A row's label is three columns: ``kernel_name`` and ``grid`` ("x,y,z") of the main kernel, and ``kernel_label``
 (``recorded`` when the measurement or trace named the kernel, ``cublaslt-<version>`` when the heuristic of that
 cuBLASLt version chose it). Rows that cannot be labelled keep both empty, and the kernel-configuration features
@@ -14,11 +22,12 @@ Rows without a recorded kernel are asked as ``torch.nn.functional.linear`` lays 
 transposed: cuBLAS's T/N problem with m and n swapped), which is what every such source measured (aiconfigurator,
 Vidur, LLMCompass) and what an emulated Linear layer runs.
 
-The cache is one parquet file per device and cuBLAS wheel under ``<cache>/gemm_labels/`` (see
-``profiling.paths.cache_root``), written to a temporary name and renamed after each chunk, so an interrupted
-labelling resumes where it stopped. Labelling costs about 2.5 ms per new shape on one core (one child process per
-chunk of shapes).
+The cache is one parquet file per device and cuBLAS version under ``<cache>/gemm_labels/`` (see
+``profiling.paths.cache_root``; fetched cuBLAS libraries live under ``<cache>/cublas/<version>/``), written to a
+temporary name and renamed after each chunk, so an interrupted labelling resumes where it stopped. Labelling costs
+about 2.5 ms per new shape on one core (one child process per chunk of shapes).
 
+    python -m estimator.kernel_labels --fetch-cublas 12.1.3.1 [--wheel FILE.whl]   # once: the cuBLAS Vidur ran
     python -m estimator.kernel_labels [--sources aiconfigurator,vidur] [--hardware h100-sxm,...]   # fill the cache
     python -m estimator.kernel_labels --sources neusight,kineto --drift   # recorded kernels vs today's heuristic
 
@@ -33,7 +42,10 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import logging
+import subprocess
 import sys
+import tempfile
+import zipfile
 from functools import cache
 from pathlib import Path
 
@@ -54,6 +66,20 @@ MIN_COMPUTE_CAPABILITY = (7, 5)
 CHUNK = 2000
 KEY = ["m", "n", "k", "dtype"]
 LABEL_COLUMNS = ("kernel_name", "grid", "kernel_label")
+
+#: the cuBLAS version each source measured with, where the source's own files say so; other sources: the wheel's
+SOURCE_CUBLAS = {
+    # Vidur's profiles (2024) were taken in sarathi-serve's environment (vidur/profiling/README.md: "keep the
+    # sarathi-serve/env virtual environment activated"), whose requirements.txt pins torch == 2.3; torch 2.1-2.3's
+    # PyPI wheels (CUDA 12.1) pin nvidia-cublas-cu12==12.1.3.1.
+    "vidur": "12.1.3.1",
+}
+#: pip distribution and libcublasLt inside the wheel, by cuBLAS major version
+CUBLAS_WHEELS = {"12": ("nvidia-cublas-cu12", "nvidia/cublas/lib/libcublasLt.so.12")}
+
+
+class CublasMissingError(FileNotFoundError):
+    """A source's cuBLAS has not been fetched (``python -m estimator.kernel_labels --fetch-cublas VERSION``)."""
 
 
 @cache
@@ -78,45 +104,98 @@ def can_label(hardware: str) -> bool:
         and tuple(spec.compute_capability) >= MIN_COMPUTE_CAPABILITY
 
 
-def cache_file(hardware: str, cache_dir: Path | None = None) -> Path:
+def cublas_home(version: str) -> Path:
+    """Where a fetched cuBLAS version's libcublasLt lives."""
+    return cache_root() / "cublas" / version
+
+
+def cublaslt_library(version: str | None) -> Path | None:
+    """The libcublasLt to ask for ``version`` (None: the installed wheel's, which ``gemm_choice`` finds itself);
+    CublasMissingError with the command that fetches it when it is not here."""
+    if version is None or version == cublas_wheel_version():
+        return None
+    major = version.split(".")[0]
+    if major not in CUBLAS_WHEELS:
+        raise CublasMissingError(f"cuBLAS {version}: no wheel known for major version {major} (CUBLAS_WHEELS)")
+    path = cublas_home(version) / Path(CUBLAS_WHEELS[major][1]).name
+    if not path.is_file():
+        raise CublasMissingError(f"cuBLAS {version} not found at {path}: "
+                                 f"python -m estimator.kernel_labels --fetch-cublas {version}")
+    return path
+
+
+def fetch_cublas(version: str, wheel: Path | None = None) -> Path:
+    """Unpack ``version``'s libcublasLt from ``wheel`` (default: ``pip download`` of that version) into
+    ``cublas_home(version)``; returns the library's path."""
+    major = version.split(".")[0]
+    if major not in CUBLAS_WHEELS:
+        raise ValueError(f"--fetch-cublas {version}: no wheel known for major version {major} (CUBLAS_WHEELS)")
+    dist, member = CUBLAS_WHEELS[major]
+    with tempfile.TemporaryDirectory(prefix="stepcast-cublas-") as tmp:
+        if wheel is None:
+            pip = [sys.executable, "-m", "pip", "download", "--no-deps", f"{dist}=={version}", "-d", tmp]
+            run = subprocess.run(pip, capture_output=True, text=True)
+            found = sorted(Path(tmp).glob("*.whl"))
+            if run.returncode != 0 or not found:
+                tail = (run.stderr.strip().splitlines() or ["no wheel"])[-1]
+                raise RuntimeError(f"pip download {dist}=={version} failed: {tail}")
+            wheel = found[0]
+        out = cublas_home(version) / Path(member).name
+        try:
+            with zipfile.ZipFile(wheel) as archive, archive.open(member) as src:
+                out.parent.mkdir(parents=True, exist_ok=True)
+                with atomic_path(out) as tmp_out, tmp_out.open("wb") as dst:
+                    while chunk := src.read(1 << 24):
+                        dst.write(chunk)
+        except (KeyError, zipfile.BadZipFile, OSError) as exc:
+            raise RuntimeError(f"{wheel}: cannot unpack {member} ({exc})") from exc
+    return out
+
+
+def cache_file(hardware: str, cache_dir: Path | None = None, cublas: str | None = None) -> Path:
+    """The label cache of one device and cuBLAS version (default: the installed wheel's)."""
     root = Path(cache_dir) if cache_dir is not None else cache_root() / "gemm_labels"
-    return root / f"{hardware}-cublas{cublas_wheel_version()}.parquet"
+    return root / f"{hardware}-cublas{cublas or cublas_wheel_version()}.parquet"
 
 
-def read_cache(hardware: str, cache_dir: Path | None = None) -> pd.DataFrame:
-    path = cache_file(hardware, cache_dir)
+def read_cache(hardware: str, cache_dir: Path | None = None, cublas: str | None = None) -> pd.DataFrame:
+    path = cache_file(hardware, cache_dir, cublas)
     if not path.is_file():
         return pd.DataFrame({c: pd.Series(dtype="int64") for c in ("m", "n", "k")}
                             | {c: pd.Series(dtype=object) for c in ("dtype", *LABEL_COLUMNS)})
     return pd.read_parquet(path)
 
 
-def _write_cache(frame: pd.DataFrame, hardware: str, cache_dir: Path | None) -> None:
-    path = cache_file(hardware, cache_dir)
+def _write_cache(frame: pd.DataFrame, hardware: str, cache_dir: Path | None, cublas: str | None) -> None:
+    path = cache_file(hardware, cache_dir, cublas)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
         frame.to_parquet(tmp, index=False)
 
 
-def query(shapes: pd.DataFrame, hardware: str, cache_dir: Path | None = None, chunk: int = CHUNK) -> pd.DataFrame:
+def query(shapes: pd.DataFrame, hardware: str, cache_dir: Path | None = None, chunk: int = CHUNK,
+          cublas: str | None = None) -> pd.DataFrame:
     """Label the (m, n, k, dtype) rows of ``shapes`` (torch Linear's m, n, k) missing from the cache by asking
-    cuBLASLt on the virtual ``hardware``; returns the whole cache of that device."""
+    cuBLASLt version ``cublas`` (default: the wheel's) on the virtual ``hardware``; returns the whole cache of that
+    device and version."""
     from emulate.driver.gemm_choice import choose, torch_linear_gemm
 
-    known = read_cache(hardware, cache_dir)
+    known = read_cache(hardware, cache_dir, cublas)
     shapes = shapes[KEY].drop_duplicates()
     todo = shapes.merge(known[KEY], on=KEY, how="left", indicator=True)
     todo = todo[todo["_merge"] == "left_only"][KEY]
+    library = cublaslt_library(cublas) if len(todo) else None
     for start in range(0, len(todo), chunk):
         part = todo.iloc[start:start + chunk]
         gemms = [torch_linear_gemm(int(m), int(n), int(k), str(d)) for m, n, k, d in part.itertuples(index=False)]
-        choices = choose(gemms, hardware)
+        choices = choose(gemms, hardware, library=library)
         labels = part.assign(kernel_name=[c.kernel for c in choices],
                              grid=[",".join(map(str, c.main_launch.grid)) if c.main_launch else "" for c in choices],
                              kernel_label=[f"cublaslt-{c.cublaslt_version}" for c in choices])
         known = pd.concat([known, labels.astype({"m": "int64", "n": "int64", "k": "int64"})], ignore_index=True)
-        _write_cache(known, hardware, cache_dir)
-        log.info("%s: labelled %d of %d new shapes", hardware, min(start + chunk, len(todo)), len(todo))
+        _write_cache(known, hardware, cache_dir, cublas)
+        log.info("%s, cuBLAS %s: labelled %d of %d new shapes", hardware, cublas or cublas_wheel_version(),
+                 min(start + chunk, len(todo)), len(todo))
     return known
 
 
@@ -151,18 +230,45 @@ def _lookup(path: Path, mtime_ns: int) -> tuple[pd.Index, np.ndarray]:
     return pd.Index(_keys(labels)), labels[list(LABEL_COLUMNS)].to_numpy(dtype=object)
 
 
-def _cached_labels(hardware: str, cache_dir: Path | None) -> tuple[pd.Index, np.ndarray] | None:
-    path = cache_file(hardware, cache_dir)
+def _cached_labels(hardware: str, cache_dir: Path | None, cublas: str | None) -> tuple[pd.Index, np.ndarray] | None:
+    path = cache_file(hardware, cache_dir, cublas)
     try:
         return _lookup(path, path.stat().st_mtime_ns)
     except FileNotFoundError:
         return None
 
 
+def source_cublas(frame: pd.DataFrame) -> np.ndarray:
+    """The cuBLAS version each row's labels come from: its source's (SOURCE_CUBLAS), else None (the wheel's)."""
+    if "source" not in frame.columns:
+        return np.full(len(frame), None, dtype=object)
+    codes, uniques = factorize(frame["source"])
+    table = np.array([SOURCE_CUBLAS.get(str(u)) for u in uniques] + [None], dtype=object)
+    return table[np.where(codes < 0, len(uniques), codes)]
+
+
+@cache
+def _warn_missing(version: str, reason: str) -> None:
+    log.warning("%s: rows measured with cuBLAS %s take the installed wheel's labels", reason, version)
+
+
+def _available(version: str | None, cache_dir: Path | None, hardware: str) -> str | None:
+    """``version`` when its labels can be had (fetched library, or a cache already there), else None (the wheel's)."""
+    if version is None or cache_file(hardware, cache_dir, version).is_file():
+        return version
+    try:
+        cublaslt_library(version)
+    except CublasMissingError as exc:
+        _warn_missing(version, str(exc))
+        return None
+    return version
+
+
 def label_gemms(frame: pd.DataFrame, *, ask: bool = False, cache_dir: Path | None = None) -> pd.DataFrame:
     """``frame`` (GEMM rows) with ``kernel_name``, ``grid`` and ``kernel_label`` filled where a label is known:
-    recorded launches are kept as they are; other rows take the cached heuristic label of their device, and with
-    ``ask`` the heuristic is asked for the shapes not yet cached. The frame itself is not changed."""
+    recorded launches are kept as they are; other rows take the cached heuristic label of their device and of the
+    cuBLAS their source ran (``source_cublas``), and with ``ask`` the heuristic is asked for the shapes not yet
+    cached. The frame itself is not changed."""
     columns = {c: (frame[c].to_numpy(dtype=object, copy=True) if c in frame.columns
                    else np.full(len(frame), None, dtype=object)) for c in LABEL_COLUMNS}
     recorded = pd.notna(columns["kernel_name"]) & pd.isna(columns["kernel_label"])
@@ -172,14 +278,19 @@ def label_gemms(frame: pd.DataFrame, *, ask: bool = False, cache_dir: Path | Non
         positions = np.flatnonzero(todo)
         rows = frame.iloc[positions]
         codes, devices = factorize(rows["hardware"])
-        for code, device in enumerate(map(str, devices)):
-            mine = codes == code
+        versions = source_cublas(rows)
+        groups = pd.DataFrame({"device": codes, "cublas": pd.Series(versions, dtype=object).fillna("")})
+        for (code, version), members in groups.groupby(["device", "cublas"], sort=True).indices.items():
+            device = str(devices[code])
+            cublas = _available(version or None, cache_dir, device)
+            mine = np.zeros(len(rows), dtype=bool)
+            mine[members] = True
             part = rows[mine]
             if ask:
                 shapes = pd.DataFrame({c: part[c].to_numpy(dtype=np.int64) for c in ("m", "n", "k")}
                                       | {"dtype": part["dtype"].astype(str).to_numpy()})
-                query(shapes, device, cache_dir)
-            table = _cached_labels(device, cache_dir)
+                query(shapes, device, cache_dir, cublas=cublas)
+            table = _cached_labels(device, cache_dir, cublas)
             if table is None:
                 continue
             index, values = table
@@ -245,8 +356,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hardware", default="", help="comma-separated catalog ids (default: every labellable one)")
     parser.add_argument("--drift", action="store_true",
                         help="instead: how often the heuristic's label matches the recorded kernel of measured rows")
+    parser.add_argument("--fetch-cublas", metavar="VERSION",
+                        help="instead: fetch that cuBLAS version's libcublasLt (e.g. 12.1.3.1, what Vidur ran)")
+    parser.add_argument("--wheel", type=Path, help="with --fetch-cublas: unpack this wheel instead of pip download")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.fetch_cublas:
+        try:
+            print(fetch_cublas(args.fetch_cublas, args.wheel))
+        except (ValueError, RuntimeError) as exc:
+            print(f"stepcast: {exc}", file=sys.stderr)
+            return 2
+        return 0
     from estimator.data import load_measurements
 
     try:

@@ -27,6 +27,10 @@ def named(name: str) -> dict[str, float]:
      "segment_k_off_kernel__5x_cublas",
      {"kc_path": "xmma", "kc_sm": 80, "kc_tile_m": 160, "kc_tile_n": 128, "kc_tile_k": 32, "kc_stages": 4,
       "kc_split_k_named": 0}),
+    ("sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x256x64_warpgroupsize2x1x1_execute_segment_k_on_kernel__5x_"
+     "cublas",  # cuBLAS 12.1 on Hopper (what Vidur ran): no stage count in the name, split-K named
+     {"kc_path": "xmma", "kc_sm": 90, "kc_tile_m": 128, "kc_tile_n": 256, "kc_tile_k": 64, "kc_split_k_named": 1,
+      "kc_tensor": 1}),
     ("_ZN7cutlass7Kernel2I57cutlass_75_tensorop_bf16_s1688gemm_bf16_128x128_32x2_tn_align1EEvNT_6ParamsE",
      {"kc_path": "cutlass", "kc_sm": 75, "kc_tile_m": 128, "kc_tile_k": 32, "kc_stages": 2, "kc_align": 1}),
     ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_32x6_tn_align4>(cutlass_80_tensorop_s1688gemm_"

@@ -68,3 +68,75 @@ def test_drift_compares_recorded_kernels_with_the_heuristics_path_and_tile(tmp_p
                                                 source="neusight")
     got = version_drift(frame, ask=False, cache_dir=tmp_path).iloc[0]
     assert got["rows"] == 2 and got["same_path"] == 1.0 and got["same_path_and_tile"] == 0.5
+
+
+def write_cache(tmp_path, hardware: str, cublas: str | None, kernel: str) -> None:
+    path = cache_file(hardware, tmp_path, cublas)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame({"m": [4096], "n": [4096], "k": [4096], "dtype": ["bf16"], "kernel_name": [kernel],
+                  "grid": ["8,16,1"], "kernel_label": [f"cublaslt-{kernel}"]}).to_parquet(path)
+
+
+def test_label_caches_are_kept_per_device_and_cublas_version(tmp_path):
+    from estimator.kernel_labels import cublas_wheel_version
+
+    assert cache_file("h100-sxm", tmp_path, "12.1.3.1") != cache_file("h100-sxm", tmp_path)
+    assert cache_file("h100-sxm", tmp_path).name == f"h100-sxm-cublas{cublas_wheel_version()}.parquet"
+    assert "12.1.3.1" in cache_file("h100-sxm", tmp_path, "12.1.3.1").name
+
+
+def test_every_source_version_names_a_wheel_that_can_be_fetched():
+    from estimator.kernel_labels import CUBLAS_WHEELS, SOURCE_CUBLAS
+
+    assert SOURCE_CUBLAS["vidur"].startswith("12.")
+    assert all(v.split(".")[0] in CUBLAS_WHEELS for v in SOURCE_CUBLAS.values())
+
+
+def test_a_sources_rows_take_the_labels_of_the_cublas_it_ran(tmp_path, monkeypatch):
+    from estimator import kernel_labels
+
+    monkeypatch.setitem(kernel_labels.SOURCE_CUBLAS, "old_source", "12.1.3.1")
+    write_cache(tmp_path, "h100-sxm", "12.1.3.1", "sm90_xmma_old")
+    write_cache(tmp_path, "h100-sxm", None, "nvjet_new")
+    frame = pd.concat([gemms(source="old_source"), gemms(source="other"), gemms()], ignore_index=True)
+    out = label_gemms(frame, cache_dir=tmp_path)
+    assert out["kernel_name"].tolist() == ["sm90_xmma_old", "nvjet_new", "nvjet_new"]
+
+
+def test_a_source_whose_cublas_is_not_here_falls_back_to_the_wheels_labels(tmp_path, monkeypatch, caplog):
+    from estimator import kernel_labels
+
+    monkeypatch.setenv("STEPCAST_CACHE_DIR", str(tmp_path / "empty"))
+    monkeypatch.setitem(kernel_labels.SOURCE_CUBLAS, "old_source", "12.0.0.0")
+    write_cache(tmp_path, "h100-sxm", None, "nvjet_new")
+    out = label_gemms(gemms(source="old_source"), ask=True, cache_dir=tmp_path)
+    assert out["kernel_name"].tolist() == ["nvjet_new"]
+    assert "--fetch-cublas 12.0.0.0" in caplog.text
+
+
+def test_a_missing_cublas_names_the_command_that_fetches_it(tmp_path, monkeypatch):
+    from estimator.kernel_labels import CublasMissingError, cublaslt_library
+
+    monkeypatch.setenv("STEPCAST_CACHE_DIR", str(tmp_path))
+    assert cublaslt_library(None) is None  # the wheel's: gemm_choice finds it itself
+    with pytest.raises(CublasMissingError, match=r"python -m estimator.kernel_labels --fetch-cublas 12.1.3.1$"):
+        cublaslt_library("12.1.3.1")
+    with pytest.raises(CublasMissingError, match="no wheel known for major version 9"):
+        cublaslt_library("9.0")
+
+
+def test_fetching_unpacks_only_libcublaslt_from_the_wheel(tmp_path, monkeypatch):
+    import zipfile
+
+    from estimator.kernel_labels import cublaslt_library, fetch_cublas
+
+    monkeypatch.setenv("STEPCAST_CACHE_DIR", str(tmp_path / "cache"))
+    wheel = tmp_path / "nvidia_cublas_cu12-12.1.3.1-py3-none-manylinux1_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("nvidia/cublas/lib/libcublasLt.so.12", b"\x7fELF lt")
+        archive.writestr("nvidia/cublas/lib/libcublas.so.12", b"\x7fELF blas")
+    out = fetch_cublas("12.1.3.1", wheel)
+    assert out == cublaslt_library("12.1.3.1") and out.read_bytes() == b"\x7fELF lt"
+    assert [p.name for p in out.parent.iterdir()] == ["libcublasLt.so.12"]
+    with pytest.raises(ValueError, match="--fetch-cublas 9.0"):
+        fetch_cublas("9.0", wheel)
