@@ -4,8 +4,8 @@ on a virtual device (``emulate.driver.gemm_choice``), cached by shape, dtype, la
 The heuristic asked is the one of the cuBLAS the row's source measured with, where that is known
 (:data:`SOURCE_CUBLAS`: its wheel is fetched once with ``--fetch-cublas``), since cuBLAS's kernel choices move between
 versions; rows of other sources, and rows without a source (an emulated step), ask the installed wheel's cuBLAS.
-A source whose cuBLAS is not fetched here falls back to the installed wheel's labels, with a warning; the label
-column says which version answered. cuBLAS 12.1 runs on the emulated Volta, Ampere and Ada devices; on Hopper its
+A source whose cuBLAS is not fetched here, or cannot run or has no labels of a device, falls back to the installed
+wheel's labels, with a warning; the label column says which version answered. cuBLAS 12.1 runs on the emulated Volta, Ampere and Ada devices; on Hopper its
 ``cublasLtCreate`` fails until the emulated driver answers its cluster-occupancy probe for clusters of 18 CTAs
 (tests/emulate/test_gemm_choice.py).
 
@@ -289,8 +289,18 @@ def label_gemms(frame: pd.DataFrame, *, ask: bool = False, cache_dir: Path | Non
             if ask:
                 shapes = pd.DataFrame({c: part[c].to_numpy(dtype=np.int64) for c in ("m", "n", "k")}
                                       | {"dtype": part["dtype"].astype(str).to_numpy()})
-                query(shapes, device, cache_dir, cublas=cublas)
+                try:
+                    query(shapes, device, cache_dir, cublas=cublas)
+                except (RuntimeError, OSError) as exc:
+                    if cublas is None:
+                        raise
+                    _warn_missing(cublas, f"cuBLAS {cublas} on {device}: {exc}")
+                    cublas = None
+                    query(shapes, device, cache_dir)
             table = _cached_labels(device, cache_dir, cublas)
+            if table is None and cublas is not None:  # the source's cuBLAS is here but never labelled this device
+                _warn_missing(cublas, f"no cuBLAS {cublas} labels of {device} cached")
+                table = _cached_labels(device, cache_dir, None)
             if table is None:
                 continue
             index, values = table

@@ -140,3 +140,31 @@ def test_fetching_unpacks_only_libcublaslt_from_the_wheel(tmp_path, monkeypatch)
     assert [p.name for p in out.parent.iterdir()] == ["libcublasLt.so.12"]
     with pytest.raises(ValueError, match="--fetch-cublas 9.0"):
         fetch_cublas("9.0", wheel)
+
+
+def test_a_source_whose_cublas_has_no_labels_of_the_device_falls_back_to_the_wheels(tmp_path, monkeypatch):
+    from estimator import kernel_labels
+
+    monkeypatch.setitem(kernel_labels.SOURCE_CUBLAS, "old_source", "12.0.0.1")
+    monkeypatch.setattr(kernel_labels, "cublaslt_library", lambda version: tmp_path / "libcublasLt.so.12")
+    write_cache(tmp_path, "h100-sxm", None, "nvjet_new")
+    out = label_gemms(gemms(source="old_source"), ask=False, cache_dir=tmp_path)
+    assert out["kernel_name"].tolist() == ["nvjet_new"]
+
+
+def test_a_source_whose_cublas_fails_on_the_device_falls_back_to_the_wheels(tmp_path, monkeypatch):
+    from estimator import kernel_labels
+
+    monkeypatch.setitem(kernel_labels.SOURCE_CUBLAS, "old_source", "12.0.0.2")
+    monkeypatch.setattr(kernel_labels, "cublaslt_library", lambda version: tmp_path / "libcublasLt.so.12")
+    asked = []
+
+    def query(shapes, device, cache_dir, cublas=None):
+        asked.append(cublas)
+        if cublas is not None:
+            raise RuntimeError("cublasLtCreate returned 14")
+        write_cache(tmp_path, device, None, "nvjet_new")
+
+    monkeypatch.setattr(kernel_labels, "query", query)
+    out = label_gemms(gemms(source="old_source"), ask=True, cache_dir=tmp_path)
+    assert asked == ["12.0.0.2", None] and out["kernel_name"].tolist() == ["nvjet_new"]
