@@ -36,7 +36,8 @@ Choices a reader should know:
   Winograd). The native im2col path's kernels get none: its GEMMs are cuBLAS's.
 - batch norm (cuDNN's and torch's ops, forward and backward) is norm ``layer_norm`` with rows = channels and
   cols = N x spatial: the same reduce-then-normalise over the transposed view (the family has no batch-norm op);
-  an inference forward, and a training forward's running-statistics kernel, are memory sweeps of their bytes.
+  torch's two-phase kernels are each what they stream (the reduction a norm ``sum``, the elementwise pass a memory
+  sweep), an inference forward a memory sweep.
 - pooling (max / average / adaptive, forward and backward) and random-number fills (``normal_``, ``uniform_``,
   ``random_``, ``bernoulli_``...) are memory sweeps (an elementwise ``copy`` of their bytes, as depthwise
   convolutions): each tensor once, a max pool's int64 indices included; a pooling forward's output size comes from
@@ -686,34 +687,50 @@ _BATCH_NORM: dict[str, tuple[int, str]] = {
 }
 #: forward ops that never compute batch statistics (the ``training`` argument of the others says)
 _BATCH_NORM_EVAL = frozenset({"_native_batch_norm_legit_no_training", "_batch_norm_no_update"})
-#: the running-statistics update of a training forward (torch's own kernels run it as a kernel of its own): reads
-#: the batch mean and variance and both running statistics, writes the running statistics and the saved inverse std
+#: torch's own batch-norm kernels split the op in two phases, each its own kernel: a per-channel reduction (the
+#: statistics; backward, the sums of dy and dy * x) and an elementwise pass (normalise; backward, grad input), with
+#: the running-statistics update (``batch_norm_update_stats_and_invert``) finishing the statistics in between
+_BN_UPDATE_KERNEL = re.compile(r"update_stats", re.IGNORECASE)
+_BN_REDUCE_KERNEL = re.compile(r"collect_statistics|backward_reduce|reduce_kernel|mean_var|welford", re.IGNORECASE)
+_BN_ELEMENTWISE_KERNEL = re.compile(r"transform_input|backward_elemt|elementwise", re.IGNORECASE)
+#: the running-statistics update reads the batch mean and variance and both running statistics and writes the
+#: running statistics and the saved inverse std: 7 per-channel vectors
 _BN_STAT_UPDATE_STREAMS = 7
-#: torch's TensorIterator kernels (``vectorized_elementwise_kernel``, ``unrolled_elementwise_kernel_for_multi_outputs``)
-_ELEMENTWISE_KERNEL = re.compile(r"elementwise_kernel", re.IGNORECASE)
 
 
 def _batch_norm(name: str, shapes: tuple, dtypes: tuple, args: tuple | None, kernel_name: str | None) -> Row | None:
     """A training batch norm is a layer norm of the transposed view: per channel, statistics over N x spatial,
-    then normalise (forward: x read, y written; backward: x and dy read, dx written, as the layer norm's). So it is
-    the norm family's ``layer_norm`` with rows = C, cols = N x spatial (the family's op vocabulary has no batch
-    norm). An inference forward reduces nothing: a memory sweep of x read and y written. A training forward's
-    TensorIterator kernel (torch's running-statistics update, ``batch_norm_update_stats_and_invert``: 4 inputs, 3
-    outputs, :data:`_BN_STAT_UPDATE_STREAMS`) is a sweep of the per-channel vectors it moves."""
+    then normalise (forward: x read, y written; backward: x and dy read, dx written, as the layer norm's). A kernel
+    that runs the whole op (cuDNN's, torch's fused NCHW backward; or no kernel name: the op as a whole) is the norm
+    family's ``layer_norm`` with rows = C, cols = N x spatial (the family's op vocabulary has no batch norm).
+
+    torch's two-phase kernels are timed each as what it streams, so that the op is counted once however the
+    capture groups its kernels into op calls (an allocation between them starts a new call): the reduction is a
+    norm ``sum`` over rows = C of its streams (forward x; backward dy and x: cols = 2 x N x spatial), the
+    elementwise pass a memory sweep (forward x read, y written; backward dy and x read, dx written), the statistics
+    update a norm ``sum`` of its 7 per-channel vectors (norm like the reduction it finishes: in the same call it
+    is an ``op_part`` of it). An inference forward reduces nothing: a memory sweep of x read and y written."""
     index, pass_ = _BATCH_NORM[name]
     if index >= len(shapes):
         return None
     x, dtype = shapes[index], _entry_dtype(dtypes[index])
     if dtype is None or len(x) < 2 or not all(isinstance(d, numbers.Integral) for d in x) or min(x) <= 0:
         return None
-    channels = x[1]
+    channels, numel = x[1], _numel(x)
+    streams = 1 if pass_ == "fwd" else 2        # what the reduction reads; the elementwise pass writes one more
     training = pass_ == "bwd" or (name not in _BATCH_NORM_EVAL and str(_arg(args, 5, True)).lower() != "false")
     if not training:
-        return _memory_sweep_row(dtype, 2 * _numel(x))
-    if pass_ == "fwd" and kernel_name and _ELEMENTWISE_KERNEL.search(kernel_name):
+        return _memory_sweep_row(dtype, 2 * numel)
+    if kernel_name and _BN_UPDATE_KERNEL.search(kernel_name):
         stats = _entry_dtype(dtypes[3]) if len(dtypes) > 3 else None
-        return _memory_sweep_row(stats or "fp32", _BN_STAT_UPDATE_STREAMS * channels)
-    return {"family": "norm", "dtype": dtype, "op": "layer_norm", "rows": channels, "cols": _numel(x) // channels,
+        return {"family": "norm", "dtype": stats or "fp32", "op": "sum", "rows": 1,
+                "cols": _BN_STAT_UPDATE_STREAMS * channels, "pass": "fwd"}
+    if kernel_name and _BN_REDUCE_KERNEL.search(kernel_name):
+        return {"family": "norm", "dtype": dtype, "op": "sum", "rows": channels,
+                "cols": streams * numel // channels, "pass": "fwd"}
+    if kernel_name and _BN_ELEMENTWISE_KERNEL.search(kernel_name):
+        return _memory_sweep_row(dtype, (streams + 1) * numel)
+    return {"family": "norm", "dtype": dtype, "op": "layer_norm", "rows": channels, "cols": numel // channels,
             "pass": pass_}
 
 

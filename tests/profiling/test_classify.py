@@ -289,22 +289,48 @@ def test_batch_norm_is_a_norm_row_per_channel_over_batch_and_pixels():
                       args=BN_ARGS)
     assert fwd == {"family": "norm", "dtype": "fp32", "op": "layer_norm", "rows": 64, "cols": 8 * 32 * 32,
                    "pass": "fwd"}
-    # native_batch_norm_backward(grad_out, input, weight, ...): the input is the second argument; its dtype decides
+    # torch's fused NCHW backward, native_batch_norm_backward(grad_out, input, ...): the input is the second argument
     bwd = classify_op("aten.native_batch_norm_backward.default",
                       [[8, 2048, 2, 2], [8, 2048, 2, 2], [2048], [2048], [2048], [2048], [2048], [], [], []],
-                      ["torch.bfloat16"] * 2 + ["torch.float32"] * 5 + [""] * 3,
-                      "void at::native::batch_norm_backward_reduce_channels_last_kernel<4, c10::BFloat16, float, "
-                      "float>(c10::BFloat16 const*)")
-    assert (bwd["family"], bwd["dtype"], bwd["rows"], bwd["cols"], bwd["pass"]) == ("norm", "bf16", 2048, 32, "bwd")
+                      ["torch.float16"] * 2 + ["torch.float32"] * 5 + [""] * 3,
+                      "void at::native::batch_norm_backward_kernel<c10::Half, float, float, int>()")
+    assert (bwd["op"], bwd["dtype"], bwd["rows"], bwd["cols"], bwd["pass"]) == ("layer_norm", "fp16", 2048, 32, "bwd")
 
 
-def test_batch_norm_running_statistics_update_and_inference_are_memory_sweeps():
+BN_BWD_SHAPES = [[8, 64, 32, 32], [8, 64, 32, 32], [64], [64], [64], [64], [64], [], [], []]
+BN_BWD_BF16 = ["torch.bfloat16"] * 2 + ["torch.float32"] * 5 + [""] * 3
+
+
+def test_two_phase_batch_norm_kernels_are_each_timed_as_what_they_stream():
+    # torch's channels-last kernels: a per-channel reduction, then an elementwise pass (the capture may put them in
+    # different op calls, so neither may stand for the whole op)
+    x = 8 * 64 * 32 * 32
+    collect = classify_op("aten.native_batch_norm.default", BN_SHAPES, ["torch.bfloat16"] + BN_FP32[1:],
+                          "void at::native::batch_norm_collect_statistics_channels_last_kernel<at::native::Var, "
+                          "c10::BFloat16, float, 4>()", args=BN_ARGS)
+    assert collect == {"family": "norm", "dtype": "bf16", "op": "sum", "rows": 64, "cols": x // 64, "pass": "fwd"}
+    transform = classify_op("aten.native_batch_norm.default", BN_SHAPES, ["torch.bfloat16"] + BN_FP32[1:],
+                            "void at::native::batch_norm_transform_input_channels_last_kernel<c10::BFloat16, float, "
+                            "float, 4>()", args=BN_ARGS)
+    assert transform == {"family": "elementwise", "dtype": "bf16", "op": "copy", "numel": x}  # x read, y written
+    reduce = classify_op("aten.native_batch_norm_backward.default", BN_BWD_SHAPES, BN_BWD_BF16,
+                         "void at::native::batch_norm_backward_reduce_channels_last_kernel<4, c10::BFloat16, float, "
+                         "float>()")
+    assert (reduce["op"], reduce["rows"], reduce["cols"]) == ("sum", 64, 2 * x // 64)  # dy and x
+    elemt = classify_op("aten.native_batch_norm_backward.default", BN_BWD_SHAPES, BN_BWD_BF16,
+                        "void at::native::batch_norm_backward_elemt_channels_last_kernel<4, c10::BFloat16, float, "
+                        "float>()")
+    assert (elemt["family"], elemt["numel"] * 2) == ("elementwise", 3 * x)  # dy and x read, dx written
+
+
+def test_batch_norm_statistics_update_is_small_and_inference_is_a_memory_sweep():
     update = classify_op("aten.native_batch_norm.default", BN_SHAPES, ["torch.bfloat16"] + BN_FP32[1:],
                          "void at::native::(anonymous namespace)::unrolled_elementwise_kernel_for_multi_outputs<3, "
                          "at::native::(anonymous namespace)::batch_norm_update_stats_and_invert(at::Tensor const&)"
                          "::{lambda(float, float, float, float)#1}, std::array<char*, 7ul>>()", args=BN_ARGS)
-    assert (update["family"], update["op"], update["dtype"]) == ("elementwise", "copy", "fp32")
-    assert update["numel"] < 64 * 8  # a few per-channel vectors, not the activations
+    # norm, as the reduction it finishes (in the same op call it is that kernel's op_part); fp32 running statistics
+    assert (update["family"], update["dtype"]) == ("norm", "fp32")
+    assert update["rows"] * update["cols"] < 64 * 8  # a few per-channel vectors, not the activations
     inference = classify_op("aten._native_batch_norm_legit_no_training.default", BN_SHAPES[:7], BN_FP32[:7])
     assert inference == {"family": "elementwise", "dtype": "fp32", "op": "copy", "numel": 8 * 64 * 32 * 32}
 
