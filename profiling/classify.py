@@ -738,14 +738,14 @@ def _batch_norm(name: str, shapes: tuple, dtypes: tuple, args: tuple | None, ker
 #: padding[, dilation], ceil_mode args) or "adaptive" (an output_size arg)
 _POOLS: dict[str, tuple[str, str, bool]] = {
     "max_pool2d_with_indices": ("fwd", "window", True), "max_pool3d_with_indices": ("fwd", "window", True),
+    "max_pool2d_with_indices_backward": ("bwd", "window", True),
+    "max_pool3d_with_indices_backward": ("bwd", "window", True),
     "avg_pool2d": ("fwd", "window", False), "avg_pool3d": ("fwd", "window", False),
-    "adaptive_max_pool2d": ("fwd", "adaptive", True), "adaptive_max_pool3d": ("fwd", "adaptive", True),
-    "_adaptive_avg_pool2d": ("fwd", "adaptive", False), "_adaptive_avg_pool3d": ("fwd", "adaptive", False),
-    "max_pool2d_with_indices_backward": ("bwd", "window", True), "max_pool3d_with_indices_backward": ("bwd", "window",
-                                                                                                    True),
     "avg_pool2d_backward": ("bwd", "window", False), "avg_pool3d_backward": ("bwd", "window", False),
-    "adaptive_max_pool2d_backward": ("bwd", "adaptive", True), "adaptive_max_pool3d_backward": ("bwd", "adaptive",
-                                                                                              True),
+    "adaptive_max_pool2d": ("fwd", "adaptive", True), "adaptive_max_pool3d": ("fwd", "adaptive", True),
+    "adaptive_max_pool2d_backward": ("bwd", "adaptive", True),
+    "adaptive_max_pool3d_backward": ("bwd", "adaptive", True),
+    "_adaptive_avg_pool2d": ("fwd", "adaptive", False), "_adaptive_avg_pool3d": ("fwd", "adaptive", False),
     "_adaptive_avg_pool2d_backward": ("bwd", "adaptive", False),
     "_adaptive_avg_pool3d_backward": ("bwd", "adaptive", False),
 }

@@ -285,7 +285,7 @@ BN_ARGS = [None] * 5 + [True, 0.1, 1e-5]
 
 def test_batch_norm_is_a_norm_row_per_channel_over_batch_and_pixels():
     fwd = classify_op("aten.cudnn_batch_norm.default", BN_SHAPES, BN_FP32,
-                      "void cudnn::bn_fw_tr_1C11_singleread<float, 512, true, 1, 2, 0>(cudnn::bn_fw_tr_1C11_args<float>)",
+                      "void cudnn::bn_fw_tr_1C11_singleread<float, 512, true, 1, 2, 0>(cudnn::bn_fw_tr_1C11_args)",
                       args=BN_ARGS)
     assert fwd == {"family": "norm", "dtype": "fp32", "op": "layer_norm", "rows": 64, "cols": 8 * 32 * 32,
                    "pass": "fwd"}
