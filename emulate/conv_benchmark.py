@@ -7,7 +7,8 @@ timings, beside what the emulator did before they existed (every convolution ker
 Two checks:
 
 - **KernelBench** (``kernelbench/`` under the shared data, read its SOURCE.md): the eager forward of each level-1
-  convolution problem (54-87), fp32, CUDA events over 100 calls, on the GPUs the catalog knows (T4, B200). The
+  convolution problem (54-87), fp32, CUDA events over 100 calls, on KernelBench's GPUs
+  (:data:`emulate.kernelbench_benchmark.GPUS`). The
   problems run in one capture a GPU on the driver backend emulating it (cuDNN runs for real and picks its kernels
   for that device, and the rows follow the kernels: ``emulate/e2e/kernelbench_eager.py``, kept under
   ``<cache>/conv_benchmark/``; a cached capture is re-collated, so its rows are today's classifier's; a run the

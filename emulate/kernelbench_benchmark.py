@@ -1,11 +1,12 @@
 """How well are Inductor's Triton kernels timed? KernelBench's torch.compile timings against the emulator.
 
-    python -m emulate.kernelbench_benchmark                 # every device-bound level-1 problem, T4 and B200
+    python -m emulate.kernelbench_benchmark                 # every device-bound level-1 problem, on the six GPUs
     python -m emulate.kernelbench_benchmark --problems 36_RMSNorm_,40_LayerNorm --json out.json
 
 KernelBench (``kernelbench/`` under the shared data, read its SOURCE.md) timed the forward of each problem's
 reference module compiled with Inductor's default mode (fp32, PyTorch 2.5, CUDA events over 100 calls) on several
-GPUs; the catalog knows two of them, T4 and B200 (:data:`GPUS`). Each level-1 problem that is neither a matmul nor
+GPUs; the catalog knows all six (:data:`GPUS`: T4, B200, L40S, RTX A6000, A10G, RTX 3090 Ti; L40S from its Modal
+run, the other provider's left out). Each level-1 problem that is neither a matmul nor
 a convolution is run once on the emulator (``emulate/e2e/kernelbench_problem.py``: one profiler step per forward);
 its captured trace (kept under ``<cache>/kernelbench/``) is then simulated on each GPU, and the predicted device
 time of one steady forward (the sum of its kernels' predicted durations) is printed beside the measured time,
@@ -32,8 +33,9 @@ from rich.table import Table
 from profiling.atomic import write_json_atomic
 from profiling.paths import REPO_ROOT, cache_root, shared_data_root
 
-#: KernelBench timing folder -> catalog id (the GPUs the catalog has)
-GPUS = {"T4_modal": "t4", "B200_together": "b200"}
+#: KernelBench timing folder -> catalog id (one folder per GPU: the L40S's Modal run, not its Babel one)
+GPUS = {"T4_modal": "t4", "B200_together": "b200", "L40S_modal": "l40s", "A6000_babel": "rtx-a6000",
+        "A10G_modal": "a10g", "RTX_3090_Ti": "rtx-3090-ti"}
 TIMINGS = "kernelbench/results/timing"
 PROBLEMS = "kernelbench/KernelBench/level1"
 COMPILED = "baseline_time_torch_compile_inductor_default.json"

@@ -328,9 +328,9 @@ def suite_nccl(data: pd.DataFrame) -> pd.DataFrame:
     folds = nccl_folds(frame)
     for split in ("held_out_sizes", "held_out_gpu_counts", "multi_node"):
         res = score_folds(frame, split, nccl_models(), None, None, [f for f in folds if f.split == split],
-                          by=("source", "where", "size_bucket"))
+                          by=("source", "where", "size_bucket", "hardware"))
         side_by_side(res, f"NCCL, {split.replace('_', ' ')}: mean APE % per fold, then by source, source and op, "
-                          "source and size (target <= 10 within a node)")
+                          "source and size, device (target <= 10 within a node)")
         out.append(res.assign(suite=f"nccl_{split}"))
     return pd.concat(out, ignore_index=True)
 

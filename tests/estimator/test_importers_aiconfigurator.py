@@ -35,9 +35,9 @@ def test_bf16_linear_gemms_are_merged_over_releases_in_microseconds(tmp_path):
     write(tmp_path, "h100_sxm/gemm/trtllm/1.0/gemm_perf.parquet", [gemm(H100, "bfloat16", 64, 4096, 1024, 0.030)])
     write(tmp_path, "h200_sxm/gemm/vllm/0.24.0/gemm_perf.parquet", [gemm("NVIDIA H200", "bfloat16", 8, 4096, 1024,
                                                                          0.009)])
-    write(tmp_path, "l40s/gemm/trtllm/1.3/gemm_perf.parquet", [gemm("NVIDIA L40S", "bfloat16", 8, 64, 64, 0.002)])
+    write(tmp_path, "gb300/gemm/trtllm/1.3/gemm_perf.parquet", [gemm("NVIDIA GB300", "bfloat16", 8, 64, 64, 0.002)])
     rows = aiconfigurator_gemm.load(tmp_path).sort_values("hardware").reset_index(drop=True)
-    # fp8 (a CUTLASS kernel), the empty m=0 GEMM and the uncatalogued L40S are left out; three releases -> median
+    # fp8 (a CUTLASS kernel), the empty m=0 GEMM and the uncatalogued GB300 are left out; three releases -> median
     assert rows[["hardware", "m", "n", "k", "batch", "dtype"]].values.tolist() == [
         ["h100-sxm", 64.0, 4096.0, 1024.0, 1.0, "bf16"], ["h200", 8.0, 4096.0, 1024.0, 1.0, "bf16"]]
     assert rows["runtime_us"].tolist() == pytest.approx([12.0, 9.0])
@@ -104,9 +104,10 @@ def test_the_source_is_registered_with_load_measurements(tmp_path):
 
 
 @pytest.mark.shared_data
-def test_the_real_tables_give_four_catalog_gpus_per_family_below_peak(shared_data):
+def test_the_real_tables_give_every_catalog_gpu_they_measured_below_peak(shared_data):
     gemms = aiconfigurator_gemm.load(shared_data)
-    assert set(gemms["hardware"]) == {"h100-sxm", "h200", "b200", "a100-sxm-80gb"} and (gemms["m"] >= 1).all()
+    # the L40S has the newest TensorRT-LLM GEMM and NCCL tables only: GEMMs and collectives, no attention
+    assert set(gemms["hardware"]) == {"h100-sxm", "h200", "b200", "a100-sxm-80gb", "l40s"} and (gemms["m"] >= 1).all()
     assert gemms.duplicated(["hardware", "m", "n", "k"]).sum() == 0  # one row per shape after merging releases
     big = gemms[(gemms["hardware"] == "h100-sxm") & (gemms["m"] == 8192) & (gemms["n"] == 8192)
                 & (gemms["k"] == 8192)]
@@ -117,3 +118,4 @@ def test_the_real_tables_give_four_catalog_gpus_per_family_below_peak(shared_dat
         "h100-sxm": "fa3", "h200": "fa3", "a100-sxm-80gb": "fa2", "b200": "flashinfer"}
     collectives = aiconfigurator_nccl.load(shared_data)
     assert set(collectives["ranks"]) == {2.0, 4.0, 8.0} and collectives["bytes"].max() == 2.0 ** 29  # 256M halves
+    assert set(collectives["hardware"]) == set(gemms["hardware"])
