@@ -4,12 +4,14 @@ On a machine with a real GPU (no stepcast driver on ``LD_LIBRARY_PATH``)::
 
     python -m emulate.driver.real_gpu capture --out h100.json     # every cuDeviceGetAttribute + matmul kernels
 
-records the device's attribute values (through the system ``libcuda.so.1``) and, with torch.profiler, the kernels
-``torch.matmul`` launches for the acceptance shapes (:data:`PRODUCTS`). Anywhere, later::
+records the device's attribute values (through the system ``libcuda.so.1``), its cluster-occupancy table
+(:mod:`emulate.driver.cluster_probe`) and, with torch.profiler, the kernels ``torch.matmul`` launches for the
+acceptance shapes (:data:`PRODUCTS`). Anywhere, later::
 
     python -m emulate.driver.real_gpu compare h100.json --hardware h100-sxm
 
 lists the attributes whose catalog-derived value (:mod:`emulate.driver.device`) differs from the measured one,
+the cluster-occupancy answers the emulated driver gives differently (the same probe, run on the emulated device),
 and the shapes whose kernel on the emulated driver differs from the real one. Only the same torch / cuBLAS
 versions compare like with like (the capture records them; ``compare`` refuses others).
 """
@@ -22,6 +24,8 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from emulate.driver.child import run_python
+from emulate.driver.cluster_probe import cluster_table, table_differences
 from emulate.driver.device import attribute_ids, attributes
 from emulate.driver.torch_gemm import Product, run_products
 from profiling.atomic import write_json_atomic
@@ -76,7 +80,7 @@ def capture(out: Path, *, kernels: bool = True) -> dict:
     import torch
 
     doc = {"torch": torch.__version__, "cuda": torch.version.cuda, **device_attributes(),
-           "products": [asdict(p) for p in PRODUCTS]}
+           "clusters": cluster_table(), "products": [asdict(p) for p in PRODUCTS]}
     if kernels:
         doc["kernels"] = matmul_kernels(PRODUCTS)
     write_json_atomic(out, doc, indent=1)
@@ -103,14 +107,22 @@ def compare(doc: dict, hardware: str) -> dict:
             fake_names = [x.name for x in fake]
             if real != fake_names:
                 kernel_diff.append({"product": asdict(p), "real": real, "emulated": fake_names})
-    return {"attributes": attr_diff, "kernels": kernel_diff,
-            "kernels_compared": len(doc.get("kernels", [])), "attributes_compared": len(measured)}
+    cluster_diff = []
+    if "clusters" in doc:
+        run = run_python(["-m", "emulate.driver.cluster_probe"], hardware)
+        if run.returncode != 0:
+            raise RuntimeError(f"the cluster probe failed on the emulated {hardware}: {run.stderr.strip()[-300:]}")
+        cluster_diff = table_differences(doc["clusters"], json.loads(run.stdout))
+    return {"attributes": attr_diff, "clusters": cluster_diff, "kernels": kernel_diff,
+            "kernels_compared": len(doc.get("kernels", [])), "attributes_compared": len(measured),
+            "clusters_compared": len(doc.get("clusters", {}).get("rows", []))}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m emulate.driver.real_gpu", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    cap = sub.add_parser("capture", help="on a real GPU: attributes and matmul kernels to a JSON file")
+    cap = sub.add_parser("capture", help="on a real GPU: attributes, cluster occupancy and matmul kernels to a JSON "
+                         "file")
     cap.add_argument("--out", type=Path, required=True)
     cap.add_argument("--no-kernels", action="store_true", help="attributes only (no torch.profiler)")
     cmp_ = sub.add_parser("compare", help="a capture against the emulated device")

@@ -1,0 +1,58 @@
+"""The cluster-occupancy probe (emulate/driver/cluster_probe.py) asks the loaded libcuda the same way on a real GPU
+and on the emulated driver; the capture tool records its table and the comparer lists the answers that differ."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from emulate.driver.child import run_python
+from emulate.driver.cluster_probe import BLOCK_THREADS, CLUSTER_SIZES, DYNAMIC_SMEM_KIB, table_differences
+
+
+def probe(hardware: str) -> dict:
+    run = run_python(["-m", "emulate.driver.cluster_probe"], hardware)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return json.loads(run.stdout)
+
+
+def test_the_emulated_hopper_answers_every_size_and_refuses_beyond_the_non_portable_limit():
+    table = probe("h100-sxm")
+    rows = table["rows"]
+    assert len(rows) == len(CLUSTER_SIZES) * len(BLOCK_THREADS) * len(DYNAMIC_SMEM_KIB)
+    small = [r for r in rows if r["threads"] == 128 and r["smem_kib"] == 0]
+    assert all(r["result"] == 0 and r["clusters"] > 0 for r in small if r["size"] <= 16)
+    assert all(r["result"] != 0 and r["clusters"] is None for r in small if r["size"] > 16)
+    counts = [r["clusters"] for r in small if r["size"] <= 16]
+    assert counts == sorted(counts, reverse=True)  # larger clusters never fit more often
+
+
+def test_a_device_without_cluster_launch_gives_an_empty_table_and_says_why():
+    table = probe("a100-sxm-80gb")
+    assert table["rows"] == [] and "cluster launch" in table["skipped"]
+
+
+def test_only_entries_whose_answer_differs_are_listed():
+    real = {"rows": [{"threads": 128, "smem_kib": 0, "size": 2, "result": 0, "clusters": 66},
+                     {"threads": 128, "smem_kib": 0, "size": 18, "result": 0, "clusters": 2}]}
+    emulated = {"rows": [{"threads": 128, "smem_kib": 0, "size": 2, "result": 0, "clusters": 66},
+                         {"threads": 128, "smem_kib": 0, "size": 18, "result": 912, "clusters": None}]}
+    assert table_differences(real, emulated) == [
+        {"threads": 128, "smem_kib": 0, "size": 18, "real": [0, 2], "emulated": [912, None]}]
+    assert table_differences(real, real) == []
+
+
+@pytest.mark.slow
+def test_a_capture_records_the_table_and_compare_finds_only_what_was_changed(tmp_path):
+    from emulate.driver.real_gpu import compare
+
+    out = tmp_path / "capture.json"
+    run = run_python(["-m", "emulate.driver.real_gpu", "capture", "--no-kernels", "--out", str(out)], "h100-sxm")
+    assert run.returncode == 0, run.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    assert len(doc["clusters"]["rows"]) == len(CLUSTER_SIZES) * len(BLOCK_THREADS) * len(DYNAMIC_SMEM_KIB)
+    same = compare(doc, "h100-sxm")
+    assert same["clusters"] == [] and same["clusters_compared"] == len(doc["clusters"]["rows"])
+    changed = next(r for r in doc["clusters"]["rows"] if r["size"] == 18)
+    changed.update(result=0, clusters=2)  # what a real H100 might answer for an 18-block cluster
+    assert [(d["size"], d["real"]) for d in compare(doc, "h100-sxm")["clusters"]] == [(18, [0, 2])]
