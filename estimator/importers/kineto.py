@@ -25,7 +25,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from estimator.importers.common import finalize
-from profiling.classify import canonical_dtype, classify_op, is_convolution_op, tensor_dtype
+from profiling.classify import canonical_dtype, classify_op, is_stand_in_op, tensor_dtype
 from profiling.kineto import read_trace
 
 SOURCE = "kineto"
@@ -68,8 +68,9 @@ def load_trace(path: Path, root: Path) -> pd.DataFrame:
             continue
         values = call.values if isinstance(call.values, list) else None
         row = classify_op(call.op_name, call.dims, types, call.kernel_name, args=values)
-        if row is None or row["family"] == "collective" or is_convolution_op(call.op_name):
-            continue  # a convolution's row is its implicit GEMM, but its time is cuDNN's: not a GEMM sample
+        if row is None or row["family"] == "collective" or is_stand_in_op(call.op_name):
+            continue  # a stand-in row (a convolution's implicit GEMM, a batch norm's layer norm, a pool's copy) is
+            # not what the kernel ran: its time is no sample of that row
         if row.get("op") in ("sum", "mean") and len(call.dims) > 2 and values is None:
             continue  # the reduced dims are argument values this trace does not record: rows/cols unknown
         row.update(runtime_us=call.runtime_us, kernel_count=call.kernel_count, kernel_name=call.kernel_name,

@@ -74,22 +74,33 @@ def test_concrete_inputs_resolve_reduced_dims(tmp_path: Path):
     assert (row["hardware"], row["runtime_us"], row["grid"]) == ("h100-sxm", 7.5, "32,1,1")
 
 
-def test_convolution_calls_never_become_gemm_training_rows(tmp_path: Path):
-    """A convolution is timed as its implicit GEMM at emulation time, but its measured time is cuDNN's, not cuBLAS's:
-    a trace that records a cudnn_convolution call in full (shapes and argument values) gives no GEMM row."""
+STAND_IN_CALLS = {
+    "convolution": ("aten::cudnn_convolution", [[8, 64, 56, 56], [64, 64, 3, 3], [], [], [], [], [], [], []],
+                    ["float", "float", "ScalarList", "ScalarList", "ScalarList", "Scalar", "Scalar", "Scalar",
+                     "Scalar"], ["", "", "[1, 1]", "[1, 1]", "[1, 1]", "1", "False", "False", "False"],
+                    "sm80_xmma_fprop_implicit_gemm_f32f32_f32f32_f32_nhwckrsc_nchw"),
+    "batch_norm": ("aten::cudnn_batch_norm", [[8, 64, 56, 56], [64], [64], [64], [64], [], [], []],
+                   ["float", "float", "float", "float", "float", "Scalar", "Scalar", "Scalar"],
+                   ["", "", "", "", "", "True", "0.1", "1e-05"], "cudnn::bn_fw_tr_1C11_singleread<float>"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(STAND_IN_CALLS))
+def test_calls_timed_by_a_stand_in_row_never_become_training_rows(tmp_path: Path, kind: str):
+    """A convolution is timed as its implicit GEMM at emulation time and a batch norm as a layer norm, but their
+    measured times are cuDNN's kernels, not those rows': a trace that records such a call in full (shapes and
+    argument values) gives no training row."""
     import gzip
     import json
 
+    op, dims, types, values, kernel = STAND_IN_CALLS[kind]
     host = {"pid": 1, "tid": 1}
     events = [
-        {"ph": "X", "cat": "cpu_op", "name": "aten::cudnn_convolution", "ts": 0, "dur": 20, **host,
-         "args": {"External id": 1, "Input Dims": [[8, 64, 56, 56], [64, 64, 3, 3], [], [], [], [], [], [], []],
-                  "Input type": ["float", "float", "ScalarList", "ScalarList", "ScalarList", "Scalar", "Scalar",
-                                 "Scalar", "Scalar"],
-                  "Concrete Inputs": ["", "", "[1, 1]", "[1, 1]", "[1, 1]", "1", "False", "False", "False"]}},
+        {"ph": "X", "cat": "cpu_op", "name": op, "ts": 0, "dur": 20, **host,
+         "args": {"External id": 1, "Input Dims": dims, "Input type": types, "Concrete Inputs": values}},
         {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 5, "dur": 3, **host,
          "args": {"External id": 1, "correlation": 10}},
-        {"ph": "X", "cat": "kernel", "name": "sm80_xmma_fprop_implicit_gemm_f32f32_f32f32_f32_nhwckrsc_nchw",
+        {"ph": "X", "cat": "kernel", "name": kernel,
          "ts": 30, "dur": 120.0, "pid": 0, "tid": 7,
          "args": {"External id": 1, "correlation": 10, "stream": 7, "device": 0,
                   "grid": [196, 1, 1], "block": [128, 1, 1]}},
