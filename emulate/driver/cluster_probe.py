@@ -30,6 +30,9 @@ CLUSTER_SIZES = tuple(range(1, 33))
 BLOCK_THREADS = (128, 384)
 #: dynamic shared memory per block asked (KiB): none, a GEMM's few stages, and most of an SM's 228 KiB
 DYNAMIC_SMEM_KIB = (0, 96, 200)
+#: the kernel's non-portable-cluster-size flag, unset and set: which error or count a size past 8 (and past the
+#: non-portable limit) gets in each case is what a library's probe reads
+NON_PORTABLE = (0, 1)
 PROBE_NAME = b"stepcast_cluster_probe"
 PROBE_PTX = (b".version 7.8\n.target sm_90\n.address_size 64\n"
              b".visible .entry stepcast_cluster_probe()\n{\n\tret;\n}\n\0")
@@ -53,7 +56,8 @@ def _constant(name: str) -> int:
 
 
 def cluster_table(cuda: ctypes.CDLL | None = None, ordinal: int = 0) -> dict[str, Any]:
-    """``{"rows": [{"threads", "smem_kib", "size", "result", "clusters"}...]}`` for every asked combination, or
+    """``{"rows": [{"non_portable", "threads", "smem_kib", "size", "result", "clusters"}...]}`` for every asked
+    combination, or
     ``{"rows": [], "skipped": reason}`` where the device has no cluster launch. ``result`` is the CUresult (0 is
     success); ``clusters`` the answer where it succeeded."""
     cuda = cuda or ctypes.CDLL("libcuda.so.1")
@@ -73,11 +77,20 @@ def cluster_table(cuda: ctypes.CDLL | None = None, ordinal: int = 0) -> dict[str
         raise RuntimeError("cuModuleLoadData could not load the probe's PTX")
     if cuda.cuModuleGetFunction(ctypes.byref(func), module, PROBE_NAME) != 0:
         raise RuntimeError("cuModuleGetFunction found no probe kernel")
-    non_portable = cuda.cuFuncSetAttribute(func, _constant("CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED"), 1)
+    flag = _constant("CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED")
     max_smem = _constant("CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES")
     cluster_id = _constant("CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION")
     occupancy = cuda.cuOccupancyMaxActiveClusters
     occupancy.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p, ctypes.POINTER(_LaunchConfig)]
+    rows = []
+    for non_portable in NON_PORTABLE:
+        flag_result = cuda.cuFuncSetAttribute(func, flag, non_portable)
+        rows += _sizes(cuda, func, occupancy, max_smem, cluster_id, non_portable, flag_result)
+    return {"rows": rows}
+
+
+def _sizes(cuda: ctypes.CDLL, func: ctypes.c_void_p, occupancy: Any, max_smem: int, cluster_id: int,
+           non_portable: int, flag_result: int) -> list[dict[str, Any]]:
     rows = []
     for threads in BLOCK_THREADS:
         for smem_kib in DYNAMIC_SMEM_KIB:
@@ -90,15 +103,16 @@ def cluster_table(cuda: ctypes.CDLL | None = None, ordinal: int = 0) -> dict[str
                                        attrs=ctypes.pointer(attr), numAttrs=1)
                 clusters = ctypes.c_int(-1)
                 result = occupancy(ctypes.byref(clusters), func, ctypes.byref(config))
-                rows.append({"threads": threads, "smem_kib": smem_kib, "size": size,
-                             "result": int(result) if smem_result == 0 else int(smem_result),
-                             "clusters": clusters.value if result == 0 and smem_result == 0 else None})
-    return {"rows": rows, "non_portable_result": int(non_portable)}
+                set_up = flag_result or smem_result  # a refused attribute is the row's answer
+                rows.append({"non_portable": non_portable, "threads": threads, "smem_kib": smem_kib, "size": size,
+                             "result": int(set_up or result),
+                             "clusters": clusters.value if result == 0 and not set_up else None})
+    return rows
 
 
 def table_differences(real: dict[str, Any], emulated: dict[str, Any]) -> list[dict[str, Any]]:
     """The (threads, smem, size) entries whose result or count differ between two tables (``real`` first)."""
-    key = ("threads", "smem_kib", "size")
+    key = ("non_portable", "threads", "smem_kib", "size")
     theirs = {tuple(r[k] for k in key): r for r in emulated.get("rows", [])}
     out = []
     for row in real.get("rows", []):

@@ -7,7 +7,10 @@ import json
 import pytest
 
 from emulate.driver.child import run_python
-from emulate.driver.cluster_probe import BLOCK_THREADS, CLUSTER_SIZES, DYNAMIC_SMEM_KIB, table_differences
+from emulate.driver.cluster_probe import (BLOCK_THREADS, CLUSTER_SIZES, DYNAMIC_SMEM_KIB, NON_PORTABLE,
+                                          table_differences)
+
+ROWS = len(NON_PORTABLE) * len(CLUSTER_SIZES) * len(BLOCK_THREADS) * len(DYNAMIC_SMEM_KIB)
 
 
 def probe(hardware: str) -> dict:
@@ -16,14 +19,14 @@ def probe(hardware: str) -> dict:
     return json.loads(run.stdout)
 
 
-def test_the_emulated_hopper_answers_every_size_and_refuses_beyond_the_non_portable_limit():
-    table = probe("h100-sxm")
-    rows = table["rows"]
-    assert len(rows) == len(CLUSTER_SIZES) * len(BLOCK_THREADS) * len(DYNAMIC_SMEM_KIB)
-    small = [r for r in rows if r["threads"] == 128 and r["smem_kib"] == 0]
-    assert all(r["result"] == 0 and r["clusters"] > 0 for r in small if r["size"] <= 16)
-    assert all(r["result"] != 0 and r["clusters"] is None for r in small if r["size"] > 16)
-    counts = [r["clusters"] for r in small if r["size"] <= 16]
+@pytest.mark.parametrize("non_portable, limit", [(0, 8), (1, 16)])
+def test_the_emulated_hopper_answers_every_size_up_to_its_limit_and_refuses_beyond(non_portable, limit):
+    rows = probe("h100-sxm")["rows"]
+    assert len(rows) == ROWS
+    small = [r for r in rows if r["threads"] == 128 and r["smem_kib"] == 0 and r["non_portable"] == non_portable]
+    assert all(r["result"] == 0 and r["clusters"] > 0 for r in small if r["size"] <= limit)
+    assert all(r["result"] != 0 and r["clusters"] is None for r in small if r["size"] > limit)
+    counts = [r["clusters"] for r in small if r["size"] <= limit]
     assert counts == sorted(counts, reverse=True)  # larger clusters never fit more often
 
 
@@ -33,12 +36,11 @@ def test_a_device_without_cluster_launch_gives_an_empty_table_and_says_why():
 
 
 def test_only_entries_whose_answer_differs_are_listed():
-    real = {"rows": [{"threads": 128, "smem_kib": 0, "size": 2, "result": 0, "clusters": 66},
-                     {"threads": 128, "smem_kib": 0, "size": 18, "result": 0, "clusters": 2}]}
-    emulated = {"rows": [{"threads": 128, "smem_kib": 0, "size": 2, "result": 0, "clusters": 66},
-                         {"threads": 128, "smem_kib": 0, "size": 18, "result": 912, "clusters": None}]}
-    assert table_differences(real, emulated) == [
-        {"threads": 128, "smem_kib": 0, "size": 18, "real": [0, 2], "emulated": [912, None]}]
+    at = {"non_portable": 1, "threads": 128, "smem_kib": 0}
+    real = {"rows": [{**at, "size": 2, "result": 0, "clusters": 66}, {**at, "size": 18, "result": 0, "clusters": 2}]}
+    emulated = {"rows": [{**at, "size": 2, "result": 0, "clusters": 66},
+                         {**at, "size": 18, "result": 912, "clusters": None}]}
+    assert table_differences(real, emulated) == [{**at, "size": 18, "real": [0, 2], "emulated": [912, None]}]
     assert table_differences(real, real) == []
 
 
@@ -50,9 +52,9 @@ def test_a_capture_records_the_table_and_compare_finds_only_what_was_changed(tmp
     run = run_python(["-m", "emulate.driver.real_gpu", "capture", "--no-kernels", "--out", str(out)], "h100-sxm")
     assert run.returncode == 0, run.stderr[-2000:]
     doc = json.loads(out.read_text())
-    assert len(doc["clusters"]["rows"]) == len(CLUSTER_SIZES) * len(BLOCK_THREADS) * len(DYNAMIC_SMEM_KIB)
+    assert len(doc["clusters"]["rows"]) == ROWS
     same = compare(doc, "h100-sxm")
     assert same["clusters"] == [] and same["clusters_compared"] == len(doc["clusters"]["rows"])
-    changed = next(r for r in doc["clusters"]["rows"] if r["size"] == 18)
+    changed = next(r for r in doc["clusters"]["rows"] if r["size"] == 18 and r["non_portable"] == 1)
     changed.update(result=0, clusters=2)  # what a real H100 might answer for an 18-block cluster
     assert [(d["size"], d["real"]) for d in compare(doc, "h100-sxm")["clusters"]] == [(18, [0, 2])]
