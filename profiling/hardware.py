@@ -50,6 +50,9 @@ class HardwareSpec(BaseModel):
     compute_capability: tuple[int, int] | None = None
     sm_count: int = Field(gt=0, description="SMs on a GPU; physical cores on a CPU")
     max_clock_mhz: float = Field(gt=0)
+    base_clock_mhz: float | None = Field(default=None, gt=0, description="the spec sheet's base clock: what the "
+                                         "board guarantees under sustained load within tdp_w (max_clock_mhz is "
+                                         "its boost); as the file gives it, never scaled by power_limit_w")
     memory_gib: float = Field(gt=0)
     memory_bandwidth_gbps: float = Field(gt=0)
     l2_cache_mib: float = Field(gt=0)
