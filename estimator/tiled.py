@@ -23,17 +23,29 @@ network predicts how much of a bound the tiles reach, so a prediction can never 
   low-power cards' share of the tile bound falls with the kernel's length (90th percentile, compute-bound, 4+
   waves: T4 0.69 at 0.1-0.3 ms, 0.60 at 1-3 ms, 0.44 beyond 30 ms; P4 0.76 / 0.61 / 0.35), which a share that
   every kernel gets cannot express and a network that saw four devices does not learn to carry over.
+  ``base_clock=True`` also bounds each board's energy per FLOP by its spec sheet's base clock (the clock it
+  guarantees under sustained load within its power: at most watts / (fp32 peak x base / boost), ``base_clock_
+  joules``), which only ever lowers a generation's figure. Off by default: on NeuSight leave-one-GPU-out it moves
+  the P4 from 34 to 25-26 % (its only Pascal sibling, the P100, is not power-limited, so the generation's figure
+  is loose) but the V100 from 16 to 22-25 % (two sets of seeds): the share is also a network input, and the P4,
+  whose long linears run at a fifth of its peak, then becomes the V100's nearest training device.
 - **Utilisation** is what the network learns, from dimensionless tile facts (tile sides, K per CTA, waves,
   last-wave fill, the tile's arithmetic intensity over the SM's ridge, split-K, path, alignment), optionally with
   the device per SM (``device_features="per_sm"``: peak GFLOP/s, bandwidth and L2 per SM, NeuSight's
   normalisation). Inputs are clamped to their training range, so an unseen device cannot push the network beyond
   its data.
 - **Floor**: a fitted per-op cost (the launch path) per timing method of the source (``estimator.features.
-  TIMING_METHODS``: NeuSight times an op with its host launch, aiconfigurator under CUDA graphs), the same for every
-  device; the timing method is also a network input.
+  TIMING_METHODS``: NeuSight times an op with its host launch, aiconfigurator under CUDA graphs) and, with
+  ``host_floors`` (default), per training device: the launch cost is the host's, and NeuSight's hosts differ (no
+  P100 op under 47 us, A100, T4 and P4 ones from 28-31 us); one floor for all leaves the slow hosts' cost to the
+  utilisation network, which then makes every device's small kernels slow. A prediction takes, per timing method,
+  the median of the training devices' floors (an unseen device's host is a typical one). The timing method is
+  also a network input.
+- **Ensemble**: ``networks`` members (seeds ``seed``, ``seed`` + 1, ...), each with its own floors and credit; a
+  prediction is the mean of their log times (one network's seed alone moves a held-out GPU by up to 10 points).
 
-Fitted by minimising the absolute log error of the whole formula (torch, CPU). Weights as safetensors, the floor,
-energies and normalisation in meta.json (``estimator.mlp``'s persistence).
+Fitted by minimising the absolute log error of the whole formula (torch, CPU). Weights as safetensors, the floors,
+credits, energies and normalisation in meta.json (``estimator.mlp``'s persistence).
 """
 from __future__ import annotations
 
@@ -127,20 +139,43 @@ def fit_joules_per_flop(frame: Kernels, runtime_us: np.ndarray) -> dict[str, flo
     return out
 
 
-def _joules(frame: Kernels, joules_per_flop: dict[str, float]) -> np.ndarray:
-    """Each row's generation's energy per FLOP (``fit_joules_per_flop``); NaN where it was never measured."""
-    return np.array([joules_per_flop.get(k, np.nan) for k in _generation_keys(frame)], dtype=np.float64)
+def _joules(frame: Kernels, joules_per_flop: dict[str, float], base_clock: bool = False) -> np.ndarray:
+    """Each row's energy per FLOP: its generation's (``fit_joules_per_flop``), with ``base_clock`` tightened by its
+    own board's base clock (``base_clock_joules``) where that is lower; NaN where the generation was never measured
+    (a spec figure alone never creates a cap: a base clock is a floor on the sustained clock, often far below it)."""
+    generation = np.array([joules_per_flop.get(k, np.nan) for k in _generation_keys(frame)], dtype=np.float64)
+    if not base_clock:
+        return generation
+    return np.where(np.isfinite(generation), np.fmin(generation, base_clock_joules(frame)), np.nan)
 
 
-def power_share(frame: Kernels, peak_flops: np.ndarray, joules_per_flop: dict[str, float]) -> np.ndarray:
+def base_clock_joules(frame: Kernels) -> np.ndarray:
+    """Per row, the most energy per FLOP its board can spend: its spec sheet's base clock is the clock it guarantees
+    under sustained load within its board power, so it runs at least base / boost of its rated fp32 peak within
+    ``tdp_w`` (J per FLOP <= watts / (fp32 peak x base / boost)); NaN where the catalog lacks a figure."""
+    from profiling.hardware import lookup
+
+    codes, devices = factorize(frame["hardware"])
+    per_device = []
+    for device in devices:
+        spec = lookup(str(device))
+        rated = spec.rated_clock_mhz or spec.max_clock_mhz
+        base, watts = spec.base_clock_mhz, spec.tdp_w
+        per_device.append(watts / (spec.peak_flops("fp32") / spec.power_clock_scale * base / rated)
+                          if base and watts else np.nan)
+    return np.array(per_device + [np.nan], dtype=np.float64)[np.where(codes < 0, len(devices), codes)]
+
+
+def power_share(frame: Kernels, peak_flops: np.ndarray, joules_per_flop: dict[str, float],
+                base_clock: bool = False) -> np.ndarray:
     """The share of the dtype's peak a board can sustain within its power: min(1, watts / (J per FLOP x peak)), with
     the energy per FLOP of its generation (``fit_joules_per_flop``); 1 where its generation was never measured."""
-    share = _tdp_watts(frame) / (_joules(frame, joules_per_flop) * peak_flops)
+    share = _tdp_watts(frame) / (_joules(frame, joules_per_flop, base_clock) * peak_flops)
     return np.where(np.isfinite(share), np.minimum(share, 1.0), 1.0)
 
 
 def tile_features(frame: Kernels, device_features: str = "none", joules_per_flop: dict[str, float] | None = None,
-                  power: str = "feature") -> FeatureFrame:
+                  power: str = "feature", base_clock: bool = False) -> FeatureFrame:
     """The bound (``BOUND``) and the utilisation network's inputs for every GEMM row; ``baseline_us`` is the bound.
     ``joules_per_flop`` gives each row its board's power share (``power_share``): with ``power="bound"`` the bound's
     compute term runs at that share of peak, with ``"feature"`` the share is an input of the network instead."""
@@ -164,7 +199,7 @@ def tile_features(frame: Kernels, device_features: str = "none", joules_per_flop
     k_cta = np.ceil(k / split)
     cta_flops = 2.0 * tile_m * tile_n * k_cta
     cta_bytes = elem * (tile_m * k_cta + tile_n * k_cta + tile_m * tile_n)
-    share = power_share(frame, hw.peak_flops, joules_per_flop) if joules_per_flop else np.ones(len(m))
+    share = power_share(frame, hw.peak_flops, joules_per_flop, base_clock) if joules_per_flop else np.ones(len(m))
     sm_flops = hw.peak_flops * (share if power == "bound" else 1.0) / sms
     sm_bandwidth = hw.memory_bandwidth / sms
     compute_us = waves * cta_flops / sm_flops * 1e6
@@ -189,7 +224,7 @@ def tile_features(frame: Kernels, device_features: str = "none", joules_per_flop
     if power in ("feature", "cap"):
         cols["log2_power_share"] = np.log2(share)
     if power == "cap":
-        cols[ENERGY] = np.log2(w.flops * _joules(frame, joules_per_flop or {}) / _tdp_watts(frame) * 1e6)
+        cols[ENERGY] = np.log2(w.flops * _joules(frame, joules_per_flop or {}, base_clock) / _tdp_watts(frame) * 1e6)
     if device_features == "generation":
         cols["sm_generation"] = hw.spec["hw_compute_capability"] // 10
     if device_features == "per_sm":
@@ -223,7 +258,8 @@ class TiledEstimator(MLPEstimator):
                  kernel_config: bool = True, timing: bool = False, hidden: tuple[int, ...] | list[int] = (64, 64),
                  epochs: int = 30, batch_size: int = 1024, learning_rate: float = 3e-3, weight_decay: float = 1e-5,
                  threads: int = 1, seed: int = 0, device_features: str = "none", floor_us: float = 30.0,
-                 clamp_inputs: bool = True, power: str = "cap", min_steps: int = 1500) -> None:
+                 clamp_inputs: bool = True, power: str = "cap", min_steps: int = 1500, networks: int = 5,
+                 host_floors: bool = True, base_clock: bool = False) -> None:
         if family != "gemm":
             raise ValueError(f"tiled estimator: family '{family}' is not modelled (expected 'gemm')")
         if device_features not in DEVICE_FEATURES:
@@ -237,29 +273,41 @@ class TiledEstimator(MLPEstimator):
             raise ValueError(f"power '{power}': expected one of {', '.join(POWER_MODES)}")
         self.power = power
         self.min_steps = int(min_steps)
+        if int(networks) < 1:
+            raise ValueError(f"networks {networks}: expected at least 1")
+        self.networks = int(networks)
+        self.host_floors = bool(host_floors)
+        self.base_clock = bool(base_clock)
         self.joules_per_flop: dict[str, float] = {}
 
     def get_params(self) -> dict[str, Any]:
         return super().get_params() | {"device_features": self.device_features, "floor_us": self.floor_us,
                                       "clamp_inputs": self.clamp_inputs, "power": self.power,
-                                      "min_steps": self.min_steps}
+                                      "min_steps": self.min_steps, "networks": self.networks,
+                                      "host_floors": self.host_floors, "base_clock": self.base_clock}
 
     def fit(self, frame, runtime_us) -> "TiledEstimator":
-        """Fits the generations' energy per FLOP first (the bound depends on it), then the network."""
+        """Fits the generations' energy per FLOP first (the bound depends on it), then the networks, with one floor
+        per training device (``host_floors``) or one for all."""
         from estimator.frames import as_kernels
 
         frame = as_kernels(frame)
         runtime_us = np.asarray(runtime_us, dtype=np.float64)
         self.feature_names = []
         self.joules_per_flop = fit_joules_per_flop(frame, runtime_us) if self.power != "none" else {}
-        return super().fit(frame, runtime_us)
+        hosts = np.maximum(factorize(frame["hardware"])[0], 0) if self.host_floors else np.zeros(len(frame))
+        self._hosts = torch.from_numpy(hosts.astype(np.int64))  # read by _fit_matrix, which sees no frame
+        try:
+            return super().fit(frame, runtime_us)
+        finally:
+            del self._hosts
 
     def _features(self, frame: Kernels) -> FeatureFrame:
         codes, uniques = factorize(frame["family"])
         if len(uniques) and (len(uniques) > 1 or str(uniques[0]) != "gemm"):
             raise ValueError(f"tiled estimator got rows of family {', '.join(map(str, uniques))} (expected gemm; "
                              "route mixed frames through estimator.load())")
-        feats = tile_features(frame, self.device_features, self.joules_per_flop, self.power)
+        feats = tile_features(frame, self.device_features, self.joules_per_flop, self.power, self.base_clock)
         if self.feature_names and feats.names != self.feature_names:
             raise ValueError(f"tiled@{self.version} was trained on other features than this version computes: "
                              "retrain or re-export the bundle")
@@ -286,14 +334,14 @@ class TiledEstimator(MLPEstimator):
                         np.asarray(self.norm["x_max"], dtype=np.float32))
         return self._normalise(x), bound, torch.from_numpy(energy)
 
-    def _log_time(self, xs: torch.Tensor, log_bound: torch.Tensor, log_floor: torch.Tensor,
+    def _log_time(self, network: nn.Module, xs: torch.Tensor, log_bound: torch.Tensor, log_floor: torch.Tensor,
                   log_energy: torch.Tensor | None = None, log_credit: torch.Tensor | None = None) -> torch.Tensor:
         """log(floor + max(bound / utilisation, cap)), utilisation = sigmoid(network): logaddexp keeps it stable.
         ``log_floor``: one per row (its timing method's floor). The cap (``power="cap"``) is the power-limited time
         E less what the board's energy credit c buys, E^2 / (E + c) (about E - c for E >> c, nothing for E << c): a
         board boosts past its power until the limiter catches up, so only long kernels settle at the power-limited
         rate (NeuSight's T4 and P4 reach 0.7 of their rated peak at 0.1-1 ms, 0.44 and 0.35 beyond 30 ms)."""
-        log_util = nn.functional.logsigmoid(self.network(xs)[:, 0])
+        log_util = nn.functional.logsigmoid(network(xs)[:, 0])
         log_compute = log_bound - log_util
         if log_energy is not None and log_credit is not None:
             log_cap = 2.0 * log_energy - torch.logaddexp(log_energy, log_credit)
@@ -306,7 +354,8 @@ class TiledEstimator(MLPEstimator):
         return torch.from_numpy(np.where(codes < 0, len(VOCABULARY["timing"]), codes))
 
     def _fit_matrix(self, x: np.ndarray, y: np.ndarray) -> None:
-        torch.manual_seed(self.seed)
+        """Fits ``networks`` members (seeds seed, seed + 1, ...), each with its own floor and credit; a prediction is
+        the mean of their log times (``_predict_matrix``)."""
         net = x[:, self._network_columns()]
         x_mean, x_std = np.nanmean(net, axis=0), np.nanstd(net, axis=0)
         x_mean = np.where(np.isfinite(x_mean), x_mean, 0.0)
@@ -317,28 +366,42 @@ class TiledEstimator(MLPEstimator):
                      "x_max": np.where(np.isfinite(x_max), x_max, 0.0).tolist()}
         xs, log_bound, log_energy = self._inputs(x)
         target = torch.from_numpy(y.astype(np.float32)) + log_bound  # y is log(runtime / bound)
-        self.network = build_network(xs.shape[1], self.hidden)
+        floor_codes = self._floor_codes(x)
+        floor_codes = floor_codes * (int(self._hosts.max()) + 1) + self._hosts  # one floor per (method, device)
+        members = [self._fit_member(self.seed + i, xs, log_bound, log_energy, floor_codes, target)
+                   for i in range(self.networks)]
+        self.network = nn.ModuleList([m[0] for m in members])
+        self.norm["floor_us"] = [m[1] for m in members]
+        self.norm["credit_us"] = [m[2] for m in members]
+        self.norm["joules_per_flop"] = dict(self.joules_per_flop)
+
+    def _fit_member(self, seed: int, xs: torch.Tensor, log_bound: torch.Tensor, log_energy: torch.Tensor,
+                    floor_codes: torch.Tensor, target: torch.Tensor) -> tuple[nn.Sequential, list[float], float]:
+        """One network with its floors (us, per timing method) and energy credit (us), from seed ``seed``."""
+        torch.manual_seed(seed)
+        network = build_network(xs.shape[1], self.hidden)
         with torch.no_grad():
-            self.network[-1].bias.fill_(0.0)
-        log_floor = nn.Parameter(torch.full((len(VOCABULARY["timing"]) + 1,), float(np.log(self.floor_us))))
+            network[-1].bias.fill_(0.0)
+        methods = len(VOCABULARY["timing"]) + 1
+        hosts = int(self._hosts.max()) + 1
+        log_floor = nn.Parameter(torch.full((methods * hosts,), float(np.log(self.floor_us))))
         log_credit = nn.Parameter(torch.tensor(float(np.log(CREDIT_US))))
         capped = self.power == "cap"
-        floor_codes = self._floor_codes(x)
-        opt = torch.optim.AdamW([*self.network.parameters(), log_floor] + ([log_credit] if capped else []),
+        opt = torch.optim.AdamW([*network.parameters(), log_floor] + ([log_credit] if capped else []),
                                 lr=self.learning_rate, weight_decay=self.weight_decay)
         steps = max(1, int(np.ceil(len(xs) / self.batch_size)))
         epochs = max(self.epochs, int(np.ceil(self.min_steps / steps)))  # a small training set still trains
         sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=self.learning_rate, total_steps=epochs * steps)
-        generator = torch.Generator().manual_seed(self.seed)
+        generator = torch.Generator().manual_seed(seed)
         previous_threads = torch.get_num_threads()
         torch.set_num_threads(self.threads)
         try:
-            self.network.train()
+            network.train()
             for _ in range(epochs):
                 order = torch.randperm(len(xs), generator=generator)
                 for start in range(0, len(xs), self.batch_size):
                     idx = order[start:start + self.batch_size]
-                    predicted = self._log_time(xs[idx], log_bound[idx], log_floor[floor_codes[idx]],
+                    predicted = self._log_time(network, xs[idx], log_bound[idx], log_floor[floor_codes[idx]],
                                                log_energy[idx] if capped else None, log_credit if capped else None)
                     loss = (predicted - target[idx]).abs().mean()
                     opt.zero_grad(set_to_none=True)
@@ -347,34 +410,48 @@ class TiledEstimator(MLPEstimator):
                     sched.step()
         finally:
             torch.set_num_threads(previous_threads)
-        self.network.eval()
-        seen = np.unique(floor_codes.numpy())
-        fitted = torch.exp(log_floor).detach().numpy()
-        # a method no training row had takes the median fitted floor (its starting value would be arbitrary)
-        fitted = np.where(np.isin(np.arange(len(fitted)), seen), fitted, float(np.median(fitted[seen])))
-        self.norm["floor_us"] = fitted.tolist()
-        self.norm["joules_per_flop"] = dict(self.joules_per_flop)
-        self.norm["credit_us"] = float(torch.exp(log_credit).item())
+        network.eval()
+        # per timing method, the median over the training devices' floors (an unseen device's host is a typical
+        # one); a method no training row had takes the median of all fitted floors
+        fitted = torch.exp(log_floor).detach().numpy().reshape(methods, hosts)
+        seen = np.isin(np.arange(methods * hosts), floor_codes.numpy()).reshape(methods, hosts)
+        fitted = np.array([float(np.median(f[s])) if s.any() else np.nan for f, s in zip(fitted, seen)])
+        fitted = np.where(np.isfinite(fitted), fitted, float(np.nanmedian(fitted)))
+        return network, fitted.tolist(), float(torch.exp(log_credit).item())
 
     def _load_weights(self, path, meta: dict[str, Any]) -> None:
-        """MLPEstimator's loader, with the network as wide as the columns it sees (``STRUCTURAL`` ones are not)."""
-        names = self.feature_names
-        self.feature_names = [n for n in names if n not in STRUCTURAL]
+        """The members' weights (``networks`` of them, each as wide as the columns it sees: ``STRUCTURAL`` ones are
+        not)."""
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        self.norm = meta["normalisation"]
+        width = len([n for n in self.feature_names if n not in STRUCTURAL])
+        self.network = nn.ModuleList([build_network(width, self.hidden) for _ in range(self.networks)])
+        weights = path / "model.safetensors"
         try:
-            super()._load_weights(path, meta)
-        finally:
-            self.feature_names = names
+            self.network.load_state_dict(load_file(str(weights)))
+        except FileNotFoundError:
+            raise ValueError(f"{weights}: missing (expected the tiled model's weights)") from None
+        except (SafetensorError, RuntimeError) as exc:  # a damaged file, or weights of another architecture
+            raise ValueError(f"{weights}: not readable as this model's {self.networks} networks "
+                             f"({str(exc).splitlines()[0][:200]})") from None
+        self.network.eval()
         self.joules_per_flop = {str(k): float(v) for k, v in self.norm.get("joules_per_flop", {}).items()}
 
     def _predict_matrix(self, x: np.ndarray) -> np.ndarray:
-        """log(predicted time / bound), as LearnedEstimator expects of an efficiency model."""
+        """log(predicted time / bound), as LearnedEstimator expects of an efficiency model: the mean over the
+        members of their log times (one network's seed alone moves a held-out GPU by up to 8 points)."""
         if self.network is None:
             raise RuntimeError("tiled estimator is not fitted")
         xs, log_bound, log_energy = self._inputs(x)
-        log_floor = torch.log(torch.tensor(self.norm["floor_us"], dtype=torch.float32))[self._floor_codes(x)]
+        codes = self._floor_codes(x)
         capped = self.power == "cap"
-        log_credit = torch.tensor(float(np.log(self.norm.get("credit_us", CREDIT_US))))
+        outs = []
         with torch.inference_mode():
-            out = self._log_time(xs, log_bound, log_floor, log_energy if capped else None,
-                                 log_credit if capped else None)
-        return (out - log_bound).numpy()
+            for network, floor_us, credit_us in zip(self.network, self.norm["floor_us"], self.norm["credit_us"]):
+                log_floor = torch.log(torch.tensor(floor_us, dtype=torch.float32))[codes]
+                log_credit = torch.tensor(float(np.log(credit_us)))
+                outs.append(self._log_time(network, xs, log_bound, log_floor, log_energy if capped else None,
+                                           log_credit if capped else None))
+        return (torch.stack(outs).mean(dim=0) - log_bound).numpy()

@@ -10,12 +10,12 @@ import pytest
 from estimator.analytical import RooflineEstimator
 from estimator.metrics import summary
 from estimator.models import make_estimator
-from estimator.tiled import (BOUND, ENERGY, STRUCTURAL, TiledEstimator, fit_joules_per_flop, power_share,
-                             tile_features)
+from estimator.tiled import (BOUND, ENERGY, STRUCTURAL, TiledEstimator, base_clock_joules, fit_joules_per_flop,
+                             power_share, tile_features)
 from estimator.workload import work
 from profiling.hardware import lookup
 
-FAST = {"epochs": 5, "min_steps": 1000, "batch_size": 128, "learning_rate": 0.01, "power": "bound"}
+FAST = {"epochs": 5, "min_steps": 1000, "batch_size": 128, "learning_rate": 0.01, "power": "bound", "networks": 2}
 
 
 def gemm(m: int, n: int, k: int, hardware: str = "p100", batch: int = 1, **extra) -> dict:
@@ -101,6 +101,43 @@ def test_saves_and_loads_to_the_same_predictions(fitted, tmp_path):
     np.testing.assert_allclose(again.predict(test), model.predict(test), rtol=1e-6)
 
 
+def test_an_ensemble_predicts_the_geometric_mean_of_its_members():
+    train = synthetic(300, seed=3)
+    test = synthetic(50, seed=4)
+    single = {k: v for k, v in FAST.items() if k != "networks"} | {"networks": 1}
+    members = [TiledEstimator(**(single | {"seed": s})).fit(train, train["runtime_us"].to_numpy()).predict(test)
+               for s in (7, 8)]
+    both = TiledEstimator(**(single | {"seed": 7, "networks": 2})).fit(train, train["runtime_us"].to_numpy())
+    np.testing.assert_allclose(both.predict(test), np.sqrt(members[0] * members[1]), rtol=1e-4)
+
+
+def test_one_slow_host_slows_the_small_kernels_of_an_unseen_device_less_with_a_floor_per_device():
+    """Three devices whose small kernels take a 20 us launch, one whose host adds 60 us: one floor per device keeps
+    the slow host's cost out of the utilisation, so an unseen device's small kernels are predicted faster."""
+    frame = synthetic(800, hardware=("p100", "v100-pcie-32gb", "t4", "a100-pcie-40gb"), seed=5)
+    frame.loc[frame["hardware"] == "p100", "runtime_us"] += 60.0
+    small = pd.DataFrame([gemm(64, 64, 64, hardware="p4", batch=2) for _ in range(3)]).assign(source="neusight")
+    predicted = {}
+    for host_floors in (True, False):
+        model = TiledEstimator(**(FAST | {"host_floors": host_floors})).fit(frame, frame["runtime_us"].to_numpy())
+        predicted[host_floors] = model.predict(small)[0]
+    assert predicted[True] < 0.85 * predicted[False]
+
+
+def test_base_clock_bounds_a_boards_energy_per_flop_only_where_its_generation_was_measured():
+    p4, p100 = lookup("p4"), lookup("p100")
+    rows = pd.DataFrame([gemm(64, 64, 64, hardware=h) for h in ("p4", "a100-pcie-40gb", "h100-sxm")])
+    bound = base_clock_joules(rows)
+    assert bound[0] == pytest.approx(p4.tdp_w / (p4.peak_flops("fp32") * p4.base_clock_mhz / p4.max_clock_mhz))
+    assert np.isnan(bound[2])  # no base clock in the catalog
+    loose = {"6/fp32": p100.tdp_w / (0.9 * p100.peak_flops("fp32"))}  # what a P100 that is not power-limited shows
+    peaks = np.array([lookup(h).peak_flops("fp32") for h in ("p4", "a100-pcie-40gb", "h100-sxm")])
+    assert power_share(rows, peaks, loose)[0] < 0.5
+    share = power_share(rows, peaks, loose, base_clock=True)
+    assert share[0] == pytest.approx(p4.base_clock_mhz / p4.max_clock_mhz)  # the P4 guarantees its base clock
+    assert share[1] == 1.0 and share[2] == 1.0  # Ampere and Hopper never measured: a spec figure adds no cap
+
+
 def test_is_built_by_name_and_refuses_other_families():
     assert isinstance(make_estimator("tiled", "gemm", {"device_features": "per_sm"}), TiledEstimator)
     with pytest.raises(ValueError, match="family 'norm'"):
@@ -143,7 +180,7 @@ def test_cap_mode_never_predicts_a_long_kernel_faster_than_its_board_power_allow
     long = pd.DataFrame([gemm(s, s, s, hardware="t4", batch=4) for s in (1024, 2048, 3072, 4096)]).assign(
         source="neusight")
     energy = 2.0 ** tile_features(long, joules_per_flop=model.joules_per_flop, power="cap").column(ENERGY)
-    credit = model.norm["credit_us"]
+    credit = max(model.norm["credit_us"])  # each member's time is above its cap, so their mean is above the least
     assert np.all(model.predict(long) >= energy ** 2 / (energy + credit) * (1 - 1e-4))
     assert energy[-1] > 10 * credit  # the largest is held near its power-limited time, not above it by the credit
 
@@ -159,7 +196,8 @@ def test_cap_mode_learns_a_power_limited_board_better_than_the_power_share_alone
 
 def test_cap_mode_keeps_its_structural_column_from_the_network_and_reloads(capped, tmp_path):
     model, test = capped
-    assert model.network[0].in_features == len([n for n in model.feature_names if n not in STRUCTURAL])
+    assert all(member[0].in_features == len([n for n in model.feature_names if n not in STRUCTURAL])
+               for member in model.network)
     again = TiledEstimator.load(model.save(tmp_path / "capped"))
     assert again.norm["credit_us"] == pytest.approx(model.norm["credit_us"])
     np.testing.assert_allclose(again.predict(test), model.predict(test), rtol=1e-6)
