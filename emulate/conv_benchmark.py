@@ -40,7 +40,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from emulate.kernelbench_benchmark import PROBLEMS, TIMINGS, device_bound, error, measured_ms, predicted_ms
+from emulate.kernelbench_benchmark import PROBLEMS, TIMINGS, device_bound, error, measured_ms
 from profiling.atomic import write_json_atomic
 from profiling.classify import classify_op, is_convolution_op
 from profiling.paths import REPO_ROOT, cache_root, shared_data_root
@@ -52,6 +52,7 @@ CALLS = 2                          # forwards per problem: the first warms cuDNN
 KINETO = "kineto/tb_plugin/samples/resnet50_*/*.pt.trace.json.gz"
 LAUNCH_FLOOR_US = 2.0
 MAX_RUNS = 24                      # captures a GPU before the problems left are given up
+FOLDS = 5                          # folds over problems for the family table held out by problem
 
 
 def is_conv_op(op: str | None) -> bool:
@@ -148,14 +149,57 @@ def without_conv_rows(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def uncorrected_estimator(bundle: str | None = None) -> Any:
+    """The estimator with its convolution-family table off: the GEMM rows as they are (what the table corrects)."""
+    import estimator as estimators
+
+    est = estimators.load(bundle)
+    est.conv_families = None
+    return est
+
+
+def kernel_us(events: list[dict[str, Any]], gpu: str, est: Any) -> list[float]:
+    """Predicted us of every event of a capture on ``gpu`` (one simulation for all its problems)."""
+    from emulate.simulate import simulate
+
+    doc = {"format": "stepcast-trace", "version": 1, "rank": 0, "world_size": 1, "hardware": gpu, "meta": {},
+           "events": events}
+    return [float(u) for u in simulate([doc], gpu, estimator=est).durations.us[0]]
+
+
+def conv_calls(events: list[dict[str, Any]], us: list[float], window: tuple[int, int]) -> list[dict[str, Any]]:
+    """The convolution calls of a window: {family, ms, corrected, kernels}. A call is its first kernel (which
+    carries the row) and the ``op_part`` kernels after it; ``corrected``: timed as a GEMM (what the family table
+    scales; depthwise calls are timed by their bytes)."""
+    from estimator.conv_families import call_family
+
+    calls: list[dict[str, Any]] = []
+    names: list[list[str]] = []
+    for i in range(*window):
+        ev = events[i]
+        if ev["kind"] != "kernel" or not is_conv_op(ev.get("op")):
+            continue
+        if ev.get("op_part") and calls:
+            names[-1].append(ev["name"])
+            continue
+        spec = ev.get("spec") or {}
+        calls.append({"ms": us[i] / 1e3, "corrected": spec.get("family") == "gemm"})
+        names.append([ev["name"]])
+    for call, kernels in zip(calls, names):
+        call["family"], call["kernels"] = call_family(kernels), len(kernels)
+    return calls
+
+
 def evaluate_problems(problems: list[str], traces: dict[str, list[tuple[Path, list[str]]]],
                       measured: dict[str, dict[str, float]], least: dict[str, float],
-                      failed: dict[str, dict[str, str]] | None = None) -> list[dict[str, Any]]:
+                      failed: dict[str, dict[str, str]] | None = None, est: Any = None) -> list[dict[str, Any]]:
     """One row a problem: per device-bound GPU, the convolution kernels of its capture on that GPU (``traces``:
-    GPU -> [(trace, its problems)]; ``failed``: GPU -> {problem: why it has no capture}) and the measured, model
-    and floor ms."""
+    GPU -> [(trace, its problems)]; ``failed``: GPU -> {problem: why it has no capture}), the measured, model
+    (``est``, default: :func:`uncorrected_estimator`) and floor ms, and its convolution calls
+    (:func:`conv_calls`)."""
     from emulate.trace import read_trace
 
+    est = est if est is not None else uncorrected_estimator()
     rows: dict[str, dict[str, Any]] = {p: {"problem": p, "gpus": {}, "notes": []} for p in problems}
     for gpu, why in (failed or {}).items():
         for p, error in why.items():
@@ -164,6 +208,7 @@ def evaluate_problems(problems: list[str], traces: dict[str, list[tuple[Path, li
         for trace, held in parts:
             events = [dict(ev) for ev in read_trace(trace)["events"]]
             floor_events = without_conv_rows(events)
+            us, floor_us = kernel_us(events, gpu, est), kernel_us(floor_events, gpu, est)
             for problem, window in zip(held, problem_windows(events, len(held)) or []):
                 if problem not in rows:
                     continue
@@ -174,11 +219,57 @@ def evaluate_problems(problems: list[str], traces: dict[str, list[tuple[Path, li
                     rows[problem]["notes"].append(f"{gpu}: no convolution kernel in its forward")
                 if ms is None or ms < least.get(gpu, float("inf")) or not conv:
                     continue
+                kernels = [i for i in range(*window) if events[i]["kind"] == "kernel"]
                 rows[problem]["gpus"][gpu] = {
-                    "measured_ms": ms, "model_ms": predicted_ms(events, gpu, window, True),
-                    "floor_ms": predicted_ms(floor_events, gpu, window, True), "conv_kernels": len(conv),
-                    "kernels": [k["name"][:80] for k in conv], "rows": [k["spec"] for k in conv if k.get("spec")]}
+                    "measured_ms": ms, "model_ms": sum(us[i] for i in kernels) / 1e3,
+                    "floor_ms": sum(floor_us[i] for i in kernels) / 1e3, "conv_kernels": len(conv),
+                    "kernels": [k["name"][:80] for k in conv], "rows": [k["spec"] for k in conv if k.get("spec")],
+                    "calls": conv_calls(events, us, window)}
     return list(rows.values())
+
+
+def problem_gpus(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Flat (problem, GPU) entries {problem, gpu, measured_ms, predicted_ms, calls} of :func:`evaluate_problems`'s
+    rows: what :mod:`estimator.conv_families` fits."""
+    return [{"problem": r["problem"], "gpu": gpu, "measured_ms": g["measured_ms"], "predicted_ms": g["model_ms"],
+             "calls": g["calls"]} for r in rows for gpu, g in r["gpus"].items()]
+
+
+def held_out_families(rows: list[dict[str, Any]], folds: int = FOLDS) -> None:
+    """Adds ``family_gpu_ms`` (the family table fitted on the other GPUs' problems) and ``family_problem_ms`` (fitted
+    on the other folds' problems, all GPUs; :data:`FOLDS` folds by a hash of the problem name) to each (problem,
+    GPU) of ``rows``: neither ever sees the row it predicts. GPUs in ``conv_families.NOT_FITTED`` are never fitted."""
+    from estimator import conv_families as cf
+
+    flat = problem_gpus(rows)
+    gpus = sorted({p["gpu"] for p in flat})
+    by_gpu = {g: cf.fit(cf.training_records(flat, [o for o in gpus if o != g and o not in cf.NOT_FITTED]))
+              for g in gpus}
+    fold = {r["problem"]: int(hashlib.sha1(r["problem"].encode()).hexdigest(), 16) % folds for r in rows}
+    fitted = [o for o in gpus if o not in cf.NOT_FITTED]
+    by_fold = {k: cf.fit(cf.training_records([p for p in flat if fold[p["problem"]] != k], fitted))
+               for k in range(folds)}
+    for r in rows:
+        for gpu, g in r["gpus"].items():
+            entry = {"predicted_ms": g["model_ms"], "calls": g["calls"]}
+            g["family_gpu_ms"] = cf.corrected_ms(entry, by_gpu[gpu])
+            g["family_problem_ms"] = cf.corrected_ms(entry, by_fold[fold[r["problem"]]])
+
+
+def kernelbench_rows(root: Path | None = None, bundle: str | None = None, only: list[str] | None = None,
+                     fresh: bool = False, console: Console | None = None) -> list[dict[str, Any]]:
+    """:func:`evaluate_problems` over every GPU KernelBench timed (captures cached), the estimator ``bundle``'s
+    GEMM rows uncorrected."""
+    root = root or shared_data_root()
+    measured = eager_ms(root)
+    problems = conv_problems(measured, only)
+    least = device_bound(measured)
+    traces, failed = {}, {}
+    for gpu in sorted({g for p in problems for g in measured[p]}):
+        if console:
+            console.print(f"capturing {len(problems)} problems on the driver backend as {gpu} (cached)")
+        traces[gpu], failed[gpu] = capture_all(problems, root, gpu, fresh=fresh)
+    return evaluate_problems(problems, traces, measured, least, failed, uncorrected_estimator(bundle))
 
 
 # ---- ResNet-50 Kineto traces ----------------------------------------------------------------------------------------
@@ -285,25 +376,31 @@ def predict_calls(hardware: str, calls: list[dict[str, Any]], estimator: Any) ->
 # ---- report ---------------------------------------------------------------------------------------------------------
 
 def print_problems(rows: list[dict[str, Any]], console: Console) -> dict[str, dict[str, float]]:
+    """The KernelBench table: per (problem, GPU) measured ms and the error of the GEMM rows (``model``), of the
+    family table held out by GPU (``family/GPU``) and by problem (``family/problem``), and of the launch floor."""
     table = Table(title="KernelBench eager convolutions (fp32, cuDNN): predicted vs measured forward")
-    for col in ("problem", "GPU", "conv kernels", "measured ms", "model ms", "err %", "floor ms", "err %"):
-        table.add_column(col, justify="left" if col in ("problem", "GPU") else "right")
-    errors: dict[str, dict[str, list[float]]] = defaultdict(lambda: {"model": [], "floor": []})
+    cols = {"model": "model_ms", "family_gpu": "family_gpu_ms", "family_problem": "family_problem_ms",
+            "floor": "floor_ms"}
+    for col in ("problem", "GPU", "families", "measured ms", "model ms", "err %", "family/GPU err %",
+                "family/problem err %", "floor err %"):
+        table.add_column(col, justify="left" if col in ("problem", "GPU", "families") else "right")
+    errors: dict[str, dict[str, list[float]]] = defaultdict(lambda: {k: [] for k in cols})
     for row in rows:
         if not row["gpus"]:
-            table.add_row(row["problem"][:44], "-", "", "", "", "", "",
-                          "; ".join(row["notes"])[:120] or "host bound on every GPU")
+            table.add_row(row["problem"][:40], "-", "", "", "", "", "", "",
+                          "; ".join(row["notes"])[:100] or "host bound on every GPU")
             continue
         for gpu, g in row["gpus"].items():
-            em, ef = error(g["model_ms"], g["measured_ms"]), error(g["floor_ms"], g["measured_ms"])
-            errors[gpu]["model"].append(abs(em))
-            errors[gpu]["floor"].append(abs(ef))
-            table.add_row(row["problem"][:44], gpu, str(g["conv_kernels"]), f"{g['measured_ms']:.3f}",
-                          f"{g['model_ms']:.3f}", f"{em:+.1f}", f"{g['floor_ms']:.3f}", f"{ef:+.1f}")
-    medians = {gpu: {k: statistics.median(v) for k, v in e.items()} for gpu, e in errors.items()}
-    for gpu, m in medians.items():
-        table.add_row(f"median |error| ({len(errors[gpu]['model'])})", gpu, "", "", "", f"{m['model']:.1f}", "",
-                      f"{m['floor']:.1f}")
+            err = {k: error(g[c], g["measured_ms"]) for k, c in cols.items() if c in g}
+            for k, e in err.items():
+                errors[gpu][k].append(abs(e))
+            families = ",".join(sorted({c["family"] or "-" for c in g.get("calls", []) if c["corrected"]}))
+            table.add_row(row["problem"][:40], gpu, families[:24], f"{g['measured_ms']:.3f}", f"{g['model_ms']:.3f}",
+                          *(f"{err[k]:+.1f}" if k in err else "" for k in cols))
+    medians = {gpu: {k: statistics.median(v) for k, v in e.items() if v} for gpu, e in errors.items()}
+    for gpu, m in sorted(medians.items()):
+        table.add_row(f"median |error| ({len(errors[gpu]['model'])})", gpu, "", "", "",
+                      *(f"{m[k]:.1f}" if k in m else "" for k in cols))
     console.print(table)
     return medians
 
@@ -339,30 +436,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-kernelbench", action="store_true", help="skip the KernelBench check (no capture)")
     parser.add_argument("--no-kineto", action="store_true", help="skip the ResNet-50 trace check")
     parser.add_argument("--json", type=Path, default=None, help="write every row here (JSON)")
+    parser.add_argument("--bundle", default=None, help="estimator bundle (default: the shipped one); its "
+                        "convolution-family table is off here, the held-out columns fit their own")
     args = parser.parse_args(argv)
     root = args.root or shared_data_root()
     console = Console(width=160)
     out: dict[str, Any] = {}
     if not args.no_kernelbench:
-        measured = eager_ms(root)
         only = [p.strip() for p in args.problems.split(",")] if args.problems else None
-        problems = conv_problems(measured, only)
-        if not problems:
+        rows = kernelbench_rows(root, args.bundle, only, args.fresh, console)
+        if not rows:
             print(f"stepcast: no KernelBench convolution timings under {root / TIMINGS}"
                   f"{' matching --problems' if only else ''} (set STEPCAST_SHARED_DATA)", file=sys.stderr)
             return 2
-        least = device_bound(measured)
-        traces, failed = {}, {}
-        for gpu in sorted({g for p in problems for g in measured[p]}):
-            console.print(f"capturing {len(problems)} problems on the driver backend as {gpu} (cached)")
-            traces[gpu], failed[gpu] = capture_all(problems, root, gpu, fresh=args.fresh)
-        rows = evaluate_problems(problems, traces, measured, least, failed)
-        out["kernelbench"] = {"rows": rows, "least_measured_ms": least,
+        held_out_families(rows)
+        out["kernelbench"] = {"rows": rows, "least_measured_ms": device_bound(eager_ms(root)),
                               "median_abs_error": print_problems(rows, console)}
     if not args.no_kineto:
         import estimator as estimators
 
-        est = estimators.load(None)
+        est = estimators.load(args.bundle)
         traces = []
         for path in sorted(root.glob(KINETO)):
             hardware, calls = kineto_calls(path)

@@ -114,9 +114,15 @@ def named_folders(root: Path, manifest: dict[str, Any]) -> dict[str, Path]:
     return named
 
 
+#: files a bundle may ship next to its manifest, covered by its SHA256SUMS when present (the convolution-family
+#: table of :mod:`estimator.conv_families`)
+BUNDLE_EXTRAS = ("conv_families.json",)
+
+
 def bundle_files(root: Path, manifest: dict[str, Any]) -> list[Path]:
-    """What a bundle's SHA256SUMS covers: the manifest and every file of every folder it names."""
-    files = {Path(root) / "manifest.json"}
+    """What a bundle's SHA256SUMS covers: the manifest, the :data:`BUNDLE_EXTRAS` it ships and every file of every
+    folder it names."""
+    files = {Path(root) / "manifest.json", *(Path(root) / e for e in BUNDLE_EXTRAS if (Path(root) / e).is_file())}
     for folder in named_folders(root, manifest).values():
         files.update(folder_files(folder))
     return sorted(files)

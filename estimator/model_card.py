@@ -17,7 +17,9 @@ CREDITS: dict[str, str] = {
     "llmcompass": "data from PrincetonUniversity/LLMCompass, BSD-3-Clause",
     "profiler": "this project's profiler datasets (datasets/<hardware>/, Apache-2.0)",
     "aiconfigurator": "data from ai-dynamo/aiconfigurator (NVIDIA), Apache-2.0",
+    "kernelbench": "timings from ScalingIntelligence/KernelBench, MIT",
 }
+CONV_SECTION = "## Convolution families"
 
 
 def markdown_table(frame: pd.DataFrame) -> str:
@@ -65,3 +67,30 @@ def write_card(path: Path, *, version: str, model_kind: str, target: str, fallba
         *(["## Notes", "", *[f"- {n}" for n in notes], ""] if notes else []),
     ]
     write_bytes_atomic(path / "card.md", "\n".join(lines).encode())
+
+
+def add_conv_families(path: Path, table: Any) -> None:
+    """Record a bundle's convolution-family table (:mod:`estimator.conv_families`) in its card: its factors, the
+    GPUs it was fitted on and KernelBench's credit (card.json ``conv_families``; card.md's section is replaced)."""
+    import json
+
+    path = Path(path)
+    card_path = path / "card.json"
+    card = json.loads(card_path.read_text()) if card_path.is_file() else {}
+    doc = table.to_json()
+    card["conv_families"] = {"factor": doc["factor"], "problems": doc["problems"], "prior": doc["prior"],
+                             "gpus": table.meta.get("gpus", [])}
+    credits = card.get("credits", [])
+    card["credits"] = credits + [CREDITS["kernelbench"]] * (CREDITS["kernelbench"] not in credits)
+    write_json_atomic(card_path, card)
+    md_path = path / "card.md"
+    text = md_path.read_text() if md_path.is_file() else ""
+    text = text.split(CONV_SECTION)[0].rstrip("\n")
+    lines = [CONV_SECTION, "",
+             "cuDNN convolution calls timed as an implicit GEMM are scaled by the factor of the kernel family cuDNN "
+             "ran (`estimator/conv_families.py`, `conv_families.json`): the median log(measured / predicted) of "
+             f"KernelBench's level-1 eager convolution forwards, shrunk by {doc['prior']:g} pseudo-problems, fitted "
+             f"on {', '.join(table.meta.get('gpus', []))} ({CREDITS['kernelbench']}).", "",
+             "| family | factor | problems |", "|---|---|---|",
+             *[f"| {f} | {v:.3f} | {doc['problems'].get(f, 0)} |" for f, v in doc["factor"].items()], ""]
+    write_bytes_atomic(md_path, "\n".join([text, "", *lines]).encode())

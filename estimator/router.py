@@ -60,6 +60,7 @@ class FamilyRouter(KernelEstimator):
         self.fallback_rule = _check_rule(fallback_rule)
         self.rules = {family: _check_rule(rule) for family, rule in (rules or {}).items()}
         self.version = version
+        self.conv_families = None   # estimator.conv_families.ConvFamilies shipped with the bundle, if any
 
     @property
     def families(self) -> tuple[str, ...]:
@@ -130,6 +131,10 @@ class FamilyRouter(KernelEstimator):
             "families": {f: f for f in self.estimators}, "fallback": "_fallback", "fallback_rule": self.fallback_rule,
             "fallback_rules": {f: self.rule(f) for f in self.estimators},
         })
+        if self.conv_families is not None:
+            from estimator import conv_families
+
+            conv_families.write(path / conv_families.FILENAME, self.conv_families)
         seal_bundle(path)
         return path
 
@@ -144,10 +149,14 @@ class FamilyRouter(KernelEstimator):
         estimators = {f: load_estimator_dir(folders[f], verified=True) for f in manifest["families"]}
         fallback = load_estimator_dir(folders["_fallback"], verified=True) if "_fallback" in folders else None
         try:
-            return cls(estimators, fallback, manifest.get("fallback_rule", "unsupported_spec"),
-                       str(manifest.get("version", "0")), manifest.get("fallback_rules"))
+            router = cls(estimators, fallback, manifest.get("fallback_rule", "unsupported_spec"),
+                         str(manifest.get("version", "0")), manifest.get("fallback_rules"))
         except ValueError as exc:
             raise ValueError(f"{path / 'manifest.json'}: {exc}") from None
+        from estimator import conv_families
+
+        router.conv_families = conv_families.for_bundle(path)   # checked with the bundle's SHA256SUMS
+        return router
 
 
 def _label(model: KernelEstimator) -> str:

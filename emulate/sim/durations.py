@@ -22,6 +22,10 @@ Predicted kernel times are then scaled by the in-step calibration of the target 
 (:mod:`emulate.e2e.instep`: one factor per family, fitted on per-operator times measured inside whole-model runs;
 ``STEPCAST_INSTEP=off`` turns it off; fitted once per estimator version and data, then read from the cache); the
 report's estimator label names the factors.
+
+cuDNN convolution calls timed as an implicit GEMM (a ``gemm`` row on a convolution op) are then scaled by the
+factor of the cuDNN kernel family the call ran (:mod:`estimator.conv_families`: the call's first kernel and its
+``op_part`` kernels name the engine) when the estimator's bundle ships that table.
 """
 from __future__ import annotations
 
@@ -37,7 +41,7 @@ from emulate.sim.copies import twin_indices
 from emulate.sim.program import COLLECTIVE, KERNEL, MEMCPY, MEMCPY_BLOCKING, MEMSET, RankProgram
 from emulate.trace import TraceFormatError
 from estimator.base import KernelEstimator
-from profiling.classify import classify_triton_kernel, tensor_dtype
+from profiling.classify import classify_triton_kernel, is_convolution_op, tensor_dtype
 from profiling.families import FAMILIES
 from profiling.hardware import HardwareSpec, UnknownHardwareError, lookup
 
@@ -175,10 +179,13 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
             values = values * in_step[0]
             predicted["predicted_us"] = values
         n_analytical = 0
+        conv_table = _conv_table(estimator)
         for r, positions, ids, kernels_only in uses:
             if positions:
                 j, at = np.asarray(ids, dtype=np.int64), np.asarray(positions, dtype=np.int64)
                 out.us[r][at] = values[j]
+                if kernels_only and conv_table is not None:
+                    out.us[r][at] *= conv_family_factors(programs[r], positions, conv_table)
                 if kernels_only:
                     n_analytical += int(analytical[j].sum()) * copies_of[r]
                     out.fallback[r][at[analytical[j]]] = True
@@ -223,6 +230,37 @@ def _in_step_scale(rows: list[dict[str, Any]], target: HardwareSpec,
         return None
     scale = np.array([fitted.get(row.get("family"), 1.0) for row in rows], dtype=np.float64)
     return scale, instep.describe(target.id, fitted, config.INSTEP_EXCLUDE_MODELS)
+
+
+def _conv_table(estimator: KernelEstimator) -> Any:
+    """The convolution-family table of the estimator's bundle (or of the one a lazy wrapper has loaded), or None."""
+    table = getattr(estimator, "conv_families", None)
+    return table if table is not None else getattr(getattr(estimator, "model", None), "conv_families", None)
+
+
+def conv_family_factors(prog: RankProgram, positions: list[int], table: Any) -> np.ndarray:
+    """Per kernel position, the factor of its convolution call's cuDNN kernel family
+    (:class:`estimator.conv_families.ConvFamilies`); 1 for every kernel that is not a convolution timed as a GEMM
+    (depthwise calls are timed by their bytes and keep theirs)."""
+    factors = np.ones(len(positions), dtype=np.float64)
+    events, kinds, ops = prog.events, prog.kind, prog.events.field("op")
+    conv_ops = {op for op in {ops[i] for i in positions} if op and is_convolution_op(op)}
+    if not conv_ops:
+        return factors
+    specs, names, parts = events.field("spec"), events.field("name"), events.field("op_part")
+    for k, i in enumerate(positions):
+        spec = specs[i]
+        if ops[i] not in conv_ops or not isinstance(spec, dict) or spec.get("family") != "gemm":
+            continue
+        call = [names[i]]
+        for n in range(i + 1, len(kinds)):
+            if kinds[n] != KERNEL:
+                continue
+            if not parts[n]:
+                break
+            call.append(names[n])
+        factors[k] = table.factor_of(call)
+    return factors
 
 
 def copy_duration_us(ev: dict[str, Any], code: int, hw: HardwareSpec, source: str, i: int) -> float:

@@ -6,9 +6,9 @@ import pandas as pd
 import pytest
 
 from emulate import conv_benchmark
-from emulate.conv_benchmark import (EAGER, backward_sequence, capture_all, conv_problems, eager_ms,
-                                    evaluate_problems, forward_geometry, kineto_args, main, problem_windows,
-                                    without_conv_rows)
+from emulate.conv_benchmark import (EAGER, backward_sequence, capture_all, conv_calls, conv_problems, eager_ms,
+                                    evaluate_problems, forward_geometry, held_out_families, kineto_args, main,
+                                    problem_windows, without_conv_rows)
 from emulate.trace import write_trace
 
 
@@ -39,6 +39,32 @@ def test_today_strips_only_the_convolutions_rows():
     first = {**conv, "spec": {"family": "gemm"}, "op_part": False}
     out = without_conv_rows([first, conv, gemm])
     assert [(e["spec"], e["op_part"]) for e in out] == [(None, False), (None, False), (gemm["spec"], False)]
+
+
+def test_a_convolution_call_is_its_first_kernel_and_the_op_part_kernels_after_it():
+    conv = {"kind": "kernel", "op": "aten.cudnn_convolution.default"}
+    events = [{**conv, "name": "nchwToNhwcKernel", "spec": {"family": "gemm"}},
+              {**conv, "name": "sm80_xmma_fprop_implicit_gemm", "spec": None, "op_part": True},
+              {"kind": "iteration"},
+              {**conv, "name": "conv_depthwise2d_forward_kernel", "spec": {"family": "elementwise"}},
+              {"kind": "kernel", "op": "aten.add.Tensor", "name": "add", "spec": {"family": "elementwise"}}]
+    calls = conv_calls(events, [3000.0, 0.0, 0.0, 500.0, 100.0], (0, len(events)))
+    assert calls == [{"ms": 3.0, "corrected": True, "family": "tc_fprop", "kernels": 2},
+                     {"ms": 0.5, "corrected": False, "family": None, "kernels": 1}]
+
+
+def test_the_held_out_family_columns_never_fit_on_the_row_they_predict():
+    """Five problems, each twice as slow as predicted on the A10G and as predicted on the T4: held out by GPU,
+    the T4 gets the A10G's factor and the A10G the T4's (1); held out by problem, each gets a factor between."""
+    call = [{"family": "scudnn", "ms": 1.0, "corrected": True}]
+    rows = [{"problem": f"{p}_conv", "gpus": {
+        "a10g": {"measured_ms": 2.0, "model_ms": 1.0, "calls": call},
+        "t4": {"measured_ms": 1.0, "model_ms": 1.0, "calls": call}}} for p in range(5)]
+    held_out_families(rows)
+    for row in rows:
+        assert row["gpus"]["a10g"]["family_gpu_ms"] == pytest.approx(1.0)
+        assert row["gpus"]["t4"]["family_gpu_ms"] > 1.2
+        assert 1.0 < row["gpus"]["t4"]["family_problem_ms"] == row["gpus"]["a10g"]["family_problem_ms"] < 2.0
 
 
 def test_a_problem_the_emulation_fails_in_is_left_out_and_the_others_run_again(tmp_path, monkeypatch):
