@@ -359,17 +359,26 @@ def kineto_calls(path: Path) -> tuple[str | None, list[dict[str, Any]]]:
         args = kineto_args(name, dims, geometry, sequence.get(op_index))
         row = classify_op(f"aten::{name}", dims, types, str(group["name"].iloc[0]), args=args) if args else None
         calls.append({"op": name, "pass": PASSES[name], "dims": dims, "kernels": len(group),
-                      "measured_us": float(group["dur"].sum()), "row": row})
+                      "measured_us": float(group["dur"].sum()), "row": row,
+                      "names": [str(n) for n in group["name"]]})
     return trace.hardware_id, calls
 
 
 def predict_calls(hardware: str, calls: list[dict[str, Any]], estimator: Any) -> None:
-    """Each call's ``predicted_us`` (its row on ``hardware``; None without a row) and ``floor_us``."""
+    """Each call's ``predicted_us`` (its row on ``hardware``; None without a row), ``family_us`` (scaled by the
+    estimator's convolution-family table where it applies: a forward timed as a GEMM; V100 is never fitted on) and
+    ``floor_us``."""
+    from estimator.conv_families import corrects
+
+    table = getattr(estimator, "conv_families", None)
     rows = [{**c["row"], "hardware": hardware} for c in calls if c["row"]]
     values = estimator.predict_frame(pd.DataFrame.from_records(rows))["predicted_us"].to_numpy() if rows else []
     it = iter(values)
     for c in calls:
         c["predicted_us"] = float(next(it)) if c["row"] else None
+        scaled = table and c["row"] and c["row"]["family"] == "gemm" and corrects(f"aten::{c['op']}")
+        scale = table.factor_of(c.get("names", [])) if scaled else 1.0
+        c["family_us"] = c["predicted_us"] * scale if c["row"] else None
         c["floor_us"] = LAUNCH_FLOOR_US * c["kernels"]
 
 
@@ -408,7 +417,7 @@ def print_problems(rows: list[dict[str, Any]], console: Console) -> dict[str, di
 def print_kineto(traces: list[tuple[str, str, list[dict[str, Any]]]], console: Console) -> dict[str, dict[str, float]]:
     table = Table(title="ResNet-50 convolution op calls on V100 (Kineto): estimator row vs measured kernels")
     for col in ("trace", "GPU", "pass", "calls", "no row", "measured ms", "model ms", "median |err| %",
-                "floor |err| %"):
+                "family |err| %", "floor |err| %"):
         table.add_column(col, justify="left" if col in ("trace", "GPU", "pass") else "right")
     medians: dict[str, dict[str, float]] = {}
     for name, hardware, calls in traces:
@@ -418,12 +427,14 @@ def print_kineto(traces: list[tuple[str, str, list[dict[str, Any]]]], console: C
             if not timed:
                 continue
             model = [abs(error(c["predicted_us"], c["measured_us"])) for c in timed]
+            family = [abs(error(c["family_us"], c["measured_us"])) for c in timed]
             floor = [abs(error(c["floor_us"], c["measured_us"])) for c in timed]
-            medians[f"{name}:{p}"] = {"model": statistics.median(model), "floor": statistics.median(floor)}
+            medians[f"{name}:{p}"] = {"model": statistics.median(model), "family": statistics.median(family),
+                                      "floor": statistics.median(floor)}
             table.add_row(name, hardware, p, str(len(sel)), str(len(sel) - len(timed)),
                           f"{sum(c['measured_us'] for c in timed) / 1e3:.1f}",
                           f"{sum(c['predicted_us'] for c in timed) / 1e3:.1f}", f"{statistics.median(model):.1f}",
-                          f"{statistics.median(floor):.1f}")
+                          f"{statistics.median(family):.1f}", f"{statistics.median(floor):.1f}")
     console.print(table)
     return medians
 

@@ -49,6 +49,15 @@ FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = tuple((name, re.compile(patt
 ))
 
 
+def corrects(op: str | None) -> bool:
+    """Whether a convolution op's calls are scaled: forwards only (transposed ones included), what the table was
+    fitted on; a backward pass's engines (wgrad, a real dgrad) are others, and the V100 ResNet-50 backward calls
+    got worse under it (``python -m emulate.conv_benchmark``: dgrad 21 -> 52-71 %)."""
+    from profiling.classify import is_convolution_op
+
+    return bool(op) and "backward" not in op.lower() and is_convolution_op(op)
+
+
 def call_family(names: Iterable[str]) -> str | None:
     """The family of one convolution call from its kernels' names (:data:`FAMILIES`); None when none matches."""
     names = list(names)

@@ -23,7 +23,7 @@ Predicted kernel times are then scaled by the in-step calibration of the target 
 ``STEPCAST_INSTEP=off`` turns it off; fitted once per estimator version and data, then read from the cache); the
 report's estimator label names the factors.
 
-cuDNN convolution calls timed as an implicit GEMM (a ``gemm`` row on a convolution op) are then scaled by the
+cuDNN convolution forwards timed as an implicit GEMM (a ``gemm`` row on a convolution op) are then scaled by the
 factor of the cuDNN kernel family the call ran (:mod:`estimator.conv_families`: the call's first kernel and its
 ``op_part`` kernels name the engine) when the estimator's bundle ships that table.
 """
@@ -41,7 +41,7 @@ from emulate.sim.copies import twin_indices
 from emulate.sim.program import COLLECTIVE, KERNEL, MEMCPY, MEMCPY_BLOCKING, MEMSET, RankProgram
 from emulate.trace import TraceFormatError
 from estimator.base import KernelEstimator
-from profiling.classify import classify_triton_kernel, is_convolution_op, tensor_dtype
+from profiling.classify import classify_triton_kernel, tensor_dtype
 from profiling.families import FAMILIES
 from profiling.hardware import HardwareSpec, UnknownHardwareError, lookup
 
@@ -241,10 +241,12 @@ def _conv_table(estimator: KernelEstimator) -> Any:
 def conv_family_factors(prog: RankProgram, positions: list[int], table: Any) -> np.ndarray:
     """Per kernel position, the factor of its convolution call's cuDNN kernel family
     (:class:`estimator.conv_families.ConvFamilies`); 1 for every kernel that is not a convolution timed as a GEMM
-    (depthwise calls are timed by their bytes and keep theirs)."""
+    (depthwise calls are timed by their bytes and keep theirs), or not a forward (:func:`corrects`)."""
+    from estimator.conv_families import corrects
+
     factors = np.ones(len(positions), dtype=np.float64)
     events, kinds, ops = prog.events, prog.kind, prog.events.field("op")
-    conv_ops = {op for op in {ops[i] for i in positions} if op and is_convolution_op(op)}
+    conv_ops = {op for op in {ops[i] for i in positions} if corrects(op)}
     if not conv_ops:
         return factors
     specs, names, parts = events.field("spec"), events.field("name"), events.field("op_part")

@@ -27,16 +27,16 @@ class TenMicroseconds(KernelEstimator):
         return np.full(len(frame), 10.0)
 
 
-def conv_step() -> tuple[dict, list[int]]:
+def conv_step(op: str = CONV) -> tuple[dict, list[int]]:
     """One step: a TF32 convolution call (layout transform carrying the row, the xmma kernel and the transform
     back as op_part kernels), then a plain matmul with the same row. Returns the trace and the kernel positions."""
     b = TraceBuilder(rank=0, world_size=1, meta={"launch_latency_us": 0.0})
     b.iteration(0)
     first = b.kernel(name="void cudnn::engines_precompiled::nchwToNhwcKernel<float>", spec=GEMM)
-    first.update(op=CONV, op_part=False)
+    first.update(op=op, op_part=False)
     for name in ("sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nhwc",
                  "void cudnn::engines_precompiled::nhwcToNchwKernel<float>"):
-        b.kernel(name=name).update(op=CONV, op_part=True)
+        b.kernel(name=name).update(op=op, op_part=True)
     b.kernel(name="ampere_sgemm_128x64_nn", spec=GEMM).update(op="aten.mm.default", op_part=False)
     b.device_sync()
     b.iteration(1, end=True)
@@ -52,3 +52,9 @@ def test_a_convolution_call_is_scaled_by_its_family_and_a_matmul_is_not(table, c
     assert us[conv] == pytest.approx(conv_us)
     assert us[xmma] == us[back] == 0.0       # op_part kernels: timed with the call's first kernel
     assert us[mm] == pytest.approx(10.0)
+
+
+def test_a_convolution_backward_keeps_the_gemm_time():
+    doc, (conv, *_) = conv_step("aten.convolution_backward.default")
+    table = ConvFamilies({"tc_fprop": math.log(2.0)})
+    assert simulate([doc], "a10g", estimator=TenMicroseconds(table)).durations.us[0][conv] == pytest.approx(10.0)

@@ -79,3 +79,12 @@ def test_a_bundle_ships_its_table_under_its_checksums(tmp_path):
     cf.write(tmp_path / "plain" / cf.FILENAME, cf.ConvFamilies({"scudnn": 5.0}))  # added after export
     with pytest.raises(BundleIntegrityError, match="not listed"):
         FamilyRouter.load(tmp_path / "plain")
+
+
+@pytest.mark.parametrize("op, scaled", [("aten.cudnn_convolution.default", True), ("aten::cudnn_convolution", True),
+                                        ("aten.cudnn_convolution_transpose.default", True),
+                                        ("aten.convolution_backward.default", False),
+                                        ("aten::cudnn_convolution_backward_input", False),
+                                        ("aten.mm.default", False), (None, False)])
+def test_only_convolution_forwards_are_corrected(op, scaled):
+    assert cf.corrects(op) is scaled
