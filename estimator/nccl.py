@@ -5,8 +5,13 @@ predicted one (``src/graph/tuning.cc``: time = base latency + steps x per-step l
 pair)). This model does the same with figures fitted to measurements, so the size thresholds at which NCCL switches
 protocol and algorithm are where the fitted candidate times cross, not hand-set:
 
-Links: within a node the catalog's NVLink bandwidth, except where NVLink only bridges pairs (``switched``) and
-more than two ranks take part (PCIe then); across nodes the catalog's per-GPU network bandwidth.
+Links: within a node the catalog's NVLink bandwidth; across nodes the catalog's per-GPU network bandwidth; and
+**PCIe** where a node has no NVLink, or where NVLink only bridges pairs (not ``switched``) and more than two ranks
+take part. A ring over PCIe crosses ``units`` PCIe endpoints (a GPU; a bridged pair enters PCIe as one unit): two
+units meet under one PCIe switch at the catalog's PCIe bandwidth, more share the switches' uplinks, the CPU root
+complex and the link between sockets, so the per-GPU bandwidth falls as (2 / units) ^ contention (fitted; 1 is one
+shared bottleneck, aiconfigurator's L40S gives about 2: 20, 5 and 1.2 GB/s bus bandwidth at 2, 4 and 8 GPUs). On a
+bridged box the PCIe ring runs at ``pcie_scale`` of the protocol shares its NVLink ring reaches (fitted).
 
 - **protocols** LL, LL128, Simple: LL moves 4 payload bytes per 8-byte line (flag + data, lowest latency), LL128 120
   of every 128, Simple all of them but with a fence per step (highest latency). Per protocol: a per-step latency,
@@ -24,15 +29,19 @@ more than two ranks take part (PCIe then); across nodes the catalog's per-GPU ne
   share; an all_reduce moves the buffer once each way (the switch adds the copies), not the ring's 2(n-1)/n;
 - **p2p** (all_to_all, send_recv): NCCL's grouped send/receive, LL or Simple, a latency per call plus one per peer.
 
-Fitted figures (log-parameters, ``scipy.optimize.least_squares`` on the log error) are per device; a device with no
-collective measurements gets the median of the fitted devices' figures, applied to its own catalog link and network
-bandwidths, which is how multi-node and unmeasured GPUs are predicted. ``residual=True`` adds a small XGBoost per
-source on log(measured / model) over (op, log2 bytes, ranks, ranks per node, the model's chosen candidate and
-time, the link bandwidth), every device of the source weighing the same; a row without a source takes nccl-tests'.
+Fitted figures (log-parameters, ``scipy.optimize.least_squares`` on the log error) are per device. A figure that a
+device's own rows cannot pin (``ring_loss`` without NVLink rings at two rank counts, ``pcie_contention`` without PCIe
+rings at two unit counts, ``pcie_scale`` without NVLink and PCIe rings) is held at the median of the devices whose
+rows do pin it, so a GPU count never measured on a PCIe box is predicted by the same physics as on the others. A
+device with no collective measurements gets the median of the fitted devices' figures, applied to its own catalog
+link and network bandwidths, which is how multi-node and unmeasured GPUs are predicted. ``residual=True`` adds a small
+XGBoost per source on log(measured / model) over (op, log2 bytes, ranks, ranks per node, the model's chosen candidate
+and time, the ring's link bandwidth), every device of the source weighing the same; a row without a source takes
+nccl-tests'.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -47,10 +56,16 @@ from profiling.hardware import lookup
 PROTOCOLS = ("LL", "LL128", "Simple")
 
 
+#: PCIe cards whose NVLink is a bridge between two boards though their catalog id does not name PCIe (A40, RTX A6000:
+#: one 2-way bridge, 56 GB/s). The catalog has no topology field; this stands in for one until it does
+BRIDGED_CARDS = ("a40", "rtx-a6000")
+
+
 def switched(spec) -> bool:
     """Whether a node's GPUs meet at an NVSwitch. The catalog has no topology field: an NVLink part whose id names
-    PCIe has bridges between pairs (H100 NVL, A100 PCIe), every other NVLink part in it is an SXM board on a switch."""
-    return bool(spec.nvlink_bandwidth_gbps) and "pcie" not in spec.id
+    PCIe (H100 NVL, A100 PCIe) or that is one of BRIDGED_CARDS has bridges between pairs, every other NVLink part in
+    it is an SXM board on a switch."""
+    return bool(spec.nvlink_bandwidth_gbps) and "pcie" not in spec.id and spec.id not in BRIDGED_CARDS
 #: payload bytes per byte on the wire
 PAYLOAD_SHARE = {"LL": 0.5, "LL128": 120.0 / 128.0, "Simple": 1.0}
 #: fitted figures (each stored as its log) and their starting values: microseconds, shares of link bandwidth, bytes
@@ -63,7 +78,12 @@ PARAMS: dict[str, float] = {
     "p2p_us": 3.0, "p2p_peer_us": 0.5,
     "net_step_us": 6.0, "net_share": 0.8,
     "ring_loss": 1.0,
+    "pcie_contention": 1.0, "pcie_scale": 1.0,
 }
+#: figures fitted per device only where its rows pin them, else the median of the devices whose rows do (``pinned``)
+POOLED = ("ring_loss", "pcie_contention", "pcie_scale")
+#: GPUs under one PCIe switch (and the two of an NVLink bridge): the ring's PCIe unit count at which contention starts
+PAIR = 2.0
 NAMES = tuple(PARAMS)
 NVLS_OPS = ("all_reduce", "all_gather", "reduce_scatter")
 P2P_OPS = ("all_to_all", "send_recv")
@@ -83,29 +103,52 @@ class Rows:
     size: np.ndarray
     ranks: np.ndarray
     per_node: np.ndarray
-    link: np.ndarray
+    link: np.ndarray  # NVLink where the node has it (else PCIe)
     network: np.ndarray
     nvls: np.ndarray  # the device has NVSwitch multicast (Hopper / Blackwell with NVLink)
     hardware: np.ndarray = field(default_factory=lambda: np.array([]))
+    pcie: np.ndarray = field(default_factory=lambda: np.array([]))
+    units: np.ndarray = field(default_factory=lambda: np.array([]))  # PCIe endpoints the ring crosses; 0: NVLink
+    bridged: np.ndarray = field(default_factory=lambda: np.array([]))  # NVLink joins pairs only
 
     @classmethod
     def of(cls, frame: pd.DataFrame) -> "Rows":
         hardware = frame["hardware"].astype(str).to_numpy()
         specs = {h: lookup(h) for h in pd.unique(hardware)}
         per = {h: (s.intra_node_bandwidth / 1e6, (s.pcie_bandwidth_gbps or 16.0) * 1e3, s.inter_node_bandwidth / 1e6,
-                   float(switched(s)), float(switched(s) and s.architecture in {"hopper", "blackwell"}))
+                   float(switched(s)), float(switched(s) and s.architecture in {"hopper", "blackwell"}),
+                   float(bool(s.nvlink_bandwidth_gbps)), float(s.gpus_per_node))
                for h, s in specs.items()}
-        figures = np.array([per[h] for h in hardware], dtype=np.float64).reshape(-1, 5)
+        figures = np.array([per[h] for h in hardware], dtype=np.float64).reshape(-1, 7)
         ranks = frame["ranks"].to_numpy(np.float64)
         per_node = np.minimum(frame["ranks_per_node"].to_numpy(np.float64), ranks)
-        # NVLink bridges join pairs: more than two ranks of a bridged node meet over PCIe
-        link = np.where((figures[:, 3] > 0) | (per_node <= 2), figures[:, 0], figures[:, 1])
-        return cls(frame["op"].astype(str).to_numpy(), frame["bytes"].to_numpy(np.float64), ranks, per_node, link,
-                   figures[:, 2], figures[:, 4] > 0, hardware)
+        bridged = (figures[:, 5] > 0) & (figures[:, 3] == 0)
+        # a node's ranks on PCIe: every GPU of a node without NVLink, every pair of a bridged one beyond one pair
+        on_node = np.minimum(per_node, figures[:, 6])
+        units = np.where(figures[:, 5] == 0, on_node,
+                         np.where(bridged & (on_node > PAIR), np.ceil(on_node / PAIR), 0.0))
+        return cls(frame["op"].astype(str).to_numpy(), frame["bytes"].to_numpy(np.float64), ranks, per_node,
+                   figures[:, 0], figures[:, 2], figures[:, 4] > 0, hardware, figures[:, 1], units, bridged)
 
     def take(self, mask: np.ndarray) -> "Rows":
-        return Rows(*(getattr(self, f)[mask] for f in ("op", "size", "ranks", "per_node", "link", "network", "nvls",
-                                                       "hardware")))
+        return Rows(*(getattr(self, f.name)[mask] for f in fields(self)))
+
+    def link_bandwidth(self, p: dict[str, float]) -> np.ndarray:
+        """Bytes per microsecond a ring's slowest hop carries per GPU before the protocol's share: NVLink, or PCIe
+        shared by the units beyond a pair ((PAIR / units) ^ contention), on a bridged box scaled by ``pcie_scale``."""
+        shared = np.minimum(1.0, PAIR / np.maximum(self.units, 1.0)) ** p["pcie_contention"]
+        pcie = self.pcie * shared * np.where(self.bridged, p["pcie_scale"], 1.0)
+        return np.where(self.units > 0, pcie, self.link)
+
+    def pinned(self) -> dict[str, bool]:
+        """Which of the POOLED figures these rows determine: each scales bandwidth with the rank count, so it needs
+        rings at two counts on its link (one count leaves it interchangeable with the protocol shares); the PCIe
+        scale needs a bridged box's rings on both links."""
+        ring = (self.ranks > 1) & ~np.isin(self.op, P2P_OPS)
+        nvlink = np.unique(self.ranks[ring & (self.units == 0) & (self.ranks <= self.per_node)])
+        pcie = np.unique(self.units[ring & (self.units > 1)])
+        return {"ring_loss": len(nvlink) >= 2, "pcie_contention": len(pcie) >= 2,
+                "pcie_scale": bool(self.bridged.any()) and len(nvlink) >= 1 and len(pcie) >= 1}
 
 
 def candidate_times(rows: Rows, p: dict[str, float]) -> np.ndarray:
@@ -114,7 +157,8 @@ def candidate_times(rows: Rows, p: dict[str, float]) -> np.ndarray:
     n, r, size = np.maximum(rows.ranks, 1.0), np.maximum(rows.per_node, 1.0), rows.size
     nodes = np.ceil(n / r)
     multi = nodes > 1
-    link = np.where(multi, np.minimum(rows.link, rows.network * p["net_share"]), rows.link)
+    local = rows.link_bandwidth(p)
+    link = np.where(multi, np.minimum(local, rows.network * p["net_share"]), local)
     wire = size * bus_factor(rows.op, n)
     is_ar = rows.op == "all_reduce"
     p2p = np.isin(rows.op, P2P_OPS)
@@ -124,7 +168,7 @@ def candidate_times(rows: Rows, p: dict[str, float]) -> np.ndarray:
     tree_net = np.where(is_ar, 2.0, 1.0) * np.ceil(np.log2(nodes))
     # fewer ranks reach less of the link: n^2 / (n^2 + ring_loss) of it (aiconfigurator's 512 MiB calls on H100, A100
     # and B200 alike: 0.71-0.77 of the 8-GPU bus bandwidth at 2 GPUs, 0.92-0.95 at 4)
-    reach = n * n / (n * n + p["ring_loss"])
+    reach = np.where(rows.units > 0, 1.0, n * n / (n * n + p["ring_loss"]))  # PCIe: contention says it
     out = []
     for algorithm in ("ring", "tree"):
         for proto in PROTOCOLS:
@@ -170,46 +214,60 @@ def model_us(rows: Rows, p: dict[str, float], softness: float = 0.0) -> tuple[np
 
 #: the range each figure may take in a fit (physical limits, and what keeps the search out of flat regions)
 BOUNDS: dict[str, tuple[float, float]] = {"us": (0.05, 200.0), "share": (0.05, 2.0), "bytes": (64.0, 2.0 ** 27),
-                                          "loss": (0.01, 20.0)}
+                                          "loss": (0.01, 20.0), "contention": (0.05, 4.0),
+                                          "scale": (0.05, 8.0)}
 #: rows per fit (a random subset of bigger tables: the figures are few, and the fit costs per row)
 FIT_ROWS = 800
 
 
 def _kind(name: str) -> str:
-    return "share" if "share" in name else "bytes" if "bytes" in name else "loss" if "loss" in name else "us"
+    for kind in ("share", "bytes", "loss", "contention", "scale"):
+        if kind in name:
+            return kind
+    return "us"
 
 
-def fit_device(rows: Rows, runtime_us: np.ndarray, starts: int = 3, seed: int = 0) -> dict[str, float]:
+def fit_device(rows: Rows, runtime_us: np.ndarray, starts: int = 3, seed: int = 0,
+               fixed: dict[str, float] | None = None) -> dict[str, float]:
     """Least-squares fit of one device's figures on log(time), from ``starts`` starting points (the default figures,
-    then random draws within the bounds; the best fit wins); figures no row constrains keep their start."""
+    then random draws within the bounds; the best fit wins); ``fixed`` figures are held, figures no row constrains
+    keep their start."""
     from scipy.optimize import least_squares
 
+    fixed = fixed or {}
+    free = [k for k in NAMES if k not in fixed]
     rng = np.random.default_rng(seed)
     if len(runtime_us) > FIT_ROWS:
         keep = np.sort(rng.choice(len(runtime_us), FIT_ROWS, replace=False))
         rows, runtime_us = rows.take(keep), runtime_us[keep]
-    lower = np.log([BOUNDS[_kind(k)][0] for k in NAMES])
-    upper = np.log([BOUNDS[_kind(k)][1] for k in NAMES])
+    lower = np.log([BOUNDS[_kind(k)][0] for k in free])
+    upper = np.log([BOUNDS[_kind(k)][1] for k in free])
     target = np.log(runtime_us)
 
     def residual(x: np.ndarray) -> np.ndarray:
-        return np.log(model_us(rows, dict(zip(NAMES, np.exp(x))), softness=0.05)[0]) - target
+        return np.log(model_us(rows, fixed | dict(zip(free, np.exp(x))), softness=0.05)[0]) - target
 
     best = None
     for i in range(starts):
-        x0 = np.log([PARAMS[k] for k in NAMES]) if i == 0 else rng.uniform(lower, upper)
+        x0 = np.log([PARAMS[k] for k in free]) if i == 0 else rng.uniform(lower, upper)
         solution = least_squares(residual, np.clip(x0, lower, upper), bounds=(lower, upper), loss="soft_l1",
                                  f_scale=0.1, diff_step=1e-3, max_nfev=200, tr_solver="lsmr")
         if best is None or solution.cost < best.cost:
             best = solution
-    return dict(zip(NAMES, np.exp(best.x)))
+    return fixed | dict(zip(free, np.exp(best.x)))
 
 
-def median_params(fitted: dict[str, dict[str, float]]) -> dict[str, float]:
-    """The figures of a device never measured: the geometric median of the fitted devices' figures."""
+def median_params(fitted: dict[str, dict[str, float]], pinned: dict[str, dict[str, bool]] | None = None
+                  ) -> dict[str, float]:
+    """The figures of a device never measured: the geometric median of the fitted devices' figures; a POOLED figure
+    over the devices whose rows pin it (``pinned``: per device, from ``Rows.pinned``), its start where none does."""
     if not fitted:
         return dict(PARAMS)
-    return {k: float(np.exp(np.median([np.log(p[k]) for p in fitted.values()]))) for k in NAMES}
+    out = {}
+    for k in NAMES:
+        keys = [d for d in fitted if pinned is None or k not in POOLED or pinned.get(d, {}).get(k)]
+        out[k] = float(np.exp(np.median([np.log(fitted[d][k]) for d in keys]))) if keys else PARAMS[k]
+    return out
 
 
 class NcclEstimator(KernelEstimator):
@@ -217,7 +275,7 @@ class NcclEstimator(KernelEstimator):
     learned residual. Only the ``collective`` family."""
 
     name = "nccl"
-    version = "1"
+    version = "2"  # 2: PCIe links (contention beyond a pair, bridged boxes' scale), pooled figures
 
     def __init__(self, residual: bool = False, min_rows: int = 30, family: str = "collective",
                  target: str | None = None) -> None:
@@ -282,12 +340,25 @@ class NcclEstimator(KernelEstimator):
         frame = as_frame(frame)
         rows, y = Rows.of(frame), np.asarray(runtime_us, dtype=np.float64)
         keys = self._keys(frame)
-        self.params = {}
+        self.params, pinned = {}, {}
         for key in pd.unique(keys):
             mask = keys == key
             if mask.sum() >= self.min_rows:
+                pinned[str(key)] = rows.take(mask).pinned()
                 self.params[str(key)] = fit_device(rows.take(mask), y[mask])
-        self.default = median_params(self.params)
+        # what a device's rows leave open, the devices that measured it say: one figure after the other, each pooled
+        # over fits that already hold the figures before it (a fit left free to trade them would be arbitrary)
+        for i, name in enumerate(POOLED):
+            self.default = median_params(self.params, pinned)
+            for key, pins in pinned.items():
+                if not pins[name]:
+                    held = {k: self.default[k] for k in POOLED[:i + 1] if not pins[k]}
+                    mine = rows.take(keys == key)
+                    if np.allclose(model_us(mine, self.params[key])[0], model_us(mine, self.params[key] | held)[0]):
+                        self.params[key] |= held  # figures these rows never use: no refit
+                    else:
+                        self.params[key] = fit_device(mine, y[keys == key], fixed=held)
+        self.default = median_params(self.params, pinned)
         if self.residual:
             import xgboost as xgb
 
@@ -325,13 +396,16 @@ class NcclEstimator(KernelEstimator):
 
     def _model(self, rows: Rows, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         out, choice = np.empty(len(rows.op)), np.zeros(len(rows.op), dtype=np.int64)
+        link = np.empty(len(rows.op))
         for key in pd.unique(keys):
             mask = keys == key
-            out[mask], choice[mask] = model_us(rows.take(mask), self._figures(str(key)))
+            figures = PARAMS | self.default | self._figures(str(key))  # a bundle saved before a figure existed
+            out[mask], choice[mask] = model_us(rows.take(mask), figures)
+            link[mask] = rows.take(mask).link_bandwidth(figures)
         ops = pd.Index(RESIDUAL_OPS).get_indexer(rows.op)  # -1: unknown
         sources = pd.Index(PREFERRED_SOURCES).get_indexer([k.split("|")[1] or PREFERRED_SOURCES[0] for k in keys])
         x = np.column_stack([ops, sources, np.log2(rows.size + 1.0), rows.ranks, rows.per_node, choice, np.log2(out),
-                             np.log2(rows.link)]).astype(np.float64)
+                             np.log2(link)]).astype(np.float64)
         return out, x
 
     def chosen(self, frame: pd.DataFrame) -> np.ndarray:

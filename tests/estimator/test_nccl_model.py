@@ -18,7 +18,7 @@ def collectives(hardware: str, ops=("all_reduce", "all_gather", "reduce_scatter"
 
 #: figures a device might have (not the defaults: a fit must move to them)
 TRUE = PARAMS | {"base_us": 9.0, "step_us_LL": 0.9, "share_Simple": 0.7, "share_LL128": 0.6, "nvls_share": 1.1,
-                 "fill_bytes_Simple": 2.0 ** 22, "p2p_peer_us": 1.5}
+                 "fill_bytes_Simple": 2.0 ** 22, "p2p_peer_us": 1.5, "pcie_contention": 2.0}
 
 
 def measured(frame: pd.DataFrame) -> np.ndarray:
@@ -95,3 +95,32 @@ def test_the_nccl_kind_builds_saves_and_loads_through_the_plug_in_interface(tmp_
     assert not np.allclose(model.predict(probe), NcclEstimator().predict(probe))  # the fit travelled, not defaults
     with pytest.raises(ValueError, match="family 'gemm'"):
         make_estimator("nccl", "gemm")
+
+
+def test_a_pcie_box_loses_per_gpu_bandwidth_as_its_ring_crosses_switches():
+    big = collectives("l40s", ops=("all_reduce",), ranks=(2, 4, 8), sizes=(2.0 ** 29,))
+    busbw = big["bytes"] * 2 * (big["ranks"] - 1) / big["ranks"] / measured(big)
+    assert busbw[0] > 3.0 * busbw[1] > 9.0 * busbw[2]  # contention 2: a quarter per doubling beyond a pair
+    train = collectives("l40s", ranks=(2, 8))
+    test = collectives("l40s", ranks=(4,))
+    model = NcclEstimator().fit(train, measured(train))
+    assert model.params["l40s|synthetic"]["pcie_contention"] == pytest.approx(2.0, rel=0.1)
+    assert np.abs(model.predict(test) / measured(test) - 1.0).mean() < 0.05
+
+
+def test_a_bridged_box_runs_more_than_a_pair_over_pcie():
+    frame = collectives("h100-pcie", ops=("all_reduce",), ranks=(2, 4), sizes=(2.0 ** 29,))
+    pair, four = NcclEstimator().predict(frame)
+    # h100-pcie.yaml: 300 GB/s NVLink between a pair, 64 GB/s PCIe beyond it
+    assert four > 3.0 * pair
+
+
+def test_a_figure_a_device_cannot_pin_comes_from_the_devices_that_do():
+    measured_box = collectives("l40s", ranks=(2, 8))
+    one_count = collectives("l4", ranks=(2,))  # one rank count: its contention is not in its rows
+    frame = pd.concat([measured_box, one_count], ignore_index=True)
+    model = NcclEstimator().fit(frame, measured(frame))
+    assert model.params["l4|synthetic"]["pcie_contention"] == pytest.approx(
+        model.params["l40s|synthetic"]["pcie_contention"])
+    test = collectives("l4", ranks=(8,))
+    assert np.abs(model.predict(test) / measured(test) - 1.0).mean() < 0.1
