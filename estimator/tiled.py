@@ -3,7 +3,8 @@ network predicts how much of a bound the tiles reach, so a prediction can never 
 
     time = floor + max(bound / utilisation, cap),     0 < utilisation < 1 (a sigmoid)
     bound = max(waves x one CTA's FLOPs / peak FLOP/s per SM,  unique bytes / memory bandwidth)
-    cap = E^2 / (E + credit),  E = FLOPs x the generation's energy per FLOP / board power   (power="cap" only)
+    cap = E^2 / (E + credit),  E = FLOPs x energy per FLOP / board power   (power="cap" only)
+    energy per FLOP = min(the generation's, board power / (fp32 peak x base clock / boost clock))
 
 - **Tiles and waves** come from the kernel that runs (``estimator.kernel_config``: the recorded launch, else
   cuBLASLt's heuristic on the virtual device, ``estimator.kernel_labels``): its output tile, split-K and grid;
@@ -23,12 +24,14 @@ network predicts how much of a bound the tiles reach, so a prediction can never 
   low-power cards' share of the tile bound falls with the kernel's length (90th percentile, compute-bound, 4+
   waves: T4 0.69 at 0.1-0.3 ms, 0.60 at 1-3 ms, 0.44 beyond 30 ms; P4 0.76 / 0.61 / 0.35), which a share that
   every kernel gets cannot express and a network that saw four devices does not learn to carry over.
-  ``base_clock=True`` also bounds each board's energy per FLOP by its spec sheet's base clock (the clock it
-  guarantees under sustained load within its power: at most watts / (fp32 peak x base / boost), ``base_clock_
-  joules``), which only ever lowers a generation's figure. Off by default: on NeuSight leave-one-GPU-out it moves
-  the P4 from 34 to 25-26 % (its only Pascal sibling, the P100, is not power-limited, so the generation's figure
-  is loose) but the V100 from 16 to 22-25 % (two sets of seeds): the share is also a network input, and the P4,
-  whose long linears run at a fifth of its peak, then becomes the V100's nearest training device.
+  ``base_clock`` (default) tightens the cap by each board's spec-sheet base clock, the clock it guarantees under
+  sustained load within its power: its energy per FLOP is at most watts / (fp32 peak x base / boost)
+  (``base_clock_joules``), and the cap takes the lower of that and its generation's figure, which is loose where
+  no sibling is power-limited (the P4's only Pascal sibling, the P100, reaches 0.9 of its peak, so Pascal's
+  figure caps the P4 at 0.38 of its peak; the base clock allows 0.80). The share the network sees stays the
+  generation's, what the training devices show: given the base-clock share, the P4, whose long linears run at a
+  fifth of its peak, became the V100's nearest training device (leave-one-GPU-out P4 34 -> 25-26 %, V100
+  16 -> 22-25 %).
 - **Utilisation** is what the network learns, from dimensionless tile facts (tile sides, K per CTA, waves,
   last-wave fill, the tile's arithmetic intensity over the SM's ridge, split-K, path, alignment), optionally with
   the device per SM (``device_features="per_sm"``: peak GFLOP/s, bandwidth and L2 per SM, NeuSight's
@@ -166,11 +169,10 @@ def base_clock_joules(frame: Kernels) -> np.ndarray:
     return np.array(per_device + [np.nan], dtype=np.float64)[np.where(codes < 0, len(devices), codes)]
 
 
-def power_share(frame: Kernels, peak_flops: np.ndarray, joules_per_flop: dict[str, float],
-                base_clock: bool = False) -> np.ndarray:
+def power_share(frame: Kernels, peak_flops: np.ndarray, joules_per_flop: dict[str, float]) -> np.ndarray:
     """The share of the dtype's peak a board can sustain within its power: min(1, watts / (J per FLOP x peak)), with
     the energy per FLOP of its generation (``fit_joules_per_flop``); 1 where its generation was never measured."""
-    share = _tdp_watts(frame) / (_joules(frame, joules_per_flop, base_clock) * peak_flops)
+    share = _tdp_watts(frame) / (_joules(frame, joules_per_flop) * peak_flops)
     return np.where(np.isfinite(share), np.minimum(share, 1.0), 1.0)
 
 
@@ -178,7 +180,8 @@ def tile_features(frame: Kernels, device_features: str = "none", joules_per_flop
                   power: str = "feature", base_clock: bool = False) -> FeatureFrame:
     """The bound (``BOUND``) and the utilisation network's inputs for every GEMM row; ``baseline_us`` is the bound.
     ``joules_per_flop`` gives each row its board's power share (``power_share``): with ``power="bound"`` the bound's
-    compute term runs at that share of peak, with ``"feature"`` the share is an input of the network instead."""
+    compute term runs at that share of peak, with ``"feature"`` the share is an input of the network instead; with
+    ``"cap"`` also the power-limited time (``ENERGY``), at an energy per FLOP that ``base_clock`` tightens."""
     frame = categorical_keys(label_for_features(frame))
     w = work("gemm", frame)
     hw = row_hardware(frame["hardware"], frame["dtype"])
@@ -199,7 +202,7 @@ def tile_features(frame: Kernels, device_features: str = "none", joules_per_flop
     k_cta = np.ceil(k / split)
     cta_flops = 2.0 * tile_m * tile_n * k_cta
     cta_bytes = elem * (tile_m * k_cta + tile_n * k_cta + tile_m * tile_n)
-    share = power_share(frame, hw.peak_flops, joules_per_flop, base_clock) if joules_per_flop else np.ones(len(m))
+    share = power_share(frame, hw.peak_flops, joules_per_flop) if joules_per_flop else np.ones(len(m))
     sm_flops = hw.peak_flops * (share if power == "bound" else 1.0) / sms
     sm_bandwidth = hw.memory_bandwidth / sms
     compute_us = waves * cta_flops / sm_flops * 1e6
@@ -259,7 +262,7 @@ class TiledEstimator(MLPEstimator):
                  epochs: int = 30, batch_size: int = 1024, learning_rate: float = 3e-3, weight_decay: float = 1e-5,
                  threads: int = 1, seed: int = 0, device_features: str = "none", floor_us: float = 30.0,
                  clamp_inputs: bool = True, power: str = "cap", min_steps: int = 1500, networks: int = 5,
-                 host_floors: bool = True, base_clock: bool = False) -> None:
+                 host_floors: bool = True, base_clock: bool = True) -> None:
         if family != "gemm":
             raise ValueError(f"tiled estimator: family '{family}' is not modelled (expected 'gemm')")
         if device_features not in DEVICE_FEATURES:

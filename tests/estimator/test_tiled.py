@@ -124,18 +124,20 @@ def test_one_slow_host_slows_the_small_kernels_of_an_unseen_device_less_with_a_f
     assert predicted[True] < 0.85 * predicted[False]
 
 
-def test_base_clock_bounds_a_boards_energy_per_flop_only_where_its_generation_was_measured():
+def test_base_clock_tightens_a_loose_cap_only_where_the_generation_was_measured():
     p4, p100 = lookup("p4"), lookup("p100")
-    rows = pd.DataFrame([gemm(64, 64, 64, hardware=h) for h in ("p4", "a100-pcie-40gb", "h100-sxm")])
+    rows = pd.DataFrame([gemm(2048, 2048, 2048, hardware=h) for h in ("p4", "a100-pcie-40gb", "h100-sxm")])
     bound = base_clock_joules(rows)
     assert bound[0] == pytest.approx(p4.tdp_w / (p4.peak_flops("fp32") * p4.base_clock_mhz / p4.max_clock_mhz))
     assert np.isnan(bound[2])  # no base clock in the catalog
     loose = {"6/fp32": p100.tdp_w / (0.9 * p100.peak_flops("fp32"))}  # what a P100 that is not power-limited shows
-    peaks = np.array([lookup(h).peak_flops("fp32") for h in ("p4", "a100-pcie-40gb", "h100-sxm")])
-    assert power_share(rows, peaks, loose)[0] < 0.5
-    share = power_share(rows, peaks, loose, base_clock=True)
-    assert share[0] == pytest.approx(p4.base_clock_mhz / p4.max_clock_mhz)  # the P4 guarantees its base clock
-    assert share[1] == 1.0 and share[2] == 1.0  # Ampere and Hopper never measured: a spec figure adds no cap
+    plain, tight = (tile_features(rows, joules_per_flop=loose, power="cap", base_clock=b) for b in (False, True))
+    flops = 2 * 2048.0 ** 3
+    assert 2.0 ** plain.column(ENERGY)[0] == pytest.approx(flops * loose["6/fp32"] / p4.tdp_w * 1e6, rel=1e-4)
+    assert 2.0 ** tight.column(ENERGY)[0] == pytest.approx(flops * bound[0] / p4.tdp_w * 1e6, rel=1e-4)
+    assert np.isnan(tight.column(ENERGY)[1:]).all()  # Ampere and Hopper never measured: a spec figure adds no cap
+    # the network's input stays the generation's share, what the training devices show
+    np.testing.assert_array_equal(plain.column("log2_power_share"), tight.column("log2_power_share"))
 
 
 def test_is_built_by_name_and_refuses_other_families():
@@ -179,7 +181,8 @@ def test_cap_mode_never_predicts_a_long_kernel_faster_than_its_board_power_allow
     model, test = capped
     long = pd.DataFrame([gemm(s, s, s, hardware="t4", batch=4) for s in (1024, 2048, 3072, 4096)]).assign(
         source="neusight")
-    energy = 2.0 ** tile_features(long, joules_per_flop=model.joules_per_flop, power="cap").column(ENERGY)
+    energy = 2.0 ** tile_features(long, joules_per_flop=model.joules_per_flop, power="cap",
+                                  base_clock=model.base_clock).column(ENERGY)
     credit = max(model.norm["credit_us"])  # each member's time is above its cap, so their mean is above the least
     assert np.all(model.predict(long) >= energy ** 2 / (energy + credit) * (1 - 1e-4))
     assert energy[-1] > 10 * credit  # the largest is held near its power-limited time, not above it by the credit
