@@ -81,7 +81,7 @@ PARAMS: dict[str, float] = {
     "pcie_contention": 1.0, "pcie_scale": 1.0,
 }
 #: figures fitted per device only where its rows pin them, else the median of the devices whose rows do (``pinned``)
-POOLED = ("ring_loss", "pcie_contention", "pcie_scale")
+POOLED = ("step_us_LL", "step_us_LL128", "step_us_Simple", "ring_loss", "pcie_contention", "pcie_scale")
 #: GPUs under one PCIe switch (and the two of an NVLink bridge): the ring's PCIe unit count at which contention starts
 PAIR = 2.0
 NAMES = tuple(PARAMS)
@@ -141,13 +141,15 @@ class Rows:
         return np.where(self.units > 0, pcie, self.link)
 
     def pinned(self) -> dict[str, bool]:
-        """Which of the POOLED figures these rows determine: each scales bandwidth with the rank count, so it needs
-        rings at two counts on its link (one count leaves it interchangeable with the protocol shares); the PCIe
-        scale needs a bridged box's rings on both links."""
+        """Which of the POOLED figures these rows determine: the per-step latencies need rings at two rank counts
+        (one count leaves them interchangeable with the base latency); ring_loss and the contention scale bandwidth
+        with the rank count, so they need rings at two counts on their link (one count leaves them interchangeable
+        with the protocol shares); the PCIe scale needs a bridged box's rings on both links."""
         ring = (self.ranks > 1) & ~np.isin(self.op, P2P_OPS)
         nvlink = np.unique(self.ranks[ring & (self.units == 0) & (self.ranks <= self.per_node)])
         pcie = np.unique(self.units[ring & (self.units > 1)])
-        return {"ring_loss": len(nvlink) >= 2, "pcie_contention": len(pcie) >= 2,
+        steps = len(np.unique(self.ranks[ring]))
+        return {**{f"step_us_{p}": steps >= 2 for p in PROTOCOLS}, "ring_loss": len(nvlink) >= 2, "pcie_contention": len(pcie) >= 2,
                 "pcie_scale": bool(self.bridged.any()) and len(nvlink) >= 1 and len(pcie) >= 1}
 
 
@@ -344,18 +346,20 @@ class NcclEstimator(KernelEstimator):
         for key in pd.unique(keys):
             mask = keys == key
             if mask.sum() >= self.min_rows:
-                pinned[str(key)] = rows.take(mask).pinned()
-                self.params[str(key)] = fit_device(rows.take(mask), y[mask])
+                pinned[str(key)] = pins = rows.take(mask).pinned()
+                self.params[str(key)] = fit_device(rows.take(mask), y[mask],
+                                                   fixed={k: PARAMS[k] for k in POOLED if not pins[k]})
         # what a device's rows leave open, the devices that measured it say: one figure after the other, each pooled
-        # over fits that already hold the figures before it (a fit left free to trade them would be arbitrary)
+        # over fits that already hold the figures before it
         for i, name in enumerate(POOLED):
             self.default = median_params(self.params, pinned)
             for key, pins in pinned.items():
                 if not pins[name]:
-                    held = {k: self.default[k] for k in POOLED[:i + 1] if not pins[k]}
+                    now = self.params[key]
+                    held = {k: self.default[k] if k in POOLED[:i + 1] else now[k] for k in POOLED if not pins[k]}
                     mine = rows.take(keys == key)
-                    if np.allclose(model_us(mine, self.params[key])[0], model_us(mine, self.params[key] | held)[0]):
-                        self.params[key] |= held  # figures these rows never use: no refit
+                    if np.allclose(model_us(mine, now)[0], model_us(mine, now | held)[0]):
+                        self.params[key] = now | held  # figures these rows never use: no refit
                     else:
                         self.params[key] = fit_device(mine, y[keys == key], fixed=held)
         self.default = median_params(self.params, pinned)
