@@ -149,7 +149,8 @@ class Rows:
         nvlink = np.unique(self.ranks[ring & (self.units == 0) & (self.ranks <= self.per_node)])
         pcie = np.unique(self.units[ring & (self.units > 1)])
         steps = len(np.unique(self.ranks[ring]))
-        return {**{f"step_us_{p}": steps >= 2 for p in PROTOCOLS}, "ring_loss": len(nvlink) >= 2, "pcie_contention": len(pcie) >= 2,
+        return {**{f"step_us_{p}": steps >= 2 for p in PROTOCOLS}, "ring_loss": len(nvlink) >= 2,
+                "pcie_contention": len(pcie) >= 2,
                 "pcie_scale": bool(self.bridged.any()) and len(nvlink) >= 1 and len(pcie) >= 1}
 
 
