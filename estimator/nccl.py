@@ -231,10 +231,10 @@ def _kind(name: str) -> str:
 
 
 def fit_device(rows: Rows, runtime_us: np.ndarray, starts: int = 3, seed: int = 0,
-               fixed: dict[str, float] | None = None) -> dict[str, float]:
-    """Least-squares fit of one device's figures on log(time), from ``starts`` starting points (the default figures,
-    then random draws within the bounds; the best fit wins); ``fixed`` figures are held, figures no row constrains
-    keep their start."""
+               fixed: dict[str, float] | None = None, start: dict[str, float] | None = None) -> dict[str, float]:
+    """Least-squares fit of one device's figures on log(time), from ``starts`` starting points (``start``, by default
+    the default figures, then random draws within the bounds; the best fit wins); ``fixed`` figures are held, figures
+    no row constrains keep their start."""
     from scipy.optimize import least_squares
 
     fixed = fixed or {}
@@ -252,7 +252,7 @@ def fit_device(rows: Rows, runtime_us: np.ndarray, starts: int = 3, seed: int = 
 
     best = None
     for i in range(starts):
-        x0 = np.log([PARAMS[k] for k in free]) if i == 0 else rng.uniform(lower, upper)
+        x0 = np.log([(start or PARAMS)[k] for k in free]) if i == 0 else rng.uniform(lower, upper)
         solution = least_squares(residual, np.clip(x0, lower, upper), bounds=(lower, upper), loss="soft_l1",
                                  f_scale=0.1, diff_step=1e-3, max_nfev=200, tr_solver="lsmr")
         if best is None or solution.cost < best.cost:
@@ -362,7 +362,7 @@ class NcclEstimator(KernelEstimator):
                     if np.allclose(model_us(mine, now)[0], model_us(mine, now | held)[0]):
                         self.params[key] = now | held  # figures these rows never use: no refit
                     else:
-                        self.params[key] = fit_device(mine, y[keys == key], fixed=held)
+                        self.params[key] = fit_device(mine, y[keys == key], fixed=held, start=now)
         self.default = median_params(self.params, pinned)
         if self.residual:
             import xgboost as xgb
