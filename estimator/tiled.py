@@ -28,10 +28,11 @@ network predicts how much of a bound the tiles reach, so a prediction can never 
   sustained load within its power: its energy per FLOP is at most watts / (fp32 peak x base / boost)
   (``base_clock_joules``), and the cap takes the lower of that and its generation's figure, which is loose where
   no sibling is power-limited (the P4's only Pascal sibling, the P100, reaches 0.9 of its peak, so Pascal's
-  figure caps the P4 at 0.38 of its peak; the base clock allows 0.80). The share the network sees stays the
-  generation's, what the training devices show: given the base-clock share, the P4, whose long linears run at a
-  fifth of its peak, became the V100's nearest training device (leave-one-GPU-out P4 34 -> 25-26 %, V100
-  16 -> 22-25 %).
+  figure caps the P4 at 0.38 of its peak; the base clock allows 0.80). The share the network sees is tightened
+  the same way only for a device without training rows (``measured``: the training devices): a measured device's
+  share is what its own data show, and tightening those too made the P4, whose long linears run at a fifth of
+  its peak, the V100's nearest training device (leave-one-GPU-out V100 16 -> 22-25 %). Only the P4 fold changes
+  (its base clock is the only one above its siblings' figure): 34 -> 22 %.
 - **Utilisation** is what the network learns, from dimensionless tile facts (tile sides, K per CTA, waves,
   last-wave fill, the tile's arithmetic intensity over the SM's ridge, split-K, path, alignment), optionally with
   the device per SM (``device_features="per_sm"``: peak GFLOP/s, bandwidth and L2 per SM, NeuSight's
@@ -169,19 +170,21 @@ def base_clock_joules(frame: Kernels) -> np.ndarray:
     return np.array(per_device + [np.nan], dtype=np.float64)[np.where(codes < 0, len(devices), codes)]
 
 
-def power_share(frame: Kernels, peak_flops: np.ndarray, joules_per_flop: dict[str, float]) -> np.ndarray:
+def power_share(frame: Kernels, peak_flops: np.ndarray, joules_per_flop: dict[str, float],
+                base_clock: bool = False) -> np.ndarray:
     """The share of the dtype's peak a board can sustain within its power: min(1, watts / (J per FLOP x peak)), with
     the energy per FLOP of its generation (``fit_joules_per_flop``); 1 where its generation was never measured."""
-    share = _tdp_watts(frame) / (_joules(frame, joules_per_flop) * peak_flops)
+    share = _tdp_watts(frame) / (_joules(frame, joules_per_flop, base_clock) * peak_flops)
     return np.where(np.isfinite(share), np.minimum(share, 1.0), 1.0)
 
 
 def tile_features(frame: Kernels, device_features: str = "none", joules_per_flop: dict[str, float] | None = None,
-                  power: str = "feature", base_clock: bool = False) -> FeatureFrame:
+                  power: str = "feature", base_clock: bool = False, measured: tuple[str, ...] = ()) -> FeatureFrame:
     """The bound (``BOUND``) and the utilisation network's inputs for every GEMM row; ``baseline_us`` is the bound.
     ``joules_per_flop`` gives each row its board's power share (``power_share``): with ``power="bound"`` the bound's
     compute term runs at that share of peak, with ``"feature"`` the share is an input of the network instead; with
-    ``"cap"`` also the power-limited time (``ENERGY``), at an energy per FLOP that ``base_clock`` tightens."""
+    ``"cap"`` also the power-limited time (``ENERGY``), at an energy per FLOP that ``base_clock`` tightens, as it
+    does the share of a device not in ``measured`` (the training devices)."""
     frame = categorical_keys(label_for_features(frame))
     w = work("gemm", frame)
     hw = row_hardware(frame["hardware"], frame["dtype"])
@@ -203,6 +206,9 @@ def tile_features(frame: Kernels, device_features: str = "none", joules_per_flop
     cta_flops = 2.0 * tile_m * tile_n * k_cta
     cta_bytes = elem * (tile_m * k_cta + tile_n * k_cta + tile_m * tile_n)
     share = power_share(frame, hw.peak_flops, joules_per_flop) if joules_per_flop else np.ones(len(m))
+    if base_clock and joules_per_flop:  # a device without training rows: its base clock may tighten its siblings'
+        unseen = ~np.isin(np.asarray(frame["hardware"], dtype=object).astype(str), list(measured))
+        share = np.where(unseen, power_share(frame, hw.peak_flops, joules_per_flop, True), share)
     sm_flops = hw.peak_flops * (share if power == "bound" else 1.0) / sms
     sm_bandwidth = hw.memory_bandwidth / sms
     compute_us = waves * cta_flops / sm_flops * 1e6
@@ -298,6 +304,7 @@ class TiledEstimator(MLPEstimator):
         runtime_us = np.asarray(runtime_us, dtype=np.float64)
         self.feature_names = []
         self.joules_per_flop = fit_joules_per_flop(frame, runtime_us) if self.power != "none" else {}
+        self.norm = {"measured": sorted(str(h) for h in factorize(frame["hardware"])[1])}
         hosts = np.maximum(factorize(frame["hardware"])[0], 0) if self.host_floors else np.zeros(len(frame))
         self._hosts = torch.from_numpy(hosts.astype(np.int64))  # read by _fit_matrix, which sees no frame
         try:
@@ -310,7 +317,8 @@ class TiledEstimator(MLPEstimator):
         if len(uniques) and (len(uniques) > 1 or str(uniques[0]) != "gemm"):
             raise ValueError(f"tiled estimator got rows of family {', '.join(map(str, uniques))} (expected gemm; "
                              "route mixed frames through estimator.load())")
-        feats = tile_features(frame, self.device_features, self.joules_per_flop, self.power, self.base_clock)
+        feats = tile_features(frame, self.device_features, self.joules_per_flop, self.power, self.base_clock,
+                              tuple(self.norm.get("measured", ())))
         if self.feature_names and feats.names != self.feature_names:
             raise ValueError(f"tiled@{self.version} was trained on other features than this version computes: "
                              "retrain or re-export the bundle")
@@ -364,9 +372,9 @@ class TiledEstimator(MLPEstimator):
         x_mean = np.where(np.isfinite(x_mean), x_mean, 0.0)
         x_std = np.where(np.isfinite(x_std) & (x_std > 1e-6), x_std, 1.0)
         x_min, x_max = np.nanmin(net, axis=0), np.nanmax(net, axis=0)
-        self.norm = {"x_mean": x_mean.tolist(), "x_std": x_std.tolist(),
-                     "x_min": np.where(np.isfinite(x_min), x_min, 0.0).tolist(),
-                     "x_max": np.where(np.isfinite(x_max), x_max, 0.0).tolist()}
+        self.norm |= {"x_mean": x_mean.tolist(), "x_std": x_std.tolist(),
+                      "x_min": np.where(np.isfinite(x_min), x_min, 0.0).tolist(),
+                      "x_max": np.where(np.isfinite(x_max), x_max, 0.0).tolist()}
         xs, log_bound, log_energy = self._inputs(x)
         target = torch.from_numpy(y.astype(np.float32)) + log_bound  # y is log(runtime / bound)
         floor_codes = self._floor_codes(x)

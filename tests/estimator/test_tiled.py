@@ -119,12 +119,13 @@ def test_one_slow_host_slows_the_small_kernels_of_an_unseen_device_less_with_a_f
     small = pd.DataFrame([gemm(64, 64, 64, hardware="p4", batch=2) for _ in range(3)]).assign(source="neusight")
     predicted = {}
     for host_floors in (True, False):
-        model = TiledEstimator(**(FAST | {"host_floors": host_floors})).fit(frame, frame["runtime_us"].to_numpy())
+        model = TiledEstimator(**(FAST | {"host_floors": host_floors, "base_clock": False}))
+        model.fit(frame, frame["runtime_us"].to_numpy())
         predicted[host_floors] = model.predict(small)[0]
     assert predicted[True] < 0.85 * predicted[False]
 
 
-def test_base_clock_tightens_a_loose_cap_only_where_the_generation_was_measured():
+def test_base_clock_tightens_a_loose_cap_and_an_unseen_devices_share_where_the_generation_was_measured():
     p4, p100 = lookup("p4"), lookup("p100")
     rows = pd.DataFrame([gemm(2048, 2048, 2048, hardware=h) for h in ("p4", "a100-pcie-40gb", "h100-sxm")])
     bound = base_clock_joules(rows)
@@ -136,8 +137,13 @@ def test_base_clock_tightens_a_loose_cap_only_where_the_generation_was_measured(
     assert 2.0 ** plain.column(ENERGY)[0] == pytest.approx(flops * loose["6/fp32"] / p4.tdp_w * 1e6, rel=1e-4)
     assert 2.0 ** tight.column(ENERGY)[0] == pytest.approx(flops * bound[0] / p4.tdp_w * 1e6, rel=1e-4)
     assert np.isnan(tight.column(ENERGY)[1:]).all()  # Ampere and Hopper never measured: a spec figure adds no cap
-    # the network's input stays the generation's share, what the training devices show
-    np.testing.assert_array_equal(plain.column("log2_power_share"), tight.column("log2_power_share"))
+    # the network's input: a measured device keeps its generation's share (what its data show), an unseen one
+    # takes the tighter figure its base clock gives
+    shares = {m: 2.0 ** tile_features(rows, joules_per_flop=loose, power="cap", base_clock=True,
+                                      measured=m).column("log2_power_share") for m in (("p4",), ())}
+    np.testing.assert_allclose(shares[("p4",)], 2.0 ** plain.column("log2_power_share"))
+    assert shares[("p4",)][0] < 0.5
+    assert shares[()][0] == pytest.approx(p4.base_clock_mhz / p4.max_clock_mhz, rel=1e-5)
 
 
 def test_is_built_by_name_and_refuses_other_families():
