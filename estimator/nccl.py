@@ -141,14 +141,15 @@ class Rows:
         return np.where(self.units > 0, pcie, self.link)
 
     def pinned(self) -> dict[str, bool]:
-        """Which of the POOLED figures these rows determine: the per-step latencies need rings at two rank counts
-        (one count leaves them interchangeable with the base latency); ring_loss and the contention scale bandwidth
-        with the rank count, so they need rings at two counts on their link (one count leaves them interchangeable
-        with the protocol shares); the PCIe scale needs a bridged box's rings on both links."""
+        """Which of the POOLED figures these rows determine: the per-step latencies need rings of two step counts
+        (all_reduce's 2(n-1) and all_gather's n-1 are two; one leaves them interchangeable with the base latency);
+        ring_loss and the contention scale bandwidth with the rank count, so they need rings at two counts on their
+        link (one count leaves them interchangeable with the protocol shares); the PCIe scale needs a bridged box's
+        rings on both links."""
         ring = (self.ranks > 1) & ~np.isin(self.op, P2P_OPS)
         nvlink = np.unique(self.ranks[ring & (self.units == 0) & (self.ranks <= self.per_node)])
         pcie = np.unique(self.units[ring & (self.units > 1)])
-        steps = len(np.unique(self.ranks[ring]))
+        steps = len(np.unique(np.where(self.op == "all_reduce", 2.0, 1.0)[ring] * (self.ranks[ring] - 1.0)))
         return {**{f"step_us_{p}": steps >= 2 for p in PROTOCOLS}, "ring_loss": len(nvlink) >= 2,
                 "pcie_contention": len(pcie) >= 2,
                 "pcie_scale": bool(self.bridged.any()) and len(nvlink) >= 1 and len(pcie) >= 1}

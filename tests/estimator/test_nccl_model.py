@@ -124,3 +124,16 @@ def test_a_figure_a_device_cannot_pin_comes_from_the_devices_that_do():
         model.params["l40s|synthetic"]["pcie_contention"])
     test = collectives("l4", ranks=(8,))
     assert np.abs(model.predict(test) / measured(test) - 1.0).mean() < 0.1
+
+
+def test_a_device_measured_at_one_count_takes_its_step_latencies_from_those_measured_at_several():
+    several = collectives("h100-sxm")
+    # one step count: the base and per-step latencies trade freely
+    one = collectives("a100-sxm-80gb", ops=("all_reduce",), ranks=(8,), sizes=tuple(2.0 ** np.arange(9, 30, 0.5)))
+    frame = pd.concat([several, one], ignore_index=True)
+    model = NcclEstimator().fit(frame, measured(frame))
+    for proto in ("LL", "LL128", "Simple"):
+        assert model.params["a100-sxm-80gb|synthetic"][f"step_us_{proto}"] == pytest.approx(
+            model.params["h100-sxm|synthetic"][f"step_us_{proto}"])
+    small = collectives("a100-sxm-80gb", ops=("all_reduce",), ranks=(2,), sizes=(2.0 ** 9, 2.0 ** 11))
+    assert np.abs(model.predict(small) / measured(small) - 1.0).mean() < 0.1
