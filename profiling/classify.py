@@ -830,25 +830,14 @@ def _random(name: str, shapes: tuple, dtypes: tuple, args: tuple | None, kernel_
 
 _Handler = Callable[[str, tuple, tuple, "tuple | None", "str | None"], "Row | None"]
 _HANDLERS: dict[str, _Handler] = {}
-for _name in ("mm", "addmm", "_addmm_activation", "bmm", "baddbmm", "addbmm", "matmul", "linear", "_scaled_mm"):
-    _HANDLERS[_name] = _gemm
-for _name in _ATTENTION:
-    _HANDLERS[_name] = _attention
-for _name in _NORM:
-    _HANDLERS[_name] = _norm
-for _name in _ELEMENTWISE_ALIASES:
-    _HANDLERS[_name] = _elementwise
-for _name in _FUSED_OPTIMIZERS:
-    _HANDLERS[_name] = _optimizer
-for _name in (*_CONV_FORWARD_ARGS, "_conv_depthwise2d", "conv_depthwise3d", "convolution_backward",
-              "cudnn_convolution_backward_input", "cudnn_convolution_backward_weight"):
-    _HANDLERS[_name] = _conv
-for _name in _BATCH_NORM:
-    _HANDLERS[_name] = _batch_norm
-for _name in _POOLS:
-    _HANDLERS[_name] = _pool
-for _name in _RANDOM_OPS:
-    _HANDLERS[_name] = _random
+for _names, _handler in (
+        (("mm", "addmm", "_addmm_activation", "bmm", "baddbmm", "addbmm", "matmul", "linear", "_scaled_mm"), _gemm),
+        (_ATTENTION, _attention), (_NORM, _norm), (_ELEMENTWISE_ALIASES, _elementwise),
+        (_FUSED_OPTIMIZERS, _optimizer),
+        ((*_CONV_FORWARD_ARGS, "_conv_depthwise2d", "conv_depthwise3d", "convolution_backward",
+          "cudnn_convolution_backward_input", "cudnn_convolution_backward_weight"), _conv),
+        (_BATCH_NORM, _batch_norm), (_POOLS, _pool), (_RANDOM_OPS, _random)):
+    _HANDLERS.update(dict.fromkeys(_names, _handler))
 
 
 # ---- public API ---------------------------------------------------------------------------------------------------
