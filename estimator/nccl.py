@@ -56,16 +56,10 @@ from profiling.hardware import lookup
 PROTOCOLS = ("LL", "LL128", "Simple")
 
 
-#: PCIe cards whose NVLink is a bridge between two boards though their catalog id does not name PCIe (A40, RTX A6000:
-#: one 2-way bridge, 56 GB/s). The catalog has no topology field; this stands in for one until it does
-BRIDGED_CARDS = ("a40", "rtx-a6000")
-
-
 def switched(spec) -> bool:
-    """Whether a node's GPUs meet at an NVSwitch. The catalog has no topology field: an NVLink part whose id names
-    PCIe (H100 NVL, A100 PCIe) or that is one of BRIDGED_CARDS has bridges between pairs, every other NVLink part in
-    it is an SXM board on a switch."""
-    return bool(spec.nvlink_bandwidth_gbps) and "pcie" not in spec.id and spec.id not in BRIDGED_CARDS
+    """Whether a node's GPUs meet at an NVSwitch (the catalog's ``nvlink_topology``: ``switch``); ``pairs`` boards
+    (H100 NVL, A100 PCIe, A40, RTX A6000) are bridged two by two and meet the rest of the node over PCIe."""
+    return spec.nvlink_topology == "switch"
 #: payload bytes per byte on the wire
 PAYLOAD_SHARE = {"LL": 0.5, "LL128": 120.0 / 128.0, "Simple": 1.0}
 #: fitted figures (each stored as its log) and their starting values: microseconds, shares of link bandwidth, bytes

@@ -59,6 +59,9 @@ class HardwareSpec(BaseModel):
     shared_memory_per_sm_kib: float | None = None
     peak_tflops: dict[str, float]
     nvlink_bandwidth_gbps: float | None = None
+    nvlink_topology: Literal["switch", "pairs"] | None = Field(
+        default=None, description="how a node's NVLink joins its GPUs: 'switch' (every GPU on NVSwitches, SXM boards) "
+        "or 'pairs' (two-board bridges, PCIe cards, PCIe beyond the pair); required with nvlink_bandwidth_gbps")
     pcie_bandwidth_gbps: float | None = None
     network_bandwidth_gbps: float | None = None
     gpus_per_node: int = 8
@@ -67,6 +70,13 @@ class HardwareSpec(BaseModel):
                                         "tdp_w: clock and peaks are derived from it (module docstring)")
     rated_clock_mhz: float | None = Field(default=None, description="set at load: max_clock_mhz as the file gives "
                                           "it, before a power limit scales it")
+
+    @model_validator(mode="after")
+    def _nvlink_has_a_topology(self):
+        """A node's NVLink figure means nothing without how it joins the GPUs (all through switches, or in pairs)."""
+        if bool(self.nvlink_bandwidth_gbps) != (self.nvlink_topology is not None):
+            raise ValueError("nvlink_topology ('switch' or 'pairs') is set exactly when nvlink_bandwidth_gbps is")
+        return self
 
     @model_validator(mode="before")
     @classmethod

@@ -42,3 +42,19 @@ def test_model_dims_are_consistent():
     assert (llama3.hidden, llama3.heads, llama3.kv_heads, llama3.head_dim) == (4096, 32, 8, 128)
     with pytest.raises(UnknownModelError, match="unknown model 'bert'"):
         lookup_model("bert")
+
+
+def test_an_nvlink_figure_without_its_topology_is_refused_in_one_line(tmp_path):
+    import pytest
+    import yaml
+
+    from profiling.hardware import HARDWARE_DIR, load_spec
+
+    data = yaml.safe_load((HARDWARE_DIR / "h100-sxm.yaml").read_text())
+    del data["nvlink_topology"]
+    path = tmp_path / "h100-sxm.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ValueError, match=r"h100-sxm\.yaml: .*nvlink_topology") as err:
+        load_spec(path)
+    assert "\n" not in str(err.value)
+    assert load_spec(HARDWARE_DIR / "h100-sxm.yaml").nvlink_topology == "switch"
