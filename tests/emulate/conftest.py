@@ -51,3 +51,24 @@ def kernelbench_timings(tmp_path: Path) -> WriteTimings:
         return tmp_path
 
     return write
+
+
+StepTrace = Callable[[str, list[dict[str, Any]]], Path]
+
+
+@pytest.fixture
+def step_trace(tmp_path: Path) -> StepTrace:
+    """Writes a one-rank trace of a KernelBench capture: ``write(hardware, kernels)`` puts an iteration marker
+    before, between and after the kernels (one kernel a forward call) and returns the trace's path."""
+    from emulate.trace import write_trace
+
+    def write(hardware: str, kernels: list[dict[str, Any]]) -> Path:
+        events: list[dict[str, Any]] = [{"kind": "iteration", "step": 0}]
+        for step, kernel in enumerate(kernels, start=1):
+            events += [kernel, {"kind": "iteration", "step": step}]
+        path = tmp_path / "rank0.trace.json"
+        write_trace(path, rank=0, world_size=1, hardware=hardware,
+                    events=[{**ev, "seq": i, "t_ns": i, "gap_ns": 0} for i, ev in enumerate(events)])
+        return path
+
+    return write

@@ -118,16 +118,11 @@ def test_kineto_geometry_comes_from_the_next_batch_norm_and_the_autograd_sequenc
 
 
 @pytest.mark.slow
-def test_a_convolution_row_replaces_the_launch_floor(tmp_path):
+def test_a_convolution_row_replaces_the_launch_floor(step_trace):
     kernel = {"kind": "kernel", "stream": 0, "grid": [1, 1, 1], "block": [128, 1, 1], "shmem": 0, "lib": None,
-              "op": "aten.cudnn_convolution.default"}
+              "op": "aten.cudnn_convolution.default", "name": "sm75_xmma_fprop"}
     spec = {"family": "gemm", "dtype": "fp32", "m": 16 * 254 * 254, "n": 64, "k": 27, "batch": 1}
-    events = [{"kind": "iteration", "step": 0}, {**kernel, "name": "sm75_xmma_fprop", "spec": None},
-              {"kind": "iteration", "step": 1}, {**kernel, "name": "sm75_xmma_fprop", "spec": spec},
-              {"kind": "iteration", "step": 2}]
-    trace = tmp_path / "rank0.trace.json"
-    write_trace(trace, rank=0, world_size=1, hardware="t4",
-                events=[{**ev, "seq": i, "t_ns": i, "gap_ns": 0} for i, ev in enumerate(events)])
+    trace = step_trace("t4", [{**kernel, "spec": None}, {**kernel, "spec": spec}])
     row, = evaluate_problems(["63_conv"], {"t4": [(trace, ["63_conv"])]}, {"63_conv": {"t4": 2.35}}, {"t4": 0.1})
     g = row["gpus"]["t4"]
     assert g["floor_ms"] == pytest.approx(0.002)

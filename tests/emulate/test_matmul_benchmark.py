@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from emulate.conv_benchmark import EAGER, eager_ms
 from emulate.matmul_benchmark import evaluate, main, matmul_problems
-from emulate.trace import write_trace
 
 #: eager forward times (ms) per GPU folder
 TIMINGS_MS = {"T4_modal": {"19_ReLU.py": 0.03, "1_Square_matrix_multiplication_.py": 4.46,
@@ -18,16 +17,11 @@ def test_matmul_problems_leave_out_the_scalar_product_and_the_convolutions(kerne
     assert matmul_problems(measured, ["16_"]) == ["16_Matmul_with_transposed_A"]
 
 
-def test_a_forward_is_timed_by_every_kernel_of_its_last_call_and_host_bound_ones_are_left_out(tmp_path):
+def test_a_forward_is_timed_by_every_kernel_of_its_last_call_and_host_bound_ones_are_left_out(step_trace):
     kernel = {"kind": "kernel", "stream": 0, "grid": [1, 1, 1], "block": [128, 1, 1], "shmem": 0, "lib": None,
-              "op": "aten.mm.default"}
+              "op": "aten.mm.default", "name": "volta_sgemm_128x64_nn"}
     spec = {"family": "gemm", "dtype": "fp32", "m": 4096, "n": 4096, "k": 4096, "batch": 1}
-    events = [{"kind": "iteration", "step": 0}, {**kernel, "name": "volta_sgemm_128x64_nn", "spec": spec},
-              {"kind": "iteration", "step": 1}, {**kernel, "name": "volta_sgemm_128x64_nn", "spec": spec},
-              {"kind": "iteration", "step": 2}]
-    trace = tmp_path / "rank0.trace.json"
-    write_trace(trace, rank=0, world_size=1, hardware="t4",
-                events=[{**ev, "seq": i, "t_ns": i, "gap_ns": 0} for i, ev in enumerate(events)])
+    trace = step_trace("t4", [{**kernel, "spec": spec}, {**kernel, "spec": spec}])
     import estimator
 
     est = estimator.load()
