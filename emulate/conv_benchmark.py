@@ -40,7 +40,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from emulate.kernelbench_benchmark import PROBLEMS, TIMINGS, device_bound, error, measured_ms
+from emulate.kernelbench_benchmark import PROBLEMS, TIMINGS, device_bound, error, kernel_us, measured_ms
 from profiling.atomic import write_json_atomic
 from profiling.classify import classify_op, is_convolution_op
 from profiling.paths import REPO_ROOT, cache_root, shared_data_root
@@ -156,15 +156,6 @@ def uncorrected_estimator(bundle: str | None = None) -> Any:
     est = estimators.load(bundle)
     est.conv_families = None
     return est
-
-
-def kernel_us(events: list[dict[str, Any]], gpu: str, est: Any) -> list[float]:
-    """Predicted us of every event of a capture on ``gpu`` (one simulation for all its problems)."""
-    from emulate.simulate import simulate
-
-    doc = {"format": "stepcast-trace", "version": 1, "rank": 0, "world_size": 1, "hardware": gpu, "meta": {},
-           "events": events}
-    return [float(u) for u in simulate([doc], gpu, estimator=est).durations.us[0]]
 
 
 def conv_calls(events: list[dict[str, Any]], us: list[float], window: tuple[int, int]) -> list[dict[str, Any]]:

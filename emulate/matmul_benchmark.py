@@ -27,8 +27,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from emulate.conv_benchmark import capture_all, eager_ms, kernel_us, problem_windows
-from emulate.kernelbench_benchmark import SCALAR_PRODUCT, TIMINGS, device_bound, error
+from emulate.conv_benchmark import capture_all, eager_ms, problem_windows
+from emulate.kernelbench_benchmark import SCALAR_PRODUCT, TIMINGS, device_bound, error, kernel_us
 from profiling.atomic import write_json_atomic
 from profiling.paths import shared_data_root
 
