@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from estimator.analytical import RooflineEstimator, link_bandwidth
-from estimator.frames import Kernels, factorize, flag, num, text
+from estimator.frames import Kernels, by_code, factorize, flag, num, text
 from estimator.hardware_table import RowHardware, row_hardware
 from estimator.kernel_config import kernel_config_features
 from estimator.workload import COLLECTIVE_BUS_FACTOR, ELEMENTWISE_OPS, NORM_OPS, OPTIMIZER_OPS, Work, element_bytes, work
@@ -185,7 +185,7 @@ def timing_codes(frame: Kernels) -> np.ndarray:
     codes, uniques = factorize(frame["source"])
     table = np.array([standard if not isinstance(u, str) or not u else lookup.get(TIMING_METHODS.get(u, ""), -1)
                       for u in uniques] + [standard], dtype=np.float64)
-    return table[np.where(codes < 0, len(uniques), codes)]
+    return by_code(table, codes)
 
 
 def features(family: str, frame: Kernels, kernel_config: bool = False, timing: bool = False) -> FeatureFrame:

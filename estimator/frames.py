@@ -114,6 +114,13 @@ def factorize(values: pd.Series | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(codes), np.asarray(uniques, dtype=object)
 
 
+def by_code(table: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """Per row, the entry of ``table`` at its :func:`factorize` code: one entry per distinct value, then one more,
+    last, for the rows without a value (code -1, a categorical's missing value). Lets a per-row column be computed
+    once per distinct value."""
+    return table[np.where(codes < 0, len(table) - 1, codes)]
+
+
 def as_frame(kernels: pd.DataFrame | KernelColumns | list[dict] | dict) -> pd.DataFrame:
     """A data frame of kernel rows from a frame, light columns, a list of kernel specs (dicts) or one spec."""
     if isinstance(kernels, pd.DataFrame):

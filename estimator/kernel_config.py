@@ -24,7 +24,7 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from estimator.frames import Kernels, factorize
+from estimator.frames import Kernels, by_code, factorize
 
 #: architecture paths, in the order the name patterns are tried; the feature is the index
 PATHS = ("nvjet", "xmma", "cutlass", "prebuilt", "gemv", "small", "other")
@@ -104,7 +104,7 @@ def _grid(values: pd.Series | np.ndarray) -> np.ndarray:
             continue
         if len(dims) == 3:
             parsed[i] = dims
-    return parsed[np.where(codes < 0, len(uniques), codes)]
+    return by_code(parsed, codes)
 
 
 def shape_alignment_bytes(n: np.ndarray, k: np.ndarray, element_bytes: np.ndarray) -> np.ndarray:

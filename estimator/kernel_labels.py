@@ -52,7 +52,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from estimator.frames import Kernels, factorize
+from estimator.frames import Kernels, by_code, factorize
 from profiling.atomic import atomic_path
 from profiling.paths import cache_root
 
@@ -205,15 +205,14 @@ def _labelable(frame: pd.DataFrame) -> np.ndarray:
     batch = pd.to_numeric(frame["batch"], errors="coerce").fillna(1).to_numpy() if "batch" in frame.columns \
         else np.ones(len(frame))
     codes, uniques = factorize(frame["hardware"])
-    hw_ok = np.array([can_label(str(u)) for u in uniques] + [False])[np.where(codes < 0, len(uniques), codes)]
+    hw_ok = by_code(np.array([can_label(str(u)) for u in uniques] + [False]), codes)
     return ~recorded & (batch == 1) & (_codes(frame["dtype"], LABEL_DTYPES) >= 0) & hw_ok
 
 
 def _codes(values: pd.Series, vocabulary: tuple[str, ...]) -> np.ndarray:
     """Integer codes of a string column over ``vocabulary`` (-1 elsewhere), computed once per distinct value."""
     codes, uniques = factorize(values)
-    table = np.array([vocabulary.index(str(u)) if str(u) in vocabulary else -1 for u in uniques] + [-1])
-    return table[np.where(codes < 0, len(uniques), codes)]
+    return by_code(np.array([vocabulary.index(str(u)) if str(u) in vocabulary else -1 for u in uniques] + [-1]), codes)
 
 
 def _keys(rows: pd.DataFrame) -> np.ndarray:
@@ -243,8 +242,7 @@ def source_cublas(frame: pd.DataFrame) -> np.ndarray:
     if "source" not in frame.columns:
         return np.full(len(frame), None, dtype=object)
     codes, uniques = factorize(frame["source"])
-    table = np.array([SOURCE_CUBLAS.get(str(u)) for u in uniques] + [None], dtype=object)
-    return table[np.where(codes < 0, len(uniques), codes)]
+    return by_code(np.array([SOURCE_CUBLAS.get(str(u)) for u in uniques] + [None], dtype=object), codes)
 
 
 @cache

@@ -60,7 +60,7 @@ import torch
 from torch import nn
 
 from estimator.features import GEMM_TILES, FeatureFrame, categorical_keys, encode, timing_codes, VOCABULARY
-from estimator.frames import Kernels, factorize, num
+from estimator.frames import Kernels, by_code, factorize, num
 from estimator.hardware_table import row_hardware
 from estimator.kernel_config import kernel_config_features
 from estimator.kernel_labels import label_for_features
@@ -117,9 +117,9 @@ def _generation_keys(frame: Kernels) -> np.ndarray:
     codes, devices = factorize(frame["hardware"])
     dcodes, dtypes = factorize(frame["dtype"])
     specs = [lookup(str(d)) for d in devices]
-    major = np.array([f"{s.compute_capability[0]}" if s.compute_capability and s.tdp_w else "" for s in specs] + [""],
-                     dtype=object)[np.where(codes < 0, len(devices), codes)]
-    dtype = np.array([str(d) for d in dtypes] + [""], dtype=object)[np.where(dcodes < 0, len(dtypes), dcodes)]
+    major = by_code(np.array([f"{s.compute_capability[0]}" if s.compute_capability and s.tdp_w else "" for s in specs]
+                             + [""], dtype=object), codes)
+    dtype = by_code(np.array([str(d) for d in dtypes] + [""], dtype=object), dcodes)
     return np.where(major == "", "", major + "/" + dtype).astype(object)
 
 
@@ -167,7 +167,7 @@ def base_clock_joules(frame: Kernels) -> np.ndarray:
         base, watts = spec.base_clock_mhz, spec.tdp_w
         per_device.append(watts / (spec.peak_flops("fp32") / spec.power_clock_scale * base / rated)
                           if base and watts else np.nan)
-    return np.array(per_device + [np.nan], dtype=np.float64)[np.where(codes < 0, len(devices), codes)]
+    return by_code(np.array(per_device + [np.nan], dtype=np.float64), codes)
 
 
 def power_share(frame: Kernels, peak_flops: np.ndarray, joules_per_flop: dict[str, float],
@@ -252,8 +252,8 @@ def _tdp_watts(frame: Kernels) -> np.ndarray:
     from profiling.hardware import lookup
 
     codes, devices = factorize(frame["hardware"])
-    watts = np.array([float(getattr(lookup(str(d)), "tdp_w", None) or np.nan) for d in devices] + [np.nan])
-    return watts[np.where(codes < 0, len(devices), codes)]
+    return by_code(np.array([float(getattr(lookup(str(d)), "tdp_w", None) or np.nan) for d in devices] + [np.nan]),
+                   codes)
 
 
 class TiledEstimator(MLPEstimator):
