@@ -22,7 +22,8 @@ Rows without a recorded kernel are asked as ``torch.nn.functional.linear`` lays 
 transposed: cuBLAS's T/N problem with m and n swapped), which is what every such source measured (aiconfigurator,
 Vidur, LLMCompass) and what an emulated Linear layer runs.
 
-The cache is one parquet file per device and cuBLAS version under ``<cache>/gemm_labels/`` (see
+The cache is one parquet file per device (``device_key``: the driver build and the device's answers) and cuBLAS
+version under ``<cache>/gemm_labels/`` (see
 ``profiling.paths.cache_root``; fetched cuBLAS libraries live under ``<cache>/cublas/<version>/``), written to a
 temporary name and renamed after each chunk, so an interrupted labelling resumes where it stopped. Labelling costs
 about 2.5 ms per new shape on one core (one child process per chunk of shapes).
@@ -40,6 +41,7 @@ its tile about two times in three.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.metadata
 import logging
 import subprocess
@@ -152,10 +154,24 @@ def fetch_cublas(version: str, wheel: Path | None = None) -> Path:
     return out
 
 
+@cache
+def device_key(hardware: str) -> str:
+    """What the virtual ``hardware`` answers a library's device queries with: the driver build and the device's
+    attributes and modelled layout. A change to either can move the heuristic's choices (the answer for 17-18-block
+    clusters moved 105 of 369 H100 choices), so label caches are kept per key."""
+    from emulate.driver.build import driver_key
+    from emulate.driver.device import driver_environment
+    from profiling.hardware import lookup
+
+    env = driver_environment(lookup(hardware))
+    text = driver_key() + "".join(f"{k}={env[k]};" for k in sorted(env))
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
 def cache_file(hardware: str, cache_dir: Path | None = None, cublas: str | None = None) -> Path:
-    """The label cache of one device and cuBLAS version (default: the installed wheel's)."""
+    """The label cache of one device (``device_key``) and cuBLAS version (default: the installed wheel's)."""
     root = Path(cache_dir) if cache_dir is not None else cache_root() / "gemm_labels"
-    return root / f"{hardware}-cublas{cublas or cublas_wheel_version()}.parquet"
+    return root / f"{hardware}-cublas{cublas or cublas_wheel_version()}-device{device_key(hardware)}.parquet"
 
 
 def read_cache(hardware: str, cache_dir: Path | None = None, cublas: str | None = None) -> pd.DataFrame:

@@ -13,6 +13,7 @@ Caching, locking and the atomic replace are :mod:`emulate.shim_build`'s (one cop
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import subprocess
@@ -114,6 +115,14 @@ def _build_key(cc: str, cuda_inc: Path) -> str:
     for header in ("cuda.h", *TYPEDEF_HEADERS):
         h.update((cuda_inc / header).read_bytes())
     return h.hexdigest()[:16]
+
+
+@functools.cache
+def driver_key() -> str:
+    """The hash that names the driver build (its sources, the compiler, the CUDA headers): what answers a library's
+    device queries, so anything cached from those answers (kernel labels) is keyed by it too."""
+    incs = include_dirs()
+    return _build_key(compiler(), cuda_include(incs))
 
 
 def driver_path(*, rebuild: bool = False) -> Path:

@@ -44,9 +44,6 @@ def test_an_older_cublaslt_answers_with_its_own_version_and_kernels():
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="the emulated driver answers cuOccupancyMaxActiveClusters for a non-portable "
-                   "cluster of 18 CTAs with CUDA_ERROR_INVALID_CLUSTER_SIZE; cuBLAS 12.1's cublasLtCreate needs a "
-                   "count there (its GPC probe) and returns CUBLAS_STATUS_INTERNAL_ERROR")
 def test_cublas_12_1_runs_on_the_emulated_hopper():
     choice = choose([torch_linear_gemm(520, 4096, 11008, "fp16")], "h100-sxm", library=old_library())[0]
     assert choice.kernel.startswith("sm90_xmma")

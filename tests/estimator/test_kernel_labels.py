@@ -81,8 +81,23 @@ def test_label_caches_are_kept_per_device_and_cublas_version(tmp_path):
     from estimator.kernel_labels import cublas_wheel_version
 
     assert cache_file("h100-sxm", tmp_path, "12.1.3.1") != cache_file("h100-sxm", tmp_path)
-    assert cache_file("h100-sxm", tmp_path).name == f"h100-sxm-cublas{cublas_wheel_version()}.parquet"
+    assert cache_file("h100-sxm", tmp_path).name.startswith(f"h100-sxm-cublas{cublas_wheel_version()}-device")
     assert "12.1.3.1" in cache_file("h100-sxm", tmp_path, "12.1.3.1").name
+
+
+def test_label_caches_are_kept_per_emulated_device_answers(tmp_path, monkeypatch):
+    """A driver rebuilt with other answers (or a device with other attributes) must not reuse older labels."""
+    import emulate.driver.build as build
+    from estimator.kernel_labels import device_key
+
+    before = cache_file("h100-sxm", tmp_path)
+    assert cache_file("h200-sxm", tmp_path) != before
+    device_key.cache_clear()
+    monkeypatch.setattr(build, "driver_key", lambda: "another driver")
+    try:
+        assert cache_file("h100-sxm", tmp_path) != before
+    finally:
+        device_key.cache_clear()
 
 
 def test_every_source_version_names_a_wheel_that_can_be_fetched():

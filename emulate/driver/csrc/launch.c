@@ -227,9 +227,21 @@ FK_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveClusters(int *numClusters, CUfunc
     unsigned cluster[3];
     cluster_of(config, cluster);
     int size = (int)(cluster[0] * cluster[1] * cluster[2]);
-    if (size > (f->non_portable_cluster ? 16 : 8)) { *numClusters = 0; return CUDA_ERROR_INVALID_CLUSTER_SIZE; }
     int per_sm = fk_blocks_per_sm(f, (int)(config->blockDimX * config->blockDimY * config->blockDimZ), config->sharedMemBytes);
-    *numClusters = per_sm > 0 ? active_clusters(size, per_sm) : 0;
+    int count = per_sm > 0 ? active_clusters(size, per_sm) : 0;
+    /* Past the portable 8, a kernel without the non-portable flag is refused. With the flag the answer is the GPC
+     * arithmetic for any size that fits in a GPC, past the launchable 16 too: libraries probe the GPC layout with
+     * such sizes (cuBLAS 12.1's cluster discovery asks 18, 16, ..., 4 at one block per SM and fails to create a
+     * handle unless 18 gets the count of 18-SM GPCs, as it must on a real H100, where 66 TPCs over 8 GPCs leave at
+     * least two of 9 TPCs). A size that fits nowhere is refused. */
+    if (size > 8 && (!f->non_portable_cluster || (size > 16 && count == 0))) {
+        if (getenv("STEPCAST_DRIVER_DEBUG"))
+            fk_log_line("{\"event\":\"clusters_refused\",\"name\":\"%.80s\",\"size\":%d,\"non_portable\":%d}", f->name,
+                        size, f->non_portable_cluster);
+        *numClusters = 0;
+        return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+    }
+    *numClusters = count;
     if (getenv("STEPCAST_DRIVER_DEBUG"))
         fk_log_line("{\"event\":\"clusters\",\"name\":\"%.80s\",\"size\":%d,\"smem\":%u,\"clusters\":%d}", f->name, size,
                     config->sharedMemBytes, *numClusters);
