@@ -159,25 +159,23 @@ def uncorrected_estimator(bundle: str | None = None) -> Any:
 
 
 def conv_calls(events: list[dict[str, Any]], us: list[float], window: tuple[int, int]) -> list[dict[str, Any]]:
-    """The convolution calls of a window: {family, ms, corrected, kernels}. A call is its first kernel (which
-    carries the row) and the ``op_part`` kernels after it; ``corrected``: timed as a GEMM (what the family table
-    scales; depthwise calls are timed by their bytes)."""
-    from estimator.conv_families import call_family
+    """The convolution calls of a window: {family, ms, corrected, kernels}, grouped as the simulator groups them
+    (:func:`estimator.conv_families.call_kernels`: the first kernel, which carries the row, and the ``op_part``
+    kernels after it); ``corrected``: timed as a GEMM (what the family table scales; depthwise calls are timed by
+    their bytes)."""
+    from estimator.conv_families import call_family, call_kernels
 
+    kernel = [ev["kind"] == "kernel" for ev in events]
+    parts = [ev.get("op_part") for ev in events]
     calls: list[dict[str, Any]] = []
-    names: list[list[str]] = []
     for i in range(*window):
         ev = events[i]
-        if ev["kind"] != "kernel" or not is_conv_op(ev.get("op")):
+        if not kernel[i] or parts[i] or not is_conv_op(ev.get("op")):
             continue
-        if ev.get("op_part") and calls:
-            names[-1].append(ev["name"])
-            continue
+        kernels = call_kernels(i, kernel, parts, window[1])
         spec = ev.get("spec") or {}
-        calls.append({"ms": us[i] / 1e3, "corrected": spec.get("family") == "gemm"})
-        names.append([ev["name"]])
-    for call, kernels in zip(calls, names):
-        call["family"], call["kernels"] = call_family(kernels), len(kernels)
+        calls.append({"ms": us[i] / 1e3, "corrected": spec.get("family") == "gemm",
+                      "family": call_family(events[n]["name"] for n in kernels), "kernels": len(kernels)})
     return calls
 
 

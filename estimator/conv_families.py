@@ -21,7 +21,7 @@ import re
 import statistics
 import sys
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +56,21 @@ def corrects(op: str | None) -> bool:
     from profiling.classify import is_convolution_op
 
     return bool(op) and "backward" not in op.lower() and is_convolution_op(op)
+
+
+def call_kernels(first: int, kernel: Sequence[bool], op_part: Sequence[Any], end: int | None = None) -> list[int]:
+    """Positions of one convolution call's kernels: its first kernel (at ``first``; it carries the row) and the
+    ``op_part`` kernels after it, up to the next kernel that is not one or ``end`` (``kernel``: whether each event
+    is a kernel; other events between them are skipped). The simulator scales the calls it finds this way
+    (:mod:`emulate.sim.durations`), so the benchmark that fits the table groups them the same way."""
+    out = [first]
+    for n in range(first + 1, len(kernel) if end is None else end):
+        if not kernel[n]:
+            continue
+        if not op_part[n]:
+            break
+        out.append(n)
+    return out
 
 
 def call_family(names: Iterable[str]) -> str | None:

@@ -242,26 +242,20 @@ def conv_family_factors(prog: RankProgram, positions: list[int], table: Any) -> 
     """Per kernel position, the factor of its convolution call's cuDNN kernel family
     (:class:`estimator.conv_families.ConvFamilies`); 1 for every kernel that is not a convolution timed as a GEMM
     (depthwise calls are timed by their bytes and keep theirs), or not a forward (:func:`corrects`)."""
-    from estimator.conv_families import corrects
+    from estimator.conv_families import call_kernels, corrects
 
     factors = np.ones(len(positions), dtype=np.float64)
-    events, kinds, ops = prog.events, prog.kind, prog.events.field("op")
+    events, ops = prog.events, prog.events.field("op")
     conv_ops = {op for op in {ops[i] for i in positions} if corrects(op)}
     if not conv_ops:
         return factors
     specs, names, parts = events.field("spec"), events.field("name"), events.field("op_part")
+    kernel = prog.kind_array == KERNEL
     for k, i in enumerate(positions):
         spec = specs[i]
         if ops[i] not in conv_ops or not isinstance(spec, dict) or spec.get("family") != "gemm":
             continue
-        call = [names[i]]
-        for n in range(i + 1, len(kinds)):
-            if kinds[n] != KERNEL:
-                continue
-            if not parts[n]:
-                break
-            call.append(names[n])
-        factors[k] = table.factor_of(call)
+        factors[k] = table.factor_of(names[n] for n in call_kernels(i, kernel, parts))
     return factors
 
 

@@ -32,6 +32,15 @@ def test_a_call_takes_the_family_of_the_engine_it_ran_not_of_its_layout_transfor
     assert cf.call_family(names) == family
 
 
+def test_a_call_is_its_first_kernel_and_the_op_part_kernels_up_to_the_next_kernel_that_is_not_one():
+    #          0 first  1 part  2 memcpy 3 part  4 next call  5 part
+    kernel = [True,     True,   False,   True,   True,        True]
+    op_part = [False,   True,   None,    True,   False,       True]
+    assert cf.call_kernels(0, kernel, op_part) == [0, 1, 3]     # the copy between is skipped, the next call ends it
+    assert cf.call_kernels(4, kernel, op_part) == [4, 5]        # the last call runs to the end
+    assert cf.call_kernels(0, kernel, op_part, end=2) == [0, 1]
+
+
 def test_a_family_seen_on_few_problems_is_shrunk_toward_one_and_a_noisy_problem_does_not_move_it():
     table = cf.fit([("fft", math.log(2.0))] + [("scudnn", math.log(0.5))] * 5 + [("scudnn", math.log(50.0))])
     assert table.log_factor["fft"] == pytest.approx(math.log(2.0) / (1 + cf.PRIOR))
