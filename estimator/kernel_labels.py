@@ -261,6 +261,10 @@ def source_cublas(frame: pd.DataFrame) -> np.ndarray:
     return by_code(np.array([SOURCE_CUBLAS.get(str(u)) for u in uniques] + [None], dtype=object), codes)
 
 
+#: (cuBLAS version, device) pairs whose child failed in this process: asked once, then the wheel's labels
+_FAILED: set[tuple[str, str]] = set()
+
+
 @cache
 def _warn_missing(version: str, reason: str) -> None:
     log.warning("%s: rows measured with cuBLAS %s take the installed wheel's labels", reason, version)
@@ -303,11 +307,14 @@ def label_gemms(frame: pd.DataFrame, *, ask: bool = False, cache_dir: Path | Non
             if ask:
                 shapes = pd.DataFrame({c: part[c].to_numpy(dtype=np.int64) for c in ("m", "n", "k")}
                                       | {"dtype": part["dtype"].astype(str).to_numpy()})
+                if (cublas, device) in _FAILED:
+                    cublas = None
                 try:
                     query(shapes, device, cache_dir, cublas=cublas)
                 except (RuntimeError, OSError) as exc:
                     if cublas is None:
                         raise
+                    _FAILED.add((cublas, device))
                     _warn_missing(cublas, f"cuBLAS {cublas} on {device}: {exc}")
                     cublas = None
                     query(shapes, device, cache_dir)

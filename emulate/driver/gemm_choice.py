@@ -269,12 +269,13 @@ def main(argv: list[str] | None = None) -> int:
         else:
             gemms = [Gemm(args.m, args.n, args.k, args.dtype, args.layout[:1], args.layout[1:])]
         lookup(args.hardware)
-        if args.cublaslt is not None and not args.cublaslt.is_file():
-            raise ValueError(f"--cublaslt: {args.cublaslt} not found")
+        choices = choose(gemms, args.hardware, library=args.cublaslt)
+    except FileNotFoundError as exc:  # choose checks the library before any child starts
+        print(f"stepcast: --cublaslt: {exc}", file=sys.stderr)
+        return 2
     except (ValueError, KeyError) as exc:
         print(f"stepcast: {exc}", file=sys.stderr)
         return 2
-    choices = choose(gemms, args.hardware, library=args.cublaslt)
     if args.batch is None:
         print(json.dumps(_answer(choices[0]), indent=1))
     for choice in choices if args.batch is not None else []:

@@ -129,6 +129,27 @@ def test_a_source_whose_cublas_is_not_here_falls_back_to_the_wheels_labels(tmp_p
     assert "--fetch-cublas 12.0.0.0" in caplog.text
 
 
+def test_a_source_cublas_that_failed_on_a_device_is_not_asked_again_in_the_process(tmp_path, monkeypatch):
+    from estimator import kernel_labels
+
+    asked = []
+
+    def query(shapes, device, cache_dir, cublas=None):
+        asked.append(cublas)
+        if cublas is not None:
+            raise RuntimeError("cublasLtCreate returned 14")
+        write_cache(tmp_path, device, None, "nvjet_new")
+
+    monkeypatch.setitem(kernel_labels.SOURCE_CUBLAS, "old_source", "12.1.3.1")
+    monkeypatch.setattr(kernel_labels, "_available", lambda version, cache_dir, hardware: version)
+    monkeypatch.setattr(kernel_labels, "query", query)
+    monkeypatch.setattr(kernel_labels, "_FAILED", set())
+    for _ in range(3):
+        out = label_gemms(gemms(source="old_source"), ask=True, cache_dir=tmp_path)
+        assert out["kernel_name"].tolist() == ["nvjet_new"]
+    assert asked == ["12.1.3.1", None, None, None]
+
+
 def test_a_missing_cublas_names_the_command_that_fetches_it(tmp_path, monkeypatch):
     from estimator.kernel_labels import CublasMissingError, cublaslt_library
 
