@@ -21,8 +21,6 @@ print(tuple(y.shape))
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="csrc/launch.c refuses a non-portable cluster size that fits in no GPC "
-                                       "(INVALID_CLUSTER_SIZE); cuDNN's sm_100 probe needs success with 0 clusters")
 def test_a_transposed_convolution_runs_its_dgrad_engine_on_the_emulated_b200():
     run = run_python(["-c", TRANSPOSED], "b200")
     assert run.returncode == 0, run.stderr[-2000:]

@@ -229,12 +229,13 @@ FK_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveClusters(int *numClusters, CUfunc
     int size = (int)(cluster[0] * cluster[1] * cluster[2]);
     int per_sm = fk_blocks_per_sm(f, (int)(config->blockDimX * config->blockDimY * config->blockDimZ), config->sharedMemBytes);
     int count = per_sm > 0 ? active_clusters(size, per_sm) : 0;
-    /* Past the portable 8, a kernel without the non-portable flag is refused. With the flag the answer is the GPC
-     * arithmetic for any size that fits in a GPC, past the launchable 16 too: libraries probe the GPC layout with
-     * such sizes (cuBLAS 12.1's cluster discovery asks 18, 16, ..., 4 at one block per SM and fails to create a
-     * handle unless 18 gets the count of 18-SM GPCs, as it must on a real H100, where 66 TPCs over 8 GPCs leave at
-     * least two of 9 TPCs). A size that fits nowhere is refused. */
-    if (size > 8 && (!f->non_portable_cluster || (size > 16 && count == 0))) {
+    /* Past the portable 8, a kernel without the non-portable flag is refused. With the flag every size gets the GPC
+     * arithmetic, past the launchable 16 too, and 0 where no GPC holds the cluster: libraries probe the GPC layout
+     * with such sizes and the real driver must answer them, since the libraries run on real GPUs. cuBLAS 12.1's
+     * cluster discovery asks 18, 16, ..., 4 blocks at one block per SM and fails to create a handle unless 18 gets
+     * the count of 18-SM GPCs (a real H100 has 66 TPCs over 8 GPCs, so at least two of 9 TPCs); cuDNN 9's sm_100
+     * engines ask 32 blocks and crash on a refusal (no B200 GPC holds 32 SMs, so the real answer is 0). */
+    if (size > 8 && !f->non_portable_cluster) {
         if (getenv("STEPCAST_DRIVER_DEBUG"))
             fk_log_line("{\"event\":\"clusters_refused\",\"name\":\"%.80s\",\"size\":%d,\"non_portable\":%d}", f->name,
                         size, f->non_portable_cluster);
