@@ -7,11 +7,12 @@ protocol and algorithm are where the fitted candidate times cross, not hand-set:
 
 Links: within a node the catalog's NVLink bandwidth; across nodes the catalog's per-GPU network bandwidth; and
 **PCIe** where a node has no NVLink, or where NVLink only bridges pairs (not ``switched``) and more than two ranks
-take part. A ring over PCIe crosses ``units`` PCIe endpoints (a GPU; a bridged pair enters PCIe as one unit): two
-units meet under one PCIe switch at the catalog's PCIe bandwidth, more share the switches' uplinks, the CPU root
-complex and the link between sockets, so the per-GPU bandwidth falls as (2 / units) ^ contention (fitted; 1 is one
-shared bottleneck, aiconfigurator's L40S gives about 2: 20, 5 and 1.2 GB/s bus bandwidth at 2, 4 and 8 GPUs). On a
-bridged box the PCIe ring runs at ``pcie_scale`` of the protocol shares its NVLink ring reaches (fitted).
+take part. A ring over PCIe crosses ``units`` PCIe endpoints (a GPU; a bridged pair enters PCIe as one unit): the
+catalog's ``gpus_per_pcie_switch`` of them meet under one PCIe switch at the catalog's PCIe bandwidth, more share the
+switches' uplinks, the CPU root complex and the link between sockets, so the per-GPU bandwidth falls as
+(per switch / units) ^ contention (fitted; 1 is one shared bottleneck, aiconfigurator's L40S gives about 2: 20, 5
+and 1.2 GB/s bus bandwidth at 2, 4 and 8 GPUs, 2 to a switch). On a bridged box the PCIe ring runs at
+``pcie_scale`` of the protocol shares its NVLink ring reaches (fitted).
 
 - **protocols** LL, LL128, Simple: LL moves 4 payload bytes per 8-byte line (flag + data, lowest latency), LL128 120
   of every 128, Simple all of them but with a fence per step (highest latency). Per protocol: a per-step latency,
@@ -31,8 +32,9 @@ bridged box the PCIe ring runs at ``pcie_scale`` of the protocol shares its NVLi
 
 Fitted figures (log-parameters, ``scipy.optimize.least_squares`` on the log error) are per device. A figure that a
 device's own rows cannot pin (``ring_loss`` without NVLink rings at two rank counts, ``pcie_contention`` without PCIe
-rings at two unit counts, ``pcie_scale`` without NVLink and PCIe rings) is held at the median of the devices whose
-rows do pin it, so a GPU count never measured on a PCIe box is predicted by the same physics as on the others. A
+rings at two endpoint counts beyond a switch's, ``pcie_scale`` without NVLink and PCIe rings) is held at the median
+of the devices whose rows do pin it (their first fits; then one refit of the device with those held), so a GPU
+count never measured on a PCIe box is predicted by the same physics as on the others. A
 device with no collective measurements gets the median of the fitted devices' figures, applied to its own catalog
 link and network bandwidths, which is how multi-node and unmeasured GPUs are predicted. ``residual=True`` adds a small
 XGBoost per source on log(measured / model) over (op, log2 bytes, ranks, ranks per node, the model's chosen candidate
@@ -76,8 +78,8 @@ PARAMS: dict[str, float] = {
 }
 #: figures fitted per device only where its rows pin them, else the median of the devices whose rows do (``pinned``)
 POOLED = ("step_us_LL", "step_us_LL128", "step_us_Simple", "ring_loss", "pcie_contention", "pcie_scale")
-#: GPUs under one PCIe switch (and the two of an NVLink bridge): the ring's PCIe unit count at which contention starts
-PAIR = 2.0
+#: GPUs an NVLink bridge joins on a ``pairs`` board (the catalog's PCIe switch size is ``gpus_per_pcie_switch``)
+BRIDGE = 2.0
 NAMES = tuple(PARAMS)
 NVLS_OPS = ("all_reduce", "all_gather", "reduce_scatter")
 P2P_OPS = ("all_to_all", "send_recv")
@@ -103,6 +105,7 @@ class Rows:
     hardware: np.ndarray = field(default_factory=lambda: np.array([]))
     pcie: np.ndarray = field(default_factory=lambda: np.array([]))
     units: np.ndarray = field(default_factory=lambda: np.array([]))  # PCIe endpoints the ring crosses; 0: NVLink
+    per_switch: np.ndarray = field(default_factory=lambda: np.array([]))  # the catalog's gpus_per_pcie_switch
     bridged: np.ndarray = field(default_factory=lambda: np.array([]))  # NVLink joins pairs only
 
     @classmethod
@@ -111,26 +114,28 @@ class Rows:
         specs = {h: lookup(h) for h in pd.unique(hardware)}
         per = {h: (s.intra_node_bandwidth / 1e6, (s.pcie_bandwidth_gbps or 16.0) * 1e3, s.inter_node_bandwidth / 1e6,
                    float(switched(s)), float(switched(s) and s.architecture in {"hopper", "blackwell"}),
-                   float(bool(s.nvlink_bandwidth_gbps)), float(s.gpus_per_node))
+                   float(bool(s.nvlink_bandwidth_gbps)), float(s.gpus_per_node), float(s.gpus_per_pcie_switch))
                for h, s in specs.items()}
-        figures = np.array([per[h] for h in hardware], dtype=np.float64).reshape(-1, 7)
+        figures = np.array([per[h] for h in hardware], dtype=np.float64).reshape(-1, 8)
         ranks = frame["ranks"].to_numpy(np.float64)
         per_node = np.minimum(frame["ranks_per_node"].to_numpy(np.float64), ranks)
         bridged = (figures[:, 5] > 0) & (figures[:, 3] == 0)
-        # a node's ranks on PCIe: every GPU of a node without NVLink, every pair of a bridged one beyond one pair
         on_node = np.minimum(per_node, figures[:, 6])
+        # a node's ranks on PCIe: every GPU of a node without NVLink, every pair of a bridged one beyond one pair
         units = np.where(figures[:, 5] == 0, on_node,
-                         np.where(bridged & (on_node > PAIR), np.ceil(on_node / PAIR), 0.0))
+                         np.where(bridged & (on_node > BRIDGE), np.ceil(on_node / BRIDGE), 0.0))
         return cls(frame["op"].astype(str).to_numpy(), frame["bytes"].to_numpy(np.float64), ranks, per_node,
-                   figures[:, 0], figures[:, 2], figures[:, 4] > 0, hardware, figures[:, 1], units, bridged)
+                   figures[:, 0], figures[:, 2], figures[:, 4] > 0, hardware, figures[:, 1], units, figures[:, 7],
+                   bridged)
 
     def take(self, mask: np.ndarray) -> "Rows":
         return Rows(*(getattr(self, f.name)[mask] for f in fields(self)))
 
     def link_bandwidth(self, p: dict[str, float]) -> np.ndarray:
         """Bytes per microsecond a ring's slowest hop carries per GPU before the protocol's share: NVLink, or PCIe
-        shared by the units beyond a pair ((PAIR / units) ^ contention), on a bridged box scaled by ``pcie_scale``."""
-        shared = np.minimum(1.0, PAIR / np.maximum(self.units, 1.0)) ** p["pcie_contention"]
+        shared by the endpoints beyond one switch's through the root complex ((per_switch / units) ^ contention), on
+        a bridged box scaled by ``pcie_scale``."""
+        shared = np.minimum(1.0, self.per_switch / np.maximum(self.units, 1.0)) ** p["pcie_contention"]
         pcie = self.pcie * shared * np.where(self.bridged, p["pcie_scale"], 1.0)
         return np.where(self.units > 0, pcie, self.link)
 
@@ -138,11 +143,11 @@ class Rows:
         """Which of the POOLED figures these rows determine: the per-step latencies need rings of two step counts
         (all_reduce's 2(n-1) and all_gather's n-1 are two; one leaves them interchangeable with the base latency);
         ring_loss and the contention scale bandwidth with the rank count, so they need rings at two counts on their
-        link (one count leaves them interchangeable with the protocol shares); the PCIe scale needs a bridged box's
-        rings on both links."""
+        link (NVLink) or at two PCIe endpoint counts beyond a switch's (one leaves them interchangeable with the
+        protocol shares); the PCIe scale needs a bridged box's rings on both links."""
         ring = (self.ranks > 1) & ~np.isin(self.op, P2P_OPS)
         nvlink = np.unique(self.ranks[ring & (self.units == 0) & (self.ranks <= self.per_node)])
-        pcie = np.unique(self.units[ring & (self.units > 1)])
+        pcie = np.unique(np.maximum(self.units, self.per_switch)[ring & (self.units > 0)])  # one switch: one count
         steps = len(np.unique(np.where(self.op == "all_reduce", 2.0, 1.0)[ring] * (self.ranks[ring] - 1.0)))
         return {**{f"step_us_{p}": steps >= 2 for p in PROTOCOLS}, "ring_loss": len(nvlink) >= 2,
                 "pcie_contention": len(pcie) >= 2,
@@ -273,7 +278,7 @@ class NcclEstimator(KernelEstimator):
     learned residual. Only the ``collective`` family."""
 
     name = "nccl"
-    version = "2"  # 2: PCIe links (contention beyond a pair, bridged boxes' scale), pooled figures
+    version = "3"  # 2: PCIe links, pooled figures; 3: the catalog's PCIe switch size, one pooled refit
 
     def __init__(self, residual: bool = False, min_rows: int = 30, family: str = "collective",
                  target: str | None = None) -> None:
@@ -345,19 +350,20 @@ class NcclEstimator(KernelEstimator):
                 pinned[str(key)] = pins = rows.take(mask).pinned()
                 self.params[str(key)] = fit_device(rows.take(mask), y[mask],
                                                    fixed={k: PARAMS[k] for k in POOLED if not pins[k]})
-        # what a device's rows leave open, the devices that measured it say: one figure after the other, each pooled
-        # over fits that already hold the figures before it
-        for i, name in enumerate(POOLED):
-            self.default = median_params(self.params, pinned)
-            for key, pins in pinned.items():
-                if not pins[name]:
-                    now = self.params[key]
-                    held = {k: self.default[k] if k in POOLED[:i + 1] else now[k] for k in POOLED if not pins[k]}
-                    mine = rows.take(keys == key)
-                    if np.allclose(model_us(mine, now)[0], model_us(mine, now | held)[0]):
-                        self.params[key] = now | held  # figures these rows never use: no refit
-                    else:
-                        self.params[key] = fit_device(mine, y[keys == key], fixed=held, start=now)
+        # what a device's rows leave open, the devices that measured it say: every POOLED figure's median over the
+        # first fits of the devices that pin it, then one refit of each device that does not pin them all, with its
+        # open figures held at those medians (at most two fits per device, whatever the number of POOLED figures)
+        self.default = median_params(self.params, pinned)
+        for key, pins in pinned.items():
+            held = {k: self.default[k] for k in POOLED if not pins[k]}
+            if not held:
+                continue
+            now, mask = self.params[key], keys == key
+            mine = rows.take(mask)
+            if np.allclose(model_us(mine, now)[0], model_us(mine, now | held)[0]):
+                self.params[key] = now | held  # figures these rows never use: no refit
+            else:
+                self.params[key] = fit_device(mine, y[mask], fixed=held, start=now)
         self.default = median_params(self.params, pinned)
         if self.residual:
             import xgboost as xgb

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from profiling.classify import canonical_dtype
 from profiling.paths import HARDWARE_DIR
@@ -64,12 +64,26 @@ class HardwareSpec(BaseModel):
         "or 'pairs' (two-board bridges, PCIe cards, PCIe beyond the pair); required with nvlink_bandwidth_gbps")
     pcie_bandwidth_gbps: float | None = None
     network_bandwidth_gbps: float | None = None
-    gpus_per_node: int = 8
+    gpus_per_node: int = Field(default=8, gt=0)
+    gpus_per_pcie_switch: int = Field(
+        default=2, gt=0, description="GPUs that meet under one PCIe switch (peer-to-peer without the CPU root "
+        "complex); a ring over more crosses the root complex. Default 2: the 8-GPU servers' usual layout, e.g. AWS's "
+        "NCCL topology file for p4d.24xlarge (aws-ofi-nccl, topology/p4d-24xl-topo.xml: 'each group has 2 GPUs and "
+        "1 NIC behind a PCIe switch'), or the whole node where it holds fewer; at most gpus_per_node")
     tdp_w: float | None = None
     power_limit_w: float | None = Field(default=None, gt=0, description="configured board power limit, if below "
                                         "tdp_w: clock and peaks are derived from it (module docstring)")
     rated_clock_mhz: float | None = Field(default=None, description="set at load: max_clock_mhz as the file gives "
                                           "it, before a power limit scales it")
+
+    @field_validator("gpus_per_pcie_switch")
+    @classmethod
+    def _switch_within_node(cls, value: int, info: ValidationInfo) -> int:
+        """A switch holds no more GPUs than the node does (a node's GPUs all under one switch is ``gpus_per_node``)."""
+        node = info.data.get("gpus_per_node")
+        if node is not None and value > node:
+            raise ValueError(f"is {value}, more than gpus_per_node ({node})")
+        return value
 
     @model_validator(mode="after")
     def _nvlink_has_a_topology(self):
@@ -77,6 +91,15 @@ class HardwareSpec(BaseModel):
         if bool(self.nvlink_bandwidth_gbps) != (self.nvlink_topology is not None):
             raise ValueError("nvlink_topology ('switch' or 'pairs') is set exactly when nvlink_bandwidth_gbps is")
         return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_switch_within_node(cls, data):
+        """A file without ``gpus_per_pcie_switch`` gets 2, or its whole node where that holds fewer GPUs."""
+        if isinstance(data, dict) and data.get("gpus_per_pcie_switch") is None:
+            node = data.get("gpus_per_node", cls.model_fields["gpus_per_node"].default)
+            data = dict(data) | {"gpus_per_pcie_switch": min(2, node) if isinstance(node, int) and node > 0 else 2}
+        return data
 
     @model_validator(mode="before")
     @classmethod

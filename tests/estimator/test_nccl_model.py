@@ -137,3 +137,36 @@ def test_a_device_measured_at_one_count_takes_its_step_latencies_from_those_meas
             model.params["h100-sxm|synthetic"][f"step_us_{proto}"])
     small = collectives("a100-sxm-80gb", ops=("all_reduce",), ranks=(2,), sizes=(2.0 ** 9, 2.0 ** 11))
     assert np.abs(model.predict(small) / measured(small) - 1.0).mean() < 0.1
+
+
+def test_the_catalog_switch_size_sets_where_pcie_contention_starts():
+    from dataclasses import replace
+
+    rows = Rows.of(collectives("l40s", ops=("all_reduce",), ranks=(2, 4, 8), sizes=(2.0 ** 29,)))
+    assert list(rows.per_switch) == [2.0, 2.0, 2.0]  # l40s.yaml leaves the catalog default
+    figures = PARAMS | {"pcie_contention": 2.0}
+    two = rows.link_bandwidth(figures)
+    assert two[0] == pytest.approx(4.0 * two[1]) == pytest.approx(16.0 * two[2])
+    four = replace(rows, per_switch=np.full(3, 4.0)).link_bandwidth(figures)  # four GPUs under one switch
+    assert four[0] == four[1] == pytest.approx(4.0 * four[2])
+
+
+def test_pooled_figures_cost_at_most_one_refit_per_device(monkeypatch):
+    import estimator.nccl as nccl
+
+    calls: dict[str, int] = {}
+    real = nccl.fit_device
+
+    def counted(rows, runtime_us, **kwargs):
+        calls[rows.hardware[0]] = calls.get(rows.hardware[0], 0) + 1
+        return real(rows, runtime_us, **kwargs)
+
+    monkeypatch.setattr(nccl, "fit_device", counted)
+    frame = pd.concat([collectives("h100-sxm"), collectives("l40s", ranks=(2, 8)), collectives("l4", ranks=(2,)),
+                       collectives("a100-sxm-80gb", ops=("all_reduce",), ranks=(8,),
+                                   sizes=tuple(2.0 ** np.arange(9, 30, 0.5)))], ignore_index=True)
+    NcclEstimator().fit(frame, measured(frame))
+    assert calls["h100-sxm"] == 1  # pins every pooled figure itself
+    assert calls["a100-sxm-80gb"] == 2  # one step count: refitted once with the pooled step latencies
+    assert set(calls) == {"h100-sxm", "l40s", "l4", "a100-sxm-80gb"} and max(calls.values()) <= 2
+
