@@ -1,5 +1,6 @@
 """A GEMM model with NeuSight's structure (ASPLOS'25): the GEMM is cut into the tiles the library runs, and a small
-network predicts how much of a bound the tiles reach, so a prediction can never beat the bound.
+network predicts how much of a bound the tiles reach, so a prediction can never beat the bound (inside the training
+range; see **Out of range**).
 
     time = floor + max(bound / utilisation, cap),     0 < utilisation < 1 (a sigmoid)
     bound = max(waves x one CTA's FLOPs / peak FLOP/s per SM,  unique bytes / memory bandwidth)
@@ -43,8 +44,15 @@ network predicts how much of a bound the tiles reach, so a prediction can never 
   ``host_floors`` (default), per training device: the launch cost is the host's, and NeuSight's hosts differ (no
   P100 op under 47 us, A100, T4 and P4 ones from 28-31 us); one floor for all leaves the slow hosts' cost to the
   utilisation network, which then makes every device's small kernels slow. A prediction takes, per timing method,
-  the median of the training devices' floors (an unseen device's host is a typical one). The timing method is
-  also a network input.
+  the median of the training devices' floors (an unseen device's host is a typical one), and a timing method no
+  training row had takes the analytical per-kernel cost (``estimator.analytical``): the fitted floors are other
+  methods' launch paths (trained on NeuSight alone, the emulator's kernels took its 23 us host launch). The timing
+  method is also a network input.
+- **Out of range** (``fallback``, default): a row whose kernel the network never saw (a kernel path, label state,
+  datapath or dtype no training row had, or a K per CTA beyond the longest measured, where cuBLAS splits K) takes
+  floor + max(the analytical roofline of its useful work, cap) instead: the tile bound assumes a tiled kernel of
+  known split, which a gemv or an unlabelled row is not, and the network's utilisation there is a guess (trained on
+  NeuSight alone, KernelBench's matrix-vector product was predicted 24-40x too slow, K = 131,072 7-11x).
 - **Ensemble**: ``networks`` members (seeds ``seed``, ``seed`` + 1, ...), each with its own floors and credit; a
   prediction is the mean of their log times (one network's seed alone moves a held-out GPU by up to 10 points).
 
@@ -59,6 +67,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from estimator.analytical import RooflineEstimator
 from estimator.features import GEMM_TILES, FeatureFrame, categorical_keys, encode, timing_codes, VOCABULARY
 from estimator.frames import Kernels, by_code, factorize, num
 from estimator.hardware_table import row_hardware
@@ -79,8 +88,22 @@ POWER_MODES = ("none", "bound", "feature", "cap")
 #: the structural column of ``power="cap"``: log2 of the time (us) the row's useful FLOPs take at its board's power
 #: (its generation's energy per FLOP x FLOPs / board power); NaN where the generation was never measured
 ENERGY = "log2_energy_us"
+#: the structural column of the out-of-range fallback: log2 of the analytical roofline's time (us) of the row's useful
+#: work (``estimator.analytical``: FLOPs and unique bytes at typical shares of peak, whatever kernel runs)
+ROOFLINE = "log2_roofline_us"
 #: columns the formula reads but the network does not see
-STRUCTURAL = (ENERGY,)
+STRUCTURAL = (ENERGY, ROOFLINE)
+#: network inputs that say whether the tile bound holds for a row: a value never seen in training (a gemv or other
+#: kernel path, a row without a kernel label where every training row had one, another dtype or datapath) means a
+#: kernel whose tiles the bound may misstate (a matrix-vector product is no tiled GEMM; an unlabelled row's tile is
+#: a guess) and whose utilisation the network never learned, so the row takes the fallback (``_fallback``)
+KERNEL_VALUES = ("labelled", "path", "tensor_cores", "dtype")
+#: ... and a K per CTA beyond the longest K loop measured: cuBLAS splits such a K (NeuSight's longest is 65,371),
+#: and a label's split-K comes only from a recorded grid, so past it the bound's one CTA down the whole K is likely a
+#: split the label missed (KernelBench's 256 x 256 x 131,072 on a T4: a 5.3 ms bound, 4.3 ms measured). Other tile
+#: facts beyond the range (an unseen tile size, more tile waste) are left to clamping: the bound charges whole tiles
+#: exactly (a fallback on those took 25 held-out A100 rows from a few % to -80 %).
+KERNEL_ABOVE = ("log2_k_per_cta",)
 #: log microseconds of "no power-limited time" (a generation never measured): far below any kernel
 NO_CAP = -50.0
 #: starting value of the fitted energy credit of ``power="cap"``, in microseconds of power-limited time: next to
@@ -234,6 +257,7 @@ def tile_features(frame: Kernels, device_features: str = "none", joules_per_flop
         cols["log2_power_share"] = np.log2(share)
     if power == "cap":
         cols[ENERGY] = np.log2(w.flops * _joules(frame, joules_per_flop or {}, base_clock) / _tdp_watts(frame) * 1e6)
+    cols[ROOFLINE] = np.log2(np.maximum(RooflineEstimator()._predict_family("gemm", frame, w, hw), 1e-3))
     if device_features == "generation":
         cols["sm_generation"] = hw.spec["hw_compute_capability"] // 10
     if device_features == "per_sm":
@@ -268,7 +292,7 @@ class TiledEstimator(MLPEstimator):
                  epochs: int = 30, batch_size: int = 1024, learning_rate: float = 3e-3, weight_decay: float = 1e-5,
                  threads: int = 1, seed: int = 0, device_features: str = "none", floor_us: float = 30.0,
                  clamp_inputs: bool = True, power: str = "cap", min_steps: int = 1500, networks: int = 5,
-                 host_floors: bool = True, base_clock: bool = True) -> None:
+                 host_floors: bool = True, base_clock: bool = True, fallback: bool = True) -> None:
         if family != "gemm":
             raise ValueError(f"tiled estimator: family '{family}' is not modelled (expected 'gemm')")
         if device_features not in DEVICE_FEATURES:
@@ -287,13 +311,15 @@ class TiledEstimator(MLPEstimator):
         self.networks = int(networks)
         self.host_floors = bool(host_floors)
         self.base_clock = bool(base_clock)
+        self.fallback = bool(fallback)
         self.joules_per_flop: dict[str, float] = {}
 
     def get_params(self) -> dict[str, Any]:
         return super().get_params() | {"device_features": self.device_features, "floor_us": self.floor_us,
                                       "clamp_inputs": self.clamp_inputs, "power": self.power,
                                       "min_steps": self.min_steps, "networks": self.networks,
-                                      "host_floors": self.host_floors, "base_clock": self.base_clock}
+                                      "host_floors": self.host_floors, "base_clock": self.base_clock,
+                                      "fallback": self.fallback}
 
     def fit(self, frame, runtime_us) -> "TiledEstimator":
         """Fits the generations' energy per FLOP first (the bound depends on it), then the networks, with one floor
@@ -374,7 +400,9 @@ class TiledEstimator(MLPEstimator):
         x_min, x_max = np.nanmin(net, axis=0), np.nanmax(net, axis=0)
         self.norm |= {"x_mean": x_mean.tolist(), "x_std": x_std.tolist(),
                       "x_min": np.where(np.isfinite(x_min), x_min, 0.0).tolist(),
-                      "x_max": np.where(np.isfinite(x_max), x_max, 0.0).tolist()}
+                      "x_max": np.where(np.isfinite(x_max), x_max, 0.0).tolist(),
+                      "kernel_values": {name: np.unique(x[:, self.feature_names.index(name)]).tolist()
+                                        for name in KERNEL_VALUES if name in self.feature_names}}
         xs, log_bound, log_energy = self._inputs(x)
         target = torch.from_numpy(y.astype(np.float32)) + log_bound  # y is log(runtime / bound)
         floor_codes = self._floor_codes(x)
@@ -423,11 +451,12 @@ class TiledEstimator(MLPEstimator):
             torch.set_num_threads(previous_threads)
         network.eval()
         # per timing method, the median over the training devices' floors (an unseen device's host is a typical
-        # one); a method no training row had takes the median of all fitted floors
+        # one); a method no training row had takes the analytical per-kernel cost: the fitted floors are other
+        # methods' launch paths (NeuSight's host launch is 23-50 us; a kernel timed on the device pays none of it)
         fitted = torch.exp(log_floor).detach().numpy().reshape(methods, hosts)
         seen = np.isin(np.arange(methods * hosts), floor_codes.numpy()).reshape(methods, hosts)
         fitted = np.array([float(np.median(f[s])) if s.any() else np.nan for f, s in zip(fitted, seen)])
-        fitted = np.where(np.isfinite(fitted), fitted, float(np.nanmedian(fitted)))
+        fitted = np.where(np.isfinite(fitted), fitted, RooflineEstimator().gpu_fixed_us)
         return network, fitted.tolist(), float(torch.exp(log_credit).item())
 
     def _load_weights(self, path, meta: dict[str, Any]) -> None:
@@ -465,4 +494,34 @@ class TiledEstimator(MLPEstimator):
                 log_credit = torch.tensor(float(np.log(credit_us)))
                 outs.append(self._log_time(network, xs, log_bound, log_floor, log_energy if capped else None,
                                            log_credit if capped else None))
-        return (torch.stack(outs).mean(dim=0) - log_bound).numpy()
+        out = torch.stack(outs).mean(dim=0)
+        if self.fallback:
+            out = torch.where(torch.from_numpy(self.outside(x)), self._fallback(x, codes, log_energy), out)
+        return (out - log_bound).numpy()
+
+    def outside(self, x: np.ndarray) -> np.ndarray:
+        """Per row: a kernel input (``KERNEL_VALUES``, ``KERNEL_ABOVE``) lies beyond what the training rows had."""
+        out = np.zeros(len(x), dtype=bool)
+        network = [self.feature_names[i] for i in self._network_columns()]
+        for name in KERNEL_ABOVE:
+            if name in network:
+                out |= x[:, self.feature_names.index(name)] > self.norm["x_max"][network.index(name)] + 1e-4
+        for name, seen in self.norm.get("kernel_values", {}).items():
+            out |= ~np.isin(x[:, self.feature_names.index(name)], np.asarray(seen, dtype=np.float32))
+        return out
+
+    def _fallback(self, x: np.ndarray, codes: torch.Tensor, log_energy: torch.Tensor) -> torch.Tensor:
+        """Log time of a row outside the network's range: its floor + max(the analytical roofline of its useful
+        work, its power-limited time), averaged over the members' floors and credits like the network's times.
+        Both terms hold whatever kernel runs: the roofline counts useful FLOPs and bytes (no tiles), and the power
+        cap is the board's energy per FLOP, which the training devices pin whatever the shape."""
+        log_roofline = torch.from_numpy(x[:, self.feature_names.index(ROOFLINE)].astype(np.float32) * np.log(2.0))
+        outs = []
+        for floor_us, credit_us in zip(self.norm["floor_us"], self.norm["credit_us"]):
+            log_compute = log_roofline
+            if self.power == "cap":
+                log_credit = torch.tensor(float(np.log(credit_us)))
+                log_compute = torch.maximum(log_compute, 2.0 * log_energy - torch.logaddexp(log_energy, log_credit))
+            log_floor = torch.log(torch.tensor(floor_us, dtype=torch.float32))[codes]
+            outs.append(torch.logaddexp(log_floor, log_compute))
+        return torch.stack(outs).mean(dim=0)

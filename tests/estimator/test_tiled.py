@@ -8,6 +8,8 @@ import pandas as pd
 import pytest
 
 from estimator.analytical import RooflineEstimator
+from estimator.features import VOCABULARY
+from estimator.frames import SMALL
 from estimator.metrics import summary
 from estimator.models import make_estimator
 from estimator.tiled import (BOUND, ENERGY, STRUCTURAL, TiledEstimator, base_clock_joules, fit_joules_per_flop,
@@ -90,8 +92,42 @@ def test_predictions_never_beat_the_bound_even_on_an_unseen_device(fitted):
     unseen = test.assign(hardware="t4")
     for rows in (test, unseen):
         predicted = model.predict(rows)
-        bound = 2.0 ** tile_features(rows, model.device_features, model.joules_per_flop, model.power).column(BOUND)
-        assert np.all(np.isfinite(predicted)) and np.all(predicted >= bound * (1 - 1e-4))
+        feats = tile_features(rows, model.device_features, model.joules_per_flop, model.power)
+        inside = ~model.outside(feats.matrix)  # the out-of-range fallback is the roofline's, not the tile bound's
+        assert inside.mean() > 0.9
+        bound = 2.0 ** feats.column(BOUND)
+        assert np.all(np.isfinite(predicted)) and np.all(predicted[inside] >= bound[inside] * (1 - 1e-4))
+
+
+def fallback_us(model: TiledEstimator, rows: pd.DataFrame) -> np.ndarray:
+    """What the out-of-range fallback gives without a power cap: each member's floor + the analytical roofline,
+    averaged in log like the members' times."""
+    roofline = RooflineEstimator().predict(rows)
+    return np.exp(np.mean([np.log(f[0] + roofline) for f in model.norm["floor_us"]], axis=0))
+
+
+def test_a_kernel_the_network_never_saw_takes_the_roofline_not_a_whole_tile(fitted):
+    """A matrix-vector product runs cuBLAS's gemv kernel (a path no training row ran): the tile bound would charge
+    it a whole tile's width of FLOPs, the roofline charges what it reads."""
+    model, _ = fitted
+    gemv = pd.DataFrame([gemm(1, 4096, 65536, kernel_name="void gemv2T_kernel_val<int, int, float, float, float, "
+                              "float, 128, 16, 4, 4, false, false, cublasGemvParams<float const*, float const*, "
+                              "float*, float>>", grid="128,1,1")]).assign(source="neusight")
+    feats = tile_features(gemv, model.device_features, model.joules_per_flop, model.power)
+    assert model.outside(feats.matrix)[0]
+    assert model.predict(gemv)[0] == pytest.approx(fallback_us(model, gemv)[0], rel=1e-4)
+    kept = TiledEstimator(**(FAST | {"fallback": False}))
+    kept.network, kept.norm, kept.feature_names = model.network, model.norm, model.feature_names
+    kept.joules_per_flop, kept.support = model.joules_per_flop, model.support
+    assert kept.predict(gemv)[0] > 2.0 * model.predict(gemv)[0]
+
+
+def test_k_per_cta_beyond_the_training_range_takes_the_fallback_and_inside_keeps_the_network(fitted):
+    model, test = fitted
+    long_k = pd.DataFrame([gemm(256, 256, 2 ** 20, batch=2)]).assign(source="neusight")
+    assert model.predict(long_k)[0] == pytest.approx(fallback_us(model, long_k)[0], rel=1e-4)
+    inside = test.iloc[:20]
+    assert not np.allclose(model.predict(inside), fallback_us(model, inside), rtol=0.01)
 
 
 def test_saves_and_loads_to_the_same_predictions(fitted, tmp_path):
@@ -210,3 +246,15 @@ def test_cap_mode_keeps_its_structural_column_from_the_network_and_reloads(cappe
     again = TiledEstimator.load(model.save(tmp_path / "capped"))
     assert again.norm["credit_us"] == pytest.approx(model.norm["credit_us"])
     np.testing.assert_allclose(again.predict(test), model.predict(test), rtol=1e-6)
+
+
+def test_a_timing_method_never_trained_on_pays_the_analytical_kernel_cost_not_the_training_hosts_launch(fitted):
+    """Trained on NeuSight's host-launched ops (a 20 us floor), a kernel asked without a source (the emulator's
+    in-step kernels, another timing method) takes the analytical per-kernel cost instead of that launch."""
+    model, _ = fitted
+    small = pd.DataFrame([gemm(64, 64, 64, batch=2)] * (SMALL + 1))  # a frame: light columns carry no source
+    in_step = model.predict(small)[0]
+    launched = model.predict(small.assign(source="neusight"))[0]
+    floor = np.exp(np.mean(np.log([f[VOCABULARY["timing"].index("neusight")] for f in model.norm["floor_us"]])))
+    assert launched - in_step == pytest.approx(floor - RooflineEstimator().gpu_fixed_us, rel=0.2)
+    assert in_step > RooflineEstimator().gpu_fixed_us
