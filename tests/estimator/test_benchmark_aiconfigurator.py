@@ -45,7 +45,7 @@ def test_aiconfigurator_suite_holds_out_weight_shapes_devices_and_head_configura
     assert learned < roofline
 
 
-def test_vidur_suite_adds_aiconfigurator_hopper_gemms_as_a_column_of_their_own():
+def test_vidur_suite_adds_aiconfigurator_hopper_gemms_as_a_column_of_their_own(light_tiled):
     vidur = synthetic_gemms(400, hardware=("h100-sxm",)).assign(dtype="fp16", source="vidur")
     vidur["model"] = np.array(["m1", "m2", "m3", "m4"])[np.arange(len(vidur)) % 4]
     vidur["group"] = vidur["model"]

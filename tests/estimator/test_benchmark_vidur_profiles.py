@@ -17,7 +17,7 @@ def test_the_held_out_models_weights_are_dropped_in_every_pass():
     assert kept[["m", "n", "k"]].values.tolist() == [[7, 4096, 4096], [1024, 1024, 1024]]
 
 
-def test_profiled_hopper_gemms_join_the_folds_as_a_column_of_their_own():
+def test_profiled_hopper_gemms_join_the_folds_as_a_column_of_their_own(light_tiled):
     vidur = synthetic_gemms(600, hardware=("h100-sxm",)).assign(dtype="fp16", source="vidur")
     vidur["model"] = np.array(["m1", "m2", "m3", "m4"])[np.arange(len(vidur)) % 4]
     vidur["group"] = vidur["model"]
