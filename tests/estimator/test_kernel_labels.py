@@ -129,7 +129,9 @@ def test_a_source_whose_cublas_is_not_here_falls_back_to_the_wheels_labels(tmp_p
     assert "--fetch-cublas 12.0.0.0" in caplog.text
 
 
-def test_a_source_cublas_that_failed_on_a_device_is_not_asked_again_in_the_process(tmp_path, monkeypatch):
+def old_cublas_fails(tmp_path, monkeypatch) -> list:
+    """Make ``kernel_labels.query`` fail for any source cuBLAS and cache the wheel's label; returns the versions
+    asked, in order (None: the wheel's)."""
     from estimator import kernel_labels
 
     asked = []
@@ -140,10 +142,17 @@ def test_a_source_cublas_that_failed_on_a_device_is_not_asked_again_in_the_proce
             raise RuntimeError("cublasLtCreate returned 14")
         write_cache(tmp_path, device, None, "nvjet_new")
 
+    monkeypatch.setattr(kernel_labels, "query", query)
+    monkeypatch.setattr(kernel_labels, "_FAILED", set())  # no failure remembered from another test
+    return asked
+
+
+def test_a_source_cublas_that_failed_on_a_device_is_not_asked_again_in_the_process(tmp_path, monkeypatch):
+    from estimator import kernel_labels
+
+    asked = old_cublas_fails(tmp_path, monkeypatch)
     monkeypatch.setitem(kernel_labels.SOURCE_CUBLAS, "old_source", "12.1.3.1")
     monkeypatch.setattr(kernel_labels, "_available", lambda version, cache_dir, hardware: version)
-    monkeypatch.setattr(kernel_labels, "query", query)
-    monkeypatch.setattr(kernel_labels, "_FAILED", set())
     for _ in range(3):
         out = label_gemms(gemms(source="old_source"), ask=True, cache_dir=tmp_path)
         assert out["kernel_name"].tolist() == ["nvjet_new"]
@@ -193,14 +202,6 @@ def test_a_source_whose_cublas_fails_on_the_device_falls_back_to_the_wheels(tmp_
 
     monkeypatch.setitem(kernel_labels.SOURCE_CUBLAS, "old_source", "12.0.0.2")
     monkeypatch.setattr(kernel_labels, "cublaslt_library", lambda version: tmp_path / "libcublasLt.so.12")
-    asked = []
-
-    def query(shapes, device, cache_dir, cublas=None):
-        asked.append(cublas)
-        if cublas is not None:
-            raise RuntimeError("cublasLtCreate returned 14")
-        write_cache(tmp_path, device, None, "nvjet_new")
-
-    monkeypatch.setattr(kernel_labels, "query", query)
+    asked = old_cublas_fails(tmp_path, monkeypatch)
     out = label_gemms(gemms(source="old_source"), ask=True, cache_dir=tmp_path)
     assert asked == ["12.0.0.2", None] and out["kernel_name"].tolist() == ["nvjet_new"]
