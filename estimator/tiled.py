@@ -495,8 +495,9 @@ class TiledEstimator(MLPEstimator):
                 outs.append(self._log_time(network, xs, log_bound, log_floor, log_energy if capped else None,
                                            log_credit if capped else None))
         out = torch.stack(outs).mean(dim=0)
-        if self.fallback:
-            out = torch.where(torch.from_numpy(self.outside(x)), self._fallback(x, codes, log_energy), out)
+        outside = self.outside(x) if self.fallback else None
+        if outside is not None and outside.any():  # in range, as most rows are, nothing more to compute
+            out = torch.where(torch.from_numpy(outside), self._fallback(x, codes, log_energy), out)
         return (out - log_bound).numpy()
 
     def outside(self, x: np.ndarray) -> np.ndarray:
