@@ -121,7 +121,8 @@ def kernel_config_features(frame: Kernels, m: np.ndarray, n: np.ndarray, k: np.n
     """FEATURES of every row (see the module docstring)."""
     rows = len(m)
     out: dict[str, np.ndarray] = {}
-    names = frame["kernel_name"] if isinstance(frame, pd.DataFrame) and "kernel_name" in frame.columns else None
+    # a frame or the light columns of a few rows (estimator.frames.KernelColumns: an emulated step's recorded launches)
+    names = frame["kernel_name"] if "kernel_name" in frame.columns else None
     if names is not None:
         codes, uniques = factorize(names)
         valid = np.array([isinstance(u, str) and u != "" for u in uniques] + [False])
@@ -137,7 +138,7 @@ def kernel_config_features(frame: Kernels, m: np.ndarray, n: np.ndarray, k: np.n
     for i, name in enumerate(NAME_FEATURES):
         out[name] = parsed[:, i]
     out["kc_labelled"] = labelled
-    grids = frame["grid"] if isinstance(frame, pd.DataFrame) and "grid" in frame.columns else None
+    grids = frame["grid"] if "grid" in frame.columns else None
     grid = _grid(grids) if grids is not None else np.full((rows, 3), np.nan)
     grid[labelled == 0] = np.nan
     ctas = grid.prod(axis=1)

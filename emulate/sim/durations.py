@@ -23,6 +23,14 @@ Predicted kernel times are then scaled by the in-step calibration of the target 
 ``STEPCAST_INSTEP=off`` turns it off; fitted once per estimator version and data, then read from the cache); the
 report's estimator label names the factors.
 
+GEMM rows carry the launch cuBLAS recorded (``kernel_name`` and ``grid`` "x,y,z", the columns
+:mod:`estimator.kernel_labels` reads; a kernel-configuration estimator then uses the kernel that ran instead of asking
+the heuristic) only when the target is the device the trace was captured on (``prog.hardware``): cuBLAS chose that
+kernel for that device, and another GPU's cuBLAS would choose another, which the estimator's heuristic asks for.
+Only names :func:`estimator.kernel_config.parse_name` reads as a GEMM kernel are recorded (a convolution call's
+layout transform or a library call's entry point is not the GEMM); rows of the same spec but another recorded launch
+are distinct rows.
+
 cuDNN convolution forwards timed as an implicit GEMM (a ``gemm`` row on a convolution op) are then scaled by the
 factor of the cuDNN kernel family the call ran (:mod:`estimator.conv_families`: the call's first kernel and its
 ``op_part`` kernels name the engine) when the estimator's bundle ships that table.
@@ -39,8 +47,9 @@ import pandas as pd
 
 from emulate.sim.copies import twin_indices
 from emulate.sim.program import COLLECTIVE, KERNEL, MEMCPY, MEMCPY_BLOCKING, MEMSET, RankProgram
-from emulate.trace import TraceFormatError
+from emulate.trace import EventTable, TraceFormatError
 from estimator.base import KernelEstimator
+from estimator.kernel_config import PATHS, parse_name
 from profiling.classify import classify_triton_kernel, tensor_dtype
 from profiling.families import FAMILIES
 from profiling.hardware import HardwareSpec, UnknownHardwareError, lookup
@@ -88,15 +97,22 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
     uses: list[tuple[int, list[int], list[int], bool]] = []   # (rank, event positions, their rows, kernels?)
     no_spec: list[tuple[int, int, float | None]] = []
 
-    def row_of(spec: dict[str, Any], source: str, i: int) -> int:
+    gemm_names: dict[Any, bool] = {}              # kernel name -> parse_name reads it as a GEMM kernel
+
+    def row_of(spec: dict[str, Any], source: str, i: int, launch: tuple[str, Any] | None = None) -> int:
         try:
             key = (tuple(spec), tuple(spec.values()))  # names and values: cheaper than items() pairs
+            if launch is not None:
+                key += launch
             j = row_index.get(key)
         except (TypeError, AttributeError):  # unhashable values: predicted on its own
             key, j = None, None
         if j is None:
             j = len(rows)
-            rows.append(_row(spec, target.id, source, i))
+            row = _row(spec, target.id, source, i)  # a copy: the event's spec is never changed
+            if launch is not None:
+                row["kernel_name"], row["grid"] = launch[0], _grid_text(launch[1])
+            rows.append(row)
             if key is not None:
                 row_index[key] = j
         return j
@@ -126,6 +142,9 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
         kernels = todo[is_kernel].tolist()
         positions, ids = [], []
         known = row_index.get
+        # the recorded cuBLAS launch describes the target only when the trace was captured on it (module docstring)
+        launches = _recorded_launches(events, gemm_names) \
+            if kernels and target is not None and prog.hardware == target.id else None
         for i, spec in zip(kernels, map(events.field("spec").__getitem__, kernels)):
             if not spec and events[i]["name"].startswith("triton_"):  # Inductor's: no aten op describes them
                 ev = events[i]
@@ -133,12 +152,14 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
                                               ev.get("op_dtypes") or (), "Backward" in (ev.get("op") or ""),
                                               (ev.get("bytes_read") or 0) + (ev.get("bytes_written") or 0))
             if spec:
+                launch = launches[i] if launches is not None else None
                 try:
-                    j = known((tuple(spec), tuple(spec.values())))
+                    key = (tuple(spec), tuple(spec.values()))
+                    j = known(key if launch is None else key + launch)
                 except (TypeError, AttributeError):
                     j = None
                 positions.append(i)
-                ids.append(j if j is not None else row_of(spec, prog.source, i))
+                ids.append(j if j is not None else row_of(spec, prog.source, i, launch))
             elif not events[i].get("op_part"):
                 no_spec.append((r, i, events[i].get("duration_us")))
             # op_part: timed with its op's first kernel; its duration stays 0
@@ -317,6 +338,36 @@ def _canonical_dtype(dtype: Any) -> str:
         return "bf16"
     text = str(dtype).lower()
     return tensor_dtype(text) or text
+
+
+def _recorded_launches(events: EventTable, gemm_names: dict[Any, bool]) -> list[tuple[str, Any] | None]:
+    """Per event, (kernel name, grid as a tuple) when it is a GEMM spec's launch of a kernel that
+    :func:`estimator.kernel_config.parse_name` reads as a GEMM (its path is not "other": a convolution's layout
+    transform or a library call's entry point is not); else None. Worked out once per distinct event shape (name,
+    grid and spec are shape fields), and each name parsed once (``gemm_names``), so a million launches cost one
+    list."""
+    other = PATHS.index("other")
+    per_shape: list[tuple[str, Any] | None] = []
+    for shape in events.shapes:
+        spec, name, grid = shape.get("spec"), shape.get("name"), shape.get("grid")
+        launch = None
+        if isinstance(spec, dict) and spec.get("family") == "gemm" and isinstance(name, str):
+            if name not in gemm_names:
+                gemm_names[name] = parse_name(name)[0] != other
+            if gemm_names[name]:
+                launch = (name, tuple(grid) if isinstance(grid, list) else grid)
+        per_shape.append(launch)
+    return list(map(per_shape.__getitem__, events.shape_index.tolist()))
+
+
+def _grid_text(grid: Any) -> str | None:
+    """A trace's grid [x, y, z] as the "x,y,z" text ``estimator.kernel_config`` reads; None when it is not three
+    integers (a library call records none)."""
+    try:
+        x, y, z = (int(v) for v in grid)
+    except (TypeError, ValueError):
+        return None
+    return f"{x},{y},{z}"
 
 
 def _row(spec: Any, hardware: str, source: str, i: int) -> dict[str, Any]:
