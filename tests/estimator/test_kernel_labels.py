@@ -205,3 +205,20 @@ def test_a_source_whose_cublas_fails_on_the_device_falls_back_to_the_wheels(tmp_
     asked = old_cublas_fails(tmp_path, monkeypatch)
     out = label_gemms(gemms(source="old_source"), ask=True, cache_dir=tmp_path)
     assert asked == ["12.0.0.2", None] and out["kernel_name"].tolist() == ["nvjet_new"]
+
+
+def test_a_gemm_on_its_own_gets_the_label_it_gets_among_others(tmp_path, monkeypatch):
+    """Single-kernel calls pass the light KernelColumns form; it must be labelled like a frame, or a GEMM's
+    prediction would depend on how many rows it was predicted with."""
+    from estimator.frames import KernelColumns
+    from estimator.kernel_labels import label_for_features
+
+    monkeypatch.setenv("STEPCAST_CACHE_DIR", str(tmp_path))
+    path = cache_file("h100-sxm")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame({"m": [4096], "n": [4096], "k": [4096], "dtype": ["bf16"], "kernel_name": ["nvjet_x"],
+                  "grid": ["8,16,1"], "kernel_label": ["cublaslt-1"]}).to_parquet(path)
+    alone = label_for_features(KernelColumns.from_records(gemms().to_dict("records")))
+    among = label_for_features(pd.concat([gemms()] * 20, ignore_index=True))
+    assert list(alone["kernel_name"]) == ["nvjet_x"] and list(alone["grid"]) == ["8,16,1"]
+    assert set(among["kernel_name"]) == {"nvjet_x"}

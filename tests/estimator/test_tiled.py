@@ -100,10 +100,12 @@ def test_predictions_never_beat_the_bound_even_on_an_unseen_device(fitted):
 
 
 def fallback_us(model: TiledEstimator, rows: pd.DataFrame) -> np.ndarray:
-    """What the out-of-range fallback gives without a power cap: each member's floor + the analytical roofline,
-    averaged in log like the members' times."""
+    """What the out-of-range fallback gives without a power cap: each member's floor of the rows' timing method +
+    the analytical roofline, averaged in log like the members' times."""
     roofline = RooflineEstimator().predict(rows)
-    return np.exp(np.mean([np.log(f[0] + roofline) for f in model.norm["floor_us"]], axis=0))
+    feats = tile_features(rows, model.device_features, model.joules_per_flop, model.power)
+    timing = model._floor_codes(feats.matrix).numpy()
+    return np.exp(np.mean([np.log(np.asarray(f)[timing] + roofline) for f in model.norm["floor_us"]], axis=0))
 
 
 def test_a_kernel_the_network_never_saw_takes_the_roofline_not_a_whole_tile(fitted):
