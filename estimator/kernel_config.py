@@ -73,6 +73,12 @@ def parse_name(name: str) -> tuple[float, ...]:
     elif found := re.match(r"cutlass_(\d+)\w*?gemm\w*?_" + _PAIR + "_" + _PAIR, s):
         path, sm = "cutlass", float(found.group(1))
         tm, tn, tk, stages = (float(found.group(i)) for i in (2, 3, 4, 5))
+    elif found := re.match(r"cutlass3x_sm(\d+)_\w*?gemm\w*?_(\d+)x(\d+)x(\d+)_(?:(\d+)x(\d+)x\d+_(\d+)_)?", s):
+        # CUTLASS 3 (cuBLAS's sm_100 fp32 path): tile M x N x K, then cluster M x N x K and stages where fixed
+        path, sm = "cutlass", float(found.group(1))
+        tm, tn, tk = (float(found.group(i)) for i in (2, 3, 4))
+        if found.group(5):
+            cluster, stages = float(found.group(5)) * float(found.group(6)), float(found.group(7))
     elif found := re.match(r"(maxwell|pascal|volta|turing|ampere|ada|hopper)_\w*?gemm\w*?_" + _PAIR, low):
         path, sm = "prebuilt", float(_SM_OF_FAMILY[found.group(1)])
         tm, tn = float(found.group(2)), float(found.group(3))

@@ -36,6 +36,13 @@ def named(name: str) -> dict[str, float]:
     ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_32x6_tn_align4>(cutlass_80_tensorop_s1688gemm_"
      "64x64_32x6_tn_align4::Params)",
      {"kc_path": "cutlass", "kc_sm": 80, "kc_tile_m": 64, "kc_stages": 6, "kc_align": 4}),
+    ("cutlass3x_sm100_simt_sgemm_f32_f32_f32_f32_f32_128x64x16_1x1x1_3_nnn_align1_bias_f32_relu",  # B200 fp32
+     {"kc_path": "cutlass", "kc_sm": 100, "kc_tile_m": 128, "kc_tile_n": 64, "kc_tile_k": 16, "kc_stages": 3,
+      "kc_cluster": 1, "kc_align": 1, "kc_tensor": 0}),
+    ("cutlass3x_sm100_tensorop_s256x128x8tf32implicit_gemm_strided_dgrad_f32_f32_f32_void_f32_f32_256x128x32_"
+     "16w16h1d1n_dyn_cga_ndhwc_ndhwc_ndhwc_align4_2sm",  # dynamic cluster: no cluster or stages in the name
+     {"kc_path": "cutlass", "kc_sm": 100, "kc_tile_m": 256, "kc_tile_n": 128, "kc_tile_k": 32, "kc_cluster": 1,
+      "kc_tensor": 1}),
     ("ampere_bf16_s16816gemm_bf16_64x64_sliced1x2_ldg8_f2f_stages_64x5_tn",
      {"kc_path": "prebuilt", "kc_sm": 80, "kc_tile_k": 64, "kc_stages": 5, "kc_slices": 2, "kc_tensor": 1}),
     ("volta_sgemm_32x32_sliced1x4_tn", {"kc_path": "prebuilt", "kc_sm": 70, "kc_slices": 4, "kc_tensor": 0}),
