@@ -66,12 +66,13 @@ class RooflineEstimator(KernelEstimator):
         frame = as_kernels(frame)
         out = np.empty(len(frame), dtype=np.float64)
         for family, positions in family_positions(frame):
-            out[positions] = self._predict_family(family, take(frame, positions))
+            out[positions] = self.family_us(family, take(frame, positions))
         return out
 
-    def _predict_family(self, family: str, rows: Kernels, w: Work | None = None,
+    def family_us(self, family: str, rows: Kernels, w: Work | None = None,
                         hw: RowHardware | None = None) -> np.ndarray:
-        """Microseconds for rows of one family (``w`` and ``hw`` when the caller already computed them)."""
+        """Microseconds for rows of one family (``w`` and ``hw`` when the caller already computed them): public
+        because the learned models build their roofline feature and the tiled model its fallback from it."""
         w = w if w is not None else work(family, rows)
         hw = hw if hw is not None else row_hardware(rows["hardware"], rows["dtype"])
         fixed_us = np.where(hw.is_gpu, self.gpu_fixed_us, self.cpu_fixed_us)

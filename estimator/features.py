@@ -214,6 +214,6 @@ def features(family: str, frame: Kernels, kernel_config: bool = False, timing: b
     matrix = np.empty((len(frame), len(names)), dtype=np.float32, order="F")  # column writes stay contiguous
     for i, name in enumerate(names):
         matrix[:, i] = cols[name]
-    baseline = _ROOFLINE._predict_family(family, frame, w, hw)
+    baseline = _ROOFLINE.family_us(family, frame, w, hw)
     return FeatureFrame(names, matrix, baseline, hw)
 

@@ -257,7 +257,7 @@ def tile_features(frame: Kernels, device_features: str = "none", joules_per_flop
         cols["log2_power_share"] = np.log2(share)
     if power == "cap":
         cols[ENERGY] = np.log2(w.flops * _joules(frame, joules_per_flop or {}, base_clock) / _tdp_watts(frame) * 1e6)
-    cols[ROOFLINE] = np.log2(np.maximum(RooflineEstimator()._predict_family("gemm", frame, w, hw), 1e-3))
+    cols[ROOFLINE] = np.log2(np.maximum(RooflineEstimator().family_us("gemm", frame, w, hw), 1e-3))
     if device_features == "generation":
         cols["sm_generation"] = hw.spec["hw_compute_capability"] // 10
     if device_features == "per_sm":
