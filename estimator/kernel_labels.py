@@ -54,7 +54,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from estimator.frames import Kernels, by_code, factorize
+from estimator.frames import Kernels, as_frame, by_code, factorize
 from profiling.atomic import atomic_path
 from profiling.paths import cache_root
 
@@ -345,8 +345,7 @@ def label_for_features(frame: Kernels) -> Kernels:
     get the label it gets among others (unlabelled, a 1-row bf16 2048^3 GEMM was predicted 108 us against 34)."""
     if not len(frame):
         return frame
-    if not isinstance(frame, pd.DataFrame):
-        frame = pd.DataFrame(frame.data)
+    frame = as_frame(frame)
     todo = _labelable(frame)
     if not todo.any():
         return frame
