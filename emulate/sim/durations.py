@@ -97,8 +97,6 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
     uses: list[tuple[int, list[int], list[int], bool]] = []   # (rank, event positions, their rows, kernels?)
     no_spec: list[tuple[int, int, float | None]] = []
 
-    gemm_names: dict[Any, bool] = {}              # kernel name -> parse_name reads it as a GEMM kernel
-
     def row_of(spec: dict[str, Any], source: str, i: int, launch: tuple[str, Any] | None = None) -> int:
         try:
             key = (tuple(spec), tuple(spec.values()))  # names and values: cheaper than items() pairs
@@ -143,7 +141,7 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
         positions, ids = [], []
         known = row_index.get
         # the recorded cuBLAS launch describes the target only when the trace was captured on it (module docstring)
-        launches = _recorded_launches(events, gemm_names) \
+        launches = _recorded_launches(events) \
             if kernels and target is not None and prog.hardware == target.id else None
         for i, spec in zip(kernels, map(events.field("spec").__getitem__, kernels)):
             if not spec and events[i]["name"].startswith("triton_"):  # Inductor's: no aten op describes them
@@ -340,22 +338,19 @@ def _canonical_dtype(dtype: Any) -> str:
     return tensor_dtype(text) or text
 
 
-def _recorded_launches(events: EventTable, gemm_names: dict[Any, bool]) -> list[tuple[str, Any] | None]:
+def _recorded_launches(events: EventTable) -> list[tuple[str, Any] | None]:
     """Per event, (kernel name, grid as a tuple) when it is a GEMM spec's launch of a kernel that
     :func:`estimator.kernel_config.parse_name` reads as a GEMM (its path is not "other": a convolution's layout
     transform or a library call's entry point is not); else None. Worked out once per distinct event shape (name,
-    grid and spec are shape fields), and each name parsed once (``gemm_names``), so a million launches cost one
-    list."""
+    grid and spec are shape fields; ``parse_name`` caches each name), so a million launches cost one list."""
     other = PATHS.index("other")
     per_shape: list[tuple[str, Any] | None] = []
     for shape in events.shapes:
         spec, name, grid = shape.get("spec"), shape.get("name"), shape.get("grid")
         launch = None
-        if isinstance(spec, dict) and spec.get("family") == "gemm" and isinstance(name, str):
-            if name not in gemm_names:
-                gemm_names[name] = parse_name(name)[0] != other
-            if gemm_names[name]:
-                launch = (name, tuple(grid) if isinstance(grid, list) else grid)
+        if isinstance(spec, dict) and spec.get("family") == "gemm" and isinstance(name, str) \
+                and parse_name(name)[0] != other:
+            launch = (name, tuple(grid) if isinstance(grid, list) else grid)
         per_shape.append(launch)
     return list(map(per_shape.__getitem__, events.shape_index.tolist()))
 
