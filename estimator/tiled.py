@@ -379,11 +379,7 @@ class TiledEstimator(MLPEstimator):
         board boosts past its power until the limiter catches up, so only long kernels settle at the power-limited
         rate (NeuSight's T4 and P4 reach 0.7 of their rated peak at 0.1-1 ms, 0.44 and 0.35 beyond 30 ms)."""
         log_util = nn.functional.logsigmoid(network(xs)[:, 0])
-        log_compute = log_bound - log_util
-        if log_energy is not None and log_credit is not None:
-            log_cap = 2.0 * log_energy - torch.logaddexp(log_energy, log_credit)
-            log_compute = torch.maximum(log_compute, log_cap)
-        return torch.logaddexp(log_floor, log_compute)
+        return _floor_plus_capped(log_bound - log_util, log_floor, log_energy, log_credit)
 
     def _floor_codes(self, x: np.ndarray) -> torch.Tensor:
         """Each row's timing method (``estimator.features.timing_codes``; -1, a method not in the vocabulary, last)."""
@@ -517,12 +513,20 @@ class TiledEstimator(MLPEstimator):
         Both terms hold whatever kernel runs: the roofline counts useful FLOPs and bytes (no tiles), and the power
         cap is the board's energy per FLOP, which the training devices pin whatever the shape."""
         log_roofline = torch.from_numpy(x[:, self.feature_names.index(ROOFLINE)].astype(np.float32) * np.log(2.0))
+        capped = self.power == "cap"
         outs = []
         for floor_us, credit_us in zip(self.norm["floor_us"], self.norm["credit_us"]):
-            log_compute = log_roofline
-            if self.power == "cap":
-                log_credit = torch.tensor(float(np.log(credit_us)))
-                log_compute = torch.maximum(log_compute, 2.0 * log_energy - torch.logaddexp(log_energy, log_credit))
             log_floor = torch.log(torch.tensor(floor_us, dtype=torch.float32))[codes]
-            outs.append(torch.logaddexp(log_floor, log_compute))
+            log_credit = torch.tensor(float(np.log(credit_us))) if capped else None
+            outs.append(_floor_plus_capped(log_roofline, log_floor, log_energy if capped else None, log_credit))
         return torch.stack(outs).mean(dim=0)
+
+
+def _floor_plus_capped(log_compute: torch.Tensor, log_floor: torch.Tensor, log_energy: torch.Tensor | None,
+                       log_credit: torch.Tensor | None) -> torch.Tensor:
+    """log(floor + max(compute, cap)), logaddexp keeping it stable; the cap (``power="cap"``, both given) is the
+    power-limited time E less what the board's energy credit c buys, E^2 / (E + c): the network's times and the
+    out-of-range fallback's alike."""
+    if log_energy is not None and log_credit is not None:
+        log_compute = torch.maximum(log_compute, 2.0 * log_energy - torch.logaddexp(log_energy, log_credit))
+    return torch.logaddexp(log_floor, log_compute)
