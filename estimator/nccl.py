@@ -1,9 +1,12 @@
 """A collective-time model with NCCL's own structure, fitted per device, with an optional learned residual.
 
-NCCL times a collective by trying every (algorithm, protocol) pair its tuner allows and running the fastest
-predicted one (``src/graph/tuning.cc``: time = base latency + steps x per-step latency + bytes / (bandwidth of the
-pair)). This model does the same with figures fitted to measurements, so the size thresholds at which NCCL switches
-protocol and algorithm are where the fitted candidate times cross, not hand-set:
+NCCL times a collective by trying every (algorithm, protocol) pair its tuner allows and running the one its own
+cost model says is fastest (``src/graph/tuning.cc``: time = base latency + steps x per-step latency + bytes /
+(bandwidth of the pair)). On one node this model asks that cost model, with NCCL's own tables
+(``estimator.nccl_tuner``), which pair runs, and times the pair with figures fitted to measurements: NCCL's switch
+points are NCCL's, including where they are wrong (A100, 4 GPUs, all_gather: 22.5 us at 1 MiB on LL, 52.7 us at 2 MiB
+on Simple, which NCCL's figures pick from 1.9 MB). Across nodes and for point-to-point calls, where the tables here do
+not follow NCCL, the fastest fitted candidate runs:
 
 Links: within a node the catalog's NVLink bandwidth; across nodes the catalog's per-GPU network bandwidth; and
 **PCIe** where a node has no NVLink, or where NVLink only bridges pairs (not ``switched``) and more than two ranks
@@ -52,6 +55,7 @@ import pandas as pd
 
 from estimator.base import KernelEstimator
 from estimator.frames import as_frame
+from estimator.nccl_tuner import arch_figures, tuner_times
 from estimator.workload import bus_factor
 from profiling.hardware import lookup
 
@@ -89,6 +93,8 @@ PREFERRED_SOURCES = ("aiconfigurator", "profiler", "vidur")
 RESIDUAL_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "send_recv")
 CANDIDATES = tuple(f"ring/{p}" for p in PROTOCOLS) + tuple(f"tree/{p}" for p in PROTOCOLS) + ("nvls/Simple",) + \
     ("p2p/LL", "p2p/Simple")
+#: the columns of ``estimator.nccl_tuner.tuner_times`` as indices of CANDIDATES
+TUNER_CANDIDATES = tuple(CANDIDATES.index(c) for c in ("ring/LL", "ring/LL128", "ring/Simple", "nvls/Simple"))
 
 
 @dataclass
@@ -107,6 +113,7 @@ class Rows:
     units: np.ndarray = field(default_factory=lambda: np.array([]))  # PCIe endpoints the ring crosses; 0: NVLink
     per_switch: np.ndarray = field(default_factory=lambda: np.array([]))  # the catalog's gpus_per_pcie_switch
     bridged: np.ndarray = field(default_factory=lambda: np.array([]))  # NVLink joins pairs only
+    tuned: np.ndarray = field(default_factory=lambda: np.array([]))  # NCCL's tuner's candidate, -1: not modelled
 
     @classmethod
     def of(cls, frame: pd.DataFrame) -> "Rows":
@@ -124,9 +131,16 @@ class Rows:
         # a node's ranks on PCIe: every GPU of a node without NVLink, every pair of a bridged one beyond one pair
         units = np.where(figures[:, 5] == 0, on_node,
                          np.where(bridged & (on_node > BRIDGE), np.ceil(on_node / BRIDGE), 0.0))
-        return cls(frame["op"].astype(str).to_numpy(), frame["bytes"].to_numpy(np.float64), ranks, per_node,
+        tuner = np.array([arch_figures(specs[h]) for h in hardware], dtype=np.float64).reshape(-1, 2)
+        op, size = frame["op"].astype(str).to_numpy(), frame["bytes"].to_numpy(np.float64)
+        estimate = tuner_times(op, size, ranks, per_node, units, figures[:, 0], figures[:, 1], figures[:, 4] > 0,
+                               tuner[:, 0], tuner[:, 1] > 0)
+        modelled = ~np.isnan(estimate[:, 0])
+        tuned = np.where(modelled, np.array(TUNER_CANDIDATES)[np.argmin(np.where(modelled[:, None], estimate, 0.0),
+                                                                          axis=1)], -1)
+        return cls(op, size, ranks, per_node,
                    figures[:, 0], figures[:, 2], figures[:, 4] > 0, hardware, figures[:, 1], units, figures[:, 7],
-                   bridged)
+                   bridged, tuned)
 
     def take(self, mask: np.ndarray) -> "Rows":
         return Rows(*(getattr(self, f.name)[mask] for f in fields(self)))
@@ -200,18 +214,20 @@ def candidate_times(rows: Rows, p: dict[str, float]) -> np.ndarray:
 
 
 def model_us(rows: Rows, p: dict[str, float], softness: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
-    """(microseconds, index of the chosen candidate) per row. ``softness`` > 0 replaces the minimum over candidates
-    by a smooth one (log-sum-exp over log times at that temperature), which the fit needs: the hard minimum has no
-    gradient towards a candidate that is not yet the fastest."""
+    """(microseconds, index of the chosen candidate) per row: the candidate NCCL's own tuner picks
+    (``Rows.tuned``), timed by the fitted figures; rows the tuner is not modelled for take the fastest fitted
+    candidate. ``softness`` > 0 replaces that minimum by a smooth one (log-sum-exp over log times at that
+    temperature), which the fit needs: the hard minimum has no gradient towards a candidate not yet the fastest."""
     times = candidate_times(rows, p)
-    choice = np.argmin(times, axis=1)
+    tuned = rows.tuned >= 0
+    choice = np.where(tuned, rows.tuned, np.argmin(times, axis=1))
     best = times[np.arange(len(times)), choice]
     if softness > 0:
         with np.errstate(divide="ignore"):
             logs = np.log(np.where(times > 0, times, np.inf))
         lowest = np.log(np.maximum(best, 1e-12))
         spread = np.exp(-(logs - lowest[:, None]) / softness).sum(axis=1)
-        best = np.where(best > 0, np.exp(lowest - softness * np.log(spread)), 0.0)
+        best = np.where((best > 0) & ~tuned, np.exp(lowest - softness * np.log(spread)), best)
     return p["base_us"] + best, choice
 
 
@@ -228,6 +244,20 @@ def _kind(name: str) -> str:
         if kind in name:
             return kind
     return "us"
+
+
+def _unused_to_start(residual, x: np.ndarray, x0: np.ndarray) -> np.ndarray:
+    """``x`` with every figure the rows do not use (no multi-node row for the network figures, no NVLS row for the
+    switch's) put back to its default start ``x0``: the start that won may be a random one, and such a figure is what
+    predicts the rows this device never measured. A figure counts as unused only when setting it back leaves every
+    row's time as it was (a fill below every row's size has no gradient either, but setting it back would move rows)."""
+    now = residual(x)
+    for i in np.flatnonzero(x != x0):
+        trial = x.copy()
+        trial[i] = x0[i]
+        if np.array_equal(residual(trial), now):
+            x = trial
+    return x
 
 
 def fit_device(rows: Rows, runtime_us: np.ndarray, starts: int = 3, seed: int = 0,
@@ -257,6 +287,7 @@ def fit_device(rows: Rows, runtime_us: np.ndarray, starts: int = 3, seed: int = 
                                  f_scale=0.1, diff_step=1e-3, max_nfev=200, tr_solver="lsmr")
         if best is None or solution.cost < best.cost:
             best = solution
+    best.x = _unused_to_start(residual, best.x, np.log([(start or PARAMS)[k] for k in free]))
     return fixed | dict(zip(free, np.exp(best.x)))
 
 

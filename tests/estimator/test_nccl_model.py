@@ -170,3 +170,23 @@ def test_pooled_figures_cost_at_most_one_refit_per_device(monkeypatch):
     assert calls["a100-sxm-80gb"] == 2  # one step count: refitted once with the pooled step latencies
     assert set(calls) == {"h100-sxm", "l40s", "l4", "a100-sxm-80gb"} and max(calls.values()) <= 2
 
+
+
+def test_one_node_rings_are_timed_on_the_candidate_nccls_tuner_picks_whatever_the_fitted_figures_say():
+    frame = collectives("a100-sxm-80gb", ops=("all_gather",), ranks=(4,))
+    rows = Rows.of(frame)
+    fast_ll128 = PARAMS | {"share_LL128": 2.0, "step_us_LL128": 0.05, "fill_bytes_LL128": 64.0}
+    assert (model_us(rows, fast_ll128)[1] == rows.tuned).all()
+    assert (model_us(rows, fast_ll128, softness=0.05)[0] == model_us(rows, fast_ll128)[0]).all()
+
+
+def test_a_figure_no_row_uses_goes_back_to_its_start_and_one_that_bounds_rows_stays():
+    from estimator.nccl import _unused_to_start
+
+    def residual(x):  # x[0] scales every row; x[1] is unused; x[2] is a floor under the rows' sizes
+        return x[0] * np.array([1.0, 2.0]) + np.maximum(np.array([3.0, 4.0]), x[2])
+
+    kept = _unused_to_start(residual, np.array([2.0, 7.0, 1.0]), np.array([0.0, 0.0, 3.5]))
+    assert kept.tolist() == [2.0, 0.0, 1.0]  # x[2] back at 3.5 would lift the first row: it stays
+    moved = _unused_to_start(residual, np.array([2.0, 7.0, 1.0]), np.array([0.0, 0.0, 2.0]))
+    assert moved.tolist() == [2.0, 0.0, 2.0]  # below every row, back at its start changes nothing
