@@ -304,12 +304,18 @@ def median_params(fitted: dict[str, dict[str, float]], pinned: dict[str, dict[st
     return out
 
 
+def _across_nodes(rows: Rows) -> np.ndarray:
+    """Whether each row's ranks span more than one node."""
+    return rows.ranks > np.maximum(rows.per_node, 1.0)
+
+
 class NcclEstimator(KernelEstimator):
     """Collective estimator: NCCL's algorithm / protocol structure with per-device fitted figures, plus an optional
     learned residual. Only the ``collective`` family."""
 
     name = "nccl"
-    version = "3"  # 2: PCIe links, pooled figures; 3: the catalog's PCIe switch size, one pooled refit
+    version = "4"  # 2: PCIe links, pooled figures; 3: the catalog's PCIe switch size, one pooled refit; 4: NCCL's
+    # tuner picks the candidate on one node, a residual applies only across the node spans it was trained on
 
     def __init__(self, residual: bool = False, min_rows: int = 30, family: str = "collective",
                  target: str | None = None) -> None:
@@ -322,6 +328,7 @@ class NcclEstimator(KernelEstimator):
         self.params: dict[str, dict[str, float]] = {}
         self.default: dict[str, float] = dict(PARAMS)
         self._boosters: dict = {}  # source -> XGBoost booster of log(measured / model)
+        self._spans: dict[str, list[bool]] = {}  # source -> node spans its residual saw (False: one node, True: more)
 
     def get_params(self) -> dict[str, Any]:
         return {"residual": self.residual, "min_rows": self.min_rows}
@@ -343,7 +350,7 @@ class NcclEstimator(KernelEstimator):
             write_bytes_atomic(path / residuals[source], bytes(booster.save_raw("ubj")))
         write_json_atomic(path / "meta.json", {"kind": "nccl", "version": self.version, "params": self.get_params(),
                                                "figures": self.params, "default": self.default,
-                                               "residuals": residuals})
+                                               "residuals": residuals, "residual_spans": self._spans})
         seal_estimator_dir(path)
         return path
 
@@ -368,6 +375,7 @@ class NcclEstimator(KernelEstimator):
                 booster = xgb.Booster()
                 booster.load_model(bytearray((path / name).read_bytes()))
                 model._boosters[str(source)] = booster
+            model._spans = {str(k): [bool(v) for v in spans] for k, spans in meta.get("residual_spans", {}).items()}
         return model
 
     def fit(self, frame: pd.DataFrame, runtime_us: np.ndarray) -> "NcclEstimator":
@@ -401,8 +409,10 @@ class NcclEstimator(KernelEstimator):
 
             base, x = self._model(rows, keys)
             sources = np.array([k.split("|")[1] for k in keys])
+            across = _across_nodes(rows)
             for source in pd.unique(sources):  # one residual per source: the timing methods differ in how, too
                 mask = sources == source
+                self._spans[str(source)] = sorted({bool(v) for v in across[mask]})
                 # every device weighs the same (mean weight 1, so XGBoost's minimum leaf weight still counts rows)
                 _, index, counts = np.unique(keys[mask], return_inverse=True, return_counts=True)
                 weight = mask.sum() / (len(counts) * counts[index])
@@ -455,15 +465,19 @@ class NcclEstimator(KernelEstimator):
         frame = as_frame(frame)
         if len(frame) and set(frame["family"].astype(str)) != {"collective"}:
             raise ValueError("nccl estimator: only collective rows (column 'family')")
-        keys = self._keys(frame)
-        base, x = self._model(Rows.of(frame), keys)
+        keys, rows = self._keys(frame), Rows.of(frame)
+        base, x = self._model(rows, keys)
         if self._boosters and len(x):
             import xgboost as xgb
 
             sources = np.array([k.split("|")[1] for k in keys])
+            across = _across_nodes(rows)
             for source in pd.unique(sources):
                 mask = sources == source
                 fallback = next((s for s in PREFERRED_SOURCES if s in self._boosters), next(iter(self._boosters)))
-                booster = self._boosters.get(str(source), self._boosters[fallback])
-                base[mask] = base[mask] * np.exp(booster.predict(xgb.DMatrix(x[mask])))
+                name = str(source) if str(source) in self._boosters else fallback
+                # a residual learned within nodes says nothing across them (nor the reverse): the structure alone
+                seen = np.isin(across[mask], self._spans.get(name, [False, True]))
+                factor = np.exp(self._boosters[name].predict(xgb.DMatrix(x[mask])))
+                base[mask] = base[mask] * np.where(seen, factor, 1.0)
         return base

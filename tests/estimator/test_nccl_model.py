@@ -74,6 +74,24 @@ def test_a_learned_residual_fits_what_the_structure_misses():
     assert err(residual) < err(plain)
 
 
+
+def test_a_residual_learned_within_nodes_leaves_rows_across_nodes_to_the_structure(tmp_path):
+    frame = collectives("h100-sxm")
+    bumped = measured(frame) * np.where(frame["op"] == "all_to_all", 1.3, 1.0)  # something the structure lacks
+    plain = NcclEstimator().fit(frame, bumped)
+    residual = NcclEstimator(residual=True).fit(frame, bumped)
+    within = collectives("h100-sxm", ops=("all_to_all",), ranks=(8,), sizes=(2.0 ** 20,))
+    across = collectives("h100-sxm", ops=("all_to_all",), ranks=(16,), per_node=8, sizes=(2.0 ** 20,))
+    assert abs(residual.predict(within)[0] / plain.predict(within)[0] - 1.0) > 0.005
+    assert residual.predict(across)[0] == pytest.approx(plain.predict(across)[0], rel=1e-9)
+    residual._spans = {}  # a bundle from before the spans were kept: the residual applies everywhere
+    assert abs(residual.predict(across)[0] / plain.predict(across)[0] - 1.0) > 0.005
+    residual._spans = {"synthetic": [False]}
+    residual.save(tmp_path / "nccl")
+    loaded = NcclEstimator.load(tmp_path / "nccl")
+    assert loaded.predict(across)[0] == pytest.approx(plain.predict(across)[0], rel=1e-9)
+
+
 def test_only_collectives_are_accepted():
     with pytest.raises(ValueError, match="column 'family'"):
         NcclEstimator().predict(pd.DataFrame([{"family": "gemm", "hardware": "h100-sxm", "dtype": "bf16",
