@@ -102,3 +102,8 @@ class RooflineEstimator(KernelEstimator):
         from estimator.bundle import read_json
 
         return cls(**read_json(Path(path) / "meta.json")["params"])
+
+
+#: the roofline with its default parameters: the baseline feature of the learned models and the analytical cost their
+#: fallbacks take (one instance, so every user reads the same defaults)
+DEFAULT_ROOFLINE = RooflineEstimator()

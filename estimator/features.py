@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from estimator.analytical import RooflineEstimator, link_bandwidth
+from estimator.analytical import DEFAULT_ROOFLINE, link_bandwidth
 from estimator.frames import Kernels, by_code, factorize, flag, num, text
 from estimator.hardware_table import RowHardware, row_hardware
 from estimator.kernel_config import kernel_config_features
@@ -57,7 +57,6 @@ SHAPE_COLUMNS: dict[str, tuple[str, ...]] = {
     family: tuple(c for c in cols if c not in {"op", "pass", "causal"}) for family, cols in FAMILIES.items()
 }
 
-_ROOFLINE = RooflineEstimator()
 
 
 @dataclass
@@ -214,6 +213,6 @@ def features(family: str, frame: Kernels, kernel_config: bool = False, timing: b
     matrix = np.empty((len(frame), len(names)), dtype=np.float32, order="F")  # column writes stay contiguous
     for i, name in enumerate(names):
         matrix[:, i] = cols[name]
-    baseline = _ROOFLINE.family_us(family, frame, w, hw)
+    baseline = DEFAULT_ROOFLINE.family_us(family, frame, w, hw)
     return FeatureFrame(names, matrix, baseline, hw)
 

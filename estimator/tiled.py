@@ -67,7 +67,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from estimator.analytical import RooflineEstimator
+from estimator.analytical import DEFAULT_ROOFLINE
 from estimator.features import GEMM_TILES, FeatureFrame, categorical_keys, encode, timing_codes, VOCABULARY
 from estimator.frames import Kernels, by_code, factorize, num
 from estimator.hardware_table import row_hardware
@@ -257,7 +257,7 @@ def tile_features(frame: Kernels, device_features: str = "none", joules_per_flop
         cols["log2_power_share"] = np.log2(share)
     if power == "cap":
         cols[ENERGY] = np.log2(w.flops * _joules(frame, joules_per_flop or {}, base_clock) / _tdp_watts(frame) * 1e6)
-    cols[ROOFLINE] = np.log2(np.maximum(RooflineEstimator().family_us("gemm", frame, w, hw), 1e-3))
+    cols[ROOFLINE] = np.log2(np.maximum(DEFAULT_ROOFLINE.family_us("gemm", frame, w, hw), 1e-3))
     if device_features == "generation":
         cols["sm_generation"] = hw.spec["hw_compute_capability"] // 10
     if device_features == "per_sm":
@@ -452,7 +452,7 @@ class TiledEstimator(MLPEstimator):
         fitted = torch.exp(log_floor).detach().numpy().reshape(methods, hosts)
         seen = np.isin(np.arange(methods * hosts), floor_codes.numpy()).reshape(methods, hosts)
         fitted = np.array([float(np.median(f[s])) if s.any() else np.nan for f, s in zip(fitted, seen)])
-        fitted = np.where(np.isfinite(fitted), fitted, RooflineEstimator().gpu_fixed_us)
+        fitted = np.where(np.isfinite(fitted), fitted, DEFAULT_ROOFLINE.gpu_fixed_us)
         return network, fitted.tolist(), float(torch.exp(log_credit).item())
 
     def _load_weights(self, path, meta: dict[str, Any]) -> None:
