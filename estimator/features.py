@@ -58,7 +58,6 @@ SHAPE_COLUMNS: dict[str, tuple[str, ...]] = {
 }
 
 
-
 @dataclass
 class FeatureFrame:
     """Features of a single-family frame: a float32 matrix with named columns, plus the analytical baseline."""
