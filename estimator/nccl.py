@@ -55,11 +55,10 @@ import pandas as pd
 
 from estimator.base import KernelEstimator
 from estimator.frames import as_frame
-from estimator.nccl_tuner import arch_figures, tuner_times
+from estimator.nccl_tuner import NVLS_OPS, P2P_OPS, PROTOCOLS, arch_figures, spans_nodes, tuner_times
 from estimator.workload import bus_factor
 from profiling.hardware import lookup
 
-PROTOCOLS = ("LL", "LL128", "Simple")
 
 
 def switched(spec) -> bool:
@@ -85,12 +84,10 @@ POOLED = ("step_us_LL", "step_us_LL128", "step_us_Simple", "ring_loss", "pcie_co
 #: GPUs an NVLink bridge joins on a ``pairs`` board (the catalog's PCIe switch size is ``gpus_per_pcie_switch``)
 BRIDGE = 2.0
 NAMES = tuple(PARAMS)
-NVLS_OPS = ("all_reduce", "all_gather", "reduce_scatter")
-P2P_OPS = ("all_to_all", "send_recv")
-#: candidate labels, in the column order of ``candidate_times``
 #: whose figures predict a row of a device that has no fit of the row's own source
 PREFERRED_SOURCES = ("aiconfigurator", "profiler", "vidur")
 RESIDUAL_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "send_recv")
+#: candidate labels, in the column order of ``candidate_times``
 CANDIDATES = tuple(f"ring/{p}" for p in PROTOCOLS) + tuple(f"tree/{p}" for p in PROTOCOLS) + ("nvls/Simple",) + \
     ("p2p/LL", "p2p/Simple")
 #: the columns of ``estimator.nccl_tuner.tuner_times`` as indices of CANDIDATES
@@ -304,11 +301,6 @@ def median_params(fitted: dict[str, dict[str, float]], pinned: dict[str, dict[st
     return out
 
 
-def _across_nodes(rows: Rows) -> np.ndarray:
-    """Whether each row's ranks span more than one node."""
-    return rows.ranks > np.maximum(rows.per_node, 1.0)
-
-
 class NcclEstimator(KernelEstimator):
     """Collective estimator: NCCL's algorithm / protocol structure with per-device fitted figures, plus an optional
     learned residual. Only the ``collective`` family."""
@@ -409,7 +401,7 @@ class NcclEstimator(KernelEstimator):
 
             base, x = self._model(rows, keys)
             sources = np.array([k.split("|")[1] for k in keys])
-            across = _across_nodes(rows)
+            across = spans_nodes(rows.ranks, rows.per_node)
             for source in pd.unique(sources):  # one residual per source: the timing methods differ in how, too
                 mask = sources == source
                 self._spans[str(source)] = sorted({bool(v) for v in across[mask]})
@@ -471,7 +463,7 @@ class NcclEstimator(KernelEstimator):
             import xgboost as xgb
 
             sources = np.array([k.split("|")[1] for k in keys])
-            across = _across_nodes(rows)
+            across = spans_nodes(rows.ranks, rows.per_node)
             for source in pd.unique(sources):
                 mask = sources == source
                 fallback = next((s for s in PREFERRED_SOURCES if s in self._boosters), next(iter(self._boosters)))

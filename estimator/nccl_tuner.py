@@ -20,6 +20,9 @@ from __future__ import annotations
 import numpy as np
 
 PROTOCOLS = ("LL", "LL128", "Simple")
+#: collectives NVLS serves, and those NCCL runs as grouped sends and receives
+NVLS_OPS = ("all_reduce", "all_gather", "reduce_scatter")
+P2P_OPS = ("all_to_all", "send_recv")
 #: ring base latency per protocol (``baseLat[RING]``), microseconds
 BASE_US = {"LL": 6.6, "LL128": 14.0, "Simple": 8.4}
 #: ring per-step latency on the intra-node link type (``hwLat[NVLINK|PCI][RING]``), microseconds
@@ -44,6 +47,11 @@ def arch_figures(spec) -> tuple[float, bool]:
     return LL_MAX_GBS[arch], (major, minor) in LL128_CAPABILITIES
 
 
+def spans_nodes(ranks: np.ndarray, per_node: np.ndarray) -> np.ndarray:
+    """Whether each call's ranks span more than one node."""
+    return np.maximum(ranks, 1.0) > np.maximum(per_node, 1.0)
+
+
 def tuner_times(op: np.ndarray, size: np.ndarray, ranks: np.ndarray, per_node: np.ndarray, units: np.ndarray,
                 link: np.ndarray, pcie: np.ndarray, nvls: np.ndarray, ll_max: np.ndarray, ll128_ok: np.ndarray
                 ) -> np.ndarray:
@@ -52,7 +60,6 @@ def tuner_times(op: np.ndarray, size: np.ndarray, ranks: np.ndarray, per_node: n
     point-to-point), where the caller decides. ``link`` and ``pcie`` are the catalog's per-direction bytes per
     microsecond; ``units`` > 0 marks a ring that crosses PCIe (its intra-node hardware is then PCI, and LL128 is off)."""
     n = np.maximum(ranks, 1.0)
-    single = np.ceil(n / np.maximum(per_node, 1.0)) <= 1
     is_ar = op == "all_reduce"
     steps = np.where(is_ar, 2.0 * (n - 1.0), np.where(np.isin(op, ("all_gather", "reduce_scatter")), n - 1.0, n))
     on_pcie = units > 0
@@ -66,8 +73,8 @@ def tuner_times(op: np.ndarray, size: np.ndarray, ranks: np.ndarray, per_node: n
         latency = BASE_US[proto] + steps * np.where(on_pcie, STEP_US["pci"][proto], STEP_US["nvlink"][proto])
         t = latency + size / (1e3 * bandwidth * algorithm_share)
         out[:, i] = np.where(ll128_ok & ~on_pcie, t, np.inf) if proto == "LL128" else t
-    nvls_ok = nvls & np.isin(op, ("all_reduce", "all_gather", "reduce_scatter"))
+    nvls_ok = nvls & np.isin(op, NVLS_OPS)
     out[:, 3] = np.where(nvls_ok, NVLS_US + size / (1e3 * bus * np.where(is_ar, 5.0 / 6.0, 1.0)), np.inf)
-    modelled = single & ~np.isin(op, ("all_to_all", "send_recv")) & (n > 1)
+    modelled = ~spans_nodes(ranks, per_node) & ~np.isin(op, P2P_OPS) & (n > 1)
     out[~modelled] = np.nan
     return out
