@@ -28,6 +28,11 @@ class KernelEstimator(ABC):
         """True where the row lies inside the training support (shapes and hardware seen in training)."""
         return np.ones(len(frame), dtype=bool)
 
+    def support_note(self) -> str:
+        """What counts as a seen device for this model's ``in_range`` flag, when it is not simply "trained on that
+        device" (the model card's fallback-rule notes)."""
+        return ""
+
     def predict_frame(self, frame: pd.DataFrame) -> pd.DataFrame:
         """The input rows plus ``predicted_us``, ``estimator`` (name@version) and ``in_range``."""
         out = frame.copy()

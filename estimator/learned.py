@@ -31,7 +31,7 @@ from estimator.bundle import read_json, seal_estimator_dir, write_json_atomic
 from estimator.features import FeatureFrame, categorical_keys, features
 from estimator.frames import Kernels, as_kernels, factorize
 from estimator.kernel_labels import label_for_features
-from estimator.support import Support
+from estimator.support import SEEN_WITH, Support
 from profiling.families import key_columns
 
 TARGETS = ("efficiency", "log_time")
@@ -129,6 +129,10 @@ class LearnedEstimator(KernelEstimator):
 
     def in_range(self, frame: pd.DataFrame) -> np.ndarray:
         return self._require_support().in_range(as_kernels(frame))
+
+    def support_note(self) -> str:
+        seen_with = SEEN_WITH.get(self.family)
+        return f"a device counts as seen only at the {', '.join(seen_with)} it was measured at" if seen_with else ""
 
     def spec_in_range(self, frame: pd.DataFrame) -> np.ndarray:
         from estimator.hardware_table import row_hardware

@@ -39,20 +39,26 @@ def data_summary(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 def write_card(path: Path, *, version: str, model_kind: str, target: str, fallback_rule: str,
                frame: pd.DataFrame, features: dict[str, list[str]], metrics: pd.DataFrame,
-               params: dict[str, Any], notes: list[str] | None = None) -> None:
-    """Write card.json (machine-readable) and card.md (for people) into the bundle folder."""
+               params: dict[str, Any], notes: list[str] | None = None,
+               family_models: dict[str, dict[str, Any]] | None = None) -> None:
+    """Write card.json (machine-readable) and card.md (for people) into the bundle folder. ``family_models``:
+    families fitted with another kind than ``model_kind`` (family -> kind and params)."""
     path = Path(path)
     sources = sorted(frame["source"].astype(str).unique())
+    family_models = family_models or {}
     card = {
         "version": version, "model": model_kind, "target": target, "fallback_rule": fallback_rule,
-        "params": params, "credits": [CREDITS.get(s, s) for s in sources], "data": data_summary(frame),
-        "features": features, "metrics": metrics.to_dict(orient="records"), "notes": notes or [],
+        "params": params, "family_models": family_models, "credits": [CREDITS.get(s, s) for s in sources],
+        "data": data_summary(frame), "features": features, "metrics": metrics.to_dict(orient="records"),
+        "notes": notes or [],
     }
     write_json_atomic(path / "card.json", card)
+    others = "".join(f"; {family}: **{m['kind']}** ({', '.join(f'{k}={v}' for k, v in m['params'].items())})"
+                     for family, m in family_models.items())
     lines = [
         f"# Kernel-runtime estimator bundle `{path.name}` (version {version})", "",
         f"Model: **{model_kind}**, one per family, target `{target}` "
-        f"({'log(runtime / roofline baseline)' if target == 'efficiency' else 'log(runtime)'}). "
+        f"({'log(runtime / roofline baseline)' if target == 'efficiency' else 'log(runtime)'}){others}. "
         f"Families without a model, and rows outside the training support by rule `{fallback_rule}`, "
         "use the roofline/alpha-beta estimator (estimator/analytical.py).", "",
         "## Data", "", *[f"- {c}" for c in card["credits"]], "",
@@ -61,7 +67,8 @@ def write_card(path: Path, *, version: str, model_kind: str, target: str, fallba
         "## Features", "",
         *[f"- {family}: {', '.join(names)}" for family, names in features.items()], "",
         "## Metrics (held-out rows, APE in %)", "",
-        f"`{model_kind}` and `roofline`: each model alone. `bundle`: what this bundle predicts on the same rows, the "
+        f"`{model_kind}`{''.join(f' (`{m}`)' for m in sorted({m['kind'] for m in family_models.values()}))} and "
+        f"`roofline`: each model alone. `bundle`: what this bundle predicts on the same rows, the "
         f"learned model or, where the family's fallback rule sends a row, the roofline.", "",
         markdown_table(metrics) if len(metrics) else "(none)", "",
         *(["## Notes", "", *[f"- {n}" for n in notes], ""] if notes else []),

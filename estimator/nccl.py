@@ -31,18 +31,21 @@ and 1.2 GB/s bus bandwidth at 2, 4 and 8 GPUs, 2 to a switch). On a bridged box 
 - **NVLS** (all_reduce, all_gather, reduce_scatter within one NVSwitch node of a Hopper or Blackwell SXM part):
   the switch reduces and multicasts, Simple protocol, 2 steps for all_reduce and 1 otherwise, its own bandwidth
   share; an all_reduce moves the buffer once each way (the switch adds the copies), not the ring's 2(n-1)/n;
-- **p2p** (all_to_all, send_recv): NCCL's grouped send/receive, LL or Simple, a latency per call plus one per peer.
+- **p2p** (all_to_all, send_recv): NCCL's grouped send/receive, LL or Simple, a latency per call (the whole of it:
+  no ring base latency) plus one per peer, and its own shares of the node's link and channel fills, capped across
+  nodes by the network's share: a send is no ring step (Vidur's A40 sends reach a tenth of the bridge its
+  all-reduces reach; fitted together, a device measured on sends only predicted its all-reduces 15 times too slow).
 
 Fitted figures (log-parameters, ``scipy.optimize.least_squares`` on the log error) are per device. A figure that a
 device's own rows cannot pin (``ring_loss`` without NVLink rings at two rank counts, ``pcie_contention`` without PCIe
 rings at two endpoint counts beyond a switch's, ``pcie_scale`` without NVLink and PCIe rings) is held at the median
 of the devices whose rows do pin it (their first fits; then one refit of the device with those held), so a GPU
-count never measured on a PCIe box is predicted by the same physics as on the others. A
-device with no collective measurements gets the median of the fitted devices' figures, applied to its own catalog
-link and network bandwidths, which is how multi-node and unmeasured GPUs are predicted. ``residual=True`` adds a small
-XGBoost per source on log(measured / model) over (op, log2 bytes, ranks, ranks per node, the model's chosen candidate
-and time, the ring's link bandwidth), every device of the source weighing the same; a row without a source takes
-nccl-tests'.
+count never measured on a PCIe box is predicted by the same physics as on the others; so are the rings' figures of a
+device measured on sends only, and the sends' of one measured on rings only. A device with no collective
+measurements gets the median of the fitted devices' figures, applied to its own catalog link and network bandwidths,
+which is how multi-node and unmeasured GPUs are predicted. ``residual=True`` adds a small XGBoost per source on
+log(measured / model) over (op, log2 bytes, ranks, ranks per node, the model's chosen candidate and time, the ring's
+link bandwidth), every device of the source weighing the same; a row without a source takes nccl-tests'.
 """
 from __future__ import annotations
 
@@ -54,17 +57,21 @@ import numpy as np
 import pandas as pd
 
 from estimator.base import KernelEstimator
+from estimator.features import features
 from estimator.frames import as_frame
+from estimator.hardware_table import row_hardware
 from estimator.nccl_tuner import NVLS_OPS, P2P_OPS, PROTOCOLS, arch_figures, spans_nodes, tuner_times
+from estimator.support import Support
 from estimator.workload import bus_factor
 from profiling.hardware import lookup
-
 
 
 def switched(spec) -> bool:
     """Whether a node's GPUs meet at an NVSwitch (the catalog's ``nvlink_topology``: ``switch``); ``pairs`` boards
     (H100 NVL, A100 PCIe, A40, RTX A6000) are bridged two by two and meet the rest of the node over PCIe."""
     return spec.nvlink_topology == "switch"
+
+
 #: payload bytes per byte on the wire
 PAYLOAD_SHARE = {"LL": 0.5, "LL128": 120.0 / 128.0, "Simple": 1.0}
 #: fitted figures (each stored as its log) and their starting values: microseconds, shares of link bandwidth, bytes
@@ -74,18 +81,30 @@ PARAMS: dict[str, float] = {
     "share_LL": 0.5, "share_LL128": 0.8, "share_Simple": 0.8,
     "fill_bytes_LL": 2.0 ** 16, "fill_bytes_LL128": 2.0 ** 19, "fill_bytes_Simple": 2.0 ** 21,
     "nvls_step_us": 3.0, "nvls_share": 1.0,
-    "p2p_us": 3.0, "p2p_peer_us": 0.5,
+    "p2p_us": 8.0, "p2p_peer_us": 0.5, "p2p_share_LL": 0.5, "p2p_share_Simple": 0.8,
+    "p2p_fill_bytes_LL": 2.0 ** 16, "p2p_fill_bytes_Simple": 2.0 ** 21,
     "net_step_us": 6.0, "net_share": 0.8,
     "ring_loss": 1.0,
     "pcie_contention": 1.0, "pcie_scale": 1.0,
 }
-#: figures fitted per device only where its rows pin them, else the median of the devices whose rows do (``pinned``)
-POOLED = ("step_us_LL", "step_us_LL128", "step_us_Simple", "ring_loss", "pcie_contention", "pcie_scale")
+#: figures are fitted per device only where its rows pin them, else held at the median of the devices whose rows do
+#: (``Rows.pinned``); among them a send's figures and the rings' (the network's belong to both): a device measured
+#: without one kind takes that kind's figures from the devices measured with it
+P2P_FIGURES = ("p2p_us", "p2p_peer_us", "p2p_share_LL", "p2p_share_Simple", "p2p_fill_bytes_LL",
+               "p2p_fill_bytes_Simple")
+#: the sends' link figures: across nodes the network sets a send's pace, so only sends within a node pin them
+P2P_LINK_FIGURES = ("p2p_share_LL", "p2p_share_Simple", "p2p_fill_bytes_LL", "p2p_fill_bytes_Simple")
+RING_FIGURES = ("base_us", "step_us_LL", "step_us_LL128", "step_us_Simple", "share_LL", "share_LL128",
+                "share_Simple", "fill_bytes_LL", "fill_bytes_LL128", "fill_bytes_Simple", "nvls_step_us",
+                "nvls_share", "ring_loss")
 #: GPUs an NVLink bridge joins on a ``pairs`` board (the catalog's PCIe switch size is ``gpus_per_pcie_switch``)
 BRIDGE = 2.0
 NAMES = tuple(PARAMS)
 #: whose figures predict a row of a device that has no fit of the row's own source
 PREFERRED_SOURCES = ("aiconfigurator", "profiler", "vidur")
+#: the residual's inputs, in the column order of ``NcclEstimator._model``'s matrix
+RESIDUAL_FEATURES = ("op", "source", "log2_bytes", "ranks", "ranks_per_node", "candidate", "log2_model_us",
+                     "log2_link_bandwidth")
 RESIDUAL_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "send_recv")
 #: candidate labels, in the column order of ``candidate_times``
 CANDIDATES = tuple(f"ring/{p}" for p in PROTOCOLS) + tuple(f"tree/{p}" for p in PROTOCOLS) + ("nvls/Simple",) + \
@@ -151,18 +170,24 @@ class Rows:
         return np.where(self.units > 0, pcie, self.link)
 
     def pinned(self) -> dict[str, bool]:
-        """Which of the POOLED figures these rows determine: the per-step latencies need rings of two step counts
-        (all_reduce's 2(n-1) and all_gather's n-1 are two; one leaves them interchangeable with the base latency);
-        ring_loss and the contention scale bandwidth with the rank count, so they need rings at two counts on their
-        link (NVLink) or at two PCIe endpoint counts beyond a switch's (one leaves them interchangeable with the
-        protocol shares); the PCIe scale needs a bridged box's rings on both links."""
+        """Which figures these rows determine (every figure named): the rings' need rings and a send's need sends
+        (Vidur's A40 sends reach a tenth of the bridge its all-reduces reach: one kind says nothing of the other),
+        and a send's share of the node's link needs sends within a node; the per-step latencies need rings of two
+        step counts (all_reduce's 2(n-1) and all_gather's n-1 are two; one leaves them interchangeable with the base
+        latency); ring_loss and the contention scale bandwidth with the rank count, so they need rings at two counts
+        on their link (NVLink) or at two PCIe endpoint counts beyond a switch's (one leaves them interchangeable with
+        the protocol shares); the PCIe scale needs a bridged box's rings on both links."""
         ring = (self.ranks > 1) & ~np.isin(self.op, P2P_OPS)
+        sends = (self.ranks > 1) & np.isin(self.op, P2P_OPS)
+        local_sends = bool((sends & (self.ranks <= self.per_node)).any())  # a send's link share: sends within a node
         nvlink = np.unique(self.ranks[ring & (self.units == 0) & (self.ranks <= self.per_node)])
         pcie = np.unique(np.maximum(self.units, self.per_switch)[ring & (self.units > 0)])  # one switch: one count
         steps = len(np.unique(np.where(self.op == "all_reduce", 2.0, 1.0)[ring] * (self.ranks[ring] - 1.0)))
-        return {**{f"step_us_{p}": steps >= 2 for p in PROTOCOLS}, "ring_loss": len(nvlink) >= 2,
-                "pcie_contention": len(pcie) >= 2,
-                "pcie_scale": bool(self.bridged.any()) and len(nvlink) >= 1 and len(pcie) >= 1}
+        pins = {k: True for k in NAMES} | {k: bool(ring.any()) for k in RING_FIGURES} | \
+            {k: bool(sends.any()) for k in P2P_FIGURES} | {k: local_sends for k in P2P_LINK_FIGURES}
+        return pins | {**{f"step_us_{p}": pins[f"step_us_{p}"] and steps >= 2 for p in PROTOCOLS},
+                       "ring_loss": len(nvlink) >= 2, "pcie_contention": len(pcie) >= 2,
+                       "pcie_scale": bool(self.bridged.any()) and len(nvlink) >= 1 and len(pcie) >= 1}
 
 
 def candidate_times(rows: Rows, p: dict[str, float]) -> np.ndarray:
@@ -201,9 +226,11 @@ def candidate_times(rows: Rows, p: dict[str, float]) -> np.ndarray:
     t = np.maximum(nvls_wire, p["fill_bytes_Simple"]) / (rows.link * p["nvls_share"]) + \
         np.where(is_ar, 2.0, 1.0) * p["nvls_step_us"]
     out.append(np.where(nvls_ok, t, np.inf))
-    for proto in ("LL", "Simple"):
-        bw = link * p[f"share_{proto}"] * PAYLOAD_SHARE[proto] * reach
-        t = np.maximum(wire, p[f"fill_bytes_{proto}"]) / bw + p["p2p_us"] + (n - 1.0) * p["p2p_peer_us"] + \
+    for proto in ("LL", "Simple"):  # own figures: a send is no ring step (fewer channels, no reduction, no reach);
+        # its share is of the node's link: across nodes the network's share caps it
+        bw = np.where(multi, np.minimum(local * p[f"p2p_share_{proto}"], rows.network * p["net_share"]),
+                      local * p[f"p2p_share_{proto}"]) * PAYLOAD_SHARE[proto]
+        t = np.maximum(wire, p[f"p2p_fill_bytes_{proto}"]) / bw + p["p2p_us"] + (n - 1.0) * p["p2p_peer_us"] + \
             np.where(multi, p["net_step_us"], 0.0)
         out.append(np.where(p2p, t, np.inf))
     times = np.column_stack(out)
@@ -225,7 +252,7 @@ def model_us(rows: Rows, p: dict[str, float], softness: float = 0.0) -> tuple[np
         lowest = np.log(np.maximum(best, 1e-12))
         spread = np.exp(-(logs - lowest[:, None]) / softness).sum(axis=1)
         best = np.where((best > 0) & ~tuned, np.exp(lowest - softness * np.log(spread)), best)
-    return p["base_us"] + best, choice
+    return np.where(np.isin(rows.op, P2P_OPS), 0.0, p["base_us"]) + best, choice  # p2p_us is a send's whole latency
 
 
 #: the range each figure may take in a fit (physical limits, and what keeps the search out of flat regions)
@@ -290,13 +317,13 @@ def fit_device(rows: Rows, runtime_us: np.ndarray, starts: int = 3, seed: int = 
 
 def median_params(fitted: dict[str, dict[str, float]], pinned: dict[str, dict[str, bool]] | None = None
                   ) -> dict[str, float]:
-    """The figures of a device never measured: the geometric median of the fitted devices' figures; a POOLED figure
-    over the devices whose rows pin it (``pinned``: per device, from ``Rows.pinned``), its start where none does."""
+    """The figures of a device never measured: per figure, the geometric median over the fitted devices whose rows
+    pin it (``pinned``: per device, from ``Rows.pinned``; every device where absent), its start where none does."""
     if not fitted:
         return dict(PARAMS)
     out = {}
     for k in NAMES:
-        keys = [d for d in fitted if pinned is None or k not in POOLED or pinned.get(d, {}).get(k)]
+        keys = [d for d in fitted if pinned is None or pinned.get(d, {}).get(k, True)]
         out[k] = float(np.exp(np.median([np.log(fitted[d][k]) for d in keys]))) if keys else PARAMS[k]
     return out
 
@@ -306,8 +333,9 @@ class NcclEstimator(KernelEstimator):
     learned residual. Only the ``collective`` family."""
 
     name = "nccl"
-    version = "4"  # 2: PCIe links, pooled figures; 3: the catalog's PCIe switch size, one pooled refit; 4: NCCL's
-    # tuner picks the candidate on one node, a residual applies only across the node spans it was trained on
+    version = "5"  # 2: PCIe links, pooled figures; 3: the catalog's PCIe switch size, one pooled refit; 4: NCCL's
+    # tuner picks the candidate on one node, a residual applies only across the node spans it was trained on; 5: p2p
+    # calls have their own figures; a device measured without rings (sends) takes theirs from the devices with them
 
     def __init__(self, residual: bool = False, min_rows: int = 30, family: str = "collective",
                  target: str | None = None) -> None:
@@ -321,6 +349,7 @@ class NcclEstimator(KernelEstimator):
         self.default: dict[str, float] = dict(PARAMS)
         self._boosters: dict = {}  # source -> XGBoost booster of log(measured / model)
         self._spans: dict[str, list[bool]] = {}  # source -> node spans its residual saw (False: one node, True: more)
+        self.support: Support | None = None  # sizes and (device, op, ranks, ranks per node) seen: the in_range flag
 
     def get_params(self) -> dict[str, Any]:
         return {"residual": self.residual, "min_rows": self.min_rows}
@@ -328,6 +357,14 @@ class NcclEstimator(KernelEstimator):
     @property
     def families(self) -> tuple[str, ...]:
         return ("collective",)
+
+    @property
+    def feature_names(self) -> list[str]:
+        """What the model reads (the model card's features): the row's collective, the catalog's figures of its
+        device, and with a residual that model's inputs."""
+        read = ["op", "bytes", "ranks", "ranks_per_node", "source",
+                "catalog: NVLink / PCIe / network bandwidth, NVSwitch, PCIe switch size, architecture"]
+        return read + [f"residual: {name}" for name in RESIDUAL_FEATURES] * bool(self.residual)
 
     # -- persistence: meta.json (figures per device and source) plus one UBJ booster per residual source --------
     def save(self, path: str | Path) -> Path:
@@ -342,7 +379,8 @@ class NcclEstimator(KernelEstimator):
             write_bytes_atomic(path / residuals[source], bytes(booster.save_raw("ubj")))
         write_json_atomic(path / "meta.json", {"kind": "nccl", "version": self.version, "params": self.get_params(),
                                                "figures": self.params, "default": self.default,
-                                               "residuals": residuals, "residual_spans": self._spans})
+                                               "residuals": residuals, "residual_spans": self._spans,
+                                               "support": self.support.to_dict() if self.support else None})
         seal_estimator_dir(path)
         return path
 
@@ -358,6 +396,7 @@ class NcclEstimator(KernelEstimator):
         model.version = str(meta.get("version", cls.version))
         model.params = {str(k): {n: float(v) for n, v in fig.items()} for k, fig in meta["figures"].items()}
         model.default = {n: float(v) for n, v in meta["default"].items()}
+        model.support = Support.from_dict(meta["support"]) if meta.get("support") else None
         if meta.get("residuals"):
             import xgboost as xgb
 
@@ -374,19 +413,21 @@ class NcclEstimator(KernelEstimator):
         frame = as_frame(frame)
         rows, y = Rows.of(frame), np.asarray(runtime_us, dtype=np.float64)
         keys = self._keys(frame)
+        self.support = Support.fit("collective", frame, features("collective", frame))
         self.params, pinned = {}, {}
         for key in pd.unique(keys):
             mask = keys == key
             if mask.sum() >= self.min_rows:
                 pinned[str(key)] = pins = rows.take(mask).pinned()
                 self.params[str(key)] = fit_device(rows.take(mask), y[mask],
-                                                   fixed={k: PARAMS[k] for k in POOLED if not pins[k]})
-        # what a device's rows leave open, the devices that measured it say: every POOLED figure's median over the
-        # first fits of the devices that pin it, then one refit of each device that does not pin them all, with its
-        # open figures held at those medians (at most two fits per device, whatever the number of POOLED figures)
+                                                   fixed={k: PARAMS[k] for k in NAMES if not pins[k]})
+        # what a device's rows leave open, the devices that measured it say: every figure's median over the first
+        # fits of the devices that pin it, then one refit of each device that does not pin them all, with its open
+        # figures held at those medians (at most two fits per device, whatever the number of open figures; none where
+        # they move none of its rows)
         self.default = median_params(self.params, pinned)
         for key, pins in pinned.items():
-            held = {k: self.default[k] for k in POOLED if not pins[k]}
+            held = {k: self.default[k] for k in NAMES if not pins[k]}
             if not held:
                 continue
             now, mask = self.params[key], keys == key
@@ -452,6 +493,31 @@ class NcclEstimator(KernelEstimator):
         frame = as_frame(frame)
         choice = self._model(Rows.of(frame), self._keys(frame))[1][:, 5].astype(int)
         return np.array(CANDIDATES)[choice]
+
+    def predict_with_support(self, frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Predictions and the router's flags (``estimator.router``). In shape: the size within the training range
+        and the device measured at the row's op, rank count and ranks per node (``estimator.support.SEEN_WITH``);
+        unlike XGBoost, which extrapolates badly to a topology it has not seen, the structure times one from the
+        device's own figures (held-out GPU counts: README), so an unmeasured topology is a new shape, not a new
+        device. Hardware seen: the device was fitted. Spec: a kind of device (GPU, CPU) fitted on (the structure
+        takes any device's links from the catalog, but gloo on a CPU is not NCCL). Saved without a support:
+        everything in range."""
+        frame = as_frame(frame)
+        pred, ones = self.predict(frame), np.ones(len(frame), dtype=bool)
+        if self.support is None:
+            return pred, ones, ones, ones
+        hw = row_hardware(frame["hardware"], frame["dtype"])
+        shape_ok = self.support.shape_in_range(frame) & self.support.configuration_seen(frame)
+        kind_ok = hw.per_row(np.isin(hw.device_spec["hw_is_gpu"], self.support.kinds))
+        return pred, shape_ok, hw.per_row(self.support.seen(hw.devices)), kind_ok
+
+    def in_range(self, frame: pd.DataFrame) -> np.ndarray:
+        _, shape_ok, seen, _ = self.predict_with_support(frame)
+        return shape_ok & seen
+
+    def support_note(self) -> str:
+        return ("a device counts as seen once fitted; an op, rank count or ranks per node it was not measured at stays "
+                "with the model, flagged out of range")
 
     def predict(self, frame: pd.DataFrame) -> np.ndarray:
         frame = as_frame(frame)

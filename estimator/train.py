@@ -30,7 +30,6 @@ from estimator.metrics import breakdown, summary
 from estimator.models import make_estimator
 from estimator.router import FamilyRouter
 from estimator.splits import fixed_eval
-from estimator.support import SEEN_WITH
 from profiling.errors import exit_on, run_hydra_app
 from profiling.families import FAMILIES, key_columns
 from profiling.paths import CONF_DIR
@@ -42,6 +41,20 @@ register_resolvers()  # ${stepcast_cache:...}: Hydra's run folders go under the 
 
 class TrainingInputError(ValueError):
     """A training config or data file that cannot be used (one line naming the setting or file)."""
+
+
+def family_model(cfg: DictConfig, family: str) -> DictConfig:
+    """The model config (``kind``, ``params``) a family trains with: the config of conf/estimator/model/ that
+    ``family_models.<family>`` names (the shipped bundles time collectives with the NCCL-structured model), else
+    ``model``."""
+    name = (cfg.get("family_models") or {}).get(family)
+    if not name:
+        return cfg.model
+    path = CONF_DIR / "estimator" / "model" / f"{name}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in path.parent.glob("*.yaml")))
+        raise TrainingInputError(f"family_models.{family}: no model config '{name}' (expected one of {known})")
+    return OmegaConf.load(path)
 
 
 def load_training_rows(data: DictConfig, families: list[str], seed: int = 0) -> pd.DataFrame:
@@ -115,7 +128,8 @@ def register(cfg: DictConfig, family: str, frame: pd.DataFrame) -> dict[str, Any
 
     fold = fixed_eval(frame)
     train, test = frame.iloc[fold.train], frame.iloc[fold.test]
-    model = make_estimator(cfg.model.kind, family, OmegaConf.to_container(cfg.model.params), cfg.target)
+    chosen = family_model(cfg, family)
+    model = make_estimator(chosen.kind, family, OmegaConf.to_container(chosen.params), cfg.target)
     model.fit(train, train["runtime_us"].to_numpy())
     model.version = cfg.version or dt.date.today().isoformat()
     truth = test["runtime_us"].to_numpy()
@@ -139,20 +153,24 @@ def register(cfg: DictConfig, family: str, frame: pd.DataFrame) -> dict[str, Any
 def train_family(cfg: DictConfig, family: str, frame: pd.DataFrame) -> tuple[Evaluation, Evaluation, Any]:
     import mlflow
 
-    params = OmegaConf.to_container(cfg.model.params)
-    with mlflow.start_run(run_name=f"{family}-{cfg.model.kind}", nested=mlflow.active_run() is not None):
-        mlflow.log_params({"family": family, "model": cfg.model.kind, "target": cfg.target, "rows": len(frame),
+    chosen = family_model(cfg, family)
+    params = OmegaConf.to_container(chosen.params)
+    if chosen is not cfg.model:
+        log.info("%s: model %s (family_models.%s; family_models=null trains it with %s)", family, chosen.kind, family,
+                 cfg.model.kind)
+    with mlflow.start_run(run_name=f"{family}-{chosen.kind}", nested=mlflow.active_run() is not None):
+        mlflow.log_params({"family": family, "model": chosen.kind, "target": cfg.target, "rows": len(frame),
                            "hardware": ",".join(sorted(frame["hardware"].astype(str).unique()))}
                           | {f"model.{k}": v for k, v in params.items()})
         mlflow.set_tag("dataset_digest", _log_dataset(frame, family, cfg.data))
-        evaluation = evaluate(cfg.model.kind, family, frame, list(cfg.splits), params, cfg.target,
+        evaluation = evaluate(chosen.kind, family, frame, list(cfg.splits), params, cfg.target,
                               cfg.max_train_rows, seed=cfg.seed)
-        _log_evaluation(family, cfg.model.kind, evaluation, cfg.mlflow.plots)
+        _log_evaluation(family, chosen.kind, evaluation, cfg.mlflow.plots)
         baseline = evaluate("roofline", family, frame, list(cfg.splits), {}, None, seed=cfg.seed, progress=False)
         for row in metrics_table(baseline).to_dict(orient="records"):
             mlflow.log_metric(f"roofline.{row['split']}.mean_ape", float(row["mean_ape"]))
         registered = None
-        if cfg.mlflow.register and cfg.model.kind in ("xgboost", "mlp"):
+        if cfg.mlflow.register and chosen.kind in ("xgboost", "mlp"):
             registered = register(cfg, family, frame)
     return evaluation, baseline, registered
 
@@ -169,17 +187,18 @@ def beats_roofline(learned: Evaluation, roofline: Evaluation, splits: tuple[str,
     return not evaluated or any(ours[s] < theirs[s] for s in evaluated)
 
 
-def choose_rules(metrics: pd.DataFrame, learned: str, default: str) -> dict[str, str]:
+def choose_rules(metrics: pd.DataFrame, learned: str | dict[str, str], default: str) -> dict[str, str]:
     """Per-family fallback rule from held-out figures (rows: family, split, model, mean_ape): fall back on unseen
-    hardware where the roofline beats the learned model on leave-one-hardware-out, on every flagged row where it
-    wins on the out-of-range split, else ``default``."""
+    hardware where the roofline beats the learned model (``learned``: its kind, or each family's) on
+    leave-one-hardware-out, on every flagged row where it wins on the out-of-range split, else ``default``."""
     rules = {}
     for family, rows in metrics.groupby("family"):
         table = rows.pivot_table(index="split", columns="model", values="mean_ape")
+        kind = learned if isinstance(learned, str) else learned[str(family)]
 
         def roofline_wins(split: str) -> bool:
-            return split in table.index and {learned, "roofline"} <= set(table.columns) \
-                and table.at[split, "roofline"] < table.at[split, learned]
+            return split in table.index and {kind, "roofline"} <= set(table.columns) \
+                and table.at[split, "roofline"] < table.at[split, kind]
 
         rules[str(family)] = "out_of_range" if roofline_wins("out_of_range") else \
             "unseen_hardware" if roofline_wins("leave_one_hardware_out") else default
@@ -193,21 +212,23 @@ def export_bundle(cfg: DictConfig, frames: dict[str, pd.DataFrame], evaluations:
     from estimator.model_card import write_card
 
     version = cfg.version or dt.date.today().isoformat()
-    params = OmegaConf.to_container(cfg.model.params)
+    chosen = {family: family_model(cfg, family) for family in frames}
+    kinds = {family: str(m.kind) for family, m in chosen.items()}
     models, feature_names, notes = {}, {}, []
     for family, frame in frames.items():
         if not beats_roofline(evaluations[family], baselines[family], (cfg.objective_split, "random")):
             notes.append(f"{family}: the learned model did not beat the roofline on {cfg.objective_split} or random; "
                          "the bundle leaves this family to the roofline")
             continue
-        model = make_estimator(cfg.model.kind, family, params, cfg.target).fit(frame, frame["runtime_us"].to_numpy())
+        model = make_estimator(kinds[family], family, OmegaConf.to_container(chosen[family].params), cfg.target)
+        model = model.fit(frame, frame["runtime_us"].to_numpy())
         model.version = version
         models[family], feature_names[family] = model, model.feature_names
-    tables = [metrics_table(e).assign(family=f, model=cfg.model.kind) for f, e in evaluations.items()]
+    tables = [metrics_table(e).assign(family=f, model=kinds[f]) for f, e in evaluations.items()]
     tables += [metrics_table(e).assign(family=f, model="roofline") for f, e in baselines.items()]
     tables = [t for t in tables if len(t)]
     metrics = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
-    rules = choose_rules(metrics, cfg.model.kind, cfg.fallback_rule) if len(metrics) else {}
+    rules = choose_rules(metrics, kinds, cfg.fallback_rule) if len(metrics) else {}
     if cfg.get("rules_from"):  # no held-out figures here: keep the fallback rules an earlier export chose from its own
         source = Path(hydra.utils.to_absolute_path(cfg.rules_from))
         from estimator.bundle import verified_manifest
@@ -221,8 +242,7 @@ def export_bundle(cfg: DictConfig, frames: dict[str, pd.DataFrame], evaluations:
                .assign(family=f, model="bundle") for f in models if f in baselines]
     metrics = pd.concat([metrics, *[t for t in shipped if len(t)]], ignore_index=True)
     notes += [f"{family}: fallback rule '{rules.get(family, cfg.fallback_rule)}'"
-              + (f" (a device counts as seen only at the {', '.join(SEEN_WITH[family])} it was measured at)"
-                 if family in SEEN_WITH else "") for family in models]
+              + (f" ({model.support_note()})" if model.support_note() else "") for family, model in models.items()]
     out = Path(hydra.utils.to_absolute_path(cfg.export))
     FamilyRouter(models, fallback_rule=cfg.fallback_rule, version=version,
                  rules={f: r for f, r in rules.items() if f in models}).save(out)
@@ -231,7 +251,10 @@ def export_bundle(cfg: DictConfig, frames: dict[str, pd.DataFrame], evaluations:
         metrics = metrics[["family", "split", "model"] + [c for c in metrics.columns
                                                           if c not in ("family", "split", "model")]]
     write_card(out, version=version, model_kind=cfg.model.kind, target=cfg.target, fallback_rule=cfg.fallback_rule,
-               frame=pd.concat(frames.values()), features=feature_names, metrics=metrics, params=params, notes=notes)
+               frame=pd.concat(frames.values()), features=feature_names, metrics=metrics,
+               params=OmegaConf.to_container(cfg.model.params), notes=notes,
+               family_models={f: {"kind": kinds[f], "params": OmegaConf.to_container(chosen[f].params)}
+                              for f in models if kinds[f] != cfg.model.kind})
     return out
 
 
@@ -260,7 +283,7 @@ def run(cfg: DictConfig) -> float:
             evaluations[family], baselines[family], _ = train_family(cfg, family, rows)
             table = metrics_table(evaluations[family])
             if len(table):
-                log.info("%s/%s:\n%s", family, cfg.model.kind, table.round(2).to_string(index=False))
+                log.info("%s/%s:\n%s", family, family_model(cfg, family).kind, table.round(2).to_string(index=False))
         if cfg.export:
             log.info("bundle written to %s", export_bundle(cfg, frames, evaluations, baselines))
     scores = [metrics_table(e).set_index("split")["mean_ape"].get(cfg.objective_split, np.nan)

@@ -83,3 +83,53 @@ def test_an_export_without_evaluation_keeps_the_rules_an_earlier_bundle_chose(tm
     run(cfg)
     assert estimator.load(str(tmp_path / "bundle")).rule("gemm") == "out_of_range"  # not the default rule
     assert str(earlier) in (tmp_path / "bundle" / "card.md").read_text()
+
+
+def collective_rows() -> pd.DataFrame:
+    """Collectives on two devices timed by NCCL's structure at known figures (a fit can find them)."""
+    from estimator.nccl import PARAMS, Rows, model_us
+
+    rows = pd.DataFrame([{"family": "collective", "hardware": h, "dtype": "bf16", "op": op, "bytes": 2.0 ** s,
+                          "ranks": n, "ranks_per_node": n, "source": "synthetic", "group": f"{h}/{n}"}
+                         for h in ("h100-sxm", "a100-sxm-80gb") for op in ("all_reduce", "all_gather")
+                         for n in (2, 4, 8) for s in range(10, 30)])
+    return rows.assign(runtime_us=model_us(Rows.of(rows), PARAMS | {"base_us": 9.0})[0])
+
+
+def export_with(tmp_path, overrides: list[str]):
+    data = tmp_path / "rows.parquet"
+    collective_rows().to_parquet(data)
+    with initialize_config_dir(config_dir=str(CONF_DIR / "estimator"), version_base="1.3"):
+        cfg = compose("train", overrides=[
+            "family=collective", f"data.path={data}", "splits=[random,leave_one_hardware_out]", "mlflow.plots=false",
+            "mlflow.register=false", "model.params.n_estimators=5", f"mlflow.tracking_uri=sqlite:///{tmp_path}/m.db",
+            "mlflow.experiment=test", f"export={tmp_path / 'bundle'}", *overrides])
+    run(cfg)
+    return tmp_path / "bundle"
+
+
+def test_collectives_are_exported_with_the_nccl_model_family_models_names(tmp_path):
+    path = export_with(tmp_path, [])
+    assert json.loads((path / "collective" / "meta.json").read_text())["kind"] == "nccl"
+    card = json.loads((path / "card.json").read_text())
+    assert card["model"] == "xgboost" and card["family_models"]["collective"]["kind"] == "nccl"
+    assert any(n.startswith("collective: fallback rule") and "seen once fitted" in n for n in card["notes"])
+    table = pd.DataFrame(card["metrics"]).set_index(["split", "model"])["mean_ape"]
+    assert table["random", "nccl"] < 1.0 and table["random", "bundle"] == pytest.approx(table["random", "nccl"])
+    assert "**nccl**" in (path / "card.md").read_text()
+    out = estimator.load(str(path)).predict_frame(collective_rows().head(40))
+    assert out["estimator"].str.startswith("nccl@").all() and out["in_range"].all()
+    assert np.abs(out["predicted_us"] / out["runtime_us"] - 1.0).max() < 0.05
+
+
+def test_an_empty_family_models_trains_every_family_with_model(tmp_path):
+    path = export_with(tmp_path, ["family_models=null"])
+    assert json.loads((path / "collective" / "meta.json").read_text())["kind"] == "xgboost"
+    assert json.loads((path / "card.json").read_text())["family_models"] == {}
+
+
+def test_a_family_model_without_a_config_is_refused_in_one_line(tmp_path):
+    from estimator.train import TrainingInputError
+
+    with pytest.raises(TrainingInputError, match=r"family_models.collective: no model config 'ncl' \(expected one of"):
+        export_with(tmp_path, ["family_models.collective=ncl"])

@@ -65,19 +65,24 @@ def test_across_nodes_the_network_sets_the_pace():
     assert t2 > 3.0 * t1 and t2 > network_us
 
 
+def bump(frame: pd.DataFrame) -> np.ndarray:
+    """Something the structure lacks: all_to_all 30 % slower between 128 KiB and 8 MiB only."""
+    mid = (frame["op"] == "all_to_all") & frame["bytes"].between(2.0 ** 17, 2.0 ** 23)
+    return np.where(mid, 1.3, 1.0)
+
+
 def test_a_learned_residual_fits_what_the_structure_misses():
     frame = collectives("h100-sxm")
-    bumped = measured(frame) * np.where(frame["op"] == "all_to_all", 1.3, 1.0)  # something the structure lacks
+    bumped = measured(frame) * bump(frame)
     plain = NcclEstimator().fit(frame, bumped)
     residual = NcclEstimator(residual=True).fit(frame, bumped)
     err = lambda m: np.abs(m.predict(frame) / bumped - 1.0).mean()  # noqa: E731
     assert err(residual) < err(plain)
 
 
-
 def test_a_residual_learned_within_nodes_leaves_rows_across_nodes_to_the_structure(tmp_path):
     frame = collectives("h100-sxm")
-    bumped = measured(frame) * np.where(frame["op"] == "all_to_all", 1.3, 1.0)  # something the structure lacks
+    bumped = measured(frame) * bump(frame)
     plain = NcclEstimator().fit(frame, bumped)
     residual = NcclEstimator(residual=True).fit(frame, bumped)
     within = collectives("h100-sxm", ops=("all_to_all",), ranks=(8,), sizes=(2.0 ** 20,))
@@ -85,7 +90,7 @@ def test_a_residual_learned_within_nodes_leaves_rows_across_nodes_to_the_structu
     assert abs(residual.predict(within)[0] / plain.predict(within)[0] - 1.0) > 0.005
     assert residual.predict(across)[0] == pytest.approx(plain.predict(across)[0], rel=1e-9)
     residual._spans = {}  # a bundle from before the spans were kept: the residual applies everywhere
-    assert abs(residual.predict(across)[0] / plain.predict(across)[0] - 1.0) > 0.005
+    assert residual.predict(across)[0] != pytest.approx(plain.predict(across)[0], rel=1e-6)
     residual._spans = {"synthetic": [False]}
     residual.save(tmp_path / "nccl")
     loaded = NcclEstimator.load(tmp_path / "nccl")
@@ -208,3 +213,30 @@ def test_a_figure_no_row_uses_goes_back_to_its_start_and_one_that_bounds_rows_st
     assert kept.tolist() == [2.0, 0.0, 1.0]  # x[2] back at 3.5 would lift the first row: it stays
     moved = _unused_to_start(residual, np.array([2.0, 7.0, 1.0]), np.array([0.0, 0.0, 2.0]))
     assert moved.tolist() == [2.0, 0.0, 2.0]  # below every row, back at its start changes nothing
+
+
+def test_a_device_measured_on_sends_only_times_its_rings_with_the_figures_of_devices_measured_on_rings():
+    rings = collectives("h100-sxm", ops=("all_reduce", "all_gather"))
+    sends = collectives("a100-sxm-80gb", ops=("all_to_all",))
+    frame = pd.concat([rings, sends], ignore_index=True)
+    model = NcclEstimator().fit(frame, measured(frame))
+    for name in ("base_us", "share_Simple", "share_LL128", "fill_bytes_Simple"):  # no send moves them
+        assert model.params["a100-sxm-80gb|synthetic"][name] == pytest.approx(model.params["h100-sxm|synthetic"][name])
+    test = collectives("a100-sxm-80gb", ops=("all_reduce",))
+    assert np.abs(model.predict(test) / measured(test) - 1.0).mean() < 0.05
+
+
+def test_rows_outside_what_was_measured_are_flagged_for_the_router(tmp_path):
+    frame = collectives("h100-sxm", ranks=(2, 4), sizes=tuple(2.0 ** np.arange(12, 24, 2)))
+    model = NcclEstimator().fit(frame, measured(frame))
+    asked = pd.concat([collectives("h100-sxm", ranks=(4,), sizes=(2.0 ** 16, 2.0 ** 28)),  # in, then too large
+                       collectives("h100-sxm", ranks=(8,), sizes=(2.0 ** 16,)),  # a rank count never measured
+                       collectives("cpu-intel-xeon-2c", ranks=(2,), sizes=(2.0 ** 16,))], ignore_index=True)
+    pred, shape_ok, seen, kind_ok = model.predict_with_support(asked)
+    four, eight = asked["ranks"].eq(4).to_numpy(), asked["ranks"].eq(8).to_numpy()
+    assert shape_ok[four].tolist() == [True, False] * 4  # per op: 64 KiB, then 256 MiB
+    assert not shape_ok[eight].any() and seen[four | eight].all()  # a new topology is a new shape, same device
+    assert not seen[~(four | eight)].any()
+    assert kind_ok[:-4].all() and not kind_ok[-4:].any()  # gloo on a CPU is not NCCL
+    model.save(tmp_path / "nccl")
+    assert (NcclEstimator.load(tmp_path / "nccl").in_range(asked) == (shape_ok & seen)).all()
