@@ -32,7 +32,7 @@ and 1.2 GB/s bus bandwidth at 2, 4 and 8 GPUs, 2 to a switch). On a bridged box 
   the switch reduces and multicasts, Simple protocol, 2 steps for all_reduce and 1 otherwise, its own bandwidth
   share; an all_reduce moves the buffer once each way (the switch adds the copies), not the ring's 2(n-1)/n;
 - **p2p** (all_to_all, send_recv): NCCL's grouped send/receive, LL or Simple, a latency per call (the whole of it:
-  no ring base latency) plus one per peer, and its own shares of the node's link and channel fills, capped across
+  no ring base latency) plus one per peer, and its own shares of the node's link (no channel fill), capped across
   nodes by the network's share: a send is no ring step (Vidur's A40 sends reach a tenth of the bridge its
   all-reduces reach; fitted together, a device measured on sends only predicted its all-reduces 15 times too slow).
 
@@ -82,7 +82,6 @@ PARAMS: dict[str, float] = {
     "fill_bytes_LL": 2.0 ** 16, "fill_bytes_LL128": 2.0 ** 19, "fill_bytes_Simple": 2.0 ** 21,
     "nvls_step_us": 3.0, "nvls_share": 1.0,
     "p2p_us": 8.0, "p2p_peer_us": 0.5, "p2p_share_LL": 0.5, "p2p_share_Simple": 0.8,
-    "p2p_fill_bytes_LL": 2.0 ** 16, "p2p_fill_bytes_Simple": 2.0 ** 21,
     "net_step_us": 6.0, "net_share": 0.8,
     "ring_loss": 1.0,
     "pcie_contention": 1.0, "pcie_scale": 1.0,
@@ -90,10 +89,9 @@ PARAMS: dict[str, float] = {
 #: figures are fitted per device only where its rows pin them, else held at the median of the devices whose rows do
 #: (``Rows.pinned``); among them a send's figures and the rings' (the network's belong to both): a device measured
 #: without one kind takes that kind's figures from the devices measured with it
-P2P_FIGURES = ("p2p_us", "p2p_peer_us", "p2p_share_LL", "p2p_share_Simple", "p2p_fill_bytes_LL",
-               "p2p_fill_bytes_Simple")
+P2P_FIGURES = ("p2p_us", "p2p_peer_us", "p2p_share_LL", "p2p_share_Simple")
 #: the sends' link figures: across nodes the network sets a send's pace, so only sends within a node pin them
-P2P_LINK_FIGURES = ("p2p_share_LL", "p2p_share_Simple", "p2p_fill_bytes_LL", "p2p_fill_bytes_Simple")
+P2P_LINK_FIGURES = ("p2p_share_LL", "p2p_share_Simple")
 RING_FIGURES = ("base_us", "step_us_LL", "step_us_LL128", "step_us_Simple", "share_LL", "share_LL128",
                 "share_Simple", "fill_bytes_LL", "fill_bytes_LL128", "fill_bytes_Simple", "nvls_step_us",
                 "nvls_share", "ring_loss")
@@ -227,11 +225,11 @@ def candidate_times(rows: Rows, p: dict[str, float]) -> np.ndarray:
         np.where(is_ar, 2.0, 1.0) * p["nvls_step_us"]
     out.append(np.where(nvls_ok, t, np.inf))
     for proto in ("LL", "Simple"):  # own figures: a send is no ring step (fewer channels, no reduction, no reach);
-        # its share is of the node's link: across nodes the network's share caps it
+        # its share is of the node's link: across nodes the network's share caps it. No channel fill: fitted on
+        # NVLink, where any fill costs nothing, it came out at 240 KB and timed the L40S's small sends over PCIe 40x
         bw = np.where(multi, np.minimum(local * p[f"p2p_share_{proto}"], rows.network * p["net_share"]),
                       local * p[f"p2p_share_{proto}"]) * PAYLOAD_SHARE[proto]
-        t = np.maximum(wire, p[f"p2p_fill_bytes_{proto}"]) / bw + p["p2p_us"] + (n - 1.0) * p["p2p_peer_us"] + \
-            np.where(multi, p["net_step_us"], 0.0)
+        t = wire / bw + p["p2p_us"] + (n - 1.0) * p["p2p_peer_us"] + np.where(multi, p["net_step_us"], 0.0)
         out.append(np.where(p2p, t, np.inf))
     times = np.column_stack(out)
     return np.where(n[:, None] <= 1.0, 0.0, times)
