@@ -15,6 +15,7 @@ split, ``unsupported_spec`` otherwise.
 """
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -124,7 +125,9 @@ class FamilyRouter(KernelEstimator):
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         for family, model in self.estimators.items():
+            _emptied(path / family)  # a re-export over another kind would leave its files in the folder, and sealed
             model.save(path / family)
+        _emptied(path / "_fallback")
         self.fallback.save(path / "_fallback")
         write_json_atomic(path / "manifest.json", {
             "format": BUNDLE_FORMAT, "format_version": BUNDLE_FORMAT_VERSION, "version": self.version,
@@ -157,6 +160,14 @@ class FamilyRouter(KernelEstimator):
 
         router.conv_families = conv_families.for_bundle(path)   # checked with the bundle's SHA256SUMS
         return router
+
+
+def _emptied(folder: Path) -> Path:
+    """``folder`` with nothing in it (created where missing)."""
+    if folder.is_dir():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    return folder
 
 
 def _label(model: KernelEstimator) -> str:

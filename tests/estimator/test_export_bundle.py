@@ -133,3 +133,15 @@ def test_a_family_model_without_a_config_is_refused_in_one_line(tmp_path):
 
     with pytest.raises(TrainingInputError, match=r"family_models.collective: no model config 'ncl' \(expected one of"):
         export_with(tmp_path, ["family_models.collective=ncl"])
+
+
+def test_a_bundle_saved_over_another_keeps_no_file_of_the_model_it_replaced(tmp_path):
+    from estimator.nccl import NcclEstimator
+
+    rows = collective_rows()
+    xgb = make_estimator("xgboost", "collective", {"n_estimators": 3}, "efficiency")
+    FamilyRouter({"collective": xgb.fit(rows, rows["runtime_us"].to_numpy())}).save(tmp_path / "b")
+    FamilyRouter({"collective": NcclEstimator().fit(rows, rows["runtime_us"].to_numpy())}).save(tmp_path / "b")
+    assert not (tmp_path / "b" / "collective" / "model.ubj").exists()
+    assert "model.ubj" not in (tmp_path / "b" / "SHA256SUMS").read_text()
+    assert isinstance(estimator.load(str(tmp_path / "b")).estimators["collective"], NcclEstimator)
