@@ -128,6 +128,7 @@ class Rows:
     per_switch: np.ndarray = field(default_factory=lambda: np.array([]))  # the catalog's gpus_per_pcie_switch
     bridged: np.ndarray = field(default_factory=lambda: np.array([]))  # NVLink joins pairs only
     tuned: np.ndarray = field(default_factory=lambda: np.array([]))  # NCCL's tuner's candidate, -1: not modelled
+    sends: np.ndarray = field(default_factory=lambda: np.array([]))  # a point-to-point call (P2P_OPS), once per row
 
     @classmethod
     def of(cls, frame: pd.DataFrame) -> "Rows":
@@ -154,7 +155,7 @@ class Rows:
                                                                           axis=1)], -1)
         return cls(op, size, ranks, per_node,
                    figures[:, 0], figures[:, 2], figures[:, 4] > 0, hardware, figures[:, 1], units, figures[:, 7],
-                   bridged, tuned)
+                   bridged, tuned, np.isin(op, P2P_OPS))
 
     def take(self, mask: np.ndarray) -> "Rows":
         return Rows(*(getattr(self, f.name)[mask] for f in fields(self)))
@@ -175,8 +176,8 @@ class Rows:
         latency); ring_loss and the contention scale bandwidth with the rank count, so they need rings at two counts
         on their link (NVLink) or at two PCIe endpoint counts beyond a switch's (one leaves them interchangeable with
         the protocol shares); the PCIe scale needs a bridged box's rings on both links."""
-        ring = (self.ranks > 1) & ~np.isin(self.op, P2P_OPS)
-        sends = (self.ranks > 1) & np.isin(self.op, P2P_OPS)
+        ring = (self.ranks > 1) & ~self.sends
+        sends = (self.ranks > 1) & self.sends
         local_sends = bool((sends & (self.ranks <= self.per_node)).any())  # a send's link share: sends within a node
         nvlink = np.unique(self.ranks[ring & (self.units == 0) & (self.ranks <= self.per_node)])
         pcie = np.unique(np.maximum(self.units, self.per_switch)[ring & (self.units > 0)])  # one switch: one count
@@ -198,7 +199,7 @@ def candidate_times(rows: Rows, p: dict[str, float]) -> np.ndarray:
     link = np.where(multi, np.minimum(local, rows.network * p["net_share"]), local)
     wire = size * bus_factor(rows.op, n)
     is_ar = rows.op == "all_reduce"
-    p2p = np.isin(rows.op, P2P_OPS)
+    p2p = rows.sends
     ring_steps = np.where(is_ar, 2.0 * (n - 1.0), n - 1.0)
     ring_net_steps = np.where(multi, ring_steps * nodes / n, 0.0)  # the hops that leave a node
     tree_intra = np.where(is_ar, 2.0 * (r - 1.0), r - 1.0)
@@ -250,7 +251,7 @@ def model_us(rows: Rows, p: dict[str, float], softness: float = 0.0) -> tuple[np
         lowest = np.log(np.maximum(best, 1e-12))
         spread = np.exp(-(logs - lowest[:, None]) / softness).sum(axis=1)
         best = np.where((best > 0) & ~tuned, np.exp(lowest - softness * np.log(spread)), best)
-    return np.where(np.isin(rows.op, P2P_OPS), 0.0, p["base_us"]) + best, choice  # p2p_us is a send's whole latency
+    return np.where(rows.sends, 0.0, p["base_us"]) + best, choice  # p2p_us is a send's whole latency
 
 
 #: the range each figure may take in a fit (physical limits, and what keeps the search out of flat regions)
@@ -501,16 +502,20 @@ class NcclEstimator(KernelEstimator):
         takes any device's links from the catalog, but gloo on a CPU is not NCCL). Saved without a support:
         everything in range."""
         frame = as_frame(frame)
-        pred, ones = self.predict(frame), np.ones(len(frame), dtype=bool)
+        return (self.predict(frame), *self._flags(frame))
+
+    def _flags(self, frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(shape in range, hardware seen, spec in range) per row, as ``predict_with_support`` describes them."""
         if self.support is None:
-            return pred, ones, ones, ones
+            ones = np.ones(len(frame), dtype=bool)
+            return ones, ones, ones
         hw = row_hardware(frame["hardware"], frame["dtype"])
         shape_ok = self.support.shape_in_range(frame) & self.support.configuration_seen(frame)
         kind_ok = hw.per_row(np.isin(hw.device_spec["hw_is_gpu"], self.support.kinds))
-        return pred, shape_ok, hw.per_row(self.support.seen(hw.devices)), kind_ok
+        return shape_ok, hw.per_row(self.support.seen(hw.devices)), kind_ok
 
     def in_range(self, frame: pd.DataFrame) -> np.ndarray:
-        _, shape_ok, seen, _ = self.predict_with_support(frame)
+        shape_ok, seen, _ = self._flags(as_frame(frame))
         return shape_ok & seen
 
     def support_note(self) -> str:
