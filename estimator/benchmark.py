@@ -296,7 +296,9 @@ def nccl_models() -> dict:
 
 def nccl_folds(frame: pd.DataFrame, test_share: float = 0.2, seed: int = 0) -> list:
     """Held-out sizes (a random fifth of each source's distinct sizes, every op, count and device) and held-out GPU
-    counts (every single-node row at 2, 4 or 8 ranks, trained on the other counts and on multi-node rows)."""
+    counts (every single-node row at 2, 4 or 8 ranks, trained on the other counts and on multi-node rows); trained
+    within nodes, tested across them; and each device held out whose catalog links another measured device shares
+    (``estimator.nccl.same_links_as``: how a catalog variant of a measured GPU is timed)."""
     from estimator.splits import Fold
 
     folds = []
@@ -311,13 +313,24 @@ def nccl_folds(frame: pd.DataFrame, test_share: float = 0.2, seed: int = 0) -> l
             folds.append(Fold("held_out_gpu_counts", f"{count} GPUs", np.flatnonzero(~test), np.flatnonzero(test)))
     if (~single).any():
         folds.append(Fold("multi_node", "trained within nodes", np.flatnonzero(single), np.flatnonzero(~single)))
+    from estimator.nccl import same_links_as
+
+    hardware = frame["hardware"].astype(str)
+    devices = sorted(pd.unique(hardware))
+    for device in devices:  # a device held out whose links a measured one shares: the sibling's figures time it
+        sibling = same_links_as(device, [d for d in devices if d != device])
+        if sibling is not None:
+            test = (hardware == device).to_numpy()
+            folds.append(Fold("held_out_devices", f"{device} (as {sibling})", np.flatnonzero(~test),
+                              np.flatnonzero(test)))
     return folds
 
 
 def suite_nccl(data: pd.DataFrame) -> pd.DataFrame:
     """NCCL on GPUs (aiconfigurator's nccl-tests tables, Vidur's torch.distributed tables): the NCCL-structured model
     (estimator.nccl) with and without its learned residual against alpha-beta and XGBoost, on held-out sizes and
-    held-out GPU counts; errors by source, op and size bucket."""
+    held-out GPU counts, across nodes and on devices held out that share a measured device's links; errors by
+    source, op and size bucket."""
     frame = data[(data["family"] == "collective") & data["hardware"].astype(str).map(_is_gpu)].reset_index(drop=True)
     if not len(frame):
         return pd.DataFrame()
@@ -326,7 +339,7 @@ def suite_nccl(data: pd.DataFrame) -> pd.DataFrame:
                          size_bucket=frame["source"].astype(str) + " " + bucket)
     out = []
     folds = nccl_folds(frame)
-    for split in ("held_out_sizes", "held_out_gpu_counts", "multi_node"):
+    for split in ("held_out_sizes", "held_out_gpu_counts", "multi_node", "held_out_devices"):
         res = score_folds(frame, split, nccl_models(), None, None, [f for f in folds if f.split == split],
                           by=("source", "where", "size_bucket", "hardware"))
         side_by_side(res, f"NCCL, {split.replace('_', ' ')}: mean APE % per fold, then by source, source and op, "

@@ -42,8 +42,9 @@ rings at two endpoint counts beyond a switch's, ``pcie_scale`` without NVLink an
 of the devices whose rows do pin it (their first fits; then one refit of the device with those held), so a GPU
 count never measured on a PCIe box is predicted by the same physics as on the others; so are the rings' figures of a
 device measured on sends only, and the sends' of one measured on rings only. A device with no collective
-measurements gets the median of the fitted devices' figures, applied to its own catalog link and network bandwidths,
-which is how multi-node and unmeasured GPUs are predicted. ``residual=True`` adds a small XGBoost per source on
+measurements takes the figures of a fitted device whose catalog links are the same as its own (``same_links_as``: a
+catalog variant of a measured GPU), else the median of the fitted devices' figures, applied to its own catalog link
+and network bandwidths, which is how multi-node and unmeasured GPUs are predicted. ``residual=True`` adds a small XGBoost per source on
 log(measured / model) over (op, log2 bytes, ranks, ranks per node, the model's chosen candidate and time, the ring's
 link bandwidth), every device of the source weighing the same; a row without a source takes nccl-tests'.
 """
@@ -63,7 +64,7 @@ from estimator.hardware_table import row_hardware
 from estimator.nccl_tuner import NVLS_OPS, P2P_OPS, PROTOCOLS, arch_figures, spans_nodes, tuner_times
 from estimator.support import Support
 from estimator.workload import bus_factor
-from profiling.hardware import lookup
+from profiling.hardware import UnknownHardwareError, lookup
 
 
 def switched(spec) -> bool:
@@ -111,6 +112,32 @@ CANDIDATES = tuple(f"ring/{p}" for p in PROTOCOLS) + tuple(f"tree/{p}" for p in 
 TUNER_CANDIDATES = tuple(CANDIDATES.index(c) for c in ("ring/LL", "ring/LL128", "ring/Simple", "nvls/Simple"))
 
 
+def link_figures(spec) -> tuple[float, ...]:
+    """What the model reads of a device from the catalog beside its architecture (``Rows``): NVLink, PCIe and
+    network bandwidth (bytes per microsecond), NVSwitch, NVLS, NVLink at all, GPUs per node and per PCIe switch."""
+    return (spec.intra_node_bandwidth / 1e6, (spec.pcie_bandwidth_gbps or 16.0) * 1e3, spec.inter_node_bandwidth / 1e6,
+            float(switched(spec)), float(switched(spec) and spec.architecture in {"hopper", "blackwell"}),
+            float(bool(spec.nvlink_bandwidth_gbps)), float(spec.gpus_per_node), float(spec.gpus_per_pcie_switch))
+
+
+def same_links_as(device: str, fitted: list[str]) -> str | None:
+    """The fitted device whose collectives ``device``'s would be: one with every catalog figure the model reads
+    (``link_figures``, the architecture's tuner figures) equal, the nearest in memory bandwidth (a reduction's pace)
+    among several, then by name; ``device`` itself when fitted; None when no fitted device has its links (or it is
+    not in the catalog). A catalog variant (the 96 GB H100 SXM at 500 W, the 40 GB A100, an RTX A6000 beside an A40)
+    differs from its measured sibling in nothing the structure reads, so the sibling's fitted figures time it."""
+    if device in fitted:
+        return device
+    try:
+        spec = lookup(device)
+        mine = (link_figures(spec), tuple(arch_figures(spec)))
+        same = [(abs(np.log(lookup(f).memory_bandwidth / spec.memory_bandwidth)), f) for f in sorted(fitted)
+                if (link_figures(lookup(f)), tuple(arch_figures(lookup(f)))) == mine]
+    except UnknownHardwareError:  # a device the catalog does not know has no links to match
+        return None
+    return min(same)[1] if same else None
+
+
 @dataclass
 class Rows:
     """The collective columns of a frame as arrays, with each row's device figures (bytes per microsecond)."""
@@ -134,10 +161,7 @@ class Rows:
     def of(cls, frame: pd.DataFrame) -> "Rows":
         hardware = frame["hardware"].astype(str).to_numpy()
         specs = {h: lookup(h) for h in pd.unique(hardware)}
-        per = {h: (s.intra_node_bandwidth / 1e6, (s.pcie_bandwidth_gbps or 16.0) * 1e3, s.inter_node_bandwidth / 1e6,
-                   float(switched(s)), float(switched(s) and s.architecture in {"hopper", "blackwell"}),
-                   float(bool(s.nvlink_bandwidth_gbps)), float(s.gpus_per_node), float(s.gpus_per_pcie_switch))
-               for h, s in specs.items()}
+        per = {h: link_figures(s) for h, s in specs.items()}
         figures = np.array([per[h] for h in hardware], dtype=np.float64).reshape(-1, 8)
         ranks = frame["ranks"].to_numpy(np.float64)
         per_node = np.minimum(frame["ranks_per_node"].to_numpy(np.float64), ranks)
@@ -411,7 +435,7 @@ class NcclEstimator(KernelEstimator):
     def fit(self, frame: pd.DataFrame, runtime_us: np.ndarray) -> "NcclEstimator":
         frame = as_frame(frame)
         rows, y = Rows.of(frame), np.asarray(runtime_us, dtype=np.float64)
-        keys = self._keys(frame)
+        keys = self._keys(frame, stand_ins=False)
         self.support = Support.fit("collective", frame, features("collective", frame))
         self.params, pinned = {}, {}
         for key in pd.unique(keys):
@@ -453,11 +477,25 @@ class NcclEstimator(KernelEstimator):
                                                          "nthread": 2, "seed": 0}, data, 64)
         return self
 
-    @staticmethod
-    def _keys(frame: pd.DataFrame) -> np.ndarray:
+    def fitted_devices(self) -> list[str]:
+        return sorted({key.split("|")[0] for key in self.params})
+
+    def stand_ins(self, hardware) -> np.ndarray:
+        """Per row, the device whose fit times it: its own, or a fitted one with the same links (``same_links_as``);
+        the row's own where none has."""
+        hardware = np.asarray(hardware, dtype=object).astype(str)
+        fitted = self.fitted_devices()
+        names = pd.unique(hardware)
+        chosen = {h: same_links_as(h, fitted) or h for h in names}
+        return np.array([chosen[h] for h in hardware], dtype=object).astype(str) if len(hardware) else hardware
+
+    def _keys(self, frame: pd.DataFrame, stand_ins: bool = True) -> np.ndarray:
         """``device|source``: each source is fitted on its own (the same all-reduce timed by nccl-tests and through
-        torch.distributed differs by the call's host overhead)."""
+        torch.distributed differs by the call's host overhead). ``stand_ins``: a device not fitted under the name of a
+        fitted one with its links (what predictions read; a fit keys by the rows' own devices)."""
         hardware = frame["hardware"].astype(str).to_numpy()
+        if stand_ins:
+            hardware = self.stand_ins(hardware)
         source = frame["source"].astype(str).to_numpy() if "source" in frame.columns else np.full(len(frame), "")
         return np.char.add(np.char.add(hardware.astype(str), "|"), source.astype(str))
 
@@ -498,7 +536,7 @@ class NcclEstimator(KernelEstimator):
         and the device measured at the row's op, rank count and ranks per node (``estimator.support.SEEN_WITH``);
         unlike XGBoost, which extrapolates badly to a topology it has not seen, the structure times one from the
         device's own figures (held-out GPU counts: README), so an unmeasured topology is a new shape, not a new
-        device. Hardware seen: the device was fitted. Spec: a kind of device (GPU, CPU) fitted on (the structure
+        device. Hardware seen: the device was fitted, or has a fitted device's links (``same_links_as``). Spec: a kind of device (GPU, CPU) fitted on (the structure
         takes any device's links from the catalog, but gloo on a CPU is not NCCL). Saved without a support:
         everything in range."""
         frame = as_frame(frame)
@@ -510,17 +548,19 @@ class NcclEstimator(KernelEstimator):
             ones = np.ones(len(frame), dtype=bool)
             return ones, ones, ones
         hw = row_hardware(frame["hardware"], frame["dtype"])
-        shape_ok = self.support.shape_in_range(frame) & self.support.configuration_seen(frame)
+        as_fitted = frame.assign(hardware=self.stand_ins(frame["hardware"]))  # a device with a fitted one's links
+        shape_ok = self.support.shape_in_range(frame) & self.support.configuration_seen(as_fitted)
         kind_ok = hw.per_row(np.isin(hw.device_spec["hw_is_gpu"], self.support.kinds))
-        return shape_ok, hw.per_row(self.support.seen(hw.devices)), kind_ok
+        return shape_ok, self.support.seen(as_fitted["hardware"]), kind_ok
 
     def in_range(self, frame: pd.DataFrame) -> np.ndarray:
         shape_ok, seen, _ = self._flags(as_frame(frame))
         return shape_ok & seen
 
     def support_note(self) -> str:
-        return ("a device counts as seen once fitted; an op, rank count or ranks per node it was not measured at stays "
-                "with the model, flagged out of range")
+        return ("a device counts as seen once fitted, and so does one whose catalog links equal a fitted device's (it "
+                "takes that device's figures); an op, rank count or ranks per node it was not measured at stays with the "
+                "model, flagged out of range")
 
     def predict(self, frame: pd.DataFrame) -> np.ndarray:
         frame = as_frame(frame)

@@ -56,7 +56,7 @@ def test_vidur_suite_adds_aiconfigurator_hopper_gemms_as_a_column_of_their_own(l
 
 
 def test_nccl_folds_hold_out_whole_sizes_and_single_node_gpu_counts():
-    rows = [{"source": s, "bytes": b, "ranks": n, "ranks_per_node": min(n, 8)}
+    rows = [{"source": s, "hardware": "h100-sxm", "bytes": b, "ranks": n, "ranks_per_node": min(n, 8)}
             for s in ("a", "b") for b in 2.0 ** np.arange(10, 30) for n in (2, 4, 8, 16)]
     frame = pd.DataFrame(rows)
     folds = {f.name: f for f in nccl_folds(frame)}
@@ -72,3 +72,14 @@ def test_nccl_folds_hold_out_whole_sizes_and_single_node_gpu_counts():
     assert 16 in set(frame.iloc[folds["8 GPUs"].train]["ranks"])  # multi-node rows are never a held-out count
     multi = folds["trained within nodes"]  # and are predicted from single-node rows alone
     assert set(frame.iloc[multi.test]["ranks"]) == {16} and 16 not in set(frame.iloc[multi.train]["ranks"])
+    assert not any(f.split == "held_out_devices" for f in folds.values())  # one device: no sibling to stand in
+
+
+def test_nccl_folds_hold_out_each_device_whose_links_a_measured_one_shares():
+    rows = [{"source": "a", "hardware": h, "bytes": b, "ranks": 8, "ranks_per_node": 8}
+            for h in ("h100-sxm", "h200", "b200") for b in 2.0 ** np.arange(10, 20)]
+    frame = pd.DataFrame(rows)
+    held = {f.name: f for f in nccl_folds(frame) if f.split == "held_out_devices"}
+    assert set(held) == {"h100-sxm (as h200)", "h200 (as h100-sxm)"}  # the B200's NVLink 5 is no Hopper's
+    fold = held["h200 (as h100-sxm)"]
+    assert set(frame.iloc[fold.test]["hardware"]) == {"h200"} and "h200" not in set(frame.iloc[fold.train]["hardware"])

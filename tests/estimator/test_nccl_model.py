@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from estimator.nccl import PARAMS, NcclEstimator, Rows, model_us
+from estimator.nccl import PARAMS, NcclEstimator, Rows, model_us, same_links_as
 
 
 def collectives(hardware: str, ops=("all_reduce", "all_gather", "reduce_scatter", "all_to_all"), ranks=(2, 4, 8),
@@ -248,3 +248,25 @@ def test_a_small_send_costs_its_latency_even_on_a_crowded_pcie_box():
     tiny = collectives("l40s", ops=("all_to_all",), ranks=(8,), sizes=(512.0,))  # never measured: median figures
     latency = model.default["p2p_us"] + 7.0 * model.default["p2p_peer_us"]
     assert latency <= model.predict(tiny)[0] < 1.2 * latency  # no channel fill to push through PCIe's share
+
+
+def test_a_catalog_variant_with_a_fitted_devices_links_takes_its_figures_and_counts_as_seen():
+    frame = pd.concat([collectives("h100-sxm"), collectives("a100-sxm-80gb")], ignore_index=True)
+    truth = model_us(Rows.of(frame), TRUE)[0] * np.where(frame["hardware"].eq("a100-sxm-80gb"), 1.5, 1.0)
+    model = NcclEstimator().fit(frame, truth)
+    variant = collectives("h100-sxm-96gb-500w", ops=("all_reduce",), ranks=(8,))  # same NVLink, switch and network
+    sibling = variant.assign(hardware="h100-sxm")
+    np.testing.assert_allclose(model.predict(variant), model.predict(sibling))
+    other = collectives("b200", ops=("all_reduce",), ranks=(8,))  # NVLink 5: links of its own, the median figures
+    assert not np.allclose(model.predict(other), model.predict(other.assign(hardware="h100-sxm")))
+    _, shape_ok, seen, _ = model.predict_with_support(pd.concat([variant, other], ignore_index=True))
+    assert seen[:len(variant)].all() and shape_ok[:len(variant)].all() and not seen[len(variant):].any()
+
+
+def test_the_fitted_sibling_nearest_in_memory_bandwidth_stands_in_for_a_variant():
+    assert same_links_as("h100-sxm-96gb-500w", ["h200", "h100-sxm"]) == "h100-sxm"  # 2.4 TB/s: 3.35 before 4.8
+    assert same_links_as("h100-sxm-96gb-500w", ["h200"]) == "h200"
+    assert same_links_as("h200", ["h200", "h100-sxm"]) == "h200"  # a fitted device is its own
+    assert same_links_as("rtx-a6000", ["a40", "h100-sxm"]) == "a40"  # bridged pairs on PCIe 4, like the A40
+    assert same_links_as("b200", ["h100-sxm", "h200"]) is None
+    assert same_links_as("no-such-gpu", ["h100-sxm"]) is None
