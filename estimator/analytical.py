@@ -20,9 +20,9 @@ import numpy as np
 import pandas as pd
 
 from estimator.base import KernelEstimator
-from estimator.frames import Kernels, as_kernels, family_positions, num, take
+from estimator.frames import Kernels, as_kernels, family_positions, num, take, text
 from estimator.hardware_table import RowHardware, row_hardware
-from estimator.workload import Work, work
+from estimator.workload import Work, network_rails, work
 
 
 def roofline_seconds(w: Work, hw: RowHardware) -> np.ndarray:
@@ -30,10 +30,15 @@ def roofline_seconds(w: Work, hw: RowHardware) -> np.ndarray:
     return np.maximum(w.flops / hw.peak_flops, w.bytes / hw.memory_bandwidth)
 
 
-def link_bandwidth(ranks: np.ndarray, ranks_per_node: np.ndarray, hw: RowHardware) -> np.ndarray:
-    """Bytes/s of the slowest link a collective crosses: intra-node when every rank fits in one node."""
+def link_bandwidth(ranks: np.ndarray, ranks_per_node: np.ndarray, hw: RowHardware,
+                   names: np.ndarray | None = None) -> np.ndarray:
+    """Bytes/s of the slowest link a collective crosses: intra-node when every rank fits in one node, else the
+    network's NICs that its traffic adds up (``estimator.workload.network_rails``; ``names``: the ops, without which
+    one NIC), never more than the node's own links."""
     intra = ranks <= np.maximum(ranks_per_node, 1.0)
-    return np.where(intra, hw.intra_node_bandwidth, hw.inter_node_bandwidth)
+    rails = 1.0 if names is None else network_rails(names, ranks, ranks_per_node, hw.nics_per_node)
+    return np.where(intra, hw.intra_node_bandwidth,
+                    np.minimum(hw.inter_node_bandwidth * rails, hw.intra_node_bandwidth))
 
 
 class RooflineEstimator(KernelEstimator):
@@ -80,7 +85,7 @@ class RooflineEstimator(KernelEstimator):
             ranks, rpn = num(rows, "ranks"), num(rows, "ranks_per_node")
             intra = ranks <= np.maximum(rpn, 1.0)
             alpha_us = np.where(intra, self.alpha_intra_us, self.alpha_inter_us)
-            wire_us = w.wire_bytes / link_bandwidth(ranks, rpn, hw) * 1e6
+            wire_us = w.wire_bytes / link_bandwidth(ranks, rpn, hw, text(rows, "op")) * 1e6
             return fixed_us + w.latency_steps * alpha_us + wire_us
         compute_us = w.flops / (hw.peak_flops * self.compute_efficiency) * 1e6
         memory_us = w.bytes / (hw.memory_bandwidth * self.memory_efficiency) * 1e6

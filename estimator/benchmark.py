@@ -297,7 +297,8 @@ def nccl_models() -> dict:
 def nccl_folds(frame: pd.DataFrame, test_share: float = 0.2, seed: int = 0) -> list:
     """Held-out sizes (a random fifth of each source's distinct sizes, every op, count and device) and held-out GPU
     counts (every single-node row at 2, 4 or 8 ranks, trained on the other counts and on multi-node rows); trained
-    within nodes, tested across them; and each device held out whose catalog links another measured device shares
+    within nodes, tested across them; across nodes, each count of ranks per node held out (trained on the others:
+    how the network's bandwidth grows with the NICs a node's ranks reach); and each device held out whose catalog links another measured device shares
     (``estimator.nccl.same_links_as``: how a catalog variant of a measured GPU is timed)."""
     from estimator.splits import Fold
 
@@ -313,6 +314,11 @@ def nccl_folds(frame: pd.DataFrame, test_share: float = 0.2, seed: int = 0) -> l
             folds.append(Fold("held_out_gpu_counts", f"{count} GPUs", np.flatnonzero(~test), np.flatnonzero(test)))
     if (~single).any():
         folds.append(Fold("multi_node", "trained within nodes", np.flatnonzero(single), np.flatnonzero(~single)))
+    per_node = frame["ranks_per_node"].to_numpy()
+    counts = np.unique(per_node[~single])
+    for count in counts if len(counts) > 1 else ():  # across nodes, one count of ranks per node held out
+        test = ~single & (per_node == count)
+        folds.append(Fold("held_out_per_node", f"{count:g} per node", np.flatnonzero(~test), np.flatnonzero(test)))
     from estimator.nccl import same_links_as
 
     hardware = frame["hardware"].astype(str)
@@ -339,7 +345,7 @@ def suite_nccl(data: pd.DataFrame) -> pd.DataFrame:
                          size_bucket=frame["source"].astype(str) + " " + bucket)
     out = []
     folds = nccl_folds(frame)
-    for split in ("held_out_sizes", "held_out_gpu_counts", "multi_node", "held_out_devices"):
+    for split in ("held_out_sizes", "held_out_gpu_counts", "multi_node", "held_out_per_node", "held_out_devices"):
         res = score_folds(frame, split, nccl_models(), None, None, [f for f in folds if f.split == split],
                           by=("source", "where", "size_bucket", "hardware"))
         side_by_side(res, f"NCCL, {split.replace('_', ' ')}: mean APE % per fold, then by source, source and op, "

@@ -143,7 +143,7 @@ def family_features(family: str, frame: Kernels, w: Work, hw: RowHardware,
               "pass": encode(frame["pass"], VOCABULARY["pass"]), "log2_rows_per_sm": _log2(rows / sms)}
     elif family == "collective":
         size, ranks, rpn = (_num(frame, c) for c in ("bytes", "ranks", "ranks_per_node"))
-        link = link_bandwidth(ranks, rpn, hw)
+        link = link_bandwidth(ranks, rpn, hw, text(frame, "op"))
         f |= {"log2_bytes": _log2(size), "ranks": ranks, "ranks_per_node": rpn,
               "inter_node": (ranks > np.maximum(rpn, 1)).astype(float),
               "op": encode(frame["op"], VOCABULARY["op:collective"]),

@@ -51,8 +51,9 @@ class RowHardware:
     peak_flops: np.ndarray  # FLOP/s for the row's dtype
     memory_bandwidth: np.ndarray  # B/s
     intra_node_bandwidth: np.ndarray  # B/s
-    inter_node_bandwidth: np.ndarray  # B/s
+    inter_node_bandwidth: np.ndarray  # B/s, one NIC
     gpus_per_node: np.ndarray
+    nics_per_node: np.ndarray
     is_gpu: np.ndarray  # bool
     codes: np.ndarray  # index into ``devices`` of every row
     devices: tuple[str, ...]  # catalog id of each distinct device in the frame
@@ -104,6 +105,7 @@ def row_hardware(hardware: pd.Series | np.ndarray, dtype: pd.Series | np.ndarray
         intra_node_bandwidth=per_device([s.intra_node_bandwidth for s in specs]),
         inter_node_bandwidth=per_device([s.inter_node_bandwidth for s in specs]),
         gpus_per_node=per_device([s.gpus_per_node for s in specs]),
+        nics_per_node=per_device([s.nics_per_node for s in specs]),
         is_gpu=per_device([s.kind == "gpu" for s in specs]).astype(bool),
         codes=np.asarray(hw_codes),
         devices=tuple(s.id for s in specs),

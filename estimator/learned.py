@@ -87,7 +87,7 @@ class LearnedEstimator(KernelEstimator):
         feats = self._features(frame)
         y = np.log(runtime_us) - (np.log(feats.baseline_us) if self.target == "efficiency" else 0.0)
         self.feature_names = feats.names
-        self.support = Support.fit(self.family, frame, feats, self.spec_tolerance)
+        self.support = Support.fit(self.family, frame, feats.hardware, self.spec_tolerance)
         self.training = {"rows": int(len(frame)), "hardware": self.support.hardware,
                          "digest": frame_digest(frame, runtime_us)}
         self._fit_matrix(feats.matrix, y)

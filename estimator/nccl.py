@@ -58,12 +58,11 @@ import numpy as np
 import pandas as pd
 
 from estimator.base import KernelEstimator
-from estimator.features import features
 from estimator.frames import as_frame
 from estimator.hardware_table import row_hardware
 from estimator.nccl_tuner import NVLS_OPS, P2P_OPS, PROTOCOLS, arch_figures, spans_nodes, tuner_times
 from estimator.support import Support
-from estimator.workload import bus_factor
+from estimator.workload import bus_factor, network_rails
 from profiling.hardware import UnknownHardwareError, lookup
 
 
@@ -112,12 +111,18 @@ CANDIDATES = tuple(f"ring/{p}" for p in PROTOCOLS) + tuple(f"tree/{p}" for p in 
 TUNER_CANDIDATES = tuple(CANDIDATES.index(c) for c in ("ring/LL", "ring/LL128", "ring/Simple", "nvls/Simple"))
 
 
+#: what the model reads of a device from the catalog beside its architecture, in ``link_figures``' order
+LINK_FIGURES = ("nvlink_or_pcie", "pcie", "network", "switched", "nvls", "has_nvlink", "gpus_per_node",
+                "gpus_per_pcie_switch", "nics_per_node")
+
+
 def link_figures(spec) -> tuple[float, ...]:
-    """What the model reads of a device from the catalog beside its architecture (``Rows``): NVLink, PCIe and
-    network bandwidth (bytes per microsecond), NVSwitch, NVLS, NVLink at all, GPUs per node and per PCIe switch."""
+    """``LINK_FIGURES`` of a catalog entry (``Rows``): NVLink (else PCIe), PCIe and one NIC's bandwidth (bytes per
+    microsecond), NVSwitch, NVLS, NVLink at all, GPUs per node and per PCIe switch, NICs per node."""
     return (spec.intra_node_bandwidth / 1e6, (spec.pcie_bandwidth_gbps or 16.0) * 1e3, spec.inter_node_bandwidth / 1e6,
             float(switched(spec)), float(switched(spec) and spec.architecture in {"hopper", "blackwell"}),
-            float(bool(spec.nvlink_bandwidth_gbps)), float(spec.gpus_per_node), float(spec.gpus_per_pcie_switch))
+            float(bool(spec.nvlink_bandwidth_gbps)), float(spec.gpus_per_node), float(spec.gpus_per_pcie_switch),
+            float(spec.nics_per_node))
 
 
 def same_links_as(device: str, fitted: list[str]) -> str | None:
@@ -156,13 +161,14 @@ class Rows:
     bridged: np.ndarray = field(default_factory=lambda: np.array([]))  # NVLink joins pairs only
     tuned: np.ndarray = field(default_factory=lambda: np.array([]))  # NCCL's tuner's candidate, -1: not modelled
     sends: np.ndarray = field(default_factory=lambda: np.array([]))  # a point-to-point call (P2P_OPS), once per row
+    rails: np.ndarray = field(default_factory=lambda: np.array([]))  # NICs a call's traffic across nodes adds up
 
     @classmethod
     def of(cls, frame: pd.DataFrame) -> "Rows":
         hardware = frame["hardware"].astype(str).to_numpy()
         specs = {h: lookup(h) for h in pd.unique(hardware)}
         per = {h: link_figures(s) for h, s in specs.items()}
-        figures = np.array([per[h] for h in hardware], dtype=np.float64).reshape(-1, 8)
+        figures = np.array([per[h] for h in hardware], dtype=np.float64).reshape(-1, len(LINK_FIGURES))
         ranks = frame["ranks"].to_numpy(np.float64)
         per_node = np.minimum(frame["ranks_per_node"].to_numpy(np.float64), ranks)
         bridged = (figures[:, 5] > 0) & (figures[:, 3] == 0)
@@ -179,7 +185,7 @@ class Rows:
                                                                           axis=1)], -1)
         return cls(op, size, ranks, per_node,
                    figures[:, 0], figures[:, 2], figures[:, 4] > 0, hardware, figures[:, 1], units, figures[:, 7],
-                   bridged, tuned, np.isin(op, P2P_OPS))
+                   bridged, tuned, np.isin(op, P2P_OPS), network_rails(op, ranks, per_node, figures[:, 8]))
 
     def take(self, mask: np.ndarray) -> "Rows":
         return Rows(*(getattr(self, f.name)[mask] for f in fields(self)))
@@ -220,7 +226,7 @@ def candidate_times(rows: Rows, p: dict[str, float]) -> np.ndarray:
     nodes = np.ceil(n / r)
     multi = nodes > 1
     local = rows.link_bandwidth(p)
-    link = np.where(multi, np.minimum(local, rows.network * p["net_share"]), local)
+    link = np.where(multi, np.minimum(local, rows.network * p["net_share"] * rows.rails), local)  # a channel per NIC
     wire = size * bus_factor(rows.op, n)
     is_ar = rows.op == "all_reduce"
     p2p = rows.sends
@@ -356,9 +362,10 @@ class NcclEstimator(KernelEstimator):
     learned residual. Only the ``collective`` family."""
 
     name = "nccl"
-    version = "5"  # 2: PCIe links, pooled figures; 3: the catalog's PCIe switch size, one pooled refit; 4: NCCL's
+    version = "6"  # 2: PCIe links, pooled figures; 3: the catalog's PCIe switch size, one pooled refit; 4: NCCL's
     # tuner picks the candidate on one node, a residual applies only across the node spans it was trained on; 5: p2p
-    # calls have their own figures; a device measured without rings (sends) takes theirs from the devices with them
+    # calls have their own figures; a device measured without rings (sends) takes theirs from the devices with them;
+    # 6: a ring or tree across nodes adds up the NICs its node's ranks reach (estimator.workload.network_rails)
 
     def __init__(self, residual: bool = False, min_rows: int = 30, family: str = "collective",
                  target: str | None = None) -> None:
@@ -436,7 +443,7 @@ class NcclEstimator(KernelEstimator):
         frame = as_frame(frame)
         rows, y = Rows.of(frame), np.asarray(runtime_us, dtype=np.float64)
         keys = self._keys(frame, stand_ins=False)
-        self.support = Support.fit("collective", frame, features("collective", frame))
+        self.support = Support.fit("collective", frame, row_hardware(frame["hardware"], frame["dtype"]))
         self.params, pinned = {}, {}
         for key in pd.unique(keys):
             mask = keys == key

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from estimator.workload import POINT_TO_POINT
+
 PROTOCOLS = ("LL", "LL128", "Simple")
 #: collectives NVLS serves, and those NCCL runs as grouped sends and receives
 NVLS_OPS = ("all_reduce", "all_gather", "reduce_scatter")
-P2P_OPS = ("all_to_all", "send_recv")
+P2P_OPS = POINT_TO_POINT
 #: ring base latency per protocol (``baseLat[RING]``), microseconds
 BASE_US = {"LL": 6.6, "LL128": 14.0, "Simple": 8.4}
 #: ring per-step latency on the intra-node link type (``hwLat[NVLINK|PCI][RING]``), microseconds

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from estimator.features import SHAPE_COLUMNS, FeatureFrame
+from estimator.features import SHAPE_COLUMNS
 from estimator.frames import Kernels, factorize, num, text
 from estimator.hardware_table import SPEC_FEATURES, RowHardware
 
@@ -42,9 +42,10 @@ class Support:
     configurations: list[str] = field(default_factory=list)  # "device/op/ranks/ranks_per_node" seen (SEEN_WITH)
 
     @classmethod
-    def fit(cls, family: str, frame: Kernels, feats: FeatureFrame, spec_tolerance: float = 2.0) -> "Support":
+    def fit(cls, family: str, frame: Kernels, hw: RowHardware, spec_tolerance: float = 2.0) -> "Support":
+        """``hw``: the frame's catalog figures (``estimator.hardware_table.row_hardware``; a feature pass has them)."""
         shapes = {c: np.log2(np.maximum(num(frame, c), 1e-30)) for c in SHAPE_COLUMNS[family]}
-        spec = {c: feats.hardware.spec[c] for c in SPEC_RANGE_FEATURES}
+        spec = {c: hw.spec[c] for c in SPEC_RANGE_FEATURES}
         return cls(
             family=family,
             shape_min={c: float(np.nanmin(v)) for c, v in shapes.items()},
@@ -52,7 +53,7 @@ class Support:
             spec_min={c: float(np.nanmin(v)) for c, v in spec.items()},
             spec_max={c: float(np.nanmax(v)) for c, v in spec.items()},
             hardware=sorted({str(h) for h in factorize(frame["hardware"])[1]}),
-            kinds=sorted({float(k) for k in np.unique(feats.hardware.spec["hw_is_gpu"])}),
+            kinds=sorted({float(k) for k in np.unique(hw.spec["hw_is_gpu"])}),
             spec_tolerance=spec_tolerance,
             configurations=sorted(set(configuration_keys(family, frame))) if family in SEEN_WITH else [],
         )

@@ -182,6 +182,21 @@ def bus_factor(names: np.ndarray, ranks: np.ndarray) -> np.ndarray:
     return np.where(n <= 1.0, 0.0, factor)
 
 
+#: collectives whose traffic across nodes is each GPU's own (a send, an all-to-all's pairs): one NIC carries it
+POINT_TO_POINT = ("all_to_all", "send_recv")
+
+
+def network_rails(names: np.ndarray, ranks: np.ndarray, ranks_per_node: np.ndarray,
+                  nics_per_node: np.ndarray) -> np.ndarray:
+    """NICs whose bandwidth a collective's traffic across nodes adds up (the catalog's ``network_nics_per_node``):
+    a ring or tree runs one channel per NIC that its node's ranks reach, min(ranks per node, NICs); a send or an
+    all-to-all goes over its GPU's one NIC (nccl-tests#267: all-to-all does not aggregate NICs). 1 within a node."""
+    n = np.maximum(ranks, 1.0)
+    on_node = np.minimum(np.maximum(ranks_per_node, 1.0), n)
+    rails = np.maximum(np.minimum(on_node, np.maximum(nics_per_node, 1.0)), 1.0)
+    return np.where(np.isin(names, POINT_TO_POINT) | (n <= on_node), 1.0, rails)
+
+
 def latency_steps(names: np.ndarray, ranks: np.ndarray, ranks_per_node: np.ndarray) -> np.ndarray:
     """Sequential steps: ring for a single node, tree (log2) across nodes as NCCL picks for large rank counts."""
     n = np.maximum(ranks, 1.0)

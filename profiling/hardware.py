@@ -63,8 +63,15 @@ class HardwareSpec(BaseModel):
         default=None, description="how a node's NVLink joins its GPUs: 'switch' (every GPU on NVSwitches, SXM boards) "
         "or 'pairs' (two-board bridges, PCIe cards, PCIe beyond the pair); required with nvlink_bandwidth_gbps")
     pcie_bandwidth_gbps: float | None = None
-    network_bandwidth_gbps: float | None = None
+    network_bandwidth_gbps: float | None = Field(default=None, description="one NIC's bandwidth (the scale-out "
+                                                  "network, GB/s one way); a GPU sends over one")
     gpus_per_node: int = Field(default=8, gt=0)
+    network_nics_per_node: int | None = Field(
+        default=None, gt=0, description="scale-out NICs per node; default one per GPU (gpus_per_node), as on DGX and "
+        "HGX nodes with rail-optimised networks. A ring across nodes runs one channel per NIC its node's ranks reach, "
+        "so its bus bandwidth grows with them (NCCL maintainers, NVIDIA/nccl#412: 24 GB/s inter-node with one 200 Gb/s "
+        "NIC, 'add more NICs ... up to' the NVLink bandwidth; nccl-tests#175: 4 x 200 Gb/s, 100 GB/s theoretical); an "
+        "all-to-all or a send does not aggregate NICs (nccl-tests#267)")
     gpus_per_pcie_switch: int = Field(
         default=2, gt=0, description="GPUs that meet under one PCIe switch (peer-to-peer without the CPU root "
         "complex); a ring over more crosses the root complex. Default 2: the 8-GPU servers' usual layout, e.g. AWS's "
@@ -154,7 +161,12 @@ class HardwareSpec(BaseModel):
 
     @property
     def inter_node_bandwidth(self) -> float:
+        """Bytes per second of one NIC (what one GPU's traffic across nodes crosses)."""
         return (self.network_bandwidth_gbps or 12.5) * 1e9
+
+    @property
+    def nics_per_node(self) -> int:
+        return self.network_nics_per_node or self.gpus_per_node
 
 
 def normalise_name(name: str) -> str:

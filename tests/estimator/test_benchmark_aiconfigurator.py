@@ -73,6 +73,18 @@ def test_nccl_folds_hold_out_whole_sizes_and_single_node_gpu_counts():
     multi = folds["trained within nodes"]  # and are predicted from single-node rows alone
     assert set(frame.iloc[multi.test]["ranks"]) == {16} and 16 not in set(frame.iloc[multi.train]["ranks"])
     assert not any(f.split == "held_out_devices" for f in folds.values())  # one device: no sibling to stand in
+    assert not any(f.split == "held_out_per_node" for f in folds.values())  # one count per node across nodes
+
+
+def test_nccl_folds_hold_out_each_count_of_ranks_per_node_across_nodes():
+    rows = [{"source": "a", "hardware": "a100-sxm-80gb", "bytes": b, "ranks": n, "ranks_per_node": r}
+            for b in 2.0 ** np.arange(10, 20) for n, r in ((8, 8), (2, 1), (4, 2), (16, 8))]
+    frame = pd.DataFrame(rows)
+    held = {f.name: f for f in nccl_folds(frame) if f.split == "held_out_per_node"}
+    assert set(held) == {"1 per node", "2 per node", "8 per node"}
+    eight = held["8 per node"]
+    assert set(frame.iloc[eight.test]["ranks"]) == {16}  # the single-node 8-rank rows stay in training
+    assert {8, 2, 4} <= set(frame.iloc[eight.train]["ranks"]) and 16 not in set(frame.iloc[eight.train]["ranks"])
 
 
 def test_nccl_folds_hold_out_each_device_whose_links_a_measured_one_shares():

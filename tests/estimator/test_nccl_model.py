@@ -60,9 +60,11 @@ def test_across_nodes_the_network_sets_the_pace():
     model = NcclEstimator()
     one_node = collectives("h100-sxm", ops=("all_reduce",), ranks=(8,), sizes=(2.0 ** 30,))
     two_nodes = collectives("h100-sxm", ops=("all_reduce",), ranks=(16,), per_node=8, sizes=(2.0 ** 30,))
-    t1, t2 = model.predict(one_node)[0], model.predict(two_nodes)[0]
-    network_us = 2.0 ** 30 / 50e9 * 1e6  # h100-sxm.yaml: 50 GB/s per GPU
-    assert t2 > 3.0 * t1 and t2 > network_us
+    one_each = collectives("h100-sxm", ops=("all_reduce",), ranks=(2,), per_node=1, sizes=(2.0 ** 30,))
+    t1, t2, t3 = model.predict(one_node)[0], model.predict(two_nodes)[0], model.predict(one_each)[0]
+    network_us = 2.0 ** 30 / 50e9 * 1e6  # h100-sxm.yaml: 50 GB/s per NIC, one NIC per GPU
+    assert t3 > network_us  # one rank per node: one NIC carries the ring
+    assert t1 < t2 < t3 / 4.0  # eight per node: eight NICs, one channel each, but no NVLS and the network's share
 
 
 def bump(frame: pd.DataFrame) -> np.ndarray:
@@ -270,3 +272,17 @@ def test_the_fitted_sibling_nearest_in_memory_bandwidth_stands_in_for_a_variant(
     assert same_links_as("rtx-a6000", ["a40", "h100-sxm"]) == "a40"  # bridged pairs on PCIe 4, like the A40
     assert same_links_as("b200", ["h100-sxm", "h200"]) is None
     assert same_links_as("no-such-gpu", ["h100-sxm"]) is None
+
+
+def test_a_ring_across_nodes_adds_up_the_nics_its_nodes_ranks_reach_and_a_send_does_not():
+    model = NcclEstimator()
+    size = 2.0 ** 30
+    frame = pd.DataFrame([{"family": "collective", "hardware": "h100-sxm", "dtype": "bf16", "op": op, "bytes": size,
+                           "ranks": 2 * per_node, "ranks_per_node": per_node}
+                          for op in ("all_gather", "all_to_all") for per_node in (1, 8)])
+    t = model.predict(frame)
+    one, eight = frame["ranks_per_node"].eq(1).to_numpy(), frame["ranks_per_node"].eq(8).to_numpy()
+    gather, a2a = frame["op"].eq("all_gather").to_numpy(), frame["op"].eq("all_to_all").to_numpy()
+    bus = size * (frame["ranks"] - 1) / frame["ranks"] / t  # bytes per microsecond of bus bandwidth
+    assert bus[gather & eight].iat[0] > 6.0 * bus[gather & one].iat[0]  # eight rails, one channel each
+    assert bus[a2a & eight].iat[0] < 1.5 * bus[a2a & one].iat[0]  # each GPU's own NIC (nccl-tests#267)

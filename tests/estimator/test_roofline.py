@@ -76,3 +76,16 @@ def test_a_single_foreach_op_moves_its_own_tensor_lists_not_a_whole_optimizer_st
     moved = work("optimizer", frame).bytes / 1e9 / 4  # in fp32 tensor lists
     # in place x *= s: read + write one list; lerp_(m, g, w): two read, one written; addcdiv_(p, m, d): three + one
     assert moved.tolist() == [2.0, 3.0, 4.0, 3.0, 7.0]  # unknown foreach: 3 lists; a whole AdamW step: p, g, m, v...
+
+
+def test_alpha_beta_across_nodes_adds_up_a_nodes_nics_for_rings_and_not_for_sends():
+    from estimator.analytical import RooflineEstimator
+
+    rows = [{"family": "collective", "hardware": h, "dtype": "bf16", "op": op, "bytes": 2.0 ** 30,
+             "ranks": 2 * per_node, "ranks_per_node": per_node}
+            for h in ("h100-sxm",) for op in ("all_reduce", "send_recv") for per_node in (1, 4)]
+    t = RooflineEstimator().predict(pd.DataFrame(rows))
+    wire = np.array([2.0 * 1 / 2, 2.0 * 7 / 8, 1.0, 1.0]) * 2.0 ** 30
+    per_gpu = wire / t  # bytes per microsecond
+    assert 3.5 < per_gpu[1] / per_gpu[0] < 4.5  # four NICs against one
+    assert 0.9 < per_gpu[3] / per_gpu[2] < 1.1  # a send: its own NIC either way
