@@ -51,3 +51,19 @@ def cli(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess]:
 def dataset_dir(tmp_path: Path) -> Path:
     """Where ``tiny_config`` and ``cli`` runs write their dataset."""
     return tmp_path / CPU_ID
+
+
+@pytest.fixture
+def catalog_file(tmp_path: Path) -> Callable[..., Path]:
+    """A copy of a catalog entry's file under tmp_path with some fields changed: ``catalog_file("l40s", field=...)``."""
+    import yaml
+
+    from profiling.hardware import HARDWARE_DIR
+
+    def write(hw_id: str, **changes) -> Path:
+        data = yaml.safe_load((HARDWARE_DIR / f"{hw_id}.yaml").read_text()) | changes
+        path = tmp_path / f"{hw_id}.yaml"
+        path.write_text(yaml.safe_dump(data))
+        return path
+
+    return write
