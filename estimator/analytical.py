@@ -30,13 +30,12 @@ def roofline_seconds(w: Work, hw: RowHardware) -> np.ndarray:
     return np.maximum(w.flops / hw.peak_flops, w.bytes / hw.memory_bandwidth)
 
 
-def link_bandwidth(ranks: np.ndarray, ranks_per_node: np.ndarray, hw: RowHardware,
-                   names: np.ndarray | None = None) -> np.ndarray:
-    """Bytes/s of the slowest link a collective crosses: intra-node when every rank fits in one node, else the
-    network's NICs that its traffic adds up (``estimator.workload.network_rails``; ``names``: the ops, without which
-    one NIC), never more than the node's own links."""
+def link_bandwidth(ranks: np.ndarray, ranks_per_node: np.ndarray, hw: RowHardware, names: np.ndarray) -> np.ndarray:
+    """Bytes/s of the slowest link a collective (``names``: its op) crosses: intra-node when every rank fits in one
+    node, else the network's NICs that its traffic adds up (``estimator.workload.network_rails``), never more than the
+    node's own links."""
     intra = ranks <= np.maximum(ranks_per_node, 1.0)
-    rails = 1.0 if names is None else network_rails(names, ranks, ranks_per_node, hw.nics_per_node)
+    rails = network_rails(names, ranks, ranks_per_node, hw.nics_per_node)
     return np.where(intra, hw.intra_node_bandwidth,
                     np.minimum(hw.inter_node_bandwidth * rails, hw.intra_node_bandwidth))
 

@@ -298,8 +298,9 @@ def nccl_folds(frame: pd.DataFrame, test_share: float = 0.2, seed: int = 0) -> l
     """Held-out sizes (a random fifth of each source's distinct sizes, every op, count and device) and held-out GPU
     counts (every single-node row at 2, 4 or 8 ranks, trained on the other counts and on multi-node rows); trained
     within nodes, tested across them; across nodes, each count of ranks per node held out (trained on the others:
-    how the network's bandwidth grows with the NICs a node's ranks reach); and each device held out whose catalog links another measured device shares
-    (``estimator.nccl.same_links_as``: how a catalog variant of a measured GPU is timed)."""
+    how the network's bandwidth grows with the NICs a node's ranks reach); and each device held out whose catalog
+    links another measured device shares (``estimator.nccl.same_links_as``: how a catalog variant of a measured GPU
+    is timed)."""
     from estimator.splits import Fold
 
     folds = []

@@ -44,7 +44,8 @@ count never measured on a PCIe box is predicted by the same physics as on the ot
 device measured on sends only, and the sends' of one measured on rings only. A device with no collective
 measurements takes the figures of a fitted device whose catalog links are the same as its own (``same_links_as``: a
 catalog variant of a measured GPU), else the median of the fitted devices' figures, applied to its own catalog link
-and network bandwidths, which is how multi-node and unmeasured GPUs are predicted. ``residual=True`` adds a small XGBoost per source on
+and network bandwidths, which is how multi-node and unmeasured GPUs are predicted. ``residual=True`` adds a small
+XGBoost per source on
 log(measured / model) over (op, log2 bytes, ranks, ranks per node, the model's chosen candidate and time, the ring's
 link bandwidth), every device of the source weighing the same; a row without a source takes nccl-tests'.
 """
@@ -58,7 +59,7 @@ import numpy as np
 import pandas as pd
 
 from estimator.base import KernelEstimator
-from estimator.frames import as_frame
+from estimator.frames import as_frame, factorize
 from estimator.hardware_table import row_hardware
 from estimator.nccl_tuner import NVLS_OPS, P2P_OPS, PROTOCOLS, arch_figures, spans_nodes, tuner_times
 from estimator.support import Support
@@ -185,7 +186,8 @@ class Rows:
                                                                           axis=1)], -1)
         return cls(op, size, ranks, per_node,
                    figures[:, 0], figures[:, 2], figures[:, 4] > 0, hardware, figures[:, 1], units, figures[:, 7],
-                   bridged, tuned, np.isin(op, P2P_OPS), network_rails(op, ranks, per_node, figures[:, 8]))
+                   bridged, tuned, np.isin(op, P2P_OPS),
+                   network_rails(op, ranks, per_node, figures[:, LINK_FIGURES.index("nics_per_node")]))
 
     def take(self, mask: np.ndarray) -> "Rows":
         return Rows(*(getattr(self, f.name)[mask] for f in fields(self)))
@@ -490,11 +492,10 @@ class NcclEstimator(KernelEstimator):
     def stand_ins(self, hardware) -> np.ndarray:
         """Per row, the device whose fit times it: its own, or a fitted one with the same links (``same_links_as``);
         the row's own where none has."""
-        hardware = np.asarray(hardware, dtype=object).astype(str)
+        codes, names = factorize(np.asarray(hardware, dtype=object).astype(str))
         fitted = self.fitted_devices()
-        names = pd.unique(hardware)
-        chosen = {h: same_links_as(h, fitted) or h for h in names}
-        return np.array([chosen[h] for h in hardware], dtype=object).astype(str) if len(hardware) else hardware
+        chosen = np.array([same_links_as(str(h), fitted) or str(h) for h in names], dtype=object)
+        return chosen[codes].astype(str)
 
     def _keys(self, frame: pd.DataFrame, stand_ins: bool = True) -> np.ndarray:
         """``device|source``: each source is fitted on its own (the same all-reduce timed by nccl-tests and through
@@ -543,7 +544,8 @@ class NcclEstimator(KernelEstimator):
         and the device measured at the row's op, rank count and ranks per node (``estimator.support.SEEN_WITH``);
         unlike XGBoost, which extrapolates badly to a topology it has not seen, the structure times one from the
         device's own figures (held-out GPU counts: README), so an unmeasured topology is a new shape, not a new
-        device. Hardware seen: the device was fitted, or has a fitted device's links (``same_links_as``). Spec: a kind of device (GPU, CPU) fitted on (the structure
+        device. Hardware seen: the device was fitted, or has a fitted device's links (``same_links_as``). Spec: a
+        kind of device (GPU, CPU) fitted on (the structure
         takes any device's links from the catalog, but gloo on a CPU is not NCCL). Saved without a support:
         everything in range."""
         frame = as_frame(frame)
@@ -558,16 +560,16 @@ class NcclEstimator(KernelEstimator):
         as_fitted = frame.assign(hardware=self.stand_ins(frame["hardware"]))  # a device with a fitted one's links
         shape_ok = self.support.shape_in_range(frame) & self.support.configuration_seen(as_fitted)
         kind_ok = hw.per_row(np.isin(hw.device_spec["hw_is_gpu"], self.support.kinds))
-        return shape_ok, self.support.seen(as_fitted["hardware"]), kind_ok
+        return shape_ok, hw.per_row(self.support.seen(self.stand_ins(hw.devices))), kind_ok
 
     def in_range(self, frame: pd.DataFrame) -> np.ndarray:
         shape_ok, seen, _ = self._flags(as_frame(frame))
         return shape_ok & seen
 
     def support_note(self) -> str:
-        return ("a device counts as seen once fitted, and so does one whose catalog links equal a fitted device's (it "
-                "takes that device's figures); an op, rank count or ranks per node it was not measured at stays with the "
-                "model, flagged out of range")
+        return ("a device counts as seen once fitted, and so does one whose catalog links equal a fitted device's "
+                "(it takes that device's figures); an op, rank count or ranks per node it was not measured at stays "
+                "with the model, flagged out of range")
 
     def predict(self, frame: pd.DataFrame) -> np.ndarray:
         frame = as_frame(frame)

@@ -193,7 +193,7 @@ def network_rails(names: np.ndarray, ranks: np.ndarray, ranks_per_node: np.ndarr
     all-to-all goes over its GPU's one NIC (nccl-tests#267: all-to-all does not aggregate NICs). 1 within a node."""
     n = np.maximum(ranks, 1.0)
     on_node = np.minimum(np.maximum(ranks_per_node, 1.0), n)
-    rails = np.maximum(np.minimum(on_node, np.maximum(nics_per_node, 1.0)), 1.0)
+    rails = np.minimum(on_node, np.maximum(nics_per_node, 1.0))  # both at least 1
     return np.where(np.isin(names, POINT_TO_POINT) | (n <= on_node), 1.0, rails)
 
 

@@ -12,6 +12,7 @@ def test_a_node_has_one_nic_per_gpu_unless_its_file_says_otherwise(catalog_file)
 
 
 def test_a_bad_nic_count_is_refused_in_one_line_naming_file_and_field(catalog_file):
-    with pytest.raises(ValueError, match=r"a100-sxm-80gb\.yaml: field 'network_nics_per_node': .*greater than 0") as err:
+    says = r"a100-sxm-80gb\.yaml: field 'network_nics_per_node': .*greater than 0"
+    with pytest.raises(ValueError, match=says) as err:
         load_spec(catalog_file("a100-sxm-80gb", network_nics_per_node=0))
     assert "\n" not in str(err.value)
