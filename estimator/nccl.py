@@ -167,9 +167,9 @@ class Rows:
     @classmethod
     def of(cls, frame: pd.DataFrame) -> "Rows":
         hardware = frame["hardware"].astype(str).to_numpy()
-        specs = {h: lookup(h) for h in pd.unique(hardware)}
-        per = {h: link_figures(s) for h, s in specs.items()}
-        figures = np.array([per[h] for h in hardware], dtype=np.float64).reshape(-1, len(LINK_FIGURES))
+        codes, names = factorize(hardware)  # the catalog read once per distinct device, spread over its rows
+        specs = [lookup(str(h)) for h in names]
+        figures = np.array([link_figures(s) for s in specs], dtype=np.float64).reshape(-1, len(LINK_FIGURES))[codes]
         ranks = frame["ranks"].to_numpy(np.float64)
         per_node = np.minimum(frame["ranks_per_node"].to_numpy(np.float64), ranks)
         bridged = (figures[:, 5] > 0) & (figures[:, 3] == 0)
@@ -177,7 +177,7 @@ class Rows:
         # a node's ranks on PCIe: every GPU of a node without NVLink, every pair of a bridged one beyond one pair
         units = np.where(figures[:, 5] == 0, on_node,
                          np.where(bridged & (on_node > BRIDGE), np.ceil(on_node / BRIDGE), 0.0))
-        tuner = np.array([arch_figures(specs[h]) for h in hardware], dtype=np.float64).reshape(-1, 2)
+        tuner = np.array([arch_figures(s) for s in specs], dtype=np.float64).reshape(-1, 2)[codes]
         op, size = frame["op"].astype(str).to_numpy(), frame["bytes"].to_numpy(np.float64)
         estimate = tuner_times(op, size, ranks, per_node, units, figures[:, 0], figures[:, 1], figures[:, 4] > 0,
                                tuner[:, 0], tuner[:, 1] > 0)
