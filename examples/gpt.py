@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -71,6 +72,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--grad-scaler", action="store_true", help="scale the loss with torch.amp.GradScaler")
     p.add_argument("--tie-embeddings", action="store_true", help="share the token embedding with the output layer")
     p.add_argument("--fused-adamw", action="store_true", help="AdamW(fused=True) instead of the foreach default")
+    p.add_argument("--host-data", type=int, default=0, metavar="DOCS",
+                   help="build each batch on the host as a map-style data loader does: shuffle an index of DOCS "
+                        "documents with numpy and copy the tokens drawn to the GPU (0, the default: draw them there)")
     args = p.parse_args(argv)
     if args.preset:
         for key, value in PRESETS[args.preset].items():
@@ -90,8 +94,13 @@ def main(argv: list[str] | None = None) -> None:
     params = sum(p.numel() for p in model.parameters())
     print(f"GPT: {params / 1e6:.1f}M parameters, batch {args.batch} x {args.seq} tokens on "
           f"{torch.cuda.get_device_name()}")
+    rng = np.random.default_rng(0)
     for step in range(args.steps):
-        tokens = torch.randint(args.vocab, (args.batch, args.seq + 1), device=device)
+        if args.host_data:  # host work inside one numpy call: no aten op or Python call counts it
+            drawn = rng.permutation(max(args.host_data, args.batch * (args.seq + 1)))[: args.batch * (args.seq + 1)]
+            tokens = torch.from_numpy(drawn % args.vocab).view(args.batch, args.seq + 1).to(device)
+        else:
+            tokens = torch.randint(args.vocab, (args.batch, args.seq + 1), device=device)
         x, y = tokens[:, :-1], tokens[:, 1:]
         with torch.autocast("cuda", dtype=amp_dtype):
             logits = model(x)

@@ -8,15 +8,21 @@ ranks are aligned after warm-up. Everything here is settled before the simulatio
   once on a reference machine (:mod:`emulate.host_costs`, ``work_ns``): the same
   script then has the same host time whatever else runs on the emulating machine, which a clock cannot give (a
   loaded 2-core VM read up to 2x more CPU time for the same calls). What counting cannot see is host work inside
-  one call (a numpy or tokenizer call over a large batch, a CPU-side computation): where a gap's measured time (its
-  steady-state minimum, below) exceeds ``UNCOUNTED_FACTOR`` times its counted time by more than
-  ``UNCOUNTED_MIN_NS``, that excess is such work and is added at the measured speed; interference inflates a
-  reading by up to about 2x, and counting Python calls slows the interpreter by up to about 2x more, so ordinary
-  gaps stay well below that line. Nor does one cost per op tell a cheap op from
-  an expensive one (``python -m emulate.host_costs`` prints how far the counted time of each reference workload is
-  from its measured one). ``STEPCAST_HOST_MODEL=measured`` (:data:`emulate.config.HOST_MODEL`) times gaps
-  with the capture's clock instead, as below; traces without counts (real profiler traces, older captures,
-  synthetic traces) always use their gaps.
+  one call (a numpy or tokenizer call over a large batch, a CPU-side computation, cuDNN choosing an engine). Such
+  work shows as a gap that reads far above its counted time, but a reading depends on how fast the emulating
+  machine ran at that moment (a 2-core VM here ran the same ordinary gaps 3-8x above their counted time, from one
+  capture to the next and from one iteration to the next). So each reading is first brought to the reference
+  machine's speed: divided by its iteration's slowdown, the median ratio of measured to counted time over that
+  iteration's gaps weighted by their counted time (:func:`capture_slowdown`; the counted costs were fitted so that
+  this ratio was 1 on the reference machine, and counting Python calls moved it by under 5 %), then its
+  steady-state minimum is taken (below). What such a reading shows beyond its counted time is uncounted work, in full where the reading exceeds
+  ``UNCOUNTED_RATIO[1]`` times its counted time by ``UNCOUNTED_NS[1]``, not at all below ``UNCOUNTED_RATIO[0]`` or
+  ``UNCOUNTED_NS[0]``, in a linear share between (:func:`uncounted`): ordinary gaps read up to about 7x their
+  counted time at the reference speed (one cost per op tells a cheap op from an expensive one only on average;
+  ``python -m emulate.host_costs`` prints how far the counted time of each reference workload is from its measured
+  one), and a reading near a line then moves the answer by little. ``STEPCAST_HOST_MODEL=measured``
+  (:data:`emulate.config.HOST_MODEL`) times gaps with the capture's clock instead, as below; traces without counts
+  (real profiler traces, older captures, synthetic traces) always use their gaps.
 - **Measured host gaps.** A captured gap is the capturing thread's CPU time between two intercepted calls (the shim's
   ``STEPCAST_HOST_CLOCK=cpu``), so being descheduled by another process costs nothing. CPU time still picks up
   interference (page faults, cache and TLB misses caused by other processes, allocator first touches): the steady
@@ -118,14 +124,16 @@ def steady_gaps(programs: list[RankProgram], gaps: list[np.ndarray]) -> list[np.
     return out
 
 
-def smoothed_capture_gaps(programs: list[RankProgram]) -> dict[int, np.ndarray]:
+def smoothed_capture_gaps(programs: list[RankProgram], work: WorkCosts | None = None) -> dict[int, np.ndarray]:
     """Per captured rank (index into ``programs``), its recorded gaps with the steady-state minimum applied
     (:func:`steady_gaps` over the captured ranks); real and synthetic traces are left out (their gaps are what
-    happened). A sparse run's copy adds no sample of its own (its gaps are its twin's): it shares its twin's
-    array (:func:`emulate.sim.copies.twin_indices`)."""
+    happened). With ``work``, the readings of counting captures are first brought to the reference speed
+    (:func:`at_reference_speed`). A sparse run's copy adds no sample of its own (its gaps are its twin's): it
+    shares its twin's array (:func:`emulate.sim.copies.twin_indices`)."""
     twin = twin_indices(programs)
     captures = [r for r, p in enumerate(programs) if captured(p) and twin[r] == r]
-    raw = [np.asarray(programs[r].gap_ns, dtype=np.float64) for r in captures]
+    raw = [at_reference_speed(programs[r], work) if work is not None and counted(programs[r])
+           else np.asarray(programs[r].gap_ns, dtype=np.float64) for r in captures]
     own = dict(zip(captures, steady_gaps([programs[r] for r in captures], raw)))
     return {r: own[twin[r]] for r, p in enumerate(programs) if twin[r] in own}
 
@@ -193,20 +201,66 @@ def call_mask(prog: RankProgram) -> np.ndarray:
     return (prog.kind_array != ITERATION) & ~(np.nan_to_num(prog.events.number("graph_node", 0.0)) > 0)
 
 
-#: A measured gap is taken to hold uncounted host work where it exceeds this many times its counted time (twice
-#: what interference and the Python-call counter together may add)...
-UNCOUNTED_FACTOR = 8.0
-#: ...by more than this (ns): a millisecond of CPU is not interference (module docstring)
-UNCOUNTED_MIN_NS = 1e6
+#: An iteration with at least this many counted gaps gauges the capturing machine's speed on its own; else the
+#: capture's gaps do, and a capture with fewer is taken as it reads
+ORDINARY_MIN_GAPS = 16
+#: A reading at the reference speed holds uncounted work from the first ratio to its counted time, in full past the
+#: second (ordinary gaps reach up to about 7x, in captures of torchtitan, ResNet-50 and GPT here; module docstring)...
+UNCOUNTED_RATIO = (8.0, 16.0)
+#: ...and from the first excess over its counted time (ns), in full past the second
+UNCOUNTED_NS = (5e4, 2.5e5)
 
 
-def counted_gaps(prog: RankProgram, work: WorkCosts, measured: np.ndarray | None = None) -> np.ndarray:
-    """Host gap before each event (ns) from the work counted before it, plus the uncounted work a ``measured`` gap
-    (ns, e.g. its steady-state minimum) shows (module docstring)."""
+def _weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
+    order = np.argsort(values)
+    cumulative = np.cumsum(weights[order])
+    return float(values[order][np.searchsorted(cumulative, 0.5 * cumulative[-1])])
+
+
+def capture_slowdown(prog: RankProgram, work: WorkCosts) -> np.ndarray:
+    """Per event, how much slower than the counted model the capturing machine ran there: per iteration, the median
+    ratio of measured to counted time over its gaps, each weighted by its counted time (a bare call's reading is
+    mostly the clock's own noise; the longer gaps say more, but one iteration may have only a few dozen of them),
+    so that a few gaps of uncounted work do not move it; an iteration with fewer than ``ORDINARY_MIN_GAPS`` gaps
+    takes the capture's, and a capture with fewer is taken as it reads (1; module docstring)."""
+    measured = np.asarray(prog.gap_ns, dtype=np.float64)
+    counted = counted_gaps(prog, work)
+    has = counted > 0
+    out = np.ones(len(measured))
+    if has.sum() < ORDINARY_MIN_GAPS:
+        return out
+    ratio = measured / np.maximum(counted, 1.0)
+    out[:] = _weighted_median(ratio[has], counted[has])
+    for a, b in iteration_bounds(prog):
+        if has[a:b].sum() >= ORDINARY_MIN_GAPS:
+            out[a:b] = _weighted_median(ratio[a:b][has[a:b]], counted[a:b][has[a:b]])
+    return np.where(out > 0, out, 1.0)
+
+
+def at_reference_speed(prog: RankProgram, work: WorkCosts) -> np.ndarray:
+    """The capture's gap readings (ns) as the reference machine would have read them: each over its iteration's
+    :func:`capture_slowdown`."""
+    return np.asarray(prog.gap_ns, dtype=np.float64) / capture_slowdown(prog, work)
+
+
+def uncounted(readings: np.ndarray, counted: np.ndarray) -> np.ndarray:
+    """Host work (ns) the counts did not see, from ``readings`` at the reference speed: what a reading shows beyond
+    its counted time, in a share rising linearly from 0 to 1 between the ``UNCOUNTED_RATIO`` and between the
+    ``UNCOUNTED_NS`` lines (continuous, so a reading near them moves the answer by little)."""
+    excess = np.maximum(np.asarray(readings, dtype=np.float64) - counted, 0.0)
+    (r0, r1), (e0, e1) = UNCOUNTED_RATIO, UNCOUNTED_NS
+    by_ratio = np.clip((readings / np.maximum(counted, 1.0) - r0) / (r1 - r0), 0.0, 1.0)
+    by_size = np.clip((excess - e0) / (e1 - e0), 0.0, 1.0)
+    return excess * by_ratio * by_size
+
+
+def counted_gaps(prog: RankProgram, work: WorkCosts, readings: np.ndarray | None = None) -> np.ndarray:
+    """Host gap before each event (ns) from the work counted before it, plus the uncounted work that ``readings``
+    (ns at the reference speed, e.g. the steady-state minima of :func:`at_reference_speed`) show (module
+    docstring)."""
     gaps = work.gaps(call_mask(prog).astype(np.float64), *work_counts(prog))
-    if measured is not None:
-        excess = np.asarray(measured, dtype=np.float64) - UNCOUNTED_FACTOR * gaps - UNCOUNTED_MIN_NS
-        gaps = gaps + np.maximum(excess, 0.0)  # continuous: a reading just past the line adds next to nothing
+    if readings is not None:
+        gaps = gaps + uncounted(readings, gaps)
     return gaps
 
 
@@ -265,10 +319,11 @@ def plan(programs: list[RankProgram], *, host_speed: float, latency_us: list[flo
     smoothed_gaps = smoothed_capture_gaps(programs)
     host_gaps = {t: smoothed_gaps.get(t, np.asarray(programs[t].gap_ns, dtype=np.float64)) for t in distinct}
     model = "measured" if smoothed_gaps else "recorded"
-    if work is not None:
+    if work is not None and any(counted(programs[t]) for t in distinct):
+        readings = smoothed_capture_gaps(programs, work)
         for t in distinct:
             if counted(programs[t]):
-                host_gaps[t] = counted_gaps(programs[t], work, host_gaps[t])
+                host_gaps[t] = counted_gaps(programs[t], work, readings[t])
                 model = "counted"
     gaps = {t: effective_gaps(programs[t], host_speed, costs_us, host_gaps[t]) for t in distinct}
     setups = [RankSetup(latency_us=lat, gap_ns=gaps[t], start_us=s, align_at=a)
@@ -291,5 +346,5 @@ def default_work() -> WorkCosts | None:
 
 
 __all__ = ["RankSetup", "HostPlan", "CapturedHost", "captured_host", "effective_gaps", "plan", "default_costs",
-           "default_work", "counted", "counted_gaps", "work_counts", "call_mask", "CLOCK_ORIGIN", "COSTS_IN_GAPS",
-           "HOST_WORK"]
+           "default_work", "counted", "counted_gaps", "capture_slowdown", "at_reference_speed", "uncounted",
+           "work_counts", "call_mask", "CLOCK_ORIGIN", "COSTS_IN_GAPS", "HOST_WORK"]

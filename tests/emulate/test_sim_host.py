@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from emulate.host_costs import WorkCosts, fit_work, load_costs, load_work_costs, work_class
-from emulate.sim.host import UNCOUNTED_FACTOR, UNCOUNTED_MIN_NS
+from emulate.sim.host import UNCOUNTED_NS, UNCOUNTED_RATIO, uncounted
 from emulate.report import build_report
 from emulate.sim.program import build_program
 from emulate.sim.synthetic import TraceBuilder
@@ -284,16 +284,55 @@ def test_captures_without_counts_keep_their_measured_gaps_under_the_counted_mode
 
 
 def test_host_work_the_counts_cannot_see_is_kept_from_the_measured_gap():
-    # a 5 ms Python loop before one launch per iteration: no op counts it, the clock does
+    # a 5 ms Python loop before one launch per iteration: no op counts it, the clock does (no ordinary gap tells the
+    # machine's speed here, so the reading is taken as it is)
     b = TraceBuilder(meta={**NO_LATENCY, "call_costs_in_gaps": False, "host_work": "record_function"})
     for step in range(5):
         b.iteration(step)
         ev = b.kernel(stream=1, duration_us=1.0, gap_us=5_000.0)
         ev["host_ops"], ev["host_nodes"] = 1, 0
     b.iteration(5, end=True)
-    counted = 2e-3 + 3e-3  # ms
-    expected = counted + (5.0 - UNCOUNTED_FACTOR * counted - UNCOUNTED_MIN_NS / 1e6)  # the excess beyond the line
-    assert report_of(b, call_costs_us={}, work=WORK)["iteration_time_ms"] == pytest.approx(expected)
+    assert report_of(b, call_costs_us={}, work=WORK)["iteration_time_ms"] == pytest.approx(5.0)
+
+
+def loop_with_uncounted_work(slowdown: float, uncounted_us: float = 2_000.0, kernels: int = 20) -> TraceBuilder:
+    """Per iteration, ``kernels`` ordinary launches of 22 us counted work and one launch after ``uncounted_us`` of
+    work no count sees, every reading taken on a machine ``slowdown`` times slower than the reference."""
+    b = TraceBuilder(meta={**NO_LATENCY, "call_costs_in_gaps": False, "host_work": "record_function"})
+    for step in range(5):
+        b.iteration(step)
+        for k in range(kernels + 1):
+            work_us = 22.0 + (uncounted_us if k == kernels else 0.0)
+            ev = b.kernel(stream=1, duration_us=1.0, gap_us=slowdown * work_us)
+            ev["host_ops"], ev["host_nodes"] = 5, 1     # 2 + 5 x 3 + 5 = 22 us counted
+    b.iteration(5, end=True)
+    return b
+
+
+@pytest.mark.parametrize("slowdown", [1.0, 2.5, 7.0])
+def test_uncounted_host_work_is_timed_at_the_reference_speed_however_slow_the_capture_ran(slowdown):
+    # the machine's speed shows in the ordinary gaps of the same iteration, and the uncounted work is divided by it
+    report = report_of(loop_with_uncounted_work(slowdown), call_costs_us={}, work=WORK)
+    assert report["iteration_time_ms"] == pytest.approx((21 * 22.0 + 2_000.0) / 1e3)
+
+
+def test_an_ordinary_gap_read_slow_adds_no_uncounted_work():
+    assert report_of(loop_with_uncounted_work(3.0, uncounted_us=0.0), call_costs_us={}, work=WORK)[
+        "iteration_time_ms"] == pytest.approx(21 * 22.0 / 1e3)
+
+
+def test_uncounted_work_grows_continuously_from_the_line():
+    counted = np.full(2001, 50_000.0)
+    readings = np.linspace(0.0, 20.0, 2001) * counted    # 0-20x the counted time, in steps of 0.01x (500 ns)
+    extra = uncounted(readings, counted)
+    assert extra[readings <= UNCOUNTED_RATIO[0] * counted].max() == 0.0
+    full = (readings >= UNCOUNTED_RATIO[1] * counted) & (readings - counted >= UNCOUNTED_NS[1])
+    assert np.allclose(extra[full], (readings - counted)[full])
+    # a reading 500 ns higher never adds more than 500 ns times the steepest the two ramps can make it
+    slope = 1 + UNCOUNTED_RATIO[1] / (UNCOUNTED_RATIO[1] - UNCOUNTED_RATIO[0]) \
+        + UNCOUNTED_NS[1] / (UNCOUNTED_NS[1] - UNCOUNTED_NS[0])
+    assert np.diff(extra).max() < 500.0 * slope
+    assert (np.diff(extra) >= 0).all()
 
 
 def test_graph_nodes_after_the_first_are_no_call_of_their_own():
