@@ -15,7 +15,8 @@ after warm-up (:mod:`emulate.sim.host`).
 
 A second table says where a spread comes from: over the runs of each workload and setting, the spread of each part
 of the prediction (simulated host time, device busy time, waiting on peers, the host time as the capture recorded
-it and the share of it the per-call minimum discarded as interference) and how many distinct sets of steady
+it, the share of it the per-call minimum discarded as interference, and the host time a clock reading gave because
+no count saw it) and how many distinct sets of steady
 iterations were chosen (``--json`` keeps every run's parts).
 """
 from __future__ import annotations
@@ -94,6 +95,7 @@ COMPONENTS = {
     "waiting_on_peers_ms": "steady iteration's time waiting on peer ranks, slowest rank",
     "captured_host_ms": "median steady iteration's host CPU time as the capture recorded it",
     "host_interference": "share of that the per-call minimum discarded",
+    "uncounted_host_ms": "host time of a steady iteration that no count saw and a clock reading gave",
 }
 
 
@@ -112,7 +114,7 @@ def components(report: dict) -> dict:
             "device_busy_ms": steady_median("device_busy_ms"),
             "waiting_on_peers_ms": float(slowest["waiting_on_peers_ms"]),
             "captured_host_ms": det.get("captured_host_ms"), "host_interference": det.get("host_interference"),
-            "steady_iterations": list(steady)}
+            "uncounted_host_ms": det.get("uncounted_host_ms"), "steady_iterations": list(steady)}
 
 
 def component_spreads(runs: list[dict]) -> dict:
@@ -123,7 +125,7 @@ def component_spreads(runs: list[dict]) -> dict:
         values = [r[key] for r in runs if r.get(key) is not None]
         if not values:
             out[key] = None
-        elif key in ("waiting_on_peers_ms", "host_interference"):
+        elif key in ("waiting_on_peers_ms", "host_interference", "uncounted_host_ms"):
             out[key] = (min(values), max(values))
         else:
             out[key] = spread(values)
@@ -205,13 +207,14 @@ def decomposition_table(rows: list[dict]):
     table = Table(title="Where the spread comes from (spread of each part over the runs; ranges for parts that may "
                         "be 0)")
     for col in ("workload", "setting", "iteration", "host sim.", "device", "peers wait ms", "host capt.",
-                "interf. %", "steady sets"):
+                "interf. %", "uncounted ms", "steady sets"):
         table.add_column(col, justify="left" if col in ("workload", "setting") else "right", no_wrap=True)
     for r in rows:
         c = r["components"]
         table.add_row(r["workload"], r["setting"], pct(c["iteration_ms"]), pct(c["host_ms"]),
                       pct(c["device_busy_ms"]), rng(c["waiting_on_peers_ms"], 1.0, 3),
-                      pct(c["captured_host_ms"]), rng(c["host_interference"], 100.0, 1), str(c["steady_sets"]))
+                      pct(c["captured_host_ms"]), rng(c["host_interference"], 100.0, 1),
+                      rng(c.get("uncounted_host_ms"), 1.0, 3), str(c["steady_sets"]))
     return table
 
 

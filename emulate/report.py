@@ -6,14 +6,17 @@ Fields::
     iteration_time_ms      median of the steady-state iterations of the slowest rank
     iterations_ms          per iteration index, the slowest rank's time (steady-state and warm-up alike)
     steady_iterations      which iteration indices of the slowest rank count as steady state
-    determinism            {steady_iterations, spread, captured_host_ms, captured_host_spread, host_interference}
-                           of the slowest rank: how many steady iterations the median is over and the spread
-                           ((max - min) / median) of their simulated times; then, for a capture, what its host
-                           measured: the median steady iteration's recorded host CPU time (gaps only), the spread
-                           of that over the steady iterations, and the share of it the per-call minimum discarded
-                           as interference (emulate.sim.host.CapturedHost). The simulated steady iterations share
-                           one set of host gaps, so a host-bound rank's ``spread`` is near 0 however disturbed the
-                           capture was: the last two say how much to trust it (null for real traces)
+    determinism            {steady_iterations, spread, captured_host_ms, captured_host_spread, host_interference,
+                           uncounted_host_ms} of the slowest rank: how many steady iterations the median is over
+                           and the spread ((max - min) / median) of their simulated times; then, for a capture,
+                           what its host measured: the median steady iteration's recorded host CPU time (gaps
+                           only), the spread of that over the steady iterations, and the share of it the per-call
+                           minimum discarded as interference (emulate.sim.host.CapturedHost). The simulated steady
+                           iterations share one set of host gaps, so a host-bound rank's ``spread`` is near 0
+                           however disturbed the capture was: those two say how much to trust it (null for real
+                           traces). uncounted_host_ms: under the counted model, the host time of one steady
+                           iteration that no count saw and a clock reading gave (emulate.sim.host.uncounted), the
+                           part of the answer that may move with the emulating machine (null when not counted)
     host_model             how host gaps were timed: "counted" (the work a capture counted, at the reference
                            costs), "measured" (the capture's clock) or "recorded" (real traces' gaps); with
                            "counted" the captured-host figures above describe the capture, not the answer
@@ -167,7 +170,8 @@ def build_report(result) -> dict[str, Any]:
         "iteration_time_ms": iteration_ms,
         "iterations_ms": [max(e["iterations_ms"][j] for e in per_rank) for j in range(n_it)],
         "steady_iterations": slowest["steady_iterations"],
-        "determinism": determinism_note(len(steady_slowest), spread, captured_host(result.programs)[slowest_index]),
+        "determinism": determinism_note(len(steady_slowest), spread, captured_host(result.programs)[slowest_index],
+                                        (result.uncounted_ms or [None] * len(per_rank))[slowest_index]),
         "warnings": warnings,
         "launch_queue_depth": result.queue_depth,
         "ranks_aligned": result.aligned,
@@ -233,12 +237,14 @@ def _as_rank(entry: dict[str, Any], rank: int) -> dict[str, Any]:
     return out
 
 
-def determinism_note(steady: int, spread: float, host: CapturedHost | None) -> dict[str, Any]:
+def determinism_note(steady: int, spread: float, host: CapturedHost | None,
+                     uncounted_ms: float | None = None) -> dict[str, Any]:
     """The report's ``determinism`` field (module docstring)."""
     return {"steady_iterations": int(steady), "spread": spread,
             "captured_host_ms": host.recorded_median_ms if host else None,
             "captured_host_spread": host.recorded_spread if host else None,
-            "host_interference": host.interference if host else None}
+            "host_interference": host.interference if host else None,
+            "uncounted_host_ms": uncounted_ms}
 
 
 def prog_hardware(programs: list[RankProgram]) -> str:
@@ -408,6 +414,8 @@ def print_summary(report: dict[str, Any], console=None) -> None:
         value = f"{det['steady_iterations']} ({det['spread'] * 100:.1f}%)"
         if report.get("host_model") == "counted":
             value += "; host time: counted work"
+            if (det.get("uncounted_host_ms") or 0.0) >= 0.005:
+                value += f" + {det['uncounted_host_ms']:.2f} ms read from the clock"
         elif det.get("captured_host_ms") is not None:
             value += (f"; captured host: spread {det['captured_host_spread'] * 100:.0f}%, interference "
                       f"{det['host_interference'] * 100:.0f}%")

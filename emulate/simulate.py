@@ -49,6 +49,8 @@ class SimulationResult:
     host_model: str = "recorded"           # counted | measured | recorded (emulate.sim.host.HostPlan)
     #: collectives matched across every rank; ``groups`` may be fewer: a sparse run's copies share their twins'
     collectives_matched: int | None = None
+    #: per rank, the host time of one steady iteration read from a clock under the counted model (HostPlan)
+    uncounted_ms: list[float | None] | None = None
 
     @property
     def world_size(self) -> int:
@@ -95,7 +97,8 @@ def simulate(traces: list[dict[str, Any]], hardware: str | None, nodes: int = 1,
     timelines, groups, matched = _timelines(programs, times, twins, plan.setups, queue_depth)
     return SimulationResult(programs, timelines, times, spec, durations, nodes, host_speed, groups,
                             queue_depth=queue_depth, aligned=plan.aligned, warnings=plan.warnings,
-                            host_model=plan.host_model, collectives_matched=matched)
+                            host_model=plan.host_model, collectives_matched=matched,
+                            uncounted_ms=plan.uncounted_ms)
 
 
 def _timelines(programs: list[RankProgram], times: Durations, twins: TwinCollectives | None,

@@ -84,6 +84,9 @@ class HostPlan:
     #: how the host gaps were timed: "counted" (some capture's counted work), "measured" (captures' clock
     #: readings) or "recorded" (real or synthetic traces: their gaps as they are)
     host_model: str = "recorded"
+    #: per rank, the host time (ms) of one steady iteration that the counts did not see and a clock reading gave
+    #: (:func:`uncounted`, over the host-speed factor); None where the rank's gaps are not counted
+    uncounted_ms: list[float | None] = field(default_factory=list)
 
 
 def captured(prog: RankProgram) -> bool:
@@ -319,16 +322,23 @@ def plan(programs: list[RankProgram], *, host_speed: float, latency_us: list[flo
     smoothed_gaps = smoothed_capture_gaps(programs)
     host_gaps = {t: smoothed_gaps.get(t, np.asarray(programs[t].gap_ns, dtype=np.float64)) for t in distinct}
     model = "measured" if smoothed_gaps else "recorded"
+    extra_ms: dict[int, float] = {}
     if work is not None and any(counted(programs[t]) for t in distinct):
         readings = smoothed_capture_gaps(programs, work)
         for t in distinct:
             if counted(programs[t]):
-                host_gaps[t] = counted_gaps(programs[t], work, readings[t])
+                base = counted_gaps(programs[t], work)
+                extra = uncounted(readings[t], base)
+                host_gaps[t] = base + extra
+                spans = steady_spans(programs[t])
+                a, b = spans[0] if spans else (0, len(extra))
+                extra_ms[t] = float(extra[a:b].sum()) / 1e6 / host_speed
                 model = "counted"
     gaps = {t: effective_gaps(programs[t], host_speed, costs_us, host_gaps[t]) for t in distinct}
     setups = [RankSetup(latency_us=lat, gap_ns=gaps[t], start_us=s, align_at=a)
               for t, lat, s, a in zip(twin, latency_us, starts, align_at)]
-    return HostPlan(setups=setups, aligned=any(a >= 0 for a in align_at), warnings=warnings, host_model=model)
+    return HostPlan(setups=setups, aligned=any(a >= 0 for a in align_at), warnings=warnings, host_model=model,
+                    uncounted_ms=[extra_ms.get(t) for t in twin])
 
 
 def default_costs() -> dict[str, float]:

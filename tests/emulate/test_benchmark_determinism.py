@@ -38,13 +38,15 @@ def test_components_split_a_host_bound_run_into_host_device_and_capture():
     assert c["waiting_on_peers_ms"] == 0.0
     assert c["captured_host_ms"] == pytest.approx(0.025)  # median of 20, 60, 20, 30 us as recorded
     assert c["host_interference"] == pytest.approx(1 - 20 / 25)
+    assert c["uncounted_host_ms"] is None                 # not a counting capture
     assert c["steady_iterations"] == [1, 2, 3, 4]
 
 
 def test_component_spreads_point_at_the_part_that_varies():
     base = {"iteration_ms": 8.0, "host_ms": 7.0, "device_busy_ms": 1.4, "waiting_on_peers_ms": 0.0,
-            "captured_host_ms": 8.0, "host_interference": 0.1, "steady_iterations": [2, 3, 4]}
-    runs = [base, {**base, "iteration_ms": 8.8, "host_ms": 7.8, "captured_host_ms": 9.0, "host_interference": 0.2},
+            "captured_host_ms": 8.0, "host_interference": 0.1, "uncounted_host_ms": 1.0, "steady_iterations": [2, 3, 4]}
+    runs = [base, {**base, "iteration_ms": 8.8, "host_ms": 7.8, "captured_host_ms": 9.0, "host_interference": 0.2,
+                   "uncounted_host_ms": 1.8},
             {**base, "steady_iterations": [3, 4]}]
     s = component_spreads(runs)
     assert s["iteration_ms"] == pytest.approx(0.8 / 8.0)
@@ -52,6 +54,7 @@ def test_component_spreads_point_at_the_part_that_varies():
     assert s["device_busy_ms"] == 0.0
     assert s["waiting_on_peers_ms"] == (0.0, 0.0)
     assert s["host_interference"] == (0.1, 0.2)
+    assert s["uncounted_host_ms"] == (1.0, 1.8)
     assert s["steady_sets"] == 2
     table = decomposition_table([{"workload": "w", "setting": "quiet", "components": s}])
     assert table.row_count == 1
@@ -59,9 +62,10 @@ def test_component_spreads_point_at_the_part_that_varies():
 
 def test_replays_have_no_captured_host_part():
     runs = [{"iteration_ms": 1.0, "host_ms": 1.0, "device_busy_ms": 1.0, "waiting_on_peers_ms": 0.0,
-             "captured_host_ms": None, "host_interference": None, "steady_iterations": [1]}] * 2
+             "captured_host_ms": None, "host_interference": None, "uncounted_host_ms": None,
+             "steady_iterations": [1]}] * 2
     s = component_spreads(runs)
-    assert s["captured_host_ms"] is None and s["host_interference"] is None
+    assert s["captured_host_ms"] is None and s["host_interference"] is None and s["uncounted_host_ms"] is None
 
 
 def test_fewer_than_two_runs_is_one_line_and_exit_2(capsys):

@@ -317,8 +317,16 @@ def test_uncounted_host_work_is_timed_at_the_reference_speed_however_slow_the_ca
 
 
 def test_an_ordinary_gap_read_slow_adds_no_uncounted_work():
-    assert report_of(loop_with_uncounted_work(3.0, uncounted_us=0.0), call_costs_us={}, work=WORK)[
-        "iteration_time_ms"] == pytest.approx(21 * 22.0 / 1e3)
+    report = report_of(loop_with_uncounted_work(3.0, uncounted_us=0.0), call_costs_us={}, work=WORK)
+    assert report["iteration_time_ms"] == pytest.approx(21 * 22.0 / 1e3)
+    assert report["determinism"]["uncounted_host_ms"] == 0.0
+
+
+def test_the_report_says_how_much_host_time_a_clock_gave():
+    report = report_of(loop_with_uncounted_work(4.0), call_costs_us={}, work=WORK)
+    assert report["determinism"]["uncounted_host_ms"] == pytest.approx(2.0)
+    assert report_of(loop_with_uncounted_work(4.0), call_costs_us={}, work=None)["determinism"][
+        "uncounted_host_ms"] is None
 
 
 def test_uncounted_work_grows_continuously_from_the_line():
