@@ -15,7 +15,8 @@ ranks are aligned after warm-up. Everything here is settled before the simulatio
   machine's speed: divided by its iteration's slowdown, the median ratio of measured to counted time over that
   iteration's gaps weighted by their counted time (:func:`capture_slowdown`; the counted costs were fitted so that
   this ratio was 1 on the reference machine, and counting Python calls moved it by under 5 %), then its
-  steady-state minimum is taken (below). What such a reading shows beyond its counted time is uncounted work, in full where the reading exceeds
+  steady-state minimum is taken (below). A capture whose counted time sits mostly in gaps that also hold uncounted
+  work cannot tell its speed that way, and its uncounted work is then under-read. What such a reading shows beyond its counted time is uncounted work, in full where the reading exceeds
   ``UNCOUNTED_RATIO[1]`` times its counted time by ``UNCOUNTED_NS[1]``, not at all below ``UNCOUNTED_RATIO[0]`` or
   ``UNCOUNTED_NS[0]``, in a linear share between (:func:`uncounted`): ordinary gaps read up to about 7x their
   counted time at the reference speed (one cost per op tells a cheap op from an expensive one only on average;
