@@ -214,7 +214,7 @@ def decomposition_table(rows: list[dict]):
         table.add_row(r["workload"], r["setting"], pct(c["iteration_ms"]), pct(c["host_ms"]),
                       pct(c["device_busy_ms"]), rng(c["waiting_on_peers_ms"], 1.0, 3),
                       pct(c["captured_host_ms"]), rng(c["host_interference"], 100.0, 1),
-                      rng(c.get("uncounted_host_ms"), 1.0, 3), str(c["steady_sets"]))
+                      rng(c["uncounted_host_ms"], 1.0, 3), str(c["steady_sets"]))
     return table
 
 

@@ -128,15 +128,17 @@ def steady_gaps(programs: list[RankProgram], gaps: list[np.ndarray]) -> list[np.
     return out
 
 
-def smoothed_capture_gaps(programs: list[RankProgram], work: WorkCosts | None = None) -> dict[int, np.ndarray]:
+def smoothed_capture_gaps(programs: list[RankProgram],
+                          counted_ns: dict[int, np.ndarray] | None = None) -> dict[int, np.ndarray]:
     """Per captured rank (index into ``programs``), its recorded gaps with the steady-state minimum applied
     (:func:`steady_gaps` over the captured ranks); real and synthetic traces are left out (their gaps are what
-    happened). With ``work``, the readings of counting captures are first brought to the reference speed
-    (:func:`at_reference_speed`). A sparse run's copy adds no sample of its own (its gaps are its twin's): it
-    shares its twin's array (:func:`emulate.sim.copies.twin_indices`)."""
+    happened). The readings of the ranks in ``counted_ns`` (their :func:`counted_gaps`) are first brought to the
+    reference speed (:func:`at_reference_speed`). A sparse run's copy adds no sample of its own (its gaps are its
+    twin's): it shares its twin's array (:func:`emulate.sim.copies.twin_indices`)."""
     twin = twin_indices(programs)
     captures = [r for r, p in enumerate(programs) if captured(p) and twin[r] == r]
-    raw = [at_reference_speed(programs[r], work) if work is not None and counted(programs[r])
+    counted_ns = counted_ns or {}
+    raw = [at_reference_speed(programs[r], counted_ns[r]) if r in counted_ns
            else np.asarray(programs[r].gap_ns, dtype=np.float64) for r in captures]
     own = dict(zip(captures, steady_gaps([programs[r] for r in captures], raw)))
     return {r: own[twin[r]] for r, p in enumerate(programs) if twin[r] in own}
@@ -221,14 +223,14 @@ def _weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
     return float(values[order][np.searchsorted(cumulative, 0.5 * cumulative[-1])])
 
 
-def capture_slowdown(prog: RankProgram, work: WorkCosts) -> np.ndarray:
-    """Per event, how much slower than the counted model the capturing machine ran there: per iteration, the median
+def capture_slowdown(prog: RankProgram, counted: np.ndarray) -> np.ndarray:
+    """Per event, how much slower than the counted model (``counted``: the rank's :func:`counted_gaps`) the capturing
+    machine ran there: per iteration, the median
     ratio of measured to counted time over its gaps, each weighted by its counted time (a bare call's reading is
     mostly the clock's own noise; the longer gaps say more, but one iteration may have only a few dozen of them),
     so that a few gaps of uncounted work do not move it; an iteration with fewer than ``ORDINARY_MIN_GAPS`` gaps
     takes the capture's, and a capture with fewer is taken as it reads (1; module docstring)."""
     measured = np.asarray(prog.gap_ns, dtype=np.float64)
-    counted = counted_gaps(prog, work)
     has = counted > 0
     out = np.ones(len(measured))
     if has.sum() < ORDINARY_MIN_GAPS:
@@ -241,10 +243,10 @@ def capture_slowdown(prog: RankProgram, work: WorkCosts) -> np.ndarray:
     return np.where(out > 0, out, 1.0)
 
 
-def at_reference_speed(prog: RankProgram, work: WorkCosts) -> np.ndarray:
+def at_reference_speed(prog: RankProgram, counted: np.ndarray) -> np.ndarray:
     """The capture's gap readings (ns) as the reference machine would have read them: each over its iteration's
-    :func:`capture_slowdown`."""
-    return np.asarray(prog.gap_ns, dtype=np.float64) / capture_slowdown(prog, work)
+    :func:`capture_slowdown` (``counted``: the rank's :func:`counted_gaps`)."""
+    return np.asarray(prog.gap_ns, dtype=np.float64) / capture_slowdown(prog, counted)
 
 
 def uncounted(readings: np.ndarray, counted: np.ndarray) -> np.ndarray:
@@ -258,14 +260,10 @@ def uncounted(readings: np.ndarray, counted: np.ndarray) -> np.ndarray:
     return excess * by_ratio * by_size
 
 
-def counted_gaps(prog: RankProgram, work: WorkCosts, readings: np.ndarray | None = None) -> np.ndarray:
-    """Host gap before each event (ns) from the work counted before it, plus the uncounted work that ``readings``
-    (ns at the reference speed, e.g. the steady-state minima of :func:`at_reference_speed`) show (module
-    docstring)."""
-    gaps = work.gaps(call_mask(prog).astype(np.float64), *work_counts(prog))
-    if readings is not None:
-        gaps = gaps + uncounted(readings, gaps)
-    return gaps
+def counted_gaps(prog: RankProgram, work: WorkCosts) -> np.ndarray:
+    """Host gap before each event (ns) from the work counted before it (module docstring); :func:`plan` adds the
+    :func:`uncounted` work the readings show."""
+    return work.gaps(call_mask(prog).astype(np.float64), *work_counts(prog))
 
 
 def effective_gaps(prog: RankProgram, host_speed: float, costs_us: dict[str, float],
@@ -320,21 +318,18 @@ def plan(programs: list[RankProgram], *, host_speed: float, latency_us: list[flo
             align_at = [at[t] for t in twin]
         else:
             align = False
-    smoothed_gaps = smoothed_capture_gaps(programs)
+    # under the counted model, a counting capture's readings serve only to show its uncounted work
+    base = {t: counted_gaps(programs[t], work) for t in distinct if work is not None and counted(programs[t])}
+    smoothed_gaps = smoothed_capture_gaps(programs, base)
     host_gaps = {t: smoothed_gaps.get(t, np.asarray(programs[t].gap_ns, dtype=np.float64)) for t in distinct}
-    model = "measured" if smoothed_gaps else "recorded"
+    model = "counted" if base else "measured" if smoothed_gaps else "recorded"
     extra_ms: dict[int, float] = {}
-    if work is not None and any(counted(programs[t]) for t in distinct):
-        readings = smoothed_capture_gaps(programs, work)
-        for t in distinct:
-            if counted(programs[t]):
-                base = counted_gaps(programs[t], work)
-                extra = uncounted(readings[t], base)
-                host_gaps[t] = base + extra
-                spans = steady_spans(programs[t])
-                a, b = spans[0] if spans else (0, len(extra))
-                extra_ms[t] = float(extra[a:b].sum()) / 1e6 / host_speed
-                model = "counted"
+    for t, counted_ns in base.items():
+        extra = uncounted(smoothed_gaps[t], counted_ns)
+        host_gaps[t] = counted_ns + extra
+        spans = steady_spans(programs[t])
+        a, b = spans[0] if spans else (0, len(extra))
+        extra_ms[t] = float(extra[a:b].sum()) / 1e6 / host_speed
     gaps = {t: effective_gaps(programs[t], host_speed, costs_us, host_gaps[t]) for t in distinct}
     setups = [RankSetup(latency_us=lat, gap_ns=gaps[t], start_us=s, align_at=a)
               for t, lat, s, a in zip(twin, latency_us, starts, align_at)]
