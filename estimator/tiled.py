@@ -9,10 +9,12 @@ range; see **Out of range**).
 
 - **Tiles and waves** come from the kernel that runs (``estimator.kernel_config``: the recorded launch, else
   cuBLASLt's heuristic on the virtual device, ``estimator.kernel_labels``): its output tile, split-K and grid;
-  waves = ceil(CTAs / SMs). A row without a label takes, of ``estimator.features.GEMM_TILES``, the tile with the
-  least quantisation overhead. The compute term charges every CTA of every wave a whole tile, so wave and tile
-  quantisation are in the bound exactly, for any device; the memory term is the whole GEMM's unique bytes (tiles
-  re-read operands from L2, which a per-tile byte count would charge to DRAM and so over-bound).
+  waves = ceil(CTAs / SMs), or for a persistent kernel (a grid of at most one CTA per SM that loops over more
+  tiles, as Hopper's xmma and nvjet kernels do) ceil(tiles x split / CTAs). A row without a label takes, of
+  ``estimator.features.GEMM_TILES``, the tile with the least quantisation overhead. The compute term charges every
+  CTA of every wave a whole tile, so wave and tile quantisation are in the bound exactly, for any device; the
+  memory term is the whole GEMM's unique bytes (tiles re-read operands from L2, which a per-tile byte count would
+  charge to DRAM and so over-bound).
 - **Power share** (``power``): a board sustains at most its power over the energy per FLOP of its SM generation
   (compute capability major) and dtype. Each training device bounds that energy from above (board power over its
   sustained FLOP/s, ``fit_joules_per_flop``); the least bound of a generation gives its devices' share of peak
@@ -222,9 +224,13 @@ def tile_features(frame: Kernels, device_features: str = "none", joules_per_flop
     tile_n = np.where(known, kc["kc_tile_n"], fallback_n)
     split = np.where(np.isfinite(kc["kc_split_k"]), kc["kc_split_k"], 1.0)
     tiles = np.ceil(n / tile_m) * np.ceil(m / tile_n) * batch
-    ctas = np.where(np.isfinite(kc["kc_log2_ctas"]), 2.0 ** kc["kc_log2_ctas"], tiles * split)
+    units = np.maximum(tiles * split, 1.0)  # (tile, K slice) pairs: the CTA-sized pieces of work
+    ctas = np.where(np.isfinite(kc["kc_log2_ctas"]), np.round(2.0 ** kc["kc_log2_ctas"]), units)
     ctas = np.maximum(ctas, 1.0)
-    waves = np.ceil(ctas / sms)
+    # a persistent kernel (Hopper's xmma and nvjet ones) launches at most one CTA per SM and loops over the tiles:
+    # its waves are the pieces over the CTAs running, not the CTAs over the SMs (128 CTAs for 1,024 tiles: 8 waves)
+    lanes = np.minimum(ctas, sms)
+    waves = np.ceil(np.maximum(ctas, units) / lanes)
     k_cta = np.ceil(k / split)
     cta_flops = 2.0 * tile_m * tile_n * k_cta
     cta_bytes = elem * (tile_m * k_cta + tile_n * k_cta + tile_m * tile_n)
@@ -242,7 +248,8 @@ def tile_features(frame: Kernels, device_features: str = "none", joules_per_flop
         "log2_compute_over_memory": np.log2(np.maximum(compute_us, 1e-6) / np.maximum(memory_us, 1e-6)),
         "log2_tile_m": np.log2(tile_m), "log2_tile_n": np.log2(tile_n), "log2_k_per_cta": np.log2(k_cta),
         "log2_split_k": np.log2(split), "log2_batch": np.log2(np.maximum(batch, 1.0)),
-        "log2_waves": np.log2(waves), "inverse_waves": 1.0 / waves, "last_wave_fill": ctas / (waves * sms),
+        "log2_waves": np.log2(waves), "inverse_waves": 1.0 / waves,
+        "last_wave_fill": np.maximum(ctas, units) / (waves * sms),
         "log2_tile_overhead": np.log2(tiles * tile_m * tile_n / np.maximum(m * n * batch, 1.0)),
         "log2_tile_intensity_over_ridge": np.log2(cta_flops / cta_bytes) - np.log2(sm_flops / sm_bandwidth),
         "log2_operands_over_l2": np.log2(w.bytes / (hw.spec["hw_l2_cache_mib"] * 2.0 ** 20)),

@@ -49,6 +49,30 @@ def test_bound_charges_a_second_wave_when_the_grid_passes_the_sm_count():
     assert bound[0] == pytest.approx(per_cta_us, rel=1e-4)
 
 
+def test_bound_charges_exactly_the_waves_of_a_grid_that_fills_the_sms_a_whole_number_of_times():
+    # A100 PCIe, 108 SMs: 6 x 6 tiles of 128 x 128 over a batch of 30 is 1,080 CTAs, 10 full waves (the grid read back
+    # from its log was 1,080.0000000001 and charged an 11th)
+    name = "ampere_sgemm_128x128_nn"
+    row = gemm(763, 760, 61, hardware="a100-pcie-40gb", batch=30, kernel_name=name, grid="6,6,30")
+    sms = lookup("a100-pcie-40gb").sm_count
+    bound = 2.0 ** tile_features(pd.DataFrame([row])).column(BOUND)[0]
+    per_cta_us = 2 * 128 * 128 * 61 / (lookup("a100-pcie-40gb").peak_flops("fp32") / sms) * 1e6
+    assert bound == pytest.approx(1080 / sms * per_cta_us, rel=1e-4)
+
+
+def test_a_persistent_kernel_is_charged_its_tiles_over_the_ctas_it_launched():
+    # Hopper's xmma kernels launch at most one CTA per SM and loop over the tiles: 1,024 tiles of 128 x 128 on a
+    # grid of 128 CTAs are 8 waves of tiles, not one wave of CTAs
+    name = "sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off"
+    persistent = gemm(4096, 4096, 4096, hardware="h100-sxm", kernel_name=name, grid="32,4,1", dtype="bf16")
+    one_wave = gemm(1024, 2048, 4096, hardware="h100-sxm", kernel_name=name, grid="16,8,1", dtype="bf16")
+    feats = tile_features(pd.DataFrame([persistent, one_wave]))
+    assert 2.0 ** feats.column("log2_waves") == pytest.approx([8.0, 1.0])
+    bound = 2.0 ** feats.column(BOUND)
+    assert bound[0] == pytest.approx(8.0 * bound[1], rel=1e-4)
+    assert feats.column("last_wave_fill")[0] == pytest.approx(1024 / (8 * lookup("h100-sxm").sm_count))
+
+
 def test_unlabelled_rows_take_the_tile_of_least_quantisation():
     frame = pd.DataFrame([gemm(256, 256, 64, batch=3)])
     feats = tile_features(frame)
