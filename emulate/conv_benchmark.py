@@ -253,12 +253,15 @@ def kernelbench_rows(root: Path | None = None, bundle: str | None = None, only: 
     measured = eager_ms(root)
     problems = conv_problems(measured, only)
     least = device_bound(measured)
+    # the bundle first: a bundle that does not load (a file the checksums do not list) would otherwise fail every
+    # capture's simulation after its capture, and each failure is cached (a refit of conv_families.json ran 36 min so)
+    estimator = uncorrected_estimator(bundle)
     traces, failed = {}, {}
     for gpu in sorted({g for p in problems for g in measured[p]}):
         if console:
             console.print(f"capturing {len(problems)} problems on the driver backend as {gpu} (cached)")
         traces[gpu], failed[gpu] = capture_all(problems, root, gpu, fresh=fresh)
-    return evaluate_problems(problems, traces, measured, least, failed, uncorrected_estimator(bundle))
+    return evaluate_problems(problems, traces, measured, least, failed, estimator)
 
 
 # ---- ResNet-50 Kineto traces ----------------------------------------------------------------------------------------

@@ -179,9 +179,13 @@ def main(argv: list[str] | None = None) -> int:
     from emulate import conv_benchmark
     from estimator.bundle import is_bundle
 
+    from estimator.checksums import BundleIntegrityError
+    from profiling.errors import exit_on
+
     folder = args.out.parent
     bundle = args.bundle or (str(folder) if is_bundle(folder) else None)
-    problems = conv_benchmark.problem_gpus(conv_benchmark.kernelbench_rows(args.root, bundle))
+    with exit_on((BundleIntegrityError,)):  # before any capture (kernelbench_rows loads the bundle first)
+        problems = conv_benchmark.problem_gpus(conv_benchmark.kernelbench_rows(args.root, bundle))
     table = fit(training_records(problems))
     table.meta = {"data": "KernelBench level-1 eager convolution forwards (fp32), "
                           "ScalingIntelligence/KernelBench, MIT",

@@ -10,6 +10,7 @@ from emulate.conv_benchmark import (EAGER, backward_sequence, capture_all, conv_
                                     evaluate_problems, forward_geometry, held_out_families, kineto_args, main,
                                     problem_windows, without_conv_rows)
 from emulate.trace import write_trace
+from estimator.checksums import BundleIntegrityError
 
 
 #: eager forward times (ms) per GPU folder; the L40S's second provider (Babel) is not one of the benchmark's GPUs
@@ -132,3 +133,16 @@ def test_a_convolution_row_replaces_the_launch_floor(step_trace):
 def test_missing_timings_exit_2(tmp_path, capsys):
     assert main(["--root", str(tmp_path), "--no-kineto"]) == 2
     assert "stepcast:" in capsys.readouterr().err
+
+
+def test_a_bundle_that_does_not_load_fails_before_any_capture(kernelbench_timings, tmp_path, monkeypatch):
+    """A broken bundle would fail every capture's simulation, after its capture, and each failure is cached."""
+    root = kernelbench_timings(EAGER, TIMINGS_MS)
+    captured = []
+    monkeypatch.setattr(conv_benchmark, "capture_all", lambda *a, **k: captured.append(a) or ([], {}))
+    broken = tmp_path / "bundle"
+    broken.mkdir()
+    (broken / "manifest.json").write_text("{}")
+    with pytest.raises(BundleIntegrityError):
+        conv_benchmark.kernelbench_rows(root, str(broken))
+    assert captured == []
