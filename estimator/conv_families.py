@@ -178,7 +178,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("nothing to do (pass --fit)")
     from emulate import conv_benchmark
     from estimator.bundle import is_bundle
-
     from estimator.checksums import BundleIntegrityError
     from profiling.errors import exit_on
 

@@ -122,6 +122,15 @@ def shape_alignment_bytes(n: np.ndarray, k: np.ndarray, element_bytes: np.ndarra
     return np.minimum(lowest * element_bytes, 16.0)
 
 
+def persistent_kernel(features: dict[str, np.ndarray]) -> np.ndarray:
+    """Per row of :func:`kernel_config_features`, whether its kernel is persistent: a grid of at most one CTA per SM
+    that loops over the tiles (cuBLAS's nvjet and sm90 xmma kernels, CUTLASS 3's for sm_90 and later), so its grid
+    says how many tiles run at once, not how many there are."""
+    path = features["kc_path"]
+    return np.isin(path, (PATHS.index("nvjet"), PATHS.index("xmma"))) \
+        | ((path == PATHS.index("cutlass")) & (features["kc_sm"] >= 90))
+
+
 def kernel_config_features(frame: Kernels, m: np.ndarray, n: np.ndarray, k: np.ndarray, batch: np.ndarray,
                            sms: np.ndarray, element_bytes: np.ndarray) -> dict[str, np.ndarray]:
     """FEATURES of every row (see the module docstring)."""

@@ -9,8 +9,8 @@ range; see **Out of range**).
 
 - **Tiles and waves** come from the kernel that runs (``estimator.kernel_config``: the recorded launch, else
   cuBLASLt's heuristic on the virtual device, ``estimator.kernel_labels``): its output tile, split-K and grid;
-  waves = ceil(CTAs / SMs), or for a persistent kernel (cuBLAS's nvjet and sm90 xmma kernels, CUTLASS 3's for
-  sm_90 and later: a grid of at most one CTA per SM that loops over more tiles) ceil(tiles x split / CTAs). A row without a label takes, of
+  waves = ceil(CTAs / SMs), or for a persistent kernel (``estimator.kernel_config.persistent_kernel``: a grid of at
+  most one CTA per SM that loops over more tiles) ceil(tiles x split / CTAs). A row without a label takes, of
   ``estimator.features.GEMM_TILES``, the tile with the least quantisation overhead. The compute term charges every
   CTA of every wave a whole tile, so wave and tile quantisation are in the bound exactly, for any device; the
   memory term is the whole GEMM's unique bytes (tiles re-read operands from L2, which a per-tile byte count would
@@ -73,7 +73,7 @@ from estimator.analytical import DEFAULT_ROOFLINE
 from estimator.features import GEMM_TILES, FeatureFrame, categorical_keys, encode, timing_codes, VOCABULARY
 from estimator.frames import Kernels, by_code, factorize, num
 from estimator.hardware_table import row_hardware
-from estimator.kernel_config import PATHS, kernel_config_features
+from estimator.kernel_config import kernel_config_features, persistent_kernel
 from estimator.kernel_labels import label_for_features
 from estimator.mlp import MLPEstimator, build_network
 from estimator.workload import element_bytes, work
@@ -106,8 +106,6 @@ KERNEL_VALUES = ("labelled", "path", "tensor_cores", "dtype")
 #: facts beyond the range (an unseen tile size, more tile waste) are left to clamping: the bound charges whole tiles
 #: exactly (a fallback on those took 25 held-out A100 rows from a few % to -80 %).
 KERNEL_ABOVE = ("log2_k_per_cta",)
-#: kernel paths (``estimator.kernel_config.PATHS``) whose grid is at most one CTA per SM looping over the tiles
-PERSISTENT_PATHS = (PATHS.index("nvjet"), PATHS.index("xmma"))
 #: log microseconds of "no power-limited time" (a generation never measured): far below any kernel
 NO_CAP = -50.0
 #: starting value of the fitted energy credit of ``power="cap"``, in microseconds of power-limited time: next to
@@ -229,12 +227,9 @@ def tile_features(frame: Kernels, device_features: str = "none", joules_per_flop
     units = np.maximum(tiles * split, 1.0)  # (tile, K slice) pairs: the CTA-sized pieces of work
     ctas = np.where(np.isfinite(kc["kc_log2_ctas"]), np.round(2.0 ** kc["kc_log2_ctas"]), units)
     ctas = np.maximum(ctas, 1.0)
-    # a persistent kernel (cuBLAS's nvjet and sm90 xmma ones, CUTLASS 3's for sm_90 and later) launches at most one
-    # CTA per SM and loops over the tiles: its waves are the pieces over the CTAs running, not the CTAs over the SMs
-    # (128 CTAs for 1,024 tiles: 8 waves); other kernels are not (a grid under the pieces there is a tile misread)
-    path = kc["kc_path"]
-    persistent = (np.isin(path, PERSISTENT_PATHS) | ((path == PATHS.index("cutlass")) & (kc["kc_sm"] >= 90))) \
-        & (ctas < units)
+    # a persistent kernel's waves are the pieces over the CTAs running, not the CTAs over the SMs (128 CTAs for 1,024
+    # tiles: 8 waves); other kernels are not persistent (a grid under the pieces there is a tile misread)
+    persistent = persistent_kernel(kc) & (ctas < units)
     waves = np.where(persistent, np.ceil(units / np.minimum(ctas, sms)), np.ceil(ctas / sms))
     ctas = np.where(persistent, units, ctas)  # the pieces the waves fill, for the last wave's fill
     k_cta = np.ceil(k / split)
@@ -254,8 +249,7 @@ def tile_features(frame: Kernels, device_features: str = "none", joules_per_flop
         "log2_compute_over_memory": np.log2(np.maximum(compute_us, 1e-6) / np.maximum(memory_us, 1e-6)),
         "log2_tile_m": np.log2(tile_m), "log2_tile_n": np.log2(tile_n), "log2_k_per_cta": np.log2(k_cta),
         "log2_split_k": np.log2(split), "log2_batch": np.log2(np.maximum(batch, 1.0)),
-        "log2_waves": np.log2(waves), "inverse_waves": 1.0 / waves,
-        "last_wave_fill": ctas / (waves * sms),
+        "log2_waves": np.log2(waves), "inverse_waves": 1.0 / waves, "last_wave_fill": ctas / (waves * sms),
         "log2_tile_overhead": np.log2(tiles * tile_m * tile_n / np.maximum(m * n * batch, 1.0)),
         "log2_tile_intensity_over_ridge": np.log2(cta_flops / cta_bytes) - np.log2(sm_flops / sm_bandwidth),
         "log2_operands_over_l2": np.log2(w.bytes / (hw.spec["hw_l2_cache_mib"] * 2.0 ** 20)),
