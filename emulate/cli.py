@@ -137,7 +137,8 @@ def capture_and_simulate(ns: argparse.Namespace, spec: HardwareSpec, shim: Path,
     interrupted: RunInterrupted | None = None
     started = time.perf_counter()
     run_ranks = getattr(ns, "run_rank_list", None)
-    with stop_signals_raise(), (hosted_store(world) if run_ranks else contextlib.nullcontext()) as store_port:
+    with stop_signals_raise(), (hosted_store(world) if world > 1 or run_ranks else contextlib.nullcontext()) \
+            as store_port:
         try:
             launch(ns.script.resolve(), script_args, shim=shim, spec=spec, nproc=ns.nproc, nodes=ns.nodes,
                    trace_dir=trace_dir, run_id=run_id, ranks=ranks, opctx=opctx, dedup=not ns.no_dedup,

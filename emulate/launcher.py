@@ -8,9 +8,12 @@ the kernel for SIGTERM when its launcher dies (``PR_SET_PDEATHSIG`` in :mod:`emu
 ``emulate run``, even one killed by SIGKILL. Stopping sends SIGTERM, on which a rank flushes its capture log and
 writes its op table, waits ``STOP_GRACE_S`` and then kills what is left.
 
-A sparse run (``--run-ranks``) starts only some ranks of the job: the launcher hosts the rendezvous store
-(:func:`hosted_store`, as torchelastic's agent does) so that no rank waits for absent ones to connect, and the
-ranks answer for the absent ones inside torch (emulate/sparse_store.py).
+The launcher hosts the rendezvous store of a run of more than one rank (:func:`hosted_store`), as torchelastic's
+agent does: the store then outlives every rank, where one hosted by rank 0 would leave with a rank 0 that finishes
+first (its collectives are not exchanged for real, so nothing holds it back) while a slower rank still reads its
+communicators' ids from it. A sparse run (``--run-ranks``) starts only some ranks of the job: being clients of that
+store, no rank waits for absent ones to connect, and the ranks answer for the absent ones inside torch
+(emulate/sparse_store.py).
 
 Exit codes of ``emulate run``: 0 done; 2 bad input (arguments, traces the ranks disagree on, a deadlock);
 ``EXIT_RANK_FAILED`` (3) a rank failed and the others were stopped; 128 + N stopped by signal N (130 for SIGINT,
@@ -175,9 +178,9 @@ def rank_log(trace_dir: Path, rank: int, backend: str, pid: int) -> Path:
 
 @contextlib.contextmanager
 def hosted_store(world: int) -> Iterator[int]:
-    """The job's rendezvous store, hosted here for a sparse run (``--run-ranks``) as torchelastic's agent hosts it:
-    every rank is a client (``TORCHELASTIC_USE_AGENT_STORE=True``), so no rank waits for absent ones to connect.
-    Yields its port."""
+    """The job's rendezvous store, hosted here as torchelastic's agent hosts it (module docstring): every rank is a
+    client (:func:`agent_store_environment`), so the store outlives each of them and, in a sparse run, no rank waits
+    for absent ones to connect. Yields its port."""
     from torch.distributed import TCPStore
 
     store = TCPStore("127.0.0.1", 0, world_size=world, is_master=True, wait_for_workers=False)
@@ -187,13 +190,17 @@ def hosted_store(world: int) -> Iterator[int]:
         del store
 
 
-def sparse_environment(run_ranks: list[int], store_port: int) -> dict[str, str]:
-    """What the ranks of a sparse run need: the launcher's store, the list of running ranks (for
+def agent_store_environment(store_port: int) -> dict[str, str]:
+    """What makes every rank a client of the launcher's store (:func:`hosted_store`), as torchrun sets it."""
+    return {"TORCHELASTIC_USE_AGENT_STORE": "True", "MASTER_PORT": str(store_port)}
+
+
+def sparse_environment(run_ranks: list[int]) -> dict[str, str]:
+    """What the ranks of a sparse run need beside the launcher's store: the list of running ranks (for
     emulate/sparse_store.py) and no dedup (it would wait for every rank of the job). NCCL's dump-on-timeout
     check is off: it polls the store with ``check``, which a store written in Python (the sparse store) cannot
     serve, and a timeout dump needs the absent ranks anyway."""
-    return {"TORCHELASTIC_USE_AGENT_STORE": "True", "MASTER_PORT": str(store_port),
-            "STEPCAST_RUN_RANKS": ",".join(map(str, run_ranks)), "STEPCAST_DEDUP": "0",
+    return {"STEPCAST_RUN_RANKS": ",".join(map(str, run_ranks)), "STEPCAST_DEDUP": "0",
             "TORCH_NCCL_DUMP_ON_TIMEOUT": "0"}
 
 
@@ -209,8 +216,9 @@ def launch(script: Path, script_args: list[str], *, shim: Path, spec: HardwareSp
     ``sys.path`` (the repository's ``datasets/``, ``models/`` or ``conf/`` folders would shadow the user's
     packages of the same names).
 
-    ``run_ranks`` (a sparse run): start only these ranks of the job, clients of the store the launcher hosts on
-    ``store_port`` (:func:`hosted_store`)."""
+    ``store_port``: the store the launcher hosts (:func:`hosted_store`; every run of more than one rank has one),
+    of which every rank is then a client. ``run_ranks`` (a sparse run, which needs that store): start only these
+    ranks of the job."""
     base = dict(os.environ)
     base.update(gpu_environment(spec, nproc))
     base.update(backend_environment(backend, shim, spec, nproc, base))
@@ -227,10 +235,12 @@ def launch(script: Path, script_args: list[str], *, shim: Path, spec: HardwareSp
         fixed_layout()
     for rank in (run_ranks if run_ranks is not None else range(nproc * nodes)):
         env = {**base, **torchrun_environment(rank, nproc, nodes, port)}
+        if store_port is not None:
+            env.update(agent_store_environment(store_port))
         if run_ranks is not None:
             if store_port is None:
                 raise ValueError("a sparse run (run_ranks) needs the launcher's store (store_port)")
-            env.update(sparse_environment(run_ranks, store_port))
+            env.update(sparse_environment(run_ranks))
         env["STEPCAST_LOG"] = str(trace_dir / f"rank{rank}.log")
         if backend == "driver":
             env["STEPCAST_DRIVER_LOG"] = f"{env['STEPCAST_LOG']}.driver"

@@ -286,6 +286,37 @@ def test_collectives_the_ranks_disagree_on_end_the_run_with_one_line(tmp_path, f
         assert "rank 0 is stuck" in ours[0] and "rank 1 is stuck" in ours[0]
 
 
+@pytest.mark.slow
+def test_the_rendezvous_store_outlives_a_rank_0_that_finishes_first(tmp_path):
+    # rank 0's collectives are not exchanged for real, so it can finish while rank 1 still reads the store (a slow
+    # CI machine did so inside new_group): the launcher hosts the store, as torchrun's agent does
+    script = tmp_path / "early.py"
+    script.write_text(textwrap.dedent("""
+        import os, time, torch, torch.distributed as dist
+        local = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local)
+        dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+        store = dist.distributed_c10d._get_default_store()
+        if dist.get_rank() == 0:
+            store.set("rank0_pid", str(os.getpid()))
+        else:
+            status = f"/proc/{int(store.get('rank0_pid'))}/status"
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:   # until rank 0 has exited (gone, or a zombie not yet reaped)
+                try:
+                    if "State:\\tZ" in open(status).read():
+                        break
+                except OSError:
+                    break
+                time.sleep(0.05)
+            print("READ", store.get("rank0_pid").decode(), flush=True)
+        """))
+    proc = subprocess.run(emulate_cmd("--nproc", "2", "--no-dedup", "--capture-only", "--trace-dir",
+                                      str(tmp_path / "t"), "--", str(script)),
+                          cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0 and "READ " in proc.stdout, proc.stderr[-3000:]
+
+
 def test_a_log_cut_mid_record_keeps_its_whole_records(tmp_path):
     log = tmp_path / "rank0.log"
     log.write_bytes(b"H\t1\nK\t10\t0\t0\t-1\t0\t1\t1,1,1\t1,1,1\t0\nK\t20\t0\t0")  # SIGKILL mid-write
