@@ -4,8 +4,9 @@ From the kernel's name: its architecture path (nvjet, the sm_xx xmma kernels, CU
 ``<arch>_sgemm`` / ``<arch>_<dtype>_s16816gemm`` kernels, gemv and small-GEMM kernels), the SM generation it was
 built for, whether it uses tensor cores, its output tile M x N, K tile and pipeline stages, intra-CTA K slices
 (``sliced1xN``), cluster shape, split-K (named, or a grid z beyond the batch) and the alignment it was built for.
-From the recorded grid: the CTAs launched and their waves over the SMs. From the tile and the shape: tile
-quantisation (the output area the tiles cover over the useful area), tile waves and the K iterations per split.
+From the recorded grid: the CTAs launched and their waves over the SMs (a persistent kernel's: its tiles over its
+CTAs, :func:`launch_waves`). From the tile and the shape: tile quantisation (the output area the tiles cover over
+the useful area), tile waves and the K iterations per split.
 The alignment class of the shape itself (the largest power of two, up to 16 bytes, dividing its leading dimensions)
 is computed for every row, labelled or not.
 
@@ -131,6 +132,17 @@ def persistent_kernel(features: dict[str, np.ndarray]) -> np.ndarray:
         | ((path == PATHS.index("cutlass")) & (features["kc_sm"] >= 90))
 
 
+def launch_waves(persistent: np.ndarray, ctas: np.ndarray, pieces: np.ndarray,
+                 sms: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
+    """The waves a launch runs and the CTA-sized pieces of work they fill (for the last wave's fill): ceil(CTAs /
+    SMs), or, for a :func:`persistent_kernel` whose grid is under its ``pieces`` (tile x K-slice pairs), the pieces
+    over the CTAs running at once (128 CTAs for 1,024 tiles: 8 waves). Where the pieces are unknown (NaN), or the
+    grid is not under them, the grid's waves."""
+    looped = persistent & (ctas < pieces)
+    waves = np.where(looped, np.ceil(pieces / np.minimum(ctas, sms)), np.ceil(ctas / sms))
+    return waves, np.where(looped, pieces, ctas)
+
+
 def kernel_config_features(frame: Kernels, m: np.ndarray, n: np.ndarray, k: np.ndarray, batch: np.ndarray,
                            sms: np.ndarray, element_bytes: np.ndarray) -> dict[str, np.ndarray]:
     """FEATURES of every row (see the module docstring)."""
@@ -159,15 +171,16 @@ def kernel_config_features(frame: Kernels, m: np.ndarray, n: np.ndarray, k: np.n
     ctas = grid.prod(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         out["kc_log2_ctas"] = np.log2(ctas)
-        grid_waves = np.ceil(ctas / sms)
-        out["kc_grid_waves"] = grid_waves
-        out["kc_grid_last_wave"] = ctas / (grid_waves * sms)
         # split-K: named, or CTAs along z beyond the batch (CUTLASS and the prebuilt kernels put the slices there)
         z_split = np.where(grid[:, 2] > batch, grid[:, 2] / batch, 1.0)
         out["kc_split_k"] = np.where(np.isnan(grid[:, 2]), np.where(out["kc_split_k_named"] > 0, np.nan, 1.0),
                                      np.maximum(z_split, 1.0))
         tm, tn = out["kc_tile_m"], out["kc_tile_n"]
         tiles = np.ceil(n / tm) * np.ceil(m / tn) * batch  # cuBLAS M is the row's n (module docstring)
+        pieces = tiles * np.where(np.isnan(out["kc_split_k"]), 1.0, out["kc_split_k"])
+        grid_waves, filled = launch_waves(persistent_kernel(out), ctas, pieces, sms)
+        out["kc_grid_waves"] = grid_waves
+        out["kc_grid_last_wave"] = filled / (grid_waves * sms)
         out["kc_log2_tile_overhead"] = np.log2(tiles * tm * tn / (m * n * batch))
         tile_waves = np.ceil(tiles / sms)
         out["kc_tile_waves"] = tile_waves

@@ -73,7 +73,7 @@ from estimator.analytical import DEFAULT_ROOFLINE
 from estimator.features import GEMM_TILES, FeatureFrame, categorical_keys, encode, timing_codes, VOCABULARY
 from estimator.frames import Kernels, by_code, factorize, num
 from estimator.hardware_table import row_hardware
-from estimator.kernel_config import kernel_config_features, persistent_kernel
+from estimator.kernel_config import kernel_config_features, launch_waves, persistent_kernel
 from estimator.kernel_labels import label_for_features
 from estimator.mlp import MLPEstimator, build_network
 from estimator.workload import element_bytes, work
@@ -227,11 +227,7 @@ def tile_features(frame: Kernels, device_features: str = "none", joules_per_flop
     units = np.maximum(tiles * split, 1.0)  # (tile, K slice) pairs: the CTA-sized pieces of work
     ctas = np.where(np.isfinite(kc["kc_log2_ctas"]), np.round(2.0 ** kc["kc_log2_ctas"]), units)
     ctas = np.maximum(ctas, 1.0)
-    # a persistent kernel's waves are the pieces over the CTAs running, not the CTAs over the SMs (128 CTAs for 1,024
-    # tiles: 8 waves); other kernels are not persistent (a grid under the pieces there is a tile misread)
-    persistent = persistent_kernel(kc) & (ctas < units)
-    waves = np.where(persistent, np.ceil(units / np.minimum(ctas, sms)), np.ceil(ctas / sms))
-    ctas = np.where(persistent, units, ctas)  # the pieces the waves fill, for the last wave's fill
+    waves, ctas = launch_waves(persistent_kernel(kc), ctas, units, sms)  # ctas: the pieces the waves fill
     k_cta = np.ceil(k / split)
     cta_flops = 2.0 * tile_m * tile_n * k_cta
     cta_bytes = elem * (tile_m * k_cta + tile_n * k_cta + tile_m * tile_n)

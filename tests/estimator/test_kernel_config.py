@@ -115,3 +115,15 @@ def test_a_model_with_the_kernel_configuration_sees_what_the_choice_costs():
         model = XGBoostEstimator(kernel_config=config).fit(train, train["runtime_us"].to_numpy())
         errors[config] = np.mean(np.abs(model.predict(test) / test["runtime_us"].to_numpy() - 1))
     assert errors[True] < 0.1 < errors[False]
+
+
+def test_a_persistent_kernels_grid_waves_are_its_tiles_over_its_ctas():
+    # Hopper's sm90 xmma kernels launch one CTA per SM at most and loop: 128 CTAs for 32 x 64 tiles of 128 x 128
+    frame = pd.DataFrame({"kernel_name": ["sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1"
+                                          "_execute_segment_k_off_kernel__5x_cublas"] * 2,
+                          "grid": ["64,2,1", "4,2,1"]})
+    m, n, k, b = np.array([4096.0, 256.0]), np.array([8192.0, 512.0]), np.array([8192.0] * 2), np.ones(2)
+    f = kernel_config_features(frame, m, n, k, b, np.array([132.0] * 2), np.array([2.0] * 2))
+    assert f["kc_grid_waves"][0] == 2048 / 128 and f["kc_grid_last_wave"][0] == pytest.approx(2048 / (16 * 132))
+    # a grid that covers its tiles (4 x 2) runs one wave, as any other kernel's
+    assert f["kc_grid_waves"][1] == 1 and f["kc_grid_last_wave"][1] == pytest.approx(8 / 132)
