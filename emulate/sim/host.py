@@ -3,45 +3,47 @@ ranks are aligned after warm-up. Everything here is settled before the simulatio
 
 - **Counted host time (the default).** A capture also counts, before each call, the framework work its thread did
   since the previous one: aten op entries, autograd node evaluations and Python function calls (``host_ops``,
-  ``host_nodes``, ``host_py``; torch's RecordFunction, the hook its profiler uses, and a Python profile function).
-  The counted model times each gap as ``call + op * host_ops + node * host_nodes + py * host_py`` with costs fitted
-  once on a reference machine (:mod:`emulate.host_costs`, ``work_ns``): the same
-  script then has the same host time whatever else runs on the emulating machine, which a clock cannot give (a
-  loaded 2-core VM read up to 2x more CPU time for the same calls). What counting cannot see is host work inside
-  one call (a numpy or tokenizer call over a large batch, a CPU-side computation, cuDNN choosing an engine). Such
-  work shows as a gap that reads far above its counted time, but a reading depends on how fast the emulating
-  machine ran at that moment (a 2-core VM here ran the same ordinary gaps 3-8x above their counted time, from one
-  capture to the next and from one iteration to the next). So each reading is first brought to the reference
-  machine's speed: divided by its iteration's slowdown, the median ratio of measured to counted time over that
-  iteration's gaps weighted by their counted time (:func:`capture_slowdown`; the counted costs were fitted so that
-  this ratio was 1 on the reference machine, and counting Python calls moved it by under 5 %), then its
-  steady-state minimum is taken (below). A capture whose counted time sits mostly in gaps that also hold uncounted
-  work cannot tell its speed that way, and its uncounted work is then under-read. What such a reading shows beyond its counted time is uncounted work, in full where the reading exceeds
-  ``UNCOUNTED_RATIO[1]`` times its counted time by ``UNCOUNTED_NS[1]``, not at all below ``UNCOUNTED_RATIO[0]`` or
-  ``UNCOUNTED_NS[0]``, in a linear share between (:func:`uncounted`): ordinary gaps read up to about 7x their
-  counted time at the reference speed (one cost per op tells a cheap op from an expensive one only on average;
-  ``python -m emulate.host_costs`` prints how far the counted time of each reference workload is from its measured
-  one), and a reading near a line then moves the answer by little. ``STEPCAST_HOST_MODEL=measured``
-  (:data:`emulate.config.HOST_MODEL`) times gaps with the capture's clock instead, as below; traces without counts
-  (real profiler traces, older captures, synthetic traces) always use their gaps.
+  ``host_nodes``, ``host_py``; torch's RecordFunction, the hook its profiler uses, and a Python profile function). The
+  counted model times each gap as ``call + op * host_ops + node * host_nodes + py * host_py`` with costs fitted once
+  on a reference machine (:mod:`emulate.host_costs`, ``work_ns``): the same script then has the same host time
+  whatever else runs on the emulating machine, which a clock cannot give (a loaded 2-core VM read up to 2x more CPU
+  time for the same calls). What counting cannot see is host work inside one call (a numpy or tokenizer call over a
+  large batch, a CPU-side computation, cuDNN choosing an engine). Such work shows as a gap that reads far above its
+  counted time, but a reading depends on how fast the emulating machine ran at that moment (a 2-core VM here ran the
+  same ordinary gaps 3-8x above their counted time, from one capture to the next and from one iteration to the next).
+  So each reading is first brought to the reference machine's speed: divided by its iteration's slowdown, the median
+  ratio of measured to counted time over that iteration's gaps weighted by their counted time
+  (:func:`capture_slowdown`; the counted costs were fitted so that this ratio was 1 on the reference machine, and
+  counting Python calls moved it by under 5 %), then its steady-state minimum is taken (below). A capture whose
+  counted time sits mostly in gaps that also hold uncounted work cannot tell its speed that way, and its uncounted
+  work is then under-read. What such a reading shows beyond its counted time is uncounted work, in full where the
+  reading exceeds ``UNCOUNTED_RATIO[1]`` times its counted time by ``UNCOUNTED_NS[1]``, not at all below
+  ``UNCOUNTED_RATIO[0]`` or ``UNCOUNTED_NS[0]``, in a linear share between (:func:`uncounted`): ordinary gaps read up
+  to about 7x their counted time at the reference speed (one cost per op tells a cheap op from an expensive one only
+  on average; ``python -m emulate.host_costs`` prints how far the counted time of each reference workload is from its
+  measured one), and a reading near a line then moves the answer by little. This is the one part of a counted answer
+  that depends on the emulating machine: one whose ordinary gaps read higher than this VM's may cross a line where it
+  does not (a CI machine read 0.08 ms of the README example's 6.7 ms step where this VM read none).
+  ``STEPCAST_HOST_MODEL=measured`` (:data:`emulate.config.HOST_MODEL`) times gaps with the capture's clock instead, as
+  below; traces without counts (real profiler traces, older captures, synthetic traces) always use their gaps.
 - **Measured host gaps.** A captured gap is the capturing thread's CPU time between two intercepted calls (the shim's
   ``STEPCAST_HOST_CLOCK=cpu``), so being descheduled by another process costs nothing. CPU time still picks up
   interference (page faults, cache and TLB misses caused by other processes, allocator first touches): the steady
   iterations of a capture repeat the same calls, and so do SPMD ranks, so each call's gap is taken as its smallest
   over the steady iterations of every rank that match event for event (the cost of the work itself; more is
-  interference, as ``timeit`` takes the best of its repeats). The shim answers each call at once, so the cost of the real runtime call
-  (:mod:`emulate.host_costs`) is added per event kind; the nodes of a CUDA graph launch (``graph_node``) after
-  the first cost nothing, since one call launched them all. Real profiler traces hold those costs in their gaps
-  (``meta.call_costs_in_gaps``), and their gaps are what happened, so neither applies to them. All of it is then
-  divided by the host-speed factor (:data:`emulate.config.HOST_SPEED`).
-- **What the minimum cannot remove.** Processes that share the emulating machine's caches and memory slow
-  cache-heavy host code (PyTorch's dispatcher, FSDP's hooks) for as long as they run, and in CPU time too: a
-  descheduled thread resumes with cold caches (on the 2-core VM, a gap right after a resume ran at a median 1.4x
-  its minimum, falling to 1.06x after 2-3 ms of CPU). When that lasts the whole capture, every call is slower by about one factor
-  and no choice among its samples can tell (FSDP2 example at load 10-30: per-call minima of six captures 6.59-8.02
-  ms, 20 %; divided by each capture's median ratio to the cross-capture minimum, 6.51-6.92 ms). The report says how
-  disturbed a capture was (:class:`CapturedHost`: the recorded steady host time, its spread, the share the minimum
-  discarded); a host-bound prediction is as stable as the machine's speed while it captured.
+  interference, as ``timeit`` takes the best of its repeats). The shim answers each call at once, so the cost of the
+  real runtime call (:mod:`emulate.host_costs`) is added per event kind; the nodes of a CUDA graph launch
+  (``graph_node``) after the first cost nothing, since one call launched them all. Real profiler traces hold those
+  costs in their gaps (``meta.call_costs_in_gaps``), and their gaps are what happened, so neither applies to them. All
+  of it is then divided by the host-speed factor (:data:`emulate.config.HOST_SPEED`).
+- **What the minimum cannot remove.** Processes that share the emulating machine's caches and memory slow cache-heavy
+  host code (PyTorch's dispatcher, FSDP's hooks) for as long as they run, and in CPU time too: a descheduled thread
+  resumes with cold caches (on the 2-core VM, a gap right after a resume ran at a median 1.4x its minimum, falling to
+  1.06x after 2-3 ms of CPU). When that lasts the whole capture, every call is slower by about one factor and no
+  choice among its samples can tell (FSDP2 example at load 10-30: per-call minima of six captures 6.59-8.02 ms, 20 %;
+  divided by each capture's median ratio to the cross-capture minimum, 6.51-6.92 ms). The report says how disturbed a
+  capture was (:class:`CapturedHost`: the recorded steady host time, its spread, the share the minimum discarded); a
+  host-bound prediction is as stable as the machine's speed while it captured.
 - **Start offsets.** Ranks of one node replayed from real profiler traces keep the recorded offsets between their
   first events (``meta.clock_origin_us``: Kineto clocks of one node agree): an early rank's first collective then
   waits for the late ones, as it did.
