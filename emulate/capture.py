@@ -27,8 +27,9 @@ emulated driver (emulate/driver), which exports the same capture API (``stepcast
 - deduplicates ranks: at the second profiler/optimizer mark, ranks whose device work in the iteration just ended
   hashes the same as a lower rank's stop (``STEPCAST_DEDUP=0`` disables); the collator rebuilds their traces;
 - on the shim, turns cuDNN off (``torch.backends.cudnn.enabled = False`` and the cuDNN SDPA backend): the shim
-  does not emulate cuDNN's graph API (on the driver, cuDNN runs for real and keeps torch's defaults), so convolutions and batch norm run torch's native CUDA kernels and attention the flash / memory-efficient
-  kernels, which are captured like any other launch (on a real sm90+ GPU torch may choose cuDNN for these);
+  does not emulate cuDNN's graph API (on the driver, cuDNN runs for real and keeps torch's defaults), so convolutions
+  and batch norm run torch's native CUDA kernels and attention the flash / memory-efficient kernels, which are captured
+  like any other launch (on a real sm90+ GPU torch may choose cuDNN for these);
 - tells the capture library, around each launch of an Inductor Triton kernel, the bytes it reads and writes
   (emulate/triton_bytes.py: its tensor arguments by role), which the launch record carries;
 - times events: ``cudaEventElapsedTime`` / ``cuEventElapsedTime`` answer the predicted device time of the work

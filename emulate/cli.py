@@ -217,7 +217,8 @@ def simulate_capture(ns: argparse.Namespace, spec: HardwareSpec, capture: dict, 
             docs, done = complete_iterations(docs)
             capture["iterations_simulated"] = done
             if not done:
-                return partial_without_simulation(ns, capture, reason, exit_code, "no iteration completed on every rank")
+                return partial_without_simulation(ns, capture, reason, exit_code,
+                                                  "no iteration completed on every rank")
         copies = read_copies(Path(capture["copies"])) if capture.get("copies") else None
         result = simulate(docs, spec.id, nodes=ns.nodes, host_speed=ns.host_speed, sources=[str(p) for p in paths],
                           queue_depth=ns.launch_queue, copies=copies)

@@ -19,7 +19,8 @@ from profiling.atomic import write_json_atomic
 CUDNN_ON_DRIVER = "enabled: the real cuDNN chooses and launches its kernels on the emulated driver"
 
 
-def splice_duplicate(own: list[dict[str, Any]], representative: list[dict[str, Any]], mark: int) -> list[dict[str, Any]]:
+def splice_duplicate(own: list[dict[str, Any]], representative: list[dict[str, Any]], mark: int
+                     ) -> list[dict[str, Any]]:
     """A rank stopped by dedup at iteration mark ``mark``: its own events up to that mark, then the
     representative's events after the same mark (its device work was identical), on the rank's own clock."""
     def cut(events: list[dict[str, Any]]) -> int:
@@ -60,7 +61,8 @@ def sparse_copies(run_ranks: list[int], world_size: int, records: list[dict[str,
             "copies": str(path), "sparse_warnings": warnings}
 
 
-def communicator_members(logs: list[Any], rank_of: list[int], sparse_records: list[dict[str, Any]]) -> dict[str, list[int]]:
+def communicator_members(logs: list[Any], rank_of: list[int], sparse_records: list[dict[str, Any]]
+                         ) -> dict[str, list[int]]:
     """Global ranks of each communicator: the ranks whose logs hold it, or, in a sparse run, its process group's
     ranks (absent members hold no log)."""
     members: dict[str, set[int]] = {}

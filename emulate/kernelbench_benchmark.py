@@ -168,8 +168,8 @@ def print_table(rows: list[dict[str, Any]], console: Console) -> None:
                           f"{g['measured_ms']:.3f}", f"{g['bytes_ms']:.3f}", f"{eb:+.1f}", f"{g['grid_ms']:.3f}",
                           f"{eg:+.1f}")
     for gpu, e in errors.items():
-        table.add_row(f"median |error| ({len(e['bytes'])})", gpu, "", "", "", "", f"{statistics.median(e['bytes']):.1f}",
-                      "", f"{statistics.median(e['grid']):.1f}")
+        table.add_row(f"median |error| ({len(e['bytes'])})", gpu, "", "", "", "",
+                      f"{statistics.median(e['bytes']):.1f}", "", f"{statistics.median(e['grid']):.1f}")
     console.print(table)
 
 

@@ -6,15 +6,16 @@ rank: torch creates each group on every rank, in the same order) with the commun
 running rank was a member. An absent rank ``a`` copies a twin ``t``: the running rank of the smallest group that
 holds ``a`` and exactly one running rank (earliest created on ties): with the ranks of one data-parallel replica
 running, ``a``'s data-parallel group, so the twin holds the same model shard; with one rank per pipeline stage
-running, ``a``'s tensor-parallel group (or the tensor x data-parallel group of its stage). The groups that partition the world (every tensor-parallel group, every data-parallel group, every pipeline group:
-:func:`families`) give every rank coordinates, its position in its group of each; the world permutation ``sigma``
-adds the coordinates of ``a`` minus those of ``t`` to every rank's, which maps ``t`` to ``a`` and each of ``t``'s
-groups to the group of ``a`` in the same role (``t``'s pipeline group to ``a``'s, its data-parallel group to ``a``'s). A copy's
-collectives are its twin's with each communicator replaced by its image under ``sigma``, and its rank within it
-(and a point-to-point peer) renumbered. Groups no running rank belongs to have no communicator: they are named
-``sparse:<group name>``. Where no group holds ``a`` with exactly one running rank, or the groups give no
-coordinates (no grid structure), ``sigma`` shifts every rank by ``a - t`` (modulo the world), ``t`` being the
-running rank at ``a``'s position modulo the number of running ranks, and the report warns."""
+running, ``a``'s tensor-parallel group (or the tensor x data-parallel group of its stage). The groups that partition the
+world (every tensor-parallel group, every data-parallel group, every pipeline group: :func:`families`) give every rank
+coordinates, its position in its group of each; the world permutation ``sigma`` adds the coordinates of ``a`` minus
+those of ``t`` to every rank's, which maps ``t`` to ``a`` and each of ``t``'s groups to the group of ``a`` in the same
+role (``t``'s pipeline group to ``a``'s, its data-parallel group to ``a``'s). A copy's collectives are its twin's with
+each communicator replaced by its image under ``sigma``, and its rank within it (and a point-to-point peer) renumbered.
+Groups no running rank belongs to have no communicator: they are named ``sparse:<group name>``. Where no group holds
+``a`` with exactly one running rank, or the groups give no coordinates (no grid structure), ``sigma`` shifts every rank
+by ``a - t`` (modulo the world), ``t`` being the running rank at ``a``'s position modulo the number of running ranks,
+and the report warns."""
 from __future__ import annotations
 
 import re

@@ -2,9 +2,9 @@
 
 The shared object lands in ``<cache>/shim-<hash>/libcuda.so.1``, with a stand-in ``libnvidia-ml.so.1`` beside it
 (csrc/nvml.c; the launcher's LD_LIBRARY_PATH names the folder) (cache: :func:`profiling.paths.cache_root`:
-``$STEPCAST_CACHE_DIR``, else ``$XDG_CACHE_HOME/stepcast``, else ``~/.cache/stepcast``). It is compiled against the CUDA, cuBLAS, NCCL and cuDNN
-headers of the NVIDIA wheels installed alongside torch. Concurrent builders (ranks, test workers) serialise on a
-lock file and the result appears atomically (compile to a temporary name, then ``os.replace``).
+``$STEPCAST_CACHE_DIR``, else ``$XDG_CACHE_HOME/stepcast``, else ``~/.cache/stepcast``). It is compiled against the
+CUDA, cuBLAS, NCCL and cuDNN headers of the NVIDIA wheels installed alongside torch. Concurrent builders (ranks, test
+workers) serialise on a lock file and the result appears atomically (compile to a temporary name, then ``os.replace``).
 
 Entry points listed in ``csrc/symbols.txt`` that no ``csrc/*.c`` file defines get a generated generic stub (weak,
 returns 0 = success, logs its name once); the generated C is written to the build folder, not to the repository.

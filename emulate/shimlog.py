@@ -5,13 +5,14 @@ K kernel launch (``stream function grid block shmem read written call``: the byt
 writes, 0 when unknown, and last the op call, shared by the kernels one call launches), G cuBLAS/cuBLASLt GEMM,
 C memcpy, S memset, M malloc, f free, R event record, W stream wait event, E event sync, Y stream sync, D device
 sync, N collective, L graph launch (``stream graph nodes``: the next ``nodes`` records, each with no gap of its
-own, are the graph's captured work replayed; the launch's gap goes to the first). The gap is the host time since the previous call returned, in the clock the ``H`` line names:
-``cpu`` (the calling thread's CPU time since its own previous call; the default) or ``wall`` (STEPCAST_HOST_CLOCK=wall;
-logs from before the setting, with no clock named, are wall). Notes (no host time of their own): ``H t0 clock``,
-``F <id> <mangled kernel name>``, ``X <comm id> <ranks> <rank>``, ``U <entry point answered generically>``,
-``I <t_ns> 0 <thread> <op> <source> <count>`` (iteration mark; source 1 profiler, 2 optimizer, 3 backward),
-``O <ops> <nodes> <python calls>`` (the host work counted on the thread of the record that follows since its
-previous call: aten op entries, autograd node evaluations, Python calls; the event's ``host_ops``/``host_nodes``/
+own, are the graph's captured work replayed; the launch's gap goes to the first). The gap is the host time since the
+previous call returned, in the clock the ``H`` line names: ``cpu`` (the calling thread's CPU time since its own previous
+call; the default) or ``wall`` (STEPCAST_HOST_CLOCK=wall; logs from before the setting, with no clock named, are wall).
+Notes (no host time of their own): ``H t0 clock``, ``F <id> <mangled kernel name>``, ``X <comm id> <ranks> <rank>``,
+``U <entry point answered generically>``, ``I <t_ns> 0 <thread> <op> <source> <count>`` (iteration mark; source 1
+profiler, 2 optimizer, 3 backward), ``O <ops> <nodes> <python calls>`` (the host work counted on the thread of the
+record that follows since its previous call: aten op entries, autograd node evaluations, Python calls; the event's
+``host_ops``/``host_nodes``/
 ``host_py``).
 """
 from __future__ import annotations

@@ -11,8 +11,8 @@ elements per ``tl.load`` / ``tl.store`` statement of it in the kernel's source (
 ``estimate_kernel_num_bytes`` caps at the space: a gather (an embedding) reads the rows it indexes, not the whole
 table, and a pooling window of k loads reads up to k spaces of its input. A tensor read again in a later loop of a
 looped reduction counts once (its rows are taken to be in L2 by then: true of a model's rows of a few thousand
-elements, not of a row of hundreds of kilobytes on a small-L2 GPU). A kernel whose arguments follow no such naming (a user-written Triton kernel) gets 0, 0: the
-bytes are unknown and the simulator falls back to its grid.
+elements, not of a row of hundreds of kilobytes on a small-L2 GPU). A kernel whose arguments follow no such naming (a
+user-written Triton kernel) gets 0, 0: the bytes are unknown and the simulator falls back to its grid.
 
 The wrapper is installed when Inductor's runtime module is first imported (an import hook), so scripts that never
 compile pay nothing; its own work runs between ``stepcast_pause`` and ``stepcast_resume`` (the capture layer's

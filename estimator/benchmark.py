@@ -216,7 +216,8 @@ def suite_training_models(data: pd.DataFrame, max_train_rows: int | None, draws:
             picks = [others] if size == len(others) else [list(rng.choice(others, size, replace=False))
                                                           for _ in range(draws)]
             for pick in picks:
-                fold = Fold("held_out_shapes", held, np.flatnonzero(np.isin(model, pick)), np.flatnonzero(model == held))
+                fold = Fold("held_out_shapes", held, np.flatnonzero(np.isin(model, pick)),
+                            np.flatnonzero(model == held))
                 p = evaluate_fold(kind, "gemm", frame, fold, params, target, max_train_rows)
                 rows.append({"held_out": held, "model": f"{size} models", "draw": ",".join(pick)}
                             | summary(p["predicted_us"].to_numpy(), p["runtime_us"].to_numpy()))

@@ -1,7 +1,8 @@
 """All kernel measurements as one training frame: ``load_measurements``.
 
 Sources (the ``source`` column): ``profiler`` (this project's ``datasets/``), ``vidur``, ``neusight``, ``kineto``,
-``llmcompass``, ``aiconfigurator`` (the public data under ``profiling.paths.shared_data_root()``); see ``estimator.importers``.
+``llmcompass``, ``aiconfigurator`` (the public data under ``profiling.paths.shared_data_root()``); see
+``estimator.importers``.
 
 Parsing the CSVs and traces takes about a minute, so each source's rows are cached as parquet under the cache folder
 (setting ``STEPCAST_CACHE_DIR``, default ``$XDG_CACHE_HOME/stepcast`` or ``~/.cache/stepcast``), keyed by the

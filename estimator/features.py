@@ -24,7 +24,9 @@ from estimator.analytical import DEFAULT_ROOFLINE, link_bandwidth
 from estimator.frames import Kernels, by_code, factorize, flag, num, text
 from estimator.hardware_table import RowHardware, row_hardware
 from estimator.kernel_config import kernel_config_features
-from estimator.workload import COLLECTIVE_BUS_FACTOR, ELEMENTWISE_OPS, NORM_OPS, OPTIMIZER_OPS, Work, element_bytes, work
+from estimator.workload import (
+    COLLECTIVE_BUS_FACTOR, ELEMENTWISE_OPS, NORM_OPS, OPTIMIZER_OPS, Work, element_bytes, work,
+)
 from profiling.families import DTYPES, FAMILIES
 
 #: (rows, cols) of output tiles cuBLAS/CUTLASS commonly pick; the model learns which matters where.

@@ -5,9 +5,9 @@ The heuristic asked is the one of the cuBLAS the row's source measured with, whe
 (:data:`SOURCE_CUBLAS`: its wheel is fetched once with ``--fetch-cublas``), since cuBLAS's kernel choices move between
 versions; rows of other sources, and rows without a source (an emulated step), ask the installed wheel's cuBLAS.
 A source whose cuBLAS is not fetched here, or cannot run or has no labels of a device, falls back to the installed
-wheel's labels, with a warning; the label column says which version answered. cuBLAS 12.1 runs on the emulated Volta, Ampere and Ada devices; on Hopper its
-``cublasLtCreate`` fails until the emulated driver answers its cluster-occupancy probe for clusters of 18 CTAs
-(tests/emulate/test_gemm_choice.py).
+wheel's labels, with a warning; the label column says which version answered. cuBLAS 12.1 runs on the emulated Volta,
+Ampere and Ada devices; on Hopper its ``cublasLtCreate`` fails until the emulated driver answers its cluster-occupancy
+probe for clusters of 18 CTAs (tests/emulate/test_gemm_choice.py).
 
 A row's label is three columns: ``kernel_name`` and ``grid`` ("x,y,z") of the main kernel, and ``kernel_label``
 (``recorded`` when the measurement or trace named the kernel, ``cublaslt-<version>`` when the heuristic of that

@@ -60,7 +60,8 @@ def tuner_times(op: np.ndarray, size: np.ndarray, ranks: np.ndarray, per_node: n
     """NCCL's estimate (microseconds) of each candidate per row, columns ring/LL, ring/LL128, ring/Simple, nvls/Simple;
     ``inf`` where NCCL does not offer the candidate, ``nan`` on rows it does not model here (one rank, several nodes,
     point-to-point), where the caller decides. ``link`` and ``pcie`` are the catalog's per-direction bytes per
-    microsecond; ``units`` > 0 marks a ring that crosses PCIe (its intra-node hardware is then PCI, and LL128 is off)."""
+    microsecond; ``units`` > 0 marks a ring that crosses PCIe (its intra-node hardware is then PCI, and LL128 is
+    off)."""
     n = np.maximum(ranks, 1.0)
     is_ar = op == "all_reduce"
     steps = np.where(is_ar, 2.0 * (n - 1.0), np.where(np.isin(op, ("all_gather", "reduce_scatter")), n - 1.0, n))

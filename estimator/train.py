@@ -278,7 +278,8 @@ def run(cfg: DictConfig) -> float:
     evaluations: dict[str, Evaluation] = {}
     baselines: dict[str, Evaluation] = {}
     with tracking_errors(uri), \
-            mlflow.start_run(run_name=f"{cfg.family}-{cfg.model.kind}") if len(frames) > 1 else contextlib.nullcontext():
+            (mlflow.start_run(run_name=f"{cfg.family}-{cfg.model.kind}") if len(frames) > 1
+             else contextlib.nullcontext()):
         for family, rows in frames.items():
             evaluations[family], baselines[family], _ = train_family(cfg, family, rows)
             table = metrics_table(evaluations[family])
@@ -292,7 +293,9 @@ def run(cfg: DictConfig) -> float:
     return float(np.mean(scores)) if scores else float("nan")
 
 
-@hydra.main(version_base="1.3", config_path=str(CONF_DIR / "estimator"), config_name="train")  # absolute: also when imported by the stepcast command
+@hydra.main(version_base="1.3",
+            config_path=str(CONF_DIR / "estimator"),  # absolute: also when imported by the stepcast command
+            config_name="train")
 def main(cfg: DictConfig) -> float:
     from estimator.checksums import BundleIntegrityError
     from estimator.tracking import TrackingError

@@ -40,7 +40,8 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, vocab: int, seq: int, d_model: int, heads: int, layers: int, tie_embeddings: bool = False) -> None:
+    def __init__(self, vocab: int, seq: int, d_model: int, heads: int, layers: int,
+                 tie_embeddings: bool = False) -> None:
         super().__init__()
         self.tok = nn.Embedding(vocab, d_model)
         self.pos = nn.Embedding(seq, d_model)

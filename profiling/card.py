@@ -151,7 +151,8 @@ COMPATIBILITY_FIELDS = ("device_name", "kind", "torch", "cuda", "cudnn")
 def check_compatible(existing: Card, fingerprint: Fingerprint, timing: Timing, path: Path) -> None:
     """Refuse to append to a dataset measured with another device, library version or timing method."""
     if existing.schema_version != SCHEMA_VERSION:
-        raise DatasetSchemaError(f"{path}: field 'schema_version': {existing.schema_version}, expected {SCHEMA_VERSION}")
+        raise DatasetSchemaError(f"{path}: field 'schema_version': {existing.schema_version}, "
+                                 f"expected {SCHEMA_VERSION}")
     if existing.timing != timing:
         raise DatasetSchemaError(f"{path}: field 'timing': dataset measured with {existing.timing}, this run uses "
                                  f"{timing}; choose another output_dir")

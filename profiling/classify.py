@@ -1022,7 +1022,8 @@ _NCCL_DTYPES = {"f32": "fp32", "float": "fp32", "f16": "fp16", "half": "fp16", "
 
 _KERNEL_RULES: list[tuple[re.Pattern[str], str, str | None]] = [
     (re.compile(p, re.IGNORECASE), family, op) for p, family, op in (
-        (r"flash_bwd|fmha.*(bwd|backward)|fmha_cutlassB|attention.*backward|cudnn.*sdpa.*(bwd|bprop)", "attention", "bwd"),
+        (r"flash_bwd|fmha.*(bwd|backward)|fmha_cutlassB|attention.*backward|cudnn.*sdpa.*(bwd|bprop)",
+         "attention", "bwd"),
         (r"flash_fwd|fmha|AttentionKernel|attention_kernel|cudnn.*sdpa", "attention", "fwd"),
         (r"multi_tensor_apply|fused_adam|FusedAdam|fused_sgd|FusedSgd|_fused_adamw", "optimizer", None),
         (r"gemm|gemv|cutlass.*(tensorop|simt)|cublas|nvjet|xmma_|sm\d+_xmma|splitKreduce|dot_kernel", "gemm", None),

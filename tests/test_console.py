@@ -39,7 +39,8 @@ def test_each_command_help_fits_a_screen_and_ends_with_an_example(command):
     lines = done.stdout.rstrip().splitlines()
     assert len(lines) < SCREEN, f"stepcast {command} --help: {len(lines)} lines\n{done.stdout}"
     tail = "\n".join(lines[-4:])
-    assert "example" in tail.lower() and "stepcast " in tail, f"stepcast {command} --help ends without an example:\n{tail}"
+    assert "example" in tail.lower() and "stepcast " in tail, (f"stepcast {command} --help ends without an example:\n"
+                                                               f"{tail}")
 
 
 def test_unknown_command_is_one_line_and_exit_2():

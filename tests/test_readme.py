@@ -78,7 +78,8 @@ def test_host_time_read_from_another_machines_clock_agrees_within_the_determinis
 def test_a_step_time_beyond_the_determinism_target_or_another_compute_time_is_a_difference():
     expected = readme_sample.mask(README_LIKE)
     slower = readme_sample.mask(ci_summary("6.903 ms", "0.329 ms", "19.2%", "4 (0.0%); host time: counted work"))
-    assert [d.split(":")[0] for d in readme_sample.differences(expected, slower)] == ["iteration time", "host bound", "MFU"]
+    assert ([d.split(":")[0] for d in readme_sample.differences(expected, slower)]
+            == ["iteration time", "host bound", "MFU"])
     compute = readme_sample.mask(README_LIKE.replace("6.574 ms", "6.575 ms"))
     assert [d.split(":")[0] for d in readme_sample.differences(expected, compute)] == ["compute"]
     loss = readme_sample.mask(README_LIKE.replace("loss 0.0000", "loss 0.0001"))
@@ -104,4 +105,5 @@ def test_readme_sample_is_what_the_command_prints():
     text = (REPO_ROOT / "README.md").read_text()
     expected = readme_sample.readme_block(text)
     got = readme_sample.block(readme_sample.mask(readme_sample.run_example()))
-    assert readme_sample.differences(expected, got) == [], "README block is stale: python tools/readme_sample.py --write"
+    assert readme_sample.differences(expected, got) == [], ("README block is stale: "
+                                                            "python tools/readme_sample.py --write")

@@ -44,7 +44,8 @@ one), ``memcpy``, ``memset``, ``event_record``, ``stream_wait_event``, ``event_s
 ``thread``, ``op``, ``call`` (the op call) and ``rt`` (1: the call came through torch's libcudart, and the gap ends
 where the script entered the runtime, not where the runtime entered the driver, since the simulator adds each
 runtime call's calibrated cost itself: emulate/csrc/runtime_marks.c, preloaded), and ``mark`` records
-(iterations); :mod:`.tracelog` makes trace-v1 events of them. Graph replays' launches carry ``graph`` (the launch's number) and ``node``.
+(iterations); :mod:`.tracelog` makes trace-v1 events of them. Graph replays' launches carry ``graph`` (the launch's
+number) and ``node``.
 
 More than one rank: NCCL is the shim's (emulate/csrc/nccl.c, built with emulate/csrc/nccl_driver.c into
 ``libstepcast_nccl.so``, :func:`.build.nccl_path`), which the launcher preloads (``LD_PRELOAD``) so torch's
@@ -61,13 +62,14 @@ elementwise, reductions, ``.item()`` through pinned memory; bf16 / fp16 / fp32 `
 a100-sxm-80gb and l4 launch exactly the kernels (names, grids, clusters) that cuBLASLt's top heuristic choice
 launches for the same problem; cuDNN convolutions (fp32 / bf16, forward and backward, ``cudnn.benchmark``),
 Linear backward on autograd's thread, cuDNN SDPA forward / backward, ``torch.compile`` (Triton: ptxas on the host,
-launches through the driver), CUDA graph capture and replay (each replay logs the captured kernels again), DDP on two ranks, and
-``expandable_segments`` (virtual memory API; ``libnvidia-ml.so.1`` from csrc/nvml.c stands in for NVML).
+launches through the driver), CUDA graph capture and replay (each replay logs the captured kernels again), DDP on two
+ranks, and ``expandable_segments`` (virtual memory API; ``libnvidia-ml.so.1`` from csrc/nvml.c stands in for NVML).
 
 Not modelled: time. ``cuEventElapsedTime`` reads the shim's nominal event clock (one microsecond per launch, copy
 or fill issued between the events): positive, as on a GPU (Inductor's coordinate-descent tuner divides by it), and
 equal for candidates with equal launch counts, so autotuners see ties and keep their first, heuristic candidate;
-the predicted time of the work between the events would be the real answer. Modelled, not measured: cluster occupancy (SM pairs spread evenly over the GPCs; H100: 66 / 32 / 16 / 8
-clusters of 2 / 4 / 8 / 16) and per-kernel registers / static shared memory (32 / 0: the images are not parsed).
-Graphs built node by node (not by capture) answer NOT_SUPPORTED.
+the predicted time of the work between the events would be the real answer. Modelled, not measured: cluster occupancy
+(SM pairs spread evenly over the GPCs; H100: 66 / 32 / 16 / 8 clusters of 2 / 4 / 8 / 16) and per-kernel registers /
+static shared memory (32 / 0: the images are not parsed). Graphs built node by node (not by capture) answer
+NOT_SUPPORTED.
 """

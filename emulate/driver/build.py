@@ -24,7 +24,8 @@ from emulate.shim_build import ShimBuildError, _cached_build, compiler, include_
 from profiling.paths import cache_root
 
 CSRC = Path(__file__).resolve().parent / "csrc"
-SOURCES = ("init.c", "device.c", "memory.c", "module.c", "launch.c", "stream.c", "graph.c", "export.c", "legacy.c", "capture.c")
+SOURCES = ("init.c", "device.c", "memory.c", "module.c", "launch.c", "stream.c", "graph.c", "export.c", "legacy.c",
+           "capture.c")
 SONAME = "libcuda.so.1"
 NVML_SONAME = "libnvidia-ml.so.1"
 NVML_SOURCE = "nvml.c"
@@ -144,8 +145,9 @@ def driver_path(*, rebuild: bool = False) -> Path:
                 str(tmp / "stubs.c"), "-o", str(out), "-lpthread", "-lrt"]
 
     def nvml_command(tmp: Path, out: Path) -> list[str]:
-        return [cc, "-O2", "-g0", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall", "-Wextra", "-Wno-unused-parameter",
-                f"-Wl,-soname,{NVML_SONAME}", f"-I{cuda_inc}", str(CSRC / NVML_SOURCE), "-o", str(out)]
+        return [cc, "-O2", "-g0", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall", "-Wextra",
+                "-Wno-unused-parameter", f"-Wl,-soname,{NVML_SONAME}", f"-I{cuda_inc}", str(CSRC / NVML_SOURCE), "-o",
+                str(out)]
 
     out_dir = cache_root() / f"driver-{_build_key(cc, cuda_inc)}"
     _cached_build(out_dir, NVML_SONAME, nvml_command, "the NVML stand-in", rebuild)
@@ -163,7 +165,8 @@ def nccl_path(*, rebuild: bool = False) -> Path:
     driver = driver_path(rebuild=rebuild)
 
     def command(tmp: Path, out: Path) -> list[str]:
-        (tmp / "stubs.c").write_text(shim_build.generate_stubs([n for n in shim_build.symbols() if n.startswith("nccl")]))
+        (tmp / "stubs.c").write_text(shim_build.generate_stubs([n for n in shim_build.symbols()
+                                                                 if n.startswith("nccl")]))
         return [cc, "-O2", "-g0", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall", "-Wextra",
                 "-Wno-unused-parameter", *(f"-I{i}" for i in incs),
                 *(str(shim_build.CSRC / s) for s in NCCL_SOURCES), str(tmp / "stubs.c"), "-o", str(out), "-ldl",

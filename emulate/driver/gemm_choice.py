@@ -177,7 +177,8 @@ class _Child:
             self._check(self.lt.cublasLtMatmulDescSetAttribute(desc, k[attr], ctypes.byref(value), 4), attr)
         a_rows, a_cols = (g.k, g.m) if g.transa == "T" else (g.m, g.k)
         b_rows, b_cols = (g.n, g.k) if g.transb == "T" else (g.k, g.n)
-        a, b, c = self._layout(dtype, a_rows, a_cols), self._layout(dtype, b_rows, b_cols), self._layout(dtype, g.m, g.n)
+        a, b, c = (self._layout(dtype, a_rows, a_cols), self._layout(dtype, b_rows, b_cols),
+                   self._layout(dtype, g.m, g.n))
         pref = ctypes.c_void_p()
         self._check(self.lt.cublasLtMatmulPreferenceCreate(ctypes.byref(pref)), "cublasLtMatmulPreferenceCreate")
         ws = ctypes.c_uint64(workspace)
@@ -233,9 +234,11 @@ def read_batch(path: Path, *, torch_layout: bool) -> list[Gemm]:
             m, n, k = int(row["m"]), int(row["n"]), int(row["k"])
             dtype = (row.get("dtype") or "bf16").strip()
             layout = (row.get("layout") or "TN").strip()
-            gemms.append(torch_mm_gemm(m, n, k, dtype) if torch_layout else Gemm(m, n, k, dtype, layout[:1], layout[1:]))
+            gemms.append(torch_mm_gemm(m, n, k, dtype) if torch_layout
+                         else Gemm(m, n, k, dtype, layout[:1], layout[1:]))
         except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"{path} line {line}: expected integer m, n, k (and dtype, layout) columns: {exc}") from exc
+            raise ValueError(f"{path} line {line}: expected integer m, n, k (and dtype, layout) columns: "
+                             f"{exc}") from exc
     return gemms
 
 

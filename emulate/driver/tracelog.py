@@ -5,16 +5,16 @@ The log (``rank<k>.log.driver.<pid>.jsonl``, one JSON object a line, see :mod:`e
 driver's notes, one record per call the capture times (csrc/capture.c): ``launch``, ``malloc`` (``ok`` 0 when the
 device refused), ``free``, ``memcpy``, ``memset``, ``event_record``, ``stream_wait_event``, ``event_sync``,
 ``stream_sync``, ``device_sync`` (a launch also ``rd``/``wr`` when its launcher told the bytes it reads and writes:
-the event's ``bytes_read``/``bytes_written``), each with ``t`` (ns), ``gap`` (the thread's CPU time since its previous call,
-the shim's ``cpu`` host clock), ``ops``/``nodes``/``py`` (host work counted since it: the events'
+the event's ``bytes_read``/``bytes_written``), each with ``t`` (ns), ``gap`` (the thread's CPU time since its previous
+call, the shim's ``cpu`` host clock), ``ops``/``nodes``/``py`` (host work counted since it: the events'
 ``host_ops``/``host_nodes``/``host_py``), ``thread``, ``op`` (op table index, -1 none) and ``call`` (the op call); and
-``mark`` records (iteration marks: ``source`` 1 profiler, 2 optimizer, 3 backward, ``step``). With more than one
-rank, the shim's NCCL preloaded above the driver (emulate/csrc/nccl_driver.c) adds ``comm`` notes and timed
-``collective`` records whose ``text`` is the shim log's own X / N line, parsed as the shim's are.
+``mark`` records (iteration marks: ``source`` 1 profiler, 2 optimizer, 3 backward, ``step``). With more than one rank,
+the shim's NCCL preloaded above the driver (emulate/csrc/nccl_driver.c) adds ``comm`` notes and timed ``collective``
+records whose ``text`` is the shim log's own X / N line, parsed as the shim's are.
 
 The kernels are the libraries' own (cuBLASLt's nvjet / cutlass kernels, cuDNN's, Triton's): a kernel's estimator
-row comes from its aten op's shapes (the classifier the shim log uses, :mod:`emulate.shimlog`), given to the op call's first kernel of
-the family; its further kernels of that family (cuBLASLt's split-K reduction) become ``op_part``.
+row comes from its aten op's shapes (the classifier the shim log uses, :mod:`emulate.shimlog`), given to the op call's
+first kernel of the family; its further kernels of that family (cuBLASLt's split-K reduction) become ``op_part``.
 """
 from __future__ import annotations
 

@@ -23,7 +23,8 @@ from pathlib import Path
 import pandas as pd
 
 from emulate.e2e.emulation import OTHER
-from estimator.importers.neusight_inmodel import HOST, LABEL_DIR, LAYER, NAME, module_class, node_family  # noqa: F401 (HOST: re-exported)
+from estimator.importers.neusight_inmodel import (HOST,  # noqa: F401 (HOST: re-exported)
+                                                  LABEL_DIR, LAYER, NAME, module_class, node_family)
 from profiling.hardware import UnknownHardwareError, lookup
 
 FAMILIES = ("gemm", "norm", "elementwise", OTHER)

@@ -3,7 +3,8 @@
 A Ray Tune Searcher (:func:`make_searcher`) asks the sampler the config names (Optuna's CMA-ES or random, or the
 grid) over the same choice indices as the local loop; each Tune trial evaluates one configuration on whichever
 worker Ray picks, through :meth:`emulate.search.samplers.Search.evaluate` (cache, cheap checks, emulation), and
-reports its cost (an infeasible one ends PRUNED in the sampler's study, as in the local loop); each finished trial prints the local loop's progress line. ``--jobs`` trials run at once.
+reports its cost (an infeasible one ends PRUNED in the sampler's study, as in the local loop); each finished trial
+prints the local loop's progress line. ``--jobs`` trials run at once.
 
 Workers run this checkout (its path is put first on their ``PYTHONPATH``, and the driver's ``STEPCAST_*``
 variables are passed on, so a worker computes the same cache keys and emulates with the same settings); on several

@@ -4,9 +4,9 @@ The simulator's inner loop must touch each event a handful of times at most, so 
 (:class:`emulate.trace.EventTable`: numeric columns and one shared dict per distinct event shape) is read exactly
 once, here, into parallel Python lists of small ints and floats (Python lists index faster than numpy arrays
 element by element); fields are taken per shape and spread over the events by numpy indexing, and the table
-stays the program's ``events`` (read by the few consumers that need more than the columns). Everything that does not depend on simulated time is settled here too:
-stream and event handles are renumbered densely, and device memory (malloc/free) is accumulated into the rank's
-peak, which needs no clock at all.
+stays the program's ``events`` (read by the few consumers that need more than the columns). Everything that does not
+depend on simulated time is settled here too: stream and event handles are renumbered densely, and device memory
+(malloc/free) is accumulated into the rank's peak, which needs no clock at all.
 """
 from __future__ import annotations
 

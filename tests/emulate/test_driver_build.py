@@ -36,8 +36,10 @@ def test_proc_table_lists_each_abi_of_a_name_in_version_order():
     assert "cuGreenCtxCreate" in versions  # typedefs written "CUresult(CUDAAPI *" count too
 
 
-@pytest.mark.parametrize(("version", "symbol"), [(10010, "cuStreamGetCaptureInfo"), (11030, "cuStreamGetCaptureInfo_v2"),
-                                                 (12030, "cuStreamGetCaptureInfo_v3"), (13000, "cuStreamGetCaptureInfo_v3")])
+@pytest.mark.parametrize(("version", "symbol"), [(10010, "cuStreamGetCaptureInfo"),
+                                                 (11030, "cuStreamGetCaptureInfo_v2"),
+                                                 (12030, "cuStreamGetCaptureInfo_v3"),
+                                                 (13000, "cuStreamGetCaptureInfo_v3")])
 def test_get_proc_address_answers_the_abi_of_the_requested_version(driver, version, symbol):
     pfn = ctypes.c_void_p()
     status = ctypes.c_int(-1)
@@ -85,7 +87,8 @@ free, total = ctypes.c_size_t(), ctypes.c_size_t()
 lib.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total)); out["free0"] = free.value
 ptr = ctypes.c_uint64(); out["alloc"] = lib.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(1 << 30))
 lib.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total)); out["free1"] = free.value; out["total"] = total.value
-kind = ctypes.c_uint(); out["ptr_attr"] = lib.cuPointerGetAttribute(ctypes.byref(kind), 2, ptr); out["kind"] = kind.value
+kind = ctypes.c_uint(); out["ptr_attr"] = lib.cuPointerGetAttribute(ctypes.byref(kind), 2,
+                                                                    ptr); out["kind"] = kind.value
 host = ctypes.create_string_buffer(64)
 out["host_attr"] = lib.cuPointerGetAttribute(ctypes.byref(kind), 2, ctypes.c_uint64(ctypes.addressof(host)))
 print(json.dumps(out))

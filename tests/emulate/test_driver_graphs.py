@@ -46,7 +46,8 @@ ok(cu.cuMemAlloc_v2(C.byref(dev), 32))
 host = (C.c_ubyte * 32)()
 graph, node = C.c_void_p(), C.c_void_p()
 ok(cu.cuGraphCreate(C.byref(graph), 0))
-cu.stepcast_kernel_bytes(C.c_ulonglong(100), C.c_ulonglong(200))  # what a launcher says (Inductor's, through the capture layer)
+cu.stepcast_kernel_bytes(C.c_ulonglong(100),
+                         C.c_ulonglong(200))  # what a launcher says (Inductor's, through the capture layer)
 ok(cu.cuGraphAddKernelNode_v2(C.byref(node), graph, None, 0, C.byref(KernelParams(func, 4, 2, 1, 128, 1, 1, 0))))
 cu.stepcast_kernel_bytes(C.c_ulonglong(0), C.c_ulonglong(0))
 ok(cu.cuGraphAddMemsetNode(C.byref(node), graph, None, 0, C.byref(MemsetParams(dev.value, 0, 7, 1, 32, 1)), ctx))
@@ -58,7 +59,8 @@ class Generic(C.Structure):  # CUgraphNodeParams: the runtime's cudaGraphAddNode
                 ("pad", C.c_char * (29 * 8 - C.sizeof(KernelParams))), ("reserved2", C.c_longlong)]
 generic = C.c_void_p()
 ok(cu.cuModuleGetFunction(C.byref(generic), module, b"generic_kernel"))
-ok(cu.cuGraphAddNode_v2(C.byref(node), graph, None, None, 0, C.byref(Generic(0, kernel=KernelParams(generic, 1, 1, 1, 32, 1, 1, 0)))))
+ok(cu.cuGraphAddNode_v2(C.byref(node), graph, None, None, 0,
+                        C.byref(Generic(0, kernel=KernelParams(generic, 1, 1, 1, 32, 1, 1, 0)))))
 count = C.c_size_t()
 ok(cu.cuGraphGetNodes(graph, None, C.byref(count)))
 execg, stream = C.c_void_p(), C.c_void_p()

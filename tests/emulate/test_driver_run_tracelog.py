@@ -46,7 +46,8 @@ def test_the_first_gemm_kernel_of_an_op_call_carries_the_spec_and_splitk_reduce_
     events = driver_events(parsed)
     kernels = [e for e in events if e["kind"] == "kernel"]
     first, reduce_, second_call = kernels
-    assert (first["spec"]["family"], first["spec"]["m"], first["spec"]["n"], first["spec"]["k"]) == ("gemm", 4096, 4096, 1024)
+    assert (first["spec"]["family"], first["spec"]["m"], first["spec"]["n"],
+            first["spec"]["k"]) == ("gemm", 4096, 4096, 1024)
     assert first["op"] == "aten.mm.default" and first["op_shapes"] == MM["shapes"] and first["cluster"] == [2, 1, 1]
     assert reduce_["op_part"] and reduce_["spec"] is None and reduce_["name"].startswith("void cublasLt::splitKreduce")
     assert second_call["spec"] == first["spec"] and not second_call.get("op_part")

@@ -17,7 +17,8 @@ DDP = REPO_ROOT / "examples" / "ddp.py"
 DEVICE_BOUND = ["--width", "4096", "--hidden", "8192", "--layers", "4", "--batch", "512", "--steps", "4"]
 
 
-def run(tmp: Path, name: str, script: Path, args: list[str], *options: str) -> tuple[subprocess.CompletedProcess, dict | None]:
+def run(tmp: Path, name: str, script: Path, args: list[str], *options: str
+        ) -> tuple[subprocess.CompletedProcess, dict | None]:
     report = tmp / f"{name}.json"
     cmd = [sys.executable, "-m", "emulate", "run", "--nproc", "4", *options, "--report", str(report),
            "--trace-dir", str(tmp / name), "--", str(script), *args]
