@@ -87,8 +87,8 @@ free, total = ctypes.c_size_t(), ctypes.c_size_t()
 lib.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total)); out["free0"] = free.value
 ptr = ctypes.c_uint64(); out["alloc"] = lib.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(1 << 30))
 lib.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total)); out["free1"] = free.value; out["total"] = total.value
-kind = ctypes.c_uint(); out["ptr_attr"] = lib.cuPointerGetAttribute(ctypes.byref(kind), 2,
-                                                                    ptr); out["kind"] = kind.value
+kind = ctypes.c_uint()
+out["ptr_attr"] = lib.cuPointerGetAttribute(ctypes.byref(kind), 2, ptr); out["kind"] = kind.value
 host = ctypes.create_string_buffer(64)
 out["host_attr"] = lib.cuPointerGetAttribute(ctypes.byref(kind), 2, ctypes.c_uint64(ctypes.addressof(host)))
 print(json.dumps(out))
