@@ -203,20 +203,30 @@ class Rows:
     def pinned(self) -> dict[str, bool]:
         """Which figures these rows determine (every figure named): the rings' need rings and a send's need sends
         (Vidur's A40 sends reach a tenth of the bridge its all-reduces reach: one kind says nothing of the other),
-        and a send's share of the node's link needs sends within a node; the per-step latencies need rings of two
-        step counts (all_reduce's 2(n-1) and all_gather's n-1 are two; one leaves them interchangeable with the base
-        latency); ring_loss and the contention scale bandwidth with the rank count, so they need rings at two counts
-        on their link (NVLink) or at two PCIe endpoint counts beyond a switch's (one leaves them interchangeable with
-        the protocol shares); the PCIe scale needs a bridged box's rings on both links."""
+        and a send's share of the node's link needs sends within a node. On one node a figure of a protocol or of
+        NVLS needs rows NCCL's tuner runs on it (``tuned``; rows it is not modelled for may run any ring): a device
+        whose large calls all ran NVLS says nothing of its rings' Simple share (Vidur's H100 at 4 and 8 GPUs, whose
+        2-GPU calls run rings). The per-step latencies need rings of two step counts (all_reduce's 2(n-1) and
+        all_gather's n-1 are two; one leaves them interchangeable with the base latency); ring_loss and the
+        contention scale bandwidth with the rank count, so they need rings at two counts on their link (NVLink,
+        on the bandwidth protocols LL128 and Simple: the tuner runs LL where latency is the whole of a call) or at
+        two PCIe endpoint counts beyond a switch's (one leaves them interchangeable with the protocol shares); the
+        PCIe scale needs a bridged box's rings on both links."""
         ring = (self.ranks > 1) & ~self.sends
         sends = (self.ranks > 1) & self.sends
         local_sends = bool((sends & (self.ranks <= self.per_node)).any())  # a send's link share: sends within a node
-        nvlink = np.unique(self.ranks[ring & (self.units == 0) & (self.ranks <= self.per_node)])
+        runs = {p: ring & ((self.tuned == CANDIDATES.index(f"ring/{p}")) | (self.tuned < 0)) for p in PROTOCOLS}
+        nvls = (self.tuned == CANDIDATES.index("nvls/Simple")) & (self.ranks > 1)
+        bandwidth = runs["LL128"] | runs["Simple"]
+        nvlink = np.unique(self.ranks[bandwidth & (self.units == 0) & (self.ranks <= self.per_node)])
         pcie = np.unique(np.maximum(self.units, self.per_switch)[ring & (self.units > 0)])  # one switch: one count
-        steps = len(np.unique(np.where(self.op == "all_reduce", 2.0, 1.0)[ring] * (self.ranks[ring] - 1.0)))
         pins = {k: True for k in NAMES} | {k: bool(ring.any()) for k in RING_FIGURES} | \
             {k: bool(sends.any()) for k in P2P_FIGURES} | {k: local_sends for k in P2P_LINK_FIGURES}
-        return pins | {**{f"step_us_{p}": pins[f"step_us_{p}"] and steps >= 2 for p in PROTOCOLS},
+        for p in PROTOCOLS:
+            steps = len(np.unique(np.where(self.op == "all_reduce", 2.0, 1.0)[runs[p]] * (self.ranks[runs[p]] - 1.0)))
+            pins |= {f"share_{p}": bool(runs[p].any()), f"fill_bytes_{p}": bool(runs[p].any()),
+                     f"step_us_{p}": steps >= 2}
+        return pins | {"nvls_share": bool(nvls.any()), "nvls_step_us": bool(nvls.any()),
                        "ring_loss": len(nvlink) >= 2, "pcie_contention": len(pcie) >= 2,
                        "pcie_scale": bool(self.bridged.any()) and len(nvlink) >= 1 and len(pcie) >= 1}
 
@@ -364,10 +374,11 @@ class NcclEstimator(KernelEstimator):
     learned residual. Only the ``collective`` family."""
 
     name = "nccl"
-    version = "6"  # 2: PCIe links, pooled figures; 3: the catalog's PCIe switch size, one pooled refit; 4: NCCL's
+    version = "7"  # 2: PCIe links, pooled figures; 3: the catalog's PCIe switch size, one pooled refit; 4: NCCL's
     # tuner picks the candidate on one node, a residual applies only across the node spans it was trained on; 5: p2p
     # calls have their own figures; a device measured without rings (sends) takes theirs from the devices with them;
-    # 6: a ring or tree across nodes adds up the NICs its node's ranks reach (estimator.workload.network_rails)
+    # 6: a ring or tree across nodes adds up the NICs its node's ranks reach (estimator.workload.network_rails); 7: a
+    # protocol's and NVLS's figures are a device's own only where the tuner runs its rows on them (Rows.pinned)
 
     def __init__(self, residual: bool = False, min_rows: int = 30, family: str = "collective",
                  target: str | None = None) -> None:

@@ -286,3 +286,20 @@ def test_a_ring_across_nodes_adds_up_the_nics_its_nodes_ranks_reach_and_a_send_d
     bus = size * (frame["ranks"] - 1) / frame["ranks"] / t  # bytes per microsecond of bus bandwidth
     assert bus[gather & eight].iat[0] > 6.0 * bus[gather & one].iat[0]  # eight rails, one channel each
     assert bus[a2a & eight].iat[0] < 1.5 * bus[a2a & one].iat[0]  # each GPU's own NIC (nccl-tests#267)
+
+
+def test_a_device_whose_large_calls_all_ran_nvls_takes_its_ring_figures_from_devices_measured_on_rings():
+    sizes = tuple(2.0 ** np.arange(9, 30))
+    nvls_only = collectives("h100-sxm", ops=("all_reduce",), ranks=(4, 8), sizes=sizes)  # 2 GPUs would run rings
+    rings = collectives("a100-sxm-80gb", ops=("all_reduce",), sizes=sizes)
+    frame = pd.concat([nvls_only, rings], ignore_index=True)
+    pins = Rows.of(nvls_only).pinned()
+    assert pins["nvls_share"] and not pins["share_Simple"] and not pins["ring_loss"]
+    assert not Rows.of(rings).pinned()["nvls_share"]  # no NVLS on the A100: its start is no figure of a switch
+    model = NcclEstimator().fit(frame, measured(frame))
+    for name in ("share_Simple", "ring_loss"):
+        assert model.params["h100-sxm|synthetic"][name] == pytest.approx(
+            model.params["a100-sxm-80gb|synthetic"][name])
+    two = collectives("h100-sxm", ops=("all_reduce",), ranks=(2,), sizes=(2.0 ** 27, 2.0 ** 29))
+    assert set(NcclEstimator().chosen(two)) == {"ring/Simple"}
+    assert np.abs(model.predict(two) / measured(two) - 1.0).max() < 0.05
