@@ -20,6 +20,23 @@ CREDITS: dict[str, str] = {
     "kernelbench": "timings from ScalingIntelligence/KernelBench, MIT",
 }
 CONV_SECTION = "## Convolution families"
+#: the libraries whose builds decide a trained model: the same code and data trained with other releases gives other
+#: trees and weights (2026-12-03.3 and 2026-12-05.1 differ in every family for that reason alone)
+TRAINING_LIBRARIES = ("xgboost", "scikit-learn", "torch", "numpy", "pandas", "scipy")
+
+
+def trained_with() -> dict[str, str]:
+    """Python's and each of ``TRAINING_LIBRARIES``' installed versions (a library not installed is left out)."""
+    import importlib.metadata
+    import platform
+
+    found = {"python": platform.python_version()}
+    for name in TRAINING_LIBRARIES:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return found
 
 
 def markdown_table(frame: pd.DataFrame) -> str:
@@ -50,7 +67,7 @@ def write_card(path: Path, *, version: str, model_kind: str, target: str, fallba
         "version": version, "model": model_kind, "target": target, "fallback_rule": fallback_rule,
         "params": params, "family_models": family_models, "credits": [CREDITS.get(s, s) for s in sources],
         "data": data_summary(frame), "features": features, "metrics": metrics.to_dict(orient="records"),
-        "notes": notes or [],
+        "notes": notes or [], "trained_with": trained_with(),
     }
     write_json_atomic(path / "card.json", card)
     others = "".join(f"; {family}: **{m['kind']}** ({', '.join(f'{k}={v}' for k, v in m['params'].items())})"
@@ -72,6 +89,8 @@ def write_card(path: Path, *, version: str, model_kind: str, target: str, fallba
         f"learned model or, where the family's fallback rule sends a row, the roofline.", "",
         markdown_table(metrics) if len(metrics) else "(none)", "",
         *(["## Notes", "", *[f"- {n}" for n in notes], ""] if notes else []),
+        "## Trained with", "", "Other releases of these train other trees and weights from the same code and data.", "",
+        *[f"- {name} {version}" for name, version in card["trained_with"].items()], "",
     ]
     write_bytes_atomic(path / "card.md", "\n".join(lines).encode())
 

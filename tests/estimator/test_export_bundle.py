@@ -2,6 +2,7 @@
 next to the learned model and the roofline alone."""
 from __future__ import annotations
 
+import importlib.metadata
 import json
 
 import numpy as np
@@ -66,6 +67,8 @@ def test_exported_bundle_loads_predicts_and_scores_itself_on_each_split(exported
     assert table["leave_one_hardware_out", "bundle"] == pytest.approx(expected)
     assert table["leave_one_hardware_out", "bundle"] != pytest.approx(table["leave_one_hardware_out", "xgboost"])
     assert "`bundle`" in (path / "card.md").read_text()
+    assert card["trained_with"]["xgboost"] == importlib.metadata.version("xgboost")  # what the trees depend on
+    assert f"- xgboost {card['trained_with']['xgboost']}" in (path / "card.md").read_text()
 
 
 def test_an_export_without_evaluation_keeps_the_rules_an_earlier_bundle_chose(tmp_path, gemm_rows):
