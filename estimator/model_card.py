@@ -21,7 +21,7 @@ CREDITS: dict[str, str] = {
 }
 CONV_SECTION = "## Convolution families"
 #: the libraries whose builds decide a trained model: the same code and data trained with other releases gives other
-#: trees and weights (2026-12-03.3 and 2026-12-05.1 differ in every family for that reason alone)
+#: trees and weights (2026-12-05.1's kernel-family models differ from 2026-12-03.3's for that reason alone)
 TRAINING_LIBRARIES = ("xgboost", "scikit-learn", "torch", "numpy", "pandas", "scipy")
 
 
