@@ -1,6 +1,8 @@
 """Model cards for exported bundles: data (with credits), features, metrics on each split, version."""
 from __future__ import annotations
 
+import importlib.metadata
+import platform
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +29,6 @@ TRAINING_LIBRARIES = ("xgboost", "scikit-learn", "torch", "numpy", "pandas", "sc
 
 def trained_with() -> dict[str, str]:
     """Python's and each of ``TRAINING_LIBRARIES``' installed versions (a library not installed is left out)."""
-    import importlib.metadata
-    import platform
-
     found = {"python": platform.python_version()}
     for name in TRAINING_LIBRARIES:
         try:

@@ -216,16 +216,16 @@ class Rows:
         sends = (self.ranks > 1) & self.sends
         local_sends = bool((sends & (self.ranks <= self.per_node)).any())  # a send's link share: sends within a node
         runs = {p: ring & ((self.tuned == CANDIDATES.index(f"ring/{p}")) | (self.tuned < 0)) for p in PROTOCOLS}
-        nvls = (self.tuned == CANDIDATES.index("nvls/Simple")) & (self.ranks > 1)
+        nvls = self.tuned == CANDIDATES.index("nvls/Simple")  # the tuner models no one-rank row
         bandwidth = runs["LL128"] | runs["Simple"]
         nvlink = np.unique(self.ranks[bandwidth & (self.units == 0) & (self.ranks <= self.per_node)])
         pcie = np.unique(np.maximum(self.units, self.per_switch)[ring & (self.units > 0)])  # one switch: one count
         pins = {k: True for k in NAMES} | {k: bool(ring.any()) for k in RING_FIGURES} | \
             {k: bool(sends.any()) for k in P2P_FIGURES} | {k: local_sends for k in P2P_LINK_FIGURES}
+        steps = np.where(self.op == "all_reduce", 2.0, 1.0) * (self.ranks - 1.0)  # a ring's step count per row
         for p in PROTOCOLS:
-            steps = len(np.unique(np.where(self.op == "all_reduce", 2.0, 1.0)[runs[p]] * (self.ranks[runs[p]] - 1.0)))
             pins |= {f"share_{p}": bool(runs[p].any()), f"fill_bytes_{p}": bool(runs[p].any()),
-                     f"step_us_{p}": steps >= 2}
+                     f"step_us_{p}": len(np.unique(steps[runs[p]])) >= 2}
         return pins | {"nvls_share": bool(nvls.any()), "nvls_step_us": bool(nvls.any()),
                        "ring_loss": len(nvlink) >= 2, "pcie_contention": len(pcie) >= 2,
                        "pcie_scale": bool(self.bridged.any()) and len(nvlink) >= 1 and len(pcie) >= 1}
