@@ -1,6 +1,7 @@
-"""Capture overhead: wall time of GPT training steps under full capture (shim logging + op-context dispatch mode)
-versus the same steps on the virtual GPU with nothing recorded (the host-side cost of the step itself: torch's
-Python/C++ work with every device call answered at once). Model construction is excluded from both.
+"""Capture overhead: wall time of GPT training steps under full capture (the emulated driver's log + the op-context
+hook) versus the same steps on the same emulated driver with nothing recorded (the host-side cost of the step
+itself: torch's Python/C++ work and its real CUDA libraries, with every device call answered at once). Model
+construction is excluded from both.
 
     python -m emulate.benchmark_capture [--preset 1.3b] [--steps 2] [--hardware h100-sxm]
 
@@ -20,8 +21,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from emulate.launcher import gpu_environment
-from emulate.shim_build import shim_path
+from emulate.driver.build import driver_path
+from emulate.driver.device import driver_environment
 from profiling.hardware import lookup
 from profiling.paths import REPO_ROOT
 
@@ -31,8 +32,6 @@ import json, sys, time, torch, torch.nn.functional as F
 sys.path.insert(0, {examples!r})
 from gpt import GPT, parse_args
 args = parse_args({gpt_args!r})
-torch.backends.cudnn.enabled = False          # as emulate.capture does, so both runs take the same kernels
-torch.backends.cuda.enable_cudnn_sdp(False)
 with torch.device("cuda"):
     model = GPT(args.vocab, args.seq, args.d_model, args.heads, args.layers, args.tie_embeddings)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -68,23 +67,25 @@ def main() -> None:
     ns = p.parse_args()
     console = Console()
     with tempfile.TemporaryDirectory(prefix="stepcast-bench-") as tmp:
-        driver = Path(tmp) / "bench_gpt.py"
-        driver.write_text(DRIVER.format(examples=str(REPO_ROOT / "examples"), gpt_args=["--preset", ns.preset],
+        bench = Path(tmp) / "bench_gpt.py"
+        bench.write_text(DRIVER.format(examples=str(REPO_ROOT / "examples"), gpt_args=["--preset", ns.preset],
                                         steps=ns.steps))
-        shim = shim_path()
-        # host-side reference: the shim answers every call, nothing is logged, no dispatch mode
-        env = dict(os.environ, **gpu_environment(lookup(ns.hardware), 1), LD_PRELOAD=str(shim),
-                   LD_LIBRARY_PATH=str(shim.parent))
-        env.pop("STEPCAST_LOG", None)
+        driver = driver_path()
+        # host-side reference: the driver answers every call, nothing is logged, no op context
+        env = dict(os.environ, **driver_environment(lookup(ns.hardware), 1),
+                   LD_LIBRARY_PATH=os.pathsep.join(p for p in (str(driver.parent), os.environ.get("LD_LIBRARY_PATH"))
+                                                   if p))
+        for name in ("STEPCAST_LOG", "STEPCAST_DRIVER_LOG"):
+            env.pop(name, None)
         console.print("host-side reference run ...")
-        plain = subprocess.run([sys.executable, str(driver)], env=env, capture_output=True, text=True)
+        plain = subprocess.run([sys.executable, str(bench)], env=env, capture_output=True, text=True)
         if plain.returncode != 0:
             raise SystemExit(f"the host-side reference run failed:\n{plain.stderr[-3000:]}")
         host = _bench_line(plain.stdout)
         console.print("capture run ...")
         t0 = time.perf_counter()
         cap = subprocess.run([sys.executable, "-m", "emulate", "run", "--hardware", ns.hardware, "--capture-only",
-                              "--report", f"{tmp}/report.json", "--trace-dir", f"{tmp}/traces", "--", str(driver)],
+                              "--report", f"{tmp}/report.json", "--trace-dir", f"{tmp}/traces", "--", str(bench)],
                              cwd=REPO_ROOT, capture_output=True, text=True)
         if cap.returncode != 0:
             raise SystemExit(f"the capture run failed:\n{cap.stderr[-3000:]}")
@@ -92,18 +93,18 @@ def main() -> None:
         captured = _bench_line(cap.stdout)
         report = json.loads(Path(tmp, "report.json").read_text())
         trace_bytes = sum(Path(t).stat().st_size for t in report["traces"])
-        log_bytes = sum(p.stat().st_size for p in Path(tmp, "traces").glob("rank*.log"))
+        log_bytes = sum(p.stat().st_size for p in Path(tmp, "traces").glob("rank*.log.driver.*.jsonl"))
     host_s, cap_s = min(host["step_s"]), min(captured["step_s"])
     table = Table(title=f"Capture overhead: GPT {ns.preset} ({host['params'] / 1e9:.2f}B parameters) on a virtual "
                         f"{ns.hardware}")
     table.add_column("measure")
     table.add_column("value", justify="right")
-    table.add_row("host-side step (shim, nothing recorded)", f"{host_s * 1e3:.1f} ms")
-    table.add_row("captured step (shim log + op context)", f"{cap_s * 1e3:.1f} ms")
+    table.add_row("host-side step (emulated driver, nothing recorded)", f"{host_s * 1e3:.1f} ms")
+    table.add_row("captured step (driver log + op context)", f"{cap_s * 1e3:.1f} ms")
     table.add_row("overhead ratio (target <= 2.0)", f"{cap_s / host_s:.2f}x")
     table.add_row("events in trace", str(report["ranks"][0]["events"]))
     table.add_row("kernels in trace", str(report["ranks"][0]["kernels"]))
-    table.add_row("shim log size", f"{log_bytes / 2**20:.1f} MiB")
+    table.add_row("capture log size", f"{log_bytes / 2**20:.1f} MiB")
     table.add_row("trace file size", f"{trace_bytes / 2**20:.1f} MiB")
     table.add_row("whole emulate run (start-up, capture, collation)", f"{total:.1f} s")
     console.print(table)

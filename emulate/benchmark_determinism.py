@@ -8,8 +8,7 @@ and prints the spread ((max - min) / median) of the predicted iteration time per
 
 Targets (the step-time issue): at most 2 % for one rank and 5 % for two ranks, in both settings. What makes the
 answer stable: host time is counted work (aten ops, autograd nodes, calls) at fixed costs, not a clock reading
-(``--host-model counted``, the default; ``measured`` uses the capturing thread's CPU time, ``--host-clock wall`` the
-wall clock, for comparison), host work no count sees (``gpt_host_data``: a numpy shuffle per batch) is read at the
+(``--host-model counted``, the default; ``measured`` uses the capturing thread's CPU time, for comparison), host work no count sees (``gpt_host_data``: a numpy shuffle per batch) is read at the
 speed the capture's counted work shows, the launch queue throttles a host that runs ahead, and ranks are aligned
 after warm-up (:mod:`emulate.sim.host`).
 
@@ -140,8 +139,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workloads", nargs="+", choices=sorted(WORKLOADS), default=list(WORKLOADS))
     parser.add_argument("--settings", nargs="+", choices=("quiet", "loaded"), default=["quiet", "loaded"])
     parser.add_argument("--hardware", default="h100-sxm")
-    parser.add_argument("--host-clock", choices=("cpu", "wall"), default="cpu",
-                        help="how captures measure host gaps (default cpu; wall: the old behaviour)")
     parser.add_argument("--host-model", choices=("counted", "measured"), default=config.HOST_MODEL,
                         help="how host time is modelled (default %(default)s; emulate/sim/host.py)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
@@ -154,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     from rich.table import Table
 
     console = Console(width=max(Console().width, 120))
-    env = dict(os.environ, STEPCAST_HOST_CLOCK=args.host_clock, STEPCAST_HOST_MODEL=args.host_model)
+    env = dict(os.environ, STEPCAST_HOST_MODEL=args.host_model)
     rows = []
     for setting in args.settings:
         for name in args.workloads:
@@ -171,13 +168,12 @@ def main(argv: list[str] | None = None) -> int:
                     console.print(f"[dim]{setting} {name} run {k + 1}/{args.runs}: "
                                   f"{parts[-1]['iteration_ms']:.3f} ms[/dim]")
             times = [p["iteration_ms"] for p in parts]
-            rows.append({"workload": name, "ranks": work.nproc, "setting": setting, "host_clock": args.host_clock,
-                         "host_model": args.host_model,
+            rows.append({"workload": name, "ranks": work.nproc, "setting": setting, "host_model": args.host_model,
                          "iteration_ms": times, "spread": spread(times), "target": work.target_spread,
                          "wall_s": time.perf_counter() - t0, "runs": parts, "components": component_spreads(parts)})
 
     table = Table(title=f"Determinism of the predicted iteration time ({args.runs} runs each, {args.hardware}, "
-                        f"host model {args.host_model}, host clock {args.host_clock})")
+                        f"host model {args.host_model})")
     for col in ("workload", "ranks", "setting", "min ms", "median ms", "max ms", "spread", "target", "ok", "wall s"):
         table.add_column(col, justify="left" if col in ("workload", "setting") else "right")
     for r in rows:

@@ -1,24 +1,24 @@
 """The capture layer inside the emulated process: run an unmodified script on the virtual GPU and tag every call
-the shim logs with the aten op it belongs to.
+the emulated driver logs with the aten op it belongs to.
 
 Started by ``python -m emulate run`` as ``python -P .../emulate/capture.py SCRIPT [ARGS...]`` (by file path, so
-that nothing of the project is on the script's ``sys.path``) with the shim preloaded (``LD_PRELOAD``) and
-``STEPCAST_LOG`` naming this rank's log; or, with ``--backend driver`` (``STEPCAST_BACKEND=driver``), on the
-emulated driver (emulate/driver), which exports the same capture API (``stepcast_*``) and logs to
-``$STEPCAST_DRIVER_LOG.<pid>.jsonl``; ``STEPCAST_SHIM`` names the library that serves the API in both cases. It
+that nothing of the project is on the script's ``sys.path``) on the emulated driver (emulate/driver: found by the
+CUDA runtime through ``LD_LIBRARY_PATH``; ``STEPCAST_DRIVER`` names it for the capture API, ``stepcast_*``), which
+logs to ``$STEPCAST_DRIVER_LOG.<pid>.jsonl``; ``STEPCAST_LOG`` names this rank's capture (the op table goes to
+``<STEPCAST_LOG>.ops.json``). It
 
 - belongs to its launcher: the kernel sends it SIGTERM when ``emulate run`` dies (``PR_SET_PDEATHSIG``), and
-  SIGTERM, from the launcher or anyone, makes it flush the shim's log (a buffered FILE), write its op table with
+  SIGTERM, from the launcher or anyone, makes it write its op table with
   status ``signal`` and exit with 128 + 15, so a stopped rank keeps its trace up to the signal. SIGTERM is blocked
   in every thread (the mask is set before torch starts any) and taken by one watcher thread with ``sigwait``,
   which runs even while the main thread sits in a long call that released the GIL; forked children (data loader
   workers) get the default disposition back;
 
-- tells the shim, around each aten op, the op's id, so every launch, GEMM, copy and collective the shim logs
-  carries it; the op table (name, input shapes, dtypes, scalar arguments) goes to ``<log>.ops.json`` at exit.
+- tells the driver, around each aten op, the op's id, so every launch, copy and collective it logs carries it; the
+  op table (name, input shapes, dtypes, scalar arguments) goes to ``<log>.ops.json`` at exit.
   The hook is torch's RecordFunction (a C++ callback, csrc/opctx.cpp, named by ``STEPCAST_OPCTX``) when it could
   be built, else a Python TorchDispatchMode (several times slower). Time spent describing ops is reported to the
-  shim as the capture layer's own (``stepcast_pause``/``resume``), so host gaps stay close to the script's own;
+  driver as the capture layer's own (``stepcast_pause``/``resume``), so host gaps stay close to the script's own;
 - marks iteration boundaries: ``torch.profiler`` steps, optimizer steps (a global step post-hook) and top-level
   backward passes are all marked, with their source; the collator keeps the best source present;
 - in a sparse run (``--run-ranks``: ``STEPCAST_RUN_RANKS`` lists the ranks that run), answers what torch waits for
@@ -26,10 +26,6 @@ emulated driver (emulate/driver), which exports the same capture API (``stepcast
   (emulate/sparse_store.py, loaded by its path);
 - deduplicates ranks: at the second profiler/optimizer mark, ranks whose device work in the iteration just ended
   hashes the same as a lower rank's stop (``STEPCAST_DEDUP=0`` disables); the collator rebuilds their traces;
-- on the shim, turns cuDNN off (``torch.backends.cudnn.enabled = False`` and the cuDNN SDPA backend): the shim
-  does not emulate cuDNN's graph API (on the driver, cuDNN runs for real and keeps torch's defaults), so convolutions
-  and batch norm run torch's native CUDA kernels and attention the flash / memory-efficient kernels, which are captured
-  like any other launch (on a real sm90+ GPU torch may choose cuDNN for these);
 - tells the capture library, around each launch of an Inductor Triton kernel, the bytes it reads and writes
   (emulate/triton_bytes.py: its tensor arguments by role), which the launch record carries;
 - times events: ``cudaEventElapsedTime`` / ``cuEventElapsedTime`` answer the predicted device time of the work
@@ -79,10 +75,10 @@ SOURCES_BY_ID = {SOURCE_PROFILER: "profiler", SOURCE_OPTIMIZER: "optimizer", SOU
 _SCALARS = (bool, int, float, str, type(None))
 
 
-def _shim() -> ctypes.CDLL:
+def _driver() -> ctypes.CDLL:
     """The capture API. Loaded RTLD_GLOBAL: the RecordFunction hook (csrc/opctx.cpp) resolves its ``stepcast_*``
-    names from the global scope, where the preloaded shim already is and the driver is put here."""
-    lib = ctypes.CDLL(os.environ["STEPCAST_SHIM"], mode=ctypes.RTLD_GLOBAL)
+    names from the global scope, where the driver is put here."""
+    lib = ctypes.CDLL(os.environ["STEPCAST_DRIVER"], mode=ctypes.RTLD_GLOBAL)
     for name in ("stepcast_pause", "stepcast_resume", "stepcast_flush"):
         getattr(lib, name).restype = None
     lib.stepcast_op_enter.argtypes = [ctypes.c_int]
@@ -153,18 +149,18 @@ class NativeOpContext:
 
 
 class OpRecorder(TorchDispatchMode):
-    """Tags the shim's log with the aten op in which each call happens; keeps the op table."""
+    """Tags the driver's log with the aten op in which each call happens; keeps the op table."""
 
-    def __init__(self, shim: ctypes.CDLL) -> None:
+    def __init__(self, driver: ctypes.CDLL) -> None:
         super().__init__()
-        self._shim = shim
+        self._driver = driver
         self._ids: dict[tuple, int] = {}
         self.table: list[tuple] = []
         self._lock = threading.Lock()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        shim = self._shim
-        shim.stepcast_pause()
+        driver = self._driver
+        driver.stepcast_pause()
         kwargs = kwargs or {}
         try:
             key = (func, *describe(args, kwargs))
@@ -176,17 +172,17 @@ class OpRecorder(TorchDispatchMode):
                 op_id = self._ids.setdefault(key, len(self.table))
                 if op_id == len(self.table):
                     self.table.append(key)
-        shim.stepcast_host_work(0)  # one dispatched op (autograd nodes are not seen here: the native hook counts them)
-        shim.stepcast_op_enter(op_id)
+        driver.stepcast_host_work(0)  # one dispatched op (autograd nodes are not seen here: the native hook counts them)
+        driver.stepcast_op_enter(op_id)
         try:
             out = func(*args, **kwargs)
         finally:
-            shim.stepcast_op_exit(-1)
-        if shim.stepcast_needs_untrack():  # a kernel wrote the outputs: their remembered bytes are stale
+            driver.stepcast_op_exit(-1)
+        if driver.stepcast_needs_untrack():  # a kernel wrote the outputs: their remembered bytes are stale
             for t in torch.utils._pytree.tree_leaves(out):
                 if isinstance(t, torch.Tensor) and t.is_cuda:
-                    shim.stepcast_untrack(t.data_ptr(), t.numel() * t.element_size())
-        shim.stepcast_resume()
+                    driver.stepcast_untrack(t.data_ptr(), t.numel() * t.element_size())
+        driver.stepcast_resume()
         return out
 
     def dump(self) -> list[dict[str, Any]]:
@@ -197,8 +193,8 @@ class OpRecorder(TorchDispatchMode):
 DEDUP_MARK = 2  # ranks compare the device work of the iteration that ends at this mark (the first full one)
 
 
-def _install_iteration_marks(shim: ctypes.CDLL, on_duplicate: Callable[[int, int, int], None] | None) -> None:
-    """Mark iteration ends; at the DEDUP_MARK-th profiler or optimizer mark, ask the shim whether this rank is a
+def _install_iteration_marks(driver: ctypes.CDLL, on_duplicate: Callable[[int, int, int], None] | None) -> None:
+    """Mark iteration ends; at the DEDUP_MARK-th profiler or optimizer mark, ask the driver whether this rank is a
     duplicate of a lower rank (``on_duplicate(representative, source, mark)`` then stops it)."""
     counts = {SOURCE_PROFILER: 0, SOURCE_OPTIMIZER: 0, SOURCE_BACKWARD: 0}
     dedup_done = on_duplicate is None
@@ -206,10 +202,10 @@ def _install_iteration_marks(shim: ctypes.CDLL, on_duplicate: Callable[[int, int
     def mark(source: int) -> None:
         nonlocal dedup_done
         counts[source] += 1
-        shim.stepcast_mark(source, counts[source])
+        driver.stepcast_mark(source, counts[source])
         if not dedup_done and source != SOURCE_BACKWARD and counts[source] == DEDUP_MARK:
             dedup_done = True
-            rep = shim.stepcast_dedup(source)
+            rep = driver.stepcast_dedup(source)
             if 0 <= rep != int(os.environ.get("RANK", "0")):
                 on_duplicate(rep, source, counts[source])
 
@@ -275,13 +271,13 @@ def _skip_value_checks() -> None:
         dist._verify_params_across_processes = lambda *args, **kwargs: None
 
 
-def _memory_stats(shim: ctypes.CDLL) -> dict[str, Any]:
+def _memory_stats(driver: ctypes.CDLL) -> dict[str, Any]:
     stats: dict[str, Any] = {}
     if torch.cuda.is_initialized():
         dev = torch.cuda.current_device()
         stats = {"device": dev, "max_memory_allocated": torch.cuda.max_memory_allocated(dev),
                  "max_memory_reserved": torch.cuda.max_memory_reserved(dev)}
-        stats["device_peak_bytes"] = int(shim.stepcast_device_peak(dev))
+        stats["device_peak_bytes"] = int(driver.stepcast_device_peak(dev))
     return stats
 
 
@@ -305,10 +301,10 @@ def _sibling(name: str) -> Any:
     return module
 
 
-def _install_sparse(shim: ctypes.CDLL) -> dict[str, Any]:
+def _install_sparse(driver: ctypes.CDLL) -> dict[str, Any]:
     """A sparse run (``--run-ranks``): answer for the absent ranks (emulate/sparse_store.py); returns the record
     kept in the op table."""
-    return _sibling("sparse_store").install(shim)
+    return _sibling("sparse_store").install(driver)
 
 
 def _watch_stop_signal(on_stop: Callable[[int], None]) -> None:
@@ -324,16 +320,13 @@ def main(argv: list[str]) -> int:
         print("usage: python -m emulate.capture SCRIPT [ARGS...]", file=sys.stderr)
         return 2
     script = Path(argv[0]).resolve()
-    shim = _shim()
-    if os.environ.get("STEPCAST_BACKEND", "shim") == "shim":
-        torch.backends.cudnn.enabled = False
-        torch.backends.cuda.enable_cudnn_sdp(False)  # SDPA would pick cuDNN attention on sm90+; flash/efficient
-    sparse = _install_sparse(shim) if os.environ.get("STEPCAST_RUN_RANKS") else None
+    driver = _driver()
+    sparse = _install_sparse(driver) if os.environ.get("STEPCAST_RUN_RANKS") else None
     native = os.environ.get("STEPCAST_OPCTX")
-    recorder = NativeOpContext(native) if native else OpRecorder(shim)
-    _sibling("triton_bytes").install(shim)  # each Inductor Triton launch's bytes read and written
-    _sibling("event_timing").install(shim, recorder.dump)  # elapsed event times: predicted device time between
-    shim.stepcast_count_python()  # this thread's Python calls count as host work (csrc/hostwork.c)
+    recorder = NativeOpContext(native) if native else OpRecorder(driver)
+    _sibling("triton_bytes").install(driver)  # each Inductor Triton launch's bytes read and written
+    _sibling("event_timing").install(driver, recorder.dump)  # elapsed event times: predicted device time between
+    driver.stepcast_count_python()  # this thread's Python calls count as host work (csrc/hostwork.c)
     status: dict[str, Any] = {"exit": "ok"}
     sidecar_lock = threading.Lock()
 
@@ -346,8 +339,8 @@ def main(argv: list[str]) -> int:
     def _write_sidecar(extra: dict[str, Any] | None = None) -> None:
         if os.getpid() != main_pid:  # a forked child of the script leaving: the op table is the rank's
             return
-        shim.stepcast_flush()
-        sidecar = {"ops": recorder.dump(), "memory": _memory_stats(shim), "status": status,
+        driver.stepcast_flush()
+        sidecar = {"ops": recorder.dump(), "memory": _memory_stats(driver), "status": status,
                    "op_context": "record_function" if native else "dispatch_mode",
                    "host_work": "record_function" if native else "dispatch_mode",
                    "torch": torch.__version__, "script": str(script), "argv": sys.argv[1:], **(extra or {})}
@@ -382,7 +375,7 @@ def main(argv: list[str]) -> int:
             os._exit(128 + signum)
 
     _watch_stop_signal(stop_on_signal)
-    _install_iteration_marks(shim, stop_as_duplicate if os.environ.get("STEPCAST_DEDUP", "1") == "1" else None)
+    _install_iteration_marks(driver, stop_as_duplicate if os.environ.get("STEPCAST_DEDUP", "1") == "1" else None)
     _skip_value_checks()
     sys.argv = [str(script), *argv[1:]]
     sys.path.insert(0, str(script.parent))  # as ``python script.py`` does (with -P nothing else was put there)

@@ -52,8 +52,6 @@ def add_run_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-dedup", action="store_true", help="run every rank, even ranks identical to a lower one")
     p.add_argument("--run-ranks", metavar="LIST", default=None,
                    help="only these ranks run (0-7,64-71 or auto[:M])")
-    p.add_argument("--backend", choices=("shim", "driver"), default="shim",
-                   help="shim (default) or driver (real cuBLAS/cuDNN/Triton)")
     p.add_argument("--python-op-context", action="store_true", help="op context from Python (slower), not the C++ hook")
     p.add_argument("script", type=Path, help="the training script")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments (after --)")
@@ -62,9 +60,10 @@ def add_run_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run_command(ns: argparse.Namespace) -> int:
     """Check the arguments, capture every rank, then simulate. Exit codes: :mod:`emulate.launcher`."""
-    from emulate.launcher import EmulationUnavailable, check_torch_build
+    from emulate.driver.build import BuildError, driver_path, nccl_path, opctx_path
+    from emulate.launcher import EmulationUnavailable, RunInterrupted, check_target, check_torch_build, \
+        stop_signals_raise
     from emulate.run_dirs import CaptureDir, CaptureDirBusy, new_run_dir
-    from emulate.shim_build import ShimBuildError, opctx_path, shim_path
 
     try:
         spec = lookup(ns.hardware)
@@ -94,14 +93,23 @@ def run_command(ns: argparse.Namespace) -> int:
     script_args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
     try:
         check_torch_build()
-        shim = shim_path()
-    except (EmulationUnavailable, ShimBuildError) as exc:
+        check_target(spec)
+    except EmulationUnavailable as exc:
         return fail(str(exc))
     try:
-        opctx: Path | None = None if ns.python_op_context else opctx_path()
-    except ShimBuildError as exc:
-        print(f"stepcast: {exc}; recording op context with the slower Python dispatch mode", file=sys.stderr)
-        opctx = None
+        with stop_signals_raise():  # a first run builds the driver: a stop leaves no compiler and no half a build
+            driver = driver_path()
+            nccl_path()
+            try:
+                opctx: Path | None = None if ns.python_op_context else opctx_path()
+            except BuildError as exc:
+                print(f"stepcast: {exc}; recording op context with the slower Python dispatch mode", file=sys.stderr)
+                opctx = None
+    except BuildError as exc:
+        return fail(str(exc))
+    except RunInterrupted as exc:
+        print(f"stepcast: {exc} while building the emulated driver; nothing was built", file=sys.stderr)
+        return exc.exit_code
     if probe_nodes is not None:
         from emulate.learned_roles import LearnError, learn_run_ranks
 
@@ -109,8 +117,7 @@ def run_command(ns: argparse.Namespace) -> int:
               f"({probe_nodes} node(s))", file=sys.stderr, flush=True)
         try:
             ns.learned_roles = learn_run_ranks(ns.script.resolve(), script_args, hardware=spec.id, nproc=ns.nproc,
-                                               probe_nodes=probe_nodes, world=ns.nproc * ns.nodes,
-                                               backend=ns.backend)
+                                               probe_nodes=probe_nodes, world=ns.nproc * ns.nodes)
         except LearnError as exc:
             return fail(str(exc))
         ns.run_rank_list = ns.learned_roles.run_ranks
@@ -120,10 +127,10 @@ def run_command(ns: argparse.Namespace) -> int:
         return fail(str(exc))
     with capture_dir:
         capture_dir.clear_previous_capture()
-        return capture_and_simulate(ns, spec, shim, opctx, script_args, capture_dir.path)
+        return capture_and_simulate(ns, spec, driver, opctx, script_args, capture_dir.path)
 
 
-def capture_and_simulate(ns: argparse.Namespace, spec: HardwareSpec, shim: Path, opctx: Path | None,
+def capture_and_simulate(ns: argparse.Namespace, spec: HardwareSpec, driver: Path, opctx: Path | None,
                          script_args: list[str], trace_dir: Path) -> int:
     from emulate.collate import collate, repair_log
     from emulate.launcher import (
@@ -140,9 +147,9 @@ def capture_and_simulate(ns: argparse.Namespace, spec: HardwareSpec, shim: Path,
     with stop_signals_raise(), (hosted_store(world) if world > 1 or run_ranks else contextlib.nullcontext()) \
             as store_port:
         try:
-            launch(ns.script.resolve(), script_args, shim=shim, spec=spec, nproc=ns.nproc, nodes=ns.nodes,
+            launch(ns.script.resolve(), script_args, driver=driver, spec=spec, nproc=ns.nproc, nodes=ns.nodes,
                    trace_dir=trace_dir, run_id=run_id, ranks=ranks, opctx=opctx, dedup=not ns.no_dedup,
-                   backend=ns.backend, run_ranks=run_ranks, store_port=store_port)
+                   run_ranks=run_ranks, store_port=store_port)
             wait(ranks)
         except RunInterrupted as exc:
             interrupted = exc
@@ -170,7 +177,7 @@ def capture_and_simulate(ns: argparse.Namespace, spec: HardwareSpec, shim: Path,
     if missing or len(ranks) < len(expected):
         absent = missing or [f"rank{r}.log" for r in expected[len(ranks):]]
         print(f"stepcast: {reason or 'capture incomplete'}: no capture log from {', '.join(absent)} (the rank ended "
-              f"before the shim loaded); capture folder {trace_dir}", file=sys.stderr)
+              f"before the driver loaded); capture folder {trace_dir}", file=sys.stderr)
         if ns.report:
             write_json_atomic(ns.report, {"partial": True, "partial_reason": reason, "capture_dir": str(trace_dir),
                                           "exit_codes": [codes.get(r) for r in expected]}, indent=1)

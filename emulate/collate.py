@@ -1,6 +1,5 @@
-"""Join the ranks' capture logs into trace-v1 files (one per rank) and the capture part of the report. A log is
-the shim's (``rank<k>.log``, :mod:`emulate.shimlog`) or the emulated driver's (``rank<k>.log.driver.<pid>.jsonl``,
-:mod:`emulate.driver.tracelog`), told apart by its name."""
+"""Join the ranks' capture logs (``rank<k>.log.driver.<pid>.jsonl``, :mod:`emulate.driver.tracelog`) into trace-v1
+files (one per rank) and the capture part of the report."""
 from __future__ import annotations
 
 import platform
@@ -10,8 +9,7 @@ from typing import Any
 
 import copy
 
-from emulate.driver.tracelog import DriverLog, driver_events, is_driver_log, read_driver_log
-from emulate.shimlog import comm_sizes, peak_device_bytes, rank_events, read_rank_log
+from emulate.driver.tracelog import comm_sizes, driver_events, peak_device_bytes, read_driver_log
 from emulate.trace import write_trace
 from profiling.atomic import write_json_atomic
 
@@ -128,7 +126,7 @@ def collate(log_paths: list[Path], *, hardware: str, world_size: int, ranks_per_
     """Write ``trace_dir/rank<k>.trace.json[.gz]`` for every rank that ran and return the capture report fields.
     ``rank_ids``: the rank of each log (a sparse run, ``--run-ranks``; default 0, 1, ...): the absent ranks are
     then described as copies of running ones (:func:`sparse_copies`) instead of traces of their own."""
-    logs = [read_driver_log(p) if is_driver_log(p) else read_rank_log(p) for p in log_paths]
+    logs = [read_driver_log(p) for p in log_paths]
     rank_of = list(rank_ids) if rank_ids is not None else list(range(len(logs)))
     index_of = {r: i for i, r in enumerate(rank_of)}
     sparse_records = [log.sidecar["sparse"] for log in logs if isinstance(log.sidecar.get("sparse"), dict)]
@@ -143,13 +141,8 @@ def collate(log_paths: list[Path], *, hardware: str, world_size: int, ranks_per_
                 sizes[comm] = 2
     per_rank: list[dict[str, Any]] = []
     traces: list[str] = []
-    all_events = [driver_events(log, comm_sizes=sizes, ranks_per_node=ranks_per_node) if isinstance(log, DriverLog)
-                  else rank_events(log, comm_sizes=sizes, ranks_per_node=ranks_per_node) for log in logs]
+    all_events = [driver_events(log, comm_sizes=sizes, ranks_per_node=ranks_per_node) for log in logs]
     place_collectives(all_events, communicator_members(logs, rank_of, sparse_records), ranks_per_node)
-    backend = "driver" if any(isinstance(log, DriverLog) for log in logs) else "shim"
-    cudnn = (CUDNN_ON_DRIVER if backend == "driver" else
-             "disabled: convolutions and batch norm take torch's native CUDA kernels, SDPA the flash / "
-             "memory-efficient backends (a real sm90+ GPU may pick cuDNN)")
     deduplicated: dict[int, int] = {}
     for k, log in enumerate(logs):
         dedup = log.sidecar.get("dedup")
@@ -166,8 +159,7 @@ def collate(log_paths: list[Path], *, hardware: str, world_size: int, ranks_per_
         meta = {"script": log.sidecar.get("script"), "argv": log.sidecar.get("argv"),
                 "torch": log.sidecar.get("torch"), "capture_host": platform.node(),
                 "capture_cpu": platform.processor() or platform.machine(), "status": log.sidecar.get("status"),
-                "generic_entry_points": sorted(set(log.unhandled)), "backend": backend,
-                "cudnn": "enabled" if backend == "driver" else "disabled (not emulated)",
+                "generic_entry_points": sorted(set(log.unhandled)), "backend": "driver", "cudnn": "enabled",
                 "op_context": log.sidecar.get("op_context"), "host_clock": log.host_clock,
                 "host_work": log.sidecar.get("host_work"),
                 "deduplicated_from": deduplicated.get(rank),
@@ -193,8 +185,8 @@ def collate(log_paths: list[Path], *, hardware: str, world_size: int, ranks_per_
     sparse = sparse_copies(rank_of, world_size, sparse_records, trace_dir) if rank_ids is not None else {}
     return {**sparse,
         "emulation": {
-            "backend": backend,
-            "cudnn": cudnn,
+            "backend": "driver",
+            "cudnn": CUDNN_ON_DRIVER,
             "device_reads": "real bytes for small data moved by copies, collectives and metadata ops; zeros for "
                             "anything a kernel computed (loss.item() reads 0.0)",
             "generic_entry_points": generic,

@@ -5,12 +5,11 @@ steady iterations whose median is the iteration time).
     python -m emulate.compat                                   # every row (slow: seconds to a minute each)
     python -m emulate.compat --rows hf_llama_eager,ddp --json out.json
 
-Each row runs ``python -m emulate run --hardware H --nproc N --backend B --report r.json -- examples/compat/...``
+Each row runs ``python -m emulate run --hardware H --nproc N --report r.json -- examples/compat/...``
 through :func:`emulate.e2e.emulation.emulate_script` (the one way an emulation is run), with a per-row timeout, and
 reads the report back. Frameworks (transformers,
 accelerate, torchvision, Megatron-core, DeepSpeed, torchtitan) are optional: a row whose modules are not importable
-says 'not installed' and does not run. Rows that need cuDNN use ``--backend driver`` (the shim backend turns cuDNN
-off); the table says which backend each row used. A failed row's reason is the run's exception line
+says 'not installed' and does not run. A failed row's reason is the run's exception line
 (:func:`emulate.e2e.emulation.failure_line`).
 """
 from __future__ import annotations
@@ -32,18 +31,17 @@ TIMEOUT_S = 600.0  # torchtitan on 2 ranks autotunes FlexAttention on each rank:
 
 @dataclass(frozen=True)
 class Row:
-    """One workload: the script (relative to the repository), its arguments, ranks, backend and the modules it
-    needs beyond torch."""
+    """One workload: the script (relative to the repository), its arguments, ranks and the modules it needs beyond
+    torch."""
     name: str
     script: str
     args: tuple[str, ...] = ()
     nproc: int = 1
-    backend: str = "shim"
     requires: tuple[str, ...] = ()
 
     def command(self, report: Path, hardware: str) -> list[str]:
         return [sys.executable, "-m", "emulate", "run", "--hardware", hardware, "--nproc", str(self.nproc),
-                "--backend", self.backend, "--report", str(report), "--", str(REPO_ROOT / self.script), *self.args]
+                "--report", str(report), "--", str(REPO_ROOT / self.script), *self.args]
 
 
 STEPS = ("--steps", "5")  # warm-up plus at least 3 steady iterations
@@ -53,19 +51,14 @@ ROWS: dict[str, Row] = {r.name: r for r in (
         requires=("transformers", "accelerate")),
     Row("compile_default", "examples/compat/compiled_mlp.py", ("--mode", "default", *STEPS)),
     Row("compile_max_autotune", "examples/compat/compiled_mlp.py", ("--mode", "max-autotune-no-cudagraphs", *STEPS)),
-    # CUDA graphs: the driver backend captures and replays them; the shim refuses stream capture (kept as a row
-    # so the table shows the gap)
-    Row("compile_reduce_overhead", "examples/compat/compiled_mlp.py", ("--mode", "reduce-overhead", *STEPS),
-        backend="driver"),
-    Row("compile_reduce_overhead_shim", "examples/compat/compiled_mlp.py", ("--mode", "reduce-overhead", *STEPS)),
+    Row("compile_reduce_overhead", "examples/compat/compiled_mlp.py", ("--mode", "reduce-overhead", *STEPS)),
     Row("flex_attention", "examples/compat/flex_attention.py", STEPS),
     # fp32's peak is cudnn.benchmark's workspace in the first step: torch (Conv_v8.cpp, generate_and_filter_plans)
     # allocates the largest workspace of the engines that fit the free memory, 4.35 GiB for one convolution
     # backward here, as on an 80 GB GPU; the steady footprint is about 0.5 GiB
-    Row("resnet50_fp32", "examples/compat/resnet50.py", ("--dtype", "fp32", *STEPS), backend="driver",
-        requires=("torchvision",)),
+    Row("resnet50_fp32", "examples/compat/resnet50.py", ("--dtype", "fp32", *STEPS), requires=("torchvision",)),
     Row("resnet50_bf16_cl", "examples/compat/resnet50.py", ("--dtype", "bf16", "--channels-last", *STEPS),
-        backend="driver", requires=("torchvision",)),
+        requires=("torchvision",)),
     Row("ddp", "examples/ddp.py", ("--hidden", "512", "--layers", "2", "--batch", "32", *STEPS), nproc=2),
     Row("fsdp2", "examples/fsdp2.py", ("--dim", "512", "--blocks", "2", "--batch", "32", *STEPS), nproc=2),
     Row("tensor_parallel", "examples/compat/tensor_parallel.py", STEPS, nproc=2),
@@ -107,7 +100,7 @@ def failed(row: Row, why: str, wall_s: float | None) -> dict[str, Any]:
 
 
 def base(row: Row) -> dict[str, Any]:
-    return {"row": row.name, "ranks": row.nproc, "backend": row.backend}
+    return {"row": row.name, "ranks": row.nproc}
 
 
 def run_row(row: Row, hardware: str = "h100-sxm", timeout_s: float = TIMEOUT_S,
@@ -120,7 +113,7 @@ def run_row(row: Row, hardware: str = "h100-sxm", timeout_s: float = TIMEOUT_S,
     if missing:
         return {**failed(row, "needs " + ", ".join(missing), None), "status": NOT_INSTALLED}
     done = emulate_script(REPO_ROOT / row.script, list(row.args), hardware, nproc=row.nproc, timeout_s=timeout_s,
-                          kernels=False, options=["--backend", row.backend], runner=runner)
+                          kernels=False, runner=runner)
     if not done["ok"]:
         return failed(row, done["error"], done["wall_s"])
     return result_from_report(row, done["report"], done["wall_s"])
@@ -143,13 +136,13 @@ def print_table(results: list[dict[str, Any]], hardware: str) -> None:
 
     console = Console(width=max(Console().width, 200))
     table = Table(title=f"Compatibility on a virtual {hardware}", expand=False)
-    for col in ("workload", "ranks", "backend", "status", "iteration ms", "peak GiB", "no-model kernels",
-                "no-model steady", "wall s", "why"):
-        table.add_column(col, justify="left" if col in ("workload", "backend", "status", "why") else "right",
+    for col in ("workload", "ranks", "status", "iteration ms", "peak GiB", "no-model kernels", "no-model steady",
+                "wall s", "why"):
+        table.add_column(col, justify="left" if col in ("workload", "status", "why") else "right",
                          overflow="fold", min_width=80 if col == "why" else None)
     for r in results:
         mem = r["peak_memory_bytes"]
-        table.add_row(r["row"], str(r["ranks"]), r["backend"], r["status"],
+        table.add_row(r["row"], str(r["ranks"]), r["status"],
                       "" if r["iteration_time_ms"] is None else f"{r['iteration_time_ms']:.3f}",
                       "" if mem is None else f"{mem / 2**30:.2f}",
                       "" if r["fallback_kernels"] is None else str(r["fallback_kernels"]),

@@ -57,8 +57,8 @@ if HOST_MODEL not in ("counted", "measured"):
 #: iteration says nothing about its spread): the report warns.
 MIN_ITERATIONS_FOR_STEADY_STATE: int = 3
 
-#: Where the runtime-call costs (what the real CUDA runtime and driver spend on the host per call, and the shim
-#: does not) come from: :mod:`emulate.host_costs` calibrates them from the runtime calls of real profiler traces.
+#: Where the runtime-call costs (what the real CUDA runtime and driver spend on the host per call, and the emulated
+#: driver does not) come from: :mod:`emulate.host_costs` calibrates them from the runtime calls of real profiler traces.
 HOST_CALL_COSTS_FILE: str = os.path.join(os.path.dirname(os.path.abspath(__file__)), "host_call_costs.json")
 
 #: In-step calibration (``STEPCAST_INSTEP``: ``on``, the default, or ``off``): the estimators learn kernels timed one

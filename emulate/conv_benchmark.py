@@ -9,7 +9,7 @@ Two checks:
 - **KernelBench** (``kernelbench/`` under the shared data, read its SOURCE.md): the eager forward of each level-1
   convolution problem (54-87), fp32, CUDA events over 100 calls, on KernelBench's GPUs
   (:data:`emulate.kernelbench_benchmark.GPUS`). The
-  problems run in one capture a GPU on the driver backend emulating it (cuDNN runs for real and picks its kernels
+  problems run in one capture a GPU on the emulated driver emulating it (cuDNN runs for real and picks its kernels
   for that device, and the rows follow the kernels: ``emulate/e2e/kernelbench_eager.py``, kept under
   ``<cache>/conv_benchmark/``; a cached capture is re-collated, so its rows are today's classifier's; a run the
   emulated driver crashes in loses its op table, so the problem it crashed in is left out and the others run
@@ -76,7 +76,7 @@ def conv_problems(measured: dict[str, dict[str, float]], only: list[str] | None 
 
 
 def capture(problems: list[str], root: Path, gpu: str, fresh: bool = False) -> tuple[Path | None, str | None]:
-    """(trace, why the run failed) of ``problems`` run eagerly, in order, on the driver backend emulating ``gpu``
+    """(trace, why the run failed) of ``problems`` run eagerly, in order, on the emulated driver emulating ``gpu``
     (cached by GPU and problem set; a failed run keeps its trace up to the failure). Each GPU has its own
     capture: cuDNN picks its kernels (Winograd or implicit GEMM, TF32 or not) for the device it runs on, and the
     rows follow the kernels."""
@@ -90,8 +90,7 @@ def capture(problems: list[str], root: Path, gpu: str, fresh: bool = False) -> t
             recollate(trace_dir, gpu)
         return trace, failed.read_text() if failed.is_file() else None
     paths = [str(root / PROBLEMS / f"{p}.py") for p in problems]
-    done = emulate_script(SCRIPT, [str(CALLS), *paths], gpu, kernels=False, timeout_s=3600,
-                          options=["--backend", "driver"], trace_dir=trace_dir)
+    done = emulate_script(SCRIPT, [str(CALLS), *paths], gpu, kernels=False, timeout_s=3600, trace_dir=trace_dir)
     error = None if done["ok"] else f"emulation failed: {done['error'][:300]}"
     if error and trace_dir.is_dir():
         failed.write_text(error)
@@ -259,7 +258,7 @@ def kernelbench_rows(root: Path | None = None, bundle: str | None = None, only: 
     traces, failed = {}, {}
     for gpu in sorted({g for p in problems for g in measured[p]}):
         if console:
-            console.print(f"capturing {len(problems)} problems on the driver backend as {gpu} (cached)")
+            console.print(f"capturing {len(problems)} problems on the emulated driver as {gpu} (cached)")
         traces[gpu], failed[gpu] = capture_all(problems, root, gpu, fresh=fresh)
     return evaluate_problems(problems, traces, measured, least, failed, estimator)
 

@@ -4,13 +4,11 @@ device time of the work between the two events, so that autotuners (Inductor max
 target GPU instead of seeing ties.
 
 The capture layer (emulate/capture.py, which loads this file by its path) calls :func:`install` once; it registers
-:func:`EventTiming.answer` with the capture library (``stepcast_set_elapsed_predictor``: the shim's core.c and the
-driver's stream.c). At a query the library passes the two events' ids as its log writes them (the shim's event
-number in its ``R`` records, the driver's handle in ``event_record``); this module reads the log's new lines (the
-shim flushes it first; the driver's is unbuffered), finds each event's latest record, and takes the device work
+:func:`EventTiming.answer` with the capture library (``stepcast_set_elapsed_predictor``: the driver's stream.c).
+At a query the driver passes the two events' handles as its log writes them (in ``event_record`` records); this
+module reads the log's new lines (it is unbuffered), finds each event's latest record, and takes the device work
 logged between them on the start event's stream (one stream, back to back: how autotuners time). That work is
-turned into trace events by the parsers the collator uses (:func:`emulate.shimlog.rank_events`,
-:func:`emulate.driver.tracelog.driver_events`) and timed by the simulator's own
+turned into trace events by the parser the collator uses (:func:`emulate.driver.tracelog.driver_events`) and timed by the simulator's own
 :func:`emulate.sim.durations.assign_durations` on the GPU the run emulates (``STEPCAST_GPU_NAME``) with the shipped
 estimator, loaded once at the first query; each distinct piece of work is predicted once. The answer is the sum.
 
@@ -45,7 +43,6 @@ from typing import Any, Callable
 PREDICTOR = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_float,
                              ctypes.POINTER(ctypes.c_float))
 KEEP_WORK = 1 << 17                # device-work records kept for queries (older ones: the nominal clock answers)
-SHIM_WORK = frozenset(b"KGCSN")    # the shim's device-work record kinds (core.c is_device_work)
 DRIVER_WORK = tuple(b'{"event":"%s"' % k for k in (b"launch", b"memcpy", b"memset", b"collective"))
 DRIVER_RECORD = b'{"event":"event_record"'
 DEVICE_KINDS = frozenset({"kernel", "memcpy", "memset", "collective"})
@@ -68,14 +65,13 @@ class WorkLog:
     """The capture log read incrementally: each event's latest record (its position among the device-work records
     and its stream) and the last :data:`KEEP_WORK` device-work records, raw."""
 
-    def __init__(self, path: Path, backend: str) -> None:
-        self.path, self.backend = path, backend
+    def __init__(self, path: Path) -> None:
+        self.path = path
         self.offset = 0
         self.partial = b""
         self.work: list[bytes] = []
         self.base = 0                        # the position of work[0] among all device-work records
         self.latest: dict[int, tuple[int, int]] = {}   # event id -> (device-work records before it, its stream)
-        self.kernels: dict[int, str] = {}    # the shim's F lines
         self.comms: dict[str, tuple[int, int]] = {}
 
     def read(self) -> None:
@@ -98,31 +94,18 @@ class WorkLog:
             self.latest = {e: at for e, at in self.latest.items() if at[0] >= self.base}
 
     def _line(self, line: bytes) -> None:
-        if self.backend == "shim":
-            kind = line[:1]
-            if kind and kind[0] in SHIM_WORK:
-                self.work.append(line)
-            elif kind == b"R":
-                parts = line.split(b"\t")
-                self.latest[int(parts[5])] = (self.base + len(self.work), int(parts[6]))
-            elif kind == b"F":
-                _, fid, name = line.decode(errors="replace").split("\t", 2)
-                self.kernels[int(fid)] = name
-            elif kind == b"X":
-                parts = line.decode().split("\t")
-                self.comms[parts[1]] = (int(parts[2]), int(parts[3]))
-        elif line.startswith(DRIVER_WORK):
+        if line.startswith(DRIVER_WORK):
             self.work.append(line)
         elif line.startswith(DRIVER_RECORD):
             rec = json.loads(line)
             self.latest[int(rec["handle"])] = (self.base + len(self.work), int(rec["stream"]))
         elif line.startswith(b'{"event":"comm"'):
-            comm, nranks, rank = json.loads(line)["text"].split("\t")[:3]
-            self.comms[comm] = (int(nranks), int(rank))
+            rec = json.loads(line)
+            self.comms[rec["comm"]] = (int(rec["nranks"]), int(rec["rank"]))
 
     def between(self, start: int, end: int) -> tuple[list[Any], int] | None:
         """The device-work records between the latest records of events ``start`` and ``end`` on the start event's
-        stream (parsed as the backend's log reader does) and the sign of the interval (-1: ``end`` was recorded
+        stream (parsed as the collator's log reader does) and the sign of the interval (-1: ``end`` was recorded
         first); None when either event has no record or the work has left memory."""
         if start not in self.latest or end not in self.latest:
             return None
@@ -132,25 +115,16 @@ class WorkLog:
         if a < self.base:
             return None
         raw = self.work[a - self.base:b - self.base]
-        if self.backend == "shim":
-            records = [p for p in (line.decode(errors="replace").split("\t") for line in raw) if int(p[5]) == stream]
-        else:
-            records = [r for r in map(json.loads, raw) if _driver_stream(r) == stream]
+        records = [r for r in map(json.loads, raw) if int(r["stream"]) == stream]
         return records, sign
-
-
-def _driver_stream(rec: dict[str, Any]) -> int:
-    if rec["event"] == "collective":
-        return int(rec["text"].split("\t", 1)[0])
-    return int(rec["stream"])
 
 
 class EventTiming:
     """The predictor the capture library calls (:meth:`answer`) and what it answered."""
 
-    def __init__(self, shim: Any, log: WorkLog, summary_path: Path | None,
+    def __init__(self, driver: Any, log: WorkLog, summary_path: Path | None,
                  op_table: Callable[[], list[dict[str, Any]]] = list) -> None:
-        self.shim, self.log, self.summary_path = shim, log, summary_path
+        self.driver, self.log, self.summary_path = driver, log, summary_path
         self.op_table = op_table             # the capture's op recorder's table so far (its dump)
         self.pid = os.getpid()               # a forked child reads another log: its queries stay nominal
         self.lock = threading.Lock()
@@ -174,7 +148,7 @@ class EventTiming:
         """0 with ``out[0]`` = the predicted ms, or 1 (the library's nominal answer stands). Never raises."""
         if os.getpid() != self.pid:
             return 1
-        self.shim.stepcast_pause()
+        self.driver.stepcast_pause()
         try:
             with self.lock:
                 caller, context = self._caller()
@@ -196,7 +170,7 @@ class EventTiming:
             self._fail(exc)
             return 1
         finally:
-            self.shim.stepcast_resume()
+            self.driver.stepcast_resume()
 
     def _fail(self, exc: BaseException) -> None:
         if self.failure is None:
@@ -224,20 +198,12 @@ class EventTiming:
 
     def _events(self, records: list[Any]) -> list[dict[str, Any]]:
         """Trace events of the window's records, as the collator makes them (op context included)."""
-        top = max((int(r[4]) if self.log.backend == "shim" else int(r["op"])) for r in records)
-        if top >= len(self.ops):
+        from emulate.driver.tracelog import DriverLog, driver_events
+
+        if max(int(r["op"]) for r in records) >= len(self.ops):
             self.ops = self.op_table()
-        if self.log.backend == "shim":
-            from emulate.shimlog import RankLog, rank_events
-
-            log = RankLog(self.log.path, records=records, kernels=self.log.kernels, comms=self.log.comms,
-                          ops=self.ops)
-            events = rank_events(log, comm_sizes={}, ranks_per_node=_ranks_per_node())
-        else:
-            from emulate.driver.tracelog import DriverLog, driver_events
-
-            log = DriverLog(self.log.path, records=records, ops=self.ops, comms=self.log.comms)
-            events = driver_events(log, comm_sizes={}, ranks_per_node=_ranks_per_node())
+        log = DriverLog(self.log.path, records=records, ops=self.ops, comms=self.log.comms)
+        events = driver_events(log, comm_sizes={}, ranks_per_node=_ranks_per_node())
         return [ev for ev in events if ev["kind"] in DEVICE_KINDS]
 
     def durations_us(self, events: list[dict[str, Any]]) -> list[float]:
@@ -359,8 +325,8 @@ class EventTiming:
 
 def gemm_row(inputs: Any, output: Any) -> dict[str, Any] | None:
     """The estimator row of the GEMM whose benchmark tensors these are (an output [..., M, N] and, among the
-    inputs, an A [..., M, K] and a B [..., K, N]), as a cuBLAS call of those shapes would get (emulate.shimlog
-    gemm_spec); None when they are not a GEMM's. Inductor's GEMM templates have no model of their own: timed as
+    inputs, an A [..., M, K] and a B [..., K, N]), as ``aten.mm`` of those shapes gets from the classifier; None when
+    they are not a GEMM's. Inductor's GEMM templates have no model of their own: timed as
     the GEMM, they tie with the cuBLAS choice instead of looking free (an unclassified kernel's launch floor)."""
     import math
 
@@ -391,21 +357,17 @@ def _ranks_per_node() -> int:
     return max(1, int(os.environ.get("LOCAL_WORLD_SIZE") or 1))
 
 
-def log_path() -> tuple[Path, str] | None:
-    """This process's capture log and its backend (the driver's is per process: ``$STEPCAST_DRIVER_LOG.<pid>``)."""
-    backend = os.environ.get("STEPCAST_BACKEND", "shim")
-    if backend == "driver":
-        prefix = os.environ.get("STEPCAST_DRIVER_LOG")
-        return (Path(f"{prefix}.{os.getpid()}.jsonl"), backend) if prefix else None
-    path = os.environ.get("STEPCAST_LOG")
-    return (Path(path), backend) if path else None
+def log_path() -> Path | None:
+    """This process's capture log (the driver's is per process: ``$STEPCAST_DRIVER_LOG.<pid>.jsonl``)."""
+    prefix = os.environ.get("STEPCAST_DRIVER_LOG")
+    return Path(f"{prefix}.{os.getpid()}.jsonl") if prefix else None
 
 
 _installed: EventTiming | None = None
 
 
-def install(shim: Any, op_table: Callable[[], list[dict[str, Any]]]) -> EventTiming | None:
-    """Register the predictor with the capture library ``shim`` (ctypes), reading op contexts from ``op_table``
+def install(driver: Any, op_table: Callable[[], list[dict[str, Any]]]) -> EventTiming | None:
+    """Register the predictor with the emulated driver (``driver``: its ctypes handle), reading op contexts from ``op_table``
     (the capture's op recorder's ``dump``); nothing when it has no
     ``stepcast_set_elapsed_predictor`` (an older build), when there is no log, or with
     ``STEPCAST_EVENT_TIMING=nominal``."""
@@ -414,13 +376,13 @@ def install(shim: Any, op_table: Callable[[], list[dict[str, Any]]]) -> EventTim
     if os.environ.get("STEPCAST_EVENT_TIMING", "predicted") == "nominal" or where is None:
         return None
     try:
-        register = shim.stepcast_set_elapsed_predictor
+        register = driver.stepcast_set_elapsed_predictor
     except AttributeError:
         return None
     register.argtypes = [PREDICTOR]
     register.restype = None
     summary = os.environ.get("STEPCAST_LOG")
-    timing = EventTiming(shim, WorkLog(*where), Path(summary + ".events.json") if summary else None, op_table)
+    timing = EventTiming(driver, WorkLog(where), Path(summary + ".events.json") if summary else None, op_table)
     register(timing.callback)
     atexit.register(timing.write_summary)
     _installed = timing

@@ -1,7 +1,7 @@
 """What the host pays per intercepted call: the real CUDA runtime's own cost (calibrated from real profiler traces)
 and the framework's work before the call (the counted host model, calibrated on a reference machine).
 
-The shim answers every intercepted call at once, so a captured host gap holds the framework's own work (Python,
+The emulated driver answers every intercepted call at once, so a captured host gap holds the framework's own work (Python,
 the dispatcher, the caching allocator) but not the time the real ``cudaLaunchKernel``, ``cudaMemcpyAsync`` or
 ``cudaEventRecord`` would have spent on the host. The simulator adds it back per event kind (then divides by
 ``--host-speed`` with the rest of the host time); without it a launch-bound script is predicted too fast.
@@ -15,7 +15,7 @@ overhead (CUPTI callbacks), so they are upper estimates of an unprofiled run's c
 The framework's work (``work_ns``): a captured trace counts, before each call, the aten op entries, the autograd
 node evaluations and the Python function calls its thread made since the previous call (``host_ops``,
 ``host_nodes``, ``host_py``: torch's RecordFunction, the hook its profiler uses, and a Python profile function,
-emulate/csrc/hostwork.c). The counted host model (:mod:`emulate.sim.host`) times a gap as ``call + op * host_ops +
+emulate/driver/csrc/hostwork.c). The counted host model (:mod:`emulate.sim.host`) times a gap as ``call + op * host_ops +
 node * host_nodes + py * host_py``: a count is the same whatever else runs on the emulating machine, where a
 CPU-time reading of the same work varies with the load on it by up to 2x (shared cores and caches). The four
 costs are fitted (non-negative least squares) on the steady-state host gaps of reference captures (the

@@ -1,4 +1,4 @@
-"""Start the emulated ranks and own them: check that torch can be emulated, describe the target GPU to the shim,
+"""Start the emulated ranks and own them: check that torch can be emulated, describe the target GPU to the driver,
 run one child process per rank the way torchrun does (rendezvous on loopback, torchrun's variables set), and stop
 them all when the run is stopped or one rank fails.
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import getpass
 import importlib.util
 import os
 import re
@@ -30,7 +29,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -76,8 +74,71 @@ def check_torch_build(cuda_version: str | None = None, *, probe: bool = True) ->
     return version
 
 
+def torch_arch_flags() -> list[str]:
+    """The GPU architectures torch's CUDA build carries code for (``sm_75``, ``compute_90`` ...:
+    ``torch._C._cuda_getArchFlags``), cached per torch build under the cache folder, since importing torch costs
+    seconds and the answer changes only with torch."""
+    import hashlib
+    import json
+
+    from profiling.paths import cache_root
+
+    spec = importlib.util.find_spec("torch")
+    version_py = Path(spec.origin).parent / "version.py" if spec and spec.origin else None
+    if version_py is None or not version_py.is_file():
+        raise EmulationUnavailable("torch is not installed: pip install a CUDA build of torch")
+    cache = cache_root() / f"torch-arch-{hashlib.sha256(version_py.read_bytes()).hexdigest()[:16]}.json"
+    with contextlib.suppress(OSError, ValueError):
+        return list(json.loads(cache.read_text()))
+    import torch
+
+    flags = str(torch._C._cuda_getArchFlags() or "").split()
+    from profiling.atomic import write_json_atomic
+
+    with contextlib.suppress(OSError):
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(cache, flags, indent=None)
+    return flags
+
+
+def runs_on(flags: list[str], capability: tuple[int, int]) -> bool:
+    """Whether code built for ``flags`` runs on a GPU of ``capability``: machine code of the same major version and
+    a minor at most the GPU's (``sm_86`` runs on 8.9), or PTX of an older architecture, compiled when loaded
+    (``compute_90`` on 10.0). Architecture-specific code (``sm_90a``) runs only on its own."""
+    major, minor = capability
+    for flag in flags:
+        found = re.fullmatch(r"(sm|compute)_(\d+?)(\d)([af]?)", flag)
+        if not found:
+            continue
+        kind, fmajor, fminor, suffix = found.group(1), int(found.group(2)), int(found.group(3)), found.group(4)
+        if suffix and (fmajor, fminor) != (major, minor):
+            continue
+        if kind == "sm" and fmajor == major and fminor <= minor:
+            return True
+        if kind == "compute" and (fmajor, fminor) <= (major, minor):
+            return True
+    return False
+
+
+def check_target(spec: HardwareSpec, flags: list[str] | None = None) -> None:
+    """Raise EmulationUnavailable when the installed torch cannot run on the target at all: its CUDA build carries
+    no code for the target's architecture (torch 2.14's CUDA 13 wheels start at sm_75, so a V100, P100 or P4 is
+    refused; on such a GPU its cuBLAS fails with CUBLAS_STATUS_ARCH_MISMATCH), as a real run would fail."""
+    if spec.kind != "gpu" or spec.compute_capability is None:
+        raise EmulationUnavailable(f"hardware '{spec.id}' is a {spec.kind}, not a GPU: choose a GPU id from "
+                                   "conf/hardware/")
+    flags = torch_arch_flags() if flags is None else flags
+    cc = tuple(spec.compute_capability)
+    if flags and not runs_on(flags, cc):
+        built = " ".join(flags)
+        raise EmulationUnavailable(
+            f"{spec.id} is compute capability {cc[0]}.{cc[1]}, and the installed torch (CUDA "
+            f"{torch_cuda_version()}) carries code for {built} only, so it cannot run there: install a torch built "
+            "for that GPU (CUDA 12.6 builds of torch 2.6-2.8 still include sm_50-sm_70)")
+
+
 def gpu_environment(spec: HardwareSpec, device_count: int) -> dict[str, str]:
-    """STEPCAST_GPU_* variables the shim reads (emulate/csrc/core.c) for the target device."""
+    """STEPCAST_GPU_* variables the emulated driver reads (emulate/driver/csrc/device.c) for the target device."""
     if spec.kind != "gpu" or spec.compute_capability is None:
         raise EmulationUnavailable(f"hardware '{spec.id}' is a {spec.kind}, not a GPU: choose a GPU id from "
                                    "conf/hardware/")
@@ -102,7 +163,7 @@ def gpu_environment(spec: HardwareSpec, device_count: int) -> dict[str, str]:
 
 def new_run_id() -> str:
     """Names this run's shared-memory areas (/dev/shm/stepcast-<run id>-*: small collectives and dedup,
-    emulate/csrc/datapath.c and dedup.c); unique per run, so concurrent runs never share one."""
+    emulate/driver/csrc/datapath.c and dedup.c); unique per run, so concurrent runs never share one."""
     return f"{os.getpid()}-{os.urandom(4).hex()}"
 
 
@@ -136,44 +197,27 @@ class RankProcess:
     stopped: bool = False  # the launcher stopped it (its exit code is then the stop's, not a failure)
 
 
-BACKENDS = ("shim", "driver")
+def rank_environment(driver: Path, spec: HardwareSpec, nproc: int, base: dict[str, str]) -> dict[str, str]:
+    """What a rank needs to run on the emulated driver (emulate/driver): the driver's folder first on the library
+    path (torch's own libcudart finds ``libcuda.so.1`` there, and ``libnvidia-ml.so.1`` beside it), so torch's real
+    libcudart, cuBLAS, cuDNN and Triton run and launch their real kernels; the preloaded NCCL and runtime marks
+    (emulate/driver/csrc/nccl.c, runtime_marks.c); the device description; and the driver's path for the capture
+    layer, which loads its capture API (``STEPCAST_DRIVER``)."""
+    from emulate.driver.build import nccl_path
+    from emulate.driver.device import driver_environment
 
-
-def backend_environment(backend: str, shim: Path, spec: HardwareSpec, nproc: int,
-                        base: dict[str, str]) -> dict[str, str]:
-    """What a rank needs to run on the chosen device emulation. ``shim``: the shim preloaded (it replaces the CUDA
-    runtime and stubs the libraries). ``driver``: the emulated driver (emulate/driver) first on the library path and
-    nothing preloaded, so torch's own libcudart, cuBLAS, cuDNN and Triton run and launch their real kernels; it
-    exports the shim's capture API, which the capture layer loads by path (``STEPCAST_SHIM``)."""
-    if backend == "shim":
-        lib = shim
-        env = {"LD_PRELOAD": " ".join(p for p in (str(shim), base.get("LD_PRELOAD", "")) if p),
-               # the shim turns cuDNN attention off, which Inductor's graph cache does not key on: a graph compiled
-               # with it on (on a GPU, or on the driver backend) would call cuDNN here, so the shim's are kept apart
-               "TORCHINDUCTOR_CACHE_DIR": os.path.join(base.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(
-                   tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}"), "stepcast-shim")}
-    elif backend == "driver":
-        from emulate.driver.build import driver_path, nccl_path
-        from emulate.driver.device import driver_environment
-
-        lib = driver_path()
-        env = driver_environment(spec, nproc)
-        # NCCL is the shim's (emulate/csrc/nccl_driver.c), preloaded: the real libnccl crashes on device memory
-        # that has no pages
-        env["LD_PRELOAD"] = " ".join(p for p in (str(nccl_path()), base.get("LD_PRELOAD", "")) if p)
-    else:
-        raise ValueError(f"backend must be one of {BACKENDS}, found {backend!r}")
-    env.update({"LD_LIBRARY_PATH": os.pathsep.join(p for p in (str(lib.parent), base.get("LD_LIBRARY_PATH", "")) if p),
-                "STEPCAST_SHIM": str(lib), "STEPCAST_BACKEND": backend})
+    env = driver_environment(spec, nproc)
+    env["LD_PRELOAD"] = " ".join(p for p in (str(nccl_path()), base.get("LD_PRELOAD", "")) if p)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(driver.parent), base.get("LD_LIBRARY_PATH", "")) if p)
+    env["STEPCAST_DRIVER"] = str(driver)
     return env
 
 
-def rank_log(trace_dir: Path, rank: int, backend: str, pid: int) -> Path:
-    """The capture log of one rank: the shim's ``rank<k>.log``; the driver's per-process
-    ``rank<k>.log.driver.<pid>.jsonl`` (its prefix is ``STEPCAST_DRIVER_LOG``); the op table is
-    ``rank<k>.log.ops.json`` for both."""
-    log = trace_dir / f"rank{rank}.log"
-    return log if backend == "shim" else log.with_name(f"{log.name}.driver.{pid}.jsonl")
+def rank_log(trace_dir: Path, rank: int, pid: int) -> Path:
+    """The capture log of one rank's process: ``rank<k>.log.driver.<pid>.jsonl`` (its prefix is
+    ``STEPCAST_DRIVER_LOG``; per process, since Inductor's compile workers load the driver too); the op table is
+    ``rank<k>.log.ops.json``."""
+    return trace_dir / f"rank{rank}.log.driver.{pid}.jsonl"
 
 
 @contextlib.contextmanager
@@ -204,13 +248,13 @@ def sparse_environment(run_ranks: list[int]) -> dict[str, str]:
             "TORCH_NCCL_DUMP_ON_TIMEOUT": "0"}
 
 
-def launch(script: Path, script_args: list[str], *, shim: Path, spec: HardwareSpec, nproc: int, nodes: int,
+def launch(script: Path, script_args: list[str], *, driver: Path, spec: HardwareSpec, nproc: int, nodes: int,
            trace_dir: Path, run_id: str, ranks: list[RankProcess], opctx: Path | None = None,
-           dedup: bool = True, backend: str = "shim", run_ranks: list[int] | None = None,
+           dedup: bool = True, run_ranks: list[int] | None = None,
            store_port: int | None = None) -> list[RankProcess]:
-    """Start world_size = nproc * nodes ranks on this machine (each node's ranks see nproc virtual devices),
-    appending each to ``ranks`` as soon as it runs, so that a stop during the start still finds every rank.
-    ``backend`` is the device emulation (:func:`backend_environment`).
+    """Start world_size = nproc * nodes ranks on this machine (each node's ranks see nproc virtual devices of the
+    emulated driver ``driver``: :func:`rank_environment`), appending each to ``ranks`` as soon as it runs, so that a
+    stop during the start still finds every rank.
 
     The capture layer is run by its file path with ``python -P``: nothing of this project is put on the script's
     ``sys.path`` (the repository's ``datasets/``, ``models/`` or ``conf/`` folders would shadow the user's
@@ -221,7 +265,7 @@ def launch(script: Path, script_args: list[str], *, shim: Path, spec: HardwareSp
     ranks of the job."""
     base = dict(os.environ)
     base.update(gpu_environment(spec, nproc))
-    base.update(backend_environment(backend, shim, spec, nproc, base))
+    base.update(rank_environment(driver, spec, nproc, base))
     base.update({
         "CUDA_MODULE_LOADING": "LAZY",
         "STEPCAST_RUN_ID": run_id,
@@ -242,11 +286,10 @@ def launch(script: Path, script_args: list[str], *, shim: Path, spec: HardwareSp
                 raise ValueError("a sparse run (run_ranks) needs the launcher's store (store_port)")
             env.update(sparse_environment(run_ranks))
         env["STEPCAST_LOG"] = str(trace_dir / f"rank{rank}.log")
-        if backend == "driver":
-            env["STEPCAST_DRIVER_LOG"] = f"{env['STEPCAST_LOG']}.driver"
+        env["STEPCAST_DRIVER_LOG"] = f"{env['STEPCAST_LOG']}.driver"
         cmd = [sys.executable, "-P", str(CAPTURE_SCRIPT), str(script), *script_args]
         proc = subprocess.Popen(cmd, env=env, start_new_session=True)
-        ranks.append(RankProcess(rank, rank_log(trace_dir, rank, backend, proc.pid), proc))
+        ranks.append(RankProcess(rank, rank_log(trace_dir, rank, proc.pid), proc))
     return ranks
 
 

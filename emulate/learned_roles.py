@@ -4,7 +4,7 @@ one sparsely.
 The probe is the same script on ``M`` nodes (default 1) with every rank running (``--run-ranks`` of all of them, so
 each rank records the process groups: :mod:`emulate.sparse_store`), captured only. Two ranks of the probe are
 alike when they asked for the same device work: the same kernels and library calls, and the same collectives on
-communicators of the same role. The shim's dedup hash (emulate/csrc/dedup.c) cannot say this: it hashes each
+communicators of the same role. Rank dedup's hash (emulate/driver/csrc/dedup.c) cannot say this: it hashes each
 collective's communicator id, which differs between tensor-parallel peers (each is in its own data-parallel and
 pipeline group) and between replicas, so here a communicator is replaced by its group's role (``group_desc`` and
 size, or the family of groups it belongs to) and a point-to-point peer by its offset in that group; copies, memsets
@@ -206,14 +206,14 @@ def check_against_job(learned: Learned, records: list[dict[str, Any]]) -> list[s
             "the ranks run may not stand for the copies; declare --run-ranks"]
 
 
-def probe(script: Path, script_args: list[str], *, hardware: str, nproc: int, nodes: int, backend: str,
+def probe(script: Path, script_args: list[str], *, hardware: str, nproc: int, nodes: int,
           folder: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Capture the probe (every rank of ``nproc * nodes`` running, groups recorded): (its traces, its records)."""
     from emulate.trace import read_trace
 
     world = nproc * nodes
     cmd = [sys.executable, "-m", "emulate", "run", "--hardware", hardware, "--nproc", str(nproc), "--nodes",
-           str(nodes), "--run-ranks", f"0-{world - 1}", "--capture-only", "--backend", backend, "--trace-dir",
+           str(nodes), "--run-ranks", f"0-{world - 1}", "--capture-only", "--trace-dir",
            str(folder), "--", str(script), *script_args]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -236,11 +236,11 @@ def report_fields(learned: Learned, trace_dir: Path, sparse_warnings: list[str])
 
 
 def learn_run_ranks(script: Path, script_args: list[str], *, hardware: str, nproc: int, probe_nodes: int,
-                    world: int, backend: str) -> Learned:
+                    world: int) -> Learned:
     """Probe, then learn (module docstring)."""
     with tempfile.TemporaryDirectory(prefix="stepcast-probe-") as tmp:
         docs, records = probe(script, script_args, hardware=hardware, nproc=nproc, nodes=probe_nodes,
-                              backend=backend, folder=Path(tmp))
+                              folder=Path(tmp))
         learned = learn(docs, records, world)
     learned.report["probe_nodes"] = probe_nodes
     return learned

@@ -1,5 +1,5 @@
 """How well are fp32 GEMMs timed on GPUs the estimators never saw? KernelBench's eager matmul problems against the
-emulator on the driver backend.
+emulator on the emulated driver.
 
     python -m emulate.matmul_benchmark                        # KernelBench level-1 matmul problems, its six GPUs
     python -m emulate.matmul_benchmark --problems 1_,16_ --json out.json
@@ -7,7 +7,7 @@ emulator on the driver backend.
 KernelBench (``kernelbench/`` under the shared data, read its SOURCE.md) timed the eager forward of each level-1
 problem (fp32, TF32 off, CUDA events over 100 calls) on six GPUs, four of which (A10G, L40S, RTX A6000, RTX 3090 Ti)
 no estimator training row comes from. Each matmul problem (1-18 but the scalar product, a pointwise kernel) runs
-in one capture per GPU on the driver backend emulating it, as :mod:`emulate.conv_benchmark` runs the convolutions
+in one capture per GPU on the emulated driver emulating it, as :mod:`emulate.conv_benchmark` runs the convolutions
 (same script, cache and retries), so the real cuBLAS picks the kernels it would pick on that device and the rows
 follow them; each problem's last forward is simulated on its GPU and its predicted device time (every kernel of
 the forward: the GEMM, and the elementwise work of the diagonal, symmetric and triangular variants) is printed
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(width=160)
     traces, failed = {}, {}
     for gpu in sorted({g for p in problems for g in measured[p]}):
-        console.print(f"capturing {len(problems)} problems on the driver backend as {gpu} (cached)")
+        console.print(f"capturing {len(problems)} problems on the emulated driver as {gpu} (cached)")
         traces[gpu], failed[gpu] = capture_all(problems, root, gpu, fresh=args.fresh)
     rows = evaluate(problems, traces, measured, device_bound(measured), estimators.load(args.bundle))
     medians = print_rows(rows, console)

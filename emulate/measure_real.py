@@ -1,6 +1,6 @@
 """Measure an unmodified training script on the real device at hand, the way the emulator reports it.
 
-    python -m emulate.measure_real --report real.json [--native-backends] -- script.py [script args]
+    python -m emulate.measure_real --report real.json -- script.py [script args]
 
 The script runs in this process (``runpy``, ``__name__ == "__main__"``) with two hooks, the ones the capture layer
 uses to cut iterations (:mod:`emulate.capture`):
@@ -12,8 +12,8 @@ uses to cut iterations (:mod:`emulate.capture`):
 - at exit, torch's memory statistics: ``max_memory_reserved`` is what the emulator reports as
   ``peak_memory_bytes`` (the caching allocator's device footprint), ``max_memory_allocated`` the tensors' peak.
 
-cuDNN is turned off as under emulation (convolutions and batch norm run torch's native kernels, attention the flash /
-memory-efficient ones), so the two runs launch the same kernels; ``--native-backends`` leaves torch's choice.
+torch's defaults stand (cuDNN on), as under emulation, where torch's real cuDNN, cuBLAS and Triton choose the
+kernels.
 
 The JSON records the script, its arguments and the device's catalog id, so ``python -m emulate validate --real
 FILE`` can compare a later emulator (a retrained estimator, say) against it on a machine with no GPU. On a CPU the
@@ -64,15 +64,12 @@ def _portable(script: Path) -> str:
         return str(script.resolve())
 
 
-def measure(script: Path, args: list[str], native_backends: bool = False) -> dict[str, Any]:
+def measure(script: Path, args: list[str]) -> dict[str, Any]:
     """Run ``script`` with ``args`` here and return the measurement (fields: the module docstring)."""
     import torch  # here, not at import: `stepcast replay` and the CLI's parser import this module
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     cuda = torch.cuda.is_available()
-    if not native_backends:
-        torch.backends.cudnn.enabled = False
-        torch.backends.cuda.enable_cudnn_sdp(False)
     stamps: list[float] = [time.perf_counter()]
 
     def stamp(*_: Any) -> None:
@@ -96,7 +93,7 @@ def measure(script: Path, args: list[str], native_backends: bool = False) -> dic
     out: dict[str, Any] = {
         "format": FORMAT, "version": FORMAT_VERSION, "hardware": _hardware_id(),
         "device_name": torch.cuda.get_device_name(0) if cuda else None, "torch": torch.__version__,
-        "script": _portable(script), "args": list(args), "native_backends": native_backends,
+        "script": _portable(script), "args": list(args),
         "iteration_time_ms": statistics.median(steady) if steady else None, "iterations_ms": iterations,
         "optimizer_steps": len(stamps) - 1, "wall_seconds": round(wall_s, 3),
         "peak_memory_bytes": None, "max_memory_allocated": None,
@@ -110,7 +107,6 @@ def measure(script: Path, args: list[str], native_backends: bool = False) -> dic
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m emulate.measure_real", description=__doc__.split("\n\n")[0])
     p.add_argument("--report", type=Path, required=True, help="write the measurement (JSON) here")
-    p.add_argument("--native-backends", action="store_true", help="leave cuDNN on (the emulator turns it off)")
     p.add_argument("script", type=Path)
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments (after --)")
     ns = p.parse_args(argv)
@@ -118,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stepcast: script {ns.script} not found", file=sys.stderr)
         return 2
     args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
-    result = measure(ns.script.resolve(), args, ns.native_backends)
+    result = measure(ns.script.resolve(), args)
     if result["optimizer_steps"] == 0:
         print(f"stepcast: {ns.script} made no optimizer step: nothing to time", file=sys.stderr)
         return 1

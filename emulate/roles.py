@@ -2,7 +2,7 @@
 communicators a copy uses in place of its twin's.
 
 A sparse run (:mod:`emulate.sparse_store`) records every process group the script creates (the same list on every
-rank: torch creates each group on every rank, in the same order) with the communicator the shim made for it where a
+rank: torch creates each group on every rank, in the same order) with the communicator the emulated NCCL made for it where a
 running rank was a member. An absent rank ``a`` copies a twin ``t``: the running rank of the smallest group that
 holds ``a`` and exactly one running rank (earliest created on ties): with the ranks of one data-parallel replica
 running, ``a``'s data-parallel group, so the twin holds the same model shard; with one rank per pipeline stage

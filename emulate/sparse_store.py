@@ -8,12 +8,12 @@ Loaded by :mod:`emulate.capture` (by its file path: nothing of the project is on
   so none waits for ``WORLD_SIZE`` workers to connect); torch's store barriers are off by default
   (``TORCH_DIST_INIT_BARRIER``), so the store is otherwise only used to hand NCCL unique ids around;
 - every process group is created through ``_new_process_group_helper`` on every rank (members and non-members,
-  in the same order), which is wrapped here to record each group (name, global ranks, the communicator the shim
+  in the same order), which is wrapped here to record each group (name, global ranks, the communicator the emulated NCCL
   made for it: ``stepcast_last_comm``) and to give the group a :class:`SparseStore`;
 - NCCL's unique id of a communicator is set in the store by the group's rank 0 (the lower rank of a
   point-to-point pair) and read by the others: when that rank is absent, :class:`SparseStore` answers with an id
   made from the key alone, which every present member computes the same way;
-- the shim's small-collective exchange (emulate/csrc/datapath.c, communicators of 2 to 64 members made from a
+- the small-collective exchange (emulate/driver/csrc/datapath.c, communicators of 2 to 64 members made from a
   unique id) waits for every member: absent members are marked stopped in its shared-memory header before the
   communicator exists, so a present member's slot speaks for them (the layout below mirrors ``shm_header``);
 - a gloo group with absent members cannot be created (gloo connects every pair of members through the store):
@@ -35,7 +35,7 @@ import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
 UNIQUE_ID_BYTES = 128               # NCCL_UNIQUE_ID_BYTES
-SHIM_ID_PREFIX = b"stepcast-nccl"   # what the shim's ncclGetUniqueId writes (emulate/csrc/nccl.c)
+NCCL_ID_PREFIX = b"stepcast-nccl"   # what the emulated ncclGetUniqueId writes (emulate/driver/csrc/nccl.c)
 SHM_MAX_RANKS = 64                  # datapath.c MAX_RANKS
 SHM_SLOT = 1 << 20                  # datapath.c SLOT
 SHM_HEADER = 4096
@@ -53,7 +53,7 @@ def present_ranks() -> frozenset[int]:
 
 
 def comm_id(unique_id: bytes) -> str:
-    """The shim's communicator id for a unique id: 64-bit FNV-1a of its 128 bytes (nccl.c ``id_key``)."""
+    """The emulated NCCL's communicator id for a unique id: 64-bit FNV-1a of its 128 bytes (nccl.c ``id_key``)."""
     h = 0xcbf29ce484222325
     for b in unique_id[:UNIQUE_ID_BYTES].ljust(UNIQUE_ID_BYTES, b"\0"):
         h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
@@ -62,7 +62,7 @@ def comm_id(unique_id: bytes) -> str:
 
 def stand_in_unique_id(key: str) -> bytes:
     """The unique id of a communicator whose id-setting rank is absent: from the store key only."""
-    return (SHIM_ID_PREFIX + b" sparse " + key.encode()[-100:]).ljust(UNIQUE_ID_BYTES, b"\0")
+    return (NCCL_ID_PREFIX + b" sparse " + key.encode()[-100:]).ljust(UNIQUE_ID_BYTES, b"\0")
 
 
 def mark_absent_members(comm: str, members: list[int], present: frozenset[int]) -> None:
@@ -109,7 +109,7 @@ class SparseStore(dist.Store):
 
     def _note(self, key: str, value: bytes) -> None:
         id_key = self._id_key(key)
-        if id_key is None or len(value) != UNIQUE_ID_BYTES or not value.startswith(SHIM_ID_PREFIX):
+        if id_key is None or len(value) != UNIQUE_ID_BYTES or not value.startswith(NCCL_ID_PREFIX):
             return
         comm = comm_id(value)
         self._comms.append({"comm": comm, "group": self._group, "key": key.rsplit("/", 1)[-1],
@@ -155,16 +155,18 @@ class SparseStore(dist.Store):
             self._inner.wait(keys, timeout)
 
 
-def install(shim: ctypes.CDLL) -> dict[str, Any]:
-    """Wrap torch's process-group creation (module docstring); returns the record the op table keeps."""
+def install(driver: ctypes.CDLL) -> dict[str, Any]:
+    """Wrap torch's process-group creation (module docstring); returns the record the op table keeps. The newest
+    communicator's id comes from the preloaded NCCL (emulate/driver/csrc/nccl.c), found in the global scope."""
     present = present_ranks()
     record: dict[str, Any] = {"run_ranks": sorted(present), "groups": [], "comms": []}
-    shim.stepcast_last_comm.argtypes = [ctypes.c_char_p, ctypes.c_int]
-    shim.stepcast_last_comm.restype = ctypes.c_int
+    nccl = ctypes.CDLL(None)
+    nccl.stepcast_last_comm.argtypes = [ctypes.c_char_p, ctypes.c_int]
+    nccl.stepcast_last_comm.restype = ctypes.c_int
     buf = ctypes.create_string_buffer(64)
 
     def last_comm() -> str:
-        shim.stepcast_last_comm(buf, len(buf))
+        nccl.stepcast_last_comm(buf, len(buf))
         return buf.value.decode()
 
     original = c10d._new_process_group_helper

@@ -5,7 +5,7 @@ fuses one to a dozen). Its launcher does know: Inductor names a generated kernel
 (``in_ptr<k>`` read, ``out_ptr<k>`` written, ``in_out_ptr<k>`` both) and passes the tensors themselves to
 ``CachingAutotuner.run``. Around each ``run`` the capture layer (emulate/capture.py, which loads this file by its
 path: nothing of the project is importable there) calls ``stepcast_kernel_bytes(read, written)``, so the launch
-record the capture library writes carries them (the shim's K record, the driver's ``rd``/``wr``), and resets them
+record the capture library writes carries them (the driver's ``rd``/``wr``), and resets them
 to 0 after it. Each tensor counts at most the kernel's iteration space (the product of its ``*numel`` arguments)
 elements per ``tl.load`` / ``tl.store`` statement of it in the kernel's source (``fn.src``), as Inductor's own
 ``estimate_kernel_num_bytes`` caps at the space: a gather (an embedding) reads the rows it indexes, not the whole
@@ -114,18 +114,18 @@ def wrap_run(run: Callable[..., Any], tell: Callable[[int, int], None], pause: C
     return stepcast_run
 
 
-def _patch(module: Any, shim: Any) -> None:
+def _patch(module: Any, driver: Any) -> None:
     autotuner = getattr(module, "CachingAutotuner", None)
     if autotuner is None or hasattr(autotuner.run, "__wrapped__"):
         return
-    autotuner.run = wrap_run(autotuner.run, shim.stepcast_kernel_bytes, shim.stepcast_pause, shim.stepcast_resume)
+    autotuner.run = wrap_run(autotuner.run, driver.stepcast_kernel_bytes, driver.stepcast_pause, driver.stepcast_resume)
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):
     """Patches Inductor's launcher right after its module is executed."""
 
-    def __init__(self, shim: Any) -> None:
-        self._shim = shim
+    def __init__(self, driver: Any) -> None:
+        self._driver = driver
 
     def find_spec(self, fullname, path, target=None):
         if fullname != HEURISTICS:
@@ -133,7 +133,7 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is None or spec.loader is None:
             return None
-        loader, shim = spec.loader, self._shim
+        loader, driver = spec.loader, self._driver
 
         class Loader(importlib.abc.Loader):
             def create_module(self, spec):
@@ -141,17 +141,17 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
 
             def exec_module(self, module):
                 loader.exec_module(module)
-                _patch(module, shim)
+                _patch(module, driver)
 
         spec.loader = Loader()
         return spec
 
 
-def install(shim: Any) -> None:
-    """Wrap Inductor's launcher now if it is loaded, else when it is first imported. ``shim``: the capture
+def install(driver: Any) -> None:
+    """Wrap Inductor's launcher now if it is loaded, else when it is first imported. ``driver``: the capture
     library (ctypes), which exports ``stepcast_kernel_bytes``; an older one without it: nothing is installed."""
     try:
-        tell = shim.stepcast_kernel_bytes
+        tell = driver.stepcast_kernel_bytes
     except AttributeError:
         return
     import ctypes
@@ -159,6 +159,6 @@ def install(shim: Any) -> None:
     tell.argtypes = [ctypes.c_ulonglong, ctypes.c_ulonglong]
     tell.restype = None
     if HEURISTICS in sys.modules:
-        _patch(sys.modules[HEURISTICS], shim)
+        _patch(sys.modules[HEURISTICS], driver)
     else:
-        sys.meta_path.insert(0, _PatchOnImport(shim))
+        sys.meta_path.insert(0, _PatchOnImport(driver))

@@ -2,7 +2,7 @@
 
 The driver (csrc/device.c) reads ``STEPCAST_DRIVER_ATTRS`` (``<CUdevice_attribute id>=<value>,...``, ids taken
 from cuda.h's enum, so no number is copied by hand) plus the ``STEPCAST_GPU_*`` variables that
-:func:`emulate.launcher.gpu_environment` already writes for the shim (name, memory, clocks). Figures the catalog
+:func:`emulate.launcher.gpu_environment` writes (name, memory, clocks). Figures the catalog
 does not hold are the documented per-compute-capability limits of the CUDA C Programming Guide ("Technical
 Specifications per Compute Capability"): threads and blocks per SM, shared memory per block.
 

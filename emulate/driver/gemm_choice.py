@@ -33,7 +33,7 @@ from pathlib import Path
 from emulate.driver.build import header_constants
 from emulate.driver.child import WORKSPACE_BYTES, run_python
 from emulate.driver.launchlog import Launch, read_launches
-from emulate.shim_build import nvidia_root
+from emulate.driver.build import nvidia_root
 from profiling.hardware import lookup
 
 DTYPES = {"bf16": "CUDA_R_16BF", "fp16": "CUDA_R_16F", "fp32": "CUDA_R_32F"}

@@ -71,7 +71,7 @@ def emulate_script(script: Path, args: list[str], hardware: str, nproc: int = 1,
                    kernels: bool = True, env: dict[str, str] | None = None, options: list[str] | None = None,
                    trace_dir: Path | None = None, runner=None) -> dict[str, Any]:
     """Run ``python -m emulate run`` on ``script`` (in ``env``, default this process's; ``options``: more ``run``
-    options, e.g. ``--backend driver``, ``--nodes 2``; captures in ``trace_dir``, default a temporary folder) and
+    options, e.g. ``--nodes 2``; captures in ``trace_dir``, default a temporary folder) and
     return {ok, report, iterations (rank 0's kernel ms by family per iteration; only with ``kernels``, which writes
     the predicted timeline), wall_s} or {ok: False, error, command, wall_s, returncode (None: timed out), output
     (stdout and stderr)}. The one way this project runs an emulation of a script (the e2e, compatibility,

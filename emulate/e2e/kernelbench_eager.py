@@ -3,7 +3,7 @@ reference ``Model`` built from ``get_init_inputs()``, called on ``get_inputs()``
 compile. Each call is one profiler step, so the emulator cuts one iteration per forward: problem ``i``'s calls are
 steps ``i * CALLS`` to ``(i + 1) * CALLS - 1``. Several problems share one run (one start-up of torch and cuDNN).
 
-    python -m emulate run --backend driver --hardware t4 -- emulate/e2e/kernelbench_eager.py CALLS A.py [B.py ...]
+    python -m emulate run --hardware t4 -- emulate/e2e/kernelbench_eager.py CALLS A.py [B.py ...]
 
 The script the convolution benchmark emulates (:mod:`emulate.conv_benchmark`); plain PyTorch, so it runs the same
 on a real GPU.

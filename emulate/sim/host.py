@@ -26,13 +26,13 @@ ranks are aligned after warm-up. Everything here is settled before the simulatio
   does not (a CI machine read 0.08 ms of the README example's 6.7 ms step where this VM read none).
   ``STEPCAST_HOST_MODEL=measured`` (:data:`emulate.config.HOST_MODEL`) times gaps with the capture's clock instead, as
   below; traces without counts (real profiler traces, older captures, synthetic traces) always use their gaps.
-- **Measured host gaps.** A captured gap is the capturing thread's CPU time between two intercepted calls (the shim's
-  ``STEPCAST_HOST_CLOCK=cpu``), so being descheduled by another process costs nothing. CPU time still picks up
+- **Measured host gaps.** A captured gap is the capturing thread's CPU time between two intercepted calls (the emulated
+  driver's clock), so being descheduled by another process costs nothing. CPU time still picks up
   interference (page faults, cache and TLB misses caused by other processes, allocator first touches): the steady
   iterations of a capture repeat the same calls, and so do SPMD ranks, so each call's gap is taken as its smallest
   over the steady iterations of every rank that match event for event (the cost of the work itself; more is
-  interference, as ``timeit`` takes the best of its repeats). The shim answers each call at once, so the cost of the
-  real runtime call (:mod:`emulate.host_costs`) is added per event kind; the nodes of a CUDA graph launch
+  interference, as ``timeit`` takes the best of its repeats). The emulated driver answers each call at once, so the cost of
+  the real runtime call (:mod:`emulate.host_costs`) is added per event kind; the nodes of a CUDA graph launch
   (``graph_node``) after the first cost nothing, since one call launched them all. Real profiler traces hold those
   costs in their gaps (``meta.call_costs_in_gaps``), and their gaps are what happened, so neither applies to them. All
   of it is then divided by the host-speed factor (:data:`emulate.config.HOST_SPEED`).
@@ -93,7 +93,7 @@ class HostPlan:
 
 
 def captured(prog: RankProgram) -> bool:
-    """A trace of the shim (whose gaps lack the runtime calls' costs), as opposed to a real or synthetic one."""
+    """A captured trace (whose gaps lack the runtime calls' costs), as opposed to a real or synthetic one."""
     return not prog.meta.get(COSTS_IN_GAPS)
 
 

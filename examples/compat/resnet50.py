@@ -1,5 +1,5 @@
-"""torchvision's ResNet-50 trained with SGD, fp32 or bf16 autocast with channels-last memory format, cuDNN on (its
-convolutions need ``--backend driver`` under the emulator): the compatibility benchmark's ResNet rows.
+"""torchvision's ResNet-50 trained with SGD, fp32 or bf16 autocast with channels-last memory format, cuDNN on (the
+emulated driver runs torch's real cuDNN): the compatibility benchmark's ResNet rows.
 
     python examples/compat/resnet50.py --dtype bf16 --channels-last --steps 5
 """

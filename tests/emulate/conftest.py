@@ -17,7 +17,7 @@ EmulateRun = Callable[..., tuple[subprocess.CompletedProcess, dict[str, Any] | N
 
 def _emulate_run(tmp: Path, script: Path, *args: str, nproc: int = 1, hardware: str = "h100-sxm",
                  options: tuple[str, ...] = ()):
-    """Capture ``script`` under the shim (``options``: more ``run`` options); returns (process, capture report or
+    """Capture ``script`` on the emulated driver (``options``: more ``run`` options); returns (process, capture report or
     None, per-rank traces)."""
     report = tmp / "report.json"
     cmd = [sys.executable, "-m", "emulate", "run", "--hardware", hardware, "--nproc", str(nproc), "--capture-only",

@@ -9,7 +9,7 @@ import pytest
 
 from emulate import compat
 
-ROW = compat.Row("demo", "examples/compat/hf_llama.py", ("--steps", "5"), nproc=2, backend="driver",
+ROW = compat.Row("demo", "examples/compat/hf_llama.py", ("--steps", "5"), nproc=2,
                  requires=("transformers",))
 
 
@@ -53,9 +53,9 @@ def test_report_fields_are_read_into_the_row():
     result = compat.run_row(ROW, hardware="a100-sxm", is_installed=lambda m: True, runner=runner)
     assert (result["status"], result["iteration_time_ms"], result["peak_memory_bytes"], result["fallback_kernels"],
             result["fallback_kernels_steady"]) == (compat.RAN, 6.5, 2 ** 30, 80, 12)
-    assert (result["ranks"], result["backend"]) == (2, "driver")
+    assert result["ranks"] == 2
     cmd = seen["cmd"]
-    assert cmd[cmd.index("--nproc") + 1] == "2" and cmd[cmd.index("--backend") + 1] == "driver"
+    assert cmd[cmd.index("--nproc") + 1] == "2" and "--backend" not in cmd
     assert cmd[cmd.index("--hardware") + 1] == "a100-sxm"
     assert not Path(cmd[cmd.index("--report") + 1]).is_relative_to(compat.REPO_ROOT)  # reports go to a temp folder
 

@@ -1,18 +1,23 @@
-"""The emulated CUDA driver (emulate/driver): its generated proc-address table, its default answer, the integrity
-hash the CUDA runtime checks, and the device it reports from the catalog."""
+"""The emulated CUDA driver (emulate/driver): its build (once per source version, into the cache, from a clean
+checkout with the system C compiler), its generated proc-address table and stubs, its default answer, the integrity
+hash the CUDA runtime checks, the device it reports from the catalog, and every CUDA / NCCL / NVML entry point
+torch imports."""
 from __future__ import annotations
 
 import ctypes
 import json
 import os
+import shutil
 import subprocess
 import sys
+import threading
+from pathlib import Path
 
 import pytest
 
-from emulate.driver.build import cuda_include, driver_path, exported_symbol, proc_versions
+from emulate.driver import build
+from emulate.driver.build import cuda_include, driver_path, exported_symbol, include_dirs, proc_versions
 from emulate.driver.device import attributes, driver_environment
-from emulate.shim_build import include_dirs
 from profiling.hardware import lookup
 
 CUDA_SUCCESS, CUDA_ERROR_NOT_FOUND, CUDA_ERROR_NOT_SUPPORTED = 0, 500, 801
@@ -127,3 +132,94 @@ def test_device_attributes_follow_the_catalog_and_compute_capability():
     assert (h100["CLUSTER_LAUNCH"], l4["CLUSTER_LAUNCH"]) == (1, 0)
     with pytest.raises(ValueError, match="not a GPU"):
         attributes(lookup("cpu-intel-xeon-2c"))
+
+
+@pytest.fixture()
+def clean_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("STEPCAST_CACHE_DIR", str(tmp_path / "cache"))
+    build.driver_key.cache_clear()
+    return tmp_path / "cache"
+
+
+@pytest.mark.slow
+def test_builds_once_into_the_cache_and_reuses_it(clean_cache):
+    first = build.driver_path()
+    assert first.is_file() and first.name == "libcuda.so.1" and clean_cache in first.parents
+    mtime = first.stat().st_mtime_ns
+    assert build.driver_path() == first
+    assert first.stat().st_mtime_ns == mtime  # not rebuilt
+
+
+@pytest.mark.slow
+def test_concurrent_builders_agree(clean_cache):
+    results: list[Path] = []
+    threads = [threading.Thread(target=lambda: results.append(build.nccl_path())) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(results)) == 1 and results[0].is_file()
+    assert not list(results[0].parent.glob(".build-*"))  # no half-written leftovers
+
+
+def test_generated_stubs_are_weak_so_hand_written_definitions_win():
+    src = build.generate_stubs(["cuFoo", "ncclBar"], answer=801, log="fk_log_unsupported", banner="test")
+    assert src.count("__attribute__((weak") == 2 and 'fk_log_unsupported("ncclBar")' in src and "return 801" in src
+
+
+def test_missing_headers_give_a_one_line_reason(tmp_path):
+    with pytest.raises(build.BuildError) as info:
+        build.include_dirs(tmp_path)
+    assert "\n" not in str(info.value) and "cuda.h" in str(info.value)
+
+
+def test_headers_are_found_in_either_wheel_layout(tmp_path):
+    """CUDA 13 wheels put every header under nvidia/cu13/include; CUDA 12 wheels one folder per library."""
+    for folder, headers in (("cuda_runtime/include", ("cuda.h", "cudaTypedefs.h", "cuda_runtime_api.h")),
+                            ("nccl/include", ("nccl.h",))):
+        (tmp_path / folder).mkdir(parents=True)
+        for header in headers:
+            (tmp_path / folder / header).write_text("")
+    dirs = build.include_dirs(tmp_path)
+    assert tmp_path / "cuda_runtime/include" in dirs and tmp_path / "nccl/include" in dirs
+    assert build.CSRC / "compat" in dirs  # no crt/host_defines.h in the runtime wheel
+
+
+def test_nccl_stubs_cover_every_entry_point_nccl_h_declares():
+    names = build.nccl_entry_points(build.nccl_headers(build.include_dirs()))
+    assert {"ncclAllReduce", "ncclCommInitRank", "ncclGroupStart", "ncclCommSplit"} <= set(names)
+    assert not any(n.startswith("pnccl") for n in names)
+
+
+def _undefined(lib: Path) -> set[str]:
+    out = subprocess.run(["nm", "-D", "--undefined-only", str(lib)], capture_output=True, text=True).stdout
+    return {line.split()[-1].split("@")[0] for line in out.splitlines()}
+
+
+def _defined(lib: Path) -> set[str]:
+    out = subprocess.run(["nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True).stdout
+    return {line.split()[-1] for line in out.splitlines()}
+
+
+@pytest.mark.skipif(shutil.which("nm") is None, reason="needs nm (binutils)")
+def test_every_driver_and_nccl_entry_point_torch_imports_is_defined():
+    """torch links the CUDA runtime, cuBLAS and cuDNN for real; what it imports from the driver (through the
+    runtime) and from NCCL (the preload) must all be there."""
+    torch_lib = build.nvidia_root().parent / "torch" / "lib"
+    wanted = {n for lib in torch_lib.glob("*.so") for n in _undefined(lib) if n.startswith("nccl")}
+    assert len(wanted) > 20
+    assert sorted(wanted - _defined(build.nccl_path())) == []
+    cudart = next((build.nvidia_root()).glob("*/lib/libcudart.so.1*"))
+    driver_calls = {n for n in _undefined(cudart) if n.startswith("cu") and n[2:3].isupper()}
+    assert sorted(driver_calls - _defined(build.driver_path())) == []
+
+
+@pytest.mark.skipif(shutil.which("nm") is None or shutil.which("strings") is None, reason="needs binutils")
+def test_an_nvml_stand_in_is_built_beside_the_driver():
+    """torch's expandable segments call NVML through pointers it never checks: the launcher's LD_LIBRARY_PATH
+    (the driver's folder) must find a libnvidia-ml.so.1 with every function libc10_cuda.so names."""
+    nvml = build.driver_path().parent / build.NVML_SONAME
+    c10_cuda = build.nvidia_root().parent / "torch" / "lib" / "libc10_cuda.so"
+    names = subprocess.run(["strings", str(c10_cuda)], capture_output=True, text=True).stdout.splitlines()
+    wanted = {s for s in names if s.startswith("nvml") and s.isidentifier()}
+    assert len(wanted) == 7 and wanted <= _defined(nvml)

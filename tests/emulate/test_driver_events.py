@@ -26,4 +26,4 @@ def test_elapsed_time_is_positive_and_grows_with_the_work_between_events():
     empty, four = (float(w) for w in run.stdout.split()[-2:])
     assert empty == 0.0
     assert four > 0.0  # Inductor's coordinate-descent tuner divides by such a time
-    assert four == pytest.approx(4e-3)  # one nominal microsecond per launch, like the shim's event clock
+    assert four == pytest.approx(4e-3)  # one nominal microsecond per launch, the nominal event clock

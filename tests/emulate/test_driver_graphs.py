@@ -148,13 +148,12 @@ dist.destroy_process_group()
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["shim", "driver"])
-def test_a_collective_captured_in_a_graph_runs_again_at_each_replay_and_pairs_across_ranks(tmp_path, backend):
+def test_a_collective_captured_in_a_graph_runs_again_at_each_replay_and_pairs_across_ranks(tmp_path):
     # each replay is a new run of NCCL's kernel: a fresh sequence number of its communicator (replays that repeated
     # the captured number made the simulator reject the run: 'duplicate comm_seq'), the same on every rank
     script = tmp_path / "graph_all_reduce.py"
     script.write_text(CAPTURED_ALL_REDUCE)
-    cmd = [sys.executable, "-m", "emulate", "run", "--backend", backend, "--nproc", "2", "--no-dedup",
+    cmd = [sys.executable, "-m", "emulate", "run", "--nproc", "2", "--no-dedup",
            "--report", str(tmp_path / "r.json"), "--trace-dir", str(tmp_path / "traces"), "--", str(script)]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

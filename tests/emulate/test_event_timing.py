@@ -14,86 +14,100 @@ from emulate.report import predicted_event_timings
 
 # ---- the log reader ---------------------------------------------------------------------------------------------
 
-SHIM_LOG = "\n".join([
-    "H\t0\tcpu",
-    "F\t0\tgemm_kernel",
-    "R\t10\t0\t0\t-1\t1\t0",          # event 1 recorded on stream 0
-    "K\t20\t0\t0\t-1\t0\t0\t1,1,1\t128,1,1\t0\t0\t0\t0",
-    "K\t30\t0\t0\t-1\t5\t0\t1,1,1\t128,1,1\t0\t0\t0\t0",   # another stream: not timed
-    "S\t40\t0\t0\t-1\t0\t4096",
-    "R\t50\t0\t0\t-1\t2\t0",          # event 2
-    "K\t60\t0\t0\t-1\t0\t0\t2,1,1\t128,1,1\t0\t0\t0\t0",
-    "R\t70\t0\t0\t-1\t1\t0",          # event 1 again
-    "",
-])
+def _record(event: str, **fields) -> dict:
+    return {"event": event, "t": 0, "gap": 0, "thread": 0, "op": -1, "call": 0, **fields}
 
 
-def _log(tmp_path: Path, text: str, backend: str = "shim") -> WorkLog:
-    path = tmp_path / ("rank0.log" if backend == "shim" else "rank0.log.driver.1.jsonl")
+def _launch(grid: list[int], stream: int) -> dict:
+    return _record("launch", name="gemm_kernel", grid=grid, block=[128, 1, 1], smem=0, cluster=[1, 1, 1],
+                   stream=stream, device=0, via="cuLaunchKernel")
+
+
+RECORDS = [
+    _record("event_record", handle=1, stream=1),          # event 1 recorded on the legacy stream
+    _launch([1, 1, 1], 1),
+    _launch([1, 1, 1], 5),                                 # another stream: not timed
+    _record("memset", stream=1, bytes=4096, blocking=0),
+    _record("event_record", handle=2, stream=1),          # event 2
+    _launch([2, 1, 1], 1),
+    _record("event_record", handle=1, stream=1),          # event 1 again
+]
+
+
+def _text(records: list[dict]) -> str:
+    return "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
+
+
+def _log(tmp_path: Path, text: str) -> WorkLog:
+    path = tmp_path / "rank0.log.driver.1.jsonl"
     path.write_text(text)
-    log = WorkLog(path, backend)
+    log = WorkLog(path)
     log.read()
     return log
 
 
 def test_work_between_two_events_is_the_device_work_on_the_start_events_stream(tmp_path):
-    log = _log(tmp_path, SHIM_LOG.replace("R\t70\t0\t0\t-1\t1\t0\n", ""))
+    log = _log(tmp_path, _text(RECORDS[:-1]))
     records, sign = log.between(1, 2)
-    assert [(r[0], r[5]) for r in records] == [("K", "0"), ("S", "0")]
+    assert [(r["event"], r["stream"]) for r in records] == [("launch", 1), ("memset", 1)]
     assert sign == 1
 
 
 def test_an_event_recorded_again_is_timed_from_its_latest_record(tmp_path):
-    log = _log(tmp_path, SHIM_LOG)
+    log = _log(tmp_path, _text(RECORDS))
     records, sign = log.between(2, 1)      # 2 at its only record, 1 at its second: one kernel between
-    assert [r[7] for r in records] == ["2,1,1"]
+    assert [r["grid"] for r in records] == [[2, 1, 1]]
     assert sign == 1
     assert log.between(1, 2)[1] == -1      # end recorded before start: a negative interval, as CUDA gives
 
 
 def test_lines_arriving_in_pieces_are_read_once_complete(tmp_path):
-    path = tmp_path / "rank0.log"
-    path.write_text(SHIM_LOG[:100])   # the writer stopped inside a line
-    log = WorkLog(path, "shim")
+    path = tmp_path / "rank0.log.driver.1.jsonl"
+    text = _text(RECORDS)
+    path.write_text(text[:100])   # the writer stopped inside a line
+    log = WorkLog(path)
     log.read()
-    path.write_text(SHIM_LOG)
+    path.write_text(text)
     log.read()
-    assert len(log.work) == 4 and log.kernels == {0: "gemm_kernel"}
-    assert log.between(2, 1)[0][0][7] == "2,1,1"
+    assert len(log.work) == 4
+    assert log.between(2, 1)[0][0]["grid"] == [2, 1, 1]
 
 
 def test_an_unrecorded_event_or_forgotten_work_gets_no_answer(tmp_path):
-    log = _log(tmp_path, SHIM_LOG)
+    log = _log(tmp_path, _text(RECORDS))
     assert log.between(1, 99) is None
     log.base = 10   # the work before these records left memory
     assert log.between(2, 1) is None
 
 
 def test_the_reader_keeps_a_bounded_window_of_work(tmp_path):
-    lines = ["R\t0\t0\t0\t-1\t1\t0"] + ["S\t1\t0\t0\t-1\t0\t64"] * (KEEP_WORK + 10) + ["R\t2\t0\t0\t-1\t2\t0", ""]
-    log = _log(tmp_path, "\n".join(lines))
+    fill = _record("memset", stream=1, bytes=64, blocking=0)
+    records = [_record("event_record", handle=1, stream=1), *[fill] * (KEEP_WORK + 10),
+               _record("event_record", handle=2, stream=1)]
+    log = _log(tmp_path, _text(records))
     assert len(log.work) <= KEEP_WORK
     assert 1 not in log.latest and log.between(1, 2) is None
 
 
-def test_the_driver_log_is_read_the_same_way(tmp_path):
-    records = [{"event": "event_record", "handle": 7, "stream": 1},
-               {"event": "launch", "name": "k", "grid": [1, 1, 1], "block": [32, 1, 1], "smem": 0, "stream": 1},
-               {"event": "launch", "name": "k", "grid": [1, 1, 1], "block": [32, 1, 1], "smem": 0, "stream": 3},
-               {"event": "memcpy", "stream": 1, "bytes": 4, "direction": "d2h", "blocking": 0},
-               {"event": "event_record", "handle": 8, "stream": 1}]
-    log = _log(tmp_path, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records), "driver")
+def test_collectives_and_their_communicators_are_read_too(tmp_path):
+    records = [{"event": "comm", "comm": "nccl-1", "nranks": 2, "rank": 1},
+               _record("event_record", handle=7, stream=3),
+               _record("collective", stream=3, coll="all_reduce", comm="nccl-1", seq=0, nranks=2, peer=-1,
+                       count=16, dtype=7, group=0),
+               _record("event_record", handle=8, stream=3)]
+    log = _log(tmp_path, _text(records))
     found, sign = log.between(7, 8)
-    assert [r["event"] for r in found] == ["launch", "memcpy"] and sign == 1
+    assert [r["event"] for r in found] == ["collective"] and sign == 1
+    assert log.comms == {"nccl-1": (2, 1)}
 
 
-class _Shim:
+class _Driver:
     def stepcast_pause(self) -> None: ...
     def stepcast_resume(self) -> None: ...
 
 
 def test_a_failing_prediction_leaves_the_nominal_answer_and_warns_once(tmp_path, capsys):
-    timing = EventTiming(_Shim(), _log(tmp_path, SHIM_LOG), None)
+    timing = EventTiming(_Driver(), _log(tmp_path, _text(RECORDS)), None)
 
     def broken(events):
         raise RuntimeError("no estimator here")
@@ -167,11 +181,10 @@ def _simulated_between_records(trace: dict) -> list[float]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["shim", "driver"])
-def test_event_timed_gemms_get_the_simulators_predicted_times(emulate_run, tmp_path, backend):
+def test_event_timed_gemms_get_the_simulators_predicted_times(emulate_run, tmp_path):
     script = tmp_path / "gemms.py"
     script.write_text(GEMMS)
-    proc, doc, traces = emulate_run(tmp_path, script, options=("--backend", backend))
+    proc, doc, traces = emulate_run(tmp_path, script)
     assert proc.returncode == 0, proc.stderr[-3000:]
     big, small = _elapsed(proc)
     assert [big, small] == pytest.approx(_simulated_between_records(traces[0]), rel=1e-4)
@@ -186,9 +199,14 @@ def test_with_event_timing_off_elapsed_times_are_nominal(emulate_run, tmp_path, 
     monkeypatch.setenv("STEPCAST_EVENT_TIMING", "nominal")
     script = tmp_path / "gemms.py"
     script.write_text(GEMMS)
-    proc, _, _ = emulate_run(tmp_path, script)
+    proc, _, traces = emulate_run(tmp_path, script)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert _elapsed(proc) == pytest.approx([1e-3, 1e-3])   # one cuBLAS call each, a nominal microsecond
+    events = traces[0]["events"]
+    records = [i for i, ev in enumerate(events) if ev["kind"] == "event_record"]
+    pieces = [sum(1 for ev in events[a + 1:b] if ev["kind"] in ("kernel", "memcpy", "memset"))
+              for a, b in zip(records[0::2], records[1::2])]
+    assert pieces[0] >= 1 and pieces[1] >= 1  # the GEMM's kernels (cuBLASLt may add a split-K reduction)
+    assert _elapsed(proc) == pytest.approx([n * 1e-3 for n in pieces])   # a nominal microsecond a piece
     assert not (tmp_path / "traces" / "rank0.log.events.json").exists()
 
 

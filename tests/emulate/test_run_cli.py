@@ -68,14 +68,14 @@ def test_grad_scaler_steps_are_not_skipped(tmp_path, emulate_run):
 
 @pytest.mark.slow
 def test_a_model_too_large_raises_torchs_out_of_memory(tmp_path, emulate_run):
-    # ~1.6B parameters (6.4 GB in fp32) fit the 8 GB device; gradients and AdamW state do not
+    # ~1.6B parameters (6.4 GB in fp32) and their gradients fit the 16 GB device; AdamW's state does not
     proc, report, _ = emulate_run(tmp_path, REPO_ROOT / "examples" / "gpt.py", "--layers=8", "--d-model=4096",
-                               "--heads=32", "--seq=64", "--batch=1", "--vocab=1024", "--steps=1", hardware="p4")
+                               "--heads=32", "--seq=64", "--batch=1", "--vocab=1024", "--steps=1", hardware="t4")
     assert proc.returncode != 0
     assert "torch.OutOfMemoryError: CUDA out of memory" in proc.stderr
     rank = report["ranks"][0]
     assert rank["status"]["type"] == "torch.OutOfMemoryError" and rank["failed_mallocs"] >= 1
-    assert rank["peak_memory_bytes"] <= lookup("p4").memory_bytes
+    assert rank["peak_memory_bytes"] <= lookup("t4").memory_bytes
 
 
 @pytest.mark.slow
@@ -102,7 +102,8 @@ def test_peak_memory_is_parameters_gradients_optimizer_state_and_activations(tmp
     allocated = rank["max_memory_allocated"]
     assert state <= allocated <= state + activations + adam_temporaries + workspaces
     assert allocated <= report["peak_memory_bytes"] <= allocated + 20 * 2**20  # caching allocator rounding
-    assert report["peak_memory_bytes"] == rank["device_malloc_peak_bytes"]
+    # the device also holds what the libraries allocate outside torch's allocator (cuBLAS's and cuDNN's handles)
+    assert report["peak_memory_bytes"] <= rank["device_malloc_peak_bytes"] <= report["peak_memory_bytes"] + 2**28
 
 
 @pytest.mark.slow
@@ -121,7 +122,7 @@ def test_op_context_from_either_hook(tmp_path, python_op_context):
     assert proc.returncode == 0, proc.stderr[-3000:]
     trace = read_trace(json.loads(report.read_text())["traces"][0])
     assert trace["meta"]["op_context"] == ("dispatch_mode" if python_op_context else "record_function")
-    mm = [e for e in trace["events"] if e["kind"] == "kernel" and e.get("gemm")]
+    mm = [e for e in trace["events"] if e["kind"] == "kernel" and (e.get("spec") or {}).get("family") == "gemm"]
     assert len(mm) == 1 and mm[0]["op"] == "aten.mm.default" and mm[0]["op_shapes"][:2] == [[32, 16], [16, 8]]
     assert mm[0]["spec"] == {"family": "gemm", "dtype": "fp32", "m": 32, "n": 8, "k": 16, "batch": 1}
 

@@ -18,7 +18,7 @@ WORLD = 4
 def tp_dp_trace(rank: int, captured: bool = False) -> dict:
     """Ranks (0, 1) and (2, 3) are tensor-parallel pairs ('tp0', 'tp1'); every rank all-reduces over 'world'.
     The pair with rank 0 computes a little longer on its first rank, so the ranks are not all alike.
-    ``captured``: as the shim's capture (host gaps smoothed and aligned), with kernels the estimator times (a GEMM)
+    ``captured``: as a capture (host gaps smoothed and aligned), with kernels the estimator times (a GEMM)
     and one it cannot (no spec, no duration: a fallback)."""
     b = TraceBuilder(rank=rank, world_size=WORLD, meta={"call_costs_in_gaps": False} if captured else None)
     tp = f"tp{rank // 2}"

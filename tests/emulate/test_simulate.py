@@ -355,7 +355,7 @@ def test_a_send_names_its_peer_within_the_communicator():
 
 
 def test_a_split_communicators_members_are_numbered_by_global_rank_when_the_log_does_not_say():
-    """ncclCommSplit's communicators carry no comm_rank in the shim's log (Megatron's pipeline groups {0, 2} and
+    """ncclCommSplit's communicators carry no comm_rank in the capture log (Megatron's pipeline groups {0, 2} and
     {1, 3} are only ever used for send/recv): members are numbered as torch.distributed.new_group orders them."""
     builders = []
     for rank in range(4):

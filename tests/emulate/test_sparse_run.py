@@ -36,10 +36,12 @@ def test_a_sparse_run_reports_what_every_rank_running_reports(tmp_path):
     assert [p.name for p in sorted((tmp_path / "sparse").glob("rank*.trace.json*"))] == ["rank0.trace.json"]
     assert sparse["world_size"] == full["world_size"] == 4 and len(sparse["per_rank"]) == 4
     assert abs(sparse["iteration_time_ms"] - full["iteration_time_ms"]) <= 0.01 * full["iteration_time_ms"]
-    # every copy's peak is its twin's as torch's allocator reported it (max_memory_reserved). Across two runs the
-    # DDP peak itself is not stable (5.78 vs 4.71 GB seen for rank 0 of identical full runs), so the equality of
-    # sparse and full peaks is checked by python -m emulate.scale_benchmark --check-equal (Megatron, stable)
-    twin_peak = sparse["ranks"][0]["peak_memory_bytes"]
+    # every copy's peak is its twin's (the device memory its trace allocated, torch's allocator and the libraries'
+    # own). Across two runs the DDP peak itself is not stable (5.78 vs 4.71 GB seen for rank 0 of identical full
+    # runs), so the equality of sparse and full peaks is checked by python -m emulate.scale_benchmark --check-equal
+    # (Megatron, stable)
+    twin_peak = sparse["per_rank"][0]["peak_memory_bytes"]
+    assert twin_peak >= sparse["ranks"][0]["peak_memory_bytes"]  # at least what torch's allocator reserved
     assert [r["peak_memory_bytes"] for r in sparse["per_rank"]] == [twin_peak] * 4
     assert sparse["breakdown_ms"]["communication"] == pytest.approx(full["breakdown_ms"]["communication"], rel=1e-9)
 

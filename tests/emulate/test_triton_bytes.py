@@ -88,12 +88,12 @@ def test_bookkeeping_failure_never_breaks_the_launch():
 
 def test_patch_wraps_the_autotuner_once_and_install_needs_the_export():
     told = []
-    shim = types.SimpleNamespace(stepcast_kernel_bytes=lambda r, w: told.append((r, w)),
+    driver = types.SimpleNamespace(stepcast_kernel_bytes=lambda r, w: told.append((r, w)),
                                  stepcast_pause=lambda: None, stepcast_resume=lambda: None)
     module = types.SimpleNamespace(CachingAutotuner=type("CachingAutotuner", (_Autotuner,), {}))
-    _patch(module, shim)
+    _patch(module, driver)
     first = module.CachingAutotuner.run
-    _patch(module, shim)
+    _patch(module, driver)
     assert module.CachingAutotuner.run is first  # not wrapped twice
     out = module.CachingAutotuner(["in_ptr0"]).run(torch.zeros(4), stream=1)
     assert out[0] == "launched" and told == [(16, 0), (0, 0)]

@@ -35,6 +35,8 @@ void fk_log_unsupported(const char *name);
 void fk_log_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* a record of a call the capture times (capture.c): the event name, then the record's own JSON fields */
 void fk_log_call(const char *event, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* the thread's next logged record counts in rank dedup's iteration hash as `what` (capture.c) */
+void fk_hash_next_record(const char *what);
 /* the bytes the calling thread's launcher said its next launches read and write (capture.c), and setting them */
 void fk_kernel_bytes(unsigned long long *read, unsigned long long *written);
 void stepcast_kernel_bytes(unsigned long long read, unsigned long long written);
@@ -98,6 +100,37 @@ void fk_replay_copy(uintptr_t dst, size_t dst_pitch, uintptr_t src, size_t src_p
                     unsigned long long stream, const char *graph);
 void fk_replay_fill(uintptr_t dst, unsigned value, size_t width, size_t count, size_t pitch, size_t rows,
                     unsigned long long stream, const char *graph);
+
+/* ---- the capture (capture.c): clock, op context, rank dedup's iteration hash ---- */
+uint64_t fk_now_ns(void);
+int fk_current_op(void);                   /* the aten op the calling thread is in (-1: none) */
+unsigned long long fk_current_call(void);  /* its op call (0: none) */
+unsigned long long fk_new_call(void);      /* a fresh op-call number */
+/* the thread's next logged records carry this op and call instead of its own, until fk_log_as_op_done (a graph
+ * launch's nodes: the op they were captured under) */
+void fk_log_as_op(int op, unsigned long long call);
+void fk_log_as_op_done(void);
+uint64_t fk_last_iteration_hash(int source);
+/* tell every communicator's members this rank's program hash, and whether it stops (the preloaded NCCL, nccl.c) */
+void fk_comms_publish(uint64_t program, int stopped);
+
+/* ---- host work counted per thread (hostwork.c) ---- */
+void fk_take_work(uint32_t *ops, uint32_t *nodes, uint32_t *py);
+void fk_work_pause(int paused);
+
+/* ---- the small data path (datapath.c): real bytes for small copies, fills and collectives ---- */
+size_t fk_real_limit(void);
+int fk_device_memory_writable(void);  /* memory.c */
+void fk_op_instance_begin(void);
+void fk_note_kernel_write(void);
+void fk_range_written(const void *p, size_t n);
+void fk_range_forget(const void *p, size_t n);
+int fk_range_known(const void *p, size_t n);
+int fk_range_readback(const void *p, size_t n);
+void *fk_comm_shm(const char *comm_id, int nranks);
+void fk_shm_member_state(void *shm, int rank, uint64_t program, int stopped);
+void fk_exchange(void *shm, int nranks, int rank, uint64_t seq, int kind, const void *send, void *recv, size_t count,
+                 int dtype, int redop, int root);
 
 /* ---- occupancy (launch.c) ---- */
 int fk_blocks_per_sm(const fk_function_t *f, int threads, size_t dynamic_smem);

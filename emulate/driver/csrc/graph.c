@@ -1,11 +1,12 @@
 /* CUDA graphs, from stream capture or built node by node (cuGraphAdd*Node). Either way a graph holds the device
  * work a GPU would run at each launch: kernel launches, copies, fills, event records and waits, and the timed
- * records of the shim's NCCL (collectives issued on a capturing stream). Nothing runs while capturing or adding
+ * records of the preloaded NCCL (nccl.c: collectives issued on a capturing stream). Nothing runs while capturing or adding
  * nodes, as on a GPU; each cuGraphLaunch logs the nodes again, in order, with "graph" (the launch's number, from 1)
  * and "node" (the position), and does their copies and fills then; a collective takes its communicator's next
  * sequence number at each launch (a new run of NCCL's kernel). Work captured on the stream that began the
  * capture goes to the launching stream; work of streams that joined the capture (through an event) stays on theirs,
- * ordered by the replayed event records and waits, as the shim's graphs (emulate/csrc/graph.c).
+ * ordered by the replayed event records and waits. Each node keeps the aten op it was captured under, and each
+ * launch gives the op calls of its nodes new numbers, so the estimators time the replayed kernels as their ops.
  *
  * Dependencies between nodes are not kept: nodes replay in the order they were added (a graph built node by node
  * runs as one stream). Graph memory is never freed: torch destroys a graph right after instantiating it. */
@@ -27,6 +28,8 @@ typedef struct fk_node {
     size_t bytes, width, rows, pitch, src_pitch;
     unsigned value;
     char *event, *json;         /* NODE_RECORD: a timed record, its members after "event" */
+    int op, has_op;             /* the aten op the work was added under (capture.c), logged with it at each launch */
+    unsigned long long call;    /* the op call it was added in (0: none): a launch's nodes of one call share a new one */
 } fk_node_t;
 struct fk_graph {
     uint32_t magic;
@@ -58,12 +61,18 @@ static fk_node_t *as_node(CUgraphNode n) {
 unsigned long long fk_graph_capture_id(const fk_graph_t *g) { return g->capture_id; }
 void fk_graph_set_origin(fk_graph_t *g, unsigned long long stream) { if (!g->origin) g->origin = stream; }
 
-/* append a copy of *node; returns the graph's own node, or NULL without memory */
+/* append a copy of *node (a new node takes the op the calling thread is in); returns the graph's own node, or NULL
+ * without memory */
 static fk_node_t *add_node(fk_graph_t *g, const fk_node_t *node) {
     fk_node_t *copy = malloc(sizeof *copy);
     if (!copy) return NULL;
     *copy = *node;
     copy->magic = FK_NODE_MAGIC;
+    if (!copy->has_op) {
+        copy->has_op = 1;
+        copy->op = fk_current_op();
+        copy->call = fk_current_call();
+    }
     pthread_mutex_lock(&fk_lock);
     if (g->n == g->cap) {
         size_t cap = g->cap ? 2 * g->cap : 16;
@@ -103,7 +112,7 @@ int fk_graph_add_record(fk_graph_t *g, const char *event, const char *json, unsi
     return node.event && node.json && add_node(g, &node) != NULL;
 }
 
-/* Timed records of a library above the driver (the shim's NCCL, emulate/csrc/nccl_driver.c) issued on a stream:
+/* Timed records of a library above the driver (the preloaded NCCL, nccl.c) issued on a stream:
  * 1 when that stream is capturing, so the record became a node of its graph (logged at each launch), else 0. */
 FK_EXPORT int stepcast_graph_record(unsigned long long stream, const char *event, const char *json) {
     fk_graph_t *g = fk_stream_capture_by_id(stream);
@@ -111,7 +120,7 @@ FK_EXPORT int stepcast_graph_record(unsigned long long stream, const char *event
 }
 
 /* ---- one node at a graph launch ---- */
-/* The shim's NCCL (emulate/csrc/nccl_driver.c, preloaded): a captured collective's record with its communicator's
+/* The preloaded NCCL (nccl.c): a captured collective's record with its communicator's
  * next sequence number, one run of NCCL's kernel per graph launch. */
 typedef int (*collective_rerun_fn)(const char *json, char *out, size_t cap);
 static collective_rerun_fn collective_rerun(void) {
@@ -382,10 +391,23 @@ FK_EXPORT CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStrea
     }
     /* each launch is numbered: the trace charges one launch call's host cost per graph launch, not one per node */
     unsigned long long launch = __atomic_add_fetch(&graph_launches, 1, __ATOMIC_RELAXED);
+    /* each launch runs the captured op calls again: the nodes of one captured call share a new call number */
+    unsigned long long *calls = e->n ? calloc(2 * e->n, sizeof *calls) : NULL;
+    size_t ncalls = 0;
     for (size_t i = 0; i < e->n; i++) {
         const fk_node_t *node = g->nodes[i];
+        unsigned long long call = 0;
+        if (node->call && calls) {
+            size_t k = 0;
+            while (k < ncalls && calls[2 * k] != node->call) k++;
+            if (k == ncalls) calls[2 * ncalls] = node->call, calls[2 * ncalls++ + 1] = fk_new_call();
+            call = calls[2 * k + 1];
+        }
+        fk_log_as_op(node->op, call);
         replay_node(node, !node->stream || node->stream == g->origin ? stream : node->stream, launch, i);
+        fk_log_as_op_done();
     }
+    free(calls);
     return CUDA_SUCCESS;
 }
 FK_EXPORT CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec) {

@@ -3,7 +3,6 @@
  * shape and stream. Occupancy answers follow the device's limits (threads, blocks, registers, shared memory per
  * SM); cluster occupancy models the SMs as split over GPCs by SM pairs (TPCs). */
 #include "fakecuda.h"
-#include "shim.h"
 
 #include <fcntl.h>
 #include <stdarg.h>
@@ -65,6 +64,10 @@ void fk_log_launch(const fk_launch_rec_t *r, unsigned long long stream, const ch
     char graph[64] = "";
     if (graph_launch) snprintf(graph, sizeof graph, ",\"graph\":%llu,\"node\":%zu", graph_launch, node);
     fk_count_device_work();
+    char what[6200];
+    snprintf(what, sizeof what, "%s|%u,%u,%u|%u,%u,%u|%u|%u,%u,%u|%llu", r->name, r->grid[0], r->grid[1], r->grid[2],
+             r->block[0], r->block[1], r->block[2], r->smem, r->cluster[0], r->cluster[1], r->cluster[2], stream);
+    fk_hash_next_record(what);
     fk_log_call("launch", "\"name\":\"%s\",\"grid\":[%u,%u,%u],\"block\":[%u,%u,%u],\"smem\":%u,"
                 "\"cluster\":[%u,%u,%u],\"stream\":%llu,\"device\":%d,\"via\":\"%s\"%s",
                 r->name, r->grid[0], r->grid[1], r->grid[2], r->block[0], r->block[1], r->block[2], r->smem,
@@ -94,7 +97,7 @@ CUresult fk_launch(fk_function_t *f, const unsigned grid[3], const unsigned bloc
     static __thread fk_launch_rec_t rec;
     CUresult rc = fk_launch_record(&rec, f, grid, block, smem, cluster, via);
     if (rc != CUDA_SUCCESS) return rc;
-    sc_note_kernel_write();  /* the data path: this op's outputs are a kernel's, not bytes it knows */
+    fk_note_kernel_write();  /* the data path: this op's outputs are a kernel's, not bytes it knows */
     fk_graph_t *g = fk_stream_capture(stream);
     if (g) return fk_graph_add_launch(g, &rec, fk_stream_id(stream)) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
     fk_log_launch(&rec, fk_stream_id(stream), via, 0, 0);

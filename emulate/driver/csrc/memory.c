@@ -1,11 +1,10 @@
 /* Memory: device memory is never committed (addresses from one window reserved without memory); pinned and
  * managed memory are real host memory, as the host reads them (.item() goes through pinned memory). The small data
- * path is the shim's (emulate/csrc/datapath.c, built in): small copies and fills into device memory really write
+ * path is datapath.c's: small copies and fills into device memory really write
  * its pages (only those get memory) and are remembered, a device-to-host copy of a remembered range returns its
- * bytes, anything else reads as zeros; the shim's NCCL exchanges small collectives' payloads through it (DDP's
+ * bytes, anything else reads as zeros; the emulated NCCL exchanges small collectives' payloads through it (DDP's
  * bucket indices, all_gather_object). Where the window cannot be writable it is PROT_NONE and every read is zeros. */
 #include "fakecuda.h"
-#include "shim.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +24,7 @@ static unsigned long long next_id = 1;
 static pthread_once_t window_once = PTHREAD_ONCE_INIT;
 
 static int window_writable;
-int sc_device_memory_writable(void) { return window_writable; }
+int fk_device_memory_writable(void) { return window_writable; }
 
 static void reserve_window(void) {
     void *p = mmap(NULL, WINDOW_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -133,7 +132,7 @@ FK_EXPORT CUresult CUDAAPI cuMemFree(CUdeviceptr dptr) {
     }
     pthread_mutex_unlock(&fk_lock);
     if (rc == CUDA_SUCCESS) {
-        sc_range_forget((const void *)(uintptr_t)dptr, bytes);
+        fk_range_forget((const void *)(uintptr_t)dptr, bytes);
         log_free(dptr, bytes);
     }
     return rc;
@@ -220,16 +219,16 @@ FK_EXPORT CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize,
 static void copy(uintptr_t dst, uintptr_t src, size_t n) {
     if (!n) return;
     int to_device = fk_is_device_pointer(dst), from_device = fk_is_device_pointer(src);
-    int small = n <= sc_real_limit() && sc_device_memory_writable();
+    int small = n <= fk_real_limit() && fk_device_memory_writable();
     if (to_device) {
-        if (small && (!from_device || sc_range_known((const void *)src, n))) {
+        if (small && (!from_device || fk_range_known((const void *)src, n))) {
             memmove((void *)dst, (const void *)src, n);
-            sc_range_written((const void *)dst, n);
+            fk_range_written((const void *)dst, n);
         } else {
-            sc_range_forget((const void *)dst, n);
+            fk_range_forget((const void *)dst, n);
         }
     } else if (from_device) {
-        if (small && sc_range_readback((const void *)src, n)) memmove((void *)dst, (const void *)src, n);
+        if (small && fk_range_readback((const void *)src, n)) memmove((void *)dst, (const void *)src, n);
         else memset((void *)dst, 0, n);
     } else {
         memmove((void *)dst, (const void *)src, n);
@@ -237,12 +236,12 @@ static void copy(uintptr_t dst, uintptr_t src, size_t n) {
 }
 static void fill(uintptr_t dst, unsigned value, size_t n, size_t width) {
     if (fk_is_device_pointer(dst)) {
-        if (n * width > sc_real_limit() || !sc_device_memory_writable()) {
-            sc_range_forget((const void *)dst, n * width);
+        if (n * width > fk_real_limit() || !fk_device_memory_writable()) {
+            fk_range_forget((const void *)dst, n * width);
             return;
         }
         for (size_t i = 0; i < n; i++) memcpy((char *)dst + i * width, &value, width);
-        sc_range_written((const void *)dst, n * width);
+        fk_range_written((const void *)dst, n * width);
         return;
     }
     for (size_t i = 0; i < n; i++) memcpy((char *)dst + i * width, &value, width);

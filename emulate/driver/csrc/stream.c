@@ -209,7 +209,7 @@ FK_EXPORT CUresult CUDAAPI cuEventSynchronize(CUevent hEvent) {
     return CUDA_SUCCESS;
 }
 
-/* The event clock, as the shim's (emulate/csrc/core.c, sc_event_elapsed_ms). The capture layer registers a
+/* The event clock. The capture layer registers a
  * predictor (emulate/event_timing.py, stepcast_set_elapsed_predictor): given the two events' handles as logged, it
  * finds their latest event_record records and answers the predicted device time of the work between them on the
  * start event's stream, so that autotuners (Inductor max-autotune, Triton's autotune, cudnn.benchmark) compare

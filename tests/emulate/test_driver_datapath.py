@@ -1,4 +1,4 @@
-"""The small data path (emulate/csrc/datapath.c): which device bytes read back for real, on both backends."""
+"""The small data path (emulate/driver/csrc/datapath.c): which device bytes read back for real."""
 from __future__ import annotations
 
 import textwrap
@@ -18,11 +18,10 @@ STALE_SCRATCH = """
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["shim", "driver"])
-def test_a_count_an_op_reads_back_after_its_kernel_is_not_an_earlier_ops_bytes(tmp_path, emulate_run, backend):
+def test_a_count_an_op_reads_back_after_its_kernel_is_not_an_earlier_ops_bytes(tmp_path, emulate_run):
     script = tmp_path / "script.py"
     script.write_text(textwrap.dedent(STALE_SCRATCH))
-    proc, _, _ = emulate_run(tmp_path, script, options=("--backend", backend))
+    proc, _, _ = emulate_run(tmp_path, script)
     assert proc.returncode == 0, proc.stderr[-3000:]
     counts = [int(line.split()[1]) for line in proc.stdout.splitlines() if line.startswith("SELECTED")]
     assert len(counts) == 3 and all(0 <= c <= 6 for c in counts)

@@ -1,4 +1,4 @@
-"""Iteration marks of a capture (emulate/capture.py): where an iteration ends."""
+"""The capture layer (emulate/capture.py): where an iteration ends, and how ops are described for the classifier."""
 from __future__ import annotations
 
 import textwrap
@@ -36,3 +36,15 @@ def test_an_optimizer_stepping_inner_optimizers_ends_one_iteration_per_step(tmp_
     assert proc.returncode == 0, proc.stderr[-3000:]
     marks = [e for e in traces[0]["events"] if e["kind"] == "iteration" and e.get("source") == "optimizer"]
     assert [m["step"] for m in marks] == [0, 1, 2, 3]  # the start, then one per step (not one per optimizer)
+
+
+def test_describe_gives_one_entry_per_positional_argument():
+    import torch
+
+    from emulate.capture import describe
+
+    a, b = torch.zeros(2, 3), torch.zeros(3, dtype=torch.float16)
+    shapes, dtypes, values, kwargs = describe((a, [a, b], 2, [1, 0]), {"keepdim": True})
+    assert shapes == ((2, 3), ((2, 3), (3,)), (), ())
+    assert dtypes == ("torch.float32", ("torch.float32", "torch.float16"), "", "")
+    assert values == (None, None, 2, (1, 0)) and kwargs == (("keepdim", True),)

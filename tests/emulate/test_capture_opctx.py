@@ -15,7 +15,7 @@ COMPILED_FUNCTION = textwrap.dedent("""
 
     compiled = torch.compile(f, backend="aot_eager")  # traces with fake tensors, runs the aten ops (no Triton)
     x = torch.randn(8, 16, device="cuda", requires_grad=True)
-    w = torch.tensor([[0.5] * 4] * 16, device="cuda")  # small host data: the shim keeps its real bytes
+    w = torch.tensor([[0.5] * 4] * 16, device="cuda")  # small host data: the driver keeps its real bytes
     compiled(x, w).sum().backward()
 """)
 
@@ -84,14 +84,12 @@ FAKE_TENSOR_COPIES = textwrap.dedent("""
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["shim", "driver"])
-def test_copies_between_fake_tensors_print_no_callback_errors_or_data_pointer_warnings(emulate_run, tmp_path,
-                                                                                      backend):
+def test_copies_between_fake_tensors_print_no_callback_errors_or_data_pointer_warnings(emulate_run, tmp_path):
     # torch.compile's tracing (torchtitan's FlexAttention) copies into fake CUDA tensors; the hook's host replay of
     # copy_ asked the destination for its mutable data pointer, which throws or warns on them
     script = tmp_path / "fake_copies.py"
     script.write_text(FAKE_TENSOR_COPIES)
-    proc, _, _ = emulate_run(tmp_path, script, options=("--backend", backend))
+    proc, _, _ = emulate_run(tmp_path, script)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "3.0" in proc.stdout
     assert "Exception in RecordFunction callback" not in proc.stderr

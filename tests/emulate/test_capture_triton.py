@@ -1,12 +1,10 @@
-"""torch.compile under the shim: Triton finds the virtual driver (module loading, cuLaunchKernelEx, pointer checks,
+"""torch.compile on the emulated driver: Triton finds the virtual driver (module loading, cuLaunchKernelEx, pointer checks,
 context limits), compiles with the wheel's ptxas, and its kernels are captured with name, grid and op context."""
 from __future__ import annotations
 
 import textwrap
 
 import pytest
-
-from emulate.shimlog import rank_events, read_rank_log
 
 pytest.importorskip("triton")
 
@@ -33,17 +31,17 @@ MLP_STEP = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_compiled_training_step_records_triton_kernels(emulate_run, tmp_path, monkeypatch):
-    """Default mode (~45 s here). max-autotune-no-cudagraphs runs too (its benchmarks read the shim's nominal event
+    """Default mode (~45 s here). max-autotune-no-cudagraphs runs too (its benchmarks read the predicted event
     clock), but its first step compiles and times ~20 GEMM templates per matmul: minutes on two cores."""
     # fresh caches: the kernels are really compiled (ptxas) and loaded (cuModuleLoadData) in this run
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     script = tmp_path / "mlp_step.py"
     script.write_text(MLP_STEP)
-    proc, doc, _ = emulate_run(tmp_path, script, "default")
+    proc, doc, traces = emulate_run(tmp_path, script, "default")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Exception in RecordFunction callback" not in proc.stderr
-    events = rank_events(read_rank_log(tmp_path / "traces" / "rank0.log"), comm_sizes={}, ranks_per_node=1)
+    events = traces[0]["events"]
     last_iteration = [i for i, ev in enumerate(events) if ev["kind"] == "iteration"][-2]
     steady = [e for e in events[last_iteration:] if e["kind"] == "kernel" and e["name"].startswith("triton_")]
     assert steady, "no Triton kernel in the last iteration"
@@ -56,15 +54,15 @@ def test_compiled_training_step_records_triton_kernels(emulate_run, tmp_path, mo
 @pytest.mark.slow
 def test_reduce_overhead_replays_cuda_graphs_of_triton_kernels(emulate_run, tmp_path, monkeypatch):
     """mode="reduce-overhead" (Inductor's CUDA graph trees): stream capture, the graph's private memory pool and
-    graph launches work under the shim; each steady step is graph launches whose nodes are the compiled Triton
+    graph launches work on the emulated driver; each steady step is graph launches whose nodes are the compiled Triton
     kernels, charged one launch call per graph."""
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     script = tmp_path / "mlp_step.py"
     script.write_text(MLP_STEP)
-    proc, _, _ = emulate_run(tmp_path, script, "reduce-overhead")
+    proc, _, traces = emulate_run(tmp_path, script, "reduce-overhead")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    events = rank_events(read_rank_log(tmp_path / "traces" / "rank0.log"), comm_sizes={}, ranks_per_node=1)
+    events = traces[0]["events"]
     marks = [i for i, ev in enumerate(events) if ev["kind"] == "iteration"]
     last = events[marks[-2]:marks[-1]]
     replayed = [e for e in last if "graph_launch" in e]

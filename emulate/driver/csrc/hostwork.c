@@ -2,10 +2,10 @@
  * many aten ops the thread entered and autograd nodes it evaluated (told by the RecordFunction hook, opctx.cpp,
  * through stepcast_host_work) and how many Python functions it called (a profile function installed on the thread:
  * Python and builtin calls). A clock reading of the same work changes with whatever else runs on the machine; these
- * counts do not. Built into the shim and into the emulated driver (the same capture API); the capture layer's own
- * work (between stepcast_pause and stepcast_resume, sc_work_pause) is not counted. */
+ * counts do not. The capture layer's own work (between stepcast_pause and stepcast_resume, fk_work_pause) is not
+ * counted. */
 #define _GNU_SOURCE
-#include "shim.h"
+#include "fakecuda.h"
 
 #include <dlfcn.h>
 #include <stdlib.h>
@@ -14,14 +14,14 @@
 static __thread uint32_t work_ops, work_nodes, work_py;
 static __thread int work_paused, python_installed;
 
-SC_EXPORT void stepcast_host_work(int node) {
+FK_EXPORT void stepcast_host_work(int node) {
     if (node) work_nodes++;
     else work_ops++;
 }
 
-void sc_work_pause(int paused) { work_paused = paused; }
+void fk_work_pause(int paused) { work_paused = paused; }
 
-void sc_take_work(uint32_t *ops, uint32_t *nodes, uint32_t *py) {
+void fk_take_work(uint32_t *ops, uint32_t *nodes, uint32_t *py) {
     *ops = work_ops, *nodes = work_nodes, *py = work_py;
     work_ops = work_nodes = work_py = 0;
 }
@@ -47,7 +47,7 @@ static int python_wanted(void) {
  * RecordFunction hook on every thread that runs ops: autograd's device threads keep one Python thread state for
  * their lifetime, so the profile function set here stays). It replaces a profile function the script set itself
  * on that thread (sys.setprofile, cProfile). A no-op outside a Python process. */
-SC_EXPORT void stepcast_count_python(void) {
+FK_EXPORT void stepcast_count_python(void) {
     if (python_installed) return;
     python_installed = 1;
     if (!python_wanted()) return;

@@ -1,16 +1,17 @@
-/* The driver backend's preload (with nccl.c / nccl_driver.c, emulate/driver/build.py: nccl_path): marks where the
+/* The preload's second half (with nccl.c, emulate/driver/build.py: nccl_path): marks where the
  * real CUDA runtime is entered and left, so the emulated driver's host gaps end where the script called the
  * runtime, not where the runtime called the driver. The simulator adds the whole calibrated cost of each runtime
  * call (emulate/host_call_costs.json: runtime and driver together, from real profiles) to every captured gap; on
- * the driver backend the real libcudart runs, and its own host time would otherwise be counted twice (in the gap,
+ * the emulated driver the real libcudart runs, and its own host time would otherwise be counted twice (in the gap,
  * and in the added cost). Each wrapper below calls stepcast_runtime_mark(1) on entry and (0) on return (the driver's
  * capture.c), then the runtime's own entry point (dlsym RTLD_NEXT). Calls that bypass libcudart (Triton's
  * launcher, cuBLAS's and cuDNN's statically linked runtimes) keep the driver-entry gap. */
 #define _GNU_SOURCE
-#include "shim.h"
 
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
+
+#define EXPORT __attribute__((visibility("default")))
 
 typedef void (*mark_fn)(int entering);
 static __thread int depth;
@@ -43,7 +44,7 @@ static void leave(void) {
 }
 
 #define WRAP(name, params, args)                                        \
-    SC_EXPORT cudaError_t name params {                                 \
+    EXPORT cudaError_t name params {                                    \
         static cudaError_t (*real) params;                              \
         if (!real) real = (cudaError_t (*) params)dlsym(RTLD_NEXT, #name); \
         if (!real) return cudaErrorNotSupported;                        \

@@ -1,8 +1,8 @@
-// Op context at C++ speed: a global RecordFunction callback (the hook torch's own profiler uses) tells the shim
-// which aten op each device call belongs to, with the op's input shapes, dtypes and scalar arguments.
-// Built on first use against torch's headers (emulate/opctx_build.py); emulate/capture.py falls back to a Python
-// TorchDispatchMode when no C++ compiler is available. The shim's stepcast_* functions are resolved at load
-// time from the preloaded shim.
+// Op context at C++ speed: a global RecordFunction callback (the hook torch's own profiler uses) tells the emulated
+// driver which aten op each device call belongs to, with the op's input shapes, dtypes and scalar arguments.
+// Built on first use against torch's headers (emulate/driver/build.py); emulate/capture.py falls back to a Python
+// TorchDispatchMode when no C++ compiler is available. The driver's stepcast_* functions are resolved at load
+// time from the driver, which the capture layer loads RTLD_GLOBAL first.
 #include <ATen/record_function.h>
 #include <ATen/core/ivalue.h>
 #include <ATen/core/dispatch/Dispatcher.h>

@@ -1,5 +1,5 @@
 /* cublas_api.h and nccl.h include cuda_fp16.h / cuda_bf16.h / cuda_fp8.h, which need toolkit-only headers
- * (nv/target). The shim only passes such values through pointers, so opaque stand-ins are enough: define the
+ * (nv/target). The emulated NCCL only passes such values through pointers, so opaque stand-ins are enough: define the
  * include guards and the type names. */
 #ifndef STEPCAST_COMPAT_FP_TYPES_H
 #define STEPCAST_COMPAT_FP_TYPES_H

@@ -1,5 +1,6 @@
-"""CUDA graphs under the shim (emulate/csrc/graph.c): stream capture records the work instead of logging it, and
-every graph launch logs the captured work again, as one launch call, on the launching stream."""
+"""CUDA graphs captured by torch on the emulated driver (emulate/driver/csrc/graph.c), as the trace shows them:
+stream capture records the work instead of logging it, and every graph launch logs the captured work again, as one
+launch call, on the launching stream."""
 from __future__ import annotations
 
 import textwrap
@@ -7,7 +8,6 @@ from collections import Counter
 
 import pytest
 
-from emulate.shimlog import rank_events, read_rank_log
 from emulate.sim import host
 from emulate.sim.program import build_program
 
@@ -51,10 +51,10 @@ def graphed_events(emulate_run, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("graphs")
     script = tmp / "graphed.py"
     script.write_text(GRAPHED)
-    proc, _, _ = emulate_run(tmp, script)
+    proc, _, traces = emulate_run(tmp, script)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "replayed" in proc.stdout
-    return rank_events(read_rank_log(tmp / "traces" / "rank0.log"), comm_sizes={}, ranks_per_node=1)
+    return traces[0]["events"]
 
 
 def _device_work(events):
@@ -105,58 +105,3 @@ def test_a_graph_launch_costs_one_launch_call_not_one_per_node():
               *({**kernel, "graph_launch": 1, "graph_node": i} for i in range(5))]
     gaps = host.effective_gaps(_program(events), 1.0, {"kernel": 7.5})
     assert gaps == [0.0, 7500.0, 7500.0, 0.0, 0.0, 0.0, 0.0]
-
-
-NODE_BY_NODE = textwrap.dedent("""
-    import ctypes as C
-    import torch
-
-    rt = C.CDLL(None)  # the shim's runtime, preloaded: cudaGraphAddNode is what torch imports for hand-built graphs
-    class Dim3(C.Structure):
-        _fields_ = [("x", C.c_uint), ("y", C.c_uint), ("z", C.c_uint)]
-    class Kernel(C.Structure):
-        _fields_ = [("func", C.c_void_p), ("grid", Dim3), ("block", Dim3), ("smem", C.c_uint),
-                    ("params", C.c_void_p), ("extra", C.c_void_p)]
-    class Memset(C.Structure):
-        _fields_ = [("dst", C.c_void_p), ("pitch", C.c_size_t), ("value", C.c_uint), ("elementSize", C.c_uint),
-                    ("width", C.c_size_t), ("height", C.c_size_t)]
-    class Union(C.Union):
-        _fields_ = [("pad", C.c_longlong * 29), ("kernel", Kernel), ("memset", Memset)]
-    class NodeParams(C.Structure):
-        _fields_ = [("type", C.c_int), ("reserved0", C.c_int * 3), ("u", Union), ("reserved2", C.c_longlong)]
-
-    buf = torch.empty(4096, dtype=torch.uint8, device="cuda")
-    lib, kernel = C.c_void_p(), C.c_void_p()
-    assert rt.cudaLibraryLoadData(C.byref(lib), b"image", None, None, 0, None, None, 0) == 0
-    assert rt.cudaLibraryGetKernel(C.byref(kernel), lib, b"hand_built_kernel") == 0
-    graph, node, execg, stream = C.c_void_p(), C.c_void_p(), C.c_void_p(), C.c_void_p()
-    assert rt.cudaGraphCreate(C.byref(graph), 0) == 0
-    p = NodeParams(type=0)
-    p.u.kernel = Kernel(kernel, Dim3(8, 1, 1), Dim3(256, 1, 1), 0, None, None)
-    assert rt.cudaGraphAddNode(C.byref(node), graph, None, None, 0, C.byref(p)) == 0
-    p = NodeParams(type=2)
-    p.u.memset = Memset(buf.data_ptr(), 0, 0, 1, 4096, 1)
-    assert rt.cudaGraphAddNode(C.byref(node), graph, None, None, 0, C.byref(p)) == 0
-    assert rt.cudaGraphInstantiate(C.byref(execg), graph, C.c_ulonglong(0)) == 0
-    assert rt.cudaStreamCreate(C.byref(stream)) == 0
-    for _ in range(2):
-        assert rt.cudaGraphLaunch(execg, stream) == 0
-    torch.cuda.synchronize()
-    print("launched")
-""")
-
-
-@pytest.mark.slow
-def test_a_graph_built_node_by_node_logs_its_kernel_and_fill_at_each_launch(emulate_run, tmp_path):
-    script = tmp_path / "hand_built.py"
-    script.write_text(NODE_BY_NODE)
-    proc, _, _ = emulate_run(tmp_path, script)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "launched" in proc.stdout
-    events = rank_events(read_rank_log(tmp_path / "traces" / "rank0.log"), comm_sizes={}, ranks_per_node=1)
-    nodes = [(e["kind"], e.get("name"), e.get("bytes"), e["graph_launch"], e["graph_node"]) for e in events
-             if e.get("graph_launch")]
-    assert nodes == [("kernel", "hand_built_kernel", None, 1, 0), ("memset", None, 4096, 1, 1),
-                     ("kernel", "hand_built_kernel", None, 2, 0), ("memset", None, 4096, 2, 1)]
-    # nothing ran while the graph was built: the kernel appears only in the launches
-    assert sum(e["kind"] == "kernel" and e.get("name") == "hand_built_kernel" for e in events) == 2

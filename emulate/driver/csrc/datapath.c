@@ -6,7 +6,7 @@
  * all_gather_object, broadcast_object_list) produce the values a real run sees; small collectives exchange their
  * payloads through POSIX shared memory between the ranks of one run. */
 #define _GNU_SOURCE
-#include "shim.h"
+#include "fakecuda.h"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -27,7 +27,7 @@ static uint64_t next_instance = 1;
 static __thread uint64_t cur_instance;
 static __thread int cur_instance_kernels;
 
-size_t sc_real_limit(void) {
+size_t fk_real_limit(void) {
     if (!real_limit) {
         const char *v = getenv("STEPCAST_REAL_BYTES");
         real_limit = v && *v ? (size_t)strtoull(v, NULL, 10) : (1u << 20);
@@ -36,13 +36,11 @@ size_t sc_real_limit(void) {
     return real_limit;
 }
 
-void sc_op_instance_begin(void) {
+void fk_op_instance_begin(void) {
     cur_instance = __atomic_fetch_add(&next_instance, 1, __ATOMIC_RELAXED);
     cur_instance_kernels = 0;
 }
-void sc_note_kernel_write(void) { cur_instance_kernels++; }
-uint64_t sc_op_instance(void) { return cur_instance; }
-uint64_t sc_op_instances_reserve(uint64_t n) { return __atomic_fetch_add(&next_instance, n, __ATOMIC_RELAXED) - 1; }
+void fk_note_kernel_write(void) { cur_instance_kernels++; }
 
 /* remove [lo, hi) from the remembered ranges, except ranges written by op instance `keep` (0: none kept) */
 static void forget_locked(uintptr_t lo, uintptr_t hi, uint64_t keep) {
@@ -55,7 +53,7 @@ static void forget_locked(uintptr_t lo, uintptr_t hi, uint64_t keep) {
     }
 }
 
-void sc_range_written(const void *p, size_t n) {
+void fk_range_written(const void *p, size_t n) {
     uintptr_t lo = (uintptr_t)p, hi = lo + n;
     pthread_mutex_lock(&range_lock);
     forget_locked(lo, hi, 0);
@@ -63,7 +61,7 @@ void sc_range_written(const void *p, size_t n) {
     pthread_mutex_unlock(&range_lock);
 }
 
-void sc_range_forget(const void *p, size_t n) {
+void fk_range_forget(const void *p, size_t n) {
     pthread_mutex_lock(&range_lock);
     forget_locked((uintptr_t)p, (uintptr_t)p + n, 0);
     pthread_mutex_unlock(&range_lock);
@@ -92,29 +90,29 @@ static int range_known(const void *p, size_t n, uint64_t only) {
     return at >= hi;
 }
 
-int sc_range_known(const void *p, size_t n) { return range_known(p, n, 0); }
+int fk_range_known(const void *p, size_t n) { return range_known(p, n, 0); }
 
 /* Whether a copy to the host out of [p, p + n) reads remembered bytes. Once the current op has launched a kernel,
  * only bytes this op wrote itself count: what an op copies back after its kernels is their result (nonzero's and
  * masked_select's count, unique's size, written into a scratch block of the caching allocator), and the bytes an
  * earlier op left in that reused block are stale (a count read as 0x01010101 made printing a 6-element tensor
  * iterate 16.8 M elements); they read as zeros, as any other kernel result. Whether an op's inputs are known (its
- * host replay, a collective's send buffer) is sc_range_known's: those bytes were there before its kernels. */
-int sc_range_readback(const void *p, size_t n) {
+ * host replay, a collective's send buffer) is fk_range_known's: those bytes were there before its kernels. */
+int fk_range_readback(const void *p, size_t n) {
     return range_known(p, n, cur_instance_kernels > 0 ? cur_instance : 0);
 }
 
-SC_EXPORT int stepcast_range_known(unsigned long long ptr, unsigned long long bytes) {
-    return sc_device_memory_writable() && bytes <= sc_real_limit() && sc_range_known((const void *)ptr, bytes);
+FK_EXPORT int stepcast_range_known(unsigned long long ptr, unsigned long long bytes) {
+    return fk_device_memory_writable() && bytes <= fk_real_limit() && fk_range_known((const void *)ptr, bytes);
 }
-SC_EXPORT void stepcast_range_written(unsigned long long ptr, unsigned long long bytes) {
-    sc_range_written((const void *)ptr, bytes);
+FK_EXPORT void stepcast_range_written(unsigned long long ptr, unsigned long long bytes) {
+    fk_range_written((const void *)ptr, bytes);
 }
 
-SC_EXPORT int stepcast_has_ranges(void) { return n_ranges > 0; }
+FK_EXPORT int stepcast_has_ranges(void) { return n_ranges > 0; }
 
-SC_EXPORT int stepcast_needs_untrack(void) { return n_ranges > 0 && cur_instance_kernels > 0; }
-SC_EXPORT void stepcast_untrack(unsigned long long ptr, unsigned long long bytes) {
+FK_EXPORT int stepcast_needs_untrack(void) { return n_ranges > 0 && cur_instance_kernels > 0; }
+FK_EXPORT void stepcast_untrack(unsigned long long ptr, unsigned long long bytes) {
     pthread_mutex_lock(&range_lock);
     forget_locked((uintptr_t)ptr, (uintptr_t)(ptr + bytes), cur_instance);
     pthread_mutex_unlock(&range_lock);
@@ -130,7 +128,7 @@ typedef struct {
 } shm_header;
 
 /* Rank dedup: record this member's program hash; a stopped member also marks itself stopped. */
-void sc_shm_member_state(void *shm, int rank, uint64_t program, int stopped) {
+void fk_shm_member_state(void *shm, int rank, uint64_t program, int stopped) {
     shm_header *h = shm;
     if (!shm || rank < 0 || rank >= MAX_RANKS) return;
     h->program[rank] = program;
@@ -145,7 +143,7 @@ static const char *source_slot(shm_header *h, const char *slots, int nranks, int
     return NULL;
 }
 
-void *sc_comm_shm(const char *comm_id, int nranks) {
+void *fk_comm_shm(const char *comm_id, int nranks) {
     const char *run = getenv("STEPCAST_RUN_ID");
     if (!run || !*run || nranks < 2 || nranks > MAX_RANKS) return NULL;
     char name[128];
@@ -160,14 +158,14 @@ void *sc_comm_shm(const char *comm_id, int nranks) {
 }
 
 static int wait_all(volatile uint64_t *flags, volatile uint64_t *stopped, int nranks, uint64_t tag) {
-    uint64_t start = sc_now_ns();
+    uint64_t start = fk_now_ns();
     struct timespec nap = {0, 20000};
     for (;;) {
         int ready = 1;
         for (int j = 0; j < nranks && ready; j++)
             ready = __atomic_load_n(&flags[j], __ATOMIC_ACQUIRE) >= tag || __atomic_load_n(&stopped[j], __ATOMIC_ACQUIRE);
         if (ready) return 0;
-        if (sc_now_ns() - start > 120ull * 1000000000ull) return -1;
+        if (fk_now_ns() - start > 120ull * 1000000000ull) return -1;
         nanosleep(&nap, NULL);
     }
 }
@@ -206,20 +204,20 @@ static size_t nccl_size(int dtype) {
 }
 
 /* kind: 0 all_reduce, 1 broadcast, 2 all_gather, 3 reduce_scatter, 4 reduce. count as NCCL takes it. */
-void sc_exchange(void *shm, int nranks, int rank, uint64_t seq, int kind, const void *send, void *recv,
+void fk_exchange(void *shm, int nranks, int rank, uint64_t seq, int kind, const void *send, void *recv,
                  size_t count, int dtype, int redop, int root) {
     size_t elem = nccl_size(dtype);
     size_t send_bytes = count * elem * (kind == 3 ? (size_t)nranks : 1);
     size_t recv_bytes = count * elem * (kind == 2 ? (size_t)nranks : 1);
-    if (!shm || rank < 0 || send_bytes > SLOT || send_bytes > sc_real_limit() * (size_t)nranks) return;
+    if (!shm || rank < 0 || send_bytes > SLOT || send_bytes > fk_real_limit() * (size_t)nranks) return;
     shm_header *h = shm;
     char *slot = (char *)shm + 4096;
     char *mine = slot + (size_t)rank * SLOT;
-    if (send && sc_range_known(send, send_bytes)) memcpy(mine, send, send_bytes);
+    if (send && fk_range_known(send, send_bytes)) memcpy(mine, send, send_bytes);
     else memset(mine, 0, send_bytes);
     uint64_t tag = seq + 1;
     __atomic_store_n(&h->posted[rank], tag, __ATOMIC_RELEASE);
-    if (wait_all(h->posted, h->stopped, nranks, tag) != 0) { sc_unhandled("stepcast: small-collective exchange timed out"); return; }
+    if (wait_all(h->posted, h->stopped, nranks, tag) != 0) { fk_log_unsupported("stepcast: small-collective exchange timed out"); return; }
     int writes = 1;
     static const char zeros[SLOT];
     const char *src[MAX_RANKS];
@@ -238,7 +236,7 @@ void sc_exchange(void *shm, int nranks, int rank, uint64_t seq, int kind, const 
         for (int j = 0; j < nranks; j++) combine(recv, src[j] + (size_t)rank * count * elem, count, dtype, redop, j == 0);
         break;
     }
-    if (writes && recv) sc_range_written(recv, recv_bytes);
+    if (writes && recv) fk_range_written(recv, recv_bytes);
     __atomic_store_n(&h->done[rank], tag, __ATOMIC_RELEASE);
     wait_all(h->done, h->stopped, nranks, tag);
 }

@@ -1,5 +1,5 @@
 /* Minimal stand-in for the CUDA toolkit's crt/host_defines.h, which the NVIDIA runtime wheel does not ship.
- * The shim is plain host C compiled by gcc/clang, so the execution-space qualifiers expand to nothing and the
+ * The driver is plain host C compiled by gcc/clang, so the execution-space qualifiers expand to nothing and the
  * alignment helpers to GCC attributes. Used only when no toolkit copy of the header is found. */
 #ifndef STEPCAST_COMPAT_HOST_DEFINES_H
 #define STEPCAST_COMPAT_HOST_DEFINES_H
