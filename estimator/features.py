@@ -125,7 +125,8 @@ def family_features(family: str, frame: Kernels, w: Work, hw: RowHardware,
         f |= {"log2_m": _log2(m), "log2_n": _log2(n), "log2_k": _log2(k), "log2_batch": _log2(b)}
         f |= gemm_waves(m, n, b, sms)
         if kernel_config:
-            f |= kernel_config_features(frame, m, n, k, b, sms, element_bytes(frame))
+            f |= kernel_config_features(frame, m, n, k, b, sms, element_bytes(frame),
+                                        hw.spec["hw_compute_capability"])
     elif family == "attention":
         b, hq, hkv, sq, skv, d = (_num(frame, c)
                                   for c in ("batch", "heads_q", "heads_kv", "seq_q", "seq_kv", "head_dim"))

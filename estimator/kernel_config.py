@@ -10,6 +10,17 @@ the useful area), tile waves and the K iterations per split.
 The alignment class of the shape itself (the largest power of two, up to 16 bytes, dividing its leading dimensions)
 is computed for every row, labelled or not.
 
+Every CUDA version's spelling of a kind of kernel gives the same features (tests/estimator/test_kernel_config.py has
+one case per naming scheme): cuBLAS 13's ``nvjet_sm90_tst_256x128_64x4_2x4_h_bz_coopA_TNT`` and cuBLAS 12.8's
+``nvjet_tst_256x128_64x4_2x4_v_bz_coopA_NNT`` (any operand-type tag: ``tst``, ``hsh``, ``tss``, ``qqtst``...);
+cuDNN's implicit-GEMM convolutions (``sm80_xmma_fprop_implicit_gemm_*``, CUTLASS 2's ``cutlass_tensorop_
+s1688fprop_optimized_tf32_64x64_16x10_nhwc_align4``, which names no architecture) as the GEMMs they are. cuBLAS 12.8
+names no SM in its nvjet kernels; nvjet kernels are generated at run time for the GPU they run on (cuBLAS 13 tags
+them with exactly that GPU's SM), so :func:`kernel_config_features` takes such a kernel's SM generation from the
+row's device when the caller gives it, and leaves it NaN otherwise. A CUTLASS 3 name's stage count ``0`` means
+"chosen by the builder", not zero stages: NaN. Kernels that are no GEMM (attention, elementwise, Inductor's Triton
+kernels, whose autotuned tile is not in their name) are path ``other``.
+
 Shapes are read as the labels ask them (``torch.nn.functional.linear``; ``kernel_labels``): cuBLAS's M is the
 row's ``n`` and its N the row's ``m``, which is also the orientation of NeuSight's recorded grids. Rows without a
 label get NaN for every name- and grid-derived feature (tree models route missing values; the MLP zero-fills).
@@ -40,25 +51,30 @@ FEATURES = NAME_FEATURES + ("kc_labelled", "kc_log2_ctas", "kc_grid_waves", "kc_
                             "kc_shape_align_bytes")
 
 _PAIR = r"(\d+)x(\d+)"
+#: tensor-core kernels: the op class, or the MMA instruction shape cuBLAS / CUTLASS 2 name (h884, s1688, s16816, i8816)
+_TENSOR = re.compile(r"tensorop|[hsi](?:884|1688|16816|161616|8816|16832)|hmma|imma|nvjet|xmma|wmma|gmma")
+#: a CUTLASS 2 name inside a mangled or demangled template name (cuBLAS's ``cutlass_80_...``, cuDNN's archless ones)
+_CUTLASS2 = re.compile(r"(cutlass_(?:\d+_|(?=wmma|tensorop|simt))\w*?_align\d+)")
+_GEMM_OR_CONV = r"(?:gemm|fprop|dgrad|wgrad)"
 
 
 def _strip(name: str) -> str:
     """The kernel's own name out of a mangled or demangled CUTLASS template name."""
-    found = re.search(r"(cutlass_\d+\w*?_align\d+)", name)
+    found = _CUTLASS2.search(name)
     return found.group(1) if found else name
 
 
 @lru_cache(maxsize=4096)
 def parse_name(name: str) -> tuple[float, ...]:
-    """NAME_FEATURES of one kernel name (NaN where the name does not say)."""
+    """NAME_FEATURES of one kernel name (NaN where the name does not say; the module docstring lists the schemes)."""
     nan = float("nan")
     path, sm, tm, tn, tk, stages, slices, cluster, split, align = "other", nan, nan, nan, nan, nan, 1.0, 1.0, 0.0, nan
     s = _strip(name)
     low = s.lower()
-    tensor = float(bool(re.search(r"tensorop|s16816|s1688|s161616|hmma|nvjet|xmma|wmma|gmma", low))
-                   and "sgemm" not in low)
-    if found := re.match(r"nvjet_sm(\d+)\w*?_" + _PAIR + "_" + _PAIR + "_" + _PAIR, s):
-        path, sm = "nvjet", float(found.group(1))
+    tensor = float(bool(_TENSOR.search(low)) and not re.search(r"sgemm|simt|ffma", low))  # ffma: xmma's SIMT fp32
+    # nvjet: [sm<N>_]<operand types>_<tile M>x<N>_<K tile>x<stages>_<cluster M>x<N>[_2cta]_<raster>_..._[splitK_]<ops>
+    if found := re.match(r"nvjet_(?:sm(\d+)_)?\w*?_" + _PAIR + "_" + _PAIR + "_" + _PAIR, s):
+        path, sm = "nvjet", float(found.group(1)) if found.group(1) else nan
         tm, tn, tk, stages = (float(found.group(i)) for i in (2, 3, 4, 5))
         cluster = float(found.group(6)) * float(found.group(7))
         split = float("splitk" in low)
@@ -70,16 +86,19 @@ def parse_name(name: str) -> tuple[float, ...]:
             stages = float(stage.group(1))
         if cl := re.search(r"cluster(\d+)x(\d+)", low):
             cluster = float(cl.group(1)) * float(cl.group(2))
-        split = float("segment_k_on" in low or "splitk" in low)
-    elif found := re.match(r"cutlass_(\d+)\w*?gemm\w*?_" + _PAIR + "_" + _PAIR, s):
-        path, sm = "cutlass", float(found.group(1))
+        split = float("segment_k_on" in low or "splitk" in low or "split_k" in low)
+    elif found := re.match(r"cutlass_(?:(\d+)_)?\w*?" + _GEMM_OR_CONV + r"\w*?_" + _PAIR + "_" + _PAIR, s):
+        # CUTLASS 2: cuBLAS's names carry the architecture (cutlass_80_...), cuDNN's convolution kernels do not
+        path, sm = "cutlass", float(found.group(1)) if found.group(1) else nan
         tm, tn, tk, stages = (float(found.group(i)) for i in (2, 3, 4, 5))
-    elif found := re.match(r"cutlass3x_sm(\d+)_\w*?gemm\w*?_(\d+)x(\d+)x(\d+)_(?:(\d+)x(\d+)x\d+_(\d+)_)?", s):
-        # CUTLASS 3 (cuBLAS's sm_100 fp32 path): tile M x N x K, then cluster M x N x K and stages where fixed
+    elif found := re.match(r"cutlass3x_sm(\d+)_\w*?" + _GEMM_OR_CONV + r"\w*?_(\d+)x(\d+)x(\d+)_"
+                           r"(?:(\d+)x(\d+)x\d+_(\d+)_)?", s):
+        # CUTLASS 3 (cuBLAS's sm_100 fp32 path): tile M x N x K, then cluster M x N x K and stages (0: the builder's)
         path, sm = "cutlass", float(found.group(1))
         tm, tn, tk = (float(found.group(i)) for i in (2, 3, 4))
         if found.group(5):
-            cluster, stages = float(found.group(5)) * float(found.group(6)), float(found.group(7))
+            cluster = float(found.group(5)) * float(found.group(6))
+            stages = float(found.group(7)) or nan
     elif found := re.match(r"(maxwell|pascal|volta|turing|ampere|ada|hopper)_\w*?gemm\w*?_" + _PAIR, low):
         path, sm = "prebuilt", float(_SM_OF_FAMILY[found.group(1)])
         tm, tn = float(found.group(2)), float(found.group(3))
@@ -94,7 +113,7 @@ def parse_name(name: str) -> tuple[float, ...]:
         path = "small"
     if sl := re.search(r"sliced1x(\d+)", low):
         slices = float(sl.group(1))
-    if al := re.search(r"align(\d+)", low):
+    if al := re.search(r"align(?:a)?(\d+)", low):  # xmma names A's alignment (aligna8) and C's (alignc8)
         align = float(al.group(1))
     return (float(PATHS.index(path)), sm, tensor, tm, tn, tk, stages, slices, cluster, split, align)
 
@@ -144,8 +163,10 @@ def launch_waves(persistent: np.ndarray, ctas: np.ndarray, pieces: np.ndarray,
 
 
 def kernel_config_features(frame: Kernels, m: np.ndarray, n: np.ndarray, k: np.ndarray, batch: np.ndarray,
-                           sms: np.ndarray, element_bytes: np.ndarray) -> dict[str, np.ndarray]:
-    """FEATURES of every row (see the module docstring)."""
+                           sms: np.ndarray, element_bytes: np.ndarray,
+                           compute_capability: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """FEATURES of every row (see the module docstring). ``compute_capability``: each row's device as 10 x major +
+    minor (90 for sm_90; NaN for none), the SM generation of nvjet kernels whose name does not tag it."""
     rows = len(m)
     out: dict[str, np.ndarray] = {}
     # a frame or the light columns of a few rows (estimator.frames.KernelColumns: an emulated step's recorded launches)
@@ -164,6 +185,9 @@ def kernel_config_features(frame: Kernels, m: np.ndarray, n: np.ndarray, k: np.n
         labelled = np.zeros(rows)
     for i, name in enumerate(NAME_FEATURES):
         out[name] = parsed[:, i]
+    if compute_capability is not None:  # cuBLAS 12's nvjet_tst_*: generated for the device it runs on
+        untagged = (out["kc_path"] == PATHS.index("nvjet")) & np.isnan(out["kc_sm"])
+        out["kc_sm"] = np.where(untagged, np.asarray(compute_capability, dtype=np.float64), out["kc_sm"])
     out["kc_labelled"] = labelled
     grids = frame["grid"] if "grid" in frame.columns else None
     grid = _grid(grids) if grids is not None else np.full((rows, 3), np.nan)

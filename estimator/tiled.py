@@ -217,7 +217,7 @@ def tile_features(frame: Kernels, device_features: str = "none", joules_per_flop
     elem = element_bytes(frame)
     sms = hw.spec["hw_sm_count"]
 
-    kc = kernel_config_features(frame, m, n, k, batch, sms, elem)
+    kc = kernel_config_features(frame, m, n, k, batch, sms, elem, hw.spec["hw_compute_capability"])
     fallback_m, fallback_n = _tile_fallback(m, n, batch, sms)
     known = np.isfinite(kc["kc_tile_m"]) & np.isfinite(kc["kc_tile_n"])
     tile_m = np.where(known, kc["kc_tile_m"], fallback_m)

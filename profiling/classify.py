@@ -1005,9 +1005,15 @@ def _triton_cached(name: str, grid: tuple, block: tuple, shapes: tuple, dtypes: 
                 "numel": blocks * threads * INDUCTOR_ELEMENTS_PER_THREAD}
     rows, cols = blocks, threads * INDUCTOR_ELEMENTS_PER_THREAD
     cols = next((s[-1] for s, _ in t if len(s) >= 2 and _numel(s[:-1]) == rows and s[-1] >= threads), cols)
-    op = "rms_norm" if "rsqrt" in fused else "softmax" if {"exp", "amax"} <= set(fused) else "sum"
+    op = _triton_reduction_op(fused)
     return {"family": "norm", "dtype": dtype, "op": op, "rows": rows, "cols": int(cols),
             "pass": "bwd" if backward or "backward" in fused else "fwd"}
+
+
+def _triton_reduction_op(fused: Sequence[str]) -> str:
+    """The norm op an Inductor reduction kernel is timed as, from the aten ops its name fuses: ``rms_norm`` when it
+    fuses ``rsqrt``, ``softmax`` with ``exp`` and ``amax``, else ``sum``."""
+    return "rms_norm" if "rsqrt" in fused else "softmax" if {"exp", "amax"} <= set(fused) else "sum"
 
 
 # ---- kernel names -------------------------------------------------------------------------------------------------
@@ -1022,9 +1028,10 @@ _NCCL_DTYPES = {"f32": "fp32", "float": "fp32", "f16": "fp16", "half": "fp16", "
 
 _KERNEL_RULES: list[tuple[re.Pattern[str], str, str | None]] = [
     (re.compile(p, re.IGNORECASE), family, op) for p, family, op in (
-        (r"flash_bwd|fmha.*(bwd|backward)|fmha_cutlassB|attention.*backward|cudnn.*sdpa.*(bwd|bprop)",
-         "attention", "bwd"),
-        (r"flash_fwd|fmha|AttentionKernel|attention_kernel|cudnn.*sdpa", "attention", "fwd"),
+        (r"flash_bwd|FlashAttn\w*Bwd|FlashAttentionBackward|fmha.*(bwd|backward)|fmha_cutlassB|attention.*backward"
+         r"|cudnn.*sdpa.*(bwd|bprop)", "attention", "bwd"),
+        (r"flash_fwd|FlashAttn\w*Fwd|FlashAttentionForward|fmha|AttentionKernel|attention_kernel|cudnn.*sdpa",
+         "attention", "fwd"),
         (r"multi_tensor_apply|fused_adam|FusedAdam|fused_sgd|FusedSgd|_fused_adamw", "optimizer", None),
         (r"gemm|gemv|cutlass.*(tensorop|simt)|cublas|nvjet|xmma_|sm\d+_xmma|splitKreduce|dot_kernel", "gemm", None),
         (r"layer_?norm|LayerNorm|GammaBetaBackward|RowwiseMoments", "norm", "layer_norm"),
@@ -1049,12 +1056,73 @@ _FUNCTOR_OPS = [(re.compile(p, re.IGNORECASE), op) for p, op in (
 )]
 
 
+#: a convolution's own kernels (:func:`is_convolution_kernel`): cuDNN's implicit GEMMs (``sm80_xmma_fprop_implicit_
+#: gemm_*``, CUTLASS 3's ``*implicit_gemm*``), CUTLASS 2's (``cutlass_tensorop_s1688fprop_optimized_*``), its SIMT and
+#: Winograd engines (``implicit_convolve_sgemm``, ``volta_scudnn_*``, ``winograd*``), FFT's complex GEMM
+#: (``gcgemm``), ``dgrad_engine`` / ``wgrad_alg0_engine``, torch's native and depthwise convolutions; "convert"
+#: (Inductor's ``convert_element_type``, FlashAttention's ``convert_dq``) is no convolution
+_CONV_KERNEL = re.compile(r"conv(?!ert)|winograd|implicit_gemm|scudnn|gcgemm|dgrad_engine|wgrad_alg\d|"
+                          r"cutlass\w*?(?:fprop|dgrad|wgrad)|xmma_(?:fprop|dgrad|wgrad)", re.IGNORECASE)
+#: kernels outside every family whose names the rules below would misread: batch norm (timed through its op),
+#: im2col / col2im (the native convolution path's)
+_NO_FAMILY_KERNEL = re.compile(r"cudnn::bn_|batch_norm|batchnorm|im2col|col2im", re.IGNORECASE)
+_NORM_NAME = re.compile(r"layer_?norm|rms", re.IGNORECASE)
+#: Inductor's generated kernels: pointwise, persistent and looped reductions, templates (matmul, flex attention,
+#: convolution), and a template's autotuning candidates, named after the template (``triton_mm``, ``triton_bmm``,
+#: ``triton_flex_attention``, ``triton_convolution2d``): kind (None for a candidate) and the fused ops
+_INDUCTOR_KERNEL = re.compile(r"^triton_(?:(poi|per|red|tem)_(?:fused_?)?"
+                              r"|(?=(?:(?:b|add|scaled_|int_)?mm|flex_attention|flex_decoding|convolution\dd)(?:_|$)))"
+                              r"(.*?)(?:_\d+)?$")
+_INDUCTOR_GEMM_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm"})
+
+
+def is_convolution_kernel(name: str) -> bool:
+    """Whether a kernel name is one of a convolution's own kernels (:data:`_CONV_KERNEL`), in any library's spelling.
+    :func:`classify_kernel_name` gives such names no family: a convolution is timed through its op as the implicit
+    GEMM of its pass (``conv_parts``), and the kernel-configuration features read its tile as a GEMM's
+    (``estimator.kernel_config``). Layout transforms opening a cuDNN call (``nchwToNhwcKernel``) are no convolution
+    kernel: they are part of the call."""
+    text = name.strip()
+    if match := _INDUCTOR_KERNEL.match(text):  # a pointwise kernel fusing a convolution's bias is no convolution
+        return match.group(1) in ("tem", None) and "conv" in match.group(2)
+    return bool(_CONV_KERNEL.search(text))
+
+
+def _inductor_kernel_family(match: re.Match[str]) -> dict | None:
+    """classify_kernel_name of an Inductor kernel: pointwise ones are elementwise, reductions norms (the op as
+    ``classify_triton_kernel`` times them, unless the name shows a norm), templates the GEMM or attention they
+    compute; a convolution template has no family (:func:`is_convolution_kernel`)."""
+    name, kind, fused = match.string, match.group(1), [op for op in match.group(2).split("_") if op]
+    if kind == "poi":
+        return _without_none({"family": "elementwise", "op": _functor_op(name)})
+    if kind in ("per", "red"):
+        op = next((detail for pattern, family, detail in _KERNEL_RULES if family == "norm" and pattern.search(name)),
+                  None) or _triton_reduction_op(fused)
+        return {"family": "norm", "op": op, "pass": "bwd" if re.search(r"backward|_bw|grad", name) else "fwd"}
+    if "flex" in fused and ("attention" in fused or "decoding" in fused):
+        return {"family": "attention", "pass": "bwd" if "backward" in fused else "fwd"}
+    if "conv" in match.group(2):
+        return None
+    if _INDUCTOR_GEMM_OPS & set(fused):
+        return {"family": "gemm"}
+    return None
+
+
+def _without_none(row: dict) -> dict:
+    return {k: v for k, v in row.items() if v is not None}
+
+
 @functools.lru_cache(maxsize=16384)
 def classify_kernel_name(name: str) -> dict | None:
     """What a kernel name alone tells: at least ``family``; ``op``, ``pass`` and ``dtype`` where the name shows them.
 
-    For kernels without op context (no record_shapes, unknown launcher). None for kernels outside every family
-    (convolutions, indexing, memcpy...).
+    For kernels without op context (no record_shapes, unknown launcher). Every library version's spelling of a kind
+    of kernel gives the same family (tests/profiling/test_classify.py has a case per naming scheme): cuBLAS's nvjet
+    (``nvjet_sm90_tst_*``, CUDA 12.8's ``nvjet_tst_*``), xmma, CUTLASS 2 and 3, prebuilt and gemv kernels are
+    ``gemm``; cuDNN's SDPA engines, FlashAttention 2 and 3 (``flash_fwd_kernel``, ``FlashAttnFwdSm90``) and the
+    memory-efficient kernels (``fmha_cutlassF_*``) ``attention``; Inductor's kernels as
+    :func:`_inductor_kernel_family` says. None for kernels outside every family (convolutions, see
+    :func:`is_convolution_kernel`; indexing, memcpy...).
     """
     text = name.strip()
     if text.startswith("nccl:"):
@@ -1072,8 +1140,9 @@ def classify_kernel_name(name: str) -> dict | None:
                 row["dtype"] = _NCCL_DTYPES[token.lower()]
                 break
         return row
-    if re.search(r"conv|winograd|implicit_convolve|implicit_gemm|cudnn::bn_|batch_norm|batchnorm|im2col|col2im",
-                 text, re.IGNORECASE) and not re.search(r"layer_?norm|rms", text, re.IGNORECASE):
+    if inductor := _INDUCTOR_KERNEL.match(text):  # a hand-written Triton kernel (triton_rms_norm_kernel) is not one
+        return _inductor_kernel_family(inductor)
+    if (is_convolution_kernel(text) or _NO_FAMILY_KERNEL.search(text)) and not _NORM_NAME.search(text):
         return None
     for pattern, family, detail in _KERNEL_RULES:
         if not pattern.search(text):
@@ -1094,7 +1163,7 @@ def classify_kernel_name(name: str) -> dict | None:
             dtype = _template_dtype(text)
             if dtype:
                 row["dtype"] = dtype
-        return {k: v for k, v in row.items() if v is not None}
+        return _without_none(row)
     return None
 
 
@@ -1106,11 +1175,22 @@ _GEMM_KERNEL_DTYPES: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p), 
 ))
 
 
+#: nvjet's operand-type tag, by its first letter (A's type): ``tst`` bf16, ``hsh`` / ``hss`` fp16, ``qqtst`` fp8
+#: e4m3; ``s`` (fp32 data) may run as fp32 or TF32, which the name does not say
+_NVJET_DTYPES = {"t": "bf16", "h": "fp16", "q": "fp8_e4m3"}
+_NARROW_DTYPES = ("bf16", "fp8_e4m3", "fp8_e5m2", "fp16")
+
+
 def _gemm_kernel_dtype(text: str) -> str | None:
-    if _TF32_KERNEL.search(text):
-        return "tf32"
+    """The dtype a GEMM kernel's name shows: a named 16- or 8-bit type first (``ampere_bf16_s16816gemm_bf16`` is
+    bf16 although its instruction shape is also TF32's), then TF32, then the rest (:data:`_GEMM_KERNEL_DTYPES`)."""
+    if nvjet := re.match(r"nvjet_(?:sm\d+_)?([a-z])[a-z]*_\d", text):
+        return _NVJET_DTYPES.get(nvjet.group(1))
     lowered = text.lower()
-    return next((dtype for pattern, dtype in _GEMM_KERNEL_DTYPES if pattern.search(lowered)), None)
+    named = next((dtype for pattern, dtype in _GEMM_KERNEL_DTYPES if pattern.search(lowered)), None)
+    if named in _NARROW_DTYPES:
+        return named
+    return "tf32" if _TF32_KERNEL.search(text) else named
 
 
 def _template_dtype(text: str) -> str | None:

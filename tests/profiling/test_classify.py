@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from profiling.classify import (canonical_dtype, classify_kernel_name, classify_op, is_stand_in_op, op_base_name,
-                                tensor_dtype)
+from profiling.classify import (canonical_dtype, classify_kernel_name, classify_op, is_convolution_kernel,
+                                is_stand_in_op, op_base_name, tensor_dtype)
 from profiling.families import key_columns
 
 
@@ -187,6 +187,107 @@ def test_dtype_names():
 ])
 def test_kernel_name_fallback(name, expected):
     assert classify_kernel_name(name) == expected
+
+
+# One case per naming scheme a CUDA / library version launches (issue 32): the family, and what else the name shows.
+@pytest.mark.parametrize("name, expected", [
+    # cuBLAS 13.x nvjet (SM-tagged) and cuBLAS 12.8's untagged ones; the operand-type tag gives the dtype
+    ("nvjet_sm90_tst_256x128_64x4_2x4_h_bz_coopA_TNT", {"family": "gemm", "dtype": "bf16"}),
+    ("nvjet_sm100_hsh_64x8_64x16_1x1_h_bz_splitK_NNT", {"family": "gemm", "dtype": "fp16"}),
+    ("nvjet_tst_256x128_64x4_2x4_v_bz_coopA_NNT", {"family": "gemm", "dtype": "bf16"}),
+    ("nvjet_hss_64x8_64x16_1x1_v_bz_splitK_NNT", {"family": "gemm", "dtype": "fp16"}),
+    ("nvjet_sm90_qqtst_128x128_128x6_1x2_h_bz_ovscale_TNT", {"family": "gemm", "dtype": "fp8_e4m3"}),
+    # cuBLAS's xmma, CUTLASS 2 (WMMA, mma.sync) and CUTLASS 3 kernels; a named bf16 / fp16 wins over the instruction
+    # shape TF32 shares
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_warpgroupsize2x1x1_execute_segment_k_off_kernel__"
+     "5x_cublas", {"family": "gemm", "dtype": "bf16"}),
+    ("sm80_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x16_stage4_warpsize2x2x1_tensor16x8x8_execute_"
+     "segment_k_off_kernel__5x_cublas", {"family": "gemm", "dtype": "tf32"}),
+    # cuBLAS 13's fp32 GEMM on Hopper runs on the CUDA cores
+    ("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize256x64x8_stage3_warpsize2x2x1_ffma_aligna4_alignc4_execute_"
+     "split_k_kernel__5x_cublas", {"family": "gemm", "dtype": "fp32"}),
+    ("cutlass_80_wmma_tensorop_s161616gemm_f16_32x32_64x2_nn_align2", {"family": "gemm", "dtype": "fp16"}),
+    ("cutlass_80_tensorop_bf16_s16816gemm_bf16_256x128_64x3_tn_align2", {"family": "gemm", "dtype": "bf16"}),
+    ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_nn_align4>(cutlass_80_tensorop_s1688gemm_"
+     "256x64_16x4_nn_align4::Params)", {"family": "gemm", "dtype": "tf32"}),
+    ("cutlass3x_sm90_tensorop_s64x128x16gemm_bf16_bf16_f32_void_bf16_128x128x64_1x1x1_0_tnn_align8_warpspecialized_"
+     "pingpong_epi_tma", {"family": "gemm", "dtype": "bf16"}),
+    ("ampere_bf16_s16816gemm_bf16_128x256_ldg8_f2f_stages_64x3_tn", {"family": "gemm", "dtype": "bf16"}),
+    ("turing_fp16_s1688gemm_fp16_256x128_ldg8_f2f_tn", {"family": "gemm", "dtype": "fp16"}),
+    ("maxwell_sgemm_128x64_nt", {"family": "gemm", "dtype": "fp32"}),
+    ("void gemvx::kernel<int, int, float, float, float, float, false, true, true, false, 7, false, cublasGemvParams<"
+     "cublasGemvTensorStridedBatched<float const>, cublasGemvTensorStridedBatched<float const>, "
+     "cublasGemvTensorStridedBatched<float>, float> >", {"family": "gemm", "dtype": "fp32"}),
+    ("void cublasLt::splitKreduce_kernel<32, 16, int, float, float, float, float, true, false, false>",
+     {"family": "gemm", "dtype": "fp32"}),  # part of the GEMM call (the capture makes it the op's op_part)
+    # cuDNN SDPA, FlashAttention 2 (torch's and the package's), FlashAttention 3, memory-efficient attention
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x128_4x1x1_cga1x1x1_kernel0_0",
+     {"family": "attention", "pass": "fwd"}),
+    ("void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, "
+     "cutlass::bfloat16_t> >(pytorch_flash::Flash_fwd_params)", {"family": "attention", "pass": "fwd"}),
+    ("void flash::flash_fwd_kernel<flash::Flash_fwd_kernel_traits<64, 128, 128, 4, false, false, cutlass::half_t> >, "
+     "true>(flash::Flash_fwd_params)", {"family": "attention", "pass": "fwd"}),
+    ("void cutlass::device_kernel<flash::enable_sm90_or_later<flash::FlashAttnFwdSm90<flash::CollectiveMainloopFwdSm90<"
+     "2, cute::tuple<cute::C<1>, cute::C<1>, cute::C<1> >, 256, cutlass::bfloat16_t, float, cutlass::arch::Sm90> > > >"
+     "(flash::Params)", {"family": "attention", "pass": "fwd"}),
+    ("void cutlass::device_kernel<flash::enable_sm90_or_later<flash::FlashAttnBwdSm90<flash::CollectiveMainloopBwdSm90"
+     "<2, 2> > > >(flash::Params)", {"family": "attention", "pass": "bwd"}),
+    ("void cutlass::device_kernel<flash::FlashAttnBwdPostprocessConvertdQ<cute::tuple<cute::C<128> > > >"
+     "(flash::Params)", {"family": "attention", "pass": "bwd"}),
+    ("fmha_cutlassF_bf16_aligned_64x128_rf_sm80(PyTorchMemEffAttention::AttentionKernel<cutlass::bfloat16_t, "
+     "cutlass::arch::Sm80, true, 64, 128, 128, true, true>::Params)", {"family": "attention", "pass": "fwd"}),
+    ("fmha_cutlassB_bf16_aligned_64x64_k64_sm80(PyTorchMemEffAttention::AttentionBackwardKernel<cutlass::arch::Sm80, "
+     "cutlass::bfloat16_t, true, false, true, 64, 64, 64, false>::Params)", {"family": "attention", "pass": "bwd"}),
+    # Inductor: pointwise, reductions (the op classify_triton_kernel times them as, or the norm the name shows),
+    # templates and a template's autotuning candidates
+    ("triton_poi_fused__to_copy_convert_element_type_1", {"family": "elementwise", "op": "copy"}),
+    ("triton_poi_fused_convolution_relu_2", {"family": "elementwise", "op": "relu"}),  # a convolution's epilogue
+    ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0", {"family": "norm", "op": "rms_norm", "pass": "fwd"}),
+    ("triton_per_fused__softmax_amax_exp_sub_sum_3", {"family": "norm", "op": "softmax", "pass": "fwd"}),
+    ("triton_red_fused_sum_7", {"family": "norm", "op": "sum", "pass": "fwd"}),
+    ("triton_per_fused_native_layer_norm_native_layer_norm_backward_4",
+     {"family": "norm", "op": "layer_norm", "pass": "bwd"}),
+    ("triton_tem_fused_mm_0", {"family": "gemm"}),
+    ("triton_tem_fused_addmm_relu_1", {"family": "gemm"}),
+    ("triton_mm", {"family": "gemm"}),
+    ("triton_tem_fused_flex_attention_0", {"family": "attention", "pass": "fwd"}),
+    ("triton_tem_fused_flex_attention_backward_1", {"family": "attention", "pass": "bwd"}),
+    ("triton_rms_norm_kernel", {"family": "norm", "op": "rms_norm", "pass": "fwd"}),  # hand-written: by the rules
+    # convolutions and a cuDNN call's layout transform: no family of their own (timed through the op)
+    ("sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize128x128x64_warpgroupsize1x1x1_g1_"
+     "execute_segment_k_off_kernel__5x_cudnn", None),
+    ("void cutlass_cudnn_infer::Kernel<cutlass_tensorop_s1688dgrad_optimized_tf32_128x128_16x4_nhwc_unity_stride_"
+     "align4>(cutlass_tensorop_s1688dgrad_optimized_tf32_128x128_16x4_nhwc_unity_stride_align4::Params)", None),
+    ("void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true, (cudnnKernelDataType_t)0>(cudnn::ops::"
+     "nchw2nhwc_params_t<float>, float const*, float*)", None),
+    ("triton_tem_fused_convolution_0", None),
+])
+def test_each_libraries_naming_scheme_gets_its_family(name, expected):
+    assert classify_kernel_name(name) == expected
+
+
+@pytest.mark.parametrize("name, convolution", [
+    ("sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize128x128x64_warpgroupsize1x1x1_g1_"
+     "execute_segment_k_off_kernel__5x_cudnn", True),
+    ("sm80_xmma_wgrad_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize128x128x16_stage4_warpsize2x2x1"
+     "_g1_tensor16x8x8_execute_split_k_kernel_cudnn_train", True),
+    ("cutlass_tensorop_s1688fprop_optimized_tf32_64x64_16x10_nhwc_align4", True),
+    ("cutlass3x_sm100_tensorop_s256x128x8tf32implicit_gemm_strided_dgrad_f32_f32_f32_void_f32_f32_256x128x32_"
+     "16w16h1d1n_dyn_cga_ndhwc_ndhwc_ndhwc_align4_2sm", True),
+    ("void implicit_convolve_sgemm<float, float, 1024, 5, 5, 3, 3, 3, 1, false, true, true>(int, int, int)", True),
+    ("volta_scudnn_winograd_128x128_ldg1_ldg4_relu_tile148t_nt_v1", True),
+    ("ampere_gcgemm_64x64_nt", True),  # FFT convolution's complex GEMM
+    ("void cudnn::detail::dgrad_engine<float, 128, 6, 7, 3, 3, 5, false>(int, int, int)", True),
+    ("triton_tem_fused_convolution_0", True),
+    ("triton_poi_fused_convolution_relu_2", False),
+    ("triton_poi_fused__to_copy_convert_element_type_1", False),
+    ("void flash_bwd_convert_dq_kernel<Flash_bwd_kernel_traits<64, 128, 128, 8> >(Flash_bwd_params)", False),
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x128_4x1x1_cga1x1x1_kernel0_0", False),
+    ("void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true, (cudnnKernelDataType_t)0>()", False),
+    ("nvjet_sm90_tst_256x128_64x4_2x4_h_bz_coopA_TNT", False),
+])
+def test_convolution_kernels_are_told_apart_in_every_librarys_spelling(name, convolution):
+    assert is_convolution_kernel(name) is convolution
 
 
 def test_real_trace_ops_classify(shared_data: Path):
