@@ -9,9 +9,10 @@ import sys
 import time
 from pathlib import Path
 
-from emulate import config
 from profiling.atomic import write_json_atomic
-from profiling.hardware import HardwareSpec, UnknownHardwareError, lookup
+from profiling.hardware import HardwareSpec
+from stepcast import settings
+from stepcast.preflight import Preflight, refuse_bad_environment
 
 
 RUN_DESCRIPTION = """\
@@ -19,8 +20,8 @@ Run a training script unchanged on virtual GPUs, capture what it asks of them, t
 kernel estimators and print the predicted iteration time and peak memory."""
 RUN_EPILOG = """\
 Nothing is written to the working folder unless asked (--report, --trace): captured traces go to --trace-dir,
-else <cache>/runs/<time>-<pid>/ (<cache>: STEPCAST_CACHE_DIR, else ~/.cache/stepcast). Exit: 0 done, 2 bad input,
-3 the script failed, 128+N signal N. Examples:
+else <cache>/runs/<time>-<pid>/ (<cache>: STEPCAST_CACHE_DIR, else ~/.cache/stepcast). Settings are checked
+first (docs/configuration.md). Exit: 0 done, 2 bad input, 3 the script failed, 128+N signal N. Examples:
   stepcast run --hardware h100-sxm --report r.json -- examples/gpt.py --layers 4 --d-model 1024 --steps 6
   stepcast run --nproc 8 --nodes 16 --run-ranks 0,16,32,48,64,80,96,112 -- examples/megatron_scale.py --tp 8 \\
       --pp 8 --layers 8 --global-batch 16"""
@@ -37,16 +38,16 @@ def add_run_parser(subparsers: argparse._SubParsersAction) -> None:
                               formatter_class=HELP_FORMATTER)
     p.add_argument("--hardware", default="h100-sxm", metavar="ID",
                    help="conf/hardware id or GPU name (default %(default)s)")
-    p.add_argument("--nproc", type=int, default=1, metavar="N", help="ranks per node, like torchrun (default 1)")
-    p.add_argument("--nodes", type=int, default=1, metavar="M", help="nodes, all run on this machine (default 1)")
+    p.add_argument("--nproc", default="1", metavar="N", help="ranks per node, like torchrun (default 1)")
+    p.add_argument("--nodes", default="1", metavar="M", help="nodes, all run on this machine (default 1)")
     p.add_argument("--report", type=Path, metavar="FILE", help="write the report (JSON) here")
     p.add_argument("--trace", type=Path, metavar="FILE", help="write the predicted timeline (Perfetto JSON) here")
     p.add_argument("--trace-dir", type=Path, default=None, metavar="DIR",
                    help="folder for the captured traces (default: see below)")
-    p.add_argument("--host-speed", type=float, default=config.HOST_SPEED, metavar="X",
-                   help="target host CPU speed / the reference host (default %(default)s)")
-    p.add_argument("--launch-queue", type=int, default=config.LAUNCH_QUEUE_DEPTH, metavar="N",
-                   help="device ops queued before a launch blocks (%(default)s)")
+    p.add_argument("--host-speed", metavar="X", help="target host CPU speed / the reference host (default "
+                   f"{settings.SETTINGS['STEPCAST_HOST_SPEED'].default})")
+    p.add_argument("--launch-queue", metavar="N", help="device ops queued before a launch blocks ("
+                   f"{settings.SETTINGS['STEPCAST_LAUNCH_QUEUE_DEPTH'].default})")
     p.add_argument("--gzip", action="store_true", help="write the captured traces gzip-compressed")
     p.add_argument("--capture-only", action="store_true", help="capture the traces; skip the simulation")
     p.add_argument("--no-dedup", action="store_true", help="run every rank, even ranks identical to a lower one")
@@ -65,31 +66,9 @@ def run_command(ns: argparse.Namespace) -> int:
         stop_signals_raise
     from emulate.run_dirs import CaptureDir, CaptureDirBusy, new_run_dir
 
-    try:
-        spec = lookup(ns.hardware)
-    except UnknownHardwareError as exc:
-        return fail(str(exc))
-    if not ns.script.is_file():
-        return fail(f"script {ns.script} not found")
-    if ns.nproc < 1 or ns.nodes < 1:
-        return fail("--nproc and --nodes must be at least 1")
-    per_node = spec.gpus_per_node or 8
-    if ns.nproc > per_node:
-        nodes = -(-ns.nproc * ns.nodes // per_node)
-        return fail(f"--nproc {ns.nproc} is more than the {per_node} GPUs of a {spec.id} node (gpus_per_node in "
-                    f"conf/hardware/{spec.id}.yaml): --nproc is ranks per node, use --nodes {nodes} --nproc "
-                    f"{per_node} for {ns.nproc * ns.nodes} ranks")
-    ns.run_rank_list, probe_nodes = None, None
-    if ns.run_ranks is not None:
-        from emulate.learned_roles import LearnError, parse_auto
-        from emulate.roles import RunRanksError, parse_run_ranks
-
-        try:
-            probe_nodes = parse_auto(ns.run_ranks)
-            if probe_nodes is None:
-                ns.run_rank_list = parse_run_ranks(ns.run_ranks, ns.nproc * ns.nodes)
-        except (RunRanksError, LearnError) as exc:
-            return fail(str(exc))
+    spec, probe_nodes = check_run(ns)
+    if spec is None:
+        return 2
     script_args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
     try:
         check_torch_build()
@@ -128,6 +107,50 @@ def run_command(ns: argparse.Namespace) -> int:
     with capture_dir:
         capture_dir.clear_previous_capture()
         return capture_and_simulate(ns, spec, driver, opctx, script_args, capture_dir.path)
+
+
+def check_run(ns: argparse.Namespace) -> tuple[HardwareSpec | None, int | None]:
+    """Every setting of a run, checked before anything is built or captured (:mod:`stepcast.preflight`): the
+    options (parsed in place on ``ns``), the hardware, and the folders the run writes to. Returns the target and,
+    for ``--run-ranks auto[:M]``, the probe's node count; the target None when a problem was printed."""
+    from profiling.paths import cache_root
+
+    check = Preflight()
+    spec = check.gpu("--hardware", ns.hardware)
+    if not ns.script.is_file():
+        check.add(f"script {ns.script} not found")
+    ns.nproc = check.value("--nproc", ns.nproc, settings.whole_number(1))
+    ns.nodes = check.value("--nodes", ns.nodes, settings.whole_number(1))
+    ns.host_speed = check.option("STEPCAST_HOST_SPEED", "--host-speed", ns.host_speed)
+    ns.launch_queue = check.option("STEPCAST_LAUNCH_QUEUE_DEPTH", "--launch-queue", ns.launch_queue)
+    check.output_file("--report", ns.report)
+    check.output_file("--trace", ns.trace)
+    if ns.report is not None and ns.trace is not None and ns.report.absolute() == ns.trace.absolute():
+        check.add(f"--trace: expected a file other than the --report, found {ns.trace}")
+    if ns.trace_dir is not None:
+        check.output_folder("--trace-dir", ns.trace_dir)
+    check.output_folder("STEPCAST_CACHE_DIR", cache_root())  # builds, and the run folder without --trace-dir
+    ns.run_rank_list, probe_nodes = None, None
+    if spec is not None and ns.nproc is not None and ns.nodes is not None:
+        per_node = spec.gpus_per_node or 8
+        if ns.nproc > per_node:
+            nodes = -(-ns.nproc * ns.nodes // per_node)
+            check.add(f"--nproc {ns.nproc} is more than the {per_node} GPUs of a {spec.id} node (gpus_per_node in "
+                      f"conf/hardware/{spec.id}.yaml): --nproc is ranks per node, use --nodes {nodes} --nproc "
+                      f"{per_node} for {ns.nproc * ns.nodes} ranks")
+        elif ns.run_ranks is not None:
+            from emulate.learned_roles import LearnError, parse_auto
+            from emulate.roles import RunRanksError, parse_run_ranks
+
+            try:
+                probe_nodes = parse_auto(ns.run_ranks)
+                if probe_nodes is None:
+                    ns.run_rank_list = parse_run_ranks(ns.run_ranks, ns.nproc * ns.nodes)
+            except (RunRanksError, LearnError) as exc:
+                check.add(str(exc))
+    if check.refuse() is not None:
+        return None, None
+    return spec, probe_nodes
 
 
 def capture_and_simulate(ns: argparse.Namespace, spec: HardwareSpec, driver: Path, opctx: Path | None,
@@ -271,7 +294,11 @@ def fail(message: str) -> int:
 
 
 def dispatch(ns: argparse.Namespace) -> int:
-    """Run the parsed subcommand (``python -m emulate`` and the ``stepcast`` command both end here)."""
+    """Run the parsed subcommand (``python -m emulate`` and the ``stepcast`` command both end here), once every
+    ``STEPCAST_*`` setting is known to be good (:func:`stepcast.settings.check_environment`)."""
+    refused = refuse_bad_environment()
+    if refused is not None:
+        return refused
     try:
         return ns.func(ns)
     except KeyboardInterrupt:  # Ctrl-C outside a capture (simulation, replay): no traceback

@@ -373,7 +373,9 @@ def install(driver: Any, op_table: Callable[[], list[dict[str, Any]]]) -> EventT
     ``STEPCAST_EVENT_TIMING=nominal``."""
     global _installed
     where = log_path()
-    if os.environ.get("STEPCAST_EVENT_TIMING", "predicted") == "nominal" or where is None:
+    from stepcast import settings
+
+    if settings.get("STEPCAST_EVENT_TIMING") == "nominal" or where is None:
         return None
     try:
         register = driver.stepcast_set_elapsed_predictor

@@ -137,30 +137,6 @@ def check_target(spec: HardwareSpec, flags: list[str] | None = None) -> None:
             "for that GPU (CUDA 12.6 builds of torch 2.6-2.8 still include sm_50-sm_70)")
 
 
-def gpu_environment(spec: HardwareSpec, device_count: int) -> dict[str, str]:
-    """STEPCAST_GPU_* variables the emulated driver reads (emulate/driver/csrc/device.c) for the target device."""
-    if spec.kind != "gpu" or spec.compute_capability is None:
-        raise EmulationUnavailable(f"hardware '{spec.id}' is a {spec.kind}, not a GPU: choose a GPU id from "
-                                   "conf/hardware/")
-    bus_width = 5120 if "hbm" in spec.name.lower() or spec.memory_bandwidth_gbps > 1000 else 384
-    mem_clock_khz = int(spec.memory_bandwidth_gbps * 1e9 / (2 * bus_width / 8) / 1e3)
-    # the name torch reports: the vendor alias the catalog lists first, as nvidia-smi would show it
-    name = next((a for a in spec.aliases if a.upper().startswith("NVIDIA")), spec.name)
-    return {
-        "STEPCAST_GPU_NAME": name,
-        "STEPCAST_GPU_CC_MAJOR": str(spec.compute_capability[0]),
-        "STEPCAST_GPU_CC_MINOR": str(spec.compute_capability[1]),
-        "STEPCAST_GPU_SMS": str(spec.sm_count),
-        "STEPCAST_GPU_MEM_BYTES": str(spec.memory_bytes),
-        "STEPCAST_GPU_L2_BYTES": str(int(spec.l2_cache_mib * 2**20)),
-        "STEPCAST_GPU_SMEM_PER_SM": str(int((spec.shared_memory_per_sm_kib or 100) * 1024)),
-        "STEPCAST_GPU_CLOCK_KHZ": str(int(spec.max_clock_mhz * 1000)),
-        "STEPCAST_GPU_MEM_CLOCK_KHZ": str(mem_clock_khz),
-        "STEPCAST_GPU_MEM_BUS_WIDTH": str(bus_width),
-        "STEPCAST_DEVICE_COUNT": str(device_count),
-    }
-
-
 def new_run_id() -> str:
     """Names this run's shared-memory areas (/dev/shm/stepcast-<run id>-*: small collectives and dedup,
     emulate/driver/csrc/datapath.c and dedup.c); unique per run, so concurrent runs never share one."""
@@ -213,6 +189,16 @@ def rank_environment(driver: Path, spec: HardwareSpec, nproc: int, base: dict[st
     return env
 
 
+def inherited_environment(environ: dict[str, str] | os._Environ) -> dict[str, str]:
+    """The caller's environment less the variables the launcher sets for its ranks (stepcast.settings: internal),
+    so a run started from inside another (a search's trial, a nested run) does not inherit its parent's log, run id
+    or device description."""
+    from stepcast import settings
+
+    internal = {s.name for s in settings.SETTINGS.values() if s.audience == settings.INTERNAL}
+    return {k: v for k, v in environ.items() if k not in internal}
+
+
 def rank_log(trace_dir: Path, rank: int, pid: int) -> Path:
     """The capture log of one rank's process: ``rank<k>.log.driver.<pid>.jsonl`` (its prefix is
     ``STEPCAST_DRIVER_LOG``; per process, since Inductor's compile workers load the driver too); the op table is
@@ -263,8 +249,7 @@ def launch(script: Path, script_args: list[str], *, driver: Path, spec: Hardware
     ``store_port``: the store the launcher hosts (:func:`hosted_store`; every run of more than one rank has one),
     of which every rank is then a client. ``run_ranks`` (a sparse run, which needs that store): start only these
     ranks of the job."""
-    base = dict(os.environ)
-    base.update(gpu_environment(spec, nproc))
+    base = inherited_environment(os.environ)
     base.update(rank_environment(driver, spec, nproc, base))
     base.update({
         "CUDA_MODULE_LOADING": "LAZY",

@@ -31,6 +31,7 @@ from estimator.base import KernelEstimator
 from profiling.hardware import UnknownHardwareError, lookup
 from profiling.kineto import TraceFormatError as KinetoFormatError
 from profiling.progress import make_progress, stage_line
+from stepcast.preflight import Preflight, refuse_bad_environment
 
 PROGRESS_EVERY_S = 5.0  # seconds between two progress lines when stderr is not a terminal
 
@@ -177,7 +178,14 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 def run_command(args: argparse.Namespace) -> int:
     """Exit 2 with one line for bad input: unreadable traces, unknown hardware, collectives the ranks disagree on
-    (:class:`emulate.sim.collate.CollectiveMismatch`) and traces that deadlock in simulation."""
+    (:class:`emulate.sim.collate.CollectiveMismatch`) and traces that deadlock in simulation; an output that
+    cannot be written is refused before any trace is read."""
+    check = Preflight()
+    check.output_file("--report", args.report)
+    check.output_file("--trace", args.trace)
+    refused = check.refuse()
+    if refused is not None:
+        return refused
     try:
         replay(args.traces, durations=args.durations, hardware=args.hardware, report_path=args.report,
                timeline_path=args.trace, estimator=args.estimator)
@@ -191,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m emulate.replay", description=__doc__.split("\n\n")[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
-    return args.func(args)
+    refused = refuse_bad_environment()
+    return refused if refused is not None else args.func(args)
 
 
 if __name__ == "__main__":

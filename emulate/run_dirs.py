@@ -16,8 +16,9 @@ import time
 from pathlib import Path
 
 from profiling.paths import cache_root
+from stepcast import settings
 
-KEEP_RUNS = 20
+KEEP_RUNS: int = settings.SETTINGS["STEPCAST_KEEP_RUNS"].default
 LOCK_NAME = ".stepcast.lock"
 
 
@@ -30,12 +31,8 @@ def runs_root() -> Path:
 
 
 def keep_runs() -> int:
-    raw = os.environ.get("STEPCAST_KEEP_RUNS", str(KEEP_RUNS))
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"STEPCAST_KEEP_RUNS={raw!r}: expected a whole number of run folders to keep") from None
-    return max(value, 1)
+    """How many run folders to keep (``STEPCAST_KEEP_RUNS``, at least 1: the one this run is about to make)."""
+    return settings.get("STEPCAST_KEEP_RUNS")
 
 
 class CaptureDir:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,8 @@ from emulate.trace import TraceFormatError, read_trace
 from estimator.base import KernelEstimator
 from profiling.errors import report
 from profiling.hardware import HardwareSpec, UnknownHardwareError, lookup
+from stepcast import settings
+from stepcast.preflight import Preflight
 
 DEFAULT_LAUNCH_LATENCY_US = config.DEFAULT_LAUNCH_LATENCY_US
 DURATION_MODES = ("predicted", "measured")
@@ -43,7 +45,7 @@ class SimulationResult:
     nodes: int
     host_speed: float
     groups: list[CollectiveGroup]
-    queue_depth: int = config.LAUNCH_QUEUE_DEPTH
+    queue_depth: int = field(default_factory=lambda: config.LAUNCH_QUEUE_DEPTH)
     aligned: bool = False                  # ranks were aligned after warm-up (emulate.sim.host)
     warnings: list[str] | None = None      # what the simulation had to assume, one line each
     host_model: str = "recorded"           # counted | measured | recorded (emulate.sim.host.HostPlan)
@@ -58,9 +60,9 @@ class SimulationResult:
 
 
 def simulate(traces: list[dict[str, Any]], hardware: str | None, nodes: int = 1,
-             host_speed: float = config.HOST_SPEED, durations: str = "predicted",
+             host_speed: float | None = None, durations: str = "predicted",
              estimator: KernelEstimator | str | None = None, sources: list[str] | None = None,
-             queue_depth: int = config.LAUNCH_QUEUE_DEPTH, align_ranks: bool | None = None,
+             queue_depth: int | None = None, align_ranks: bool | None = None,
              call_costs_us: dict[str, float] | None = None,
              copies: dict[int, dict[str, Any]] | None = None,
              work: WorkCosts | None | str = "default") -> SimulationResult:
@@ -71,17 +73,20 @@ def simulate(traces: list[dict[str, Any]], hardware: str | None, nodes: int = 1,
     the shipped default (loaded only when some duration must be predicted). ``hardware`` may be None only for
     measured durations of traces that do not name a catalogued GPU (the report then has no MFU).
 
-    Host model (:mod:`emulate.sim.host`): ``host_speed`` divides host time; ``call_costs_us`` ({event kind: us},
+    Host model (:mod:`emulate.sim.host`): ``host_speed`` divides host time (None: :data:`emulate.config.HOST_SPEED`;
+    it must be positive and finite, as ``STEPCAST_HOST_SPEED`` must); ``call_costs_us`` ({event kind: us},
     default: :func:`emulate.host_costs.load_costs`) is added to captured gaps; ``work``: the counted host model's
     costs ("default": the shipped ones unless ``STEPCAST_HOST_MODEL=measured``; None: measured gaps);
     ``align_ranks`` None aligns
     captured ranks after warm-up and keeps the recorded offsets of real traces. ``queue_depth``: the launch queue
-    (:data:`emulate.config.LAUNCH_QUEUE_DEPTH`). ``copies``: a sparse run's absent ranks, each simulated as its
+    (None: :data:`emulate.config.LAUNCH_QUEUE_DEPTH`). ``copies``: a sparse run's absent ranks, each simulated as its
     twin's program on its own communicators (:mod:`emulate.sim.copies`)."""
     if not traces:
         raise ValueError("no traces to simulate")
     if durations not in DURATION_MODES:
         raise ValueError(f"durations '{durations}': expected one of {', '.join(DURATION_MODES)}")
+    host_speed = settings.parse_option("STEPCAST_HOST_SPEED", "host_speed", host_speed)
+    queue_depth = settings.parse_option("STEPCAST_LAUNCH_QUEUE_DEPTH", "queue_depth", queue_depth)
     spec = lookup(hardware) if hardware is not None else None
     sources = sources or [f"<trace {i}>" for i in range(len(traces))]
     programs = sorted((build_program(doc, src) for doc, src in zip(traces, sources)), key=lambda p: p.rank)
@@ -119,10 +124,10 @@ def _timelines(programs: list[RankProgram], times: Durations, twins: TwinCollect
 
 
 def simulate_traces(trace_paths: list[Path], hardware: str, nodes: int = 1, report_path: Path | None = None,
-                    timeline_path: Path | None = None, host_speed: float = config.HOST_SPEED,
+                    timeline_path: Path | None = None, host_speed: float | None = None,
                     durations: str = "predicted", estimator: KernelEstimator | str | None = None,
                     extra: dict[str, Any] | None = None, console=None,
-                    queue_depth: int = config.LAUNCH_QUEUE_DEPTH) -> dict[str, Any]:
+                    queue_depth: int | None = None) -> dict[str, Any]:
     """Read the trace files, simulate, print the summary table, write the report (atomically) and the timeline.
     Returns the report dict (fields: :func:`emulate.report.build_report`); ``extra`` fields the report does not
     already have are added to it."""
@@ -183,16 +188,26 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m emulate.simulate", description=__doc__.split("\n\n")[0])
     parser.add_argument("traces", nargs="+", type=Path, help="stepcast trace files, one per rank")
     parser.add_argument("--hardware", required=True, help="target hardware id (conf/hardware/<id>.yaml)")
-    parser.add_argument("--nodes", type=int, default=1)
-    parser.add_argument("--host-speed", type=float, default=config.HOST_SPEED,
-                        help="target host CPU speed relative to the capturing one (default %(default)s)")
-    parser.add_argument("--launch-queue", type=int, default=config.LAUNCH_QUEUE_DEPTH,
-                        help="device ops a host may have pending before a launch blocks (default %(default)s)")
+    parser.add_argument("--nodes", default="1")
+    parser.add_argument("--host-speed", help="target host CPU speed relative to the capturing one (default "
+                        f"{settings.SETTINGS['STEPCAST_HOST_SPEED'].default}: STEPCAST_HOST_SPEED)")
+    parser.add_argument("--launch-queue", help="device ops a host may have pending before a launch blocks "
+                        f"(default {settings.SETTINGS['STEPCAST_LAUNCH_QUEUE_DEPTH'].default})")
     parser.add_argument("--durations", choices=DURATION_MODES, default="predicted")
     parser.add_argument("--estimator", default=None, help="estimator.load source (default: shipped models)")
     parser.add_argument("--report", type=Path, default=None)
     parser.add_argument("--trace", type=Path, default=None, help="write the predicted timeline (Perfetto JSON)")
     args = parser.parse_args(argv)
+    check = Preflight()
+    check.environment()
+    args.nodes = check.value("--nodes", args.nodes, settings.whole_number(1))
+    args.host_speed = check.option("STEPCAST_HOST_SPEED", "--host-speed", args.host_speed)
+    args.launch_queue = check.option("STEPCAST_LAUNCH_QUEUE_DEPTH", "--launch-queue", args.launch_queue)
+    check.output_file("--report", args.report)
+    check.output_file("--trace", args.trace)
+    refused = check.refuse()
+    if refused is not None:
+        return refused
     try:
         simulate_traces(args.traces, args.hardware, nodes=args.nodes, report_path=args.report,
                         timeline_path=args.trace, host_speed=args.host_speed, durations=args.durations,

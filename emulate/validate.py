@@ -29,6 +29,7 @@ from rich.table import Table
 from emulate.measure_real import FORMAT, FORMAT_VERSION
 from profiling.atomic import write_json_atomic
 from profiling.paths import REPO_ROOT
+from stepcast.preflight import Preflight
 
 console = Console()
 
@@ -122,6 +123,12 @@ def print_comparison(result: dict[str, Any]) -> None:
 
 
 def validate_command(ns: argparse.Namespace) -> int:
+    check = Preflight()
+    check.output_file("--report", ns.report)
+    check.output_file("--save-real", ns.save_real)
+    refused = check.refuse()
+    if refused is not None:
+        return refused
     try:
         with tempfile.TemporaryDirectory(prefix="stepcast-validate-") as tmp:
             work = Path(tmp)

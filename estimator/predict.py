@@ -18,6 +18,7 @@ from profiling.atomic import write_bytes_atomic
 from estimator.kernel_input import KernelInputError, check_kernels, read_kernels
 from profiling.errors import report
 from profiling.hardware import UnknownHardwareError
+from stepcast.preflight import Preflight, refuse_bad_environment
 
 
 def write_table(frame: pd.DataFrame, path: Path) -> None:
@@ -101,6 +102,11 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def predict_command(args: argparse.Namespace) -> int:
+    check = Preflight()
+    check.output_file("--output", args.output)
+    refused = check.refuse()
+    if refused is not None:
+        return refused
     try:
         n = predict_file(args.input, args.output, args.hardware, args.model)
     except (KernelInputError, UnknownHardwareError, ValueError, OSError) as exc:
@@ -113,7 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m estimator.predict", description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)
-    return predict_command(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    refused = refuse_bad_environment()
+    return refused if refused is not None else predict_command(args)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ and ``python -m estimator.predict --model my-estimator`` use it.
 """
 from __future__ import annotations
 
-import os
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from estimator.bundle import is_bundle, is_estimator_dir, load_estimator_dir
 from estimator.router import FamilyRouter
 from profiling.families import FAMILIES
 from profiling.paths import MODELS_DIR
+from stepcast import settings
 
 ENTRY_POINT_GROUP = "stepcast.estimators"
 DEFAULT_BUNDLE = "xgboost"
@@ -44,7 +44,7 @@ MLFLOW_SCHEMES = ("models:/", "runs:/", "mlflow-artifacts:/")
 def load(source: str | Path | None = None, **kwargs) -> KernelEstimator:
     """Load an estimator (see the module docstring for what ``source`` may be)."""
     if source is None:
-        source = os.environ.get("STEPCAST_ESTIMATOR") or None
+        source = settings.get("STEPCAST_ESTIMATOR")
     if source is None:
         default = MODELS_DIR / DEFAULT_BUNDLE
         return _wrap(FamilyRouter.load(default)) if is_bundle(default) else _wrap(RooflineEstimator())

@@ -56,9 +56,15 @@ def run_hydra_app(app: Callable[[], Any]) -> Any:
     of a config group) end in one line and exit 2.
 
     HYDRA_FULL_ERROR=1 makes Hydra re-raise instead of printing; a user who set it themselves keeps Hydra's full
-    report."""
+    report. A bad ``STEPCAST_*`` variable ends it before Hydra composes anything (:mod:`stepcast.preflight`)."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
+
+    from stepcast.preflight import refuse_bad_environment
+
+    refused = refuse_bad_environment()
+    if refused is not None:
+        sys.exit(refused)
 
     if os.environ.get("HYDRA_FULL_ERROR"):
         return app()

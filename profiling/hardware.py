@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from profiling.classify import canonical_dtype
 from profiling.paths import HARDWARE_DIR
+from stepcast import settings
 
 DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8")
 
@@ -195,7 +196,7 @@ def load_spec(path: Path) -> HardwareSpec:
 
 @functools.lru_cache(maxsize=8)
 def load_catalog(directory: Path | None = None) -> dict[str, HardwareSpec]:
-    directory = Path(directory or os.environ.get("STEPCAST_HARDWARE_DIR", HARDWARE_DIR))
+    directory = Path(directory or settings.get("STEPCAST_HARDWARE_DIR") or HARDWARE_DIR)
     return {p.stem: load_spec(p) for p in sorted(directory.glob("*.yaml"))}
 
 

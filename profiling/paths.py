@@ -4,6 +4,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from stepcast import settings
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONF_DIR = REPO_ROOT / "conf"
 HARDWARE_DIR = CONF_DIR / "hardware"
@@ -13,13 +15,13 @@ MODELS_DIR = REPO_ROOT / "models"
 
 def shared_data_root() -> Path:
     """Root of the third-party measurements (read-only). Setting: STEPCAST_SHARED_DATA, default ../shared/data."""
-    return Path(os.environ.get("STEPCAST_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
+    return settings.get("STEPCAST_SHARED_DATA") or REPO_ROOT.parent / "shared" / "data"
 
 
 def cache_root() -> Path:
     """Where built and parsed artefacts are cached (the shim, parsed measurements). Setting: STEPCAST_CACHE_DIR,
     default $XDG_CACHE_HOME/stepcast, else ~/.cache/stepcast."""
-    configured = os.environ.get("STEPCAST_CACHE_DIR")
-    if configured:
-        return Path(configured)
+    configured = settings.get("STEPCAST_CACHE_DIR")
+    if configured is not None:
+        return configured
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "stepcast"

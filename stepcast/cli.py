@@ -119,7 +119,10 @@ def with_epilog(parser: argparse.ArgumentParser, epilog: str) -> argparse.Argume
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in PASSTHROUGH:
-        return PASSTHROUGH[argv[0]](argv[1:])
+        from stepcast.preflight import refuse_bad_environment
+
+        refused = refuse_bad_environment()  # the argparse commands check in dispatch
+        return refused if refused is not None else PASSTHROUGH[argv[0]](argv[1:])
     from emulate.cli import dispatch
 
     return dispatch(build_parser().parse_args(argv))

@@ -37,9 +37,9 @@ Environment (what the launcher sets for each rank: :func:`emulate.launcher.rank_
     ``LD_PRELOAD``                :func:`.build.nccl_path`.
     ``STEPCAST_DRIVER``           the driver's path, for the capture layer (emulate/capture.py) to load its API.
     ``STEPCAST_DRIVER_ATTRS``     ``<CUdevice_attribute id>=<value>,...`` from :func:`.device.driver_environment`,
-                                  which also sets ``STEPCAST_DRIVER_GPCS`` and the ``STEPCAST_GPU_*`` /
-                                  ``STEPCAST_DEVICE_COUNT`` variables of :func:`emulate.launcher.gpu_environment`.
-                                  Without them the driver reports no device (``cuInit`` answers NO_DEVICE).
+                                  which also sets ``STEPCAST_DRIVER_GPCS``, ``STEPCAST_GPU_NAME``,
+                                  ``STEPCAST_GPU_MEM_BYTES`` and ``STEPCAST_DEVICE_COUNT``. Without them the
+                                  driver reports no device (``cuInit`` answers NO_DEVICE).
     ``STEPCAST_DRIVER_LOG``       log prefix; each process appends to ``<prefix>.<pid>.jsonl`` (per pid, since
                                   Inductor's compile workers load the driver too).
     ``STEPCAST_DRIVER_DEBUG``     also log occupancy answers and print unsupported entry points on stderr.

@@ -42,6 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from profiling.paths import cache_root
+from stepcast import settings
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 SOURCES = ("init.c", "device.c", "memory.c", "module.c", "launch.c", "stream.c", "graph.c", "export.c", "legacy.c",
@@ -306,7 +307,7 @@ def opctx_path(*, rebuild: bool = False) -> Path:
     version_py = (torch_dir / "version.py").read_bytes()
     h = hashlib.sha256((CSRC / "opctx.cpp").read_bytes() + version_py + Path(__file__).read_bytes())
     h.update(subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout.encode())
-    abi = os.environ.get("STEPCAST_CXX11_ABI", "1")
+    abi = settings.get("STEPCAST_CXX11_ABI")
 
     def command(tmp: Path, out: Path) -> list[str]:
         return [cxx, "-O2", "-g0", "-DNDEBUG", "-std=c++20", "-fPIC", "-shared", "-fvisibility=hidden",

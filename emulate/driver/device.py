@@ -1,9 +1,8 @@
 """The virtual device as the emulated driver reports it, from the hardware catalog (conf/hardware/<id>.yaml).
 
 The driver (csrc/device.c) reads ``STEPCAST_DRIVER_ATTRS`` (``<CUdevice_attribute id>=<value>,...``, ids taken
-from cuda.h's enum, so no number is copied by hand) plus the ``STEPCAST_GPU_*`` variables that
-:func:`emulate.launcher.gpu_environment` writes (name, memory, clocks). Figures the catalog
-does not hold are the documented per-compute-capability limits of the CUDA C Programming Guide ("Technical
+from cuda.h's enum, so no number is copied by hand), ``STEPCAST_GPU_NAME``, ``STEPCAST_GPU_MEM_BYTES`` and
+``STEPCAST_DEVICE_COUNT`` (:func:`driver_environment`). Figures the catalog does not hold are the documented per-compute-capability limits of the CUDA C Programming Guide ("Technical
 Specifications per Compute Capability"): threads and blocks per SM, shared memory per block.
 
 Modelled, not measured: ``STEPCAST_DRIVER_GPCS`` (how many GPCs the SMs are split over), which decides the answers
@@ -14,8 +13,9 @@ from __future__ import annotations
 
 from functools import cache
 
+from dataclasses import dataclass
+
 from emulate.driver.build import header_constants
-from emulate.launcher import gpu_environment
 from profiling.hardware import HardwareSpec
 
 #: (max threads per SM, max resident blocks per SM, shared memory per block opt-in in KiB when not SM-1 KiB)
@@ -28,6 +28,30 @@ _PER_CC: dict[tuple[int, int], tuple[int, int, int | None]] = {
 _GPCS_BY_MAJOR = {9: 8, 10: 16}
 
 
+@dataclass(frozen=True)
+class DeviceFigures:
+    """What the driver reports of a catalog GPU beside its per-capability limits."""
+    name: str                 # what torch reports: the vendor alias the catalog lists first, as nvidia-smi shows it
+    memory_bytes: int
+    l2_bytes: int
+    smem_per_sm: int
+    clock_khz: int
+    mem_clock_khz: int        # the memory clock that, with the bus width, gives the catalog's bandwidth
+    mem_bus_width: int
+
+
+def figures(spec: HardwareSpec) -> DeviceFigures:
+    """The device's figures from its catalog entry; a non-GPU entry is a one-line ValueError."""
+    if spec.kind != "gpu" or spec.compute_capability is None:
+        raise ValueError(f"hardware '{spec.id}' is a {spec.kind}, not a GPU: choose a GPU id from conf/hardware/")
+    bus_width = 5120 if "hbm" in spec.name.lower() or spec.memory_bandwidth_gbps > 1000 else 384
+    return DeviceFigures(
+        name=next((a for a in spec.aliases if a.upper().startswith("NVIDIA")), spec.name),
+        memory_bytes=spec.memory_bytes, l2_bytes=int(spec.l2_cache_mib * 2**20),
+        smem_per_sm=int((spec.shared_memory_per_sm_kib or 100) * 1024), clock_khz=int(spec.max_clock_mhz * 1000),
+        mem_clock_khz=int(spec.memory_bandwidth_gbps * 1e9 / (2 * bus_width / 8) / 1e3), mem_bus_width=bus_width)
+
+
 @cache
 def attribute_ids() -> dict[str, int]:
     """CU_DEVICE_ATTRIBUTE_<NAME> -> id, parsed from the wheel's cuda.h."""
@@ -38,17 +62,15 @@ def attribute_ids() -> dict[str, int]:
 
 def attributes(spec: HardwareSpec) -> dict[str, int]:
     """The values of the device attributes that libraries read, by CU_DEVICE_ATTRIBUTE_ name."""
-    if spec.kind != "gpu" or spec.compute_capability is None:
-        raise ValueError(f"hardware '{spec.id}' is a {spec.kind}, not a GPU: choose a GPU id from conf/hardware/")
+    fig = figures(spec)
     cc = tuple(spec.compute_capability)
     if cc not in _PER_CC:
         raise ValueError(f"hardware '{spec.id}': compute capability {cc[0]}.{cc[1]} has no limits table in "
                          f"emulate/driver/device.py (known: {sorted(_PER_CC)})")
     threads_sm, blocks_sm, optin_kib = _PER_CC[cc]
-    env = gpu_environment(spec, 1)
-    smem_sm = int(env["STEPCAST_GPU_SMEM_PER_SM"])
+    smem_sm = fig.smem_per_sm
     optin = optin_kib * 1024 if optin_kib else smem_sm - 1024
-    l2 = int(env["STEPCAST_GPU_L2_BYTES"])
+    l2 = fig.l2_bytes
     ampere = cc >= (8, 0)
     hopper = cc >= (9, 0)
     fp64 = spec.peak_tflops.get("fp64") or spec.peak_tflops["fp32"]
@@ -56,12 +78,12 @@ def attributes(spec: HardwareSpec) -> dict[str, int]:
         "MAX_THREADS_PER_BLOCK": 1024, "MAX_BLOCK_DIM_X": 1024, "MAX_BLOCK_DIM_Y": 1024, "MAX_BLOCK_DIM_Z": 64,
         "MAX_GRID_DIM_X": 2**31 - 1, "MAX_GRID_DIM_Y": 65535, "MAX_GRID_DIM_Z": 65535,
         "MAX_SHARED_MEMORY_PER_BLOCK": 48 * 1024, "TOTAL_CONSTANT_MEMORY": 64 * 1024, "WARP_SIZE": 32,
-        "MAX_PITCH": 2**31 - 1, "MAX_REGISTERS_PER_BLOCK": 65536, "CLOCK_RATE": int(env["STEPCAST_GPU_CLOCK_KHZ"]),
+        "MAX_PITCH": 2**31 - 1, "MAX_REGISTERS_PER_BLOCK": 65536, "CLOCK_RATE": fig.clock_khz,
         "TEXTURE_ALIGNMENT": 512, "GPU_OVERLAP": 1, "MULTIPROCESSOR_COUNT": spec.sm_count,
         "KERNEL_EXEC_TIMEOUT": 0, "INTEGRATED": 0, "CAN_MAP_HOST_MEMORY": 1, "COMPUTE_MODE": 0,
         "SURFACE_ALIGNMENT": 512, "CONCURRENT_KERNELS": 1, "ECC_ENABLED": 1, "PCI_BUS_ID": 1, "PCI_DEVICE_ID": 0,
-        "TCC_DRIVER": 0, "MEMORY_CLOCK_RATE": int(env["STEPCAST_GPU_MEM_CLOCK_KHZ"]),
-        "GLOBAL_MEMORY_BUS_WIDTH": int(env["STEPCAST_GPU_MEM_BUS_WIDTH"]), "L2_CACHE_SIZE": l2,
+        "TCC_DRIVER": 0, "MEMORY_CLOCK_RATE": fig.mem_clock_khz,
+        "GLOBAL_MEMORY_BUS_WIDTH": fig.mem_bus_width, "L2_CACHE_SIZE": l2,
         "MAX_THREADS_PER_MULTIPROCESSOR": threads_sm, "MAX_BLOCKS_PER_MULTIPROCESSOR": blocks_sm,
         "ASYNC_ENGINE_COUNT": 2, "UNIFIED_ADDRESSING": 1,
         "PCI_DOMAIN_ID": 0, "TEXTURE_PITCH_ALIGNMENT": 32, "COMPUTE_CAPABILITY_MAJOR": cc[0],
@@ -95,7 +117,9 @@ def driver_environment(spec: HardwareSpec, device_count: int = 1) -> dict[str, s
     unknown = sorted(set(values) - set(ids))
     if unknown:
         raise ValueError(f"cuda.h has no CU_DEVICE_ATTRIBUTE_ {unknown}: emulate/driver/device.py is out of date")
-    env = gpu_environment(spec, device_count)
+    fig = figures(spec)
+    env = {"STEPCAST_GPU_NAME": fig.name, "STEPCAST_GPU_MEM_BYTES": str(fig.memory_bytes),
+           "STEPCAST_DEVICE_COUNT": str(device_count)}
     env["STEPCAST_DRIVER_ATTRS"] = ",".join(f"{ids[name]}={value}" for name, value in sorted(values.items()))
     env["STEPCAST_DRIVER_GPCS"] = str(_GPCS_BY_MAJOR.get(spec.compute_capability[0], 1))
     return env

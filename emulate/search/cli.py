@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from profiling.paths import REPO_ROOT, cache_root
+from stepcast import settings
+from stepcast.preflight import Preflight, refuse_bad_environment
 
 CONF_DIR = REPO_ROOT / "conf" / "search"
 
@@ -28,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", type=Path, default=None,
                         help="folder for trials.json and trials.png (default <stepcast cache>/search/<name>-<sampler>)")
     parser.add_argument("--no-mlflow", action="store_true", help="do not log to the MLflow tracking store")
-    parser.add_argument("--trial-timeout", type=float, default=None, help="seconds one emulation may take")
+    parser.add_argument("--trial-timeout", default=None, help="seconds one emulation may take")
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -42,6 +44,7 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 def load_config(config: str, overrides: list[str]):
     """The validated :class:`~emulate.search.space.SearchConfig` of a config name or file, with Hydra overrides."""
+    import yaml
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf import OmegaConf
@@ -65,8 +68,20 @@ def load_config(config: str, overrides: list[str]):
     except (HydraException, OmegaConfBaseException) as exc:
         first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
         raise SearchConfigError(f"{directory / name}.yaml: {first}") from None
+    except yaml.YAMLError as exc:  # Hydra lets the YAML parser's own error through
+        raise SearchConfigError(yaml_problem(exc, directory / f"{name}.yaml")) from None
     raw.setdefault("name", name)
     return parse_config(raw, f"{directory / name}.yaml")
+
+
+def yaml_problem(exc: Exception, path: Path) -> str:
+    """A YAML syntax error in one line: the file and where in it, then the parser's words (``while parsing a flow
+    sequence: expected ',' or ']', but got '<stream end>'``)."""
+    mark = getattr(exc, "problem_mark", None)
+    source = mark.name if mark is not None and not mark.name.startswith("<") else str(path)
+    where = f": line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    what = ": ".join(part for part in (getattr(exc, "context", None), getattr(exc, "problem", None)) if part)
+    return f"{source}{where}: {what or type(exc).__name__}"
 
 
 def run_command(ns: argparse.Namespace) -> int:
@@ -74,17 +89,25 @@ def run_command(ns: argparse.Namespace) -> int:
     from emulate.search.space import SearchConfigError
     from emulate.search.trials import Target, TrialCache, default_cache_dir
     from estimator.tracking import TrackingError, connect, tracking_uri
-    from profiling.hardware import UnknownHardwareError, lookup
 
+    check = Preflight()  # every mistake before the first trial (stepcast.preflight)
     if ns.jobs < 1:
-        return fail("--jobs: expected at least 1")
+        check.add("--jobs: expected at least 1")
+    if ns.trial_timeout is not None:
+        ns.trial_timeout = check.value("--trial-timeout", ns.trial_timeout, settings.POSITIVE_NUMBER)
+    if ns.output is not None:
+        check.output_folder("--output", ns.output)
+    check.output_folder("--cache-dir" if ns.cache_dir else "STEPCAST_CACHE_DIR", ns.cache_dir or default_cache_dir())
+    cfg = spec = None
     try:
         cfg = load_config(ns.config, ns.overrides)
-        spec = lookup(cfg.hardware)
     except SearchConfigError as exc:
-        return fail(str(exc))
-    except UnknownHardwareError as exc:
-        return fail(f"hardware: {exc.args[0] if exc.args else exc}")
+        check.add(str(exc))
+    else:
+        spec = check.gpu("hardware", cfg.hardware)
+    refused = check.refuse()
+    if refused is not None:
+        return refused
     uri = None
     if not ns.no_mlflow:
         try:
@@ -161,4 +184,6 @@ def fail(message: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m emulate.search", description=__doc__.split("\n\n")[0])
     add_arguments(parser)
-    return run_command(parser.parse_args(argv))
+    ns = parser.parse_args(argv)
+    refused = refuse_bad_environment()
+    return refused if refused is not None else run_command(ns)

@@ -28,6 +28,7 @@ from typing import Any
 from emulate import config
 from profiling.atomic import write_json_atomic
 from profiling.paths import REPO_ROOT, cache_root
+from stepcast import settings
 
 OOM_MARKERS = ("OutOfMemoryError", "CUDA out of memory")
 EXIT_RANK_FAILED = 3  # emulate run: the script failed on some rank (emulate.launcher.EXIT_RANK_FAILED)
@@ -78,7 +79,7 @@ def estimator_version() -> str:
     costs = Path(config.HOST_CALL_COSTS_FILE)
     host = f"host={config.HOST_MODEL}:" + (hashlib.sha256(costs.read_bytes()).hexdigest()[:16] if costs.is_file()
                                            else "no-costs")
-    chosen = os.environ.get("STEPCAST_ESTIMATOR")
+    chosen = settings.get("STEPCAST_ESTIMATOR")
     if chosen:
         return f"{chosen};{host};stepcast={stepcast}"
     sums = REPO_ROOT / "models" / "xgboost" / "SHA256SUMS"

@@ -182,8 +182,11 @@ class _RankState:
 
 def run(programs: list[RankProgram], durations: Durations, group_of: list[list[int]],
         groups: list[CollectiveGroup], setups: list[RankSetup],
-        queue_depth: int = config.LAUNCH_QUEUE_DEPTH) -> list[RankTimeline]:
-    """Simulate every rank; see the module docstring. ``setups``: per rank, from :func:`emulate.sim.host.plan`."""
+        queue_depth: int | None = None) -> list[RankTimeline]:
+    """Simulate every rank; see the module docstring. ``setups``: per rank, from :func:`emulate.sim.host.plan`;
+    ``queue_depth`` None: :data:`emulate.config.LAUNCH_QUEUE_DEPTH`."""
+    if queue_depth is None:
+        queue_depth = config.LAUNCH_QUEUE_DEPTH
     if queue_depth < 1:
         raise ValueError(f"queue_depth: expected a positive number of device ops, found {queue_depth}")
     states = [_RankState(r, p, durations.us[r], group_of[r], setups[r], queue_depth)

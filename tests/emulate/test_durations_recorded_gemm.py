@@ -6,7 +6,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from emulate import config
 from emulate.sim.synthetic import TraceBuilder
 from emulate.simulate import simulate
 from estimator.base import KernelEstimator
@@ -21,7 +20,7 @@ FAST = "nvjet_sm90_tst_128x256_64x4_2x1_h_bz_coopA_TNT"
 
 @pytest.fixture(autouse=True)
 def no_instep(monkeypatch):
-    monkeypatch.setattr(config, "INSTEP_CALIBRATION", False)  # the rows as the estimator predicts them
+    monkeypatch.setenv("STEPCAST_INSTEP", "off")  # the rows as the estimator predicts them
 
 
 class TenMicroseconds(KernelEstimator):

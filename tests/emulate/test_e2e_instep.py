@@ -97,14 +97,13 @@ class FlatEstimator:
 
 
 def emulated_kernels(monkeypatch, hardware: str, instep_on: bool) -> tuple[list[float], str]:
-    from emulate import config
     from emulate.sim.durations import assign_durations
     from emulate.sim.program import build_program
     from emulate.sim.synthetic import TraceBuilder
     from profiling.hardware import lookup
 
-    monkeypatch.setattr(config, "INSTEP_CALIBRATION", instep_on)
-    monkeypatch.setattr(config, "INSTEP_EXCLUDE_MODELS", ("c",))
+    monkeypatch.setenv("STEPCAST_INSTEP", "on" if instep_on else "off")
+    monkeypatch.setenv("STEPCAST_INSTEP_EXCLUDE", "c")
     monkeypatch.setattr(instep, "in_step_rows", lambda root=None: rows())
     b = TraceBuilder(hardware=hardware)
     b.iteration(0)

@@ -277,7 +277,7 @@ def test_a_gemm_templates_benchmark_is_timed_as_the_gemm_it_computes():
 
 def test_the_emulated_gpus_name_finds_the_hardware_the_run_targets():
     """The predictor knows the target only by the name the launcher gives the virtual GPU (STEPCAST_GPU_NAME)."""
-    from emulate.launcher import gpu_environment
+    from emulate.driver.device import driver_environment
     from profiling.hardware import lookup
     from profiling.paths import REPO_ROOT
 
@@ -285,4 +285,4 @@ def test_the_emulated_gpus_name_finds_the_hardware_the_run_targets():
     gpus = [spec for spec in gpus if spec.kind == "gpu" and spec.compute_capability is not None]
     assert len(gpus) > 5
     for spec in gpus:
-        assert lookup(gpu_environment(spec, 1)["STEPCAST_GPU_NAME"]).id == spec.id
+        assert lookup(driver_environment(spec, 1)["STEPCAST_GPU_NAME"]).id == spec.id

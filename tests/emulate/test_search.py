@@ -448,11 +448,11 @@ def test_interrupted_cli_search_says_how_to_resume(script, tmp_path, capsys, mon
 
 def test_the_trial_cache_key_changes_with_the_host_model(monkeypatch):
     # a trial cached under one host model (or one set of counted costs) must not answer for another
-    from emulate import config
     from emulate.search.trials import estimator_version
 
+    monkeypatch.delenv("STEPCAST_HOST_MODEL", raising=False)
     counted = estimator_version()
-    monkeypatch.setattr(config, "HOST_MODEL", "measured")
+    monkeypatch.setenv("STEPCAST_HOST_MODEL", "measured")
     assert estimator_version() != counted
 
 

@@ -1,0 +1,44 @@
+"""``stepcast run``'s checks before it builds anything (emulate.cli.check_run): good options pass, parsed to the
+values the run uses (the variables' where an option is not given), and the checks create no folder."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from emulate.cli import add_run_parser, check_run
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_run_parser(parser.add_subparsers())
+    return parser.parse_args(["run", *argv])
+
+
+def test_good_options_pass_and_are_parsed(tmp_path, monkeypatch):
+    monkeypatch.setenv("STEPCAST_CACHE_DIR", str(tmp_path / "cache"))
+    script = tmp_path / "s.py"
+    script.write_text("")
+    ns = parse("--hardware", "a100-sxm-80gb", "--nproc", "4", "--nodes", "2", "--host-speed", "1.5",
+               "--launch-queue", "64", "--run-ranks", "0-3", "--report", str(tmp_path / "r.json"),
+               "--trace-dir", str(tmp_path / "traces"), "--", str(script))
+    spec, probe = check_run(ns)
+    assert spec.id == "a100-sxm-80gb" and probe is None
+    assert (ns.nproc, ns.nodes, ns.host_speed, ns.launch_queue, ns.run_rank_list) == (4, 2, 1.5, 64, [0, 1, 2, 3])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.py"]
+
+
+def test_options_not_given_take_the_variables(tmp_path, monkeypatch):
+    monkeypatch.setenv("STEPCAST_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("STEPCAST_HOST_SPEED", "2")
+    monkeypatch.delenv("STEPCAST_LAUNCH_QUEUE_DEPTH", raising=False)
+    ns = parse("--", __file__)
+    spec, _ = check_run(ns)
+    assert spec.id == "h100-sxm" and (ns.host_speed, ns.launch_queue, ns.nproc) == (2.0, 1024, 1)
+
+
+def test_every_problem_is_reported_at_once(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("STEPCAST_CACHE_DIR", str(tmp_path / "cache"))
+    ns = parse("--host-speed", "0", "--launch-queue", "x", "--report", str(tmp_path), "--", str(tmp_path / "no.py"))
+    assert check_run(ns) == (None, None)
+    assert [line.split(":")[1].strip() for line in capsys.readouterr().err.splitlines()] == [
+        f"script {Path(tmp_path / 'no.py')} not found", "--host-speed", "--launch-queue", "--report"]
