@@ -24,8 +24,15 @@ logs to ``$STEPCAST_DRIVER_LOG.<pid>.jsonl``; ``STEPCAST_LOG`` names this rank's
 - in a sparse run (``--run-ranks``: ``STEPCAST_RUN_RANKS`` lists the ranks that run), answers what torch waits for
   from the absent ranks (NCCL unique ids, small-collective areas) and records the process groups
   (emulate/sparse_store.py, loaded by its path);
-- deduplicates ranks: at the second profiler/optimizer mark, ranks whose device work in the iteration just ended
-  hashes the same as a lower rank's stop (``STEPCAST_DEDUP=0`` disables); the collator rebuilds their traces;
+- deduplicates ranks: from the second profiler/optimizer mark on, ranks compare the hash of the device work of the
+  iteration just ended, in ``1 + STEPCAST_DEDUP_CONFIRM`` iterations in a row; a rank equal to the same lower rank in
+  every one stops (``STEPCAST_DEDUP=0`` disables); the collator rebuilds its trace;
+- is complete or says it is not: the op table is saved whenever it has grown at an iteration mark, and at every exit
+  path it can reach (the script's end, ``sys.exit``, an exception, ``os._exit``, SIGTERM, a deadlock), each of which
+  also writes the log's ``end`` record (how it ended, how many timed records) and marks the rank as left for the
+  other ranks' waits (emulate/driver/csrc/ranks.c); a log without an ``end`` record was cut short;
+- reports a deadlock the driver finds (a small collective whose peer has left, or every running rank waiting) in one
+  line and leaves with exit code 4, where the GPUs would hang;
 - tells the capture library, around each launch of an Inductor Triton kernel, the bytes it reads and writes
   (emulate/triton_bytes.py: its tensor arguments by role), which the launch record carries;
 - times events: ``cudaEventElapsedTime`` / ``cuEventElapsedTime`` answer the predicted device time of the work
@@ -37,6 +44,7 @@ logs to ``$STEPCAST_DRIVER_LOG.<pid>.jsonl``; ``STEPCAST_LOG`` names this rank's
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -71,6 +79,11 @@ import torch  # noqa: E402  (after the signal mask: torch's threads must inherit
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 SOURCE_PROFILER, SOURCE_OPTIMIZER, SOURCE_BACKWARD = 1, 2, 3
+EXIT_DEADLOCK = 4  # a rank that found the run deadlocked (emulate/driver/csrc/fakecuda.h FK_EXIT_DEADLOCK)
+DEADLOCK_HANDLER = ctypes.CFUNCTYPE(None, ctypes.c_char_p)
+DEDUP_CONFIRM = 1  # STEPCAST_DEDUP_CONFIRM's default
+MAX_DEDUP_ROUNDS = 8  # emulate/driver/csrc/dedup.c MAX_ROUNDS
+CLEAN_ENDS = frozenset({"ok", "os._exit", "deduplicated"})  # how a process may end with the run going on
 SOURCES_BY_ID = {SOURCE_PROFILER: "profiler", SOURCE_OPTIMIZER: "optimizer", SOURCE_BACKWARD: "backward"}
 _SCALARS = (bool, int, float, str, type(None))
 
@@ -87,13 +100,21 @@ def _driver() -> ctypes.CDLL:
     lib.stepcast_op_exit.restype = None
     lib.stepcast_mark.argtypes = [ctypes.c_int, ctypes.c_int]
     lib.stepcast_mark.restype = None
-    lib.stepcast_dedup.argtypes = [ctypes.c_int]
-    lib.stepcast_dedup.restype = ctypes.c_int
     lib.stepcast_needs_untrack.restype = ctypes.c_int
     lib.stepcast_untrack.argtypes = [ctypes.c_ulonglong, ctypes.c_ulonglong]
     lib.stepcast_untrack.restype = None
     lib.stepcast_device_peak.argtypes = [ctypes.c_int]
     lib.stepcast_device_peak.restype = ctypes.c_longlong
+    for name in ("stepcast_rank_alive", "stepcast_rank_exited"):
+        getattr(lib, name).restype = None
+    lib.stepcast_end.argtypes = [ctypes.c_char_p]
+    lib.stepcast_end.restype = None
+    lib.stepcast_set_deadlock_handler.argtypes = [DEADLOCK_HANDLER]
+    lib.stepcast_set_deadlock_handler.restype = None
+    lib.stepcast_dedup_round.argtypes = [ctypes.c_int, ctypes.c_int]
+    lib.stepcast_dedup_round.restype = ctypes.c_int
+    lib.stepcast_dedup_decide.argtypes = [ctypes.c_int]
+    lib.stepcast_dedup_decide.restype = None
     return lib
 
 
@@ -147,6 +168,9 @@ class NativeOpContext:
     def dump(self) -> list[dict[str, Any]]:
         return json.loads(self._lib.stepcast_opctx_table().decode())
 
+    def count(self) -> int:
+        return int(self._lib.stepcast_opctx_count())
+
 
 class OpRecorder(TorchDispatchMode):
     """Tags the driver's log with the aten op in which each call happens; keeps the op table."""
@@ -189,25 +213,61 @@ class OpRecorder(TorchDispatchMode):
         return [{"op": str(func), "shapes": shapes, "dtypes": dtypes, "args": values, "kwargs": dict(kw)}
                 for func, shapes, dtypes, values, kw in self.table]
 
+    def count(self) -> int:
+        return len(self.table)
 
-DEDUP_MARK = 2  # ranks compare the device work of the iteration that ends at this mark (the first full one)
+
+DEDUP_MARK = 2  # ranks compare the device work of the iteration that ends at this mark (the first full one) ...
 
 
-def _install_iteration_marks(driver: ctypes.CDLL, on_duplicate: Callable[[int, int, int], None] | None) -> None:
-    """Mark iteration ends; at the DEDUP_MARK-th profiler or optimizer mark, ask the driver whether this rank is a
-    duplicate of a lower rank (``on_duplicate(representative, source, mark)`` then stops it)."""
+class Dedup:
+    """... and of the ``confirm`` iterations after it (``STEPCAST_DEDUP_CONFIRM``): a rank stops as a duplicate only
+    when it matched the same lower rank in every one of them (emulate/driver/csrc/dedup.c), so a program that
+    diverges within them runs on, and its divergence is reported as the deadlock it is. One source of marks
+    (the first profiler or optimizer source to reach DEDUP_MARK) counts. ``on_duplicate(representative, source,
+    mark)`` stops the rank."""
+
+    def __init__(self, driver: ctypes.CDLL, confirm: int, on_duplicate: Callable[[int, int, int], None]) -> None:
+        self.driver, self.confirm, self.on_duplicate = driver, confirm, on_duplicate
+        self.source: int | None = None
+        self.representatives: list[int] = []
+        self.done = False
+
+    def at_mark(self, source: int, count: int) -> None:
+        if self.done or source == SOURCE_BACKWARD or count < DEDUP_MARK:
+            return
+        if self.source is None:
+            self.source = source
+        if source != self.source:
+            return
+        round_ = count - DEDUP_MARK
+        self.driver.stepcast_pause()  # waiting for the other ranks is no host work of the script's
+        try:
+            self.representatives.append(self.driver.stepcast_dedup_round(source, round_))
+            if round_ < self.confirm:
+                return
+            self.done = True
+            rank = int(os.environ.get("RANK", "0"))
+            rep = self.representatives[0]
+            stops = 0 <= rep != rank and all(r == rep for r in self.representatives)
+            self.driver.stepcast_dedup_decide(int(stops))
+        finally:
+            self.driver.stepcast_resume()
+        if stops:
+            self.on_duplicate(rep, source, count)
+
+
+def _install_iteration_marks(driver: ctypes.CDLL, dedup: Dedup | None, on_mark: Callable[[], None]) -> None:
+    """Mark iteration ends (then ``on_mark()``: the capture layer saves a grown op table), and let rank dedup
+    compare ranks at its marks."""
     counts = {SOURCE_PROFILER: 0, SOURCE_OPTIMIZER: 0, SOURCE_BACKWARD: 0}
-    dedup_done = on_duplicate is None
 
     def mark(source: int) -> None:
-        nonlocal dedup_done
         counts[source] += 1
         driver.stepcast_mark(source, counts[source])
-        if not dedup_done and source != SOURCE_BACKWARD and counts[source] == DEDUP_MARK:
-            dedup_done = True
-            rep = driver.stepcast_dedup(source)
-            if 0 <= rep != int(os.environ.get("RANK", "0")):
-                on_duplicate(rep, source, counts[source])
+        on_mark()
+        if dedup is not None:
+            dedup.at_mark(source, counts[source])
 
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
@@ -321,77 +381,155 @@ def main(argv: list[str]) -> int:
         return 2
     script = Path(argv[0]).resolve()
     driver = _driver()
+    driver.stepcast_rank_alive()
     sparse = _install_sparse(driver) if os.environ.get("STEPCAST_RUN_RANKS") else None
     native = os.environ.get("STEPCAST_OPCTX")
     recorder = NativeOpContext(native) if native else OpRecorder(driver)
     _sibling("triton_bytes").install(driver)  # each Inductor Triton launch's bytes read and written
     _sibling("event_timing").install(driver, recorder.dump)  # elapsed event times: predicted device time between
     driver.stepcast_count_python()  # this thread's Python calls count as host work (csrc/hostwork.c)
-    status: dict[str, Any] = {"exit": "ok"}
-    sidecar_lock = threading.Lock()
+    status: dict[str, Any] = {"exit": "running"}  # until the process ends: a saved table says so if it is killed
+    sidecar_lock, finish_lock = threading.RLock(), threading.Lock()
+    main_pid = os.getpid()
+    saved_ops = -1
+    ended = False
+    real_exit = os._exit
 
     def write_sidecar(extra: dict[str, Any] | None = None) -> None:
-        with sidecar_lock:
-            _write_sidecar(extra)
-
-    main_pid = os.getpid()
-
-    def _write_sidecar(extra: dict[str, Any] | None = None) -> None:
-        if os.getpid() != main_pid:  # a forked child of the script leaving: the op table is the rank's
+        """Save the op table and the rank's facts (``<log>.ops.json``, written to a temporary name and renamed);
+        the process's own, never a forked child's."""
+        nonlocal saved_ops
+        if os.getpid() != main_pid:
             return
-        driver.stepcast_flush()
-        sidecar = {"ops": recorder.dump(), "memory": _memory_stats(driver), "status": status,
-                   "op_context": "record_function" if native else "dispatch_mode",
-                   "host_work": "record_function" if native else "dispatch_mode",
-                   "torch": torch.__version__, "script": str(script), "argv": sys.argv[1:], **(extra or {})}
-        if sparse is not None:
-            sidecar["sparse"] = sparse
-        log = Path(os.environ["STEPCAST_LOG"])
-        tmp = log.with_name(log.name + ".ops.json.tmp")
-        tmp.write_text(json.dumps(sidecar))
-        os.replace(tmp, log.with_name(log.name + ".ops.json"))
+        with sidecar_lock:
+            ops = recorder.dump()
+            sidecar = {"ops": ops, "memory": _memory_stats(driver), "status": status,
+                       "op_context": "record_function" if native else "dispatch_mode",
+                       "host_work": "record_function" if native else "dispatch_mode",
+                       "torch": torch.__version__, "script": str(script), "argv": sys.argv[1:], **(extra or {})}
+            if sparse is not None:
+                sidecar["sparse"] = sparse
+            log = Path(os.environ["STEPCAST_LOG"])
+            tmp = log.with_name(log.name + ".ops.json.tmp")
+            tmp.write_text(json.dumps(sidecar))
+            os.replace(tmp, log.with_name(log.name + ".ops.json"))
+            saved_ops = len(ops)
+
+    def finish(how: str, extra: dict[str, Any] | None = None) -> None:
+        """The process ends (``how``): save the capture, write the log's end record, and tell the other ranks this
+        one has left (waits on it end at once: emulate/driver/csrc/ranks.c). Once; never in a forked child."""
+        nonlocal ended
+        if os.getpid() != main_pid:
+            return
+        with finish_lock:  # a second path (SIGTERM during a deadlock report) waits for the first to finish
+            if ended:
+                return
+            ended = True
+            try:
+                write_sidecar(extra)
+            finally:
+                driver.stepcast_end(how.encode())
+                if how in CLEAN_ENDS or (how == "sys.exit" and not status.get("code")):
+                    # a rank that fails is no peer to wait for either, but the launcher stops every rank then:
+                    # only a clean end is announced, so that a wait on it is a deadlock of the program
+                    driver.stepcast_rank_exited()
+
+    def save_grown_table() -> None:
+        """At each iteration mark: save the op table when it has grown, so a rank killed later (SIGKILL, the OOM
+        killer) still leaves the table its log's records point into."""
+        if recorder.count() != saved_ops:
+            driver.stepcast_pause()
+            try:
+                write_sidecar()
+            finally:
+                driver.stepcast_resume()
 
     def stop_as_duplicate(representative: int, source: int, mark: int) -> None:
-        """This rank's iteration matched a lower rank's: record where it stopped and leave at once (no
+        """This rank's iterations matched a lower rank's: record where it stopped and leave at once (no
         finalisers: the representative carries on with the collectives, the collator rebuilds this trace)."""
         nonlocal status
         status = {"exit": "deduplicated", "representative": representative}
-        write_sidecar({"dedup": {"representative": representative, "source": SOURCES_BY_ID[source],
-                                 "mark": mark}})
+        finish("deduplicated", {"dedup": {"representative": representative, "source": SOURCES_BY_ID[source],
+                                          "mark": mark}})
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(0)
+        real_exit(0)
 
     def stop_on_signal(signum: int) -> None:
         """SIGTERM (the launcher stops this rank, or it died): keep what was captured, then leave at once."""
         nonlocal status
         status = {"exit": "signal", "signal": signal.Signals(signum).name}
         try:
-            write_sidecar()
+            finish("signal")
             _remove_shared_memory()  # the run is ending: its launcher stops every rank, or it is gone
             sys.stdout.flush()
             sys.stderr.flush()
         finally:  # whatever failed above, the rank leaves now (the launcher is waiting for it)
-            os._exit(128 + signum)
+            real_exit(128 + signum)
 
+    def on_deadlock(message: bytes) -> None:
+        """The driver found the run deadlocked (a collective whose peer has left, or every rank waiting): save the
+        capture, say where in one line, and leave (the launcher stops the others and reports it)."""
+        nonlocal status
+        text = message.decode(errors="replace")
+        status = {"exit": "deadlock", "message": text}
+        try:
+            finish("deadlock")
+            if not os.environ.get("STEPCAST_LAUNCHER_PID"):  # under stepcast run, the launcher says it
+                print(f"stepcast: deadlock: {text}", file=sys.stderr, flush=True)
+            sys.stdout.flush()
+        finally:
+            real_exit(EXIT_DEADLOCK)
+
+    def exit_now(code: int = 0) -> None:
+        """``os._exit`` called by the script: it skips every finaliser, so the capture is saved here first."""
+        nonlocal status
+        if os.getpid() == main_pid:
+            status = {"exit": "os._exit", "code": code}
+            finish("os._exit")
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(OSError, ValueError):
+                    stream.flush()
+        real_exit(code)
+
+    deadlock_handler = DEADLOCK_HANDLER(on_deadlock)
+    driver.stepcast_set_deadlock_handler(deadlock_handler)
+    os._exit = exit_now
     _watch_stop_signal(stop_on_signal)
-    _install_iteration_marks(driver, stop_as_duplicate if os.environ.get("STEPCAST_DEDUP", "1") == "1" else None)
+    dedup = (Dedup(driver, settings_dedup_confirm(), stop_as_duplicate)
+             if os.environ.get("STEPCAST_DEDUP", "1") == "1" else None)
+    _install_iteration_marks(driver, dedup, save_grown_table)
     _skip_value_checks()
     sys.argv = [str(script), *argv[1:]]
     sys.path.insert(0, str(script.parent))  # as ``python script.py`` does (with -P nothing else was put there)
+    how = "ok"
     try:
         with recorder:
             runpy.run_path(str(script), run_name="__main__")
+        status = {"exit": "ok"}
     except SystemExit as exc:
         status = {"exit": "sys.exit", "code": exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)}
+        how = "sys.exit"
         raise
     except BaseException as exc:
         status = {"exit": "exception", "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
                   "message": str(exc).splitlines()[0][:500] if str(exc) else ""}
+        how = "exception"
         raise
     finally:
-        write_sidecar()
+        finish(how)
+        keep_alive.append(deadlock_handler)
     return 0
+
+
+keep_alive: list[Any] = []  # the C callbacks the driver holds (ctypes frees a callback whose object is gone)
+
+
+def settings_dedup_confirm() -> int:
+    """``STEPCAST_DEDUP_CONFIRM``: iterations after the first compared one in which a duplicate must match too
+    (stepcast/settings.py declares it; read here without importing the project into the script's process)."""
+    raw = os.environ.get("STEPCAST_DEDUP_CONFIRM", "")
+    return min(int(raw), MAX_DEDUP_ROUNDS - 1) if raw.strip().isdigit() else DEDUP_CONFIRM
 
 
 def leave(run: Callable[[], int]) -> None:

@@ -157,7 +157,8 @@ def capture_and_simulate(ns: argparse.Namespace, spec: HardwareSpec, driver: Pat
                          script_args: list[str], trace_dir: Path) -> int:
     from emulate.collate import collate, repair_log
     from emulate.launcher import (
-        EXIT_RANK_FAILED, RankProcess, RunInterrupted, exit_codes, failed_ranks, hosted_store, launch, new_run_id,
+        EXIT_DEADLOCK, EXIT_RANK_FAILED, RankProcess, RunInterrupted, exit_codes, failed_ranks, hosted_store, launch,
+        new_run_id,
         remove_shared_memory, stop, stop_signals_raise, wait,
     )
 
@@ -183,7 +184,9 @@ def capture_and_simulate(ns: argparse.Namespace, spec: HardwareSpec, driver: Pat
             remove_shared_memory(run_id)
     capture_s = time.perf_counter() - started
     codes = exit_codes(ranks)
-    failed = failed_ranks(ranks)
+    # a rank that found the run deadlocked exits EXIT_DEADLOCK: the capture says so (judge_capture), unless another
+    # rank failed on its own, whose failure the deadlock only follows from
+    failed = {r: c for r, c in failed_ranks(ranks).items() if c != EXIT_DEADLOCK}
     if interrupted is not None:
         reason, exit_code = f"stopped by {interrupted.name}", interrupted.exit_code
     elif failed:
@@ -208,16 +211,30 @@ def capture_and_simulate(ns: argparse.Namespace, spec: HardwareSpec, driver: Pat
     if partial:
         for log in logs:
             repair_log(log)
-    capture = collate(logs, hardware=spec.id, world_size=world, ranks_per_node=ns.nproc, trace_dir=trace_dir,
-                      gzip=ns.gzip, rank_ids=run_ranks)
+    try:
+        with stop_signals_raise():  # collation writes the traces: a stop names what was written
+            capture = collate(logs, hardware=spec.id, world_size=world, ranks_per_node=ns.nproc,
+                              trace_dir=trace_dir, gzip=ns.gzip, rank_ids=run_ranks)
+    except RunInterrupted as exc:
+        written_traces = sorted(p.name for p in trace_dir.glob("rank*.trace.json*"))
+        print(f"stepcast: {exc} while collating the captures: {len(written_traces)} of {len(logs)} traces written "
+              f"in {trace_dir}; the captured logs are there too", file=sys.stderr)
+        return exc.exit_code
     capture.update({"capture_dir": str(trace_dir), "capture_seconds": round(capture_s, 3),
-                    "exit_codes": [codes[r.rank] for r in ranks], "partial": partial})
+                    "exit_codes": [codes[r.rank] for r in ranks]})
+    reason, exit_code = judge_capture(capture, reason, exit_code)
+    partial = reason is not None
+    capture["partial"] = partial
     if partial:
         capture["partial_reason"] = reason
     if getattr(ns, "learned_roles", None) is not None:
         from emulate.learned_roles import report_fields
 
         capture.update(report_fields(ns.learned_roles, trace_dir, capture.get("sparse_warnings", [])))
+    deadlocked = exit_code == 2 and capture.get("deadlock")
+    if deadlocked or any(p.startswith("no op table") for p in capture["incomplete_ranks"].values()):
+        why = "a deadlocked program has no step time" if deadlocked else "a rank's kernels have no op to be timed by"
+        return partial_without_simulation(ns, capture, reason, exit_code, why)
     if ns.capture_only:
         if ns.report:
             write_json_atomic(ns.report, capture, indent=1)
@@ -227,7 +244,34 @@ def capture_and_simulate(ns: argparse.Namespace, spec: HardwareSpec, driver: Pat
             print(f"stepcast: captured {len(ranks)} of {world} rank(s) on a virtual {spec.name}: peak memory "
                   f"{capture['peak_memory_bytes'] / 2**30:.2f} GiB; traces in {trace_dir}")
         return exit_code
-    return simulate_capture(ns, spec, capture, reason, exit_code)
+    try:
+        with stop_signals_raise():
+            return simulate_capture(ns, spec, capture, reason, exit_code)
+    except RunInterrupted as exc:
+        capture["simulation_skipped"] = f"stopped by {exc.name} while simulating"
+        if ns.report:
+            write_json_atomic(ns.report, {**capture, "partial": True}, indent=1)
+        print(f"stepcast: {exc} while simulating{written(ns.report)}; the traces are whole, in {trace_dir} "
+              f"(stepcast replay {trace_dir}/rank*.trace.json --durations predicted --hardware {spec.id})",
+              file=sys.stderr)
+        return exc.exit_code
+
+
+def judge_capture(capture: dict, reason: str | None, exit_code: int) -> tuple[str | None, int]:
+    """What the captures themselves say about the run, beside the ranks' exit codes: a deadlock a rank found (the
+    run is bad input, exit 2, unless a rank failed on its own, ``reason``: a peer waiting on a crashed rank is no
+    deadlock of the program), or a rank whose capture is incomplete although every rank exited 0 (partial, exit 3).
+    Returns the run's (partial reason or None, exit code)."""
+    from emulate.launcher import EXIT_RANK_FAILED
+
+    if capture.get("deadlock") and reason is None:
+        return f"deadlock: {capture['deadlock']}", 2
+    incomplete = capture.get("incomplete_ranks") or {}
+    if incomplete and reason is None:
+        rank, problem = next(iter(incomplete.items()))
+        more = f" (and {len(incomplete) - 1} more rank(s))" if len(incomplete) > 1 else ""
+        return f"rank {rank}'s capture is incomplete: {problem}{more}", EXIT_RANK_FAILED
+    return reason, exit_code
 
 
 def simulate_capture(ns: argparse.Namespace, spec: HardwareSpec, capture: dict, reason: str | None,
@@ -254,6 +298,7 @@ def simulate_capture(ns: argparse.Namespace, spec: HardwareSpec, capture: dict, 
                           queue_depth=ns.launch_queue, copies=copies)
         if copies:
             result.warnings = [*(result.warnings or []), sparse_summary(capture), *capture.get("sparse_warnings", [])]
+        result.warnings = [*(result.warnings or []), *capture.get("capture_warnings", [])]
         report = publish(result, paths, ns.report, ns.trace, extra=capture, quiet=reason is not None)
     except (TraceFormatError, ValueError, SimulationDeadlock) as exc:
         if reason is not None:

@@ -111,6 +111,39 @@ def repair_log(path: Path) -> bool:
     return True
 
 
+def assumption_warnings(all_events: list[list[dict[str, Any]]]) -> list[str]:
+    """What the capture had to assume, one line each: a script that asked the GPU for nothing (its step time is
+    that of nothing), and values computed on the GPU that the script read back, which read as 0 (a loss it prints,
+    or a count or a routing decision its control flow then followed as if it were 0)."""
+    out = []
+    if not any(ev["kind"] in ("kernel", "memcpy", "memset", "collective") for events in all_events for ev in events):
+        out.append("the script asked the GPU for nothing (no kernel, copy or collective): the predicted time is "
+                   "that of no device work; does it use torch.cuda / device='cuda'?")
+    reads = Counter(ev.get("op") or "outside any op" for ev in all_events[0] if ev.get("read_zeros")) \
+        if all_events else Counter()
+    if reads:
+        calls = ", ".join(f"{op} x{n}" for op, n in reads.most_common(4))
+        more = f" and {len(reads) - 4} more ops" if len(reads) > 4 else ""
+        out.append(f"rank 0 read {sum(reads.values())} values computed on the GPU, which read as 0 ({calls}{more}: "
+                   "e.g. .item() of a loss); control flow that depends on them ran as if they were 0")
+    return out
+
+
+def dedup_warnings(stopped: dict[int, dict[str, Any]]) -> list[str]:
+    """What rank dedup assumed (one line): the ranks it stopped, after which iteration, copying whom; a program whose
+    ranks diverge after the iterations compared (emulate/capture.py ``Dedup``) is simulated as if they had not."""
+    if not stopped:
+        return []
+    from emulate.roles import ranges
+
+    marks = sorted({d["mark"] for d in stopped.values()})
+    reps = sorted({d["representative"] for d in stopped.values()})
+    return [f"rank(s) {ranges(sorted(stopped))} stopped after iteration {marks[-1]} as copies of rank(s) "
+            f"{ranges(reps)} (the same device work in every iteration compared), and are simulated as their copies "
+            "from there on: a program whose ranks diverge later would be simulated as if they did not (--no-dedup "
+            "runs every rank to the end)"]
+
+
 def complete_iterations(docs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
     """Traces of a stopped run cut at the last iteration boundary every rank reached, so that each collective in
     what remains has all its members; returns the cut traces and how many iterations they hold (0: none)."""
@@ -179,11 +212,18 @@ def collate(log_paths: list[Path], *, hardware: str, world_size: int, ranks_per_
             "iterations": sum(1 for e in events if e["kind"] == "iteration"),
             "failed_mallocs": sum(1 for e in events if e["kind"] == "malloc" and e.get("failed")),
             "status": log.sidecar.get("status", {"exit": "no op table: the process ended abruptly"}),
+            "capture_problem": None if rank in deduplicated else log.completeness(),
             "trace": str(path),
         })
     generic = sorted({name for log in logs for name in log.unhandled})
     sparse = sparse_copies(rank_of, world_size, sparse_records, trace_dir) if rank_ids is not None else {}
+    incomplete = {str(r["rank"]): r["capture_problem"] for r in per_rank if r["capture_problem"]}
+    deadlocks = [log.deadlock for log in logs if log.deadlock]
     return {**sparse,
+        "incomplete_ranks": incomplete,
+        "deadlock": deadlocks[0] if deadlocks else None,
+        "capture_warnings": assumption_warnings(all_events) + dedup_warnings(
+            {rank_of[k]: log.sidecar["dedup"] for k, log in enumerate(logs) if log.sidecar.get("dedup")}),
         "emulation": {
             "backend": "driver",
             "cudnn": CUDNN_ON_DRIVER,

@@ -15,9 +15,10 @@ communicators' ids from it. A sparse run (``--run-ranks``) starts only some rank
 store, no rank waits for absent ones to connect, and the ranks answer for the absent ones inside torch
 (emulate/sparse_store.py).
 
-Exit codes of ``emulate run``: 0 done; 2 bad input (arguments, traces the ranks disagree on, a deadlock);
-``EXIT_RANK_FAILED`` (3) a rank failed and the others were stopped; 128 + N stopped by signal N (130 for SIGINT,
-143 for SIGTERM). The last two still write a report of what was captured, marked ``partial``."""
+Exit codes of ``emulate run``: 0 done; 2 bad input (arguments, traces the ranks disagree on, a deadlock: found by
+a rank during the capture, which then exits with ``EXIT_DEADLOCK``, or by the simulation); ``EXIT_RANK_FAILED`` (3) a
+rank failed, or its capture is incomplete, and the others were stopped; 128 + N stopped by signal N (130 for
+SIGINT, 143 for SIGTERM). The last two still write a report of what was captured, marked ``partial``."""
 from __future__ import annotations
 
 import contextlib
@@ -40,6 +41,7 @@ from profiling.hardware import HardwareSpec
 SUPPORTED_CUDA_MAJOR = 13
 STOP_GRACE_S = 5.0       # how long a stopped rank may take to flush its capture before it is killed
 EXIT_RANK_FAILED = 3
+EXIT_DEADLOCK = 4        # a rank found the run deadlocked (emulate/capture.py, emulate/driver/csrc/fakecuda.h)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 CAPTURE_SCRIPT = Path(__file__).resolve().with_name("capture.py")
 
@@ -171,6 +173,7 @@ class RankProcess:
     log: Path
     proc: subprocess.Popen
     stopped: bool = False  # the launcher stopped it (its exit code is then the stop's, not a failure)
+    run_id: str = ""       # the run's shared-memory areas (mark_rank_exited)
 
 
 def rank_environment(driver: Path, spec: HardwareSpec, nproc: int, base: dict[str, str]) -> dict[str, str]:
@@ -274,7 +277,7 @@ def launch(script: Path, script_args: list[str], *, driver: Path, spec: Hardware
         env["STEPCAST_DRIVER_LOG"] = f"{env['STEPCAST_LOG']}.driver"
         cmd = [sys.executable, "-P", str(CAPTURE_SCRIPT), str(script), *script_args]
         proc = subprocess.Popen(cmd, env=env, start_new_session=True)
-        ranks.append(RankProcess(rank, rank_log(trace_dir, rank, proc.pid), proc))
+        ranks.append(RankProcess(rank, rank_log(trace_dir, rank, proc.pid), proc, run_id=run_id))
     return ranks
 
 
@@ -342,8 +345,28 @@ def stop(ranks: list[RankProcess], grace_s: float = STOP_GRACE_S) -> None:
         _signal_group(rp.proc.pid, signal.SIGKILL)  # the rank's own children (data loader workers), if any
 
 
+#: emulate/driver/csrc/ranks.c's area: alive[MAX_WORLD], then exited[MAX_WORLD], uint64 each, by global rank
+RANKS_AREA_MAX_WORLD = 4096
+RANKS_AREA_EXITED_OFFSET = RANKS_AREA_MAX_WORLD * 8
+
+
+def mark_rank_exited(run_id: str, rank: int) -> None:
+    """Tell the run's other ranks that ``rank`` has left (emulate/driver/csrc/ranks.c), as its capture layer does when
+    it ends cleanly: the small collectives waiting for it then end at once, as the deadlock they are."""
+    import mmap
+
+    path = Path("/dev/shm") / f"stepcast-{run_id}-ranks"
+    if not run_id or not 0 <= rank < RANKS_AREA_MAX_WORLD or not path.is_file():
+        return
+    with contextlib.suppress(OSError, ValueError):
+        with open(path, "r+b") as f, mmap.mmap(f.fileno(), 0) as area:
+            at = RANKS_AREA_EXITED_OFFSET + 8 * rank
+            area[at:at + 8] = (1).to_bytes(8, "little")
+
+
 def wait(ranks: list[RankProcess]) -> dict[int, int]:
-    """Exit code per rank; when one rank fails, the others are stopped (they would wait on it forever)."""
+    """Exit code per rank; when one rank fails, the others are stopped (they would wait on it forever). Each rank
+    that ends cleanly is marked as left in the run's area (:func:`mark_rank_exited`), in case it could not say so."""
     pending = {r.rank: r for r in ranks}
     while pending:
         for rank, rp in list(pending.items()):
@@ -352,6 +375,8 @@ def wait(ranks: list[RankProcess]) -> dict[int, int]:
             except subprocess.TimeoutExpired:
                 continue
             del pending[rank]
+            if rp.proc.returncode == 0:  # a failure stops every rank below; a clean end leaves the others running
+                mark_rank_exited(rp.run_id, rp.rank)
             if rp.proc.returncode != 0:
                 stop(list(pending.values()))
                 pending.clear()

@@ -172,6 +172,9 @@ _DECLARED: tuple[Setting, ...] = (
             "before each call at reference costs (counted), or the capture's own clock (measured)",
             read_by="Python; driver (C)"),
     # -- the capture ----------------------------------------------------------------------------------------------
+    Setting("STEPCAST_DEDUP_CONFIRM", whole_number(0), 1, "iterations after the first compared one in which a rank "
+            "must still match a lower rank to stop as its duplicate (a program diverging later is assumed not to: "
+            "--no-dedup runs every rank)", read_by="capture layer"),
     Setting("STEPCAST_FIXED_LAYOUT", SWITCH, True, "start rank processes with address-space layout randomisation "
             "off, so captured CPU times do not depend on where the loader placed code"),
     Setting("STEPCAST_EVENT_TIMING", one_of("predicted", "nominal"), "predicted", "what CUDA event timings answer "

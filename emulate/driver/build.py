@@ -46,7 +46,7 @@ from stepcast import settings
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 SOURCES = ("init.c", "device.c", "memory.c", "module.c", "launch.c", "stream.c", "graph.c", "export.c", "legacy.c",
-           "capture.c", "datapath.c", "hostwork.c", "dedup.c")
+           "capture.c", "datapath.c", "hostwork.c", "dedup.c", "ranks.c")
 HEADERS = ("fakecuda.h", "compat/fp_types.h", "compat/crt/host_defines.h")
 SONAME = "libcuda.so.1"
 NVML_SONAME = "libnvidia-ml.so.1"

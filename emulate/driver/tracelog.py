@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from emulate.driver.launchlog import read_events
 from emulate.trace import OpCalls
 from profiling.classify import classify_kernel_name, classify_op
 
@@ -36,6 +35,8 @@ SOURCES = {1: "profiler", 2: "optimizer", 3: "backward"}
 LEGACY_STREAM = 1
 TIMED = frozenset({"launch", "malloc", "free", "memcpy", "memset", "event_record", "stream_wait_event", "event_sync",
                    "stream_sync", "device_sync", "collective"})
+#: device work: what a script that asked nothing of the GPU has none of
+DEVICE_WORK = frozenset({"launch", "memcpy", "memset", "collective"})
 # ncclDataType_t
 NCCL_DTYPES = {0: "int8", 1: "uint8", 2: "int32", 3: "uint32", 4: "int64", 5: "uint64", 6: "fp16", 7: "fp32",
                8: "fp64", 9: "bf16", 10: "fp8_e4m3", 11: "fp8_e5m2"}
@@ -59,6 +60,23 @@ class DriverLog:
     sidecar: dict[str, Any] = field(default_factory=dict)
     comms: dict[str, tuple[int, int]] = field(default_factory=dict)  # communicator id -> (size, this rank's rank)
     host_clock: str = "cpu"
+    end: dict[str, Any] | None = None        # the log's end record (None: the process never wrote one)
+    deadlock: str | None = None              # the deadlock the driver found, as it said it
+    torn: bool = False                       # the last line was cut mid-record (the process died writing it)
+
+    def completeness(self) -> str | None:
+        """None when this capture is whole; else one line saying what it lost. A whole capture has its op table
+        and an end record whose count of timed records is the log's."""
+        if not self.sidecar:
+            return "no op table: the process ended before the capture layer saved it (its kernels have no op)"
+        if self.end is None:
+            state = (self.sidecar.get("status") or {}).get("exit", "?")
+            return (f"the log has no end record: the process was killed (its op table says '{state}')"
+                    + (" mid-write" if self.torn else ""))
+        timed = sum(1 for r in self.records if r["event"] != "mark")
+        if int(self.end.get("records", timed)) != timed:
+            return f"the log holds {timed} of the {self.end['records']} records the process wrote"
+        return None
 
 
 def is_driver_log(path: Path) -> bool:
@@ -74,11 +92,19 @@ def read_driver_log(path: str | Path) -> DriverLog:
     path = Path(path)
     out = DriverLog(path)
     try:
-        records = read_events(path)
+        data = path.read_bytes()
     except OSError as exc:
         raise CaptureLogError(f"{path}: cannot read the capture log ({exc.strerror})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CaptureLogError(f"{path}: a line is not JSON ({exc})") from None
+    lines = data.split(b"\n")
+    if lines and lines[-1]:  # no newline at the end: the process died writing its last record
+        out.torn = True
+    records = []
+    for number, line in enumerate(lines[:-1] if out.torn else lines, 1):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise CaptureLogError(f"{path}:{number}: a line is not JSON ({exc})") from None
     for rec in records:
         kind = rec.get("event")
         if kind in TIMED or kind == "mark":
@@ -87,6 +113,10 @@ def read_driver_log(path: str | Path) -> DriverLog:
             out.unhandled.append(rec["name"])
         elif kind == "comm":
             out.comms[rec["comm"]] = (int(rec["nranks"]), int(rec["rank"]))
+        elif kind == "end":
+            out.end = rec
+        elif kind == "deadlock":
+            out.deadlock = rec.get("message")
     sidecar = sidecar_path(path)
     if sidecar.is_file():
         out.sidecar = json.loads(sidecar.read_text())
@@ -212,6 +242,8 @@ def driver_events(log: DriverLog, *, comm_sizes: dict[str, int] | None = None,
         elif kind == "memcpy":
             ev = {"kind": "memcpy", "stream": stream(r["stream"]), "bytes": r["bytes"], "direction": r["direction"],
                   "blocking": bool(r["blocking"]), "op": ctx["op"]}
+            if r.get("zeros"):  # the host read zeros in place of values a kernel computed
+                ev["read_zeros"] = True
         elif kind == "memset":
             ev = {"kind": "memset", "stream": stream(r["stream"]), "bytes": r["bytes"], "op": ctx["op"]}
         elif kind == "malloc":

@@ -133,6 +133,6 @@ def test_an_op_calls_further_kernels_of_its_family_are_timed_with_its_first(tmp_
 
 def test_a_log_line_that_is_not_json_names_the_file(tmp_path):
     log = tmp_path / "rank0.log.driver.1.jsonl"
-    log.write_text('{"event":"launch"\n')
-    with pytest.raises(CaptureLogError, match="rank0.log.driver.1.jsonl: a line is not JSON"):
+    log.write_text('{"event":"launch"\n{"event":"end","records":0}\n')
+    with pytest.raises(CaptureLogError, match="rank0.log.driver.1.jsonl:1: a line is not JSON"):
         read_driver_log(log)

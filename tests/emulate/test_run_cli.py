@@ -158,9 +158,11 @@ def test_identical_ranks_are_deduplicated_and_their_traces_rebuilt(tmp_path, emu
     notes = [(tmp_path / f"rank{rank}.txt").read_text().splitlines() for rank in range(3)]
     assert all(n[0] == "objects ['r0', 'r1', 'r2'] [{'origin': 0}]" for n in notes)
     assert all(n[1] == "step 0 sum 6.0" for n in notes)  # 1 + 2 + 3, exchanged for real before dedup
-    # ranks 1 and 2 did the same device work as rank 0 in the first full iteration: they stopped after it
+    # ranks 1 and 2 did the same device work as rank 0 in the first two full iterations (steps 1 and 2, the second
+    # confirming the first): they stopped at the end of step 2, before its note
     assert report["deduplicated_ranks"] == {"1": 0, "2": 0} and report["processes_run_to_completion"] == 1
-    assert len(notes[0]) == 5 and len(notes[1]) == len(notes[2]) == 2  # ranks 1, 2 stopped after step 1
+    assert len(notes[0]) == 5 and len(notes[1]) == len(notes[2]) == 3
+    assert any("stopped after iteration 3 as copies of rank(s) 0" in w for w in report["capture_warnings"])
     traces = [read_trace(t) for t in report["traces"]]
     colls = [[(e["comm_seq"], e["op"], e["bytes"]) for e in t["events"] if e["kind"] == "collective"] for t in traces]
     assert colls[0] == colls[1] == colls[2] and len(colls[0]) >= 4

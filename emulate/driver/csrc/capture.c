@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static __thread int cur_op = -1;
 static __thread unsigned long long cur_call;
@@ -34,6 +35,7 @@ static __thread uint32_t cpu_resumes;
 static __thread int thread_no = -1;
 static int next_thread_no;
 static uint64_t t_origin;
+static unsigned long long records_logged;  /* timed records this process wrote (the end record's count) */
 
 /* Rank dedup (dedup.c): the hash of the device work each iteration asked for, one window per
  * iteration-mark source, closed at that source's marks. Kernels (name, grid, block, shared memory, cluster, stream:
@@ -135,6 +137,7 @@ void fk_log_call(const char *event, const char *fmt, ...) {
         snprintf(fields + used, sizeof fields - used, ",\"rd\":%llu,\"wr\":%llu", kernel_read, kernel_written);
     }
     hash_record(event, fields);
+    __atomic_add_fetch(&records_logged, 1, __ATOMIC_RELAXED);
     uint32_t ops, nodes, py;
     fk_take_work(&ops, &nodes, &py);  /* hostwork.c */
     fk_log_line("{\"event\":\"%s\",\"t\":%llu,\"gap\":%lld,\"ops\":%u,\"nodes\":%u,\"py\":%u,\"thread\":%d,"
@@ -181,6 +184,38 @@ FK_EXPORT void stepcast_mark(int source, int step) {
 }
 /* The log is written unbuffered (one write per record): nothing to flush. */
 FK_EXPORT void stepcast_flush(void) {}
+/* The capture layer's last word on this process (every exit path it reaches: the end of the script, sys.exit,
+ * os._exit, an exception, a signal, a deadlock): an "end" record with how it ended and how many timed records the
+ * process wrote, which the collator checks the log against. A log without it was cut short (the process was
+ * killed). */
+FK_EXPORT void stepcast_end(const char *how) {
+    pthread_once(&calibrate_once, calibrate);
+    char text[64];
+    snprintf(text, sizeof text, "%s", how ? how : "");
+    for (char *c = text; *c; c++)
+        if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20) *c = '_';
+    fk_log_line("{\"event\":\"end\",\"t\":%llu,\"how\":\"%s\",\"records\":%llu}",
+                (unsigned long long)(clock_ns(CLOCK_MONOTONIC) - t_origin), text,
+                __atomic_load_n(&records_logged, __ATOMIC_RELAXED));
+}
+
+/* Deadlocks (datapath.c, dedup.c): the capture layer's handler saves the capture and ends the process. */
+typedef void (*deadlock_handler_t)(const char *message);
+static deadlock_handler_t deadlock_handler;
+FK_EXPORT void stepcast_set_deadlock_handler(deadlock_handler_t handler) {
+    __atomic_store_n(&deadlock_handler, handler, __ATOMIC_RELEASE);
+}
+void fk_deadlock(const char *message) {
+    char json[1800], *o = json;
+    for (const char *c = message; *c && o < json + sizeof json - 2; c++) *o++ = (*c == '"' || *c == '\\') ? '\'' : *c;
+    *o = 0;
+    fk_log_line("{\"event\":\"deadlock\",\"message\":\"%s\"}", json);
+    deadlock_handler_t handler = __atomic_load_n(&deadlock_handler, __ATOMIC_ACQUIRE);
+    if (handler) handler(message);  /* does not return */
+    fprintf(stderr, "stepcast: deadlock: %s\n", message);
+    stepcast_rank_exited();
+    _exit(FK_EXIT_DEADLOCK);
+}
 /* The small data path's exports (stepcast_needs_untrack, stepcast_untrack, stepcast_range_known, ...) are
  * datapath.c's. */
 FK_EXPORT long long stepcast_device_peak(int device) { return device == 0 ? (long long)fk_device_peak() : -1; }
@@ -196,6 +231,8 @@ FK_EXPORT void stepcast_exchange(void *shm, int nranks, int rank, unsigned long 
                                  void *recv, size_t count, int dtype, int redop, int root) {
     fk_exchange(shm, nranks, rank, seq, kind, send, recv, count, dtype, redop, root);
 }
+/* ...its membership of a communicator's exchange area (datapath.c: waits can tell when a member has left)... */
+FK_EXPORT void stepcast_comm_member(void *shm, int rank) { fk_comm_member(shm, rank); }
 /* ...its members' state for rank dedup (dedup.c, built in, publishes through the preloaded NCCL's communicators)... */
 FK_EXPORT void stepcast_shm_member_state(void *shm, int rank, unsigned long long program, int stopped) {
     fk_shm_member_state(shm, rank, program, stopped);

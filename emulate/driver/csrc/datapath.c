@@ -125,7 +125,9 @@ typedef struct {
     volatile uint64_t posted[MAX_RANKS], done[MAX_RANKS];
     volatile uint64_t stopped[MAX_RANKS];   /* members stopped by rank dedup: a live twin contributes for them */
     volatile uint64_t program[MAX_RANKS];   /* each member's iteration hash at dedup time */
-} shm_header;
+    volatile uint64_t global[MAX_RANKS];    /* each member's global rank + 1 (0: not known yet) */
+    char id[48];                            /* the communicator's id (messages) */
+} shm_header;  /* emulate/sparse_store.py mirrors the offsets of stopped[] */
 
 /* Rank dedup: record this member's program hash; a stopped member also marks itself stopped. */
 void fk_shm_member_state(void *shm, int rank, uint64_t program, int stopped) {
@@ -143,6 +145,15 @@ static const char *source_slot(shm_header *h, const char *slots, int nranks, int
     return NULL;
 }
 
+/* This process is member `rank` of the communicator whose area is `shm` (the preloaded NCCL, at creation): its
+ * global rank goes in the header, so waits on it can tell when it has left (ranks.c). */
+void fk_comm_member(void *shm, int rank) {
+    shm_header *h = shm;
+    int global = fk_rank();
+    if (!shm || rank < 0 || rank >= MAX_RANKS || global < 0) return;
+    __atomic_store_n(&h->global[rank], (uint64_t)global + 1, __ATOMIC_RELEASE);
+}
+
 void *fk_comm_shm(const char *comm_id, int nranks) {
     const char *run = getenv("STEPCAST_RUN_ID");
     if (!run || !*run || nranks < 2 || nranks > MAX_RANKS) return NULL;
@@ -154,20 +165,55 @@ void *fk_comm_shm(const char *comm_id, int nranks) {
     if (ftruncate(fd, (off_t)size) != 0) { close(fd); return NULL; }
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
-    return p == MAP_FAILED ? NULL : p;
+    if (p == MAP_FAILED) return NULL;
+    snprintf(((shm_header *)p)->id, sizeof ((shm_header *)p)->id, "%s", comm_id);
+    return p;
 }
 
-static int wait_all(volatile uint64_t *flags, volatile uint64_t *stopped, int nranks, uint64_t tag) {
+#define WAIT_LIMIT_NS (120ull * 1000000000ull)
+#define SETTLE_NS 1000000000ull  /* every running rank waiting this long: no one can make progress */
+
+/* Wait until every member has reached `tag` in `flags` (or was stopped by dedup: its twin speaks for it). A member
+ * that has left, or a run in which every rank waits, is a deadlock: reported (fk_deadlock, which ends the
+ * process), as the GPUs would hang there. */
+static void wait_all(shm_header *h, volatile uint64_t *flags, int nranks, uint64_t tag, const char *what) {
+    stepcast_pause();  /* waiting for peers is no host work of this rank's (the simulator times the wait itself) */
     uint64_t start = fk_now_ns();
     struct timespec nap = {0, 20000};
+    int announced = 0;
     for (;;) {
-        int ready = 1;
-        for (int j = 0; j < nranks && ready; j++)
-            ready = __atomic_load_n(&flags[j], __ATOMIC_ACQUIRE) >= tag || __atomic_load_n(&stopped[j], __ATOMIC_ACQUIRE);
-        if (ready) return 0;
-        if (fk_now_ns() - start > 120ull * 1000000000ull) return -1;
+        int ready = 1, gone = -1;
+        for (int j = 0; j < nranks; j++) {
+            if (__atomic_load_n(&flags[j], __ATOMIC_ACQUIRE) >= tag || __atomic_load_n(&h->stopped[j], __ATOMIC_ACQUIRE))
+                continue;
+            ready = 0;
+            uint64_t global = __atomic_load_n(&h->global[j], __ATOMIC_ACQUIRE);
+            if (global && fk_rank_exited((int)global - 1)) gone = (int)global - 1;
+        }
+        if (ready) break;
+        char message[1600];
+        if (gone >= 0) {
+            snprintf(message, sizeof message, "rank %d waits in %s (%d ranks) for rank %d, which has exited", fk_rank(),
+                     what, nranks, gone);
+            fk_deadlock(message);
+        }
+        if (!announced) {  /* ranks.c: what this rank waits in, for a run-wide deadlock message */
+            fk_rank_waiting(what, 0);
+            announced = 1;
+        }
+        char blocked[1400];
+        if (fk_ranks_all_blocked(SETTLE_NS, 0, blocked, sizeof blocked)) {
+            snprintf(message, sizeof message, "every running rank waits: %s", blocked);
+            fk_deadlock(message);
+        }
+        if (fk_now_ns() - start > WAIT_LIMIT_NS) {
+            snprintf(message, sizeof message, "rank %d waited 120 s in %s (%d ranks)", fk_rank(), what, nranks);
+            fk_deadlock(message);
+        }
         nanosleep(&nap, NULL);
     }
+    if (announced) fk_rank_waiting(NULL, 0);
+    stepcast_resume();
 }
 
 static void combine(void *dst, const void *src, size_t count, int dtype, int op, int first) {
@@ -203,6 +249,8 @@ static size_t nccl_size(int dtype) {
     return dtype >= 0 && dtype < 12 ? sizes[dtype] : 4;
 }
 
+static const char *const KIND_NAMES[] = {"all_reduce", "broadcast", "all_gather", "reduce_scatter", "reduce"};
+
 /* kind: 0 all_reduce, 1 broadcast, 2 all_gather, 3 reduce_scatter, 4 reduce. count as NCCL takes it. */
 void fk_exchange(void *shm, int nranks, int rank, uint64_t seq, int kind, const void *send, void *recv,
                  size_t count, int dtype, int redop, int root) {
@@ -216,8 +264,11 @@ void fk_exchange(void *shm, int nranks, int rank, uint64_t seq, int kind, const 
     if (send && fk_range_known(send, send_bytes)) memcpy(mine, send, send_bytes);
     else memset(mine, 0, send_bytes);
     uint64_t tag = seq + 1;
+    char what[96];
+    snprintf(what, sizeof what, "%s #%llu of %s", kind >= 0 && kind <= 4 ? KIND_NAMES[kind] : "collective",
+             (unsigned long long)seq, h->id);
     __atomic_store_n(&h->posted[rank], tag, __ATOMIC_RELEASE);
-    if (wait_all(h->posted, h->stopped, nranks, tag) != 0) { fk_log_unsupported("stepcast: small-collective exchange timed out"); return; }
+    wait_all(h, h->posted, nranks, tag, what);
     int writes = 1;
     static const char zeros[SLOT];
     const char *src[MAX_RANKS];
@@ -238,5 +289,5 @@ void fk_exchange(void *shm, int nranks, int rank, uint64_t seq, int kind, const 
     }
     if (writes && recv) fk_range_written(recv, recv_bytes);
     __atomic_store_n(&h->done[rank], tag, __ATOMIC_RELEASE);
-    wait_all(h->done, h->stopped, nranks, tag);
+    wait_all(h, h->done, nranks, tag, what);
 }

@@ -110,6 +110,9 @@ unsigned long long fk_new_call(void);      /* a fresh op-call number */
  * launch's nodes: the op they were captured under) */
 void fk_log_as_op(int op, unsigned long long call);
 void fk_log_as_op_done(void);
+/* the calling thread's time from pause to resume is not host work (the capture layer's own, or a wait on peers) */
+void stepcast_pause(void);
+void stepcast_resume(void);
 uint64_t fk_last_iteration_hash(int source);
 /* tell every communicator's members this rank's program hash, and whether it stops (the preloaded NCCL, nccl.c) */
 void fk_comms_publish(uint64_t program, int stopped);
@@ -128,9 +131,21 @@ void fk_range_forget(const void *p, size_t n);
 int fk_range_known(const void *p, size_t n);
 int fk_range_readback(const void *p, size_t n);
 void *fk_comm_shm(const char *comm_id, int nranks);
+void fk_comm_member(void *shm, int rank);
 void fk_shm_member_state(void *shm, int rank, uint64_t program, int stopped);
 void fk_exchange(void *shm, int nranks, int rank, uint64_t seq, int kind, const void *send, void *recv, size_t count,
                  int dtype, int redop, int root);
+
+/* ---- the run's ranks (ranks.c): who runs, waits, has left; deadlocks (capture.c) ---- */
+int fk_rank(void);                       /* this process's global rank, -1 outside a run */
+void stepcast_rank_exited(void);
+int fk_rank_exited(int global_rank);
+void fk_rank_waiting(const char *what, int yields);  /* NULL: no longer waiting; yields: gives up if all block */
+int fk_ranks_all_blocked(uint64_t settle_ns, int count_yielding, char *out, size_t cap);
+/* The run is deadlocked (`message` says where): reported through the capture layer's handler, which saves the
+ * capture and ends the process; without one, printed, and the process exits with FK_EXIT_DEADLOCK. */
+#define FK_EXIT_DEADLOCK 4
+void fk_deadlock(const char *message) __attribute__((noreturn));
 
 /* ---- occupancy (launch.c) ---- */
 int fk_blocks_per_sm(const fk_function_t *f, int threads, size_t dynamic_smem);

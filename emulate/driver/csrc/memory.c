@@ -216,6 +216,9 @@ FK_EXPORT CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize,
 }
 
 /* ---- copies and fills (asynchronous ones complete at once: nothing runs) ---- */
+/* whether the thread's last copy to the host read zeros in place of bytes a kernel computed (its record says so:
+ * the script read a GPU-computed value, and went on with 0) */
+static __thread int read_zeros;
 static void copy(uintptr_t dst, uintptr_t src, size_t n) {
     if (!n) return;
     int to_device = fk_is_device_pointer(dst), from_device = fk_is_device_pointer(src);
@@ -228,8 +231,12 @@ static void copy(uintptr_t dst, uintptr_t src, size_t n) {
             fk_range_forget((const void *)dst, n);
         }
     } else if (from_device) {
-        if (small && fk_range_readback((const void *)src, n)) memmove((void *)dst, (const void *)src, n);
-        else memset((void *)dst, 0, n);
+        if (small && fk_range_readback((const void *)src, n)) {
+            memmove((void *)dst, (const void *)src, n);
+        } else {
+            memset((void *)dst, 0, n);
+            read_zeros = 1;
+        }
     } else {
         memmove((void *)dst, (const void *)src, n);
     }
@@ -251,9 +258,10 @@ static void fill(uintptr_t dst, unsigned value, size_t n, size_t width) {
 static void log_copy(uintptr_t dst, uintptr_t src, size_t n, unsigned long long stream, int blocking, const char *graph) {
     static const char *directions[2][2] = {{"h2h", "h2d"}, {"d2h", "d2d"}};
     fk_count_device_work();
-    fk_log_call("memcpy", "\"stream\":%llu,\"bytes\":%zu,\"direction\":\"%s\",\"blocking\":%d%s%s", stream, n,
+    fk_log_call("memcpy", "\"stream\":%llu,\"bytes\":%zu,\"direction\":\"%s\",\"blocking\":%d%s%s%s", stream, n,
                 directions[fk_is_device_pointer(src) ? 1 : 0][fk_is_device_pointer(dst) ? 1 : 0], blocking,
-                graph ? "," : "", graph ? graph : "");
+                read_zeros ? ",\"zeros\":1" : "", graph ? "," : "", graph ? graph : "");
+    read_zeros = 0;
 }
 static void log_fill(size_t bytes, unsigned long long stream, int blocking, const char *graph) {
     fk_count_device_work();
@@ -269,8 +277,8 @@ static CUresult logged_copy_rows(uintptr_t dst, size_t dst_pitch, uintptr_t src,
     if (g)
         return fk_graph_add_copy(g, dst, dst_pitch, src, src_pitch, width, rows, fk_stream_id(s)) ? CUDA_SUCCESS
                                                                                                    : CUDA_ERROR_OUT_OF_MEMORY;
+    copy_rows(dst, dst_pitch, src, src_pitch, width, rows);  /* first: the record says what the host read */
     log_copy(dst, src, width * rows, blocking ? 1ull : fk_stream_id(s), blocking, NULL);
-    copy_rows(dst, dst_pitch, src, src_pitch, width, rows);
     return CUDA_SUCCESS;
 }
 static CUresult logged_copy(uintptr_t dst, uintptr_t src, size_t n, CUstream s, int blocking) {
@@ -295,8 +303,8 @@ static CUresult logged_fill(uintptr_t dst, unsigned value, size_t n, size_t widt
 }
 void fk_replay_copy(uintptr_t dst, size_t dst_pitch, uintptr_t src, size_t src_pitch, size_t width, size_t rows,
                     unsigned long long stream, const char *graph) {
-    log_copy(dst, src, width * rows, stream, 0, graph);
     copy_rows(dst, dst_pitch, src, src_pitch, width, rows);
+    log_copy(dst, src, width * rows, stream, 0, graph);
 }
 void fk_replay_fill(uintptr_t dst, unsigned value, size_t width, size_t count, size_t pitch, size_t rows,
                     unsigned long long stream, const char *graph) {

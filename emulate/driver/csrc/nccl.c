@@ -57,12 +57,14 @@ typedef void *(*comm_shm_t)(const char *comm_id, int nranks);
 typedef void (*exchange_t)(void *shm, int nranks, int rank, unsigned long long seq, int kind, const void *send,
                            void *recv, size_t count, int dtype, int redop, int root);
 typedef void (*member_state_t)(void *shm, int rank, unsigned long long program, int stopped);
+typedef void (*comm_member_t)(void *shm, int rank);
 DRIVER(log_record_t, log_record)
 DRIVER(graph_record_t, graph_record)
 DRIVER(stream_id_t, stream_id)
 DRIVER(comm_shm_t, comm_shm)
 DRIVER(exchange_t, exchange)
 DRIVER(member_state_t, shm_member_state)
+DRIVER(comm_member_t, comm_member)
 
 static void log_record(const char *event, int timed, const char *json) {
     log_record_t fn = log_record_fn();
@@ -116,6 +118,8 @@ static nccl_comm_t *new_comm(uint64_t key, int nranks, int rank) {
     pthread_mutex_init(&c->lock, NULL);
     comm_shm_t shm = comm_shm_fn();
     if (nranks > 1 && shm) c->shm = shm(c->id, nranks);
+    comm_member_t member = comm_member_fn();
+    if (c->shm && member) member(c->shm, rank);  /* waits on this area can tell when this rank has left */
     pthread_mutex_lock(&comms_lock);
     c->next = all_comms;
     all_comms = c;

@@ -327,6 +327,12 @@ extern "C" __attribute__((visibility("default"))) void stepcast_opctx_remove(voi
     handle = 0;
 }
 
+// How many ops the table holds (the capture layer saves the table again when it has grown).
+extern "C" __attribute__((visibility("default"))) int stepcast_opctx_count(void) {
+    std::lock_guard<std::mutex> g(table_lock);
+    return static_cast<int>(table.size());
+}
+
 // The op table as one JSON array (the caller owns nothing: valid until the next call).
 extern "C" __attribute__((visibility("default"))) const char *stepcast_opctx_table(void) {
     static std::string out;

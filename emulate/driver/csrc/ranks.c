@@ -1,0 +1,116 @@
+/* The run's ranks, as every rank and the launcher see them: one shared-memory area per run
+ * (/dev/shm/stepcast-<run id>-ranks), indexed by global rank, in which each rank says that it runs, what it waits
+ * in, and that it has left. Waits between ranks (small collectives: datapath.c; rank dedup: dedup.c) read it so
+ * that they never wait for a rank that has exited, and so that a run in which every running rank waits is known to
+ * be deadlocked at once, where it would hang on GPUs. The launcher (emulate/launcher.py, mark_rank_exited) marks a
+ * rank that was killed before it could say so itself; the layout below is mirrored there (RANKS_AREA_*). */
+#define _GNU_SOURCE
+#include "fakecuda.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define MAX_WORLD 4096
+#define WHAT_BYTES 96
+typedef struct {
+    volatile uint64_t alive[MAX_WORLD];   /* 1: the rank's capture started */
+    volatile uint64_t exited[MAX_WORLD];  /* 1: the rank's process has left (or was killed) */
+    volatile uint64_t waiting[MAX_WORLD]; /* the wait's start (ns, its own clock) while the rank waits on others */
+    char what[MAX_WORLD][WHAT_BYTES];     /* what it waits in ("all_reduce #12 of nccl-...") */
+} ranks_area;
+
+static ranks_area *area;
+static int my_rank = -1, world;
+static unsigned char *absent;  /* ranks a sparse run does not start (STEPCAST_RUN_RANKS lists those it does) */
+static pthread_once_t area_once = PTHREAD_ONCE_INIT;
+
+static void read_present(void) {
+    const char *present = getenv("STEPCAST_RUN_RANKS");
+    if (!present || !*present || !(absent = malloc((size_t)world))) return;
+    memset(absent, 1, (size_t)world);
+    for (const char *p = present; *p;) {
+        char *end;
+        long r = strtol(p, &end, 10);
+        if (end == p) break;
+        if (r >= 0 && r < world) absent[r] = 0;
+        p = *end == ',' ? end + 1 : end;
+    }
+}
+
+static void open_area(void) {
+    const char *run = getenv("STEPCAST_RUN_ID"), *r = getenv("RANK"), *w = getenv("WORLD_SIZE");
+    if (!run || !*run || !r || !w) return;
+    my_rank = atoi(r), world = atoi(w);
+    if (my_rank < 0 || my_rank >= MAX_WORLD || world < 1 || world > MAX_WORLD) return;
+    read_present();
+    char name[128];
+    snprintf(name, sizeof name, "/stepcast-%s-ranks", run);
+    int fd = shm_open(name, O_RDWR | O_CREAT, 0600);
+    if (fd < 0) return;
+    if (ftruncate(fd, sizeof(ranks_area)) == 0) {
+        void *p = mmap(NULL, sizeof(ranks_area), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (p != MAP_FAILED) area = p;
+    }
+    close(fd);
+}
+
+static ranks_area *ranks(void) {
+    pthread_once(&area_once, open_area);
+    return area;
+}
+
+int fk_rank(void) { return ranks() ? my_rank : -1; }
+
+/* The capture of this rank has started (the capture layer, once). */
+FK_EXPORT void stepcast_rank_alive(void) {
+    if (ranks()) __atomic_store_n(&area->alive[my_rank], 1, __ATOMIC_RELEASE);
+}
+/* This rank's process leaves (every exit path of the capture layer): no one waits for it from now on. */
+FK_EXPORT void stepcast_rank_exited(void) {
+    if (ranks()) __atomic_store_n(&area->exited[my_rank], 1, __ATOMIC_RELEASE);
+}
+
+int fk_rank_exited(int global_rank) {
+    return ranks() && global_rank >= 0 && global_rank < MAX_WORLD &&
+           __atomic_load_n(&area->exited[global_rank], __ATOMIC_ACQUIRE) != 0;
+}
+
+void fk_rank_waiting(const char *what, int yields) {
+    if (!ranks()) return;
+    if (what) {
+        snprintf(area->what[my_rank], WHAT_BYTES, "%s", what);
+        __atomic_store_n(&area->waiting[my_rank], (fk_now_ns() & ~3ull) | 1 | (yields ? 2 : 0), __ATOMIC_RELEASE);
+    } else {
+        __atomic_store_n(&area->waiting[my_rank], 0, __ATOMIC_RELEASE);
+    }
+}
+
+/* Whether every rank that runs is waiting on others, or has left, and has been for `settle_ns`: no rank can make
+ * progress, so the run is deadlocked. A rank in a wait that gives up when all are blocked (rank dedup's: `yields`)
+ * will move on, so it counts as blocked only when `count_yielding`. `out` gets one clause per waiting rank ("rank 1
+ * in broadcast #3 of ..."). */
+int fk_ranks_all_blocked(uint64_t settle_ns, int count_yielding, char *out, size_t cap) {
+    if (!ranks()) return 0;
+    uint64_t now = fk_now_ns();
+    int any = 0;
+    for (int j = 0; j < world; j++) {
+        if (absent && absent[j]) continue;
+        if (__atomic_load_n(&area->exited[j], __ATOMIC_ACQUIRE)) continue;
+        if (!__atomic_load_n(&area->alive[j], __ATOMIC_ACQUIRE)) return 0;  /* still starting */
+        uint64_t since = __atomic_load_n(&area->waiting[j], __ATOMIC_ACQUIRE);
+        if (!since || now - (since & ~3ull) < settle_ns || ((since & 2) && !count_yielding)) return 0;
+        any = 1;
+    }
+    if (!any) return 0;
+    size_t used = 0;
+    out[0] = 0;
+    for (int j = 0; j < world && used + 8 < cap; j++) {
+        if (!area->alive[j] || area->exited[j] || !area->waiting[j]) continue;
+        used += (size_t)snprintf(out + used, cap - used, "%srank %d in %s", used ? ", " : "", j, area->what[j]);
+    }
+    return 1;
+}
