@@ -36,10 +36,12 @@ from stepcast.preflight import Preflight, refuse_bad_environment
 PROGRESS_EVERY_S = 5.0  # seconds between two progress lines when stderr is not a terminal
 
 
-def replay(paths: list[Path], durations: str = "measured", hardware: str | None = None,
+def replay(paths: list[Path], durations: str | None = None, hardware: str | None = None,
            report_path: Path | None = None, timeline_path: Path | None = None,
            estimator: KernelEstimator | str | None = None, quiet: bool = False, console=None) -> dict[str, Any]:
-    """Convert, simulate, print the summary (unless ``quiet``), write the report and timeline; return the report."""
+    """Convert, simulate, print the summary (unless ``quiet``), write the report and timeline; return the report.
+    ``durations`` None: measured where the traces recorded kernel durations (real profiles), else predicted (a
+    capture records none); ``measured`` asked of a capture is a one-line ValueError."""
     paths = [Path(p) for p in paths]
     with StageProgress(enabled=not quiet) as progress:
         docs = []
@@ -47,6 +49,7 @@ def replay(paths: list[Path], durations: str = "measured", hardware: str | None 
             prefix = f"{p.name} ({k + 1}/{len(paths)}): " if len(paths) > 1 else f"{p.name}: "
             docs.append(_load(p, lambda stage, done, total: progress.update(prefix + stage, done, total)))
         copies = copies_beside(paths, docs)
+        durations = durations_for(docs, paths, durations)
         target = hardware or _own_hardware(docs)
         if target is None and durations == "predicted":
             raise ValueError(f"{paths[0]}: the trace does not name a GPU of the hardware catalog: pass --hardware")
@@ -65,6 +68,31 @@ def replay(paths: list[Path], durations: str = "measured", hardware: str | None 
         extra.update(copy_summary([int(r) for r in sorted({p.rank for p in result.programs} - set(copies))], copies))
         result.warnings = [*(result.warnings or []), summary_line(extra)]
     return publish(result, paths, report_path, timeline_path, quiet=quiet, console=console, extra=extra)
+
+
+def durations_for(docs: list[dict[str, Any]], paths: list[Path], asked: str | None) -> str:
+    """The durations a replay uses: what was asked, else measured when every trace records kernel durations (a real
+    profile) and predicted when none does (a stepcast capture: nothing was measured, and a replay of it labelled
+    'measured durations' would be a claim it cannot make)."""
+    timed = [_records_durations(d) for d in docs]
+    if asked == "measured":
+        bare = next((p for p, t in zip(paths, timed) if not t), None)
+        if bare is not None:
+            raise ValueError(f"{bare}: --durations measured: the trace records no kernel durations (a stepcast "
+                             "capture measures none): use --durations predicted")
+        return asked
+    if asked is not None:
+        return asked
+    return "measured" if all(timed) else "predicted"
+
+
+def _records_durations(doc: dict[str, Any]) -> bool:
+    """Whether a trace's device events carry measured durations (``duration_us``)."""
+    events = doc["events"]
+    columns = getattr(events, "columns", None)
+    if columns is not None:  # an EventTable: the column exists when some event has the field
+        return "duration_us" in columns
+    return any(ev.get("duration_us") is not None for ev in events)
 
 
 def is_stepcast_trace(path: Path) -> bool:
@@ -159,8 +187,9 @@ def _own_hardware(docs: list[dict[str, Any]]) -> str | None:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("traces", nargs="+", type=Path,
                         help="Kineto traces (.json or .json.gz) or a capture's rankN.trace.json, one per rank")
-    parser.add_argument("--durations", choices=DURATION_MODES, default="measured",
-                        help="measured: the recorded kernel durations; predicted: the estimators' on --hardware")
+    parser.add_argument("--durations", choices=DURATION_MODES, default=None,
+                        help="measured: the recorded kernel durations (default for profiler traces); predicted: the "
+                             "estimators' on --hardware (default for stepcast captures, which record none)")
     parser.add_argument("--hardware", default=None, help="target hardware id (default: the trace's own GPU)")
     parser.add_argument("--estimator", default=None, help="estimator.load source (default: the shipped models)")
     parser.add_argument("--report", type=Path, default=None, help="write the report JSON here")

@@ -200,20 +200,36 @@ def _cached_build(out_dir: Path, name: str, cmd_for: Callable[[Path, Path], list
         with tempfile.TemporaryDirectory(dir=out_dir, prefix=".build-") as tmp:
             tmp_out = Path(tmp) / name
             cmd = cmd_for(Path(tmp), tmp_out)
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                    start_new_session=True, preexec_fn=_die_with_parent)
+            proc = None
             try:
+                with _stop_signals_held():
+                    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                            start_new_session=True, preexec_fn=_die_with_parent)
                 _, stderr = proc.communicate()
             except BaseException:  # stopped (the caller's signal handler raised): stop the compiler, then clean up
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+                if proc is not None:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
                 raise
             if proc.returncode != 0:
                 first = next((ln for ln in stderr.splitlines() if "error" in ln), stderr.strip()[:300])
                 raise BuildError(f"compiling {what} failed ({cmd[0]}): {first}")
             os.replace(tmp_out, target)
     return target
+
+
+@contextlib.contextmanager
+def _stop_signals_held():
+    """SIGINT and SIGTERM held back while the compiler is started: a fork runs Python's at-fork callbacks, in
+    which an exception a signal handler raises is printed and dropped (the stop would be lost); held, the signal
+    arrives once Popen has returned, where it stops the build."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _die_with_parent() -> None:
