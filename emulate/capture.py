@@ -81,7 +81,6 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 SOURCE_PROFILER, SOURCE_OPTIMIZER, SOURCE_BACKWARD = 1, 2, 3
 EXIT_DEADLOCK = 4  # a rank that found the run deadlocked (emulate/driver/csrc/fakecuda.h FK_EXIT_DEADLOCK)
 DEADLOCK_HANDLER = ctypes.CFUNCTYPE(None, ctypes.c_char_p)
-DEDUP_CONFIRM = 1  # STEPCAST_DEDUP_CONFIRM's default
 MAX_DEDUP_ROUNDS = 8  # emulate/driver/csrc/dedup.c MAX_ROUNDS
 CLEAN_ENDS = frozenset({"ok", "os._exit", "deduplicated"})  # how a process may end with the run going on
 SOURCES_BY_ID = {SOURCE_PROFILER: "profiler", SOURCE_OPTIMIZER: "optimizer", SOURCE_BACKWARD: "backward"}
@@ -350,13 +349,15 @@ def _remove_shared_memory() -> None:
             area.unlink(missing_ok=True)
 
 
-def _sibling(name: str) -> Any:
-    """This folder's module ``name``, loaded by its path so that nothing of the project lands on the script's
-    ``sys.path``."""
+def _sibling(name: str, path: Path | None = None) -> Any:
+    """This folder's module ``name`` (or the one at ``path``), loaded by its path so that nothing of the project
+    lands on the script's ``sys.path``; registered under a private name (dataclasses look their module up)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location(f"_stepcast_{name}", Path(__file__).resolve().with_name(f"{name}.py"))
+    spec = importlib.util.spec_from_file_location(f"_stepcast_{name}",
+                                                  path or Path(__file__).resolve().with_name(f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
 
@@ -526,10 +527,11 @@ keep_alive: list[Any] = []  # the C callbacks the driver holds (ctypes frees a c
 
 
 def settings_dedup_confirm() -> int:
-    """``STEPCAST_DEDUP_CONFIRM``: iterations after the first compared one in which a duplicate must match too
-    (stepcast/settings.py declares it; read here without importing the project into the script's process)."""
-    raw = os.environ.get("STEPCAST_DEDUP_CONFIRM", "")
-    return min(int(raw), MAX_DEDUP_ROUNDS - 1) if raw.strip().isdigit() else DEDUP_CONFIRM
+    """``STEPCAST_DEDUP_CONFIRM``: iterations after the first compared one in which a duplicate must match too,
+    read through the settings registry (stepcast/settings.py, loaded by its path: nothing of the project goes on the
+    script's ``sys.path``; the launcher checked the value before the run)."""
+    registry = _sibling("settings", Path(__file__).resolve().parents[1] / "stepcast" / "settings.py")
+    return min(int(registry.get("STEPCAST_DEDUP_CONFIRM")), MAX_DEDUP_ROUNDS - 1)
 
 
 def leave(run: Callable[[], int]) -> None:

@@ -19,6 +19,7 @@ def _emulate_run(tmp: Path, script: Path, *args: str, nproc: int = 1, hardware: 
                  options: tuple[str, ...] = ()):
     """Capture ``script`` on the emulated driver (``options``: more ``run`` options); returns (process, capture report or
     None, per-rank traces)."""
+    tmp.mkdir(parents=True, exist_ok=True)  # the run refuses a report in a folder that does not exist
     report = tmp / "report.json"
     cmd = [sys.executable, "-m", "emulate", "run", "--hardware", hardware, "--nproc", str(nproc), "--capture-only",
            *options,
