@@ -157,10 +157,12 @@ def run_matrix(versions: list[str], rows: list[Row], hardware: str, *, prepare: 
     return results
 
 
-def short_name(name: str, width: int = 60) -> str:
-    """A kernel name for a table cell: the function's name without ``void``, template arguments cut at ``width``."""
-    text = re.sub(r"^void\s+", "", name)
-    text = re.sub(r"\(.*\)$", "", text)
+def short_name(name: str, width: int = 64) -> str:
+    """A kernel name for a table cell: without ``void`` and the parameter list, a CUTLASS wrapper
+    (``cutlass::Kernel2<cutlass_80_tensorop_...>``) as the kernel it wraps, cut at ``width``."""
+    text = re.sub(r"\(.*\)$", "", re.sub(r"^void\s+", "", name))
+    wrapped = re.fullmatch(r"[\w:]*::Kernel2?<(\w+)>", text)
+    text = wrapped.group(1) if wrapped else text
     return text if len(text) <= width else text[:width - 3] + "..."
 
 

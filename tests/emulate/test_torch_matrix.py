@@ -123,3 +123,12 @@ def test_gemm_kernels_are_read_from_rank_0s_trace_most_launched_first(tmp_path):
     assert torch_matrix.gemm_kernels(tmp_path) == [["nvjet_sm90_tst_128x64_64x8_2x1_v_bz_NNT", 2],
                                                    ["nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNN", 1]]
     assert torch_matrix.gemm_kernels(tmp_path / "none") == []
+
+
+def test_table_names_cutlass_kernels_by_the_kernel_they_wrap():
+    inner = "cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8"
+    assert torch_matrix.short_name(f"void cutlass::Kernel2<{inner}>(Params)", 80) == inner
+    nvjet = "nvjet_sm90_tst_64x32_64x16_2x4_h_bz_NTT"
+    assert torch_matrix.short_name(nvjet) == nvjet
+    assert torch_matrix.short_name("void scal_kernel<float, float, 1, true>(cublasScalParamsF)", 20) \
+        == "scal_kernel<float..."
