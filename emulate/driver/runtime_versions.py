@@ -19,13 +19,13 @@ The runtime's version is found from the installed wheels (``CUDART_VERSION`` in 
 of the same ``libcudart`` torch loads); a version not in :data:`EXPORT_ENTRIES` is refused in one line naming it and
 the versions known (:func:`runtime`), since an unmeasured runtime may call past a table's end.
 
-How the entry counts were measured (2026-12): the driver built with every table 32 entries long, all undocumented
-entries refused (``STEPCAST_DRIVER_DEBUG=1`` prints each refusal), running the README example (``examples/gpt.py``),
-``examples/compat/`` hf_llama, compiled_mlp (default mode), resnet50 (bf16, channels-last; a cuDNN convolution
-script where torchvision has no release) and ``examples/ddp.py`` on 2 ranks under torch 2.6.0 (CUDA 12.4), 2.9.1
-(12.8), 2.14.1 (13.0) and 2.15.0 (13.2). Each count covers the highest entry called (the documented ones are called
-silently; the only refused call was table 1734dc26's entry 4, from cuBLASLt, see export.c) and at least the length
-ZLUDA documents for the table (github.com/vosen/ZLUDA, dark_api).
+How the entry counts were measured (2026-12): the driver built with every table 32 entries long (12.6: with the
+lengths below and their refused tail), all undocumented entries refused (``STEPCAST_DRIVER_DEBUG=1`` prints each
+refusal), running the README example (``examples/gpt.py``), ``examples/compat/`` hf_llama, compiled_mlp (default
+mode) and resnet50 (bf16, channels-last), and ``examples/ddp.py`` on 2 ranks under torch 2.6.0 (CUDA 12.4), 2.7.1
+(12.6), 2.9.1 (12.8), 2.14.1 (13.0) and 2.15.0 (13.2). Each count covers the highest entry called (the documented
+ones are called silently; the only refused call was table 1734dc26's entry 4, from cuBLASLt, see export.c) and at
+least the length ZLUDA documents for the table (github.com/vosen/ZLUDA, dark_api).
 """
 from __future__ import annotations
 
@@ -50,6 +50,7 @@ _COMMON = {"cudart_interface": 10, "tools_hooks": 7, "tools_tls": 4, "context_st
 #: docstring says. Each new runtime release is measured and added here.
 EXPORT_ENTRIES: dict[int, dict[str, int]] = {
     12040: _COMMON,
+    12060: _COMMON,
     12080: _COMMON,
     13000: _COMMON,
     13020: {**_COMMON, "cudart_interface": 13},  # entry 12: called once as the runtime loads the driver

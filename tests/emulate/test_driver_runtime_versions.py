@@ -24,10 +24,10 @@ TABLE_21318C60 = "21318c60971432488ca641ff7324c8f2"
 
 def test_an_unknown_runtime_version_is_refused_in_one_line_naming_the_known_ones():
     with pytest.raises(runtime_versions.UnknownRuntime) as refused:
-        runtime_versions.runtime(12060)
+        runtime_versions.runtime(12090)
     message = str(refused.value)
-    assert "\n" not in message and "CUDA runtime 12.6 (CUDART_VERSION 12060)" in message
-    assert "known: 12.4, 12.8, 13.0, 13.2" in message
+    assert "\n" not in message and "CUDA runtime 12.9 (CUDART_VERSION 12090)" in message
+    assert "known: 12.4, 12.6, 12.8, 13.0, 13.2" in message
 
 
 def test_the_build_reads_the_runtime_version_from_the_header_and_refuses_an_unknown_one(tmp_path):
