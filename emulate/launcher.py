@@ -38,7 +38,11 @@ from pathlib import Path
 from emulate import config
 from profiling.hardware import HardwareSpec
 
-SUPPORTED_CUDA_MAJOR = 13
+#: the CUDA major versions of torch builds the emulated driver serves (each runtime release's private tables are
+#: data: emulate/driver/runtime_versions.py), and the oldest torch it was checked with (python -m emulate.torch_matrix)
+SUPPORTED_CUDA_MAJORS = (12, 13)
+OLDEST_TORCH = (2, 6)
+INSTALL_HINT = "pip install 'torch>=2.6' (a CUDA 12 or 13 build)"
 STOP_GRACE_S = 5.0       # how long a stopped rank may take to flush its capture before it is killed
 EXIT_RANK_FAILED = 3
 EXIT_DEADLOCK = 4        # a rank found the run deadlocked (emulate/capture.py, emulate/driver/csrc/fakecuda.h)
@@ -50,29 +54,43 @@ class EmulationUnavailable(RuntimeError):
     """The GPU runtime cannot be emulated here; the message (one line) says why and how to fix it."""
 
 
-def torch_cuda_version() -> str | None:
-    """torch's CUDA version string (``'13.0'``) or None for a CPU-only build, read without importing torch."""
+def _torch_version_py() -> Path:
     spec = importlib.util.find_spec("torch")
     if spec is None or spec.origin is None:
-        raise EmulationUnavailable("torch is not installed: pip install torch (a CUDA 13 build)")
-    version_py = Path(spec.origin).parent / "version.py"
-    match = re.search(r"^cuda(?:: [^=]+)? = (?:'([^']*)'|None)", version_py.read_text(), re.MULTILINE)
+        raise EmulationUnavailable(f"torch is not installed: {INSTALL_HINT}")
+    return Path(spec.origin).parent / "version.py"
+
+
+def torch_cuda_version() -> str | None:
+    """torch's CUDA version string (``'13.0'``) or None for a CPU-only build, read without importing torch."""
+    match = re.search(r"^cuda(?:: [^=]+)? = (?:'([^']*)'|None)", _torch_version_py().read_text(), re.MULTILINE)
     return match.group(1) if match and match.group(1) else None
 
 
-def check_torch_build(cuda_version: str | None = None, *, probe: bool = True) -> str:
-    """Raise EmulationUnavailable unless torch is a CUDA build of the supported major version."""
+def torch_version() -> str:
+    """torch's version string (``'2.6.0+cu124'``), read without importing torch."""
+    match = re.search(r"^__version__(?:: [^=]+)? = '([^']*)'", _torch_version_py().read_text(), re.MULTILINE)
+    return match.group(1) if match else "unknown"
+
+
+def check_torch_build(cuda_version: str | None = None, *, torch: str | None = None, probe: bool = True) -> str:
+    """Raise EmulationUnavailable (one line) unless torch is a CUDA 12 or 13 build of torch 2.6 or later; returns
+    the CUDA version. ``probe``: read what is not given from the installed torch (tests pass both)."""
     version = torch_cuda_version() if probe and cuda_version is None else cuda_version
+    release = torch_version() if probe and torch is None else torch
+    name = f"torch {release}" if release else "torch"
+    numbers = re.match(r"(\d+)\.(\d+)", release or "")
+    if numbers and (int(numbers.group(1)), int(numbers.group(2))) < OLDEST_TORCH:
+        raise EmulationUnavailable(f"{name} is older than the emulator supports (torch "
+                                   f"{OLDEST_TORCH[0]}.{OLDEST_TORCH[1]} or later): {INSTALL_HINT}")
     if not version:
-        raise EmulationUnavailable(
-            "torch is a CPU-only build, so there is no CUDA runtime to emulate: install a CUDA 13 build "
-            "(pip install torch --index-url https://download.pytorch.org/whl/cu130)")
-    major = int(version.split(".")[0])
-    if major != SUPPORTED_CUDA_MAJOR:
-        raise EmulationUnavailable(
-            f"torch is built for CUDA {version}, the emulator supports CUDA {SUPPORTED_CUDA_MAJOR} "
-            f"(libcudart.so.{SUPPORTED_CUDA_MAJOR}): install a CUDA 13 build "
-            "(pip install torch --index-url https://download.pytorch.org/whl/cu130)")
+        raise EmulationUnavailable(f"{name} is a CPU-only build, so there is no CUDA runtime to emulate: "
+                                   f"{INSTALL_HINT}")
+    major = version.split(".")[0]
+    if not major.isdigit() or int(major) not in SUPPORTED_CUDA_MAJORS:
+        supported = " or ".join(str(m) for m in SUPPORTED_CUDA_MAJORS)
+        raise EmulationUnavailable(f"{name} is built for CUDA {version}, the emulator supports CUDA {supported}: "
+                                   f"{INSTALL_HINT}")
     return version
 
 
@@ -85,10 +103,9 @@ def torch_arch_flags() -> list[str]:
 
     from profiling.paths import cache_root
 
-    spec = importlib.util.find_spec("torch")
-    version_py = Path(spec.origin).parent / "version.py" if spec and spec.origin else None
-    if version_py is None or not version_py.is_file():
-        raise EmulationUnavailable("torch is not installed: pip install a CUDA build of torch")
+    version_py = _torch_version_py()
+    if not version_py.is_file():
+        raise EmulationUnavailable(f"torch is not installed: {INSTALL_HINT}")
     cache = cache_root() / f"torch-arch-{hashlib.sha256(version_py.read_bytes()).hexdigest()[:16]}.json"
     with contextlib.suppress(OSError, ValueError):
         return list(json.loads(cache.read_text()))
@@ -124,8 +141,10 @@ def runs_on(flags: list[str], capability: tuple[int, int]) -> bool:
 
 def check_target(spec: HardwareSpec, flags: list[str] | None = None) -> None:
     """Raise EmulationUnavailable when the installed torch cannot run on the target at all: its CUDA build carries
-    no code for the target's architecture (torch 2.14's CUDA 13 wheels start at sm_75, so a V100, P100 or P4 is
-    refused; on such a GPU its cuBLAS fails with CUBLAS_STATUS_ARCH_MISMATCH), as a real run would fail."""
+    no code for the target's architecture (CUDA 13 wheels start at sm_75, so a V100, P100 or P4 is refused; on such
+    a GPU its cuBLAS fails with CUBLAS_STATUS_ARCH_MISMATCH), as a real run would fail. What the wheels carry
+    (``torch._C._cuda_getArchFlags()``): torch 2.6.0's CUDA 12.4 build sm_50-sm_90, 2.9.1's CUDA 12.8 build
+    sm_70-sm_120, 2.14.1's CUDA 13.0 and 2.15.0's CUDA 13.2 builds sm_75-sm_120."""
     if spec.kind != "gpu" or spec.compute_capability is None:
         raise EmulationUnavailable(f"hardware '{spec.id}' is a {spec.kind}, not a GPU: choose a GPU id from "
                                    "conf/hardware/")
@@ -136,7 +155,8 @@ def check_target(spec: HardwareSpec, flags: list[str] | None = None) -> None:
         raise EmulationUnavailable(
             f"{spec.id} is compute capability {cc[0]}.{cc[1]}, and the installed torch (CUDA "
             f"{torch_cuda_version()}) carries code for {built} only, so it cannot run there: install a torch built "
-            "for that GPU (CUDA 12.6 builds of torch 2.6-2.8 still include sm_50-sm_70)")
+            "for that GPU (CUDA 13 builds start at sm_75; torch 2.9.1's CUDA 12.8 build has sm_70, torch 2.6.0's "
+            "CUDA 12.4 build sm_50 to sm_90)")
 
 
 def new_run_id() -> str:

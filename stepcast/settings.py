@@ -181,8 +181,9 @@ _DECLARED: tuple[Setting, ...] = (
             "inside the script (autotuners): the predicted device time, or 1 us per piece of work"),
     Setting("STEPCAST_REAL_BYTES", whole_number(1), 1 << 20, "largest copy, fill or small collective whose bytes "
             "are kept, so metadata exchanges carry real values", read_by="driver (C)"),
-    Setting("STEPCAST_CXX11_ABI", one_of("0", "1"), "1", "the `_GLIBCXX_USE_CXX11_ABI` the op-context hook is "
-            "compiled with (torch's wheels use 1)"),
+    Setting("STEPCAST_CXX11_ABI", one_of("0", "1"), None, "the `_GLIBCXX_USE_CXX11_ABI` the op-context hook is "
+            "compiled with (torch's own: 0 in torch 2.6.0's wheels, 1 in 2.9.1's and later)",
+            default_text="torch's, from libc10.so's symbols"),
     Setting("STEPCAST_DRIVER_DEBUG", PRESENCE, False, "log occupancy answers and print unsupported driver entry "
             "points", read_by="driver (C)"),
     # -- set by the launcher for each rank process ------------------------------------------------------------------

@@ -24,6 +24,7 @@ The C tree (csrc/, one file per API area; everything not implemented answers NOT
 
 Python pieces
     :mod:`.build`       compiles csrc/ into the cache (with the generated proc-address table and stubs).
+    :mod:`.runtime_versions`  what differs between CUDA runtime versions (the private tables' lengths), as data.
     :mod:`.device`      the device description from the catalog (conf/hardware/<id>.yaml).
     :mod:`.launchlog`   reads a log's records.
     :mod:`.tracelog`    one rank's log as trace-v1 events (the one parser of captures).
@@ -55,8 +56,9 @@ launch: ``{"name": <kernel name as the library registered it, mangled>, "grid", 
 "stream": <1 legacy default, 2 per-thread default, 3+ created>, "device", "via": <entry point, or cuGraphLaunch>}``;
 a graph replay's records also ``graph`` (the launch's number) and ``node``. Notes: ``mark`` (iterations),
 ``comm`` (a communicator), ``unsupported`` (an entry point answered NOT_SUPPORTED, once per name),
-``export_table`` (a private table asked for, with the answer), ``proc_missing`` (a ``cuGetProcAddress``
-name/version without an entry). :mod:`.tracelog` documents the fields it reads.
+``export_table`` (a private table asked for, with the answer), ``export_entry_refused`` (an entry of one that the
+driver refuses was called: ``table``, ``index``), ``runtime`` (a CUDA runtime in the process named its ``version``),
+``proc_missing`` (a ``cuGetProcAddress`` name/version without an entry). :mod:`.tracelog` documents the fields it reads.
 
 Verified (tests/emulate/test_driver_*.py, CPU only): torch's libcudart initialises on it (the integrity check
 passes), ``torch.cuda.is_available()``, the catalog's name / capability / SM count / memory; randn, elementwise,

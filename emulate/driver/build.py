@@ -1,16 +1,16 @@
 """Build the emulated CUDA driver and its companions from emulate/driver/csrc with the system C compiler, once per
 source / compiler / header combination, into ``<cache>/driver-<hash>/`` (cache: :func:`profiling.paths.cache_root`):
 
-* ``libcuda.so.1``: the driver (found by the CUDA runtime through ``LD_LIBRARY_PATH``), with the capture API the
-  capture layer calls (capture.c), the small data path (datapath.c), host-work counters (hostwork.c) and rank
-  dedup (dedup.c) built in;
+* ``libcuda.so.1``: the driver (found by the CUDA runtime through ``LD_LIBRARY_PATH``; ``libcuda.so`` links to it
+  for ``-lcuda``), with the capture API the capture layer calls (capture.c), the small data path (datapath.c),
+  host-work counters (hostwork.c) and rank dedup (dedup.c) built in;
 * ``libnvidia-ml.so.1``: the NVML stand-in (nvml.c: torch's expandable segments call NVML);
 * ``libstepcast_nccl.so``: NCCL (nccl.c) and the runtime-entry marks (runtime_marks.c), preloaded
   (:func:`nccl_path`);
 * ``libstepcast_opctx.so`` (its own folder, keyed by torch's version): the RecordFunction hook (opctx.cpp).
 
 It is compiled against the headers of the NVIDIA wheels installed beside torch (CUDA 12 and 13 lay them out
-differently: :func:`include_dirs` looks for each header). Three C files are generated into the build folder:
+differently: :func:`include_dirs` looks for each header). Four C files are generated into the build folder:
 
 * ``procaddr.c``: the table ``cuGetProcAddress`` answers from. The runtime asks for one name at several versions
   with different signatures (``cuStreamGetCaptureInfo`` at 10010, 11030, 12030), so every
@@ -20,6 +20,8 @@ differently: :func:`include_dirs` looks for each header). Three C files are gene
   ``CUDA_ERROR_NOT_SUPPORTED`` and logging its name once; the hand-written (strong) ones in csrc/ win at link time.
 * ``nccl_stubs.c``: the same for every NCCL entry point nccl.h (and nccl_device/) declares, answering
   ``ncclInvalidUsage``.
+* ``export_layout.c``: the runtime's private tables, as long as the installed CUDA runtime's version calls them
+  (:mod:`emulate.driver.runtime_versions`; an unknown version is refused in one line, :func:`runtime_version`).
 
 Concurrent builders (ranks, test workers) serialise on a lock file, and a build appears atomically (compiled to a
 temporary name in a temporary folder, then ``os.replace``): a build stopped half-way leaves nothing behind.
@@ -41,6 +43,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from emulate.driver import runtime_versions
 from profiling.paths import cache_root
 from stepcast import settings
 
@@ -49,6 +52,9 @@ SOURCES = ("init.c", "device.c", "memory.c", "module.c", "launch.c", "stream.c",
            "capture.c", "datapath.c", "hostwork.c", "dedup.c", "ranks.c")
 HEADERS = ("fakecuda.h", "compat/fp_types.h", "compat/crt/host_defines.h")
 SONAME = "libcuda.so.1"
+#: the link name a linker finds with ``-lcuda`` (Triton 3.5's launcher, torch 2.9, links its helper against the
+#: driver in the folders of LD_LIBRARY_PATH), as the real driver's package installs it
+LINK_NAME = "libcuda.so"
 NVML_SONAME = "libnvidia-ml.so.1"
 NVML_SOURCE = "nvml.c"
 #: NCCL and the runtime marks, preloaded by the launcher (never named libnccl: torch finds that by its RPATH)
@@ -117,6 +123,17 @@ def header_constants(header: str, prefix: str) -> dict[str, int]:
     text = header_path(header).read_text()
     pattern = re.compile(rf"\b({re.escape(prefix)}\w*)\s*=\s*(-?(?:0x[0-9a-fA-F]+|\d+))\b")
     return {m.group(1): int(m.group(2), 0) for m in pattern.finditer(text)}
+
+
+def runtime_version(incs: list[Path] | None = None) -> int:
+    """``CUDART_VERSION`` of the installed CUDA runtime (its wheel's ``cuda_runtime_api.h``), checked against the
+    versions whose private tables are known; BuildError (one line) for any other."""
+    try:
+        version = runtime_versions.cudart_version(header_path("cuda_runtime_api.h", incs))
+        runtime_versions.runtime(version)
+    except runtime_versions.UnknownRuntime as exc:
+        raise BuildError(str(exc)) from None
+    return version
 
 
 def compiler() -> str:
@@ -244,6 +261,7 @@ def _build_key(cc: str, incs: list[Path]) -> str:
         h.update(name.encode())
         h.update((CSRC / name).read_bytes())
     h.update(Path(__file__).read_bytes())
+    h.update(Path(runtime_versions.__file__).read_bytes())
     h.update(subprocess.run([cc, "--version"], capture_output=True, text=True).stdout.encode())
     cuda_inc = cuda_include(incs)
     for header in ("cuda.h", *TYPEDEF_HEADERS):
@@ -274,6 +292,7 @@ def driver_path(*, rebuild: bool = False) -> Path:
     cc = compiler()
     incs = include_dirs()
     cuda_inc = cuda_include(incs)
+    cudart = runtime_version(incs)
 
     def command(tmp: Path, out: Path) -> list[str]:
         versions = proc_versions("\n".join((cuda_inc / h).read_text() for h in TYPEDEF_HEADERS
@@ -283,15 +302,28 @@ def driver_path(*, rebuild: bool = False) -> Path:
         (tmp / "stubs.c").write_text(generate_stubs(
             names, answer=CUDA_ERROR_NOT_SUPPORTED, log="fk_log_unsupported",
             banner="generated by emulate/driver/build.py: driver entry points not emulated answer NOT_SUPPORTED"))
+        (tmp / "export_layout.c").write_text(runtime_versions.generate_export_layout(cudart))
         return [*_flags(cc, incs, SONAME), *(str(CSRC / s) for s in SOURCES), str(tmp / "procaddr.c"),
-                str(tmp / "stubs.c"), "-o", str(out), "-ldl", "-lpthread", "-lrt"]
+                str(tmp / "stubs.c"), str(tmp / "export_layout.c"), "-o", str(out), "-ldl", "-lpthread", "-lrt"]
 
     def nvml_command(tmp: Path, out: Path) -> list[str]:
         return [*_flags(cc, [cuda_inc], NVML_SONAME), str(CSRC / NVML_SOURCE), "-o", str(out)]
 
     out_dir = cache_root() / f"driver-{_build_key(cc, incs)}"
     _cached_build(out_dir, NVML_SONAME, nvml_command, "the NVML stand-in", rebuild)
-    return _cached_build(out_dir, SONAME, command, "the driver", rebuild)
+    driver = _cached_build(out_dir, SONAME, command, "the driver", rebuild)
+    _link_name(out_dir / LINK_NAME, SONAME)
+    return driver
+
+
+def _link_name(link: Path, target: str) -> None:
+    """``link`` -> ``target`` (same folder), made under a temporary name then renamed, so it appears whole."""
+    if link.is_symlink() and os.readlink(link) == target:
+        return
+    tmp = link.with_name(f".{link.name}.{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(target)
+    os.replace(tmp, link)
 
 
 def nccl_path(*, rebuild: bool = False) -> Path:
@@ -313,6 +345,13 @@ def nccl_path(*, rebuild: bool = False) -> Path:
     return _cached_build(driver.parent, NCCL_NAME, command, "the preloaded NCCL", rebuild)
 
 
+def cxx11_abi(libc10: Path) -> str:
+    """The ``_GLIBCXX_USE_CXX11_ABI`` torch was built with: "0" for torch 2.6.0's wheels, "1" for 2.9.1's and later,
+    read from how libc10 spells the ``std::string`` of one of its own functions (the old ABI mangles it ``Ss``, the
+    new one ``NSt7__cxx1112basic_string...``), since importing torch would cost seconds."""
+    return "0" if b"torchInternalAssertFailEPKcS2_jS2_RKSs" in libc10.read_bytes() else "1"
+
+
 def opctx_path(*, rebuild: bool = False) -> Path:
     """The op-context hook (csrc/opctx.cpp: a torch RecordFunction callback), built against torch's headers.
     Raises BuildError when no C++ compiler is found or the build fails; callers fall back to Python."""
@@ -323,7 +362,8 @@ def opctx_path(*, rebuild: bool = False) -> Path:
     version_py = (torch_dir / "version.py").read_bytes()
     h = hashlib.sha256((CSRC / "opctx.cpp").read_bytes() + version_py + Path(__file__).read_bytes())
     h.update(subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout.encode())
-    abi = settings.get("STEPCAST_CXX11_ABI")
+    abi = settings.get("STEPCAST_CXX11_ABI") or cxx11_abi(torch_dir / "lib" / "libc10.so")
+    h.update(abi.encode())
 
     def command(tmp: Path, out: Path) -> list[str]:
         return [cxx, "-O2", "-g0", "-DNDEBUG", "-std=c++20", "-fPIC", "-shared", "-fvisibility=hidden",

@@ -30,10 +30,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from emulate.driver.build import header_constants
+from emulate.driver.build import header_constants, nvidia_root, runtime_version
 from emulate.driver.child import WORKSPACE_BYTES, run_python
 from emulate.driver.launchlog import Launch, read_launches
-from emulate.driver.build import nvidia_root
 from profiling.hardware import lookup
 
 DTYPES = {"bf16": "CUDA_R_16BF", "fp16": "CUDA_R_16F", "fp32": "CUDA_R_32F"}
@@ -98,8 +97,16 @@ class GemmChoice:
 
 
 def wheel_library() -> Path:
-    """torch's own libcublasLt (the CUDA 13 wheel's): what is asked unless a library is given."""
-    return nvidia_root() / "cu13" / "lib" / "libcublasLt.so.13"
+    """torch's own libcublasLt, what is asked unless a library is given: the one of the CUDA runtime's major version
+    among the NVIDIA wheels beside torch (CUDA 12: ``nvidia/cublas/lib/libcublasLt.so.12``; CUDA 13:
+    ``nvidia/cu13/lib/libcublasLt.so.13``)."""
+    root = nvidia_root()
+    name = f"libcublasLt.so.{runtime_version() // 1000}"
+    found = sorted(root.glob(f"*/lib/{name}"))
+    if not found:
+        raise FileNotFoundError(f"{name} not found in {root}/*/lib: it comes with torch's NVIDIA wheels "
+                                "(pip install a CUDA build of torch)")
+    return found[0]
 
 
 def choose(gemms: list[Gemm], hardware: str, *, workspace_bytes: int = WORKSPACE_BYTES,

@@ -69,9 +69,10 @@ def failure_line(stderr: str) -> str:
 
 def emulate_script(script: Path, args: list[str], hardware: str, nproc: int = 1, timeout_s: float | None = 1800.0,
                    kernels: bool = True, env: dict[str, str] | None = None, options: list[str] | None = None,
-                   trace_dir: Path | None = None, runner=None) -> dict[str, Any]:
-    """Run ``python -m emulate run`` on ``script`` (in ``env``, default this process's; ``options``: more ``run``
-    options, e.g. ``--nodes 2``; captures in ``trace_dir``, default a temporary folder) and
+                   trace_dir: Path | None = None, runner=None, python: str | None = None) -> dict[str, Any]:
+    """Run ``python -m emulate run`` on ``script`` (``python``: that interpreter, default this one, e.g. another
+    virtual environment's; in ``env``, default this process's; ``options``: more ``run`` options, e.g.
+    ``--nodes 2``; captures in ``trace_dir``, default a temporary folder) and
     return {ok, report, iterations (rank 0's kernel ms by family per iteration; only with ``kernels``, which writes
     the predicted timeline), wall_s} or {ok: False, error, command, wall_s, returncode (None: timed out), output
     (stdout and stderr)}. The one way this project runs an emulation of a script (the e2e, compatibility,
@@ -80,8 +81,8 @@ def emulate_script(script: Path, args: list[str], hardware: str, nproc: int = 1,
         tmpdir = Path(tmp)
         report_path, timeline_path = tmpdir / "report.json", tmpdir / "timeline.json"
         trace_dir = trace_dir or tmpdir / "traces"
-        cmd = [sys.executable, "-m", "emulate", "run", "--hardware", hardware, "--nproc", str(nproc), *(options or []),
-               "--report", str(report_path), *(["--trace", str(timeline_path)] if kernels else []),
+        cmd = [python or sys.executable, "-m", "emulate", "run", "--hardware", hardware, "--nproc", str(nproc),
+               *(options or []), "--report", str(report_path), *(["--trace", str(timeline_path)] if kernels else []),
                "--trace-dir", str(trace_dir), "--", str(script), *args]
         started = time.perf_counter()
         try:

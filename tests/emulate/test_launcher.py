@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from emulate.launcher import ADDR_NO_RANDOMIZE
+from emulate.launcher import ADDR_NO_RANDOMIZE, EmulationUnavailable, check_torch_build, torch_cuda_version, \
+    torch_version
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -33,3 +34,27 @@ def test_a_fixed_layout_is_the_default_and_the_variable_turns_it_off():
     off = subprocess.run([sys.executable, "-c", read], cwd=REPO, capture_output=True, text=True, check=True,
                          env={**os.environ, "STEPCAST_FIXED_LAYOUT": "0"})
     assert (on.stdout.strip(), off.stdout.strip()) == ("True", "False")
+
+
+@pytest.mark.parametrize(("cuda", "torch"), [("12.4", "2.6.0+cu124"), ("12.8", "2.9.1+cu128"),
+                                             ("13.0", "2.14.1+cu130"), ("13.2", "2.15.0+cu132")])
+def test_cuda_12_and_13_builds_of_torch_2_6_on_are_accepted(cuda, torch):
+    assert check_torch_build(cuda, torch=torch, probe=False) == cuda
+
+
+@pytest.mark.parametrize(("cuda", "torch", "why"), [
+    (None, "2.14.1+cpu", "torch 2.14.1+cpu is a CPU-only build"),
+    ("11.8", "2.6.0+cu118", "torch 2.6.0+cu118 is built for CUDA 11.8, the emulator supports CUDA 12 or 13"),
+    ("12.4", "2.5.1+cu124", "torch 2.5.1+cu124 is older than the emulator supports (torch 2.6 or later)"),
+    ("14.0", "3.0.0", "built for CUDA 14.0")])
+def test_other_builds_are_refused_in_one_line_saying_what_to_install(cuda, torch, why):
+    with pytest.raises(EmulationUnavailable) as refused:
+        check_torch_build(cuda, torch=torch, probe=False)
+    message = str(refused.value)
+    assert why in message and "\n" not in message and "pip install 'torch>=2.6'" in message
+
+
+def test_the_installed_torch_is_read_without_importing_it():
+    import torch
+
+    assert (torch_version(), torch_cuda_version()) == (torch.__version__, torch.version.cuda)

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from emulate.launcher import EmulationUnavailable, check_torch_build, torch_cuda_version
 from emulate.trace import read_trace
 from profiling.hardware import lookup
 from profiling.paths import REPO_ROOT
@@ -177,13 +176,3 @@ def test_unknown_hardware_is_one_line_naming_the_catalog(tmp_path):
     assert proc.returncode == 2 and "never runs" not in proc.stdout
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "unknown hardware 'h900'" in lines[0] and "h100-sxm" in lines[0]
-
-
-def test_builds_that_cannot_be_emulated_say_why_in_one_line():
-    assert torch_cuda_version() == "13.0"
-    with pytest.raises(EmulationUnavailable, match="CPU-only build") as cpu:
-        check_torch_build(None, probe=False)
-    with pytest.raises(EmulationUnavailable, match="CUDA 12.4, the emulator supports CUDA 13") as old:
-        check_torch_build("12.4", probe=False)
-    for info in (cpu, old):
-        assert "\n" not in str(info.value) and "pip install" in str(info.value)

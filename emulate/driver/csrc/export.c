@@ -1,12 +1,16 @@
-/* Private driver tables (cuGetExportTable): the CUDA runtime (torch's libcudart and the static copies inside
- * cuBLASLt and cuDNN) asks for these by UUID. Layouts as documented publicly by the ZLUDA project
- * (github.com/vosen/ZLUDA, dark_api): entry 0 of most tables is the table's size in bytes.
+/* Private driver tables (cuGetExportTable): the CUDA runtime (torch's libcudart and the static copies inside cuBLASLt
+ * and cuDNN) asks for these by UUID and calls their entries by index. Layouts as documented publicly by the ZLUDA
+ * project (github.com/vosen/ZLUDA, dark_api): entry 0 of most tables is the table's size in bytes.
+ * How many entries each table has is data keyed by the runtime's version (emulate/driver/runtime_versions.py, which
+ * build.py turns into export_layout.c: the tables fk_<name>, their lengths and a refusing function per entry). Every
+ * entry starts refused (logged once, CUDA_ERROR_NOT_SUPPORTED); fill_tables puts in those whose behaviour is known.
  * The integrity table's entry 1 answers a keyed hash the runtime recomputes and compares: HMAC-MD2
  * (RFC 1319 / RFC 2104) over the driver/runtime versions, process and thread ids, three table pointers, a
  * timestamp and each device's UUID and PCI location. */
 #include "fakecuda.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -14,9 +18,15 @@ void *fk_module_from_image(const void *image);  /* module.c */
 CUresult fk_launch(fk_function_t *f, const unsigned grid[3], const unsigned block[3], unsigned smem, CUstream stream,
                    const unsigned cluster[3], const char *via);  /* launch.c */
 
-typedef union { const void *p; size_t n; } entry_t;
+/* export_layout.c (generated) */
+extern const int fk_runtime_version;
+#define FK_TABLE(name) extern fk_entry_t fk_##name[]; extern const int fk_##name##_entries; \
+    extern const void *const fk_##name##_refused[];
+FK_TABLE(cudart_interface) FK_TABLE(tools_hooks) FK_TABLE(tools_tls) FK_TABLE(context_storage)
+FK_TABLE(context_checks) FK_TABLE(integrity) FK_TABLE(table_21318c60) FK_TABLE(table_1734dc26)
+#undef FK_TABLE
 
-static long zero(void) { return 0; }
+typedef fk_entry_t entry_t;
 
 /* ---- MD2 (RFC 1319) and HMAC (RFC 2104, block size 16) ---- */
 static const unsigned char md2_s[256] = {
@@ -82,8 +92,24 @@ FK_EXPORT void stepcast_integrity_hmac(const void *msg, size_t len, unsigned cha
 }
 
 /* ---- the tables ---- */
-static entry_t cudart_interface[10];
-static entry_t integrity_table[3];
+/* an entry no documented behaviour covers was called: logged once per (table, entry), answered NOT_SUPPORTED */
+CUresult fk_export_refused(const char *table, int index) {
+    static struct { const char *table; int index; } seen[64];
+    static int n_seen;
+    int first = 1;
+    pthread_mutex_lock(&fk_lock);
+    for (int i = 0; i < n_seen; i++)
+        if (seen[i].index == index && strcmp(seen[i].table, table) == 0) { first = 0; break; }
+    if (first && n_seen < 64) seen[n_seen++] = (typeof(seen[0])){table, index};
+    pthread_mutex_unlock(&fk_lock);
+    if (first) {
+        fk_log_line("{\"event\":\"export_entry_refused\",\"table\":\"%s\",\"index\":%d}", table, index);
+        if (getenv("STEPCAST_DRIVER_DEBUG"))
+            fprintf(stderr, "stepcast driver: the runtime called entry %d of the private table %s, which this driver "
+                    "refuses (CUDA runtime %d tables)\n", index, table, fk_runtime_version);
+    }
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
 
 static CUresult module_from_fatbin(CUmodule *module, const void *wrapper) {
     if (!module) return CUDA_ERROR_INVALID_VALUE;
@@ -97,17 +123,37 @@ static CUresult module_from_fatbin_ex2(const void *header, CUmodule *module, voi
     return module_from_fatbin(module, header);
 }
 static CUresult get_primary_context(CUcontext *pctx, CUdevice dev) { return cuDevicePrimaryCtxRetain(pctx, dev); }
-static void cudart_fn7(size_t arg) {}
+static CUresult cudart_fn7(size_t arg) { return CUDA_SUCCESS; }  /* ZLUDA: returns a CUresult */
 static CUresult cudart_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                               unsigned smem, CUstream stream, void **extra) {
     const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz}, cluster[3] = {1, 1, 1};
     return fk_launch(fk_function_of(f), grid, block, smem, stream, cluster, "cudart");
 }
 
+/* cudart_interface entry 12 (CUDA 13.2 runtimes on): called once with no arguments where the runtime loads the driver
+ * (after cuDriverGetVersion, cuInit and this table), unless the environment sets CUDA_8b3537d1=dc6ffd77; a non-zero
+ * answer fails the runtime's initialisation (cudaGetDeviceCount), so it answers success. What the real driver does
+ * in it was not established (seen in a debugger, libcudart.so.13 of CUDA 13.2). */
+static CUresult cudart_loaded_check(void) { return CUDA_SUCCESS; }
+
 static unsigned thread_id_for_hash(void) { return (unsigned)(size_t)pthread_self(); }  /* the runtime's choice */
+
+/* each runtime in the process (torch's libcudart, the static ones inside cuBLASLt and cuDNN) names its version here
+ * (CUDART_VERSION plus a last digit for the check's scheme, e.g. 13022): logged once per version, since the tables
+ * are as long as export_layout.c's runtime (fk_runtime_version) calls them */
+static void note_runtime(unsigned rt_version) {
+    static unsigned seen[8];
+    int first = 1;
+    pthread_mutex_lock(&fk_lock);
+    for (int i = 0; i < 8 && seen[i]; i++) if (seen[i] == rt_version) first = 0;
+    for (int i = 0; first && i < 8; i++) if (!seen[i]) { seen[i] = rt_version; break; }
+    pthread_mutex_unlock(&fk_lock);
+    if (first) fk_log_line("{\"event\":\"runtime\",\"version\":%u,\"tables_for\":%d}", rt_version, fk_runtime_version);
+}
 
 static CUresult integrity_check(unsigned rt_version, unsigned long long timestamp, unsigned char result[16]) {
     if (!result) return CUDA_ERROR_INVALID_VALUE;
+    note_runtime(rt_version);
     if (rt_version % 10 < 2) {  /* older runtimes accept a fixed answer */
         static const unsigned char fixed[16] = {0x5c, 0x67, 0xcb, 0x03, 0x1c, 0x18, 0x41, 0x33,
                                                 0xe8, 0xd1, 0x4c, 0x1f, 0xaa, 0x83, 0xd3, 0x8e};
@@ -119,7 +165,7 @@ static CUresult integrity_check(unsigned rt_version, unsigned long long timestam
     int driver_version = 0;
     cuDriverGetVersion(&driver_version);
     unsigned head[4] = {(unsigned)driver_version, rt_version, (unsigned)getpid(), thread_id_for_hash()};
-    const void *ptrs[3] = {cudart_interface, integrity_table, (const void *)integrity_check};
+    const void *ptrs[3] = {fk_cudart_interface, fk_integrity, (const void *)integrity_check};
     memcpy(msg, head, 16);
     memcpy(msg + 16, ptrs, 24);
     memcpy(msg + 40, &timestamp, 8);
@@ -141,8 +187,6 @@ static size_t hooks_space2[1024];
 static unsigned char hooks_space6[64];
 static void hooks_fn2(void **ptr, size_t *size) { *ptr = hooks_space2; *size = sizeof hooks_space2 / sizeof *hooks_space2; }
 static void hooks_fn6(void **ptr, size_t *size) { *ptr = hooks_space6; *size = 14; }
-static entry_t tools_hooks[7];
-static entry_t tools_tls[4];
 
 /* context-local storage: (context, key) -> value, as the runtime keeps its per-context state here */
 typedef struct { void *ctx, *key, *value; } cls_t;
@@ -177,55 +221,83 @@ static CUresult cls_get(void **value, CUcontext ctx, void *key) {
     pthread_mutex_unlock(&fk_lock);
     return rc;
 }
-static entry_t context_storage[4];
+
+/* context_checks entry 3: takes nothing; the runtime goes on when it answers 0 (ZLUDA: "seems to always return 0") */
+static unsigned context_check3(void) { return 0; }
+/* tools_tls entry 2 and table 21318c60's entry 4, as cuBLASLt calls them together (seen in a debugger with cuBLAS
+ * 13.1): tools_tls[2](&state), then table_21318c60[4](state, &key), and the key indexes cuBLASLt's per-context state.
+ * So entry 2 answers "no tools state on this thread" (NULL) and entry 4 the id of the context (NULL: the current one),
+ * a key that stays the same for the process's one context (the old stubs left both outputs unwritten). */
+static CUresult tools_tls_state(void **state) {
+    if (!state) return CUDA_ERROR_INVALID_VALUE;
+    *state = NULL;
+    return CUDA_SUCCESS;
+}
+static CUresult context_key(CUcontext ctx, unsigned long long *key) {
+    if (!key) return CUDA_ERROR_INVALID_VALUE;
+    return cuCtxGetId(ctx, key);
+}
 
 static CUresult context_unwrap(CUcontext ctx, unsigned *wrapped, CUcontext *unwrapped) {
     if (wrapped) *wrapped = 0;
     return CUDA_SUCCESS;
 }
-static entry_t context_checks[4];
-static entry_t zeros[16];
+
+/* Each table: every entry refused (export_layout.c), then entry 0 its size in bytes and the entries whose behaviour
+ * is known, each only where the runtime's table is that long. */
+static void start_table(entry_t *table, int entries, const void *const *refused, int sized) {
+    for (int i = 0; i < entries; i++) table[i].p = refused[i];
+    if (sized) table[0].n = (size_t)entries * sizeof *table;
+}
+static void put(entry_t *table, int entries, int index, const void *fn) {
+    if (index < entries) table[index].p = fn;
+}
+#define START(name, sized) start_table(fk_##name, fk_##name##_entries, fk_##name##_refused, sized)
+#define PUT(name, index, fn) put(fk_##name, fk_##name##_entries, index, (const void *)(fn))
 
 static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
 static void fill_tables(void) {
-    for (int i = 1; i < 10; i++) cudart_interface[i].p = (const void *)zero;
-    cudart_interface[0].n = sizeof cudart_interface;
-    cudart_interface[1].p = (const void *)module_from_fatbin;
-    cudart_interface[2].p = (const void *)get_primary_context;
-    cudart_interface[6].p = (const void *)module_from_fatbin_ex1;
-    cudart_interface[7].p = (const void *)cudart_fn7;
-    cudart_interface[8].p = (const void *)module_from_fatbin_ex2;
-    cudart_interface[9].p = (const void *)cudart_launch;
-    tools_hooks[0].n = sizeof tools_hooks;
-    for (int i = 1; i < 7; i++) tools_hooks[i].p = (const void *)zero;
-    tools_hooks[2].p = (const void *)hooks_fn2;
-    tools_hooks[6].p = (const void *)hooks_fn6;
-    tools_tls[0].n = sizeof tools_tls;
-    for (int i = 1; i < 4; i++) tools_tls[i].p = (const void *)zero;
-    context_storage[0].p = (const void *)cls_put;
-    context_storage[1].p = (const void *)cls_delete;
-    context_storage[2].p = (const void *)cls_get;
-    context_storage[3].p = NULL;
-    context_checks[0].n = sizeof context_checks;
-    for (int i = 1; i < 4; i++) context_checks[i].p = (const void *)zero;
-    context_checks[2].p = (const void *)context_unwrap;
-    integrity_table[0].n = sizeof integrity_table;
-    integrity_table[1].p = (const void *)integrity_check;
-    integrity_table[2].p = (const void *)zero;
-    zeros[0].n = sizeof zeros;
-    for (int i = 1; i < 16; i++) zeros[i].p = (const void *)zero;
+    START(cudart_interface, 1);
+    PUT(cudart_interface, 1, module_from_fatbin);
+    PUT(cudart_interface, 2, get_primary_context);
+    PUT(cudart_interface, 6, module_from_fatbin_ex1);
+    PUT(cudart_interface, 7, cudart_fn7);
+    PUT(cudart_interface, 8, module_from_fatbin_ex2);
+    PUT(cudart_interface, 9, cudart_launch);
+    PUT(cudart_interface, 12, cudart_loaded_check);
+    START(tools_hooks, 1);
+    PUT(tools_hooks, 2, hooks_fn2);
+    PUT(tools_hooks, 6, hooks_fn6);
+    START(tools_tls, 1);
+    PUT(tools_tls, 2, tools_tls_state);
+    START(context_storage, 0);  /* no size entry: entry 0 is a function */
+    PUT(context_storage, 0, cls_put);
+    PUT(context_storage, 1, cls_delete);
+    PUT(context_storage, 2, cls_get);
+    PUT(context_storage, 3, NULL);
+    START(context_checks, 1);
+    PUT(context_checks, 2, context_unwrap);
+    PUT(context_checks, 3, context_check3);
+    START(integrity, 1);
+    PUT(integrity, 1, integrity_check);
+    START(table_21318c60, 1);
+    PUT(table_21318c60, 4, context_key);
+    /* table 1734dc26's entry 4 stays refused: cuBLASLt calls it as (void **data, size_t *size) and skips what
+     * follows when it fails or leaves *data NULL (seen in a debugger with cuBLAS 13.1;
+     * cuBLAS 12.8, 13.1 and 13.4 call it, 12.4's does not) */
+    START(table_1734dc26, 1);
 }
 
 typedef struct { const char *uuid; entry_t *table; CUresult answer; } known_t;
 static const known_t known[] = {
-    {"6bd5fb6c5bf4e74a8987d93912fd9df9", cudart_interface, CUDA_SUCCESS},
-    {"a094798c2e742e7493f20800200c0a66", tools_hooks, CUDA_SUCCESS},
-    {"42d85a8123f6cb478298f6e78a3aecdc", tools_tls, CUDA_SUCCESS},
-    {"c693336e1121df11a8c368f355d89593", context_storage, CUDA_SUCCESS},
-    {"263e88607cd2614392f6bbd5006dfa7e", context_checks, CUDA_SUCCESS},
-    {"d4082055bde6704b8d34ba123c66e1f2", integrity_table, CUDA_SUCCESS},
-    {"21318c60", zeros, CUDA_SUCCESS},   /* asked for entry 4 only; a stub answering 0 is accepted */
-    {"1734dc26", zeros, CUDA_SUCCESS},
+    {"6bd5fb6c5bf4e74a8987d93912fd9df9", fk_cudart_interface, CUDA_SUCCESS},
+    {"a094798c2e742e7493f20800200c0a66", fk_tools_hooks, CUDA_SUCCESS},
+    {"42d85a8123f6cb478298f6e78a3aecdc", fk_tools_tls, CUDA_SUCCESS},
+    {"c693336e1121df11a8c368f355d89593", fk_context_storage, CUDA_SUCCESS},
+    {"263e88607cd2614392f6bbd5006dfa7e", fk_context_checks, CUDA_SUCCESS},
+    {"d4082055bde6704b8d34ba123c66e1f2", fk_integrity, CUDA_SUCCESS},
+    {"21318c60", fk_table_21318c60, CUDA_SUCCESS},
+    {"1734dc26", fk_table_1734dc26, CUDA_SUCCESS},
     {"f8cff951", NULL, CUDA_ERROR_NOT_FOUND},  /* success would send the runtime down another path */
     {"da9151d3", NULL, CUDA_ERROR_NOT_SUPPORTED},  /* NVRTC, nvJitLink, cuDNN: stubs break cuDNN's SDPA plans */
 };

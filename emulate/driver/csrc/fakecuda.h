@@ -150,8 +150,10 @@ void fk_deadlock(const char *message) __attribute__((noreturn));
 /* ---- occupancy (launch.c) ---- */
 int fk_blocks_per_sm(const fk_function_t *f, int threads, size_t dynamic_smem);
 
-/* ---- private tables (export.c) ---- */
+/* ---- private tables (export.c; their layout: export_layout.c, generated from runtime_versions.py) ---- */
 CUresult fk_export_table(const void **table, const CUuuid *id);
+typedef union { const void *p; size_t n; } fk_entry_t;  /* a function, or entry 0's size in bytes */
+CUresult fk_export_refused(const char *table, int index);
 
 extern pthread_mutex_t fk_lock;
 

@@ -327,15 +327,15 @@ FK_EXPORT CUresult CUDAAPI cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CU
     }
     return added(phGraphNode, g, first);
 }
-FK_EXPORT CUresult CUDAAPI cuGraphAddDependencies(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to,
-                                                  const CUgraphEdgeData *edgeData, size_t numDependencies) {
+FK_EXPORT CUresult CUDAAPI cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to,
+                                                     const CUgraphEdgeData *edgeData, size_t numDependencies) {
     return as_graph(hGraph) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 /* the generic entry (the runtime's cudaGraphAddNode comes here): kernel, copy, fill and empty nodes */
-FK_EXPORT CUresult CUDAAPI cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
-                                          const CUgraphEdgeData *dependencyData, size_t numDependencies,
-                                          CUgraphNodeParams *nodeParams) {
+FK_EXPORT CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                             const CUgraphEdgeData *dependencyData, size_t numDependencies,
+                                             CUgraphNodeParams *nodeParams) {
     if (!nodeParams) return CUDA_ERROR_INVALID_VALUE;
     switch (nodeParams->type) {
     case CU_GRAPH_NODE_TYPE_KERNEL: {

@@ -32,3 +32,20 @@ FK_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) { return cuDe
 #undef cuEventElapsedTime
 CUresult CUDAAPI cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd);
 FK_EXPORT CUresult CUDAAPI cuEventElapsedTime(float *ms, CUevent start, CUevent end) { return cuEventElapsedTime_v2(ms, start, end); }
+
+/* CUDA 12's headers map the plain names below to these older ABIs and CUDA 13's to the newer ones, so the newer ones
+ * are defined under their versioned names (stream.c, graph.c) and the older ones here, from either header. */
+#undef cuGraphAddNode
+#undef cuGraphAddDependencies
+CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode *, CUgraph, const CUgraphNode *, const CUgraphEdgeData *, size_t,
+                                   CUgraphNodeParams *);
+CUresult CUDAAPI cuGraphAddDependencies_v2(CUgraph, const CUgraphNode *, const CUgraphNode *, const CUgraphEdgeData *,
+                                           size_t);
+FK_EXPORT CUresult CUDAAPI cuGraphAddNode(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t n,
+                                          CUgraphNodeParams *params) {
+    return cuGraphAddNode_v2(node, graph, deps, NULL, n, params);
+}
+FK_EXPORT CUresult CUDAAPI cuGraphAddDependencies(CUgraph graph, const CUgraphNode *from, const CUgraphNode *to,
+                                                  size_t n) {
+    return cuGraphAddDependencies_v2(graph, from, to, NULL, n);
+}

@@ -34,6 +34,13 @@ void stepcast_count_python(void);
 
 namespace {
 
+// the op's overload ("Tensor", "out"...): through operator_name(), since RecordFunction::overload_name() is newer
+// than torch 2.6
+std::string overload_of(const at::RecordFunction &fn) {
+    const auto name = fn.operator_name();
+    return name ? name->overload_name : std::string();
+}
+
 std::mutex table_lock;
 std::unordered_map<uint64_t, int> ids;
 std::vector<std::string> table;  // JSON object per op id
@@ -119,7 +126,7 @@ bool replay_on_host(const at::RecordFunction &fn, const SavedInputs *saved) {
     }
     try {
         replaying = true;
-        auto op = c10::Dispatcher::singleton().findSchemaOrThrow(fn.name(), fn.overload_name());
+        auto op = c10::Dispatcher::singleton().findSchemaOrThrow(fn.name(), overload_of(fn).c_str());
         op.callBoxed(&args);
         for (size_t i = 0; i < outs.size() && i < args.size(); i++) {
             if (!args[i].isTensor()) continue;
@@ -188,7 +195,7 @@ void shape_json(std::ostringstream &o, const at::Tensor &t) {
 std::string describe(const at::RecordFunction &fn) {
     std::string name = fn.name();
     for (size_t p; (p = name.find("::")) != std::string::npos;) name.replace(p, 2, ".");
-    std::string overload = fn.overload_name();
+    std::string overload = overload_of(fn);
     std::ostringstream shapes, dtypes, args;
     bool first = true;
     for (const auto &v : fn.inputs()) {

@@ -149,9 +149,11 @@ FK_EXPORT CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCapture
     *captureStatus = fk_stream_capture(hStream) ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
     return CUDA_SUCCESS;
 }
-FK_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out,
-                                                  CUgraph *graph_out, const CUgraphNode **dependencies_out,
-                                                  const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out) {
+FK_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+                                                     cuuint64_t *id_out, CUgraph *graph_out,
+                                                     const CUgraphNode **dependencies_out,
+                                                     const CUgraphEdgeData **edgeData_out,
+                                                     size_t *numDependencies_out) {
     fk_graph_t *g = fk_stream_capture(hStream);
     if (captureStatus_out) *captureStatus_out = g ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
     if (id_out) *id_out = g ? fk_graph_capture_id(g) : 0;
@@ -223,7 +225,7 @@ static fk_elapsed_predictor_t elapsed_predictor;
 FK_EXPORT void stepcast_set_elapsed_predictor(fk_elapsed_predictor_t predictor) {
     __atomic_store_n(&elapsed_predictor, predictor, __ATOMIC_RELEASE);
 }
-FK_EXPORT CUresult CUDAAPI cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd) {
+FK_EXPORT CUresult CUDAAPI cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd) {
     fk_event_t *a = as_event(hStart), *b = as_event(hEnd);
     if (!pMilliseconds || !a || !b) return CUDA_ERROR_INVALID_HANDLE;
     float nominal = (float)(long long)(b->work - a->work) * FK_NOMINAL_WORK_MS, predicted;
