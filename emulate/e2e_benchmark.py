@@ -45,6 +45,8 @@ from profiling.atomic import write_json_atomic
 from profiling.paths import shared_data_root
 
 SOURCES = ("neusight", "torchtitan", "nosync")
+#: the newest torch whose default wheels (CUDA 12.6) still carry sm_50-sm_70 code: NeuSight's P100, P4 and V100
+OLDER_TORCH = "2.7.1"
 QUICK_MODELS = ("bert_large",)
 
 
@@ -74,12 +76,17 @@ def select_labels(labels: list[neusight.Label], gpus: list[str] | None, models: 
     return chosen
 
 
-def neusight_row(label: neusight.Label, fresh: bool) -> dict[str, Any]:
-    """Emulate one label (cached) and compare it with the measurement."""
+def neusight_row(label: neusight.Label, fresh: bool,
+                 torch_for: Callable[[str], tuple[str | None, str]] | None = None) -> dict[str, Any]:
+    """Emulate one label (cached) and compare it with the measurement. ``torch_for(hardware)``: the interpreter to
+    emulate it with (None: this one) and the torch it holds (:func:`interpreters`; default: the installed torch)."""
+    python, torch_version = torch_for(label.hardware) if torch_for else (None, "installed")
+
     def compute() -> dict[str, Any]:
         env = {**os.environ, "STEPCAST_INSTEP_EXCLUDE": label.model}  # leave-one-model-out (module docstring)
-        result = emulate_script(labelled.SCRIPT, neusight.script_args(label, labelled.REPS), label.hardware, env=env)
-        row: dict[str, Any] = {"ok": result["ok"], "wall_s": round(result["wall_s"], 1)}
+        result = emulate_script(labelled.SCRIPT, neusight.script_args(label, labelled.REPS), label.hardware, env=env,
+                                python=python)
+        row: dict[str, Any] = {"ok": result["ok"], "wall_s": round(result["wall_s"], 1), "torch": torch_version}
         if not result["ok"]:
             row.update(error=result["error"], command=result["command"])
             return row
@@ -89,7 +96,9 @@ def neusight_row(label: neusight.Label, fresh: bool) -> dict[str, Any]:
         row["estimator"] = result["report"].get("estimator")
         return row
 
-    row = cached(label.key + ("" if config.INSTEP_CALIBRATION else "-instep-off"), compute, fresh)
+    row = cached(label.key + ("" if config.INSTEP_CALIBRATION else "-instep-off") + (f"-torch{torch_version}"
+                                                                                         if python else ""),
+                 compute, fresh)
     row.update(label=label.path.stem, gpu=label.hardware, model=label.model, mode=label.mode, held_out=label.model,
                measured={"forward_ms": label.forward_ms, "backward_ms": label.backward_ms,
                          "total_ms": label.total_ms})
@@ -98,6 +107,29 @@ def neusight_row(label: neusight.Label, fresh: bool) -> dict[str, Any]:
             row[f"{part}_error"] = error_pct(row[f"{part}_ms"], row["measured"][f"{part}_ms"])
         row["csv_families"] = neusight.csv_family_ms(label) if label.csv.is_file() else None
     return row
+
+
+def interpreters(older_torch: str | None) -> Callable[[str], tuple[str | None, str]]:
+    """Which torch emulates each GPU: the installed one where it carries code for the GPU; else ``older_torch``, a
+    release whose CUDA 12 build still does (NeuSight's P100, P4 and V100: CUDA 13 wheels start at sm_75), in a
+    throwaway environment of :mod:`emulate.torch_venv` (made on first use, 5-8 GB, reused); None: such GPUs are
+    emulated with the installed torch, which refuses them in one line (the row then says so)."""
+    from emulate.launcher import runs_on, torch_arch_flags, torch_version
+    from profiling.hardware import lookup
+
+    flags, installed = torch_arch_flags(), torch_version() or "installed"
+    venv: list[Any] = []
+
+    def choose(hardware: str) -> tuple[str | None, str]:
+        if older_torch is None or runs_on(flags, tuple(lookup(hardware).compute_capability)):
+            return None, installed
+        if not venv:
+            from emulate.torch_venv import Installer
+
+            venv.append(Installer().ensure(older_torch))
+        return str(venv[0].python), venv[0].torch or older_torch
+
+    return choose
 
 
 def run_rows(items: list, compute: Callable[[Any], dict[str, Any]], name: Callable[[Any], str],
@@ -241,6 +273,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fresh", action="store_true", help="ignore cached results of this commit")
     parser.add_argument("--root", type=Path, default=None, help="shared data folder (default: the setting)")
     parser.add_argument("--json", type=Path, default=None, help="write every row here (JSON)")
+    parser.add_argument("--older-torch", default=OLDER_TORCH, metavar="VERSION",
+                        help="torch release (its CUDA 12 build) that emulates GPUs the installed torch has no code "
+                             "for (P100, P4, V100), in a throwaway environment; 'none': leave those rows refused "
+                             f"(default {OLDER_TORCH})")
     args = parser.parse_args(argv)
     sources = [s.strip() for s in args.sources.split(",") if s.strip()]
     unknown = [s for s in sources if s not in SOURCES]
@@ -264,8 +300,9 @@ def main(argv: list[str] | None = None) -> int:
         modes = {m.strip() for m in args.modes.split(",")}
         chosen = [lb for lb in select_labels(labels, split(args.gpus), split(args.models), args.quick)
                   if lb.mode in modes]
-        rows = run_rows(chosen, lambda lb: neusight_row(lb, args.fresh), lambda lb: f"{lb.hardware} {lb.path.stem}",
-                        console)
+        torch_for = interpreters(None if args.older_torch == "none" else args.older_torch)
+        rows = run_rows(chosen, lambda lb: neusight_row(lb, args.fresh, torch_for),
+                        lambda lb: f"{lb.hardware} {lb.path.stem}", console)
         means = neusight_tables(rows, console) if rows else {}
         console.print(held_out_protocol(rows, root), highlight=False)
         reasons = Counter(why for _, why in skipped)

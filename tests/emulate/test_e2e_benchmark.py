@@ -235,3 +235,38 @@ def test_each_label_is_emulated_with_its_own_model_held_out(monkeypatch, tmp_pat
     row = e2e_benchmark.neusight_row(neusight.parse_label(path), fresh=True)
     assert seen["env"]["STEPCAST_INSTEP_EXCLUDE"] == "gpt2_large" and seen["hardware"] == "t4"
     assert row["held_out"] == "gpt2_large"
+
+
+def test_a_gpu_the_installed_torch_cannot_run_is_emulated_with_the_older_torch(monkeypatch, tmp_path):
+    """NeuSight's P100: torch's CUDA 13 wheels carry no sm_60 code, so the label runs under the older release's
+    interpreter (a throwaway environment), and its cached row is keyed by that torch."""
+    from emulate import e2e_benchmark, launcher
+    from emulate import torch_venv
+
+    seen = {}
+
+    def fake_emulate(script, args, hardware, env=None, python=None, **_):
+        seen.update(python=python, hardware=hardware)
+        return {"ok": False, "error": "stop here", "command": "", "wall_s": 0.0}
+
+    made = []
+
+    class FakeInstaller:
+        def ensure(self, version):
+            made.append(version)
+            return torch_venv.Venv(version=version, path=tmp_path / f"torch-{version}", torch=f"{version}+cu126")
+
+    monkeypatch.setattr(e2e_benchmark, "emulate_script", fake_emulate)
+    monkeypatch.setattr(e2e_benchmark, "cached", lambda key, compute, fresh: {**compute(), "key": key})
+    monkeypatch.setattr(launcher, "torch_arch_flags", lambda: ["sm_75", "sm_80", "sm_90"])
+    monkeypatch.setattr(torch_venv, "Installer", FakeInstaller)
+    torch_for = e2e_benchmark.interpreters("2.7.1")
+    p100 = write_label(tmp_path / "label" / "Tesla_P100-PCIE-16GB", "bert_large-inf-512-8.json", num_layer=24,
+                       e2e_latency=10.0, fw_latency=10.0, bwall_latency=0.0)
+    row = e2e_benchmark.neusight_row(neusight.parse_label(p100), fresh=True, torch_for=torch_for)
+    assert seen["python"] == str(tmp_path / "torch-2.7.1" / "bin" / "python") and made == ["2.7.1"]
+    assert row["torch"] == "2.7.1+cu126" and row["key"].endswith("-torch2.7.1+cu126")
+    t4 = write_label(tmp_path / "label" / "Tesla_T4", "bert_large-inf-512-8.json", num_layer=24,
+                     e2e_latency=10.0, fw_latency=10.0, bwall_latency=0.0)
+    e2e_benchmark.neusight_row(neusight.parse_label(t4), fresh=True, torch_for=torch_for)
+    assert seen["python"] is None and made == ["2.7.1"]  # the T4 (sm_75) runs on the installed torch
