@@ -115,8 +115,11 @@ class Llama(nn.Module):
         return self.output(self.norm(h))
 
 
+#: torchtitan's save list: matmuls, every SDPA backend torch may pick (cuDNN's is the one torch 2.14 takes on an H100),
+#: reduce-scatters and max (torchtitan/distributed/activation_checkpoint.py)
 SAVE_OPS = {torch.ops.aten.mm.default, torch.ops.aten._scaled_dot_product_efficient_attention.default,
             torch.ops.aten._scaled_dot_product_flash_attention.default,
+            torch.ops.aten._scaled_dot_product_cudnn_attention.default,
             torch.ops._c10d_functional.reduce_scatter_tensor.default, torch.ops.aten.max.default}
 
 
