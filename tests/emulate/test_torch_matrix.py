@@ -132,3 +132,16 @@ def test_table_names_cutlass_kernels_by_the_kernel_they_wrap():
     assert torch_matrix.short_name(nvjet) == nvjet
     assert torch_matrix.short_name("void scal_kernel<float, float, 1, true>(cublasScalParamsF)", 20) \
         == "scal_kernel<float..."
+
+
+def test_the_committed_page_is_what_the_committed_results_give():
+    """docs/torch_matrix.md is generated (python -m emulate.torch_matrix --page ... --from ...): never edited by hand,
+    never stale against docs/results/torch_matrix.json."""
+    import json
+
+    from emulate.torch_matrix import page
+    from profiling.paths import REPO_ROOT
+
+    results = json.loads((REPO_ROOT / "docs" / "results" / "torch_matrix.json").read_text())
+    assert (REPO_ROOT / "docs" / "torch_matrix.md").read_text() == page(results)
+    assert {r["status"] for r in results["rows"]} == {"works"}  # the acceptance: every release runs every workload
