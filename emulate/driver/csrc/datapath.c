@@ -173,22 +173,24 @@ void *fk_comm_shm(const char *comm_id, int nranks) {
 #define WAIT_LIMIT_NS (120ull * 1000000000ull)
 #define SETTLE_NS 1000000000ull  /* every running rank waiting this long: no one can make progress */
 
-/* Wait until every member has reached `tag` in `flags` (or was stopped by dedup: its twin speaks for it). A member
- * that has left, or a run in which every rank waits, is a deadlock: reported (fk_deadlock, which ends the
- * process), as the GPUs would hang there. */
-static void wait_all(shm_header *h, volatile uint64_t *flags, int nranks, uint64_t tag, const char *what) {
+/* Wait until every member has reached `tag` in `flags` (or was stopped by dedup: its twin speaks for it): 0. A
+ * member that has left, or a run in which every rank waits, is a deadlock: reported (fk_deadlock, which ends the
+ * process), as the GPUs would hang there; except that a member of a communicator made after rank dedup stopped some
+ * ranks may be one of them, unknown to the area: the exchange is then given up (-1: zeros). */
+static int wait_all(shm_header *h, volatile uint64_t *flags, int nranks, uint64_t tag, const char *what) {
     stepcast_pause();  /* waiting for peers is no host work of this rank's (the simulator times the wait itself) */
     uint64_t start = fk_now_ns();
     struct timespec nap = {0, 20000};
-    int announced = 0;
+    int announced = 0, rc = 0;
     for (;;) {
-        int ready = 1, gone = -1;
+        int ready = 1, gone = -1, unknown = 0;
         for (int j = 0; j < nranks; j++) {
             if (__atomic_load_n(&flags[j], __ATOMIC_ACQUIRE) >= tag || __atomic_load_n(&h->stopped[j], __ATOMIC_ACQUIRE))
                 continue;
             ready = 0;
             uint64_t global = __atomic_load_n(&h->global[j], __ATOMIC_ACQUIRE);
             if (global && fk_rank_exited((int)global - 1)) gone = (int)global - 1;
+            unknown |= !global;
         }
         if (ready) break;
         char message[1600];
@@ -203,6 +205,11 @@ static void wait_all(shm_header *h, volatile uint64_t *flags, int nranks, uint64
         }
         char blocked[1400];
         if (fk_ranks_all_blocked(SETTLE_NS, 0, blocked, sizeof blocked)) {
+            if (unknown && fk_ranks_copied()) {  /* a member that stopped as a duplicate before this communicator */
+                fk_log_unsupported("stepcast: a small collective's member was stopped by rank dedup: zeros");
+                rc = -1;
+                break;
+            }
             snprintf(message, sizeof message, "every running rank waits: %s", blocked);
             fk_deadlock(message);
         }
@@ -214,6 +221,7 @@ static void wait_all(shm_header *h, volatile uint64_t *flags, int nranks, uint64
     }
     if (announced) fk_rank_waiting(NULL, 0);
     stepcast_resume();
+    return rc;
 }
 
 static void combine(void *dst, const void *src, size_t count, int dtype, int op, int first) {
@@ -268,7 +276,7 @@ void fk_exchange(void *shm, int nranks, int rank, uint64_t seq, int kind, const 
     snprintf(what, sizeof what, "%s #%llu of %s", kind >= 0 && kind <= 4 ? KIND_NAMES[kind] : "collective",
              (unsigned long long)seq, h->id);
     __atomic_store_n(&h->posted[rank], tag, __ATOMIC_RELEASE);
-    wait_all(h, h->posted, nranks, tag, what);
+    if (wait_all(h, h->posted, nranks, tag, what) != 0) return;
     int writes = 1;
     static const char zeros[SLOT];
     const char *src[MAX_RANKS];

@@ -96,6 +96,7 @@ FK_EXPORT int stepcast_dedup_round(int source, int round) {
 FK_EXPORT void stepcast_dedup_decide(int stops) {
     if (!open_area()) return;
     fk_comms_publish(last_program, stops);
+    if (stops) fk_ranks_note_copied();
     __atomic_store_n(&area->published[rank], 1, __ATOMIC_RELEASE);
     wait_all(area->published, "rank dedup's decision");
 }

@@ -140,6 +140,8 @@ void fk_exchange(void *shm, int nranks, int rank, uint64_t seq, int kind, const 
 int fk_rank(void);                       /* this process's global rank, -1 outside a run */
 void stepcast_rank_exited(void);
 int fk_rank_exited(int global_rank);
+void fk_ranks_note_copied(void);
+int fk_ranks_copied(void);
 void fk_rank_waiting(const char *what, int yields);  /* NULL: no longer waiting; yields: gives up if all block */
 int fk_ranks_all_blocked(uint64_t settle_ns, int count_yielding, char *out, size_t cap);
 /* The run is deadlocked (`message` says where): reported through the capture layer's handler, which saves the

@@ -21,6 +21,7 @@ typedef struct {
     volatile uint64_t exited[MAX_WORLD];  /* 1: the rank's process has left (or was killed) */
     volatile uint64_t waiting[MAX_WORLD]; /* the wait's start (ns, its own clock) while the rank waits on others */
     char what[MAX_WORLD][WHAT_BYTES];     /* what it waits in ("all_reduce #12 of nccl-...") */
+    volatile uint64_t copied;             /* 1: some rank stopped as a duplicate (dedup.c) */
 } ranks_area;
 
 static ranks_area *area;
@@ -73,6 +74,13 @@ FK_EXPORT void stepcast_rank_alive(void) {
 FK_EXPORT void stepcast_rank_exited(void) {
     if (ranks()) __atomic_store_n(&area->exited[my_rank], 1, __ATOMIC_RELEASE);
 }
+
+/* A rank stops as a duplicate (dedup.c): its twin speaks for it in the communicators it had; one made later
+ * cannot know it (datapath.c then gives up an exchange rather than call it a deadlock). */
+void fk_ranks_note_copied(void) {
+    if (ranks()) __atomic_store_n(&area->copied, 1, __ATOMIC_RELEASE);
+}
+int fk_ranks_copied(void) { return ranks() && __atomic_load_n(&area->copied, __ATOMIC_ACQUIRE) != 0; }
 
 int fk_rank_exited(int global_rank) {
     return ranks() && global_rank >= 0 && global_rank < MAX_WORLD &&
