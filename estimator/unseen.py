@@ -29,13 +29,15 @@ The candidates are the shipped configs of ``conf/estimator/model/`` (xgboost, ml
 NCCL model for collectives), plus ``bundle``: the shipped default bundle's rule applied to the same fold's learned
 model (its fallback rule sends unseen or out-of-spec rows to the roofline), i.e. what users get today.
 
-Each fold's predictions are cached under ``<cache>/unseen/`` keyed by the model code, the library versions, the
-fold's training and test rows and the model's parameters and seed, so an interrupted run resumes and a rerun after
-a change refits only what the change touched. GEMM rows are labelled from the kernel-label cache only
-(``estimator.kernel_labels.cache_only``): fill it first (``python -m estimator.kernel_labels``) for tiled's labels.
+Each fold's predictions are cached under ``<cache>/unseen/`` keyed by the candidate's code (``code_digest``: the
+modules its estimator imports), the library versions, the fold's training and test rows and the model's parameters
+and seed, so an interrupted run resumes and a rerun after a change to one model refits that model's folds only.
+GEMM rows are labelled from the kernel-label cache only (``estimator.kernel_labels.cache_only``): fill it first
+(``python -m estimator.kernel_labels``) for tiled's labels.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -82,11 +84,6 @@ QUICK_PARAMS: dict[str, dict[str, Any]] = {"xgboost": {"n_estimators": 8}, "mlp"
 BUNDLE = "bundle"
 ROUTED = "routed"
 ROUTED_SPLITS = ("device", "shapes")
-#: modules under estimator/ that never fit or predict a kernel: a change to them leaves cached folds valid
-REPORTING_MODULES = ("accuracy_table", "benchmark", "bundle_checksums", "conv_families", "diagnose", "mlflow_model",
-                     "model_card", "plots", "predict", "registry", "router", "routing", "tracking", "train",
-                     "unseen", "unseen_derived", "unseen_figures", "unseen_results")
-
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -228,15 +225,52 @@ class Job:
     seed: int
 
 
-def code_digest() -> str:
-    """What a cached fold depends on besides its rows: the code that fits and predicts (estimator/ but the
-    ``REPORTING_MODULES``, the catalog, families and hardware lookup) and the training libraries' versions."""
-    from estimator.model_card import trained_with
+#: the packages whose modules a candidate's code closure follows (the data's own code is in the data's digest)
+CODE_PACKAGES = ("estimator", "profiling")
+
+
+def module_closure(root: str) -> set[str]:
+    """``root`` and every module of ``CODE_PACKAGES`` it imports, directly or through another, at module level or
+    inside a function (a lazy import is as much the code that runs): read from the sources, nothing is imported."""
+    import ast
+
     from profiling.paths import REPO_ROOT
 
-    files = sorted(p for p in (REPO_ROOT / "estimator").rglob("*.py") if p.stem not in REPORTING_MODULES)
+    def source(name: str) -> Path | None:
+        for path in (REPO_ROOT / f"{name.replace('.', '/')}.py", REPO_ROOT / name.replace(".", "/") / "__init__.py"):
+            if path.is_file():
+                return path
+        return None
+
+    seen, todo = set(), [root]
+    while todo:
+        name = todo.pop()
+        path = source(name)
+        if name in seen or path is None:
+            continue
+        seen.add(name)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                todo += [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                todo += [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        todo = [t for t in todo if t.split(".")[0] in CODE_PACKAGES]
+    return seen
+
+
+@functools.cache
+def code_digest(kind: str) -> str:
+    """What a cached fold of ``kind`` depends on besides its rows: the source of every module its estimator imports
+    (``module_closure``), of the fit-and-score (``estimator.evaluate``, ``estimator.models``), the hardware catalog
+    and the training libraries' versions. A change to one model's code refits that model's folds only."""
+    from estimator.model_card import trained_with
+    from estimator.models import MODEL_KINDS
+    from profiling.paths import REPO_ROOT
+
+    modules = module_closure(MODEL_KINDS[kind].partition(":")[0]) | {"estimator.evaluate", "estimator.models"}
+    files = sorted(REPO_ROOT / f"{m.replace('.', '/')}.py" for m in modules)
+    files = [f if f.is_file() else f.with_suffix("") / "__init__.py" for f in files]
     files += sorted((REPO_ROOT / "conf" / "hardware").glob("*.yaml"))
-    files += [REPO_ROOT / "profiling" / name for name in ("hardware.py", "families.py", "classify.py")]
     digest = hashlib.sha256(json.dumps(trained_with(), sort_keys=True).encode())
     for path in files:
         digest.update(str(path.relative_to(REPO_ROOT)).encode())
@@ -248,10 +282,11 @@ def frame_digest(frame: pd.DataFrame) -> str:
     return hashlib.sha256(pd.util.hash_pandas_object(frame, index=False).to_numpy().tobytes()).hexdigest()
 
 
-def job_key(job: Job, train: np.ndarray, code: str, data: str) -> str:
-    h = hashlib.sha256(json.dumps({"code": code, "data": data, "family": job.family, "split": job.holdout.split,
-                                   "fold": job.holdout.name, "kind": job.spec.kind, "params": job.spec.params,
-                                   "target": job.spec.target, "seed": job.seed}, sort_keys=True, default=str).encode())
+def job_key(job: Job, train: np.ndarray, data: str) -> str:
+    h = hashlib.sha256(json.dumps({"code": code_digest(job.spec.kind), "data": data, "family": job.family,
+                                   "split": job.holdout.split, "fold": job.holdout.name, "kind": job.spec.kind,
+                                   "params": job.spec.params, "target": job.spec.target, "seed": job.seed},
+                                  sort_keys=True, default=str).encode())
     h.update(np.asarray(train, dtype=np.int64).tobytes())
     h.update(np.asarray(job.holdout.test, dtype=np.int64).tobytes())
     return h.hexdigest()[:32]
@@ -260,14 +295,14 @@ def job_key(job: Job, train: np.ndarray, code: str, data: str) -> str:
 FLAGS = ("shape_ok", "hardware_seen", "spec_ok")
 
 
-def run_job(job: Job, frame: pd.DataFrame, max_train_rows: int | None, cache_dir: Path | None, code: str,
+def run_job(job: Job, frame: pd.DataFrame, max_train_rows: int | None, cache_dir: Path | None,
             data: str) -> tuple[pd.DataFrame, bool]:
     """(predicted_us and the support flags of the held-out rows, whether they came from the cache)."""
     from estimator.evaluate import evaluate_fold
     from profiling.atomic import atomic_path
 
     train = training_sample(frame, job.holdout.train, max_train_rows, job.seed)
-    path = cache_dir / f"{job_key(job, train, code, data)}.parquet" if cache_dir is not None else None
+    path = cache_dir / f"{job_key(job, train, data)}.parquet" if cache_dir is not None else None
     if path is not None and path.is_file():
         try:
             return pd.read_parquet(path), True
@@ -341,7 +376,6 @@ def run_protocol(data: pd.DataFrame, settings: Settings, progress: bool = True) 
 
     start = time.perf_counter()
     frames = family_frames(data, settings.families)
-    code = code_digest()
     rules = shipped_rules(settings.bundle)
     cache_dir = settings.cache_dir
     if cache_dir is not None:
@@ -371,7 +405,7 @@ def run_protocol(data: pd.DataFrame, settings: Settings, progress: bool = True) 
                     for label, spec in models.items():
                         bar.set_postfix_str(f"{split} {family} {h.name} {label} seed {seed}"[:60])
                         out, hit = run_job(Job(family, h, label, spec, seed), frame, settings.max_train_rows,
-                                           cache_dir, code, data_key)
+                                           cache_dir, data_key)
                         results[(h.name, label, seed)] = out
                         cached += hit
                         fit_s += 0.0 if hit else float(out["fit_s"].iat[0])
@@ -494,7 +528,8 @@ def main(argv: list[str] | None = None) -> int:
     from estimator.data import load_measurements
 
     doc = unseen_results.provenance(settings.bundle) | run_protocol(load_measurements(), settings)
-    doc["code_digest"] = code_digest()[:16]
+    doc["code_digests"] = {kind: code_digest(kind)[:16] for kind in sorted({
+        c["kind"] for family in doc["settings"]["candidates"].values() for c in family.values()})}
     print_headline(doc)
     worse = 0
     if args.compare:

@@ -154,3 +154,12 @@ def test_the_benchmark_hands_the_unseen_protocol_its_own_options(capsys):
     with pytest.raises(SystemExit) as done:
         main(["--protocol", "unseen", "--splits", "device,gpus"])
     assert done.value.code == 2 and "unknown split(s) gpus" in capsys.readouterr().err
+
+
+def test_a_candidates_cache_key_follows_the_code_it_imports_only():
+    from estimator.unseen import module_closure
+
+    roofline, tiled = module_closure("estimator.analytical"), module_closure("estimator.tiled")
+    assert "estimator.workload" in roofline and "estimator.xgb" not in roofline  # an XGBoost change keeps its folds
+    assert "estimator.mlp" in tiled and "estimator.nccl" not in tiled  # tiled builds on the MLP's networks
+    assert unseen.code_digest("roofline") != unseen.code_digest("xgboost")
