@@ -103,29 +103,30 @@ def _pooled_over(figures: pd.DataFrame, devices: tuple[str, ...], family: str, m
 
 
 def routing_section(doc: dict[str, Any], figures: pd.DataFrame) -> list[str]:
-    from estimator.routing import route_report, routes_from_results
+    from estimator.routing import describe, pairs_of, route_report, routes_from_results
 
     routes = routes_from_results(doc)
     if not routes:
         return []
     lines = ["## Routing (`estimator.routing`)", "",
-             "Which candidate a routed bundle runs: for a (device, dtype) without training rows, the one best on the "
-             "device split pooled over the held-out GPUs' rows of that dtype; with rows, the one best on the "
-             "within-device split for that device and dtype; a challenger replaces the shipped kind only where it is "
-             "better by more than the larger range over seeds.", ""]
-    rows = [[f, r.unseen_default, ", ".join(f"{d}: {k}" for d, k in r.unseen.items()) or "-", r.seen_default,
+             "Which candidate a routed bundle runs. A (device, dtype) with training rows (seen): the one best on the "
+             "within-device split for that device and dtype. Without: the one best on the device split pooled over "
+             "the held-out GPUs' rows of that dtype in the same situation, **sibling** (another device of its SM "
+             "design, the same compute capability, has rows of that dtype) or **unseen** (none has). A challenger "
+             "replaces the shipped kind only where it is better by more than the larger range over seeds.", ""]
+    rows = [[f, describe(r.unseen_default, r.unseen), describe(r.sibling_default, r.sibling), r.seen_default,
              ", ".join(f"{p}: {k}" for p, k in r.seen.items() if k != r.seen_default) or "-"]
             for f, r in routes.items()]
-    lines += table(["family", "unseen default", "unseen by dtype", "seen default", "seen, where not the default"],
-                   rows)
-    report = route_report(figures, routes, doc.get("routing", {}).get("nested", {}))
+    lines += table(["family", "unseen", "sibling", "seen", "seen, where not the default"], rows)
+    report = route_report(figures, routes, doc.get("routing", {}).get("nested", {}), pairs_of(doc))
     if len(report):
         lines += ["What it changes on each held-out device: mean APE % (range over seeds) of the shipped rule "
                   "(`bundle`) and of the routed bundle whose choice for that device was made without it "
                   "(`nested` names it; `route`: the choice made on every device, which a bundle ships).", ""]
-        lines += table(["family", "device", "dtype", "rows", "bundle", "route", "nested", "routed"], [
-            [r.family, r.device, r.dtype, f"{r.n:,}", f"{r.bundle:.1f} ({r.bundle_spread:.1f})", r.route,
-             str(r.nested), f"{r.routed:.1f} ({r.routed_spread:.1f})"] for r in report.itertuples(index=False)])
+        lines += table(["family", "device", "dtype", "situation", "rows", "bundle", "route", "nested", "routed"], [
+            [r.family, r.device, r.dtype, r.situation, f"{r.n:,}", f"{r.bundle:.1f} ({r.bundle_spread:.1f})",
+             r.route, str(r.nested), f"{r.routed:.1f} ({r.routed_spread:.1f})"]
+            for r in report.itertuples(index=False)])
     return lines
 
 

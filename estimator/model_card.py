@@ -99,13 +99,14 @@ def write_card(path: Path, *, version: str, model_kind: str, target: str, fallba
     write_bytes_atomic(path / "card.md", "\n".join(lines).encode())
 
 
-ROUTING_RULE = ("Each row runs the model its family's routes name for its (device, dtype): where the training data "
-                "has no rows of that device and dtype, the candidate with the lowest mean APE on the unseen "
-                "protocol's device split (each device held out whole) pooled over the held-out GPUs' rows of that "
-                "dtype (a dtype with fewer than 20 such rows: over all of them); where it has, the one lowest on the "
-                "within-device split (a fifth of the shapes held out) for that device and dtype (fewer than 20 "
-                "rows: over every device). A challenger replaces the shipped kind only where it is lower by more "
-                "than the larger of the two ranges over seeds.")
+ROUTING_RULE = ("Each row runs the model its family's routes name for its (device, dtype) and situation. Seen (the "
+                "training data has rows of that device and dtype): the candidate with the lowest mean APE on the "
+                "unseen protocol's within-device split (a fifth of the shapes held out) for that device and dtype "
+                "(fewer than 20 rows: over every device). Sibling (none, but a device of the same SM design, the "
+                "same compute capability, has rows of that dtype) and unseen (neither): the one lowest on the "
+                "device split (each device held out whole) pooled over the held-out GPUs' rows of that dtype in the "
+                "same situation (fewer than 20 rows: over every dtype). A challenger replaces the shipped kind only "
+                "where it is lower by more than the larger of the two ranges over seeds.")
 ROUTING_FALLBACKS = ("A row whose device's spec lies outside what the routed learned model was trained on takes the "
                      "roofline (rule unsupported_spec); a route naming a model the bundle lacks runs the family's "
                      "primary model; a collective's device counts as seen as the NCCL model judges it (a device "

@@ -14,11 +14,12 @@ roofline beats the learned model on leave-one-hardware-out, ``out_of_range`` whe
 split, ``unsupported_spec`` otherwise.
 
 **Routes** (``routes``, per family; :mod:`estimator.routing`): a routed family holds several candidate models and
-runs, for each row, the one its routes name for the row's (device, dtype): the unseen protocol's best for that dtype
-where the training data has no rows of that device and dtype (as the family's primary model judges a device seen:
-a collective's device with a fitted sibling's links counts as seen), the within-device best where it has. Of the
-fallback rules only the spec test applies there (``unsupported_spec``, on the model that runs the row); a route
-naming a model the bundle lacks runs the primary model, and ``roofline`` is the fallback estimator.
+runs, for each row, the one its routes name for the row's (device, dtype) and situation: the within-device best
+where the training data has rows of that device and dtype (and the family's primary model counts the device as
+seen), else the unseen protocol's best for that dtype among devices held out in the same situation (another device
+of the same SM design trained at that dtype, or none). Of the fallback rules only the spec test applies there
+(``unsupported_spec``, on the model that runs the row); a route naming a model the bundle lacks runs the primary
+model, and ``roofline`` is the fallback estimator.
 """
 from __future__ import annotations
 
@@ -123,7 +124,7 @@ class FamilyRouter(KernelEstimator):
         p0, shape_ok, seen, spec_ok = self._learned(model, rows)
         routes = self.routes[family]
         hardware, dtype = text(rows, "hardware"), text(rows, "dtype")
-        kinds = routes.kinds_for(hardware, dtype, routes.is_seen(hardware, dtype, seen))
+        kinds = routes.kinds_for(hardware, dtype, routes.situations(hardware, dtype, seen))
         pred = np.empty(len(kinds), dtype=np.float64)
         label = np.empty(len(kinds), dtype=object) if labels else None
         for kind in pd.unique(kinds):

@@ -2,20 +2,25 @@
 
     python -m estimator.routing [--results docs/results/unseen.json]     # the routes and what they would change
 
-The rule (``choose_routes``), per family:
+A row is in one of three situations: **seen** (the training data has rows of its device and dtype), **sibling**
+(it has none, but another device of the same SM design, the same compute capability, has rows of that dtype: the
+same SMs, and cuBLAS picks its kernels by the compute capability, so what differs is the board: SM count, clocks,
+memory) or **unseen** (a new SM design at that dtype). The rule (``choose_routes``), per family:
 
-- a (device, dtype) the training data has rows of (**seen**) runs the candidate with the lowest mean APE on the
-  within-device split (``shapes``: a fifth of the shapes held out on every device) for that device and dtype; with
-  fewer than ``MIN_ROWS`` held-out rows there, the family's choice on that split pooled over every device;
-- any other (device, dtype) (**unseen**) runs the candidate with the lowest mean APE on the ``device`` split (each
-  device held out whole) pooled over the held-out GPUs' rows of that dtype; a dtype with fewer rows there, or none,
-  takes the family's choice pooled over every dtype;
+- seen: the candidate with the lowest mean APE on the within-device split (``shapes``: a fifth of the shapes held
+  out on every device) for that device and dtype; with fewer than ``MIN_ROWS`` held-out rows there, the family's
+  choice on that split pooled over every device;
+- sibling / unseen: the candidate with the lowest mean APE on the ``device`` split (each device held out whole)
+  pooled over the held-out GPUs' rows of that dtype that were in the same situation (a device held out whose SM
+  design another training device shares at that dtype counts as a sibling); with too few rows, the situation's
+  choice over every dtype (unseen: over every held-out GPU's rows);
 - a challenger replaces the **incumbent** (the family's kind in the shipped bundle) only where its mean APE is lower
   by more than the larger of the two ranges over seeds: a difference inside the seeds' spread is not evidence.
 
 Fallbacks, at prediction time (``estimator.router``): a row whose device's spec lies outside what the chosen learned
 model was trained on goes to the roofline (rule ``unsupported_spec``: a CPU asked of a GPU-trained model); a route
-naming a model the bundle lacks runs the family's primary model.
+naming a model the bundle lacks runs the family's primary model; collectives are seen or unseen as the NCCL model
+judges a device (one with a fitted device's catalog links takes its figures), whatever the dtype.
 
 The report (``route_report``) gives, per held-out device and dtype, the model the shipped bundle's rule runs today
 (``bundle``) and the routed one, with their unseen-protocol errors; ``nested`` is the honest figure for the routed
@@ -25,6 +30,7 @@ scored on would flatter it).
 from __future__ import annotations
 
 import argparse
+import functools
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,43 +53,86 @@ ROOFLINE = "roofline"
 DEVICE_ONLY = ("collective",)
 
 
+#: the situations of a row: its (device, dtype) has training rows; a device of the same SM design (compute
+#: capability: the same SMs, and cuBLAS picks its kernels by it) has them at that dtype; neither
+SEEN, SIBLING, UNSEEN = "seen", "sibling", "unseen"
+SITUATIONS = (UNSEEN, SIBLING, SEEN)
+
+
+@functools.cache
+def design_of(device: str) -> str:
+    """A device's SM design, "sm_<major><minor>" of its compute capability ("" for a CPU or an unknown device)."""
+    from profiling.hardware import UnknownHardwareError, lookup
+
+    try:
+        capability = lookup(device).compute_capability
+    except (UnknownHardwareError, KeyError):
+        return ""
+    return f"sm_{capability[0]}{capability[1]}" if capability else ""
+
+
+def designs_of(pairs: list[str]) -> list[str]:
+    """"<design>/<dtype>" of every "<device>/<dtype>" pair that has a design."""
+    out = set()
+    for pair in pairs:
+        device, _, dtype = pair.rpartition("/")
+        if design_of(device):
+            out.add(f"{design_of(device)}/{dtype}")
+    return sorted(out)
+
+
 @dataclass
 class FamilyRoutes:
-    """One family's routes: ``seen`` by "<device>/<dtype>", ``unseen`` by dtype, each with a default; ``pairs``: the
-    (device, dtype) pairs of the training data ("<device>/<dtype>"), which decide whether a row is seen (but for
-    ``device_only`` families, where the model's own test does)."""
+    """One family's routes: the model of a row in each situation (``situations``): ``seen`` by "<device>/<dtype>",
+    ``sibling`` and ``unseen`` by dtype, each with a default (a sibling without a default of its own takes the
+    unseen one). ``pairs``: the training data's "<device>/<dtype>" pairs and ``designs`` its "<design>/<dtype>"
+    ones, which decide a row's situation (for ``device_only`` families, the model's own test decides seen or
+    unseen)."""
     seen_default: str
     unseen_default: str
     seen: dict[str, str] = field(default_factory=dict)
     unseen: dict[str, str] = field(default_factory=dict)
     pairs: list[str] = field(default_factory=list)
     device_only: bool = False
+    sibling: dict[str, str] = field(default_factory=dict)
+    sibling_default: str | None = None
+    designs: list[str] = field(default_factory=list)
 
     def kinds(self) -> set[str]:
         """Every model the routes name."""
-        return {self.seen_default, self.unseen_default, *self.seen.values(), *self.unseen.values()}
+        return {self.seen_default, self.unseen_default, *self.seen.values(), *self.unseen.values(),
+                *self.sibling.values(), *([self.sibling_default] if self.sibling_default else [])}
 
-    def is_seen(self, hardware: Any, dtype: Any, model_seen: np.ndarray) -> np.ndarray:
-        """Per row: its (device, dtype) pair is in ``pairs`` and its model counts its device as seen
-        (``device_only``: the model's test alone)."""
+    def situations(self, hardware: Any, dtype: Any, model_seen: np.ndarray) -> np.ndarray:
+        """Per row, its situation (``SITUATIONS``): seen where its (device, dtype) pair is in ``pairs`` and its
+        model counts its device as seen; else sibling where its "<design>/<dtype>" is in ``designs``; else unseen.
+        ``device_only``: seen where the model says so, else unseen."""
         model_seen = np.asarray(model_seen, dtype=bool)
         if self.device_only:
-            return model_seen
+            return np.where(model_seen, SEEN, UNSEEN).astype(object)
         pairs, codes = _pairs(hardware, dtype)
-        known = set(self.pairs)
-        return by_code(np.array([p in known for p in pairs] + [False]), codes) & model_seen
+        known, designs = set(self.pairs), set(self.designs)
+        seen = by_code(np.array([p in known for p in pairs] + [False]), codes) & model_seen
+        sibling = by_code(np.array([f"{design_of(p.rpartition('/')[0])}/{p.rpartition('/')[2]}" in designs
+                                    for p in pairs] + [False]), codes)
+        return np.where(seen, SEEN, np.where(sibling, SIBLING, UNSEEN)).astype(object)
 
-    def kinds_for(self, hardware: Any, dtype: Any, seen: np.ndarray) -> np.ndarray:
-        """The model of each row, given whether each row is seen (``is_seen``); decided once per distinct
-        (device, dtype, seen) (an emulated step's million kernels have a handful)."""
+    def kind_of(self, pair: str, situation: str) -> str:
+        """The model of a "<device>/<dtype>" pair in ``situation``."""
+        dtype = pair.rpartition("/")[2]
+        if situation == SEEN:
+            return self.seen.get(pair, self.seen_default)
+        if situation == SIBLING:
+            return self.sibling.get(dtype, self.sibling_default or self.unseen_default)
+        return self.unseen.get(dtype, self.unseen_default)
+
+    def kinds_for(self, hardware: Any, dtype: Any, situations: np.ndarray) -> np.ndarray:
+        """The model of each row, given each row's situation (``situations``); decided once per distinct (device,
+        dtype, situation) (an emulated step's million kernels have a handful)."""
         pairs, codes = _pairs(hardware, dtype)
-        combo = codes * 2 + np.asarray(seen, dtype=np.int64)
-        distinct, inverse = np.unique(combo, return_inverse=True)
-        table = []
-        for value in distinct:
-            pair, was_seen = pairs[value // 2], bool(value % 2)
-            table.append(self.seen.get(pair, self.seen_default) if was_seen
-                         else self.unseen.get(pair.rsplit("/", 1)[1], self.unseen_default))
+        where = pd.Index(SITUATIONS).get_indexer(np.asarray(situations, dtype=object))
+        distinct, inverse = np.unique(codes * len(SITUATIONS) + where, return_inverse=True)
+        table = [self.kind_of(pairs[v // len(SITUATIONS)], SITUATIONS[v % len(SITUATIONS)]) for v in distinct]
         return np.array(table, dtype=object)[inverse.reshape(-1)] if len(table) else np.empty(0, dtype=object)
 
     def to_dict(self) -> dict[str, Any]:
@@ -94,15 +143,17 @@ class FamilyRoutes:
         if not isinstance(data, dict) or not all(isinstance(data.get(k), str) for k in
                                                  ("seen_default", "unseen_default")):
             raise ValueError(f"{source}: expected an object with 'seen_default' and 'unseen_default' model names")
-        for name in ("seen", "unseen"):
+        for name in ("seen", "unseen", "sibling"):
             value = data.get(name, {})
             if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
                 raise ValueError(f"{source}: field '{name}': expected an object of key -> model name")
-        pairs = data.get("pairs", [])
-        if not isinstance(pairs, list):
-            raise ValueError(f"{source}: field 'pairs': expected a list of '<device>/<dtype>'")
+        for name in ("pairs", "designs"):
+            if not isinstance(data.get(name, []), list):
+                raise ValueError(f"{source}: field '{name}': expected a list of '<device or design>/<dtype>'")
         return cls(data["seen_default"], data["unseen_default"], dict(data.get("seen", {})),
-                   dict(data.get("unseen", {})), [str(p) for p in pairs], bool(data.get("device_only", False)))
+                   dict(data.get("unseen", {})), [str(p) for p in data.get("pairs", [])],
+                   bool(data.get("device_only", False)), dict(data.get("sibling", {})),
+                   data.get("sibling_default"), [str(d) for d in data.get("designs", [])])
 
 
 def _pairs(hardware: Any, dtype: Any) -> tuple[list[str], np.ndarray]:
@@ -140,10 +191,12 @@ def _exactly(rows: pd.DataFrame, dtype: str | None) -> pd.DataFrame:
     return mine.sort_values("n", kind="stable").groupby("model", sort=False).tail(1)
 
 
-def pooled_options(folds: pd.DataFrame, dtype: str | None) -> tuple[dict[str, list[float]], int]:
-    """(model -> per-seed mean APE pooled over the held-out folds' rows of ``dtype`` (None: all), rows): each fold's
-    figure weighted by its rows, which is the pooled mean APE of every held-out row."""
-    parts = [_exactly(block, dtype) for _, block in folds.groupby("held_out", sort=True)]
+def pooled_options(device: pd.DataFrame, cells: list[tuple[str, str | None]]) -> tuple[dict[str, list[float]], int]:
+    """(model -> per-seed mean APE pooled over the held-out rows of ``cells`` ((held-out device, dtype or None for
+    all its rows) of the device split's figures), rows): each cell's figure weighted by its rows, which is the
+    pooled mean APE of every row in them."""
+    blocks = dict(tuple(device.groupby("held_out", sort=True)))
+    parts = [_exactly(blocks[held_out], dtype) for held_out, dtype in cells if held_out in blocks]
     parts = [p for p in parts if len(p)]
     if not parts:
         return {}, 0
@@ -156,14 +209,24 @@ def pooled_options(folds: pd.DataFrame, dtype: str | None) -> tuple[dict[str, li
     return out, int(sum(int(p["n"].max()) for p in parts))
 
 
-def route_choices(figures: pd.DataFrame, incumbents: dict[str, str], gpus: set[str],
+def situation_of(device: str, dtype: str, pairs: list[str]) -> str:
+    """A held-out device's situation at ``dtype`` on the device split, whose training rows are ``pairs`` (every
+    "<device>/<dtype>" of the family's data) less the device's own: sibling where another device of its SM design
+    has rows of that dtype."""
+    design = design_of(device)
+    return SIBLING if design and any(design_of(p.rpartition("/")[0]) == design and p.rpartition("/")[2] == dtype
+                                     and p.rpartition("/")[0] != device for p in pairs) else UNSEEN
+
+
+def route_choices(figures: pd.DataFrame, incumbents: dict[str, str], gpus: set[str], pairs: dict[str, list[str]],
                   exclude: str | None = None) -> list[dict[str, Any]]:
-    """Every choice behind the routes, with its evidence: ``family``, ``side`` (unseen / seen), ``key`` (a dtype,
-    a "<device>/<dtype>", or "*" for the side's default), ``rows`` behind it, ``options`` (model -> per-seed mean
-    APE) and ``chosen`` (None where too few rows: the side's default applies). ``figures``: the results' rows;
-    ``incumbents``: family -> the shipped bundle's kind; ``gpus``: the held-out devices that are GPUs, whose device
-    folds the unseen choices pool; ``exclude``: a device whose figures the unseen choices leave out (the nested
-    choice for that device)."""
+    """Every choice behind the routes, with its evidence: ``family``, ``side`` (a situation), ``key`` (a dtype, a
+    "<device>/<dtype>" on the seen side, or "*" for the side's default), ``rows`` behind it, ``options`` (model ->
+    per-seed mean APE) and ``chosen`` (None where too few rows: the side's default applies). ``figures``: the
+    results' rows; ``incumbents``: family -> the shipped bundle's kind; ``gpus``: the held-out devices that are
+    GPUs, whose device folds the sibling and unseen choices pool, each (device, dtype) under its situation
+    (``situation_of`` with the family's ``pairs``); ``exclude``: a device whose figures those choices leave out (the
+    nested choice for that device)."""
     from estimator.unseen import POOLED
 
     out = []
@@ -180,36 +243,52 @@ def route_choices(figures: pd.DataFrame, incumbents: dict[str, str], gpus: set[s
             out.append({"family": family, "side": side, "key": key, "rows": rows, "options": options,
                         "chosen": choose(options, incumbent) if enough else None})
 
-        options, rows = pooled_options(device, None)
-        add("unseen", "*", options, rows, default=True)
-        for dtype in sorted({d for ds in device["dtypes"] for d in ds}):
-            add("unseen", dtype, *pooled_options(device, dtype))
+        cells = [(held_out, dtype) for held_out, block in device.groupby("held_out", sort=True)
+                 for dtype in sorted({d for ds in block["dtypes"] for d in ds})]
+        where = {cell: (UNSEEN if family in DEVICE_ONLY else situation_of(*cell, pairs.get(family, [])))
+                 for cell in cells}
+        add(UNSEEN, "*", *pooled_options(device, sorted({(h, None) for h, _ in cells})), default=True)
+        siblings = [c for c in cells if where[c] == SIBLING]
+        if siblings:
+            add(SIBLING, "*", *pooled_options(device, siblings))
+        for side in (UNSEEN, SIBLING):
+            for dtype in sorted({d for _, d in cells}):
+                chosen = [c for c in cells if c[1] == dtype and where[c] == side]
+                if chosen:
+                    add(side, dtype, *pooled_options(device, chosen))
         pooled = _exactly(shapes[shapes["held_out"] == POOLED], None)
-        add("seen", "*", _options(pooled), int(pooled["n"].max()) if len(pooled) else 0, default=True)
+        add(SEEN, "*", _options(pooled), int(pooled["n"].max()) if len(pooled) else 0, default=True)
         for held_out, block in shapes[shapes["held_out"] != POOLED].groupby("held_out", sort=True):
             for dtype in sorted({d for ds in block["dtypes"] for d in ds}):
                 chosen = _exactly(block, dtype)
-                add("seen", f"{held_out}/{dtype}", _options(chosen), int(chosen["n"].min()) if len(chosen) else 0)
+                add(SEEN, f"{held_out}/{dtype}", _options(chosen), int(chosen["n"].min()) if len(chosen) else 0)
     return out
 
 
-def choose_routes(figures: pd.DataFrame, incumbents: dict[str, str], gpus: set[str],
+def choose_routes(figures: pd.DataFrame, incumbents: dict[str, str], gpus: set[str], pairs: dict[str, list[str]],
                   exclude: str | None = None) -> dict[str, FamilyRoutes]:
-    """Routes for every family with device-split and shapes-split figures (``route_choices``' arguments);
-    ``pairs`` are the shapes split's (device, dtype) pairs."""
+    """Routes for every family with device-split and shapes-split figures (``route_choices``' arguments); a
+    family's ``pairs`` and ``designs`` are those of ``pairs`` (its data's "<device>/<dtype>")."""
     out = {}
-    choices = route_choices(figures, incumbents, gpus, exclude)
+    choices = route_choices(figures, incumbents, gpus, pairs, exclude)
     for family in dict.fromkeys(c["family"] for c in choices):
         mine = [c for c in choices if c["family"] == family]
         default = {c["side"]: c["chosen"] for c in mine if c["key"] == "*"}
-        if None in default.values() or len(default) < 2:
+        if default.get(SEEN) is None or default.get(UNSEEN) is None:
             continue
         chosen = {(c["side"], c["key"]): c["chosen"] for c in mine if c["key"] != "*" and c["chosen"]}
+        family_pairs = sorted(pairs.get(family, []))
         out[family] = FamilyRoutes(
-            default["seen"], default["unseen"], {k: v for (side, k), v in chosen.items() if side == "seen"},
-            {k: v for (side, k), v in chosen.items() if side == "unseen"},
-            [c["key"] for c in mine if c["side"] == "seen" and c["key"] != "*"], family in DEVICE_ONLY)
+            default[SEEN], default[UNSEEN], {k: v for (side, k), v in chosen.items() if side == SEEN},
+            {k: v for (side, k), v in chosen.items() if side == UNSEEN}, family_pairs, family in DEVICE_ONLY,
+            {k: v for (side, k), v in chosen.items() if side == SIBLING}, default.get(SIBLING),
+            designs_of(family_pairs))
     return out
+
+
+def pairs_of(doc: dict[str, Any]) -> dict[str, list[str]]:
+    """family -> the "<device>/<dtype>" pairs of its data, as the results recorded them."""
+    return {f: list(d.get("pairs", [])) for f, d in doc.get("data", {}).items()}
 
 
 def incumbents_of(doc: dict[str, Any]) -> dict[str, str]:
@@ -218,11 +297,12 @@ def incumbents_of(doc: dict[str, Any]) -> dict[str, str]:
 
 
 # -- what the routes change ----------------------------------------------------------------------------------------
-def route_report(figures: pd.DataFrame, routes: dict[str, FamilyRoutes], nested: dict[str, Any]) -> pd.DataFrame:
-    """Per held-out GPU, family and dtype (device split): mean APE of what the shipped rule runs (``bundle``), the
-    route the bundle would take (``routed``: chosen on every GPU's figures) and the honest figure of routing
-    (``routed_ape``: the ``routed`` candidate of the results, whose choice for each device was made without it,
-    ``nested`` naming it)."""
+def route_report(figures: pd.DataFrame, routes: dict[str, FamilyRoutes], nested: dict[str, Any],
+                 pairs: dict[str, list[str]]) -> pd.DataFrame:
+    """Per held-out device, family and dtype (device split): its situation there, the mean APE of what the shipped
+    rule runs (``bundle``), the model a bundle routed on every figure would run (``route``) and the honest figure of
+    routing: the ``routed`` candidate of the results, whose choice for each device was made without its figures
+    (``nested`` names it)."""
     from estimator.unseen import POOLED
 
     device = figures[(figures["split"] == "device") & (figures["held_out"] != POOLED)]
@@ -234,12 +314,13 @@ def route_report(figures: pd.DataFrame, routes: dict[str, FamilyRoutes], nested:
             here = _exactly(block, dtype).set_index("model")
             figure = here["mean_ape"].to_dict()
             spread = here["seeds"].map(np.ptp).to_dict()
-            chosen = nested[family][held_out].get(dtype, nested[family][held_out].get("*"))
-            rows.append({"family": family, "device": held_out, "dtype": dtype, "n": int(here["n"].max()),
-                         "bundle": figure.get("bundle", np.nan), "bundle_spread": spread.get("bundle", np.nan),
-                         "route": routes[family].unseen.get(dtype, routes[family].unseen_default),
-                         "nested": chosen, "routed": figure.get("routed", np.nan),
-                         "routed_spread": spread.get("routed", np.nan)})
+            situation = UNSEEN if routes[family].device_only else situation_of(held_out, dtype, pairs.get(family, []))
+            rows.append({"family": family, "device": held_out, "dtype": dtype, "situation": situation,
+                         "n": int(here["n"].max()), "bundle": figure.get("bundle", np.nan),
+                         "bundle_spread": spread.get("bundle", np.nan),
+                         "route": routes[family].kind_of(f"{held_out}/{dtype}", situation),
+                         "nested": nested[family][held_out].get(dtype, nested[family][held_out].get("*")),
+                         "routed": figure.get("routed", np.nan), "routed_spread": spread.get("routed", np.nan)})
     return pd.DataFrame(rows)
 
 
@@ -247,22 +328,29 @@ def print_report(report: pd.DataFrame, routes: dict[str, FamilyRoutes]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=150)
-    table = Table(title="Routes chosen by the unseen protocol (unseen: by dtype; seen: by device and dtype)")
-    for column in ("family", "unseen default", "unseen by dtype", "seen default", "seen (device/dtype) not default"):
+    console = Console(width=160)
+    table = Table(title="Routes chosen by the unseen protocol (unseen and sibling: by dtype; seen: by device and "
+                        "dtype)")
+    for column in ("family", "unseen", "sibling", "seen", "seen (device/dtype) not default"):
         table.add_column(column)
     for family, r in routes.items():
-        table.add_row(family, r.unseen_default, ", ".join(f"{d}: {k}" for d, k in r.unseen.items()), r.seen_default,
-                      ", ".join(f"{d}: {k}" for d, k in r.seen.items() if k != r.seen_default) or "-")
+        table.add_row(family, describe(r.unseen_default, r.unseen), describe(r.sibling_default, r.sibling),
+                      r.seen_default, ", ".join(f"{d}: {k}" for d, k in r.seen.items() if k != r.seen_default) or "-")
     console.print(table)
-    table = Table(title="Each GPU held out: mean APE % (range over seeds) of what the shipped rule runs (bundle) and "
-                        "of the routed bundle, its choice made without that GPU (nested)")
-    for column in ("family", "device", "dtype", "rows", "bundle", "route", "nested", "routed"):
+    table = Table(title="Each device held out: mean APE % (range over seeds) of what the shipped rule runs (bundle) "
+                        "and of the routed bundle, its choice made without that device (nested)")
+    for column in ("family", "device", "dtype", "situation", "rows", "bundle", "route", "nested", "routed"):
         table.add_column(column, justify="right" if column in ("rows", "bundle", "routed") else "left")
     for r in report.itertuples(index=False):
-        table.add_row(r.family, r.device, r.dtype, f"{r.n:,}", f"{r.bundle:.1f} ({r.bundle_spread:.1f})", r.route,
-                      str(r.nested), f"{r.routed:.1f} ({r.routed_spread:.1f})")
+        table.add_row(r.family, r.device, r.dtype, r.situation, f"{r.n:,}", f"{r.bundle:.1f} ({r.bundle_spread:.1f})",
+                      r.route, str(r.nested), f"{r.routed:.1f} ({r.routed_spread:.1f})")
     console.print(table)
+
+
+def describe(default: str | None, by_dtype: dict[str, str]) -> str:
+    """"<default>; <dtype>: <model>, ..." of one situation's routes."""
+    return "; ".join([default or "(the unseen default)"] + [", ".join(f"{d}: {k}" for d, k in by_dtype.items())]
+                     if by_dtype else [default or "(the unseen default)"])
 
 
 def routes_from_results(doc: dict[str, Any]) -> dict[str, FamilyRoutes]:
@@ -270,7 +358,7 @@ def routes_from_results(doc: dict[str, Any]) -> dict[str, FamilyRoutes]:
     from estimator.unseen_results import frame
 
     figures = frame(doc)
-    return choose_routes(figures, incumbents_of(doc), gpus_of(figures))
+    return choose_routes(figures, incumbents_of(doc), gpus_of(figures), pairs_of(doc))
 
 
 def gpus_of(figures: pd.DataFrame) -> set[str]:
@@ -292,7 +380,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stepcast: {exc}")
         return 2
     routes = routes_from_results(doc)
-    print_report(route_report(unseen_results.frame(doc), routes, doc.get("routing", {}).get("nested", {})), routes)
+    print_report(route_report(unseen_results.frame(doc), routes, doc.get("routing", {}).get("nested", {}),
+                              pairs_of(doc)), routes)
     return 0
 
 

@@ -17,6 +17,7 @@ import contextlib
 import datetime as dt
 import logging
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -277,17 +278,15 @@ def routed_candidates(results: Path, frames: dict[str, pd.DataFrame], models: di
     except (FileNotFoundError, ValueError) as exc:
         raise TrainingInputError(f"routes_from: {exc}") from None
     figures = unseen_results.frame(doc)
-    gpus = routing.gpus_of(figures)
-    incumbents = routing.incumbents_of(doc)
-    chosen = routing.choose_routes(figures, incumbents, gpus)
+    gpus, incumbents, pairs = routing.gpus_of(figures), routing.incumbents_of(doc), routing.pairs_of(doc)
+    chosen = routing.choose_routes(figures, incumbents, gpus, pairs)
     candidates, routes = {}, {}
     for family, model in models.items():
         if family not in chosen:
             continue
         frame = frames[family]
-        pairs = sorted(set(frame["hardware"].astype(str) + "/" + frame["dtype"].astype(str)))
-        routes[family] = chosen[family]
-        routes[family].pairs = pairs
+        trained = sorted(set(frame["hardware"].astype(str) + "/" + frame["dtype"].astype(str)))
+        routes[family] = replace(chosen[family], pairs=trained, designs=routing.designs_of(trained))
         for kind in sorted(routes[family].kinds() - {routing.ROOFLINE, str(getattr(model, "kind", model.name))}):
             spec = shipped_config(kind)
             extra = make_estimator(kind, family, spec.params, target if spec.target else None)
@@ -297,8 +296,9 @@ def routed_candidates(results: Path, frames: dict[str, pd.DataFrame], models: di
             log.info("%s: routed candidate %s fitted on %d rows", family, kind, len(frame))
     record = {"results": {"path": str(results), "commit": doc.get("commit"), "created": doc.get("created"),
                           "seeds": doc.get("settings", {}).get("seeds")},
-              "routes": {f: r.to_dict() | {"pairs": len(r.pairs)} for f, r in routes.items()},
-              "choices": [c for c in routing.route_choices(figures, incumbents, gpus) if c["family"] in routes]}
+              "routes": {f: r.to_dict() | {"pairs": len(r.pairs), "designs": len(r.designs)}
+                         for f, r in routes.items()},
+              "choices": [c for c in routing.route_choices(figures, incumbents, gpus, pairs) if c["family"] in routes]}
     return candidates, routes, record
 
 

@@ -371,7 +371,7 @@ def run_protocol(data: pd.DataFrame, settings: Settings, progress: bool = True) 
     from tqdm import tqdm
 
     from estimator.kernel_labels import cache_only
-    from estimator.unseen_derived import add_routed, shipped_rules, with_bundle
+    from estimator.unseen_derived import add_routed, pairs_in, shipped_rules, with_bundle
     from estimator.unseen_figures import split_figures
 
     start = time.perf_counter()
@@ -426,8 +426,8 @@ def run_protocol(data: pd.DataFrame, settings: Settings, progress: bool = True) 
     return {
         "figures": figures,
         "data": {family: {"rows": int(len(frame)), "digest": frame_digest(frame)[:16],
-                          "devices": sorted(set(text_of(frame, "hardware"))),
-                          "sources": sorted(set(text_of(frame, "source")))} for family, frame in frames.items()},
+                          "pairs": pairs_in(frame), "sources": sorted(set(text_of(frame, "source")))}
+                 for family, frame in frames.items()},
         "gemm_labels": label_coverage(frames["gemm"]) if "gemm" in frames else {},
         "settings": {"seeds": settings.seeds, "max_train_rows": settings.max_train_rows,
                      "splits": list(settings.splits), "quick": settings.quick, "floor_rows": FLOOR_ROWS,

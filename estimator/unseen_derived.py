@@ -48,21 +48,23 @@ def with_bundle(results: dict[tuple[str, str, int], pd.DataFrame], rule: tuple[s
 def routed_predictions(routes: Any, frame: pd.DataFrame, h: Holdout, seed: int, primary: str,
                        results: dict[tuple[str, str, int], pd.DataFrame]) -> np.ndarray | None:
     """What a bundle with ``routes`` (``estimator.routing.FamilyRoutes``) predicts for a fold's held-out rows: each
-    row's routed candidate, the roofline where a learned one's spec test fails (rule ``unsupported_spec``). A row
-    is seen where the fold's training rows have its (device, dtype) and ``primary`` (the family's kind in the
-    bundle) counts its device as seen. None where a routed candidate was not run."""
+    row's routed candidate, the roofline where a learned one's spec test fails (rule ``unsupported_spec``). A row's
+    situation comes from the fold's training rows (its device and dtype, or its SM design and dtype, among them) and
+    from ``primary`` (the family's kind in the bundle), which must count its device as seen. None where a routed
+    candidate was not run."""
     from dataclasses import replace
 
     first = results.get((h.name, primary, seed))
     if first is None or (h.name, "roofline", seed) not in results:
         return None
-    train = frame.iloc[h.train]
-    pairs = sorted(set(text_of(train, "hardware") + "/" + text_of(train, "dtype")))
+    from estimator.routing import designs_of
+
+    pairs = pairs_in(frame.iloc[h.train])
     rows = frame.iloc[h.test]
     hardware, dtype = text_of(rows, "hardware"), text_of(rows, "dtype")
     model_seen = first["hardware_seen"].to_numpy(dtype=bool) if "hardware_seen" in first else np.zeros(len(rows), bool)
-    routes = replace(routes, pairs=pairs)
-    kinds = routes.kinds_for(hardware, dtype, routes.is_seen(hardware, dtype, model_seen))
+    routes = replace(routes, pairs=pairs, designs=designs_of(pairs))
+    kinds = routes.kinds_for(hardware, dtype, routes.situations(hardware, dtype, model_seen))
     roofline = results[(h.name, "roofline", seed)]["predicted_us"].to_numpy()
     out = np.full(len(rows), np.nan)
     for kind in pd.unique(kinds):
@@ -81,13 +83,14 @@ def add_routed(kept: dict[tuple[str, str], tuple[dict, dict]], frames: dict[str,
     (family -> held-out device -> dtype -> model, "*": the default). On the device split each held-out device's
     routes are chosen without its figures (``estimator.routing.choose_routes``' ``exclude``): scored on the figures
     it was chosen on, routing would flatter itself. The shapes split uses the routes chosen on every figure."""
-    from estimator.routing import choose_routes, gpus_of
+    from estimator.routing import UNSEEN, choose_routes, gpus_of, situation_of
 
     table = pd.DataFrame(figures)
     if not len(table):
         return [], {}
     gpus = gpus_of(table)
-    full = choose_routes(table, incumbents, gpus)
+    pairs = {family: pairs_in(frame) for family, frame in frames.items()}
+    full = choose_routes(table, incumbents, gpus, pairs)
     out, nested = [], {}
     for (split, family), (folds, results) in kept.items():
         if family not in full or family not in incumbents:
@@ -95,7 +98,7 @@ def add_routed(kept: dict[tuple[str, str], tuple[dict, dict]], frames: dict[str,
         mine = table[table["family"] == family]
         names = {h.name for f in folds.values() for h in f}
         by_fold = {name: full[family] if split == "shapes" else
-                   choose_routes(mine, incumbents, gpus, exclude=name).get(family) for name in names}
+                   choose_routes(mine, incumbents, gpus, pairs, exclude=name).get(family) for name in names}
         routed = {}
         for seed, seed_folds in folds.items():
             for h in seed_folds:
@@ -105,7 +108,8 @@ def add_routed(kept: dict[tuple[str, str], tuple[dict, dict]], frames: dict[str,
                 if split == "device":
                     dtypes = sorted(set(text_of(frames[family].iloc[h.test], "dtype")))
                     nested.setdefault(family, {})[h.name] = {"*": routes.unseen_default} | {
-                        d: routes.unseen.get(d, routes.unseen_default) for d in dtypes}
+                        d: routes.kind_of(f"{h.name}/{d}", UNSEEN if routes.device_only else
+                                          situation_of(h.name, d, pairs[family])) for d in dtypes}
                 p = routed_predictions(routes, frames[family], h, seed, incumbents[family], results)
                 if p is not None:
                     routed[(h.name, ROUTED, seed)] = pd.DataFrame({"predicted_us": p})
@@ -113,3 +117,8 @@ def add_routed(kept: dict[tuple[str, str], tuple[dict, dict]], frames: dict[str,
             pooled = {n for n in names if split != "device" or n in gpus}
             out += split_figures(split, family, frames[family], folds, routed, pooled)
     return out, nested
+
+
+def pairs_in(frame: pd.DataFrame) -> list[str]:
+    """The "<device>/<dtype>" pairs of a frame's rows."""
+    return sorted(set(text_of(frame, "hardware") + "/" + text_of(frame, "dtype")))

@@ -45,31 +45,44 @@ def figures() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+PAIRS = {"gemm": ["h200/bf16", "b200/bf16", "t4/fp32"]}
+
+
 def test_routes_take_the_unseen_best_per_dtype_and_the_within_device_best_per_pair():
-    routes = choose_routes(figures(), {"gemm": "xgboost"}, {"h200", "b200", "t4"})["gemm"]
-    assert routes.unseen == {"bf16": "tiled", "fp32": "mlp"}
+    routes = choose_routes(figures(), {"gemm": "xgboost"}, {"h200", "b200", "t4"}, PAIRS)["gemm"]
+    assert routes.unseen == {"bf16": "tiled", "fp32": "mlp"} and routes.sibling == {}
     assert routes.seen_default == "xgboost" and routes.seen["b200/bf16"] == "tiled"
     assert routes.seen["h200/bf16"] == "xgboost" and set(routes.pairs) == {"h200/bf16", "b200/bf16", "t4/fp32"}
+    assert routes.designs == ["sm_100/bf16", "sm_75/fp32", "sm_90/bf16"]
+
+
+def test_a_device_whose_sm_design_was_trained_on_at_its_dtype_is_routed_as_a_sibling():
+    # the H100 (sm_90, bf16) in the data: the held-out H200's bf16 rows were a sibling's, the B200's a new design's
+    pairs = {"gemm": PAIRS["gemm"] + ["h100-sxm/bf16"]}
+    routes = choose_routes(figures(), {"gemm": "xgboost"}, {"h200", "b200", "t4"}, pairs)["gemm"]
+    assert routes.sibling == {"bf16": "tiled"} and routes.unseen == {"bf16": "xgboost", "fp32": "mlp"}
 
 
 def test_a_nested_choice_leaves_the_held_out_device_figures_out():
-    routes = choose_routes(figures(), {"gemm": "xgboost"}, {"h200", "b200", "t4"}, exclude="h200")["gemm"]
+    routes = choose_routes(figures(), {"gemm": "xgboost"}, {"h200", "b200", "t4"}, PAIRS, exclude="h200")["gemm"]
     assert routes.unseen["bf16"] == "xgboost"  # without the h200, the b200 alone: xgboost 20 against tiled 25
     assert "fp32" in routes.unseen
 
 
-def test_a_row_is_seen_only_where_its_device_and_dtype_were_trained_on():
+def test_a_row_is_seen_where_its_device_and_dtype_were_trained_on_and_a_sibling_where_its_design_was():
     routes = FamilyRoutes("xgboost", "tiled", {"h100-sxm/bf16": "mlp"}, {"fp32": "roofline"},
-                          ["h100-sxm/bf16", "a100-sxm-80gb/fp16"])
-    hardware = np.array(["h100-sxm", "h100-sxm", "t4", "a100-sxm-80gb", "a100-sxm-80gb"], dtype=object)
-    dtype = np.array(["bf16", "fp32", "fp32", "fp16", "bf16"], dtype=object)
-    seen = routes.is_seen(hardware, dtype, np.ones(5, dtype=bool))
-    assert seen.tolist() == [True, False, False, True, False]
-    assert routes.kinds_for(hardware, dtype, seen).tolist() == ["mlp", "roofline", "roofline", "xgboost", "tiled"]
+                          ["h100-sxm/bf16", "a100-sxm-80gb/fp16"], sibling={"bf16": "xgboost"},
+                          designs=["sm_90/bf16", "sm_80/fp16"])
+    hardware = np.array(["h100-sxm", "h100-sxm", "t4", "a100-sxm-80gb", "a100-sxm-80gb", "h200"], dtype=object)
+    dtype = np.array(["bf16", "fp32", "fp32", "fp16", "bf16", "bf16"], dtype=object)
+    where = routes.situations(hardware, dtype, np.ones(6, dtype=bool))
+    assert where.tolist() == ["seen", "unseen", "unseen", "seen", "unseen", "sibling"]
+    assert routes.kinds_for(hardware, dtype, where).tolist() == ["mlp", "roofline", "roofline", "xgboost", "tiled",
+                                                                 "xgboost"]
     # the model's own test counts too (a collective at a rank count it never saw); device_only: it alone
-    assert not routes.is_seen(hardware[:1], dtype[:1], np.zeros(1, dtype=bool))[0]
+    assert routes.situations(hardware[:1], dtype[:1], np.zeros(1, dtype=bool)).tolist() == ["sibling"]
     only = FamilyRoutes("nccl", "roofline", device_only=True)
-    assert only.is_seen(hardware[2:3], dtype[2:3], np.ones(1, dtype=bool)).tolist() == [True]
+    assert only.situations(hardware[2:3], dtype[2:3], np.ones(1, dtype=bool)).tolist() == ["seen"]
 
 
 @pytest.fixture(scope="module")
@@ -77,14 +90,14 @@ def routed(tmp_path_factory):
     rows = synthetic_gemms(300, hardware=("h100-sxm", "a100-sxm-80gb"))
     primary = make_estimator("xgboost", "gemm", {"n_estimators": 8}, "efficiency").fit(rows, rows["runtime_us"])
     other = make_estimator("mlp", "gemm", {"epochs": 2}, "efficiency").fit(rows, rows["runtime_us"])
-    routes = FamilyRoutes("xgboost", "mlp", {"h100-sxm/bf16": "xgboost"}, {"fp32": "roofline"},
-                          ["h100-sxm/bf16", "a100-sxm-80gb/bf16"])
+    routes = FamilyRoutes("xgboost", "xgboost", {}, {"fp32": "roofline"}, ["h100-sxm/bf16", "a100-sxm-80gb/bf16"],
+                          sibling={"bf16": "mlp"}, designs=["sm_90/bf16", "sm_80/bf16"])
     router = FamilyRouter({"gemm": primary}, candidates={"gemm": {"mlp": other}}, routes={"gemm": routes})
     return router, router.save(tmp_path_factory.mktemp("routed") / "bundle")
 
 
 def kernels() -> pd.DataFrame:
-    return pd.DataFrame({"family": "gemm", "hardware": ["h100-sxm", "h200", "h200", "cpu-intel-xeon-2c"],
+    return pd.DataFrame({"family": "gemm", "hardware": ["h100-sxm", "h200", "b200", "cpu-intel-xeon-2c"],
                          "dtype": ["bf16", "bf16", "fp32", "bf16"], "m": 512.0, "n": 1024.0, "k": 2048.0,
                          "batch": 1.0})
 
@@ -93,7 +106,8 @@ def test_a_routed_bundle_runs_each_row_by_its_route_and_falls_back_on_a_failed_s
     router, _ = routed
     out = router.predict_frame(kernels())
     names = out["estimator"].str.split("@").str[0].tolist()
-    # seen pair: xgboost; unseen bf16: mlp; unseen fp32: the roofline; a CPU fails the GPU model's spec test
+    # seen pair: xgboost; a sibling (the H200, of the H100's design) at bf16: mlp; unseen fp32: the roofline; the CPU
+    # is routed to xgboost but fails its spec test
     assert names == ["xgboost", "mlp", "roofline", "roofline"]
     mlp = router.candidates["gemm"]["mlp"]
     assert out["predicted_us"].iloc[1] == pytest.approx(mlp.predict(kernels().iloc[[1]])[0])
