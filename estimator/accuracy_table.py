@@ -112,8 +112,9 @@ def routing_section(doc: dict[str, Any], figures: pd.DataFrame) -> list[str]:
              "Which candidate a routed bundle runs. A (device, dtype) with training rows (seen): the one best on the "
              "within-device split for that device and dtype. Without: the one best on the device split pooled over "
              "the held-out GPUs' rows of that dtype in the same situation, **sibling** (another device of its SM "
-             "design, the same compute capability, has rows of that dtype) or **unseen** (none has). A challenger "
-             "replaces the shipped kind only where it is better by more than the larger range over seeds.", ""]
+             "design, the same compute capability, has rows of that dtype) or **unseen** (none has), among the bounded "
+             "models (not the MLP). A challenger replaces the shipped kind only where it is better by more than the "
+             "larger range over seeds.", ""]
     rows = [[f, describe(r.unseen_default, r.unseen), describe(r.sibling_default, r.sibling), r.seen_default,
              ", ".join(f"{p}: {k}" for p, k in r.seen.items() if k != r.seen_default) or "-"]
             for f, r in routes.items()]

@@ -105,7 +105,8 @@ ROUTING_RULE = ("Each row runs the model its family's routes name for its (devic
                 "(fewer than 20 rows: over every device). Sibling (none, but a device of the same SM design, the "
                 "same compute capability, has rows of that dtype) and unseen (neither): the one lowest on the "
                 "device split (each device held out whole) pooled over the held-out GPUs' rows of that dtype in the "
-                "same situation (fewer than 20 rows: over every dtype). A challenger replaces the shipped kind only "
+                "same situation (fewer than 20 rows: over every dtype), among the bounded models (not the MLP, "
+                "whose output past its training inputs has no bound). A challenger replaces the shipped kind only "
                 "where it is lower by more than the larger of the two ranges over seeds.")
 ROUTING_FALLBACKS = ("A row whose device's spec lies outside what the routed learned model was trained on takes the "
                      "roofline (rule unsupported_spec); a route naming a model the bundle lacks runs the family's "

@@ -14,8 +14,13 @@ memory) or **unseen** (a new SM design at that dtype). The rule (``choose_routes
   pooled over the held-out GPUs' rows of that dtype that were in the same situation (a device held out whose SM
   design another training device shares at that dtype counts as a sibling); with too few rows, the situation's
   choice over every dtype (unseen: over every held-out GPU's rows);
-- a challenger replaces the **incumbent** (the family's kind in the shipped bundle) only where its mean APE is lower
-  by more than the larger of the two ranges over seeds: a difference inside the seeds' spread is not evidence.
+- sibling and unseen rows go to bounded models only (``UNBOUNDED``: not the MLP, whose output past its training
+  inputs has no bound);
+- a challenger replaces the **incumbent** (what the shipped bundle runs in that situation: its kind, or the roofline
+  for a device it was not trained on where its fallback rule says so) only where its mean APE is lower by more than
+  the larger of the two ranges over seeds (a difference inside the seeds' spread is not evidence) and, for sibling
+  and unseen rows, where it rests on two or more held-out devices and still beats the incumbent with any one of
+  them left out (one device's figures are no evidence about the next device: ``stable_choice``).
 
 Fallbacks, at prediction time (``estimator.router``): a row whose device's spec lies outside what the chosen learned
 model was trained on goes to the roofline (rule ``unsupported_spec``: a CPU asked of a GPU-trained model); a route
@@ -44,12 +49,19 @@ from estimator.frames import by_code, factorize
 MIN_ROWS = 20
 #: derived figures of the results that are no model a bundle can hold
 NOT_CANDIDATES = ("bundle", "routed")
+#: models whose prediction beyond their training inputs has no bound (a network's output past its data is a straight
+#: line to anywhere): routed only to devices trained on at that dtype. The others are bounded by construction: the
+#: roofline and the NCCL model by their structure, tiled by its tile bound over clamped inputs, XGBoost by its trees
+#: (an efficiency never outside the training rows' range). On the device split the MLP's range over three seeds
+#: reached 2,100 points (attention fp16 on the A100) and 306 (bf16 GEMMs on the B200, whose spec lies beyond every
+#: other device's): chosen for a device from the others' figures, it was 363 % off there.
+UNBOUNDED = ("mlp",)
 ROOFLINE = "roofline"
 
 
-#: families whose rows count as seen by their model's own test alone, whatever the dtype: the NCCL model times any
+#: families whose situations ignore the dtype and whose model says what a sibling is: the NCCL model times any
 #: dtype from its bytes, and a device whose catalog links equal a fitted device's takes that device's figures
-#: (``estimator.nccl.same_links_as``), so it is no unseen device to that model
+#: (``estimator.nccl.same_links_as``): such a device is the collectives' sibling, whatever its SM design
 DEVICE_ONLY = ("collective",)
 
 
@@ -106,11 +118,14 @@ class FamilyRoutes:
     def situations(self, hardware: Any, dtype: Any, model_seen: np.ndarray) -> np.ndarray:
         """Per row, its situation (``SITUATIONS``): seen where its (device, dtype) pair is in ``pairs`` and its
         model counts its device as seen; else sibling where its "<design>/<dtype>" is in ``designs``; else unseen.
-        ``device_only``: seen where the model says so, else unseen."""
+        ``device_only``: seen where its device is in ``pairs`` (any dtype) and the model counts it as seen, a
+        sibling where only the model does (a device it times by a fitted one's figures), else unseen."""
         model_seen = np.asarray(model_seen, dtype=bool)
-        if self.device_only:
-            return np.where(model_seen, SEEN, UNSEEN).astype(object)
         pairs, codes = _pairs(hardware, dtype)
+        if self.device_only:
+            trained = {p.rpartition("/")[0] for p in self.pairs}
+            device_seen = by_code(np.array([p.rpartition("/")[0] in trained for p in pairs] + [False]), codes)
+            return np.where(model_seen, np.where(device_seen, SEEN, SIBLING), UNSEEN).astype(object)
         known, designs = set(self.pairs), set(self.designs)
         seen = by_code(np.array([p in known for p in pairs] + [False]), codes) & model_seen
         sibling = by_code(np.array([f"{design_of(p.rpartition('/')[0])}/{p.rpartition('/')[2]}" in designs
@@ -209,24 +224,52 @@ def pooled_options(device: pd.DataFrame, cells: list[tuple[str, str | None]]) ->
     return out, int(sum(int(p["n"].max()) for p in parts))
 
 
-def situation_of(device: str, dtype: str, pairs: list[str]) -> str:
+def situation_of(device: str, dtype: str, pairs: list[str], device_only: bool = False) -> str:
     """A held-out device's situation at ``dtype`` on the device split, whose training rows are ``pairs`` (every
     "<device>/<dtype>" of the family's data) less the device's own: sibling where another device of its SM design
-    has rows of that dtype."""
+    has rows of that dtype (``device_only``: where another device has its catalog links, any dtype)."""
+    others = sorted({p.rpartition("/")[0] for p in pairs} - {device})
+    if device_only:
+        from estimator.nccl import same_links_as
+
+        return SIBLING if same_links_as(device, others) else UNSEEN
     design = design_of(device)
     return SIBLING if design and any(design_of(p.rpartition("/")[0]) == design and p.rpartition("/")[2] == dtype
                                      and p.rpartition("/")[0] != device for p in pairs) else UNSEEN
 
 
-def route_choices(figures: pd.DataFrame, incumbents: dict[str, str], gpus: set[str], pairs: dict[str, list[str]],
-                  exclude: str | None = None) -> list[dict[str, Any]]:
+def stable_choice(device: pd.DataFrame, cells: list[tuple[str, str | None]], incumbent: str | None
+                  ) -> tuple[dict[str, list[float]], int, str | None]:
+    """(options pooled over ``cells``, their rows, the choice): the pooled choice (``choose``), kept only where it
+    rests on two or more held-out devices and still beats the incumbent with any one of them left out, else the
+    incumbent. A choice that one device decides says nothing about the next device (the norms' A100 held out: of the
+    other two devices the roofline won on one by more than xgboost won on the other)."""
+    options, rows = pooled_options(device, cells)
+    options = {m: v for m, v in options.items() if m not in UNBOUNDED}
+    if not options:
+        return options, rows, None
+    chosen = choose(options, incumbent)
+    if chosen == incumbent or incumbent not in options:
+        return options, rows, chosen
+    devices = sorted({h for h, _ in cells})
+    if len(devices) < 2:
+        return options, rows, incumbent
+    for left_out in devices:
+        rest, _ = pooled_options(device, [c for c in cells if c[0] != left_out])
+        if np.mean(rest[chosen]) >= np.mean(rest[incumbent]):
+            return options, rows, incumbent
+    return options, rows, chosen
+
+
+def route_choices(figures: pd.DataFrame, incumbents: dict[str, dict[str, str]], gpus: set[str],
+                  pairs: dict[str, list[str]], exclude: str | None = None) -> list[dict[str, Any]]:
     """Every choice behind the routes, with its evidence: ``family``, ``side`` (a situation), ``key`` (a dtype, a
     "<device>/<dtype>" on the seen side, or "*" for the side's default), ``rows`` behind it, ``options`` (model ->
     per-seed mean APE) and ``chosen`` (None where too few rows: the side's default applies). ``figures``: the
-    results' rows; ``incumbents``: family -> the shipped bundle's kind; ``gpus``: the held-out devices that are
-    GPUs, whose device folds the sibling and unseen choices pool, each (device, dtype) under its situation
-    (``situation_of`` with the family's ``pairs``); ``exclude``: a device whose figures those choices leave out (the
-    nested choice for that device)."""
+    results' rows; ``incumbents``: family -> situation -> what the shipped bundle runs there (``incumbents_from``);
+    ``gpus``: the held-out devices that are GPUs, whose device folds the sibling and unseen choices pool, each
+    (device, dtype) under its situation (``situation_of`` with the family's ``pairs``), with ``stable_choice``;
+    ``exclude``: a device whose figures those choices leave out (the nested choice for that device)."""
     from estimator.unseen import POOLED
 
     out = []
@@ -234,39 +277,43 @@ def route_choices(figures: pd.DataFrame, incumbents: dict[str, str], gpus: set[s
         mine = figures[figures["family"] == family]
         device = mine[(mine["split"] == "device") & mine["held_out"].isin(gpus - {exclude})]
         shapes = mine[mine["split"] == "shapes"]
-        if not len(device) or not len(shapes):
+        if not len(device) or not len(shapes) or family not in incumbents:
             continue
-        incumbent = incumbents.get(family)
+        incumbent = incumbents[family]
 
-        def add(side: str, key: str, options: dict[str, list[float]], rows: int, default: bool = False) -> None:
+        def add(side: str, key: str, options: dict[str, list[float]], rows: int, chosen: str | None,
+                default: bool = False) -> None:
             enough = bool(options) and (default or rows >= MIN_ROWS)
             out.append({"family": family, "side": side, "key": key, "rows": rows, "options": options,
-                        "chosen": choose(options, incumbent) if enough else None})
+                        "chosen": chosen if enough else None})
 
         cells = [(held_out, dtype) for held_out, block in device.groupby("held_out", sort=True)
                  for dtype in sorted({d for ds in block["dtypes"] for d in ds})]
-        where = {cell: (UNSEEN if family in DEVICE_ONLY else situation_of(*cell, pairs.get(family, [])))
-                 for cell in cells}
-        add(UNSEEN, "*", *pooled_options(device, sorted({(h, None) for h, _ in cells})), default=True)
+        where = {cell: situation_of(*cell, pairs.get(family, []), family in DEVICE_ONLY) for cell in cells}
+        add(UNSEEN, "*", *stable_choice(device, sorted({(h, None) for h, _ in cells}), incumbent[UNSEEN]),
+            default=True)
         siblings = [c for c in cells if where[c] == SIBLING]
         if siblings:
-            add(SIBLING, "*", *pooled_options(device, siblings))
+            add(SIBLING, "*", *stable_choice(device, siblings, incumbent[SIBLING]))
         for side in (UNSEEN, SIBLING):
             for dtype in sorted({d for _, d in cells}):
                 chosen = [c for c in cells if c[1] == dtype and where[c] == side]
                 if chosen:
-                    add(side, dtype, *pooled_options(device, chosen))
+                    add(side, dtype, *stable_choice(device, chosen, incumbent[side]))
         pooled = _exactly(shapes[shapes["held_out"] == POOLED], None)
-        add(SEEN, "*", _options(pooled), int(pooled["n"].max()) if len(pooled) else 0, default=True)
+        options = _options(pooled)
+        add(SEEN, "*", options, int(pooled["n"].max()) if len(pooled) else 0,
+            choose(options, incumbent[SEEN]) if options else None, default=True)
         for held_out, block in shapes[shapes["held_out"] != POOLED].groupby("held_out", sort=True):
             for dtype in sorted({d for ds in block["dtypes"] for d in ds}):
-                chosen = _exactly(block, dtype)
-                add(SEEN, f"{held_out}/{dtype}", _options(chosen), int(chosen["n"].min()) if len(chosen) else 0)
+                options = _options(_exactly(block, dtype))
+                rows = int(_exactly(block, dtype)["n"].min()) if options else 0
+                add(SEEN, f"{held_out}/{dtype}", options, rows, choose(options, incumbent[SEEN]) if options else None)
     return out
 
 
-def choose_routes(figures: pd.DataFrame, incumbents: dict[str, str], gpus: set[str], pairs: dict[str, list[str]],
-                  exclude: str | None = None) -> dict[str, FamilyRoutes]:
+def choose_routes(figures: pd.DataFrame, incumbents: dict[str, dict[str, str]], gpus: set[str],
+                  pairs: dict[str, list[str]], exclude: str | None = None) -> dict[str, FamilyRoutes]:
     """Routes for every family with device-split and shapes-split figures (``route_choices``' arguments); a
     family's ``pairs`` and ``designs`` are those of ``pairs`` (its data's "<device>/<dtype>")."""
     out = {}
@@ -291,9 +338,25 @@ def pairs_of(doc: dict[str, Any]) -> dict[str, list[str]]:
     return {f: list(d.get("pairs", [])) for f, d in doc.get("data", {}).items()}
 
 
-def incumbents_of(doc: dict[str, Any]) -> dict[str, str]:
-    """family -> the shipped bundle's kind, as the results recorded it."""
-    return {f: str(r["kind"]) for f, r in doc.get("settings", {}).get("bundle_rules", {}).items()}
+#: fallback rules under which the shipped bundle runs the roofline for a device it was not trained on
+ROOFLINE_WHEN_UNSEEN = ("unseen_hardware", "out_of_range")
+
+
+def incumbents_from(rules: dict[str, tuple[str, str]]) -> dict[str, dict[str, str]]:
+    """family -> situation -> what a bundle with these (kind, fallback rule) pairs runs there: its kind, or for a
+    device it was not trained on the roofline where its rule sends such rows there (a ``DEVICE_ONLY`` family's
+    model counts its siblings as seen: the rule keeps them on the model)."""
+    out = {}
+    for family, (kind, rule) in rules.items():
+        unseen = ROOFLINE if rule in ROOFLINE_WHEN_UNSEEN else kind
+        out[family] = {SEEN: kind, SIBLING: kind if family in DEVICE_ONLY else unseen, UNSEEN: unseen}
+    return out
+
+
+def incumbents_of(doc: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """``incumbents_from`` the shipped bundle's kinds and rules, as the results recorded them."""
+    return incumbents_from({f: (str(r["kind"]), str(r["rule"]))
+                            for f, r in doc.get("settings", {}).get("bundle_rules", {}).items()})
 
 
 # -- what the routes change ----------------------------------------------------------------------------------------
@@ -314,7 +377,7 @@ def route_report(figures: pd.DataFrame, routes: dict[str, FamilyRoutes], nested:
             here = _exactly(block, dtype).set_index("model")
             figure = here["mean_ape"].to_dict()
             spread = here["seeds"].map(np.ptp).to_dict()
-            situation = UNSEEN if routes[family].device_only else situation_of(held_out, dtype, pairs.get(family, []))
+            situation = situation_of(held_out, dtype, pairs.get(family, []), routes[family].device_only)
             rows.append({"family": family, "device": held_out, "dtype": dtype, "situation": situation,
                          "n": int(here["n"].max()), "bundle": figure.get("bundle", np.nan),
                          "bundle_spread": spread.get("bundle", np.nan),

@@ -196,20 +196,24 @@ def holdouts(split: str, frame: pd.DataFrame, seed: int = 0) -> list[Holdout]:
     return [h for h in found if len(h.test) >= MIN_TEST_ROWS and len(h.train)]
 
 
-def training_sample(frame: pd.DataFrame, positions: np.ndarray, max_rows: int | None, seed: int) -> np.ndarray:
-    """At most ``max_rows`` of ``positions``: every (device, source, dtype) group first keeps up to a floor of rows
-    (``FLOOR_ROWS``, less where the groups' floors would take more than ``FLOOR_SHARE`` of the budget), the rest is
-    drawn at random from the remaining rows. A plain random draw would give a 20-row source one row or none, and a
-    device measured by it would vanish from the training rows."""
+def sample_groups(frame: pd.DataFrame) -> np.ndarray:
+    """Each row's (device, source, dtype) group as an integer: what ``training_sample`` keeps a floor of."""
+    keys = pd.Series(text_of(frame, "hardware")) + "/" + text_of(frame, "source") + "/" + text_of(frame, "dtype")
+    return pd.factorize(keys)[0]
+
+
+def training_sample(groups: np.ndarray, positions: np.ndarray, max_rows: int | None, seed: int) -> np.ndarray:
+    """At most ``max_rows`` of ``positions``: every group (``sample_groups``: device, source, dtype) first keeps up
+    to a floor of rows (``FLOOR_ROWS``, less where the groups' floors would take more than ``FLOOR_SHARE`` of the
+    budget), the rest is drawn at random from the remaining rows. A plain random draw would give a 20-row source one
+    row or none, and a device measured by it would vanish from the training rows."""
     positions = np.asarray(positions)
     if max_rows is None or len(positions) <= max_rows:
         return positions
     rng = np.random.default_rng(seed)
     shuffled = rng.permutation(positions)
-    keys = pd.Series(text_of(frame, "hardware")[shuffled]) + "/" + text_of(frame, "source")[shuffled] + "/" \
-        + text_of(frame, "dtype")[shuffled]
-    groups = keys.nunique()
-    floor = max(1, min(FLOOR_ROWS, int(max_rows * FLOOR_SHARE) // max(groups, 1)))
+    keys = pd.Series(np.asarray(groups)[shuffled])
+    floor = max(1, min(FLOOR_ROWS, int(max_rows * FLOOR_SHARE) // max(keys.nunique(), 1)))
     first = (keys.groupby(keys, sort=False).cumcount() < floor).to_numpy()
     rest = shuffled[~first][:max(0, max_rows - int(first.sum()))]
     return np.sort(np.concatenate([shuffled[first][:max_rows], rest]))
@@ -295,13 +299,14 @@ def job_key(job: Job, train: np.ndarray, data: str) -> str:
 FLAGS = ("shape_ok", "hardware_seen", "spec_ok")
 
 
-def run_job(job: Job, frame: pd.DataFrame, max_train_rows: int | None, cache_dir: Path | None,
+def run_job(job: Job, frame: pd.DataFrame, groups: np.ndarray, max_train_rows: int | None, cache_dir: Path | None,
             data: str) -> tuple[pd.DataFrame, bool]:
-    """(predicted_us and the support flags of the held-out rows, whether they came from the cache)."""
+    """(predicted_us and the support flags of the held-out rows, whether they came from the cache); ``groups``: the
+    frame's ``sample_groups``."""
     from estimator.evaluate import evaluate_fold
     from profiling.atomic import atomic_path
 
-    train = training_sample(frame, job.holdout.train, max_train_rows, job.seed)
+    train = training_sample(groups, job.holdout.train, max_train_rows, job.seed)
     path = cache_dir / f"{job_key(job, train, data)}.parquet" if cache_dir is not None else None
     if path is not None and path.is_file():
         try:
@@ -397,14 +402,14 @@ def run_protocol(data: pd.DataFrame, settings: Settings, progress: bool = True) 
     with cache_only():
         for split, family, folds, models in plan:
             frame = frames[family]
-            data_key = frame_digest(frame)
+            data_key, groups = frame_digest(frame), sample_groups(frame)
             results: dict[tuple[str, str, int], pd.DataFrame] = {}
             began, hits = time.perf_counter(), cached
             for seed, seed_folds in folds.items():
                 for h in seed_folds:
                     for label, spec in models.items():
                         bar.set_postfix_str(f"{split} {family} {h.name} {label} seed {seed}"[:60])
-                        out, hit = run_job(Job(family, h, label, spec, seed), frame, settings.max_train_rows,
+                        out, hit = run_job(Job(family, h, label, spec, seed), frame, groups, settings.max_train_rows,
                                            cache_dir, data_key)
                         results[(h.name, label, seed)] = out
                         cached += hit
@@ -420,8 +425,7 @@ def run_protocol(data: pd.DataFrame, settings: Settings, progress: bool = True) 
             if split in ROUTED_SPLITS:
                 kept[(split, family)] = (folds, results)
     bar.close()
-    incumbents = {family: kind for family, (kind, _) in rules.items()}
-    routed, nested = add_routed(kept, frames, figures, incumbents)
+    routed, nested = add_routed(kept, frames, figures, rules)
     figures += routed
     return {
         "figures": figures,
@@ -530,6 +534,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = unseen_results.provenance(settings.bundle) | run_protocol(load_measurements(), settings)
     doc["code_digests"] = {kind: code_digest(kind)[:16] for kind in sorted({
         c["kind"] for family in doc["settings"]["candidates"].values() for c in family.values()})}
+    doc = unseen_results.parse(unseen_results.dumps(unseen_results.complete(doc)), "results")  # as the file has it
     print_headline(doc)
     worse = 0
     if args.compare:
@@ -544,7 +549,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown is not None:
         from estimator import accuracy_table
 
-        accuracy_table.write(args.markdown, unseen_results.parse(unseen_results.dumps(doc), str(out)))
+        accuracy_table.write(args.markdown, doc)
         print(f"accuracy page written to {args.markdown}")
     return 1 if worse else 0
 

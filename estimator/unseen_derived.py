@@ -78,22 +78,22 @@ def routed_predictions(routes: Any, frame: pd.DataFrame, h: Holdout, seed: int, 
 
 
 def add_routed(kept: dict[tuple[str, str], tuple[dict, dict]], frames: dict[str, pd.DataFrame],
-               figures: list[dict[str, Any]], incumbents: dict[str, str]) -> tuple[list[dict[str, Any]], dict]:
+               figures: list[dict[str, Any]], rules: dict[str, tuple[str, str]]) -> tuple[list[dict[str, Any]], dict]:
     """The ``ROUTED`` candidate's figures on the device and shapes splits, and the unseen choices behind them
     (family -> held-out device -> dtype -> model, "*": the default). On the device split each held-out device's
     routes are chosen without its figures (``estimator.routing.choose_routes``' ``exclude``): scored on the figures
     it was chosen on, routing would flatter itself. The shapes split uses the routes chosen on every figure."""
-    from estimator.routing import UNSEEN, choose_routes, gpus_of, situation_of
+    from estimator.routing import choose_routes, gpus_of, incumbents_from, situation_of
 
     table = pd.DataFrame(figures)
     if not len(table):
         return [], {}
-    gpus = gpus_of(table)
+    gpus, incumbents = gpus_of(table), incumbents_from(rules)
     pairs = {family: pairs_in(frame) for family, frame in frames.items()}
     full = choose_routes(table, incumbents, gpus, pairs)
     out, nested = [], {}
     for (split, family), (folds, results) in kept.items():
-        if family not in full or family not in incumbents:
+        if family not in full:
             continue
         mine = table[table["family"] == family]
         names = {h.name for f in folds.values() for h in f}
@@ -108,9 +108,9 @@ def add_routed(kept: dict[tuple[str, str], tuple[dict, dict]], frames: dict[str,
                 if split == "device":
                     dtypes = sorted(set(text_of(frames[family].iloc[h.test], "dtype")))
                     nested.setdefault(family, {})[h.name] = {"*": routes.unseen_default} | {
-                        d: routes.kind_of(f"{h.name}/{d}", UNSEEN if routes.device_only else
-                                          situation_of(h.name, d, pairs[family])) for d in dtypes}
-                p = routed_predictions(routes, frames[family], h, seed, incumbents[family], results)
+                        d: routes.kind_of(f"{h.name}/{d}", situation_of(h.name, d, pairs[family], routes.device_only))
+                        for d in dtypes}
+                p = routed_predictions(routes, frames[family], h, seed, rules[family][0], results)
                 if p is not None:
                     routed[(h.name, ROUTED, seed)] = pd.DataFrame({"predicted_us": p})
         if routed:

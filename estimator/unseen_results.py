@@ -71,12 +71,16 @@ def dumps(doc: dict[str, Any]) -> str:
     return text[:-2] + ',\n  "figures": [\n    ' + ",\n    ".join(lines) + "\n  ]\n}\n"
 
 
+def complete(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` as the file holds it: its format first, the figures in a stable order."""
+    doc = {"format": FORMAT, "format_version": FORMAT_VERSION} | doc
+    return doc | {"figures": sorted(doc.get("figures", []), key=figure_key)}
+
+
 def write(path: Path, doc: dict[str, Any]) -> None:
     from profiling.atomic import write_bytes_atomic
 
-    doc = {"format": FORMAT, "format_version": FORMAT_VERSION} | doc
-    doc["figures"] = sorted(doc.get("figures", []), key=figure_key)
-    write_bytes_atomic(Path(path), dumps(doc).encode())
+    write_bytes_atomic(Path(path), dumps(complete(doc)).encode())
 
 
 def parse(text: str, source: str) -> dict[str, Any]:

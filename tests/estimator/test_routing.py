@@ -11,7 +11,7 @@ import pytest
 
 from estimator.models import make_estimator
 from estimator.router import FamilyRouter
-from estimator.routing import FamilyRoutes, choose, choose_routes
+from estimator.routing import FamilyRoutes, choose, choose_routes, incumbents_from, route_choices
 from tests.estimator.conftest import synthetic_gemms
 
 
@@ -28,14 +28,17 @@ def row(split: str, held_out: str, model: str, seeds: list[float], dtype: str, n
 
 
 def figures() -> pd.DataFrame:
-    """Two held-out GPUs of bf16: tiled wins pooled only thanks to the h200; fp32 on a third, where mlp wins; the
-    within-device split: xgboost everywhere but the b200, where tiled wins."""
-    rows = [row("device", "h200", "xgboost", [30.0, 30.0], "bf16", 300),
-            row("device", "h200", "tiled", [10.0, 10.0], "bf16", 300),
-            row("device", "b200", "xgboost", [20.0, 20.0], "bf16"), row("device", "b200", "tiled", [25.0, 25.0], "bf16"),
-            row("device", "t4", "xgboost", [20.0, 20.0], "fp32"), row("device", "t4", "mlp", [12.0, 12.0], "fp32"),
-            row("device", "t4", "tiled", [25.0, 25.0], "fp32"),
-            row("device", "t4", "bundle", [1.0, 1.0], "fp32")]  # a derived figure: never a candidate
+    """Held-out GPUs. bf16 on three, where tiled beats xgboost on each; fp16 on two, where tiled wins pooled only
+    thanks to the A100's larger share of rows; fp32 on one, where the MLP scores best and tiled next. The
+    within-device split: xgboost everywhere but the B200, where tiled wins."""
+    rows = []
+    for device, dtype, n, scores in (("h200", "bf16", 100, {"xgboost": 30, "tiled": 10}),
+                                     ("b200", "bf16", 100, {"xgboost": 20, "tiled": 15}),
+                                     ("l40s", "bf16", 100, {"xgboost": 25, "tiled": 20}),
+                                     ("a100-sxm-80gb", "fp16", 300, {"xgboost": 30, "tiled": 10}),
+                                     ("a40", "fp16", 100, {"xgboost": 10, "tiled": 30}),
+                                     ("t4", "fp32", 100, {"xgboost": 20, "mlp": 12, "tiled": 14, "bundle": 1})):
+        rows += [row("device", device, model, [float(v), float(v)], dtype, n) for model, v in scores.items()]
     for device, dtype, winner in (("h200", "bf16", "xgboost"), ("b200", "bf16", "tiled"), ("t4", "fp32", "xgboost")):
         for model in ("xgboost", "tiled", "mlp"):
             rows.append(row("shapes", device, model, [5.0, 5.0] if model == winner else [9.0, 9.0], dtype))
@@ -45,28 +48,45 @@ def figures() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-PAIRS = {"gemm": ["h200/bf16", "b200/bf16", "t4/fp32"]}
+GPUS = {"h200", "b200", "l40s", "a100-sxm-80gb", "a40", "t4"}
+PAIRS = {"gemm": ["h200/bf16", "b200/bf16", "l40s/bf16", "a100-sxm-80gb/fp16", "a40/fp16", "t4/fp32"]}
+SHIPPED = incumbents_from({"gemm": ("xgboost", "unsupported_spec")})
 
 
-def test_routes_take_the_unseen_best_per_dtype_and_the_within_device_best_per_pair():
-    routes = choose_routes(figures(), {"gemm": "xgboost"}, {"h200", "b200", "t4"}, PAIRS)["gemm"]
-    assert routes.unseen == {"bf16": "tiled", "fp32": "mlp"} and routes.sibling == {}
+def test_routes_take_a_challenger_only_where_no_single_held_out_device_decides_it():
+    routes = choose_routes(figures(), SHIPPED, GPUS, PAIRS)["gemm"]
+    # bf16: tiled wins on each device; fp16: the A100 alone makes tiled win; fp32: one device is no evidence
+    assert routes.unseen == {"bf16": "tiled", "fp16": "xgboost", "fp32": "xgboost"} and routes.sibling == {}
     assert routes.seen_default == "xgboost" and routes.seen["b200/bf16"] == "tiled"
-    assert routes.seen["h200/bf16"] == "xgboost" and set(routes.pairs) == {"h200/bf16", "b200/bf16", "t4/fp32"}
-    assert routes.designs == ["sm_100/bf16", "sm_75/fp32", "sm_90/bf16"]
+    assert routes.seen["h200/bf16"] == "xgboost" and set(routes.pairs) == set(PAIRS["gemm"])
+    assert "sm_90/bf16" in routes.designs and "sm_75/fp32" in routes.designs
+
+
+def test_the_incumbent_of_a_device_without_training_rows_is_what_the_shipped_rule_runs_there():
+    # a family whose rule sends unseen devices to the roofline: xgboost is a challenger there
+    rows = figures()
+    rows = pd.concat([rows, pd.DataFrame([row("device", d, "roofline", [40.0, 40.0], "bf16")
+                                          for d in ("h200", "b200", "l40s")])], ignore_index=True)
+    shipped = incumbents_from({"gemm": ("xgboost", "unseen_hardware")})
+    assert shipped["gemm"] == {"seen": "xgboost", "sibling": "roofline", "unseen": "roofline"}
+    routes = choose_routes(rows, shipped, {"h200", "b200", "l40s"}, PAIRS)["gemm"]
+    assert routes.unseen["bf16"] == "tiled" and routes.seen_default == "xgboost"
 
 
 def test_a_device_whose_sm_design_was_trained_on_at_its_dtype_is_routed_as_a_sibling():
-    # the H100 (sm_90, bf16) in the data: the held-out H200's bf16 rows were a sibling's, the B200's a new design's
-    pairs = {"gemm": PAIRS["gemm"] + ["h100-sxm/bf16"]}
-    routes = choose_routes(figures(), {"gemm": "xgboost"}, {"h200", "b200", "t4"}, pairs)["gemm"]
-    assert routes.sibling == {"bf16": "tiled"} and routes.unseen == {"bf16": "xgboost", "fp32": "mlp"}
+    # the H100 (sm_90) and the L4 (sm_89) at bf16 in the data: the held-out H200 and L40S were siblings, the B200 not
+    pairs = {"gemm": PAIRS["gemm"] + ["h100-sxm/bf16", "l4/bf16"]}
+    choices = {(c["side"], c["key"]): c for c in route_choices(figures(), SHIPPED, GPUS, pairs)}
+    assert choices[("sibling", "bf16")]["rows"] == 200 and choices[("unseen", "bf16")]["rows"] == 100
+    assert choices[("sibling", "bf16")]["chosen"] == "tiled"  # on both the H200 and the L40S
+    assert choices[("unseen", "bf16")]["chosen"] == "xgboost"  # the B200 alone: no evidence
 
 
 def test_a_nested_choice_leaves_the_held_out_device_figures_out():
-    routes = choose_routes(figures(), {"gemm": "xgboost"}, {"h200", "b200", "t4"}, PAIRS, exclude="h200")["gemm"]
-    assert routes.unseen["bf16"] == "xgboost"  # without the h200, the b200 alone: xgboost 20 against tiled 25
-    assert "fp32" in routes.unseen
+    full = route_choices(figures(), SHIPPED, GPUS, PAIRS)
+    nested = route_choices(figures(), SHIPPED, GPUS, PAIRS, exclude="h200")
+    rows = {c["key"]: c["rows"] for c in full if c["side"] == "unseen"}
+    assert rows["bf16"] == 300 and {c["key"]: c["rows"] for c in nested if c["side"] == "unseen"}["bf16"] == 200
 
 
 def test_a_row_is_seen_where_its_device_and_dtype_were_trained_on_and_a_sibling_where_its_design_was():
@@ -79,10 +99,15 @@ def test_a_row_is_seen_where_its_device_and_dtype_were_trained_on_and_a_sibling_
     assert where.tolist() == ["seen", "unseen", "unseen", "seen", "unseen", "sibling"]
     assert routes.kinds_for(hardware, dtype, where).tolist() == ["mlp", "roofline", "roofline", "xgboost", "tiled",
                                                                  "xgboost"]
-    # the model's own test counts too (a collective at a rank count it never saw); device_only: it alone
+    # the model's own test counts too (a collective at a rank count it never saw)
     assert routes.situations(hardware[:1], dtype[:1], np.zeros(1, dtype=bool)).tolist() == ["sibling"]
-    only = FamilyRoutes("nccl", "roofline", device_only=True)
-    assert only.situations(hardware[2:3], dtype[2:3], np.ones(1, dtype=bool)).tolist() == ["seen"]
+    # device_only (collectives): a trained device at any dtype is seen, one the model times by another's figures a
+    # sibling, whatever its SM design
+    only = FamilyRoutes("nccl", "roofline", pairs=["h100-sxm/fp16"], device_only=True)
+    model_seen = np.array([True, True, False])
+    assert only.situations(np.array(["h100-sxm", "h200", "t4"], dtype=object),
+                           np.array(["int8", "fp16", "fp16"], dtype=object), model_seen).tolist() == \
+        ["seen", "sibling", "unseen"]
 
 
 @pytest.fixture(scope="module")
@@ -153,9 +178,9 @@ def test_an_export_routed_by_the_results_fits_the_chosen_models_and_says_why_in_
     monkeypatch.setattr(unseen, "candidates", lambda family, quick=False: dict(light))
     rows = synthetic_gemms(240, hardware=("h100-sxm", "a100-sxm-80gb", "h200"))
     doc = run_protocol(rows, Settings(seeds=2, max_train_rows=None, splits=("device", "shapes")), progress=False)
-    # make mlp the unseen choice for bf16 beyond any spread, whatever the light models scored
+    # make the MLP the within-device choice beyond any spread, whatever the light models scored
     for f in doc["figures"]:
-        if f["split"] == "device" and f["model"] == "mlp":
+        if f["split"] == "shapes" and f["model"] == "mlp":
             f["seeds"], f["mean_ape"] = [0.1, 0.1], 0.1
     results = tmp_path / "unseen.json"
     unseen_results.write(results, doc)
@@ -169,12 +194,33 @@ def test_an_export_routed_by_the_results_fits_the_chosen_models_and_says_why_in_
             "mlflow.experiment=test", f"export={tmp_path / 'bundle'}", f"routes_from={results}"])
     run(cfg)
     bundle = estimator.load(str(tmp_path / "bundle"))
-    assert expected.unseen["bf16"] == "mlp" and bundle.routes["gemm"].unseen == expected.unseen
-    assert set(bundle.candidates["gemm"]) == expected.kinds() - {"xgboost", "roofline"}
+    assert expected.seen_default == "mlp" and bundle.routes["gemm"].seen == expected.seen
+    assert set(bundle.candidates["gemm"]) == expected.kinds() - {"xgboost", "roofline"} and "mlp" in expected.kinds()
     assert bundle.routes["gemm"].pairs == ["a100-sxm-80gb/bf16", "h100-sxm/bf16", "h200/bf16"]
-    unseen_row = rows.head(1).assign(hardware="b200")
-    assert bundle.predict_frame(unseen_row)["estimator"].iat[0].startswith("mlp@")
+    seen_row = rows[rows["hardware"] == "h200"].head(1)
+    assert bundle.predict_frame(seen_row)["estimator"].iat[0].startswith("mlp@")
     card = json.loads((tmp_path / "bundle" / "card.json").read_text())
     chosen = {(c["side"], c["key"]): c["chosen"] for c in card["routing"]["choices"]}
-    assert chosen[("unseen", "bf16")] == "mlp" and card["routing"]["rule"]
+    assert chosen[("seen", "*")] == "mlp" and card["routing"]["rule"]
     assert "## Routing" in (tmp_path / "bundle" / "card.md").read_text()
+
+
+def test_an_unbounded_model_is_never_routed_to_a_device_without_training_rows():
+    rows = figures()
+    rows.loc[(rows["split"] == "device") & (rows["model"] == "mlp"), "seeds"] = pd.Series(
+        [[0.1, 0.1]] * int(((rows["split"] == "device") & (rows["model"] == "mlp")).sum()),
+        index=rows.index[(rows["split"] == "device") & (rows["model"] == "mlp")])
+    routes = choose_routes(rows, SHIPPED, GPUS, PAIRS)["gemm"]
+    assert "mlp" not in {routes.unseen_default, *routes.unseen.values()}  # however well it scored on the others
+
+
+def test_a_held_out_collective_device_is_a_sibling_where_another_has_its_links():
+    from estimator.routing import situation_of
+
+    pairs = ["h100-sxm/fp16", "a40/fp16", "h200/int8"]
+    assert situation_of("h200", "int8", pairs, device_only=True) == "sibling"  # the H100 SXM's NVSwitch links
+    assert situation_of("a40", "fp16", pairs, device_only=True) == "unseen"
+    # any other family: the SM design at that dtype (the H100 has no int8 rows)
+    assert situation_of("h200", "fp16", pairs) == "sibling" and situation_of("h200", "int8", pairs) == "unseen"
+    assert incumbents_from({"collective": ("nccl", "unseen_hardware")})["collective"] == \
+        {"seen": "nccl", "sibling": "nccl", "unseen": "roofline"}

@@ -9,7 +9,7 @@ import pytest
 
 from estimator import unseen
 from estimator.unseen import (BUNDLE, POOLED, ROUTED, ModelSpec, Settings, device_holdouts, model_holdouts,
-                              run_protocol, source_holdouts, training_sample)
+                              run_protocol, sample_groups, source_holdouts, training_sample)
 from estimator.unseen_derived import with_bundle
 from estimator.unseen_figures import groups
 from estimator.unseen_results import figure
@@ -60,13 +60,13 @@ def test_the_training_sample_keeps_a_floor_of_every_group_and_its_budget():
     big = synthetic_gemms(3000, hardware=("h100-sxm",), seed=3).assign(source="aiconfigurator")
     small = synthetic_gemms(12, hardware=("l40s",), seed=4).assign(source="llmcompass")
     frame = pd.concat([big, small], ignore_index=True)
-    positions = np.arange(len(frame))
-    sample = training_sample(frame, positions, 500, seed=0)
+    positions, groups = np.arange(len(frame)), sample_groups(frame)
+    sample = training_sample(groups, positions, 500, seed=0)
     assert len(sample) == 500 and len(np.unique(sample)) == 500
     assert (frame["hardware"].iloc[sample] == "l40s").sum() == 12  # a uniform draw keeps about 2 of them
-    assert not np.array_equal(sample, training_sample(frame, positions, 500, seed=1))
-    assert np.array_equal(sample, training_sample(frame, positions, 500, seed=0))
-    assert np.array_equal(training_sample(frame, positions, None, seed=0), positions)
+    assert not np.array_equal(sample, training_sample(groups, positions, 500, seed=1))
+    assert np.array_equal(sample, training_sample(groups, positions, 500, seed=0))
+    assert np.array_equal(training_sample(groups, positions, None, seed=0), positions)
 
 
 def test_the_bundle_candidate_takes_the_roofline_where_the_shipped_rule_sends_a_row():
