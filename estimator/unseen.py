@@ -454,13 +454,15 @@ def print_headline(doc: dict[str, Any]) -> None:
 
     from estimator.unseen_results import spread
 
+    from estimator.accuracy_table import models_of
+
     figures = pd.DataFrame(doc["figures"])
     if not len(figures):
         return
     console = Console(width=160)
     for split in [s for s in SPLITS if s in set(figures["split"])]:
         rows = figures[(figures["split"] == split) & (figures["held_out"] == POOLED) & (figures["source"] == "all")]
-        labels = list(dict.fromkeys(rows["model"]))
+        labels = models_of(rows)
         table = Table(title=f"{split} split, pooled: mean APE % (range over seeds)")
         for column in ("family", "dtype", "rows", *labels):
             table.add_column(column, justify="left" if column in ("family", "dtype") else "right")
@@ -511,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None,
                         help=f"results file [{unseen_results.RESULTS.relative_to(unseen_results.REPO_ROOT)}]")
     parser.add_argument("--compare", action="store_true", help="print each figure's change against the committed "
-                        "results; exit 1 when one got worse beyond its spread over seeds")
+                        "docs/results/unseen.json; exit 1 when one got worse beyond its spread over seeds")
     parser.add_argument("--markdown", type=Path, nargs="?", const=unseen_results.REPO_ROOT / "docs" / "accuracy.md",
                         default=None,
                         help="also write the accuracy page from the results [docs/accuracy.md]")
@@ -538,9 +540,9 @@ def main(argv: list[str] | None = None) -> int:
     print_headline(doc)
     worse = 0
     if args.compare:
-        old = unseen_results.committed(out or unseen_results.RESULTS)
+        old = unseen_results.committed(unseen_results.RESULTS)
         if old is None:
-            print("stepcast: --compare: no committed results to compare against")
+            print(f"stepcast: --compare: git has no committed {unseen_results.RESULTS.name} to compare against")
         else:
             worse = print_comparison(unseen_results.compare(doc, old))
     if out is not None:
