@@ -224,3 +224,22 @@ def test_a_held_out_collective_device_is_a_sibling_where_another_has_its_links()
     assert situation_of("h200", "fp16", pairs) == "sibling" and situation_of("h200", "int8", pairs) == "unseen"
     assert incumbents_from({"collective": ("nccl", "unseen_hardware")})["collective"] == \
         {"seen": "nccl", "sibling": "nccl", "unseen": "roofline"}
+
+
+def test_a_candidate_folder_outside_the_bundle_is_refused(routed, tmp_path):
+    import shutil
+
+    from estimator.checksums import BundleIntegrityError
+
+    _, path = routed
+    broken = tmp_path / "escaping"
+    shutil.copytree(path, broken)
+    manifest = json.loads((broken / "manifest.json").read_text())
+    manifest["candidates"]["gemm"]["mlp"] = "../elsewhere"
+    (broken / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BundleIntegrityError, match="manifest.json"):  # its checksum no longer matches
+        FamilyRouter.load(broken)
+    from estimator.bundle import named_folders
+
+    with pytest.raises(BundleIntegrityError, match="leads outside the bundle"):  # nor would any seal accept it
+        named_folders(broken, manifest)
