@@ -1,8 +1,13 @@
 """Accuracy and speed of the estimators, side by side (prints tables; a few minutes on 2 cores).
 
+    python -m estimator.benchmark --protocol unseen [...]   # the headline: every device, model, source held out
     python -m estimator.benchmark [--suites vidur,neusight,families,one_model,speed,training_models,aiconfigurator,nccl]
                                   [--gemm-train-rows 40000]
                                   [--max-train-rows 10000] [--max-folds 1] [--json out.json]
+
+``--protocol unseen`` runs :mod:`estimator.unseen` (its own options: ``--protocol unseen --help``): each device,
+Vidur model and source held out whole, figures with their spread over seeds, written to docs/results/unseen.json
+(``--compare``: each figure's change against the committed file). The suites below are the older, narrower views.
 
 1. Vidur H100 GEMMs, whole models held out (one fold per model). Where the profiler (``datasets/``) or
    aiconfigurator has measured 16-bit GEMMs on an H100 or H200, one more column per source adds them to each fold's
@@ -497,8 +502,23 @@ def chosen_suites(parser: argparse.ArgumentParser, text: str, allowed: tuple[str
     return suites
 
 
+PROTOCOLS = ("suites", "unseen")
+
+
 def main(argv: list[str] | None = None) -> int:
+    import sys
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    chooser = argparse.ArgumentParser(add_help=False)
+    chooser.add_argument("--protocol", choices=PROTOCOLS, default="suites")
+    chosen, rest = chooser.parse_known_args(argv)
+    if chosen.protocol == "unseen":
+        from estimator.unseen import main as unseen_main
+
+        return unseen_main(rest)
     parser = argparse.ArgumentParser(prog="python -m estimator.benchmark", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--protocol", choices=PROTOCOLS, default="suites",
+                        help="unseen: every device, model and source held out (--protocol unseen --help)")
     parser.add_argument("--gemm-train-rows", type=int, default=40000, help="training rows per fold, suites 1-2")
     parser.add_argument("--max-train-rows", type=int, default=10000, help="training rows per fold, suite 3")
     parser.add_argument("--max-folds", type=int, default=1, help="folds per split, suite 3")

@@ -5,7 +5,9 @@ per-family estimators is a folder with ``manifest.json``::
 
     {"format": "stepcast-estimator-bundle", "format_version": 1, "version": "...",
      "families": {"gemm": "gemm", ...},          # family -> sub-folder holding one estimator
-     "fallback": "roofline", "fallback_rule": "unsupported_spec"}
+     "fallback": "roofline", "fallback_rule": "unsupported_spec",
+     "candidates": {"gemm": {"tiled": "gemm.tiled"}},   # optional: a routed family's other models
+     "routes": {"gemm": {...}}}                  # optional: which model runs each row (estimator.routing)
 
 Both kinds of folder carry ``SHA256SUMS`` (see :mod:`estimator.checksums`): a bundle's covers ``manifest.json`` and
 every file of every folder the manifest names, and is verified before any of them is parsed; every path the manifest
@@ -102,13 +104,30 @@ def check_manifest(manifest: object, source: Path) -> dict[str, Any]:
     rules = manifest.get("fallback_rules")
     if rules is not None and not (isinstance(rules, dict) and all(isinstance(v, str) for v in rules.values())):
         raise ValueError(f"{source}: field 'fallback_rules': expected an object of family -> rule, got {rules!r}")
+    candidates = manifest.get("candidates", {})
+    if not (isinstance(candidates, dict) and all(isinstance(m, dict) and all(k in KINDS for k in m)
+                                                 for m in candidates.values())):
+        raise ValueError(f"{source}: field 'candidates': expected an object of family -> {{kind: sub-folder}} with "
+                         f"kinds among {', '.join(KINDS)}, got {str(candidates)[:80]}")
+    routes = manifest.get("routes", {})
+    if not isinstance(routes, dict) or not set(routes) <= set(families):
+        raise ValueError(f"{source}: field 'routes': expected an object of family -> routes for families of "
+                         f"'families', got {str(routes)[:80]}")
     return manifest
 
 
+def candidate_folder(family: str, kind: str) -> str:
+    """The sub-folder of a routed family's candidate of ``kind``."""
+    return f"{family}.{kind}"
+
+
 def named_folders(root: Path, manifest: dict[str, Any]) -> dict[str, Path]:
-    """family (or ``_fallback``) -> the folder the manifest names for it, refused if it leaves the bundle."""
+    """family (or ``_fallback``, or a routed family's candidate ``<family>.<kind>``) -> the folder the manifest names
+    for it, refused if it leaves the bundle."""
     source = Path(root) / "manifest.json"
     named = {family: inside(root, sub, source) for family, sub in manifest["families"].items()}
+    for family, models in manifest.get("candidates", {}).items():
+        named |= {candidate_folder(family, kind): inside(root, sub, source) for kind, sub in models.items()}
     if manifest.get("fallback"):
         named["_fallback"] = inside(root, manifest["fallback"], source)
     return named

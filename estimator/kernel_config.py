@@ -3,7 +3,8 @@
 From the kernel's name: its architecture path (nvjet, the sm_xx xmma kernels, CUTLASS, cuBLAS's prebuilt
 ``<arch>_sgemm`` / ``<arch>_<dtype>_s16816gemm`` kernels, gemv and small-GEMM kernels), the SM generation it was
 built for, whether it uses tensor cores, its output tile M x N, K tile and pipeline stages, intra-CTA K slices
-(``sliced1xN``), cluster shape, split-K (named, or a grid z beyond the batch) and the alignment it was built for.
+(``sliced1xN``), cluster shape, split-K (named; the slices a grid z beyond the batch holds, or for a named split-K
+kernel whose z holds none, the CTAs beyond its output tiles) and the alignment it was built for.
 From the recorded grid: the CTAs launched and their waves over the SMs (a persistent kernel's: its tiles over its
 CTAs, :func:`launch_waves`). From the tile and the shape: tile quantisation (the output area the tiles cover over
 the useful area), tile waves and the K iterations per split.
@@ -195,12 +196,18 @@ def kernel_config_features(frame: Kernels, m: np.ndarray, n: np.ndarray, k: np.n
     ctas = grid.prod(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         out["kc_log2_ctas"] = np.log2(ctas)
-        # split-K: named, or CTAs along z beyond the batch (CUTLASS and the prebuilt kernels put the slices there)
+        tm, tn = out["kc_tile_m"], out["kc_tile_n"]
+        tiles = np.ceil(n / tm) * np.ceil(m / tn) * batch  # cuBLAS M is the row's n (module docstring)
+        # split-K: named, or CTAs along z beyond the batch (CUTLASS and the prebuilt kernels put the slices there);
+        # a named split-K kernel without slices along z whose grid holds more CTAs than output tiles runs the
+        # surplus on K: cuBLAS's nvjet split-K kernels launch the slices along x and y (128 CTAs for the 8 tiles
+        # of a K = 65,536 GEMM: 16 slices), so the split is CTAs / tiles, which for a stream-K partition (not a
+        # whole number) is each CTA's share of the tiles' K loops
         z_split = np.where(grid[:, 2] > batch, grid[:, 2] / batch, 1.0)
         out["kc_split_k"] = np.where(np.isnan(grid[:, 2]), np.where(out["kc_split_k_named"] > 0, np.nan, 1.0),
                                      np.maximum(z_split, 1.0))
-        tm, tn = out["kc_tile_m"], out["kc_tile_n"]
-        tiles = np.ceil(n / tm) * np.ceil(m / tn) * batch  # cuBLAS M is the row's n (module docstring)
+        flat = (out["kc_split_k_named"] > 0) & (out["kc_split_k"] == 1.0) & (ctas > tiles)
+        out["kc_split_k"] = np.where(flat, ctas / tiles, out["kc_split_k"])
         pieces = tiles * np.where(np.isnan(out["kc_split_k"]), 1.0, out["kc_split_k"])
         grid_waves, filled = launch_waves(persistent_kernel(out), ctas, pieces, sms)
         out["kc_grid_waves"] = grid_waves

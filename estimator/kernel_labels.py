@@ -41,6 +41,7 @@ its tile about two times in three.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import importlib.metadata
 import logging
@@ -48,6 +49,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 
@@ -336,6 +338,20 @@ def label_gemms(frame: pd.DataFrame, *, ask: bool = False, cache_dir: Path | Non
 #: at most this many distinct unlabelled shapes are asked of cuBLASLt when a model needs labels (an emulated step
 #: has tens to hundreds; a million random shapes would take a quarter of an hour, so larger frames use the cache only)
 ASK_LIMIT = 5000
+#: set by ``cache_only``: no model asks cuBLASLt, whatever the number of shapes
+_CACHE_ONLY = False
+
+
+@contextlib.contextmanager
+def cache_only() -> Iterator[None]:
+    """Within the block, models label GEMMs from the cache alone: what a benchmark needs for figures that do not
+    depend on which of its folds happened to hold few enough shapes to ask cuBLASLt (and so fill the cache)."""
+    global _CACHE_ONLY
+    before, _CACHE_ONLY = _CACHE_ONLY, True
+    try:
+        yield
+    finally:
+        _CACHE_ONLY = before
 
 
 def label_for_features(frame: Kernels) -> Kernels:
@@ -350,8 +366,8 @@ def label_for_features(frame: Kernels) -> Kernels:
     if not todo.any():
         return frame
     rows = frame[todo]
-    ask = len(rows) <= ASK_LIMIT or \
-        len(pd.unique(_keys(rows) ^ factorize(rows["hardware"])[0].astype(np.uint64))) <= ASK_LIMIT
+    ask = not _CACHE_ONLY and (len(rows) <= ASK_LIMIT or len(
+        pd.unique(_keys(rows) ^ factorize(rows["hardware"])[0].astype(np.uint64))) <= ASK_LIMIT)
     try:
         return label_gemms(frame, ask=ask)
     except (RuntimeError, OSError) as exc:  # no compiler or cuBLAS wheel here: predict without labels, and say so

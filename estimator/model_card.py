@@ -56,9 +56,11 @@ def data_summary(frame: pd.DataFrame) -> list[dict[str, Any]]:
 def write_card(path: Path, *, version: str, model_kind: str, target: str, fallback_rule: str,
                frame: pd.DataFrame, features: dict[str, list[str]], metrics: pd.DataFrame,
                params: dict[str, Any], notes: list[str] | None = None,
-               family_models: dict[str, dict[str, Any]] | None = None) -> None:
+               family_models: dict[str, dict[str, Any]] | None = None,
+               routing: dict[str, Any] | None = None) -> None:
     """Write card.json (machine-readable) and card.md (for people) into the bundle folder. ``family_models``:
-    families fitted with another kind than ``model_kind`` (family -> kind and params)."""
+    families fitted with another kind than ``model_kind`` (family -> kind and params); ``routing``: the routed
+    families' routes and the unseen-protocol figures that chose them (``estimator.train.routed_candidates``)."""
     path = Path(path)
     sources = sorted(frame["source"].astype(str).unique())
     family_models = family_models or {}
@@ -68,6 +70,8 @@ def write_card(path: Path, *, version: str, model_kind: str, target: str, fallba
         "data": data_summary(frame), "features": features, "metrics": metrics.to_dict(orient="records"),
         "notes": notes or [], "trained_with": trained_with(),
     }
+    if routing:
+        card["routing"] = routing | {"rule": ROUTING_RULE, "fallbacks": ROUTING_FALLBACKS}
     write_json_atomic(path / "card.json", card)
     others = "".join(f"; {family}: **{m['kind']}** ({', '.join(f'{k}={v}' for k, v in m['params'].items())})"
                      for family, m in family_models.items())
@@ -87,11 +91,42 @@ def write_card(path: Path, *, version: str, model_kind: str, target: str, fallba
         f"`roofline`: each model alone. `bundle`: what this bundle predicts on the same rows, the "
         f"learned model or, where the family's fallback rule sends a row, the roofline.", "",
         markdown_table(metrics) if len(metrics) else "(none)", "",
+        *(routing_lines(routing) if routing else []),
         *(["## Notes", "", *[f"- {n}" for n in notes], ""] if notes else []),
         "## Trained with", "", "Other releases of these train other trees and weights from the same code and data.", "",
         *[f"- {name} {version}" for name, version in card["trained_with"].items()], "",
     ]
     write_bytes_atomic(path / "card.md", "\n".join(lines).encode())
+
+
+ROUTING_RULE = ("Each row runs the model its family's routes name for its (device, dtype) and situation. Seen (the "
+                "training data has rows of that device and dtype): the candidate with the lowest mean APE on the "
+                "unseen protocol's within-device split (a fifth of the shapes held out) for that device and dtype "
+                "(fewer than 20 rows: over every device). Sibling (none, but a device of the same SM design, the "
+                "same compute capability, has rows of that dtype) and unseen (neither): the one lowest on the "
+                "device split (each device held out whole) pooled over the held-out GPUs' rows of that dtype in the "
+                "same situation (fewer than 20 rows: over every dtype), among the bounded models (not the MLP, "
+                "whose output past its training inputs has no bound). A challenger replaces the shipped kind only "
+                "where it is lower by more than the larger of the two ranges over seeds.")
+ROUTING_FALLBACKS = ("A row whose device's spec lies outside what the routed learned model was trained on takes the "
+                     "roofline (rule unsupported_spec); a route naming a model the bundle lacks runs the family's "
+                     "primary model; a collective's device counts as seen as the NCCL model judges it (a device "
+                     "with a fitted device's catalog links takes its figures), whatever the dtype.")
+
+
+def routing_lines(routing: dict[str, Any]) -> list[str]:
+    """card.md's routing section: the rule, the fallbacks, each choice with every candidate's figure."""
+    results = routing.get("results", {})
+    lines = ["## Routing", "", ROUTING_RULE, "", ROUTING_FALLBACKS, "",
+             f"Chosen from `{results.get('path')}` (commit `{str(results.get('commit'))[:12]}`, "
+             f"{results.get('seeds')} seeds). Figures: mean APE % over the seeds (range over the seeds).", "",
+             "| family | side | (device/)dtype | rows | chosen | candidates |", "|---|---|---|---|---|---|"]
+    for c in routing.get("choices", []):
+        options = "; ".join(f"{m} {sum(v) / len(v):.1f} ({max(v) - min(v):.1f})"
+                            for m, v in sorted(c["options"].items(), key=lambda kv: sum(kv[1]) / len(kv[1])))
+        lines.append(f"| {c['family']} | {c['side']} | {'default' if c['key'] == '*' else c['key']} | "
+                     f"{c['rows']:,} | {c['chosen'] or '(default)'} | {options} |")
+    return lines + [""]
 
 
 def add_conv_families(path: Path, table: Any) -> None:

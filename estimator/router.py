@@ -12,6 +12,14 @@ Fallback rules, applied per row of a family with a learned estimator (``fallback
 The exporter (estimator/train.py) picks each family's rule from the held-out figures: ``unseen_hardware`` where the
 roofline beats the learned model on leave-one-hardware-out, ``out_of_range`` where it wins on the out-of-range
 split, ``unsupported_spec`` otherwise.
+
+**Routes** (``routes``, per family; :mod:`estimator.routing`): a routed family holds several candidate models and
+runs, for each row, the one its routes name for the row's (device, dtype) and situation: the within-device best
+where the training data has rows of that device and dtype (and the family's primary model counts the device as
+seen), else the unseen protocol's best for that dtype among devices held out in the same situation (another device
+of the same SM design trained at that dtype, or none). Of the fallback rules only the spec test applies there
+(``unsupported_spec``, on the model that runs the row); a route naming a model the bundle lacks runs the primary
+model, and ``roofline`` is the fallback estimator.
 """
 from __future__ import annotations
 
@@ -23,7 +31,9 @@ import pandas as pd
 
 from estimator.analytical import RooflineEstimator
 from estimator.base import KernelEstimator
-from estimator.frames import as_frame, as_kernels, family_positions, take
+from estimator.bundle import candidate_folder
+from estimator.frames import as_frame, as_kernels, family_positions, take, text
+from estimator.routing import ROOFLINE, FamilyRoutes
 
 FALLBACK_RULES = ("never", "unsupported_spec", "unseen_hardware", "out_of_range")
 
@@ -55,8 +65,14 @@ class FamilyRouter(KernelEstimator):
         fallback_rule: str = "unsupported_spec",
         version: str = "0",
         rules: dict[str, str] | None = None,
+        candidates: dict[str, dict[str, KernelEstimator]] | None = None,
+        routes: dict[str, FamilyRoutes] | None = None,
     ) -> None:
+        """``candidates``: family -> kind -> the other models a routed family may run (its primary model is
+        ``estimators[family]``); ``routes``: family -> which of them runs each row (:mod:`estimator.routing`)."""
         self.estimators = dict(estimators or {})
+        self.candidates = {family: dict(models) for family, models in (candidates or {}).items()}
+        self.routes = dict(routes or {})
         self.fallback = fallback or RooflineEstimator()
         self.fallback_rule = _check_rule(fallback_rule)
         self.rules = {family: _check_rule(rule) for family, rule in (rules or {}).items()}
@@ -86,6 +102,11 @@ class FamilyRouter(KernelEstimator):
                 if labels:
                     label[pos] = fallback_label
                 continue
+            if family in self.routes:
+                pred[pos], routed_label, ok[pos] = self._routed(family, model, rows, labels)
+                if labels:
+                    label[pos] = routed_label
+                continue
             p, shape_ok, seen, spec_ok = self._learned(model, rows)
             use_fallback = fallback_mask(self.rule(family), shape_ok, seen, spec_ok)
             if use_fallback.any():
@@ -95,6 +116,47 @@ class FamilyRouter(KernelEstimator):
             if labels:
                 label[pos] = np.where(use_fallback, fallback_label, _label(model))
         return pred, label, ok
+
+    def _routed(self, family: str, model: KernelEstimator, rows, labels: bool
+                ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """A routed family's (predictions, labels, in-range flags): each row by the model its route names, the
+        fallback where that model's spec test fails; in range as the primary model judges it."""
+        p0, shape_ok, seen, spec_ok = self._learned(model, rows)
+        routes = self.routes[family]
+        hardware, dtype = text(rows, "hardware"), text(rows, "dtype")
+        kinds = routes.kinds_for(hardware, dtype, routes.situations(hardware, dtype, seen))
+        pred = np.empty(len(kinds), dtype=np.float64)
+        label = np.empty(len(kinds), dtype=object) if labels else None
+        for kind in pd.unique(kinds):
+            mine = np.flatnonzero(kinds == kind)
+            chosen = self.candidate(family, str(kind))
+            if chosen is None:
+                pred[mine] = self.fallback.predict(take(rows, mine))
+                if labels:
+                    label[mine] = _label(self.fallback)
+                continue
+            if chosen is model:
+                p, ok = p0[mine], spec_ok[mine]
+            else:
+                p, _, _, ok = self._learned(chosen, take(rows, mine))
+            off = np.flatnonzero(~ok)
+            if len(off):
+                p = p.copy()
+                p[off] = self.fallback.predict(take(rows, mine[off]))
+            pred[mine] = p
+            if labels:
+                label[mine] = np.where(ok, _label(chosen), _label(self.fallback))
+        return pred, label, shape_ok & seen
+
+    def candidate(self, family: str, kind: str) -> KernelEstimator | None:
+        """The model of ``kind`` a routed family runs: None for ``roofline`` (the fallback), the primary model when
+        it is of that kind or when the bundle holds no such candidate."""
+        primary = self.estimators[family]
+        if kind == ROOFLINE:
+            return None
+        if _kind(primary) == kind:
+            return primary
+        return self.candidates.get(family, {}).get(kind, primary)
 
     @staticmethod
     def _learned(model: KernelEstimator, rows) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -127,13 +189,21 @@ class FamilyRouter(KernelEstimator):
         for family, model in self.estimators.items():
             _emptied(path / family)  # a re-export over another kind would leave its files in the folder, and sealed
             model.save(path / family)
+        candidates = {family: {kind: candidate_folder(family, kind) for kind in models}
+                      for family, models in self.candidates.items() if models}
+        for family, models in self.candidates.items():
+            for kind, model in models.items():
+                model.save(_emptied(path / candidate_folder(family, kind)))
         _emptied(path / "_fallback")
         self.fallback.save(path / "_fallback")
-        write_json_atomic(path / "manifest.json", {
+        manifest = {
             "format": BUNDLE_FORMAT, "format_version": BUNDLE_FORMAT_VERSION, "version": self.version,
             "families": {f: f for f in self.estimators}, "fallback": "_fallback", "fallback_rule": self.fallback_rule,
             "fallback_rules": {f: self.rule(f) for f in self.estimators},
-        })
+        }
+        if self.routes:
+            manifest |= {"candidates": candidates, "routes": {f: r.to_dict() for f, r in self.routes.items()}}
+        write_json_atomic(path / "manifest.json", manifest)
         if self.conv_families is not None:
             from estimator import conv_families
 
@@ -151,11 +221,16 @@ class FamilyRouter(KernelEstimator):
         folders = named_folders(path, manifest)
         estimators = {f: load_estimator_dir(folders[f], verified=True) for f in manifest["families"]}
         fallback = load_estimator_dir(folders["_fallback"], verified=True) if "_fallback" in folders else None
+        candidates = {family: {kind: load_estimator_dir(folders[candidate_folder(family, kind)], verified=True)
+                               for kind in models} for family, models in manifest.get("candidates", {}).items()}
+        source = path / "manifest.json"
         try:
+            routes = {f: FamilyRoutes.from_dict(r, f"{source}: field 'routes.{f}'")
+                      for f, r in manifest.get("routes", {}).items()}
             router = cls(estimators, fallback, manifest.get("fallback_rule", "unsupported_spec"),
-                         str(manifest.get("version", "0")), manifest.get("fallback_rules"))
+                         str(manifest.get("version", "0")), manifest.get("fallback_rules"), candidates, routes)
         except ValueError as exc:
-            raise ValueError(f"{path / 'manifest.json'}: {exc}") from None
+            raise ValueError(f"{source}: {exc}" if str(source) not in str(exc) else str(exc)) from None
         from estimator import conv_families
 
         router.conv_families = conv_families.for_bundle(path)   # checked with the bundle's SHA256SUMS
@@ -172,3 +247,8 @@ def _emptied(folder: Path) -> Path:
 
 def _label(model: KernelEstimator) -> str:
     return f"{model.name}@{model.version}"
+
+
+def _kind(model: KernelEstimator) -> str:
+    """The bundle kind of a model (``estimator.bundle.KINDS``)."""
+    return str(getattr(model, "kind", model.name))

@@ -17,6 +17,7 @@ import contextlib
 import datetime as dt
 import logging
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -243,9 +244,15 @@ def export_bundle(cfg: DictConfig, frames: dict[str, pd.DataFrame], evaluations:
     metrics = pd.concat([metrics, *[t for t in shipped if len(t)]], ignore_index=True)
     notes += [f"{family}: fallback rule '{rules.get(family, cfg.fallback_rule)}'"
               + (f" ({model.support_note()})" if model.support_note() else "") for family, model in models.items()]
+    candidates, routes, routing = {}, {}, None
+    if cfg.get("routes_from"):
+        candidates, routes, routing = routed_candidates(Path(hydra.utils.to_absolute_path(cfg.routes_from)), frames,
+                                                        models, cfg.target, version)
+        notes.append(f"routed families ({', '.join(routes)}): the model of each (device, dtype) chosen by the unseen "
+                     f"protocol's results {cfg.routes_from} (card section Routing)")
     out = Path(hydra.utils.to_absolute_path(cfg.export))
     FamilyRouter(models, fallback_rule=cfg.fallback_rule, version=version,
-                 rules={f: r for f, r in rules.items() if f in models}).save(out)
+                 rules={f: r for f, r in rules.items() if f in models}, candidates=candidates, routes=routes).save(out)
     if len(metrics):
         metrics = metrics.sort_values(["family", "split", "model"], kind="stable")
         metrics = metrics[["family", "split", "model"] + [c for c in metrics.columns
@@ -254,8 +261,45 @@ def export_bundle(cfg: DictConfig, frames: dict[str, pd.DataFrame], evaluations:
                frame=pd.concat(frames.values()), features=feature_names, metrics=metrics,
                params=OmegaConf.to_container(cfg.model.params), notes=notes,
                family_models={f: {"kind": kinds[f], "params": OmegaConf.to_container(chosen[f].params)}
-                              for f in models if kinds[f] != cfg.model.kind})
+                              for f in models if kinds[f] != cfg.model.kind}, routing=routing)
     return out
+
+
+def routed_candidates(results: Path, frames: dict[str, pd.DataFrame], models: dict[str, Any], target: str,
+                      version: str) -> tuple[dict[str, dict[str, Any]], dict[str, Any], dict[str, Any]]:
+    """(candidates, routes, the card's routing record) of the families of ``models`` that the unseen protocol's
+    ``results`` route: each route's models other than the primary one and the roofline are fitted on every row of the
+    family with their shipped configs (conf/estimator/model/); a family's ``pairs`` are its training data's."""
+    from estimator import routing, unseen_results
+    from estimator.unseen import shipped_config
+
+    try:
+        doc = unseen_results.read(results)
+    except (FileNotFoundError, ValueError) as exc:
+        raise TrainingInputError(f"routes_from: {exc}") from None
+    figures = unseen_results.frame(doc)
+    gpus, incumbents, pairs = routing.gpus_of(figures), routing.incumbents_of(doc), routing.pairs_of(doc)
+    chosen = routing.choose_routes(figures, incumbents, gpus, pairs)
+    candidates, routes = {}, {}
+    for family, model in models.items():
+        if family not in chosen:
+            continue
+        frame = frames[family]
+        trained = sorted(set(frame["hardware"].astype(str) + "/" + frame["dtype"].astype(str)))
+        routes[family] = replace(chosen[family], pairs=trained, designs=routing.designs_of(trained))
+        for kind in sorted(routes[family].kinds() - {routing.ROOFLINE, str(getattr(model, "kind", model.name))}):
+            spec = shipped_config(kind)
+            extra = make_estimator(kind, family, spec.params, target if spec.target else None)
+            extra = extra.fit(frame, frame["runtime_us"].to_numpy())
+            extra.version = version
+            candidates.setdefault(family, {})[kind] = extra
+            log.info("%s: routed candidate %s fitted on %d rows", family, kind, len(frame))
+    record = {"results": {"path": str(results), "commit": doc.get("commit"), "created": doc.get("created"),
+                          "seeds": doc.get("settings", {}).get("seeds")},
+              "routes": {f: r.to_dict() | {"pairs": len(r.pairs), "designs": len(r.designs)}
+                         for f, r in routes.items()},
+              "choices": [c for c in routing.route_choices(figures, incumbents, gpus, pairs) if c["family"] in routes]}
+    return candidates, routes, record
 
 
 def run(cfg: DictConfig) -> float:

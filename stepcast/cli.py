@@ -56,8 +56,9 @@ def run_train(argv: list[str]) -> int:
 
 
 BENCHMARK_EPILOG = """\
-Prints the tables; writes a file only with --json. Example:
-  stepcast benchmark --suites speed,families --json bench.json"""
+Prints the tables; writes a file only with --json (--protocol unseen: docs/results/unseen.json). Examples:
+  stepcast benchmark --suites speed,families --json bench.json
+  stepcast benchmark --protocol unseen --compare"""
 
 
 def run_benchmark(argv: list[str]) -> int:
@@ -67,7 +68,7 @@ def run_benchmark(argv: list[str]) -> int:
     if not {"-h", "--help"} & set(argv):
         return benchmark_main(argv)
     try:
-        benchmark_main(["--help"])
+        benchmark_main(argv)  # --protocol unseen --help: that protocol's options
     except SystemExit:
         pass
     print(f"\n{BENCHMARK_EPILOG}")

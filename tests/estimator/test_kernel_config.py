@@ -259,3 +259,14 @@ def test_a_persistent_kernels_grid_waves_are_its_tiles_over_its_ctas():
     assert f["kc_grid_waves"][0] == 2048 / 128 and f["kc_grid_last_wave"][0] == pytest.approx(2048 / (16 * 132))
     # a grid that covers its tiles (4 x 2) runs one wave, as any other kernel's
     assert f["kc_grid_waves"][1] == 1 and f["kc_grid_last_wave"][1] == pytest.approx(8 / 132)
+
+
+def test_a_named_split_k_kernel_without_slices_along_z_runs_its_surplus_ctas_on_k():
+    # cuBLAS's nvjet split-K on an H100: 128 CTAs along x and y for the 4 x 2 tiles of 128 x 80 over n = 512, m = 160
+    frame = pd.DataFrame({"kernel_name": ["nvjet_sm90_tst_128x80_64x8_4x2_h_bz_splitK_TNT",
+                                          "nvjet_sm90_tst_128x80_64x8_4x2_h_bz_TNT"], "grid": ["8,16,1", "8,1,1"]})
+    m, n, k, b = np.array([160.0] * 2), np.array([512.0] * 2), np.array([65536.0] * 2), np.ones(2)
+    f = kernel_config_features(frame, m, n, k, b, np.array([132.0] * 2), np.array([2.0] * 2))
+    assert f["kc_split_k"].tolist() == [16.0, 1.0]
+    assert f["kc_log2_k_iters"][0] == np.log2(65536 / (64 * 16))
+    assert f["kc_grid_waves"].tolist() == [1.0, 1.0]
