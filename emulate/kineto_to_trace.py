@@ -7,7 +7,8 @@ decides what the simulator must see:
 
 - host order: every runtime call that put work on the device (launches, copies, memsets, graph launches) and every
   synchronising call, from all launching threads merged by start time. A non-blocking call's own duration belongs
-  to the host gap before the next event; after a blocking call the next gap starts at the call's return.
+  to the host gap before the next event; after a blocking call the next gap starts when what it waited for was done
+  (the rest of the call, waking the thread, is host time the simulator would otherwise lose at every sync).
 - device ops on their streams in launch order, each with ``duration_us`` = its measured duration. NCCL kernels
   become ``collective`` events (op, communicator, bytes and ranks from the ``record_param_comms`` op around them).
 - blocking: cudaDeviceSynchronize -> ``device_sync``; cudaStreamSynchronize / cudaEventSynchronize -> ``stream_sync``
@@ -23,7 +24,9 @@ decides what the simulator must see:
   ``meta.measured_iterations_us`` keeps the measured span durations for the report.
 - ``stall_us`` (an optional field of device events, added to format v1 here): what remains of an op's delay when
   its launch, its stream and the inferred dependency are accounted for: waits the trace does not show (nodes of a
-  CUDA graph, another process on the GPU, launch latency above the median). The simulator holds the op that long.
+  CUDA graph, another process on the GPU, launch latency above the median by more than a microsecond of jitter),
+  and all of the gap between an op queued on its stream and its predecessor's end (the GPU's back-to-back gap).
+  The simulator holds the op that long.
 - ``meta.launch_latency_us``: the median time from launch call to kernel start when the stream was idle.
 - kernels get a ``spec`` from :func:`profiling.classify.classify_op` (op name, Input Dims, Input type) when the
   op context is recorded and the kernel's name does not contradict the family; of the kernels one op call
@@ -119,7 +122,7 @@ def _convert_owned(box: list[kineto.KinetoTrace], hardware: str | None, stalls: 
         stall[:] = 0.0
     items = _HostItems()
     for sync in syncs:
-        items.add(sync["ts"], sync["end"], sync["order"], True, sync["ev"])
+        items.add(sync["ts"], sync["end"], sync["order"], True, sync["ev"], satisfied=sync["satisfied"])
     _host_items(items, ops, stall, op_rows, facts["world_size"], report_stage)
     device_end = float((ops["ts"] + ops["dur"]).max()) if len(ops) else None
     del ops, stall
@@ -161,7 +164,7 @@ class _HostItems:
     appended to an event table as they come (a large trace has millions: no dict is kept per item)."""
 
     def __init__(self) -> None:
-        self.ts, self.end, self.order = array("d"), array("d"), array("d")
+        self.ts, self.end, self.order, self.satisfied = array("d"), array("d"), array("d"), array("d")
         self.blocking = bytearray()
         self.events = EventTableBuilder()
 
@@ -169,10 +172,13 @@ class _HostItems:
     def n(self) -> int:
         return len(self.events)
 
-    def add(self, ts: float, end: float, order: float, blocking: bool, ev: dict[str, Any]) -> int:
-        """Add an item; returns its row (null fields of ``ev`` are left out)."""
+    def add(self, ts: float, end: float, order: float, blocking: bool, ev: dict[str, Any],
+            satisfied: float | None = None) -> int:
+        """Add an item; returns its row (null fields of ``ev`` are left out). ``satisfied``: for a blocking call,
+        when what it waited for was done (the awaited work's end, never before the call; default its return)."""
         self.ts.append(ts)
         self.end.append(end)
+        self.satisfied.append(end if satisfied is None else min(end, max(ts, satisfied)))
         self.order.append(order)
         self.blocking.append(bool(blocking))
         return self.events.append(ev, drop_none=True)
@@ -185,15 +191,21 @@ class _HostItems:
         return float(min(self.ts)) if self.n else 0.0
 
     def sequence(self) -> EventTable:
-        """Host-ordered trace events with seq, t_ns and gap_ns (gaps start at the previous call's start, or at its
-        return when it blocked)."""
-        ts, end, order = (np.frombuffer(a, dtype=np.float64) for a in (self.ts, self.end, self.order))
+        """Host-ordered trace events with seq, t_ns and gap_ns (gaps start at the previous call's start, or, when it
+        blocked, at the moment what it waited for was done).
+
+        Why not at a blocking call's return: the simulator resumes the host when the awaited work ends, so the time
+        the real call took beyond that (waking the waiting thread, the call's own cost: a few microseconds a sync)
+        belongs to the gap after it. Counted from the return, a loop that syncs every token (decoding) loses that
+        much per token."""
+        ts, order, satisfied = (np.frombuffer(a, dtype=np.float64) for a in (self.ts, self.order, self.satisfied))
         blocking = np.frombuffer(bytes(self.blocking), dtype=bool)
         idx = np.lexsort((order, ts))  # by (ts, order), stable like a sort by that key
-        ts, end, blocking = ts[idx], end[idx], blocking[idx]
+        ts, satisfied, blocking = ts[idx], satisfied[idx], blocking[idx]
         t0 = float(ts[0]) if len(ts) else 0.0
-        # the host is free again at each item's start, or at its return when it blocked; never earlier than before
-        release = np.where(blocking, end, ts)
+        # the host is free again at each item's start, or when what it waited for was done if it blocked; never
+        # earlier than before
+        release = np.where(blocking, satisfied, ts)
         free = np.maximum.accumulate(np.concatenate(([t0], release[:-1]))) if len(ts) else ts
         t_ns = np.rint((ts - t0) * 1e3).astype(np.int64)
         gap_ns = np.rint(np.maximum(0.0, ts - free) * 1e3).astype(np.int64)
@@ -356,23 +368,33 @@ def _sync_calls(trace: kineto.KinetoTrace, ops: pd.DataFrame) -> list[dict[str, 
         ts, end = float(row.ts), float(row.ts + row.dur)
         kind = SYNC_CALLS[row.name]
         item = {"ts": ts, "end": end, "order": -0.5, "blocking": True, "ev": {"kind": kind}}
+        finished = _finished_before(by_stream, ts)
         if kind == "stream_sync":
-            stream = _awaited_stream(by_stream, ts, end)
+            stream = _awaited_stream(finished, end)
             if stream is None:
                 continue  # nothing was running: the call did not block
             item["ev"]["stream"] = stream
+            item["satisfied"] = finished[stream]
+        else:
+            item["satisfied"] = max(finished.values(), default=ts)
         out.append(item)
     return out
 
 
-def _awaited_stream(by_stream: dict[int, tuple[np.ndarray, np.ndarray]], ts: float, end: float) -> int | None:
-    """The stream whose work launched before ``ts`` finished last, but not after the call returned."""
-    best, best_end = None, -np.inf
+def _finished_before(by_stream: dict[int, tuple[np.ndarray, np.ndarray]], ts: float) -> dict[int, float]:
+    """Per stream, when the work launched before ``ts`` had all finished (streams with none left out)."""
+    out = {}
     for s, (launch, done) in by_stream.items():
         j = np.searchsorted(launch, ts, side="right") - 1
-        if j < 0:
-            continue
-        finish = done[j]
+        if j >= 0:
+            out[s] = float(done[j])
+    return out
+
+
+def _awaited_stream(finished: dict[int, float], end: float) -> int | None:
+    """The stream whose work launched before the call finished last, but not after the call returned."""
+    best, best_end = None, -np.inf
+    for s, finish in finished.items():
         if finish <= end + DELAY_TOLERANCE_US and finish > best_end:
             best, best_end = s, finish
     return best
@@ -400,7 +422,8 @@ def _host_items(items: "_HostItems", ops: pd.DataFrame, stall: np.ndarray, op_ro
                                    + ev["duration_us"])
         if held > 0:
             ev["stall_us"] = round(held, 3)
-        items.add(float(row.launch), float(row.call_end), float(row.order), ev.get("blocking", False), ev)
+        items.add(float(row.launch), float(row.call_end), float(row.order), ev.get("blocking", False), ev,
+                  satisfied=float(row.ts + row.dur) if ev.get("blocking") else None)
     report_stage("converting device ops", total, total)
 
 
@@ -465,6 +488,11 @@ def _dependencies(ops: pd.DataFrame, latency: float) -> tuple[list[dict[str, Any
             j -= 1
         if start[i] - released > DELAY_TOLERANCE_US:
             stall[i] = start[i] - released
+    # an op queued behind its stream's previous one starts a little after it ends (the GPU's gap between dependent
+    # kernels, about a microsecond): systematic, not jitter around the median launch latency, so every bit of it is
+    # kept (a decode step of a few hundred short kernels is otherwise replayed short by that much per kernel)
+    queued = (prev_end >= launch + latency) & (start > prev_end) & (start <= allowed + DELAY_TOLERANCE_US)
+    stall[queued] = start[queued] - prev_end[queued]
     return items, stall
 
 
