@@ -65,7 +65,10 @@ class RankTimeline:
     """Simulated times (us since the rank's trace began) of every event of one rank.
 
     ``host[i]``: when the host issued event i (derived on first use). Device events: ``start``/``end`` on their
-    stream. Synchronising events: ``start`` = when the host began to wait, ``end`` = when it resumed. Collectives
+    stream. Synchronising events: ``start`` = when the host began to wait, ``end`` = when it resumed. Event records:
+    ``end`` = when the GPU reached the record (its stream's earlier work done and the record issued: on an idle
+    stream, issue time + launch latency), the time ``cudaEventElapsedTime`` subtracts; what a later wait or sync on
+    the event awaits is the stream's earlier work alone (the host is past the record by then). Collectives
     matched across ranks also have ``arrival`` (their stream reached them; they started when the last member did).
     """
 
@@ -262,6 +265,8 @@ def _advance(st: _RankState, states: list[_RankState], groups: list[CollectiveGr
                 if q < 0.0:
                     break
                 event_time[handle[i]] = q
+                b = t + lat
+                end[i] = q if q > b else b  # when the GPU reached it: what cudaEventElapsedTime measures between two
             elif k == STREAM_WAIT_EVENT:
                 s = stream[i]
                 q = tail[s]

@@ -136,3 +136,19 @@ def test_a_grouped_unit_holds_its_stream_until_its_last_member_ends():
     for b in builders:
         b.kernel(stream=COMM_STREAM, duration_us=5.0)
     assert report_of(builders)["iteration_time_ms"] == pytest.approx(0.135)
+
+
+def test_an_event_recorded_on_an_idle_stream_is_reached_when_its_record_arrives():
+    # cudaEventElapsedTime between two records around a launch-bound call is the host's time between them: the GPU
+    # reaches a record on an idle stream when the record arrives (issue + latency), not when its stream last ran
+    b = TraceBuilder(meta={"launch_latency_us": 2.0})
+    b.iteration(0)
+    b.kernel(stream=1, duration_us=5.0)
+    b.record(event=1, stream=1, gap_us=30.0)     # the stream went idle at 7 us; the record is issued at 30
+    b.kernel(stream=1, duration_us=4.0, gap_us=20.0)
+    b.record(event=2, stream=1, gap_us=1.0)      # issued at 51, behind the kernel (52-56)
+    b.device_sync()
+    result = simulate([b.doc()], "h100-sxm", durations="measured")
+    end = result.timelines[0].end
+    first, second = (i for i, e in enumerate(b.events) if e["kind"] == "event_record")
+    assert (end[first], end[second]) == pytest.approx((32.0, 56.0))
