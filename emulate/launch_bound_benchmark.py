@@ -8,8 +8,8 @@ two CUDA events around the call and a synchronisation after it (fp32, PyTorch 2.
 the forward is one or two small kernels the GPU waits for the host between the two events, so the time measured is
 the host's: Python's module call, the dispatcher, the launch. A (problem, GPU) is compared here when its measured
 time is at most :data:`LAUNCH_BOUND_FLOORS` times that GPU's host floor (its time for :data:`HOST_FLOOR_PROBLEM`,
-one pointwise kernel on 1 MB). Each problem is captured once, eagerly (``emulate/e2e/kernelbench_problem.py
---eager``: KernelBench's timing loop, one profiler step per call; kept under ``<cache>/kernelbench_eager/``), and
+one pointwise kernel on 1 MB). Each problem is captured once, eagerly (``emulate/e2e/kernelbench_eager.py
+--events``: KernelBench's timing loop, one profiler step per call; kept under ``<cache>/kernelbench_eager/``), and
 simulated on each GPU with the counted host model at ``--host-speed`` 1 (the reference host the costs were fitted
 on, named in ``emulate/host_call_costs.json``); the prediction is the simulated time between the GPU reaching the
 two events of the last call, what ``cudaEventElapsedTime`` reports. The last rows give the median |error| per GPU.
@@ -25,15 +25,16 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from emulate.kernelbench_benchmark import GPUS, HOST_FLOOR_PROBLEM, PROBLEMS, SCRIPT, TIMINGS, error, measured_ms
+from emulate.kernelbench_benchmark import GPUS, HOST_FLOOR_PROBLEM, PROBLEMS, TIMINGS, error, measured_ms
 from profiling.atomic import write_json_atomic
-from profiling.paths import cache_root, shared_data_root
+from profiling.paths import REPO_ROOT, cache_root, shared_data_root
 
 EAGER = "baseline_time_torch.json"
 #: a (problem, GPU) is launch bound when its measured time is at most this many host floors
 LAUNCH_BOUND_FLOORS = 1.5
 CAPTURE_HARDWARE = "t4"   # eager kernels of one-op modules: the same elementwise / reduction kernels on any GPU
 CALLS = 4                 # forwards per capture; the last is timed
+SCRIPT = REPO_ROOT / "emulate" / "e2e" / "kernelbench_eager.py"
 
 
 def launch_bound(measured: dict[str, dict[str, float]]) -> dict[str, list[str]]:
@@ -55,7 +56,7 @@ def capture(problem: Path, fresh: bool = False) -> Path | str:
     trace = trace_dir / "rank0.trace.json"
     if trace.is_file() and not fresh:
         return trace
-    done = emulate_script(SCRIPT, [str(problem), str(CALLS), "--eager"], CAPTURE_HARDWARE, kernels=False,
+    done = emulate_script(SCRIPT, ["--events", str(CALLS), str(problem)], CAPTURE_HARDWARE, kernels=False,
                           timeout_s=600, trace_dir=trace_dir)
     if not done["ok"]:
         return f"emulation failed: {done['error']}"

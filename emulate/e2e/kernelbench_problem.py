@@ -1,13 +1,11 @@
-"""Run one KernelBench problem as KernelBench times it: the reference ``Model`` built from ``get_init_inputs()``,
-compiled with Inductor's default mode (or left eager with ``--eager``), called on ``get_inputs()`` on the GPU,
-forward only, without gradients. Each call is one profiler step, so the emulator cuts one iteration per forward
-(the first compiles). Eager calls are timed as KernelBench times them (``time_execution_with_cuda_event``): two
-timing events recorded around the call, then a device synchronisation.
+"""Run one KernelBench problem as KernelBench times it under torch.compile: the reference ``Model`` built from
+``get_init_inputs()``, compiled with Inductor's default mode, called on ``get_inputs()`` on the GPU, forward only.
+Each call is one profiler step, so the emulator cuts one iteration per forward (the first compiles).
 
-    python -m emulate run --hardware t4 -- emulate/e2e/kernelbench_problem.py PROBLEM.py [CALLS] [--eager]
+    python -m emulate run --hardware t4 -- emulate/e2e/kernelbench_problem.py PROBLEM.py [CALLS]
 
-The script the KernelBench benchmarks emulate (:mod:`emulate.kernelbench_benchmark` compiled,
-:mod:`emulate.launch_bound_benchmark` eager); plain PyTorch, so it runs the same on a real GPU.
+The script the KernelBench benchmark emulates (:mod:`emulate.kernelbench_benchmark`); plain PyTorch, so it runs the
+same on a real GPU.
 """
 from __future__ import annotations
 
@@ -18,25 +16,16 @@ import torch
 
 
 def main(argv: list[str]) -> int:
-    eager = "--eager" in argv
-    argv = [a for a in argv if a != "--eager"]
     path, calls = argv[0], int(argv[1]) if len(argv) > 1 else 4
     spec = importlib.util.spec_from_file_location("kernelbench_problem", path)
     problem = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(problem)
     model = problem.Model(*problem.get_init_inputs()).cuda()
     inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in problem.get_inputs()]
-    forward = model if eager else torch.compile(model)
+    compiled = torch.compile(model)
     with torch.no_grad(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         for _ in range(calls):
-            if eager:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                forward(*inputs)
-                end.record()
-                torch.cuda.synchronize()
-            else:
-                forward(*inputs)
+            compiled(*inputs)
             prof.step()
     torch.cuda.synchronize()
     return 0
