@@ -156,6 +156,7 @@ def check_run(ns: argparse.Namespace) -> tuple[HardwareSpec | None, int | None]:
 def capture_and_simulate(ns: argparse.Namespace, spec: HardwareSpec, driver: Path, opctx: Path | None,
                          script_args: list[str], trace_dir: Path) -> int:
     from emulate.collate import collate, repair_log
+    from emulate.sim.durations import ranks_per_node_for
     from emulate.launcher import (
         EXIT_DEADLOCK, EXIT_RANK_FAILED, RankProcess, RunInterrupted, exit_codes, failed_ranks, hosted_store, launch,
         new_run_id,
@@ -213,8 +214,9 @@ def capture_and_simulate(ns: argparse.Namespace, spec: HardwareSpec, driver: Pat
             repair_log(log)
     try:
         with stop_signals_raise():  # collation writes the traces: a stop names what was written
-            capture = collate(logs, hardware=spec.id, world_size=world, ranks_per_node=ns.nproc,
-                              trace_dir=trace_dir, gzip=ns.gzip, rank_ids=run_ranks)
+            capture = collate(logs, hardware=spec.id, world_size=world,
+                              ranks_per_node=ranks_per_node_for(world, ns.nodes, spec), trace_dir=trace_dir,
+                              gzip=ns.gzip, rank_ids=run_ranks)
     except RunInterrupted as exc:
         written_traces = sorted(p.name for p in trace_dir.glob("rank*.trace.json*"))
         print(f"stepcast: {exc} while collating the captures: {len(written_traces)} of {len(logs)} traces written "

@@ -80,9 +80,11 @@ def communicator_members(logs: list[Any], rank_of: list[int], sparse_records: li
 
 def place_collectives(all_events: list[list[dict[str, Any]]], members: dict[str, list[int]],
                       ranks_per_node: int) -> None:
-    """Each collective's ``spec.ranks_per_node``: its communicator's members on the busiest node (ranks
-    ``k * ranks_per_node`` ... on node k), so a group spread over nodes is timed over the network (NCCL model:
-    estimator/nccl.py) however small it is."""
+    """Each collective's ``spec.ranks_per_node``: its communicator's members on the busiest NVLink domain (ranks
+    ``k * ranks_per_node`` ... on domain k: a host, or the hosts of an NVL72 rack; ``ranks_per_node`` is
+    ``emulate.sim.durations.ranks_per_node_for``), so a group spread over domains is timed over the network (NCCL
+    model: estimator/nccl.py) however small it is, and one within a domain at NVLink rates however many hosts it
+    spans."""
     busiest = {comm: max(Counter(r // ranks_per_node for r in ranks).values())
                for comm, ranks in members.items() if ranks}
     for events in all_events:

@@ -354,7 +354,18 @@ def _tf32() -> bool:
 
 
 def _ranks_per_node() -> int:
-    return max(1, int(os.environ.get("LOCAL_WORLD_SIZE") or 1))
+    """Ranks on this rank's NVLink domain (``emulate.sim.durations.ranks_per_node_for``), from what the launcher set
+    (torchrun's sizes and the target the driver emulates)."""
+    from emulate.sim.durations import ranks_per_node_for
+    from profiling.hardware import UnknownHardwareError, lookup
+
+    world = max(1, int(os.environ.get("WORLD_SIZE") or 1))
+    nodes = max(1, int(os.environ.get("GROUP_WORLD_SIZE") or 1))
+    try:
+        hardware = lookup(os.environ.get("STEPCAST_GPU_NAME", "h100-sxm"))
+    except UnknownHardwareError:
+        hardware = None
+    return ranks_per_node_for(world, nodes, hardware)
 
 
 def log_path() -> Path | None:

@@ -35,7 +35,7 @@ def link_bandwidth(ranks: np.ndarray, ranks_per_node: np.ndarray, hw: RowHardwar
     node, else the network's NICs that its traffic adds up (``estimator.workload.network_rails``), never more than the
     node's own links."""
     intra = ranks <= np.maximum(ranks_per_node, 1.0)
-    rails = network_rails(names, ranks, ranks_per_node, hw.nics_per_node)
+    rails = network_rails(names, ranks, ranks_per_node, hw.nics_per_domain)
     return np.where(intra, hw.intra_node_bandwidth,
                     np.minimum(hw.inter_node_bandwidth * rails, hw.intra_node_bandwidth))
 

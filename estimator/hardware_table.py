@@ -52,8 +52,8 @@ class RowHardware:
     memory_bandwidth: np.ndarray  # B/s
     intra_node_bandwidth: np.ndarray  # B/s
     inter_node_bandwidth: np.ndarray  # B/s, one NIC
-    gpus_per_node: np.ndarray
-    nics_per_node: np.ndarray
+    nvlink_domain_gpus: np.ndarray  # a collective's "node": the GPUs one NVLink fabric joins (catalog)
+    nics_per_domain: np.ndarray  # the scale-out NICs of those GPUs' hosts
     is_gpu: np.ndarray  # bool
     codes: np.ndarray  # index into ``devices`` of every row
     devices: tuple[str, ...]  # catalog id of each distinct device in the frame
@@ -104,8 +104,8 @@ def row_hardware(hardware: pd.Series | np.ndarray, dtype: pd.Series | np.ndarray
         memory_bandwidth=per_device([s.memory_bandwidth for s in specs]),
         intra_node_bandwidth=per_device([s.intra_node_bandwidth for s in specs]),
         inter_node_bandwidth=per_device([s.inter_node_bandwidth for s in specs]),
-        gpus_per_node=per_device([s.gpus_per_node for s in specs]),
-        nics_per_node=per_device([s.nics_per_node for s in specs]),
+        nvlink_domain_gpus=per_device([s.nvlink_domain_gpus for s in specs]),
+        nics_per_domain=per_device([s.nics_per_nvlink_domain for s in specs]),
         is_gpu=per_device([s.kind == "gpu" for s in specs]).astype(bool),
         codes=np.asarray(hw_codes),
         devices=tuple(s.id for s in specs),

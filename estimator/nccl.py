@@ -112,18 +112,21 @@ CANDIDATES = tuple(f"ring/{p}" for p in PROTOCOLS) + tuple(f"tree/{p}" for p in 
 TUNER_CANDIDATES = tuple(CANDIDATES.index(c) for c in ("ring/LL", "ring/LL128", "ring/Simple", "nvls/Simple"))
 
 
-#: what the model reads of a device from the catalog beside its architecture, in ``link_figures``' order
-LINK_FIGURES = ("nvlink_or_pcie", "pcie", "network", "switched", "nvls", "has_nvlink", "gpus_per_node",
-                "gpus_per_pcie_switch", "nics_per_node")
+#: what the model reads of a device from the catalog beside its architecture, in ``link_figures``' order. A "node"
+#: of this model is an NVLink domain (``nvlink_domain_gpus``): one host of an HGX board, the 72 GPUs of an NVL72
+#: rack, which NCCL itself tunes as one node (``src/graph/tuning.cc``: "MNNVL support - treat as a single NVLink
+#: connected node"); its NICs are those of every host it joins
+LINK_FIGURES = ("nvlink_or_pcie", "pcie", "network", "switched", "nvls", "has_nvlink", "domain_gpus",
+                "gpus_per_pcie_switch", "domain_nics")
 
 
 def link_figures(spec) -> tuple[float, ...]:
     """``LINK_FIGURES`` of a catalog entry (``Rows``): NVLink (else PCIe), PCIe and one NIC's bandwidth (bytes per
-    microsecond), NVSwitch, NVLS, NVLink at all, GPUs per node and per PCIe switch, NICs per node."""
+    microsecond), NVSwitch, NVLS, NVLink at all, GPUs per NVLink domain and per PCIe switch, NICs per domain."""
     return (spec.intra_node_bandwidth / 1e6, (spec.pcie_bandwidth_gbps or 16.0) * 1e3, spec.inter_node_bandwidth / 1e6,
             float(switched(spec)), float(switched(spec) and spec.architecture in {"hopper", "blackwell"}),
-            float(bool(spec.nvlink_bandwidth_gbps)), float(spec.gpus_per_node), float(spec.gpus_per_pcie_switch),
-            float(spec.nics_per_node))
+            float(bool(spec.nvlink_bandwidth_gbps)), float(spec.nvlink_domain_gpus), float(spec.gpus_per_pcie_switch),
+            float(spec.nics_per_nvlink_domain))
 
 
 def same_links_as(device: str, fitted: list[str]) -> str | None:
@@ -187,7 +190,7 @@ class Rows:
         return cls(op, size, ranks, per_node,
                    figures[:, 0], figures[:, 2], figures[:, 4] > 0, hardware, figures[:, 1], units, figures[:, 7],
                    bridged, tuned, np.isin(op, P2P_OPS),
-                   network_rails(op, ranks, per_node, figures[:, LINK_FIGURES.index("nics_per_node")]))
+                   network_rails(op, ranks, per_node, figures[:, LINK_FIGURES.index("domain_nics")]))
 
     def take(self, mask: np.ndarray) -> "Rows":
         return Rows(*(getattr(self, f.name)[mask] for f in fields(self)))

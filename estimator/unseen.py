@@ -342,6 +342,9 @@ class Settings:
     quick: bool = False
     cache_dir: Path | None = None
     bundle: Path | None = None
+    #: the device split's folds limited to these devices (catalog ids; None: every device): a partial run, e.g. the
+    #: accuracy to expect on GPUs just added to the catalog, at a fraction of the full protocol's fits
+    held_out: tuple[str, ...] | None = None
 
 
 def label_gemms_from_cache(frame: pd.DataFrame) -> pd.DataFrame:
@@ -391,7 +394,8 @@ def run_protocol(data: pd.DataFrame, settings: Settings, progress: bool = True) 
             if split == "shapes":  # a new draw of shapes per seed; the other splits hold out the same rows
                 folds = {seed: holdouts(split, frame, seed) for seed in range(settings.seeds)}
             else:
-                found = holdouts(split, frame)
+                found = [h for h in holdouts(split, frame)
+                         if split != "device" or settings.held_out is None or h.name in settings.held_out]
                 folds = {seed: found for seed in range(settings.seeds)}
             if any(folds.values()):
                 plan.append((split, family, folds, candidates(family, settings.quick)))
@@ -435,6 +439,7 @@ def run_protocol(data: pd.DataFrame, settings: Settings, progress: bool = True) 
         "gemm_labels": label_coverage(frames["gemm"]) if "gemm" in frames else {},
         "settings": {"seeds": settings.seeds, "max_train_rows": settings.max_train_rows,
                      "splits": list(settings.splits), "quick": settings.quick, "floor_rows": FLOOR_ROWS,
+                     "held_out": list(settings.held_out) if settings.held_out is not None else None,
                      "shape_share": SHAPE_SHARE, "min_test_rows": MIN_TEST_ROWS,
                      "candidates": {family: {label: {"kind": s.kind, "params": s.params, "target": s.target}
                                              for label, s in candidates(family, settings.quick).items()}
@@ -500,6 +505,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     from estimator import unseen_results
+    from profiling.hardware import load_catalog
     from profiling.paths import cache_root
 
     parser = argparse.ArgumentParser(prog="python -m estimator.benchmark --protocol unseen",
@@ -518,6 +524,8 @@ def main(argv: list[str] | None = None) -> int:
                         default=None,
                         help="also write the accuracy page from the results [docs/accuracy.md]")
     parser.add_argument("--no-cache", action="store_true", help="refit every fold (default: reuse cached folds)")
+    parser.add_argument("--held-out", default="", help="comma-separated catalog ids: the device split holds out only "
+                        "these (a partial run: writes nothing unless --out) [every device]")
     args = parser.parse_args(argv)
     splits = tuple(s.strip() for s in args.splits.split(",") if s.strip())
     unknown = sorted(set(splits) - set(SPLITS))
@@ -527,10 +535,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.seeds < 1:
         parser.error("--seeds: expected at least 1")
     families = tuple(f.strip() for f in args.families.split(",") if f.strip()) or None
-    out = args.out if args.out is not None or args.quick else unseen_results.RESULTS
+    held_out = tuple(d.strip() for d in args.held_out.split(",") if d.strip()) or None
+    unknown = sorted(d for d in held_out or () if d not in load_catalog())
+    if unknown:
+        parser.error(f"--held-out: {', '.join(unknown)} not in the catalog (conf/hardware/<id>.yaml)")
+    partial = args.quick or held_out is not None
+    out = args.out if args.out is not None or partial else unseen_results.RESULTS
     settings = Settings(seeds=args.seeds, max_train_rows=2000 if args.quick else args.max_train_rows, splits=splits,
                         families=families, quick=args.quick,
-                        cache_dir=None if args.no_cache else cache_root() / "unseen")
+                        cache_dir=None if args.no_cache else cache_root() / "unseen", held_out=held_out)
     from estimator.data import load_measurements
 
     doc = unseen_results.provenance(settings.bundle) | run_protocol(load_measurements(), settings)

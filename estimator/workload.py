@@ -188,7 +188,8 @@ POINT_TO_POINT = ("all_to_all", "send_recv")
 
 def network_rails(names: np.ndarray, ranks: np.ndarray, ranks_per_node: np.ndarray,
                   nics_per_node: np.ndarray) -> np.ndarray:
-    """NICs whose bandwidth a collective's traffic across nodes adds up (the catalog's ``network_nics_per_node``):
+    """NICs whose bandwidth a collective's traffic across nodes adds up (a node here is an NVLink domain, the ranks
+    ``ranks_per_node`` counts; its NICs the catalog's ``network_nics_per_node`` of each host it joins):
     a ring or tree runs one channel per NIC that its node's ranks reach, min(ranks per node, NICs); a send or an
     all-to-all goes over its GPU's one NIC (nccl-tests#267: all-to-all does not aggregate NICs). 1 within a node."""
     n = np.maximum(ranks, 1.0)

@@ -66,7 +66,12 @@ class HardwareSpec(BaseModel):
     pcie_bandwidth_gbps: float | None = None
     network_bandwidth_gbps: float | None = Field(default=None, description="one NIC's bandwidth (the scale-out "
                                                   "network, GB/s one way); a GPU sends over one")
-    gpus_per_node: int = Field(default=8, gt=0)
+    gpus_per_node: int = Field(default=8, gt=0, description="GPUs of one host (one OS, what --nproc fills)")
+    nvlink_domain_gpus: int = Field(
+        default=8, gt=0, description="GPUs one NVLink fabric joins: a collective whose ranks all lie in one domain "
+        "runs at NVLink rates, the scale-out network starts past it. Default the host's gpus_per_node (an 8-GPU "
+        "HGX board); a whole number of hosts, more than one only through NVLink switches (nvlink_topology 'switch': "
+        "GB200 / GB300 NVL72, 18 hosts of 4 GPUs on one NVSwitch fabric)")
     network_nics_per_node: int | None = Field(
         default=None, gt=0, description="scale-out NICs per node; default one per GPU (gpus_per_node), as on DGX and "
         "HGX nodes with rail-optimised networks. A ring across nodes runs one channel per NIC its node's ranks reach, "
@@ -99,6 +104,29 @@ class HardwareSpec(BaseModel):
         if bool(self.nvlink_bandwidth_gbps) != (self.nvlink_topology is not None):
             raise ValueError("nvlink_topology ('switch' or 'pairs') is set exactly when nvlink_bandwidth_gbps is")
         return self
+
+    @field_validator("nvlink_domain_gpus")
+    @classmethod
+    def _domain_of_whole_hosts(cls, value: int, info: ValidationInfo) -> int:
+        """An NVLink domain is whole hosts, and spans several only where NVLink switches join them."""
+        host = info.data.get("gpus_per_node")
+        if host is None:
+            return value
+        if value % host:
+            raise ValueError(f"is {value}, expected a multiple of gpus_per_node ({host}): a domain holds whole hosts")
+        if value > host and info.data.get("nvlink_topology") != "switch":
+            raise ValueError(f"is {value}, more than one host's {host} GPUs: only NVLink switches join hosts "
+                             "(nvlink_topology 'switch')")
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_domain_is_the_host(cls, data):
+        """A file without ``nvlink_domain_gpus`` has one host's GPUs in its NVLink domain."""
+        if isinstance(data, dict) and data.get("nvlink_domain_gpus") is None:
+            data = dict(data) | {"nvlink_domain_gpus": data.get("gpus_per_node",
+                                                                 cls.model_fields["gpus_per_node"].default)}
+        return data
 
     @model_validator(mode="before")
     @classmethod
@@ -168,6 +196,19 @@ class HardwareSpec(BaseModel):
     @property
     def nics_per_node(self) -> int:
         return self.network_nics_per_node or self.gpus_per_node
+
+    @property
+    def hosts_per_nvlink_domain(self) -> int:
+        return self.nvlink_domain_gpus // self.gpus_per_node
+
+    @property
+    def nics_per_nvlink_domain(self) -> int:
+        """Scale-out NICs of one NVLink domain: what a collective's traffic leaving the domain can add up."""
+        return self.nics_per_node * self.hosts_per_nvlink_domain
+
+    def ranks_per_nvlink_domain(self, ranks_per_host: int) -> int:
+        """Ranks one NVLink domain holds when each of its hosts runs ``ranks_per_host`` (at most a host's GPUs)."""
+        return min(ranks_per_host, self.gpus_per_node) * self.hosts_per_nvlink_domain
 
 
 def normalise_name(name: str) -> str:

@@ -22,7 +22,7 @@ from profiling.hardware import HardwareSpec
 _PER_CC: dict[tuple[int, int], tuple[int, int, int | None]] = {
     (6, 0): (2048, 32, 48), (6, 1): (2048, 32, 48), (7, 0): (2048, 32, 96), (7, 5): (1024, 16, 64),
     (8, 0): (2048, 32, None), (8, 6): (1536, 16, None), (8, 7): (1536, 16, None), (8, 9): (1536, 24, None),
-    (9, 0): (2048, 32, None), (10, 0): (2048, 32, None), (12, 0): (1536, 32, None),
+    (9, 0): (2048, 32, None), (10, 0): (2048, 32, None), (10, 3): (2048, 32, None), (12, 0): (1536, 32, None),
 }
 #: GPCs of the full die (sm_90: GH100 has 8; sm_100: two dies of 8). Modelled: see the module docstring.
 _GPCS_BY_MAJOR = {9: 8, 10: 16}

@@ -302,12 +302,15 @@ def copy_duration_us(ev: dict[str, Any], code: int, hw: HardwareSpec, source: st
 
 
 def ranks_per_node_for(world_size: int, nodes: int, hardware: HardwareSpec | None = None) -> int:
-    """Ranks on one node: the job spread evenly over ``nodes``, but never more than a node of the target holds
-    (``gpus_per_node`` in the catalog)."""
+    """Ranks on one NVLink domain, what a collective's ``ranks_per_node`` counts (members past it cross the network):
+    the job spread evenly over ``nodes`` hosts, never more than a host of the target holds (``gpus_per_node`` in the
+    catalog), times the hosts one NVLink fabric joins (``nvlink_domain_gpus``: one on an 8-GPU HGX board, the 18
+    trays of an NVL72 rack). The one place the emulator derives it: capture (``emulate.cli``), replay and the scale
+    benchmark all call it."""
     if nodes < 1:
         raise ValueError(f"nodes: expected at least 1, found {nodes}")
-    per_node = max(1, math.ceil(world_size / nodes))
-    return min(per_node, hardware.gpus_per_node) if hardware is not None else per_node
+    per_host = max(1, math.ceil(world_size / nodes))
+    return hardware.ranks_per_nvlink_domain(per_host) if hardware is not None else per_host
 
 
 def _collective_spec(ev: dict[str, Any], ranks_per_node: int) -> dict[str, Any] | None:

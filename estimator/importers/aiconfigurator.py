@@ -8,9 +8,9 @@ reads every measurement once. Latency is in milliseconds in every table.
 
 Device: the table's ``device`` column (the vendor name, e.g. ``NVIDIA H100 80GB HBM3``) is looked up among the
 catalog's aliases (``conf/hardware/*.yaml``); a table without that column (the H100/H200 NCCL 2.23 tables) takes the
-folder name (``h100_sxm`` -> ``H100 SXM``). GPUs the catalog does not describe (L40S, GB200, B300, GB300, RTX PRO
-6000 at this commit) are skipped with a log line: a row must name a catalog device, and one yaml in
-``conf/hardware/`` brings them in.
+folder name (``h100_sxm`` -> ``H100 SXM``). GPUs the catalog does not describe (the RTX PRO 6000 Server Edition
+and the B60 at this commit) are skipped with a log line: a row must name a catalog device, and one yaml in
+``conf/hardware/`` brings them in (as ``b300.yaml``, ``gb200-nvl72.yaml`` and ``gb300-nvl72.yaml`` did).
 
 Merging: the same kernel shape is timed by several framework releases (vLLM, SGLang, TensorRT-LLM, each a few
 versions) that call the same library kernel; the importers keep one row per (device, backend, shape), the median

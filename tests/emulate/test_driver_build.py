@@ -18,7 +18,7 @@ import pytest
 from emulate.driver import build
 from emulate.driver.build import cuda_include, driver_path, exported_symbol, include_dirs, proc_versions
 from emulate.driver.device import attributes, driver_environment
-from profiling.hardware import lookup
+from profiling.hardware import load_catalog, lookup
 
 CUDA_SUCCESS, CUDA_ERROR_NOT_FOUND, CUDA_ERROR_NOT_SUPPORTED = 0, 500, 801
 
@@ -132,6 +132,13 @@ def test_device_attributes_follow_the_catalog_and_compute_capability():
     assert (h100["CLUSTER_LAUNCH"], l4["CLUSTER_LAUNCH"]) == (1, 0)
     with pytest.raises(ValueError, match="not a GPU"):
         attributes(lookup("cpu-intel-xeon-2c"))
+
+
+def test_every_catalog_gpu_has_the_limits_of_its_compute_capability():
+    gpus = [spec for spec in load_catalog().values() if spec.kind == "gpu"]
+    assert all(attributes(spec)["MULTIPROCESSOR_COUNT"] == spec.sm_count for spec in gpus)
+    blackwell_ultra = attributes(lookup("gb300-nvl72"))  # sm_103: B300 and GB300
+    assert (blackwell_ultra["COMPUTE_CAPABILITY_MAJOR"], blackwell_ultra["COMPUTE_CAPABILITY_MINOR"]) == (10, 3)
 
 
 @pytest.fixture()

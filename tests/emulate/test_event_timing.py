@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from emulate.event_timing import KEEP_WORK, EventTiming, WorkLog, gemm_row
+from emulate.event_timing import KEEP_WORK, EventTiming, WorkLog, _ranks_per_node, gemm_row
 from emulate.report import predicted_event_timings
 
 # ---- the log reader ---------------------------------------------------------------------------------------------
@@ -286,3 +286,12 @@ def test_the_emulated_gpus_name_finds_the_hardware_the_run_targets():
     assert len(gpus) > 5
     for spec in gpus:
         assert lookup(driver_environment(spec, 1)["STEPCAST_GPU_NAME"]).id == spec.id
+
+
+@pytest.mark.parametrize(("gpu_name", "domain"), [("NVIDIA GB200", 72), ("NVIDIA H100 80GB HBM3", 4)])
+def test_event_timing_places_collectives_on_the_nvlink_domain_of_the_emulated_gpu(monkeypatch, gpu_name, domain):
+    # what the launcher sets for --nproc 4 --nodes 2 (torchrun's sizes) and the driver for the target
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    monkeypatch.setenv("GROUP_WORLD_SIZE", "2")
+    monkeypatch.setenv("STEPCAST_GPU_NAME", gpu_name)
+    assert _ranks_per_node() == domain  # two GB200 trays are one rack's domain; two H100 hosts are two

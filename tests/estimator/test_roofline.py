@@ -89,3 +89,16 @@ def test_alpha_beta_across_nodes_adds_up_a_nodes_nics_for_rings_and_not_for_send
     per_gpu = wire / t  # bytes per microsecond
     assert 3.5 < per_gpu[1] / per_gpu[0] < 4.5  # four NICs against one
     assert 0.9 < per_gpu[3] / per_gpu[2] < 1.1  # a send: its own NIC either way
+
+
+def test_an_nvl72_rack_times_its_72_gpus_over_nvlink_and_an_all_to_all_past_it_over_each_gpus_nic():
+    rows = [{"family": "collective", "hardware": "gb200-nvl72", "dtype": "bf16", "op": op, "bytes": 2.0 ** 30,
+             "ranks": ranks, "ranks_per_node": per_node}
+            for op in ("all_reduce", "all_to_all") for ranks, per_node in ((72, 72), (72, 4), (144, 72))]
+    t = RooflineEstimator().predict(pd.DataFrame(rows))
+    reduce_rack, reduce_trays, _, a2a_rack, _, a2a_racks = t
+    assert reduce_trays > 4 * reduce_rack  # the 18 trays as hosts of their own would put the ring on their NICs
+    wire = 2.0 ** 30 * np.array([71 / 72, 143 / 144])
+    nvlink, nic = 900e3, 50e3  # gb200-nvl72.yaml, bytes per microsecond: NVLink per GPU, one 400 Gb/s NIC
+    assert 0.8 * nvlink < wire[0] / a2a_rack < nvlink
+    assert 0.8 * nic < wire[1] / a2a_racks < nic  # past the rack: each GPU's own NIC (nccl-tests#267)

@@ -136,6 +136,32 @@ def test_the_routed_candidate_of_a_held_out_device_is_chosen_without_its_figures
             assert routed["seeds"] == chosen["seeds"]
 
 
+def test_a_partial_run_holds_out_only_the_devices_named_and_trains_each_on_every_other(light_candidates):
+    data = mixed_gemms()
+    doc = run_protocol(data, Settings(seeds=1, max_train_rows=None, splits=("device", "shapes"), cache_dir=None,
+                                      held_out=("l40s",)), progress=False)
+    assert doc["fits"]["total"] == (1 + 1) * 2 and doc["settings"]["held_out"] == ["l40s"]  # the shapes split whole
+    figures = pd.DataFrame(doc["figures"])
+    assert set(figures.loc[figures["split"] == "device", "held_out"]) == {"l40s", POOLED}
+    l40s = figure(figures, "device", "l40s", "gemm", "xgboost")
+    assert l40s["n"] == (data["hardware"] == "l40s").sum()
+
+
+def test_a_partial_run_names_catalog_devices_and_writes_nothing_by_default(capsys, monkeypatch):
+    from estimator.benchmark import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["--protocol", "unseen", "--held-out", "gb200-nvl72,gb9000"])
+    assert done.value.code == 2 and "--held-out: gb9000 not in the catalog" in capsys.readouterr().err
+    written = []
+    monkeypatch.setattr(unseen, "run_protocol", lambda data, settings, progress=True: {"figures": [], "settings": {
+        "candidates": {}, "held_out": list(settings.held_out)}})
+    monkeypatch.setattr("estimator.data.load_measurements", lambda: pd.DataFrame())
+    monkeypatch.setattr("estimator.unseen_results.write", lambda path, doc: written.append(path))
+    assert unseen.main(["--held-out", "b300", "--families", "gemm", "--splits", "device"]) == 0
+    assert written == []  # docs/results/unseen.json holds every device's figures: a partial run leaves it alone
+
+
 def test_holdouts_skip_folds_with_too_few_test_rows_or_nothing_to_train_on():
     frame = synthetic_norms(300).assign(hardware="h100-sxm")
     assert unseen.holdouts("device", frame) == []  # one device: held out, nothing is left to train on
