@@ -5,8 +5,9 @@ memory time  = bytes / (memory bandwidth x memory_efficiency)
 kernel time  = max(compute, memory) + a fixed per-kernel cost (launch, ramp-up and tail)
 collective   = steps x alpha + wire bytes / link bandwidth + the fixed cost, where wire bytes use nccl-tests'
                bus-bandwidth factor (ring: 2(n-1)/n for all_reduce, (n-1)/n for all_gather / reduce_scatter /
-               all_to_all), steps are ring steps within a node and tree steps across nodes, and the link is NVLink
-               (or PCIe) when all ranks fit in one node (ranks <= ranks_per_node) and the network otherwise.
+               all_to_all), steps are the fewer of a ring's and a tree's (NCCL's tuner picks the faster), and the
+               link is NVLink (or PCIe) when all ranks fit in one NVLink domain (ranks <= ranks_per_node) and the
+               network otherwise.
 
 It needs no training data, so it covers every family, dtype and device in the catalog; the learned estimators fall
 back to it outside their training support. The default efficiencies are typical achievable shares of peak, not

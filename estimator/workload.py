@@ -198,23 +198,27 @@ def network_rails(names: np.ndarray, ranks: np.ndarray, ranks_per_node: np.ndarr
     return np.where(np.isin(names, POINT_TO_POINT) | (n <= on_node), 1.0, rails)
 
 
-def latency_steps(names: np.ndarray, ranks: np.ndarray, ranks_per_node: np.ndarray) -> np.ndarray:
-    """Sequential steps: ring for a single node, tree (log2) across nodes as NCCL picks for large rank counts."""
+def latency_steps(names: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+    """Sequential steps: the fewer of a ring's and a tree's (2 log2 n, up and down), as NCCL's tuner picks the
+    faster algorithm, within an NVLink domain as across domains (its tree, or NVLS on NVSwitch; an NVL72 rack is one
+    domain, where a ring over 72 GPUs would count 142 steps of an all-reduce and time it above one over two racks).
+    Up to 4 ranks the ring has the fewer; at 8, 6 against 7. Where the ranks lie changes the link each step takes
+    (:func:`estimator.analytical.link_bandwidth`), not the count."""
     n = np.maximum(ranks, 1.0)
     ring = n - 1.0
     tree = np.ceil(np.log2(n))
-    steps = np.where(n > np.maximum(ranks_per_node, 1.0), np.minimum(ring, 2.0 * tree), ring)
+    steps = np.minimum(ring, 2.0 * tree)
     steps = np.where(names == "all_reduce", 2.0 * steps, steps)
     steps = np.where(np.isin(names, ["send_recv", "broadcast", "reduce"]), np.minimum(steps, 1.0 + tree), steps)
     return np.where(n <= 1.0, 0.0, steps)
 
 
 def collective(frame: Kernels) -> Work:
-    size, ranks, rpn = (_col(frame, c) for c in ("bytes", "ranks", "ranks_per_node"))
+    size, ranks = (_col(frame, c) for c in ("bytes", "ranks"))
     names = text(frame, "op")
     wire = size * bus_factor(names, ranks)
     flops = np.where(np.isin(names, ["all_reduce", "reduce_scatter", "reduce"]), size, 0.0)
-    return Work(flops / 2.0, 2.0 * size, wire, latency_steps(names, ranks, rpn))
+    return Work(flops / 2.0, 2.0 * size, wire, latency_steps(names, ranks))
 
 
 WORK = {

@@ -61,3 +61,22 @@ def test_a_72_gpu_all_reduce_on_gb200_runs_at_nvlink_rates_and_a_144_gpu_one_pay
     assert SIZE / rack > 0.5 * nvlink  # the NVLink switches reduce (NVLS): near a GPU's NVLink rate
     assert SIZE / racks < 0.5 * SIZE / rack  # two racks: no NVLS, rings and trees over the network
     assert SIZE / racks > 2 * network  # yet faster than one NIC: the rack's 72 NICs carry the ring's channels
+
+
+def test_the_alpha_beta_fallback_never_times_an_all_reduce_over_one_rack_above_one_over_two():
+    # the shipped bundles send an unfitted device's collectives to the alpha-beta: a ring's 142 steps inside the
+    # rack timed a 1 MiB all-reduce over 72 GPUs at 289 us, above 197 us over 144 across two racks
+    from estimator.analytical import RooflineEstimator
+
+    for size in (1 << 20, 1 << 30):
+        times = []
+        for world, nodes in ((72, 18), (144, 36)):
+            b = TraceBuilder(rank=0, world_size=world, meta={"launch_latency_us": 0.0})
+            b.iteration(0)
+            b.collective(stream=1, comm_seq=0, nbytes=size)
+            b.device_sync()
+            b.iteration(1, end=True)
+            result = simulate([b.doc()], "gb200-nvl72", durations="predicted", estimator=RooflineEstimator(),
+                              nodes=nodes)
+            times.append(build_report(result)["iteration_time_ms"])
+        assert times[0] < times[1]
