@@ -7,8 +7,8 @@ around it, then a device synchronisation.
 
     python -m emulate run --hardware t4 -- emulate/e2e/kernelbench_eager.py [--events] CALLS A.py [B.py ...]
 
-The script the convolution and launch-bound benchmarks emulate (:mod:`emulate.conv_benchmark`,
-:mod:`emulate.launch_bound_benchmark`); plain PyTorch, so it runs the same on a real GPU.
+The script the convolution and eager KernelBench benchmarks emulate (:mod:`emulate.conv_benchmark`,
+:mod:`emulate.kernelbench_eager_benchmark`); plain PyTorch, so it runs the same on a real GPU.
 """
 from __future__ import annotations
 
