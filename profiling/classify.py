@@ -37,9 +37,11 @@ Choices a reader should know:
 - batch norm (cuDNN's and torch's ops, forward and backward) is norm ``layer_norm`` with rows = channels and
   cols = N x spatial: the same reduce-then-normalise over the transposed view (the family has no batch-norm op);
   torch's two-phase kernels are each what they stream (the reduction a norm ``sum``, the elementwise pass a memory
-  sweep), an inference forward a memory sweep.
-- pooling (max / average / adaptive, forward and backward) and random-number fills (``normal_``, ``uniform_``,
-  ``random_``, ``bernoulli_``...) are memory sweeps (an elementwise ``copy`` of their bytes, as depthwise
+  sweep), an inference forward a memory sweep. Group norm likewise (its reductions norm ``sum`` over N x groups
+  forward, N x C backward; its elementwise pass a memory sweep; the whole op a ``layer_norm`` of rows N x groups).
+- pooling (max / average / adaptive, forward and backward), random-number fills (``normal_``, ``uniform_``,
+  ``random_``, ``bernoulli_``...), scans (``cumsum``, ``cumprod``, ``cummax``...) and reorderings (``flip``,
+  ``roll``) are memory sweeps (an elementwise ``copy`` of their bytes, as depthwise
   convolutions): each tensor once, a max pool's int64 indices included; a pooling forward's output size comes from
   its arguments.
 - collectives: ``bytes`` per rank is the largest tensor argument (nccl-tests ``size``); ``ranks`` and
@@ -828,6 +830,61 @@ def _random(name: str, shapes: tuple, dtypes: tuple, args: tuple | None, kernel_
     return _memory_sweep_row(dtype, elements) if _numel(written) > 0 else None
 
 
+#: torch's group norm runs as kernels of three kinds (aten/src/ATen/native/cuda/group_norm_kernel.cu): per-group
+#: (forward) or per-channel (backward) reductions, a small per-channel parameter pass, and an elementwise pass
+_GN_REDUCE_KERNEL = re.compile(r"Moments|ComputeInternalGradients|GammaBeta|reduce", re.IGNORECASE)
+_GN_PARAMS_KERNEL = re.compile(r"FusedParams", re.IGNORECASE)
+#: native_group_norm(input, weight, bias, N, C, HxW, group, eps); its backward(dY, X, mean, rstd, gamma, N, C, HxW,
+#: group, output_mask)
+_GROUP_NORM = {"native_group_norm": ("fwd", 0, 6), "native_group_norm_backward": ("bwd", 1, 8)}
+
+
+def _group_norm(name: str, shapes: tuple, dtypes: tuple, args: tuple | None, kernel_name: str | None) -> Row | None:
+    """A group norm: statistics per (sample, group), then normalise. Each of torch's kernels is timed as what it
+    streams, as a batch norm's two phases are: a reduction is a norm ``sum`` (forward: x over rows = N x groups;
+    backward: dy and x over rows = N x C), the parameter pass a memory sweep of its per-channel vectors, the
+    elementwise pass a memory sweep (forward x read, y written; backward dy and x read, dx written). Without a kernel
+    name (a profiler's op call) the op is the norm family's ``layer_norm`` with rows = N x groups. Before, none of
+    its kernels had a row and each took the launch floor (a 16 x 64 x 256 x 256 forward: 6 us for 3.9 ms on a T4)."""
+    pass_, index, group_index = _GROUP_NORM[name]
+    if index >= len(shapes):
+        return None
+    x, dtype = shapes[index], _entry_dtype(dtypes[index])
+    if dtype is None or len(x) < 2 or not all(isinstance(d, numbers.Integral) for d in x) or min(x) <= 0:
+        return None
+    n, channels, numel = x[0], x[1], _numel(x)
+    groups = _arg(args, group_index)
+    groups = int(groups) if isinstance(groups, numbers.Integral) and 0 < groups <= channels else 1
+    streams = 1 if pass_ == "fwd" else 2
+    if kernel_name and _GN_PARAMS_KERNEL.search(kernel_name):
+        return _memory_sweep_row("fp32", 4 * n * channels)
+    if kernel_name and _GN_REDUCE_KERNEL.search(kernel_name):
+        rows = n * groups if pass_ == "fwd" else n * channels
+        return {"family": "norm", "dtype": dtype, "op": "sum", "rows": rows, "cols": streams * numel // rows,
+                "pass": "fwd"}
+    if kernel_name:
+        return _memory_sweep_row(dtype, (streams + 1) * numel)
+    return {"family": "norm", "dtype": dtype, "op": "layer_norm", "rows": n * groups, "cols": numel // (n * groups),
+            "pass": pass_}
+
+
+#: ops whose kernel reads its input once and writes an output of the same size: scans (one pass with a carry) and
+#: reorderings
+_SWEEP_OPS = frozenset({"cumsum", "cumprod", "logcumsumexp", "cummax", "cummin", "_cummax_helper", "_cummin_helper",
+                        "flip", "roll"})
+
+
+def _sweep(name: str, shapes: tuple, dtypes: tuple, args: tuple | None, kernel_name: str | None) -> Row | None:
+    """A scan or a reordering is memory bound: its input read, its output written (cummax / cummin also write int64
+    indices). Before, their kernels had no row and took the launch floor."""
+    t = _tensors(shapes, dtypes)
+    if not t or _numel(t[0][0]) <= 0:
+        return None
+    x, dtype = t[0]
+    indices = 2 if name in ("cummax", "cummin", "_cummax_helper", "_cummin_helper") else 0
+    return _memory_sweep_row(dtype, (2 + indices) * _numel(x))
+
+
 _Handler = Callable[[str, tuple, tuple, "tuple | None", "str | None"], "Row | None"]
 _HANDLERS: dict[str, _Handler] = {}
 for _names, _handler in (
@@ -836,7 +893,8 @@ for _names, _handler in (
         (_FUSED_OPTIMIZERS, _optimizer),
         ((*_CONV_FORWARD_ARGS, "_conv_depthwise2d", "conv_depthwise3d", "convolution_backward",
           "cudnn_convolution_backward_input", "cudnn_convolution_backward_weight"), _conv),
-        (_BATCH_NORM, _batch_norm), (_POOLS, _pool), (_RANDOM_OPS, _random)):
+        (_BATCH_NORM, _batch_norm), (_POOLS, _pool), (_RANDOM_OPS, _random), (_GROUP_NORM, _group_norm),
+        (_SWEEP_OPS, _sweep)):
     _HANDLERS.update(dict.fromkeys(_names, _handler))
 
 
@@ -874,11 +932,13 @@ def is_convolution_op(op: str) -> bool:
 
 def is_stand_in_op(op: str) -> bool:
     """Whether ``op``'s row stands in for a kernel of another kind: a convolution timed as its implicit GEMM, a batch
-    norm as a layer norm, a pool or a random fill as a copy of its bytes. Its measured time is then no training
+    or group norm as a layer norm, a pool, a random fill, a scan or a reordering as a copy of its bytes. Its measured
+    time is then no training
     sample of that row (a max-pool backward runs at a third of a copy's bandwidth), so importers of measured op
     times should skip it, as they skip convolutions (:func:`is_convolution_op`)."""
     namespace, name = op_base_name(op)
-    return namespace in ("aten", "") and _HANDLERS.get(name) in (_conv, _batch_norm, _pool, _random)
+    return namespace in ("aten", "") and _HANDLERS.get(name) in (_conv, _batch_norm, _pool, _random, _group_norm,
+                                                                 _sweep)
 
 
 @functools.lru_cache(maxsize=4096)

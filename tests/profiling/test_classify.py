@@ -492,3 +492,34 @@ def test_kernel_names_of_the_new_rows_do_not_claim_another_family(kernel):
 ])
 def test_rows_that_stand_in_for_another_kernel_are_named_for_importers(op, stand_in):
     assert is_stand_in_op(op) is stand_in
+
+
+GN_SHAPES = [[16, 64, 256, 256], [64], [64], [], [], [], [], []]
+GN_DTYPES = ["float", "float", "float", "", "", "", "", ""]
+GN_ARGS = [None, None, None, 16, 64, 65536, 8, 1e-5]  # N, C, HxW, groups, eps
+
+
+def test_group_norm_kernels_are_each_timed_as_what_they_stream():
+    # before, none of torch's group-norm kernels had a row: each took the launch floor (6 us for 3.9 ms on a T4)
+    x = 16 * 64 * 256 * 256
+    moments = classify_op("aten.native_group_norm.default", GN_SHAPES, GN_DTYPES,
+                          "void at::native::(anonymous namespace)::RowwiseMomentsCUDAKernel<float>()", args=GN_ARGS)
+    assert moments == {"family": "norm", "dtype": "fp32", "op": "sum", "rows": 16 * 8, "cols": x // (16 * 8),
+                       "pass": "fwd"}
+    params = classify_op("aten.native_group_norm.default", GN_SHAPES, GN_DTYPES,
+                         "void at::native::(anonymous namespace)::ComputeFusedParamsCUDAKernel<float>()", args=GN_ARGS)
+    assert params["family"] == "elementwise" and params["numel"] * 2 == 4 * 16 * 64  # per-channel vectors only
+    apply = classify_op("aten.native_group_norm.default", GN_SHAPES, GN_DTYPES,
+                        "void at::native::elementwise_kernel<128, 2>()", args=GN_ARGS)
+    assert apply == {"family": "elementwise", "dtype": "fp32", "op": "copy", "numel": x}  # x read, y written
+    whole = classify_op("aten::native_group_norm", GN_SHAPES, GN_DTYPES, args=GN_ARGS)
+    assert (whole["op"], whole["rows"], whole["cols"]) == ("layer_norm", 16 * 8, x // (16 * 8))
+    assert is_stand_in_op("aten::native_group_norm")  # a profiler's group-norm time is no layer-norm sample
+
+
+@pytest.mark.parametrize(("op", "streams"), [("aten.cumsum.default", 2), ("aten.flip.default", 2),
+                                             ("aten.cummax.default", 4)])
+def test_scans_and_reorderings_are_sweeps_of_their_input_and_output(op, streams):
+    row = classify_op(op, [[128, 4000], []], ["float", ""], "void at::native::tensor_kernel_scan_innermost_dim<float>")
+    assert row == {"family": "elementwise", "dtype": "fp32", "op": "copy", "numel": streams * 128 * 4000 // 2}
+    assert is_stand_in_op(op)
