@@ -12,7 +12,8 @@ Sources (``--sources``, default all):
   (:mod:`emulate.e2e.instep`), fitted on those same per-operator traces; each label is emulated with the factors
   fitted WITHOUT its own model's traces (``STEPCAST_INSTEP_EXCLUDE=<model>``: leave-one-model-out, on every GPU,
   also where a GPU with too few models left pools the others' factors), and the output says which rows were left
-  out. ``STEPCAST_INSTEP=off`` gives the estimators alone. ``python -m emulate.e2e.diagnose <gpu>`` shows, without
+  out. ``STEPCAST_INSTEP=off`` gives the estimators alone. ``--unseen``: each GPU wholly unseen, a bundle trained
+  without any of its rows and the in-step factors of the other GPUs pooled (:mod:`emulate.e2e.unseen_bundles`). ``python -m emulate.e2e.diagnose <gpu>`` shows, without
   emulating, the estimator's predictions of each label's own operators and the factors each label gets.
 - ``torchtitan``: torchtitan's published H100 runs (Llama 3.1 8B, FSDP on 8 GPUs, local batch 2, selective
   activation checkpointing), reproduced by ``examples/llama_fsdp2.py`` and emulated with 8 ranks on the published
@@ -39,7 +40,7 @@ from rich.console import Console
 from rich.table import Table
 
 from emulate import config
-from emulate.e2e import instep, labelled, neusight, nosync, torchtitan
+from emulate.e2e import instep, labelled, neusight, nosync, torchtitan, unseen_bundles
 from emulate.e2e.emulation import cached, emulate_script, git_head
 from profiling.atomic import write_json_atomic
 from profiling.paths import shared_data_root
@@ -77,13 +78,18 @@ def select_labels(labels: list[neusight.Label], gpus: list[str] | None, models: 
 
 
 def neusight_row(label: neusight.Label, fresh: bool,
-                 torch_for: Callable[[str], tuple[str | None, str]] | None = None) -> dict[str, Any]:
+                 torch_for: Callable[[str], tuple[str | None, str]] | None = None, unseen: bool = False
+                 ) -> dict[str, Any]:
     """Emulate one label (cached) and compare it with the measurement. ``torch_for(hardware)``: the interpreter to
-    emulate it with (None: this one) and the torch it holds (:func:`interpreters`; default: the installed torch)."""
+    emulate it with (None: this one) and the torch it holds (:func:`interpreters`; default: the installed torch).
+    ``unseen``: with a bundle and an in-step calibration that never saw the label's GPU
+    (:mod:`emulate.e2e.unseen_bundles`)."""
     python, torch_version = torch_for(label.hardware) if torch_for else (None, "installed")
 
     def compute() -> dict[str, Any]:
         env = {**os.environ, "STEPCAST_INSTEP_EXCLUDE": label.model}  # leave-one-model-out (module docstring)
+        if unseen:
+            env.update(unseen_bundles.unseen_env(label.hardware, label.model))
         result = emulate_script(labelled.SCRIPT, neusight.script_args(label, labelled.REPS), label.hardware, env=env,
                                 python=python)
         row: dict[str, Any] = {"ok": result["ok"], "wall_s": round(result["wall_s"], 1), "torch": torch_version}
@@ -97,9 +103,10 @@ def neusight_row(label: neusight.Label, fresh: bool,
         return row
 
     row = cached(label.key + ("" if config.INSTEP_CALIBRATION else "-instep-off") + (f"-torch{torch_version}"
-                                                                                         if python else ""),
-                 compute, fresh)
+                                                                                         if python else "")
+                 + ("-unseen" if unseen else ""), compute, fresh)
     row.update(label=label.path.stem, gpu=label.hardware, model=label.model, mode=label.mode, held_out=label.model,
+               unseen_gpu=unseen,
                measured={"forward_ms": label.forward_ms, "backward_ms": label.backward_ms,
                          "total_ms": label.total_ms})
     if row["ok"]:
@@ -254,7 +261,9 @@ def held_out_protocol(rows: list[dict[str, Any]], root: Path) -> str:
         held.append(f"{model} {len(mine)} rows ({mine['sample'].nunique() if len(mine) else 0} traces)")
     return ("held out (leave-one-model-out): each label was emulated with the in-step calibration fitted without "
             "its own model's rows (STEPCAST_INSTEP_EXCLUDE=<model>), on its GPU and on those it pools from when "
-            f"fewer than {instep.MIN_MODELS} models are left; rows left out per model: " + "; ".join(held))
+            f"fewer than {instep.MIN_MODELS} models are left; rows left out per model: " + "; ".join(held)
+            + ("; each GPU wholly unseen (--unseen): a bundle trained without any of its rows, and the other GPUs' "
+               "in-step factors pooled" if any(r.get("unseen_gpu") for r in rows) else ""))
 
 
 def fmt_abs(value: float | None) -> str:
@@ -273,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fresh", action="store_true", help="ignore cached results of this commit")
     parser.add_argument("--root", type=Path, default=None, help="shared data folder (default: the setting)")
     parser.add_argument("--json", type=Path, default=None, help="write every row here (JSON)")
+    parser.add_argument("--unseen", action="store_true", help="NeuSight labels with each GPU wholly unseen: a bundle "
+                        "trained without any of its rows and the other GPUs' pooled in-step calibration "
+                        "(emulate/e2e/unseen_bundles.py; a bundle is trained per GPU on first use, 1-4 min)")
     parser.add_argument("--older-torch", default=OLDER_TORCH, metavar="VERSION",
                         help="torch release (its CUDA 12 build) that emulates GPUs the installed torch has no code "
                              "for (P100, P4, V100), in a throwaway environment; 'none': leave those rows refused "
@@ -301,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         chosen = [lb for lb in select_labels(labels, split(args.gpus), split(args.models), args.quick)
                   if lb.mode in modes]
         torch_for = interpreters(None if args.older_torch == "none" else args.older_torch)
-        rows = run_rows(chosen, lambda lb: neusight_row(lb, args.fresh, torch_for),
+        rows = run_rows(chosen, lambda lb: neusight_row(lb, args.fresh, torch_for, args.unseen),
                         lambda lb: f"{lb.hardware} {lb.path.stem}", console)
         means = neusight_tables(rows, console) if rows else {}
         console.print(held_out_protocol(rows, root), highlight=False)

@@ -82,6 +82,8 @@ def load_training_rows(data: DictConfig, families: list[str], seed: int = 0) -> 
                                   datasets_dir=Path(data.datasets_dir) if data.datasets_dir else None)
     if data.hardware:
         frame = frame[frame["hardware"].isin(list(data.hardware))]
+    if data.get("exclude_hardware"):
+        frame = frame[~frame["hardware"].isin(list(data.exclude_hardware))]
     if data.dtype:
         frame = frame[frame["dtype"].isin(list(data.dtype))]
     frame = frame[np.isfinite(frame["runtime_us"]) & (frame["runtime_us"] > 0)]

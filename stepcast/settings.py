@@ -161,8 +161,9 @@ _DECLARED: tuple[Setting, ...] = (
             "name, a bundle folder or an MLflow URI", default_text="models/xgboost (shipped)"),
     Setting("STEPCAST_INSTEP", SWITCH, True, "scale predicted kernel times per family by in-step measurements of "
             "the target GPU where there are some (emulate.e2e.instep)"),
-    Setting("STEPCAST_INSTEP_EXCLUDE", NAMES, (), "models (NeuSight config stems) left out of the in-step "
-            "calibration: the end-to-end benchmark holds out the model it scores"),
+    Setting("STEPCAST_INSTEP_EXCLUDE", NAMES, (), "models (NeuSight config stems) and GPUs (catalog ids) left out "
+            "of the in-step calibration: the end-to-end benchmark holds out the model it scores, and with --unseen "
+            "its GPU, which then takes the other GPUs' pooled factors"),
     # -- the simulation -------------------------------------------------------------------------------------------
     Setting("STEPCAST_HOST_SPEED", POSITIVE_NUMBER, 1.0, "speed of the target's host CPU relative to the reference "
             "host: every host gap is divided by it", option="--host-speed"),

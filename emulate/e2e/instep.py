@@ -21,7 +21,9 @@ from other protocols. The rows are forward-pass kernels: the factor of a family 
 too.
 
 ``exclude`` leaves models out (``STEPCAST_INSTEP_EXCLUDE``): the end-to-end benchmark fits the factors without the
-model it evaluates (leave-one-model-out), so no label's own operators calibrate its prediction.
+model it evaluates (leave-one-model-out), so no label's own operators calibrate its prediction. A GPU named there is
+left out whole: it takes the pooled factors of the other GPUs, as a GPU with too few models does (the end-to-end
+benchmark's ``--unseen``: nothing of that GPU's own calibrates it).
 
 Fitting reads and classifies every trace (about 1.5 s), so :func:`cached_factors`, which the emulator calls at
 every start, keeps the result under ``cache_root()/instep/``, one file per (estimator ``name@version``, data
@@ -85,9 +87,12 @@ def factors(hardware: str, estimator, exclude: Iterable[str] = (), rows: pd.Data
     """{family: factor} on ``hardware`` from the in-step rows of every model but ``exclude``: its own where it has
     enough models, else pooled over the other GPUs (module docstring); families without either are absent."""
     rows = in_step_rows() if rows is None else rows
+    excluded = set(exclude)
+    held_out = hardware in excluded  # wholly unseen: its own rows left out, the others' pooled
     if rows.empty or hardware not in set(rows["hardware"]):
         return {}
-    out = own_factors(hardware, estimator, exclude, rows)
+    rows = rows[~rows["hardware"].isin(excluded)]
+    out = {} if held_out else own_factors(hardware, estimator, exclude, rows)
     missing = [f for f in FAMILIES if f not in out]
     if missing:
         others = [own_factors(str(g), estimator, exclude, rows) for g in sorted(set(rows["hardware"]) - {hardware})]

@@ -84,6 +84,16 @@ def test_a_gpus_own_factor_wins_over_the_pool():
     assert instep.factors("v100-pcie-32gb", HalfOfRuntime(), rows=pooled_rows()) == {"gemm": pytest.approx(0.9)}
 
 
+def test_a_gpu_held_out_whole_takes_the_other_gpus_pooled_factors_not_its_own():
+    # v100's own gemm factor is 0.9; held out whole (--unseen) it gets the t4's, the only other GPU with two models
+    t4 = (40.0 * 24 + 300.0) / (100.0 * 24 + 100.0)
+    fitted = instep.factors("v100-pcie-32gb", HalfOfRuntime(), exclude=["v100-pcie-32gb"], rows=pooled_rows())
+    assert fitted == {"gemm": pytest.approx(t4)}
+    # and a held-out GPU's rows calibrate no other GPU: p4 pools the t4 alone
+    assert instep.factors("p4", HalfOfRuntime(), exclude=["v100-pcie-32gb"], rows=pooled_rows()) == {
+        "gemm": pytest.approx(t4)}
+
+
 def test_the_label_names_factors_and_held_out_models():
     line = instep.describe("t4", {"gemm": 0.784, "norm": 0.9}, ["bert_large"])
     assert line == "in-step t4 (gemm x0.78, norm x0.90; without bert_large)"

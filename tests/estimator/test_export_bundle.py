@@ -148,3 +148,16 @@ def test_a_bundle_saved_over_another_keeps_no_file_of_the_model_it_replaced(tmp_
     assert not (tmp_path / "b" / "collective" / "model.ubj").exists()
     assert "model.ubj" not in (tmp_path / "b" / "SHA256SUMS").read_text()
     assert isinstance(estimator.load(str(tmp_path / "b")).estimators["collective"], NcclEstimator)
+
+
+def test_data_exclude_hardware_trains_a_bundle_that_never_saw_that_device(tmp_path, gemm_rows):
+    # what the end-to-end benchmark's --unseen trains for each GPU (emulate/e2e/unseen_bundles.py)
+    from estimator.train import load_training_rows
+
+    data = tmp_path / "rows.parquet"
+    gemm_rows.to_parquet(data)
+    dropped = sorted(set(gemm_rows["hardware"]))[0]
+    with initialize_config_dir(config_dir=str(CONF_DIR / "estimator"), version_base="1.3"):
+        cfg = compose("train", overrides=["family=gemm", f"data.path={data}", f"data.exclude_hardware=[{dropped}]"])
+    rows = load_training_rows(cfg.data, ["gemm"])
+    assert dropped not in set(rows["hardware"]) and len(rows) == int((gemm_rows["hardware"] != dropped).sum())

@@ -1,0 +1,55 @@
+"""Bundles that never saw one GPU: what the end-to-end benchmark's ``--unseen`` emulates each GPU's labels with.
+
+A user's GPU is most often one nobody profiled. To score that case end to end, each GPU's labels are emulated with
+a bundle trained as the shipped one is (``stepcast train family=all model=xgboost``, the shipped bundle's fallback
+rules) on every row but that GPU's, of every source and dtype (``data.exclude_hardware``), and with the in-step
+calibration of the other GPUs pooled (``STEPCAST_INSTEP_EXCLUDE`` names the GPU: :mod:`emulate.e2e.instep`). A
+device of the same SM design keeps its rows (the A100 PCIe's NeuSight rows go, Vidur's A100 SXM rows stay): that is
+the unseen protocol's device split (:mod:`estimator.unseen`).
+
+Each bundle is trained once per (GPU, git HEAD) under ``<cache>/unseen_bundles/`` (about 1 to 4 minutes), its
+MLflow runs in a tracking store beside it, never in the repository's.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from emulate.e2e.emulation import git_head
+from profiling.paths import REPO_ROOT, cache_root
+
+SHIPPED = REPO_ROOT / "models" / "xgboost"
+#: what the shipped bundle was exported with (README: "Train, track, ship")
+MAX_TRAIN_ROWS = 30000
+
+
+def bundle_dir(hardware: str) -> Path:
+    return cache_root() / "unseen_bundles" / f"{hardware}-{git_head()[:12]}"
+
+
+def held_out_bundle(hardware: str) -> Path:
+    """The bundle that never saw ``hardware`` (trained on first use, then reused)."""
+    out = bundle_dir(hardware)
+    if (out / "manifest.json").is_file():
+        return out
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "estimator.train", "family=all", "model=xgboost", f"export={tmp}",
+               f"max_train_rows={MAX_TRAIN_ROWS}", "mlflow.register=false", "mlflow.plots=false", "splits=[]",
+               f"rules_from={SHIPPED}", f"version=unseen-{hardware}", f"data.exclude_hardware=[{hardware}]"]
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{out.parent / 'mlflow.db'}"}
+    done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+    if done.returncode != 0 or not (tmp / "manifest.json").is_file():
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise RuntimeError(f"training the bundle without {hardware} failed: {tail[0][:300]}")
+    tmp.rename(out)  # whole or not at all: a stopped training leaves only the .partial folder
+    return out
+
+
+def unseen_env(hardware: str, model: str) -> dict[str, str]:
+    """The variables that emulate one label of ``model`` on ``hardware`` as wholly unseen."""
+    return {"STEPCAST_ESTIMATOR": str(held_out_bundle(hardware)), "STEPCAST_INSTEP_EXCLUDE": f"{model},{hardware}"}
