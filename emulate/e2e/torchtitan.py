@@ -21,8 +21,10 @@ work, so one rank per pipeline stage runs (rank 0 alone without pipeline paralle
 
 Figures compared: tokens/s/GPU as torchtitan logs it (local batch x sequence / (step time x TP x CP x PP)) and peak
 memory as it logs it (the caching allocator's ``max_memory_reserved``, the largest over the ranks that ran). Each
-row also gives the report's step breakdown and rank 0's predicted device time per kernel family in one steady
-iteration, the emulation's wall time and the peak summed resident memory of its processes.
+row also gives the report's step breakdown and rank 0's predicted device time per kernel class
+(:mod:`emulate.e2e.kernel_classes`: cuBLAS bf16 / fp8 GEMMs, Inductor's GEMM templates and fused kernels,
+FlexAttention, collectives by kind ...) in one steady iteration, the emulation's wall time and the peak summed
+resident memory of its processes.
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from emulate.e2e.emulation import cached, emulate_script
+from emulate.e2e.kernel_classes import kernel_class
 from emulate.e2e.titan_rows import GPUS_PER_NODE, PublishedRow, Recipe
 from profiling.paths import REPO_ROOT
 
@@ -129,7 +132,7 @@ def emulate_row(row: PublishedRow) -> dict[str, Any]:
     sampler = MemorySampler()
     result = emulate_script(SCRIPT, trainer_args(recipe), recipe.hardware,
                             nproc=min(recipe.gpus, GPUS_PER_NODE), timeout_s=TIMEOUT_S,
-                            options=run_options(recipe), runner=measured_runner(sampler))
+                            options=run_options(recipe), runner=measured_runner(sampler), classify=kernel_class)
     out: dict[str, Any] = {"ok": result["ok"], "wall_s": round(result["wall_s"], 1),
                            "peak_rss_bytes": sampler.peak_bytes}
     if not result["ok"]:
@@ -221,14 +224,14 @@ def print_table(rows: list[dict[str, Any]], console) -> dict[str, Any]:
             console.print(f"note: {r['name']}: {note}", highlight=False)
 
     breakdown = Table(title="Where the predicted step goes: the report's breakdown (ms) and rank 0's device time by "
-                            "kernel family in one steady iteration (ms, the largest five)")
+                            "kernel class in one steady iteration (ms, the largest six)")
     parts = ("compute", "exposed_communication", "host_bound", "idle")
-    for column in ("row", *(p.replace("_", " ") for p in parts), "communication", "top kernel families"):
-        breakdown.add_column(column, justify="left" if column in ("row", "top kernel families") else "right")
+    for column in ("row", *(p.replace("_", " ") for p in parts), "communication", "top kernel classes"):
+        breakdown.add_column(column, justify="left" if column in ("row", "top kernel classes") else "right")
     for r in rows:
         if not r.get("ok"):
             continue
-        fam = sorted((r.get("families_ms") or {}).items(), key=lambda kv: -kv[1])[:5]
+        fam = sorted((r.get("families_ms") or {}).items(), key=lambda kv: -kv[1])[:6]
         breakdown.add_row(r["name"], *(f"{r['breakdown_ms'].get(p, 0.0):,.0f}" for p in parts),
                           f"{r['breakdown_ms'].get('communication', 0.0):,.0f}",
                           ", ".join(f"{f} {ms:,.0f}" for f, ms in fam))

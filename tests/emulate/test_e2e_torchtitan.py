@@ -16,7 +16,8 @@ from profiling.paths import REPO_ROOT
 
 #: what runs and summarises the rows: none of it may name a row or carry a number fitted to one
 BENCHMARK_CODE = [REPO_ROOT / p for p in ("emulate/e2e/torchtitan.py", "emulate/e2e/titan_rows.py",
-                                         "examples/torchtitan_train.py", "examples/torchtitan_published_configs.py")]
+                                         "emulate/e2e/kernel_classes.py", "examples/torchtitan_train.py",
+                                         "examples/torchtitan_published_configs.py")]
 
 
 def recipe(**changes) -> Recipe:
