@@ -1016,6 +1016,52 @@ def _triton_reduction_op(fused: Sequence[str]) -> str:
     return "rms_norm" if "rsqrt" in fused else "softmax" if {"exp", "amax"} <= set(fused) else "sum"
 
 
+#: Inductor's FlexAttention templates, whatever else the kernel fused around them: forward and backward
+_FLEX_TEMPLATE = re.compile(r"^triton_tem_\w*?flex_attention(_backward)?(?:_|$)")
+#: what a query, key or value can be (the block mask's tensors are integers)
+_FLOAT_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2")
+
+
+def flex_attention_pass(name: str) -> str | None:
+    """"fwd" / "bwd" for an Inductor FlexAttention template kernel (``triton_tem_fused_flex_attention_0``,
+    ``triton_tem_fused_..._flex_attention_backward_..._9``), None for any other kernel."""
+    match = _FLEX_TEMPLATE.match(name)
+    return None if match is None else ("bwd" if match.group(1) else "fwd")
+
+
+def classify_flex_attention_kernel(name: str, grid: Sequence[int] | None, shapes: Sequence = (),
+                                   dtypes: Sequence = ()) -> Row | None:
+    """Attention row of an Inductor FlexAttention forward template: the attention it computes, not the bytes its
+    launcher names (its Q, K and V are template arguments, which the launch's byte count does not see).
+
+    Inductor launches the forward on a grid of (query blocks, batch, query heads)
+    (torch/_inductor/kernel/flex/flex_attention.py, ``flex_attention_grid``), so the query is the op context's first
+    4-d floating-point tensor of that batch and head count, (batch, heads, seq, head_dim), and the key the next of
+    that batch and head dim whose heads divide the query's (grouped-query attention). None for the backward template
+    (its launch has no op context: the simulator takes its forward's row) and where the context holds no such tensors
+    (a compiled graph whose inputs are the layer's activations and weights).
+
+    The block mask is computed on the device, whose values the emulation does not have; the row is causal, the mask
+    language models train with (torchtitan's default for its Llama models). A sparser mask (document masking,
+    sliding windows) runs fewer blocks than that, a dense one twice as many."""
+    if flex_attention_pass(name) != "fwd" or not grid or len(grid) < 3:
+        return None
+    batch, heads_q = int(grid[1]), int(grid[2])
+    four_d = [(tuple(int(n) for n in s), canonical_dtype(d)) for s, d in zip(shapes, dtypes)
+              if isinstance(d, str) and canonical_dtype(d) in _FLOAT_DTYPES and isinstance(s, (list, tuple))
+              and len(s) == 4 and all(isinstance(n, numbers.Integral) for n in s)]
+    q_at = next((i for i, (s, _) in enumerate(four_d) if s[0] == batch and s[1] == heads_q), None)
+    if q_at is None:
+        return None
+    (_, _, seq_q, head_dim), dtype = four_d[q_at]
+    key = next((s for s, _ in four_d[q_at + 1:]
+                if s[0] == batch and s[3] == head_dim and s[1] > 0 and heads_q % s[1] == 0), None)
+    if key is None:
+        return None
+    return {"family": "attention", "dtype": dtype, "batch": batch, "heads_q": heads_q, "heads_kv": int(key[1]),
+            "seq_q": int(seq_q), "seq_kv": int(key[2]), "head_dim": int(head_dim), "causal": True, "pass": "fwd"}
+
+
 # ---- kernel names -------------------------------------------------------------------------------------------------
 
 _NCCL_OPS = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",

@@ -36,3 +36,40 @@ def test_a_triton_pointwise_kernel_is_predicted_from_its_grid_not_the_launch_flo
     assert result.durations.fallback_reasons == {}
     kernel = next(i for i, e in enumerate(b.doc()["events"]) if e["kind"] == "kernel")
     assert result.durations.us[0][kernel] == 4096 * 128 * 8 / 1e6
+
+
+class AttentionEstimator(KernelEstimator):
+    """Predicts 1000 us for an attention row, 1 us for anything else, and records the rows it saw."""
+
+    name = "attention"
+
+    def __init__(self) -> None:
+        self.seen: list[dict] = []
+
+    def predict(self, frame: pd.DataFrame) -> np.ndarray:
+        self.seen += frame.to_dict("records")
+        return np.where(frame["family"] == "attention", 1000.0, 1.0)
+
+
+def test_flex_attention_templates_are_timed_as_the_attention_they_compute_forward_and_backward():
+    """torchtitan's FlexAttention: the forward's op context holds Q, K, V; the backward's launch has none and takes
+    its forward's shapes. Both were timed at the launch floor (2 us) from the block mask's bytes before."""
+    b = TraceBuilder(rank=0, world_size=1, meta={"launch_latency_us": 0.0})
+    b.iteration(0)
+    fwd = b.kernel(stream=1, name="triton_tem_fused_flex_attention_0")
+    fwd.update(grid=[64, 2, 32], block=[128, 1, 1], op="CompiledFunction.default",
+               op_shapes=[[2, 32, 8192, 128], [2, 8, 8192, 128], [2, 8, 8192, 128], [2, 1, 64, 64], [2, 1, 64]],
+               op_dtypes=["torch.bfloat16"] * 3 + ["torch.int32"] * 2, bytes_read=65536, bytes_written=2**27)
+    bwd = b.kernel(stream=1, name="triton_tem_fused_flex_attention_backward_1")
+    bwd.update(grid=[1280, 2, 8], block=[128, 1, 1], op="autograd.engine.evaluate_function: CompiledFunctionBackward",
+               op_shapes=[], op_dtypes=[], bytes_read=65536, bytes_written=2**25)
+    b.device_sync()
+    b.iteration(1, end=True)
+    est = AttentionEstimator()
+    result = simulate([b.doc()], "h100-sxm", estimator=est)
+    rows = [r for r in est.seen if r["family"] == "attention"]
+    assert sorted(r["pass"] for r in rows) == ["bwd", "fwd"]
+    assert all((r["batch"], r["heads_q"], r["heads_kv"], r["seq_q"], r["head_dim"], r["causal"])
+               == (2, 32, 8, 8192, 128, True) for r in rows)
+    kernels = [i for i, e in enumerate(b.doc()["events"]) if e["kind"] == "kernel"]
+    assert [result.durations.us[0][i] for i in kernels] == [1000.0, 1000.0]
