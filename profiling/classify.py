@@ -1041,9 +1041,11 @@ def classify_flex_attention_kernel(name: str, grid: Sequence[int] | None, shapes
     (its launch has no op context: the simulator takes its forward's row) and where the context holds no such tensors
     (a compiled graph whose inputs are the layer's activations and weights).
 
-    The block mask is computed on the device, whose values the emulation does not have; the row is causal, the mask
-    language models train with (torchtitan's default for its Llama models). A sparser mask (document masking,
-    sliding windows) runs fewer blocks than that, a dense one twice as many."""
+    The block mask is computed on the device, whose values the emulation does not have, so the row is causal: the
+    densest mask a language model trains with, and the one torchtitan's published runs used (SDPA, causal).
+    torchtitan 0.3.0 masks per document (``block_causal``), which skips the blocks across documents: by how much
+    depends on the data's document lengths, so its attention is timed too slow by up to that share. A dense mask
+    runs twice the causal work."""
     if flex_attention_pass(name) != "fwd" or not grid or len(grid) < 3:
         return None
     batch, heads_q = int(grid[1]), int(grid[2])
