@@ -1020,6 +1020,10 @@ def _triton_reduction_op(fused: Sequence[str]) -> str:
 _FLEX_TEMPLATE = re.compile(r"^triton_tem_\w*?flex_attention(_backward)?(?:_|$)")
 #: what a query, key or value can be (the block mask's tensors are integers)
 _FLOAT_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2")
+#: how the op context spells the block mask's int32 tensors
+_INT32_NAMES = ("torch.int32", "int32", "int", "c10::Int")
+#: the head dims an attention kernel runs: a computed one outside them means the shapes were misread
+MIN_HEAD_DIM, MAX_HEAD_DIM = 16, 512
 
 
 def flex_attention_pass(name: str) -> str | None:
@@ -1030,16 +1034,17 @@ def flex_attention_pass(name: str) -> str | None:
 
 
 def classify_flex_attention_kernel(name: str, grid: Sequence[int] | None, shapes: Sequence = (),
-                                   dtypes: Sequence = ()) -> Row | None:
+                                   dtypes: Sequence = (), bytes_written: int = 0) -> Row | None:
     """Attention row of an Inductor FlexAttention forward template: the attention it computes, not the bytes its
     launcher names (its Q, K and V are template arguments, which the launch's byte count does not see).
 
     Inductor launches the forward on a grid of (query blocks, batch, query heads)
     (torch/_inductor/kernel/flex/flex_attention.py, ``flex_attention_grid``), so the query is the op context's first
     4-d floating-point tensor of that batch and head count, (batch, heads, seq, head_dim), and the key the next of
-    that batch and head dim whose heads divide the query's (grouped-query attention). None for the backward template
-    (its launch has no op context: the simulator takes its forward's row) and where the context holds no such tensors
-    (a compiled graph whose inputs are the layer's activations and weights).
+    that batch and head dim whose heads divide the query's (grouped-query attention). In a compiled graph whose
+    inputs are the layer's activations and weights (:func:`_flex_in_graph`), the shapes come from the block mask, the
+    activations and the output the launch wrote. None for the backward template (its launch has no op context: the
+    simulator takes its forward's row) and where neither gives the shapes.
 
     The block mask is computed on the device, whose values the emulation does not have, so the row is causal: the
     densest mask a language model trains with, and the one torchtitan's published runs used (SDPA, causal).
@@ -1054,7 +1059,7 @@ def classify_flex_attention_kernel(name: str, grid: Sequence[int] | None, shapes
               and len(s) == 4 and all(isinstance(n, numbers.Integral) for n in s)]
     q_at = next((i for i, (s, _) in enumerate(four_d) if s[0] == batch and s[1] == heads_q), None)
     if q_at is None:
-        return None
+        return _flex_in_graph(batch, heads_q, shapes, dtypes, bytes_written)
     (_, _, seq_q, head_dim), dtype = four_d[q_at]
     key = next((s for s, _ in four_d[q_at + 1:]
                 if s[0] == batch and s[3] == head_dim and s[1] > 0 and heads_q % s[1] == 0), None)
@@ -1062,6 +1067,36 @@ def classify_flex_attention_kernel(name: str, grid: Sequence[int] | None, shapes
         return None
     return {"family": "attention", "dtype": dtype, "batch": batch, "heads_q": heads_q, "heads_kv": int(key[1]),
             "seq_q": int(seq_q), "seq_kv": int(key[2]), "head_dim": int(head_dim), "causal": True, "pass": "fwd"}
+
+
+def _flex_in_graph(batch: int, heads_q: int, shapes: Sequence, dtypes: Sequence, bytes_written: int) -> Row | None:
+    """A FlexAttention forward fused into a compiled graph (torch.compile of a whole block), whose op context holds
+    the block's activations, weights and the block mask's int32 tensors but not Q, K or V: the mask's KV-index
+    tensor, (batch, mask heads, query blocks, key blocks), its first 4-d int32 tensor of the batch, gives the block
+    counts; the sequence is the first (batch, seq, width) activation's whose length the query blocks divide into
+    blocks of a power of two (self-attention: the keys are as long); the head dim is what the launch wrote (the
+    output, batch x query heads x seq x head dim) per element. Key/value heads are not in the context: taken as
+    the query's (the forward's time barely depends on them; the backward's launch names its own)."""
+    mask = next((tuple(int(n) for n in s) for s, d in zip(shapes, dtypes)
+                 if d in _INT32_NAMES and isinstance(s, (list, tuple)) and len(s) == 4 and int(s[0]) == batch), None)
+    if mask is None or not bytes_written or min(mask[2:]) <= 0:
+        return None
+    q_blocks, kv_blocks = mask[2], mask[3]
+    for shape, dtype in zip(shapes, dtypes):
+        row_dtype = canonical_dtype(dtype) if isinstance(dtype, str) else None
+        if row_dtype not in _FLOAT_DTYPES or not isinstance(shape, (list, tuple)) or len(shape) != 3 \
+                or int(shape[0]) != batch:
+            continue
+        seq = int(shape[1])
+        block = seq // q_blocks
+        if block * q_blocks != seq or block & (block - 1) or seq % kv_blocks:
+            continue
+        head_dim, rest = divmod(int(bytes_written), batch * heads_q * seq * dtype_bytes(row_dtype))
+        if rest or not MIN_HEAD_DIM <= head_dim <= MAX_HEAD_DIM:
+            return None
+        return {"family": "attention", "dtype": row_dtype, "batch": batch, "heads_q": heads_q, "heads_kv": heads_q,
+                "seq_q": seq, "seq_kv": seq, "head_dim": head_dim, "causal": True, "pass": "fwd"}
+    return None
 
 
 # ---- kernel names -------------------------------------------------------------------------------------------------

@@ -81,23 +81,27 @@ class Durations:
     spec_rows: pd.DataFrame | None = None            # the distinct rows sent to the estimator, with predictions
 
 
-def inductor_spec(ev: dict[str, Any], flex_forward: dict[tuple[int, int], dict[str, Any]]) -> dict[str, Any] | None:
+def inductor_spec(ev: dict[str, Any], flex_forward: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
     """The spec of an Inductor Triton kernel, which no aten op describes. A FlexAttention template is the attention
     it computes (:func:`profiling.classify.classify_flex_attention_kernel`); its backward template, launched with no
     op context on a grid of (blocks, batch, key/value heads), takes the row of the rank's latest forward of that
-    batch and key/value heads (``flex_forward``, which forwards update), as the pass: a backward differentiates a
-    forward of its shapes. Any other kernel is timed from its launch (:func:`classify_triton_kernel`). None: no
-    spec (a FlexAttention template whose shapes were not found)."""
+    batch (``flex_forward``, which forwards update), as the pass, with the key/value heads of its grid: a backward
+    differentiates a forward of its shapes. Any other kernel is timed from its launch (:func:`classify_triton_kernel`).
+    None: no spec (a FlexAttention template whose shapes were not found)."""
     name, grid = ev["name"], ev.get("grid")
     pass_ = flex_attention_pass(name)
     if pass_ == "fwd":
-        row = classify_flex_attention_kernel(name, grid, ev.get("op_shapes") or (), ev.get("op_dtypes") or ())
+        row = classify_flex_attention_kernel(name, grid, ev.get("op_shapes") or (), ev.get("op_dtypes") or (),
+                                             ev.get("bytes_written") or 0)
         if row is not None:
-            flex_forward[(row["batch"], row["heads_kv"])] = row
+            flex_forward[row["batch"]] = row
         return row
     if pass_ == "bwd":
-        forward = flex_forward.get((int(grid[1]), int(grid[2]))) if grid and len(grid) >= 3 else None
-        return {**forward, "pass": "bwd"} if forward else None
+        forward = flex_forward.get(int(grid[1])) if grid and len(grid) >= 3 else None
+        heads_kv = int(grid[2]) if forward else 0
+        if not forward or heads_kv <= 0 or forward["heads_q"] % heads_kv:
+            return None
+        return {**forward, "heads_kv": heads_kv, "pass": "bwd"}
     return classify_triton_kernel(name, grid, ev.get("block"), ev.get("op_shapes") or (), ev.get("op_dtypes") or (),
                                   "Backward" in (ev.get("op") or ""),
                                   (ev.get("bytes_read") or 0) + (ev.get("bytes_written") or 0))
@@ -167,7 +171,7 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
         # the recorded cuBLAS launch describes the target only when the trace was captured on it (module docstring)
         launches = _recorded_launches(events) \
             if kernels and target is not None and prog.hardware == target.id else None
-        flex_forward: dict[tuple[int, int], dict[str, Any]] = {}   # the rank's FlexAttention forwards so far
+        flex_forward: dict[int, dict[str, Any]] = {}   # the rank's latest FlexAttention forward by batch
         for i, spec in zip(kernels, map(events.field("spec").__getitem__, kernels)):
             if not spec and events[i]["name"].startswith("triton_"):  # Inductor's: no aten op describes them
                 spec = inductor_spec(events[i], flex_forward)

@@ -73,3 +73,24 @@ def test_flex_attention_templates_are_timed_as_the_attention_they_compute_forwar
                == (2, 32, 8, 8192, 128, True) for r in rows)
     kernels = [i for i, e in enumerate(b.doc()["events"]) if e["kind"] == "kernel"]
     assert [result.durations.us[0][i] for i in kernels] == [1000.0, 1000.0]
+
+
+def test_a_flex_backward_takes_its_forwards_shapes_and_the_kv_heads_of_its_own_launch():
+    """A compiled block's forward cannot see its key/value heads; the backward's grid (blocks, batch, kv heads) can."""
+    b = TraceBuilder(rank=0, world_size=1, meta={"launch_latency_us": 0.0})
+    b.iteration(0)
+    fwd = b.kernel(stream=1, name="triton_tem_fused__to_copy_clone_flex_attention_view_6")
+    fwd.update(grid=[64, 2, 32], block=[256, 1, 1], op="CompiledFunction.default",
+               op_shapes=[[2, 8192, 4096], [6144, 4096], [2, 1, 64, 64], [2, 1, 64]],
+               op_dtypes=["torch.bfloat16", "torch.bfloat16", "torch.int32", "torch.int32"], bytes_read=65536,
+               bytes_written=2 * 32 * 8192 * 128 * 2)
+    bwd = b.kernel(stream=1, name="triton_tem_fused__to_copy_clone_flex_attention_backward_view_9")
+    bwd.update(grid=[320, 2, 8], block=[256, 1, 1], op="autograd.engine.evaluate_function: CompiledFunctionBackward",
+               op_shapes=[], op_dtypes=[], bytes_read=65536, bytes_written=2**25)
+    b.device_sync()
+    b.iteration(1, end=True)
+    est = AttentionEstimator()
+    simulate([b.doc()], "h100-sxm", estimator=est)
+    rows = {r["pass"]: r for r in est.seen if r["family"] == "attention"}
+    assert (rows["fwd"]["heads_kv"], rows["bwd"]["heads_kv"]) == (32, 8)
+    assert rows["bwd"]["seq_q"] == rows["fwd"]["seq_q"] == 8192 and rows["bwd"]["head_dim"] == 128
