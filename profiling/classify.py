@@ -584,6 +584,43 @@ def _memory_sweep_row(dtype: str, elements_moved: float) -> Row:
     return {"family": "elementwise", "dtype": dtype, "op": "copy", "numel": max(1, round(elements_moved / 2))}
 
 
+def classify_memory_op(op: str | None, shapes: Sequence = (), dtypes: Sequence = ()) -> Row | None:
+    """A memory-bound row for a kernel no family describes, from the tensors of its op call: FSDP2's all-gather
+    copy-out (``split_with_sizes_copy.out``) and reduce-scatter copy-in (``_chunk_cat.out``), gathers, scatters,
+    index and embedding-backward kernels. Such a kernel moves at least the bytes of the tensors it reads and writes,
+    so it is timed as the elementwise ``copy`` of those bytes (:func:`_memory_sweep_row`) in the dtype of its
+    largest tensor, rather than at a launch floor: every tensor argument (a tensor list: all of its tensors) is
+    read or written once, an ``out=`` overload's inputs at most its output's size each (a gather reads the rows it
+    indexes, not the table), and a functional op (not in place, no ``out``) writes a result as large as its largest
+    tensor. None for ops outside aten (a compiled graph's context is its inputs, not what one kernel moves) and when
+    the call names no sized tensor (a dtype the capture could not name has no width)."""
+    tensors: list[tuple[int, str]] = []              # (elements, row dtype) of each tensor argument or list
+    for shape, dtype in zip(shapes or (), dtypes or ()):
+        if isinstance(dtype, (list, tuple)) and isinstance(shape, (list, tuple)):
+            sized = [(s, tensor_dtype(d)) for s, d in zip(shape, dtype) if isinstance(d, str)]
+        else:
+            sized = [(shape, tensor_dtype(dtype) if isinstance(dtype, str) else None)]
+        sized = [(_numel(tuple(s)), d) for s, d in sized if d and isinstance(s, (list, tuple))
+                 and all(isinstance(n, numbers.Integral) for n in s)]
+        if sized:
+            tensors.append((sum(n for n, _ in sized), max(sized)[1]))
+    namespace, _ = op_base_name(op or "")
+    if not tensors or namespace != "aten":
+        return None
+    overload = (op or "").rsplit(".", 1)[-1] if (op or "").count(".") >= 2 else ""
+    in_place = re.search(r"_(?:\.|$)", op or "") is not None       # aten.copy_.default, aten::add_
+    largest, dtype = max(tensors)
+    if overload.startswith("out"):
+        out_elements, _ = tensors[-1]                # torch puts out= last
+        moved = sum(min(n, out_elements) * dtype_bytes(d) for n, d in tensors[:-1]) + out_elements * dtype_bytes(
+            tensors[-1][1])
+    else:
+        moved = sum(n * dtype_bytes(d) for n, d in tensors)
+        if not in_place:
+            moved += largest * dtype_bytes(dtype)
+    return _memory_sweep_row(dtype, moved / dtype_bytes(dtype))
+
+
 def _mask(value: Any) -> tuple[bool, bool]:
     """(grad input, grad weight) wanted by a ``convolution_backward`` call; both when its output_mask is unknown."""
     if isinstance(value, str):

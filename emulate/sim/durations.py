@@ -11,8 +11,9 @@ Order of preference for each op (``mode`` is "measured" or "predicted"):
    row of their shapes (:func:`inductor_spec`).
 3. ``op_part`` kernels (further kernels of an op call whose first kernel carries the op's spec): 0, the op's
    predicted time covers them. Other kernels without a spec: the measured duration scaled by the ratio of memory
-   bandwidths (source -> target hardware; most unclassified kernels are memory bound) when one was recorded, else a
-   launch floor. Counted.
+   bandwidths (source -> target hardware; most unclassified kernels are memory bound) when one was recorded, else
+   the elementwise copy of the bytes their aten op's tensors hold (``classify_memory_op``: FSDP2's copy-in and
+   copy-out, gathers, index kernels), else a launch floor. Counted.
    Collectives without op/bytes keep their recorded duration.
 4. memcpy / memset: bandwidth model from the catalog: host<->device over PCIe, device copies read and write HBM.
 
@@ -51,8 +52,8 @@ from emulate.sim.program import COLLECTIVE, KERNEL, MEMCPY, MEMCPY_BLOCKING, MEM
 from emulate.trace import EventTable, TraceFormatError
 from estimator.base import KernelEstimator
 from estimator.kernel_config import PATHS, parse_name
-from profiling.classify import (classify_flex_attention_kernel, classify_triton_kernel, flex_attention_pass,
-                               tensor_dtype)
+from profiling.classify import (classify_flex_attention_kernel, classify_memory_op, classify_triton_kernel,
+                               flex_attention_pass, tensor_dtype)
 from profiling.families import FAMILIES
 from profiling.hardware import HardwareSpec, UnknownHardwareError, lookup
 
@@ -175,6 +176,9 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
         for i, spec in zip(kernels, map(events.field("spec").__getitem__, kernels)):
             if not spec and events[i]["name"].startswith("triton_"):  # Inductor's: no aten op describes them
                 spec = inductor_spec(events[i], flex_forward)
+            if not spec and not events[i].get("op_part") and events[i].get("duration_us") is None:
+                ev = events[i]   # no family: a memory-bound kernel of the bytes its op call's tensors hold
+                spec = classify_memory_op(ev.get("op"), ev.get("op_shapes") or (), ev.get("op_dtypes") or ())
             if spec:
                 launch = launches[i] if launches is not None else None
                 try:

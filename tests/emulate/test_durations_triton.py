@@ -94,3 +94,20 @@ def test_a_flex_backward_takes_its_forwards_shapes_and_the_kv_heads_of_its_own_l
     rows = {r["pass"]: r for r in est.seen if r["family"] == "attention"}
     assert (rows["fwd"]["heads_kv"], rows["bwd"]["heads_kv"]) == (32, 8)
     assert rows["bwd"]["seq_q"] == rows["fwd"]["seq_q"] == 8192 and rows["bwd"]["head_dim"] == 128
+
+
+def test_an_unclassified_aten_kernel_is_timed_from_its_tensors_bytes_not_the_launch_floor():
+    """FSDP2's all-gather copy-out moves the whole unsharded parameters; it took the 2 us launch floor before."""
+    b = TraceBuilder(rank=0, world_size=1, meta={"launch_latency_us": 0.0})
+    b.iteration(0)
+    ev = b.kernel(stream=1, name="at::native::detail::split_with_sizes_copy_out_contiguous_no_cast_kernel")
+    ev.update(grid=[4096, 1, 1], block=[128, 1, 1], op="aten.split_with_sizes_copy.out",
+              op_shapes=[[8, 2**20], [], [], [[8, 2**20]]], op_dtypes=["torch.bfloat16", "", "", ["torch.bfloat16"]])
+    b.device_sync()
+    b.iteration(1, end=True)
+    est = ElementsEstimator()
+    result = simulate([b.doc()], "h100-sxm", estimator=est)
+    assert est.seen and est.seen[0]["op"] == "copy" and est.seen[0]["numel"] == 8 * 2**20
+    assert result.durations.fallback_reasons.get("no_spec_launch_floor", 0) == 0
+    kernel = next(i for i, e in enumerate(b.doc()["events"]) if e["kind"] == "kernel")
+    assert result.durations.us[0][kernel] == 8 * 2**20 / 1e6
