@@ -84,6 +84,9 @@ _APPROXIMATE_DTYPES: dict[str, str] = {
     "int": "fp32", "int32": "fp32", "torch.int32": "fp32", "torch.int": "fp32", "unsigned int": "fp32",
     "short": "fp16", "int16": "fp16", "torch.int16": "fp16",
     "unsigned char": "int8", "uint8": "int8", "torch.uint8": "int8",
+    # complex tensors (torchtitan's rotary embedding multiplies complex64): a pair of floats, timed by width
+    "torch.complex32": "fp32", "complex32": "fp32", "c10::complex<c10::Half>": "fp32",
+    "torch.complex64": "fp64", "complex64": "fp64", "c10::complex<float>": "fp64",
 }
 
 # Kineto's capitalised IValue tags ("Int", "Double", "Bool", "Scalar", "GenericList"...) are not tensor dtypes.

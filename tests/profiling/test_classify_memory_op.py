@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from profiling.classify import classify_memory_op
+from profiling.classify import classify_memory_op, classify_op
 
 SHARD = [8, 65667072]   # FSDP2's all-gather output of the 8B model's embedding over 8 ranks
 
@@ -35,3 +35,9 @@ def test_a_functional_op_writes_a_result_and_an_in_place_one_does_not():
 ])
 def test_calls_without_sized_aten_tensors_get_no_row(op, shapes, dtypes):
     assert classify_memory_op(op, shapes, dtypes) is None
+
+
+def test_a_complex_rotary_multiply_is_an_elementwise_op_of_its_width():
+    """torchtitan's rotary embedding multiplies complex64 tensors: timed as 8-byte elements, not at a launch floor."""
+    row = classify_op("aten.mul.Tensor", [[2, 8192, 32, 64], [2, 8192, 1, 64]], ["torch.complex64", "torch.complex64"])
+    assert row == {"family": "elementwise", "dtype": "fp64", "op": "mul", "numel": 2 * 8192 * 32 * 64}
