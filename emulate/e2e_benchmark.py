@@ -15,10 +15,13 @@ Sources (``--sources``, default all):
   out. ``STEPCAST_INSTEP=off`` gives the estimators alone. ``--unseen``: each GPU wholly unseen, a bundle trained
   without any of its rows and the in-step factors of the other GPUs pooled (:mod:`emulate.e2e.unseen_bundles`). ``python -m emulate.e2e.diagnose <gpu>`` shows, without
   emulating, the estimator's predictions of each label's own operators and the factors each label gets.
-- ``torchtitan``: torchtitan's published H100 runs (Llama 3.1 8B, FSDP on 8 GPUs, local batch 2, selective
-  activation checkpointing), reproduced by ``examples/llama_fsdp2.py`` and emulated with 8 ranks on the published
-  board (``h100-sxm-96gb-500w``: 96 GB HBM2e at a 500 W power limit); tokens/s/GPU and peak memory against the
-  published figures, and where the predicted step goes (breakdown, device time per family).
+- ``torchtitan``: every published row of torchtitan's three benchmark files (Llama 3.1 8B / 70B / 405B on 8-512
+  H100s of the published kind, ``h100-sxm-96gb-500w``, and on H200 nodes; FSDP, TP, async TP, PP with 1F1B and
+  interleaved 1F1B, CP; torch.compile; Float8), each through torchtitan 0.3.0's own trainer with the published
+  degrees, batch, sequence and checkpointing (:mod:`emulate.e2e.torchtitan`; multi-node rows as sparse runs);
+  tokens/s/GPU and peak memory against the published figures, where the predicted step goes (breakdown, device
+  time per family), each emulation's wall time and peak resident memory, then mean and worst |error| and
+  Spearman's rank correlation over the rows. ``--rows`` picks rows by name.
 - ``nosync``: the GPT-2 large training loop without synchronisation (``examples/hf_model.py --no-sync``): the
   predicted iteration must be at least the device time of an iteration (its kernels' predicted durations).
 
@@ -40,7 +43,7 @@ from rich.console import Console
 from rich.table import Table
 
 from emulate import config
-from emulate.e2e import instep, labelled, neusight, nosync, torchtitan, unseen_bundles
+from emulate.e2e import instep, labelled, neusight, nosync, titan_rows, torchtitan, unseen_bundles
 from emulate.e2e.emulation import cached, emulate_script, git_head
 from profiling.atomic import write_json_atomic
 from profiling.paths import shared_data_root
@@ -279,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", default="inf,train", help="NeuSight label modes (default inf,train)")
     parser.add_argument("--quick", action="store_true", help="BERT-large labels only (smallest batch per GPU and "
                         "mode), the no-sync check, no torchtitan")
+    parser.add_argument("--rows", default=None, help="torchtitan rows whose name contains any of these "
+                        "(comma-separated, e.g. 'Table 1,H200'); default every row")
     parser.add_argument("--fresh", action="store_true", help="ignore cached results of this commit")
     parser.add_argument("--root", type=Path, default=None, help="shared data folder (default: the setting)")
     parser.add_argument("--json", type=Path, default=None, help="write every row here (JSON)")
@@ -328,10 +333,13 @@ def main(argv: list[str] | None = None) -> int:
         out["nosync"] = row
 
     if "torchtitan" in sources:
-        rows = run_rows(torchtitan.published_rows(root), lambda pub: torchtitan.run_row(pub, args.fresh),
-                        lambda pub: pub.name, console)
-        torchtitan.print_table(rows, console)
-        out["torchtitan"] = rows
+        published, missing = titan_rows.published_rows(root)
+        for path in missing:
+            console.print(f"torchtitan: {path} is missing: its rows are not run", highlight=False)
+        chosen = [row for row in published if not args.rows or any(part in row.name for part in split(args.rows))]
+        rows = run_rows(chosen, lambda pub: torchtitan.run_row(pub, args.fresh), lambda pub: pub.name, console)
+        stats = torchtitan.print_table(rows, console) if rows else {}
+        out["torchtitan"] = {"rows": rows, "summary": stats}
 
     out["wall_s"] = round(time.perf_counter() - started, 1)
     console.print(f"wall time {out['wall_s']:.0f} s (git {out['git_head'][:10]}; cached rows are not re-run)")

@@ -13,9 +13,11 @@ those of ``t`` to every rank's, which maps ``t`` to ``a`` and each of ``t``'s gr
 role (``t``'s pipeline group to ``a``'s, its data-parallel group to ``a``'s). A copy's collectives are its twin's with
 each communicator replaced by its image under ``sigma``, and its rank within it (and a point-to-point peer) renumbered.
 Groups no running rank belongs to have no communicator: they are named ``sparse:<group name>``. Where no group holds
-``a`` with exactly one running rank, or the groups give no coordinates (no grid structure), ``sigma`` shifts every rank
-by ``a - t`` (modulo the world), ``t`` being the running rank at ``a``'s position modulo the number of running ranks,
-and the report warns."""
+``a`` with exactly one running rank (torchtitan makes no group of a pipeline stage's ranks, so with one rank per stage
+running, a rank off both its stage leader's tensor- and data-parallel groups has none), the twin is the running rank
+at ``a``'s coordinates along the families the running ranks differ in (its stage's). Where that finds none either, or
+the groups give no coordinates (no grid structure), ``sigma`` shifts every rank by ``a - t`` (modulo the world),
+``t`` being the running rank at ``a``'s position modulo the number of running ranks, and the report warns."""
 from __future__ import annotations
 
 import re
@@ -111,31 +113,37 @@ def _role_group(rank: int, groups: list[Group], running: set[int], size: int | N
 
 
 def families(groups: list[Group], world: int) -> list[list[Group]]:
-    """Sets of groups that partition the world (disjoint, of one size, covering every rank): the groups of one
-    ``desc`` (torch's group_desc: Megatron names every tensor-parallel group alike), else blocks of consecutive
-    undescribed groups, in creation order."""
+    """Sets of groups that partition the world (disjoint, of one size, covering every rank), in creation order:
+    consecutive blocks of the groups of one ``desc`` (torch's group_desc: Megatron names every tensor-parallel
+    group alike; DeviceMesh names them ``mesh_<dim>``, once per mesh having the dimension), and of the undescribed
+    groups."""
     def partition(block: list[Group]) -> bool:
         size = len(block[0].ranks)
         return 1 < size < world and all(len(g.ranks) == size for g in block) and \
             len(block) * size == world and len({r for g in block for r in g.ranks}) == world
+
+    def blocks(run: list[Group]) -> list[list[Group]]:
+        """Consecutive blocks of ``run`` that partition the world."""
+        found, i = [], 0
+        while i < len(run):
+            size = len(run[i].ranks)
+            k = world // size if size else 0
+            block = run[i:i + k]
+            if k and len(block) == k and partition(block):
+                found.append(block)
+                i += k
+            else:
+                i += 1
+        return found
 
     out: list[list[Group]] = []
     described: dict[tuple[str, int], list[Group]] = defaultdict(list)
     for g in groups:
         if g.desc is not None:
             described[(g.desc, len(g.ranks))].append(g)
-    out += [block for block in described.values() if partition(block)]
-    plain = [g for g in groups if g.desc is None]
-    i = 0
-    while i < len(plain):
-        size = len(plain[i].ranks)
-        k = world // size if size else 0
-        block = plain[i:i + k]
-        if k and len(block) == k and partition(block):
-            out.append(block)
-            i += k
-        else:
-            i += 1
+    for run in described.values():  # one description may name several families (torch's DeviceMesh remakes a
+        out += blocks(run)           # dimension's groups for every mesh that has it: torchtitan's mesh_tp x3)
+    out += blocks([g for g in groups if g.desc is None])
     return out
 
 
@@ -164,21 +172,33 @@ def _permutation(absent: int, run_ranks: list[int], groups: list[Group], world: 
     """(twin, sigma as a map of the ranks it moves, whether the group structure gave it)."""
     running = set(run_ranks)
     home = _role_group(absent, groups, running)
-    if home is None or not grid:
-        twin = run_ranks[absent % len(run_ranks)] if home is None else next(r for r in home.ranks if r in running)
-        shift = absent - twin
-        return twin, {x: (x + shift) % world for x in range(world)}, home is not None
-    twin = next(r for r in home.ranks if r in running)
     position = [[0] * world for _ in grid]
     for f, family in enumerate(grid):
         for g in family:
             for q, r in enumerate(g.ranks):
                 position[f][r] = q
+    twin = next(r for r in home.ranks if r in running) if home is not None else _grid_twin(absent, run_ranks,
+                                                                                            position)
+    if twin is None or not grid:
+        twin = run_ranks[absent % len(run_ranks)] if twin is None else twin
+        shift = absent - twin
+        return twin, {x: (x + shift) % world for x in range(world)}, home is not None
     rank_at = {tuple(p[r] for p in position): r for r in range(world)}
     sizes = [len(family[0].ranks) for family in grid]
     delta = [p[absent] - p[twin] for p in position]
     sigma = {r: rank_at[tuple((p[r] + d) % n for p, d, n in zip(position, delta, sizes))] for r in range(world)}
     return twin, sigma, True
+
+
+def _grid_twin(absent: int, run_ranks: list[int], position: list[list[int]]) -> int | None:
+    """Where no group ties ``absent`` to exactly one running rank: the running rank at ``absent``'s coordinates along
+    every family in which the running ranks take more than one position (the families the run tells apart, such as
+    the pipeline stage when one rank per stage runs), the lowest if several; None when none is, or no family is
+    told apart."""
+    told_apart = [pos for pos in position if len({pos[r] for r in run_ranks}) > 1]
+    if not told_apart:
+        return None
+    return next((r for r in run_ranks if all(pos[r] == pos[absent] for pos in told_apart)), None)
 
 
 def _twin_comms(twin: int, groups: list[Group]) -> list[tuple[str, Group, list[int], str | None]]:

@@ -17,7 +17,15 @@ Loaded by :mod:`emulate.capture` (by its file path: nothing of the project is on
   unique id) waits for every member: absent members are marked stopped in its shared-memory header before the
   communicator exists, so a present member's slot speaks for them (the layout below mirrors ``shm_header``);
 - a gloo group with absent members cannot be created (gloo connects every pair of members through the store):
-  that is refused with one line naming the group.
+  that is refused with one line naming the group;
+- torch's symmetric memory (async TP's fused collective-matmuls) rendezvous through the store: every member sets
+  its request under ``.../CUDASymmetricMemory/<seq>/<group rank>`` and reads the others', then the members pass
+  their blocks' file descriptors around a ring of Unix sockets named by the requests' process ids. An absent
+  member's request is answered with this rank's own, its device (the request's first field) set to the absent
+  rank's local device: the process id is this rank's, so its ring sends go to itself and it imports its own block
+  as each absent peer's; at the exchange's barrier (members count in) this rank counts for the absent ones too.
+  That holds where this rank is the group's only running member (one rank of each tensor-parallel group runs); a
+  group with absent members and several running ones is refused in one line.
 
 The records go to the rank's op table (``sparse``), from which the collator rebuilds the absent ranks
 (:mod:`emulate.roles`)."""
@@ -42,6 +50,10 @@ SHM_HEADER = 4096
 SHM_STOPPED_OFFSET = 2 * SHM_MAX_RANKS * 8   # shm_header: posted[64], done[64], stopped[64], program[64]
 COUNTER_KEY = re.compile(r"\d+")
 P2P_KEY = re.compile(r"(\d+):(\d+)")
+SYMM_KEY = re.compile(r"^(.*CUDASymmetricMemory/\d+/)(\d+)$")   # torch's StoreExchange: <prefix>/<seq>/<rank>
+SYMM_COUNT = re.compile(r"CUDASymmetricMemory/\d+/num_members$")   # its barrier: members count in, the last sets
+                                                                   # .../last_member, all wait for it
+DEVICE_FIELD = 4                                                  # RendezvousRequest.device_idx, an int, first
 
 
 class SparseRunError(RuntimeError):
@@ -88,15 +100,30 @@ def mark_absent_members(comm: str, members: list[int], present: frozenset[int]) 
 
 class SparseStore(dist.Store):
     """A process group's view of the rendezvous store that answers NCCL unique-id reads whose setter is absent
-    (module docstring); everything else goes to the real store."""
+    (module docstring); everything else goes to the real store.
+
+    torch keeps a process group's store on the C++ side only (the group's PrefixStore holds it), which does not keep
+    this Python object alive: once collected, torch's calls into it fail ("Not implemented"), as a communicator
+    made lazily at the first collective (torchtitan's) finds. Every instance is therefore kept for the process's
+    life (:data:`_ALIVE`)."""
+
+    _ALIVE: list["SparseStore"] = []
 
     def __init__(self, inner: dist.Store, group: str, members: list[int], present: frozenset[int],
                  comms: list[dict[str, Any]]) -> None:
         super().__init__()
         self._inner, self._group, self._members, self._present, self._comms = inner, group, members, present, comms
+        SparseStore._ALIVE.append(self)
 
     def _id_key(self, key: str) -> tuple[int, list[int]] | None:
-        """(global rank that sets the key, the communicator's members) for a unique-id key, else None."""
+        """(global rank that sets the key, the communicator's members) for a unique-id key of this group, else
+        None. torch's key is ``<group>//<backend>//<counter>``; the world group's store also sees every subgroup's
+        keys (``0//<subgroup>//cuda//0``), which are not its own: its members are not the communicator's."""
+        parts = [p for p in key.split("/") if p]
+        if parts and parts[0] == self._group:
+            parts = parts[1:]
+        if len(parts) > 2:
+            return None
         last = key.rsplit("/", 1)[-1]
         if COUNTER_KEY.fullmatch(last):
             return (self._members[0], self._members) if self._members else None
@@ -106,6 +133,34 @@ class SparseStore(dist.Store):
             if b < len(self._members):
                 return self._members[a], [self._members[a], self._members[b]]
         return None
+
+    def _symmetric_stand_in(self, key: str) -> bytes | None:
+        """An absent member's value of a symmetric-memory all-gather key (module docstring), else None."""
+        m = SYMM_KEY.match(key)
+        if not m or not self._own(key) or int(m[2]) >= len(self._members) or self._members[int(m[2])] in self._present:
+            return None
+        own = self._inner.get(m[1] + str(self._members.index(self._sole_running())))
+        if len(own) <= 2 * DEVICE_FIELD:                      # a barrier's all-gather of an int: the same value
+            return own
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        device = self._members[int(m[2])] % max(local, 1)
+        return device.to_bytes(DEVICE_FIELD, "little", signed=True) + own[DEVICE_FIELD:]
+
+    def _own(self, key: str) -> bool:
+        """Whether a symmetric-memory key is this group's: torch prefixes it with the group's name (the world
+        group's store also sees every subgroup's keys, under the subgroup's name)."""
+        rest = key[len(self._group):] if key.startswith(self._group) else key
+        return rest.lstrip("/").startswith("CUDASymmetricMemory/")
+
+    def _sole_running(self) -> int:
+        """The group's one running member, for symmetric memory's exchanges (module docstring)."""
+        running = [r for r in self._members if r in self._present]
+        if len(running) != 1:
+            raise SparseRunError(
+                f"stepcast: symmetric memory in process group {self._group!r} (ranks {self._members[:8]}) with "
+                f"absent members and several running ones ({running[:8]}): run one rank of the group or all of "
+                "them (--run-ranks)")
+        return running[0]
 
     def _note(self, key: str, value: bytes) -> None:
         id_key = self._id_key(key)
@@ -122,6 +177,9 @@ class SparseStore(dist.Store):
         self._inner.set(key, data)
 
     def get(self, key: str) -> bytes:
+        stand_in = self._symmetric_stand_in(key)
+        if stand_in is not None:
+            return stand_in
         id_key = self._id_key(key)
         if id_key is not None and id_key[0] not in self._present:
             value = stand_in_unique_id(key)
@@ -131,13 +189,21 @@ class SparseStore(dist.Store):
         return value
 
     def add(self, key: str, value: int) -> int:
+        absent = sum(r not in self._present for r in self._members)
+        if absent and SYMM_COUNT.search(key) and self._own(key):   # the absent members arrive with this rank, its group's only one
+            self._sole_running()
+            value += absent
         return self._inner.add(key, value)
 
     def compare_set(self, key: str, expected: Any, desired: Any) -> bytes:
         return self._inner.compare_set(key, expected, desired)
 
     def check(self, keys: list[str]) -> bool:
-        return self._inner.check(keys)
+        return self._inner.check(self._real_keys(keys))
+
+    def _real_keys(self, keys: list[str]) -> list[str]:
+        """The keys a running member sets (an absent member's symmetric-memory key is answered here)."""
+        return [k for k in keys if self._symmetric_stand_in(k) is None]
 
     def delete_key(self, key: str) -> bool:
         return self._inner.delete_key(key)
@@ -149,6 +215,9 @@ class SparseStore(dist.Store):
         self._inner.set_timeout(timeout)
 
     def wait(self, keys: list[str], timeout: timedelta | None = None) -> None:
+        keys = self._real_keys(keys)
+        if not keys:
+            return
         if timeout is None:
             self._inner.wait(keys)
         else:

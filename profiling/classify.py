@@ -86,6 +86,9 @@ _APPROXIMATE_DTYPES: dict[str, str] = {
     "int": "fp32", "int32": "fp32", "torch.int32": "fp32", "torch.int": "fp32", "unsigned int": "fp32",
     "short": "fp16", "int16": "fp16", "torch.int16": "fp16",
     "unsigned char": "int8", "uint8": "int8", "torch.uint8": "int8",
+    # complex tensors (torchtitan's rotary embedding multiplies complex64): a pair of floats, timed by width
+    "torch.complex32": "fp32", "complex32": "fp32", "c10::complex<c10::Half>": "fp32",
+    "torch.complex64": "fp64", "complex64": "fp64", "c10::complex<float>": "fp64",
 }
 
 # Kineto's capitalised IValue tags ("Int", "Double", "Bool", "Scalar", "GenericList"...) are not tensor dtypes.
@@ -586,6 +589,43 @@ def _memory_sweep_row(dtype: str, elements_moved: float) -> Row:
     return {"family": "elementwise", "dtype": dtype, "op": "copy", "numel": max(1, round(elements_moved / 2))}
 
 
+def classify_memory_op(op: str | None, shapes: Sequence = (), dtypes: Sequence = ()) -> Row | None:
+    """A memory-bound row for a kernel no family describes, from the tensors of its op call: FSDP2's all-gather
+    copy-out (``split_with_sizes_copy.out``) and reduce-scatter copy-in (``_chunk_cat.out``), gathers, scatters,
+    index and embedding-backward kernels. Such a kernel moves at least the bytes of the tensors it reads and writes,
+    so it is timed as the elementwise ``copy`` of those bytes (:func:`_memory_sweep_row`) in the dtype of its
+    largest tensor, rather than at a launch floor: every tensor argument (a tensor list: all of its tensors) is
+    read or written once, an ``out=`` overload's inputs at most its output's size each (a gather reads the rows it
+    indexes, not the table), and a functional op (not in place, no ``out``) writes a result as large as its largest
+    tensor. None for ops outside aten (a compiled graph's context is its inputs, not what one kernel moves) and when
+    the call names no sized tensor (a dtype the capture could not name has no width)."""
+    tensors: list[tuple[int, str]] = []              # (elements, row dtype) of each tensor argument or list
+    for shape, dtype in zip(shapes or (), dtypes or ()):
+        if isinstance(dtype, (list, tuple)) and isinstance(shape, (list, tuple)):
+            sized = [(s, tensor_dtype(d)) for s, d in zip(shape, dtype) if isinstance(d, str)]
+        else:
+            sized = [(shape, tensor_dtype(dtype) if isinstance(dtype, str) else None)]
+        sized = [(_numel(tuple(s)), d) for s, d in sized if d and isinstance(s, (list, tuple))
+                 and all(isinstance(n, numbers.Integral) for n in s)]
+        if sized:
+            tensors.append((sum(n for n, _ in sized), max(sized)[1]))
+    namespace, _ = op_base_name(op or "")
+    if not tensors or namespace != "aten":
+        return None
+    overload = (op or "").rsplit(".", 1)[-1] if (op or "").count(".") >= 2 else ""
+    in_place = re.search(r"_(?:\.|$)", op or "") is not None       # aten.copy_.default, aten::add_
+    largest, dtype = max(tensors)
+    if overload.startswith("out"):
+        out_elements, _ = tensors[-1]                # torch puts out= last
+        moved = sum(min(n, out_elements) * dtype_bytes(d) for n, d in tensors[:-1]) + out_elements * dtype_bytes(
+            tensors[-1][1])
+    else:
+        moved = sum(n * dtype_bytes(d) for n, d in tensors)
+        if not in_place:
+            moved += largest * dtype_bytes(dtype)
+    return _memory_sweep_row(dtype, moved / dtype_bytes(dtype))
+
+
 def _mask(value: Any) -> tuple[bool, bool]:
     """(grad input, grad weight) wanted by a ``convolution_backward`` call; both when its output_mask is unknown."""
     if isinstance(value, str):
@@ -1074,6 +1114,89 @@ def _triton_reduction_op(fused: Sequence[str]) -> str:
     """The norm op an Inductor reduction kernel is timed as, from the aten ops its name fuses: ``rms_norm`` when it
     fuses ``rsqrt``, ``softmax`` with ``exp`` and ``amax``, else ``sum``."""
     return "rms_norm" if "rsqrt" in fused else "softmax" if {"exp", "amax"} <= set(fused) else "sum"
+
+
+#: Inductor's FlexAttention templates, whatever else the kernel fused around them: forward and backward
+_FLEX_TEMPLATE = re.compile(r"^triton_tem_\w*?flex_attention(_backward)?(?:_|$)")
+#: what a query, key or value can be (the block mask's tensors are integers)
+_FLOAT_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2")
+#: how the op context spells the block mask's int32 tensors
+_INT32_NAMES = ("torch.int32", "int32", "int", "c10::Int")
+#: the head dims an attention kernel runs: a computed one outside them means the shapes were misread
+MIN_HEAD_DIM, MAX_HEAD_DIM = 16, 512
+
+
+def flex_attention_pass(name: str) -> str | None:
+    """"fwd" / "bwd" for an Inductor FlexAttention template kernel (``triton_tem_fused_flex_attention_0``,
+    ``triton_tem_fused_..._flex_attention_backward_..._9``), None for any other kernel."""
+    match = _FLEX_TEMPLATE.match(name)
+    return None if match is None else ("bwd" if match.group(1) else "fwd")
+
+
+def classify_flex_attention_kernel(name: str, grid: Sequence[int] | None, shapes: Sequence = (),
+                                   dtypes: Sequence = (), bytes_written: int = 0) -> Row | None:
+    """Attention row of an Inductor FlexAttention forward template: the attention it computes, not the bytes its
+    launcher names (its Q, K and V are template arguments, which the launch's byte count does not see).
+
+    Inductor launches the forward on a grid of (query blocks, batch, query heads)
+    (torch/_inductor/kernel/flex/flex_attention.py, ``flex_attention_grid``), so the query is the op context's first
+    4-d floating-point tensor of that batch and head count, (batch, heads, seq, head_dim), and the key the next of
+    that batch and head dim whose heads divide the query's (grouped-query attention). In a compiled graph whose
+    inputs are the layer's activations and weights (:func:`_flex_in_graph`), the shapes come from the block mask, the
+    activations and the output the launch wrote. None for the backward template (its launch has no op context: the
+    simulator takes its forward's row) and where neither gives the shapes.
+
+    The block mask is computed on the device, whose values the emulation does not have, so the row is causal: the
+    densest mask a language model trains with, and the one torchtitan's published runs used (SDPA, causal).
+    torchtitan 0.3.0 masks per document (``block_causal``), which skips the blocks across documents: by how much
+    depends on the data's document lengths, so its attention is timed too slow by up to that share. A dense mask
+    runs twice the causal work."""
+    if flex_attention_pass(name) != "fwd" or not grid or len(grid) < 3:
+        return None
+    batch, heads_q = int(grid[1]), int(grid[2])
+    four_d = [(tuple(int(n) for n in s), canonical_dtype(d)) for s, d in zip(shapes, dtypes)
+              if isinstance(d, str) and canonical_dtype(d) in _FLOAT_DTYPES and isinstance(s, (list, tuple))
+              and len(s) == 4 and all(isinstance(n, numbers.Integral) for n in s)]
+    q_at = next((i for i, (s, _) in enumerate(four_d) if s[0] == batch and s[1] == heads_q), None)
+    if q_at is None:
+        return _flex_in_graph(batch, heads_q, shapes, dtypes, bytes_written)
+    (_, _, seq_q, head_dim), dtype = four_d[q_at]
+    key = next((s for s, _ in four_d[q_at + 1:]
+                if s[0] == batch and s[3] == head_dim and s[1] > 0 and heads_q % s[1] == 0), None)
+    if key is None:
+        return None
+    return {"family": "attention", "dtype": dtype, "batch": batch, "heads_q": heads_q, "heads_kv": int(key[1]),
+            "seq_q": int(seq_q), "seq_kv": int(key[2]), "head_dim": int(head_dim), "causal": True, "pass": "fwd"}
+
+
+def _flex_in_graph(batch: int, heads_q: int, shapes: Sequence, dtypes: Sequence, bytes_written: int) -> Row | None:
+    """A FlexAttention forward fused into a compiled graph (torch.compile of a whole block), whose op context holds
+    the block's activations, weights and the block mask's int32 tensors but not Q, K or V: the mask's KV-index
+    tensor, (batch, mask heads, query blocks, key blocks), its first 4-d int32 tensor of the batch, gives the block
+    counts; the sequence is the first (batch, seq, width) activation's whose length the query blocks divide into
+    blocks of a power of two (self-attention: the keys are as long); the head dim is what the launch wrote (the
+    output, batch x query heads x seq x head dim) per element. Key/value heads are not in the context: taken as
+    the query's (the forward's time barely depends on them; the backward's launch names its own)."""
+    mask = next((tuple(int(n) for n in s) for s, d in zip(shapes, dtypes)
+                 if d in _INT32_NAMES and isinstance(s, (list, tuple)) and len(s) == 4 and int(s[0]) == batch), None)
+    if mask is None or not bytes_written or min(mask[2:]) <= 0:
+        return None
+    q_blocks, kv_blocks = mask[2], mask[3]
+    for shape, dtype in zip(shapes, dtypes):
+        row_dtype = canonical_dtype(dtype) if isinstance(dtype, str) else None
+        if row_dtype not in _FLOAT_DTYPES or not isinstance(shape, (list, tuple)) or len(shape) != 3 \
+                or int(shape[0]) != batch:
+            continue
+        seq = int(shape[1])
+        block = seq // q_blocks
+        if block * q_blocks != seq or block & (block - 1) or seq % kv_blocks:
+            continue
+        head_dim, rest = divmod(int(bytes_written), batch * heads_q * seq * dtype_bytes(row_dtype))
+        if rest or not MIN_HEAD_DIM <= head_dim <= MAX_HEAD_DIM:
+            return None
+        return {"family": "attention", "dtype": row_dtype, "batch": batch, "heads_q": heads_q, "heads_kv": heads_q,
+                "seq_q": seq, "seq_kv": seq, "head_dim": head_dim, "causal": True, "pass": "fwd"}
+    return None
 
 
 # ---- kernel names -------------------------------------------------------------------------------------------------

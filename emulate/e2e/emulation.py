@@ -20,7 +20,7 @@ import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from emulate.trace import read_trace
 from profiling.atomic import write_json_atomic
@@ -69,14 +69,16 @@ def failure_line(stderr: str) -> str:
 
 def emulate_script(script: Path, args: list[str], hardware: str, nproc: int = 1, timeout_s: float | None = 1800.0,
                    kernels: bool = True, env: dict[str, str] | None = None, options: list[str] | None = None,
-                   trace_dir: Path | None = None, runner=None, python: str | None = None) -> dict[str, Any]:
+                   trace_dir: Path | None = None, runner=None, python: str | None = None,
+                   classify: Callable[[dict[str, Any]], str] | None = None) -> dict[str, Any]:
     """Run ``python -m emulate run`` on ``script`` (``python``: that interpreter, default this one, e.g. another
     virtual environment's; in ``env``, default this process's; ``options``: more ``run`` options, e.g.
     ``--nodes 2``; captures in ``trace_dir``, default a temporary folder) and
     return {ok, report, iterations (rank 0's kernel ms by family per iteration; only with ``kernels``, which writes
     the predicted timeline), wall_s} or {ok: False, error, command, wall_s, returncode (None: timed out), output
-    (stdout and stderr)}. The one way this project runs an emulation of a script (the e2e, compatibility,
-    determinism and search benchmarks all come here)."""
+    (stdout and stderr)}. ``classify``: what a device event of the trace counts as in ``iterations`` (default: its
+    kernel family, :func:`kernel_family`). The one way this project runs an emulation of a script (the e2e,
+    compatibility, determinism and search benchmarks all come here)."""
     with tempfile.TemporaryDirectory(prefix="stepcast-e2e-") as tmp:
         tmpdir = Path(tmp)
         report_path, timeline_path = tmpdir / "report.json", tmpdir / "timeline.json"
@@ -98,18 +100,25 @@ def emulate_script(script: Path, args: list[str], hardware: str, nproc: int = 1,
         out = {"ok": True, "report": json.loads(report_path.read_text()), "wall_s": wall}
         if kernels:
             rank0 = sorted(trace_dir.glob("rank0.trace.json*"))
-            out["iterations"] = iteration_family_ms(read_trace(rank0[0]), json.loads(timeline_path.read_text()))
+            out["iterations"] = iteration_family_ms(read_trace(rank0[0]), json.loads(timeline_path.read_text()),
+                                                    classify=classify or kernel_family)
     return out
 
 
-def iteration_family_ms(trace: dict[str, Any], timeline: dict[str, Any], rank: int = 0) -> list[dict[str, float]]:
-    """Per iteration of one rank, its predicted device time (ms) by kernel family (``other``: no spec).
+def kernel_family(event: dict[str, Any]) -> str:
+    """A device event's kernel family (``other``: no spec, or not a kernel)."""
+    return ((event.get("spec") or {}).get("family") or OTHER) if event["kind"] == "kernel" else OTHER
+
+
+def iteration_family_ms(trace: dict[str, Any], timeline: dict[str, Any], rank: int = 0,
+                        classify: Callable[[dict[str, Any]], str] = kernel_family) -> list[dict[str, float]]:
+    """Per iteration of one rank, its predicted device time (ms) by what ``classify`` makes of each device event
+    (default: its kernel family).
 
     A kernel belongs to the iteration whose markers bracket its launch (its ``seq``), wherever it ends up running
     on the simulated clock, so that the sum is the device work the iteration issued."""
     events = trace["events"]
-    family = {e["seq"]: ((e.get("spec") or {}).get("family") or OTHER) if e["kind"] == "kernel" else OTHER
-              for e in events if e["kind"] in DEVICE_CATEGORIES}
+    family = {e["seq"]: classify(e) for e in events if e["kind"] in DEVICE_CATEGORIES}
     marks = [e["seq"] for e in events if e["kind"] == "iteration"]
     if not marks or marks[0] != events[0]["seq"]:
         marks = [events[0]["seq"] if events else 0, *marks]

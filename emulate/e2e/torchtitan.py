@@ -1,54 +1,56 @@
-"""torchtitan's published H100 training runs (``torchtitan/benchmarks/llama3_h100_202412_torchtitan.md``), reproduced
-by ``examples/llama_fsdp2.py`` and emulated with one process per GPU (rank deduplication stops the ranks whose work
-matches rank 0's after the first full step).
+"""torchtitan's published training runs (every row of the three files under ``torchtitan/benchmarks/``, read by
+:mod:`emulate.e2e.titan_rows`), each run through torchtitan 0.3.0's own trainer on the emulator.
 
-Rows reproduced: Table 1's plain ``FSDP`` row (Llama 3.1 8B, 8 GPUs, local batch 2, selective "op" activation
-checkpointing, no torch.compile, no Float8). The table does not state the sequence length; it is torchtitan's
-``llama3_8b.toml`` default, 8192. Published figures: TPS/GPU (tokens per second per GPU, read at step 90) and peak
-memory in GiB (torchtitan logs the CUDA caching allocator's peak reserved memory, ``torch.cuda.max_memory_reserved``,
-which the emulation report records per rank under ``ranks``; the report's ``peak_memory_bytes`` is shown beside
-it). Step time = local batch x sequence / TPS.
+How a row runs: ``examples/torchtitan_train.py`` (torchtitan's ``torchtitan.train`` on a stand-in tokenizer and
+corpus) with the config registry ``examples/torchtitan_published_configs.py`` (torchtitan's ``llama3_8b`` /
+``llama3_70b`` / ``llama3_405b``, Float8 by name) and the row's recipe as torchtitan's command-line flags:
+parallel degrees, pipeline schedule, local batch, sequence length, activation checkpointing, ``--compile.enable``,
+``--compile.enable_async_tensor_parallel``. The same rules for every row, none per row:
 
-Target: the runs used H100 SXM boards with 96 GB HBM2e (2.4 TB/s) at a 500 W power limit, the catalog's
-``h100-sxm-96gb-500w`` (``HARDWARE``; its clock and peaks are derived from the power limit at load, see
-``profiling/hardware.py``). The row also reports rank 0's predicted device time per kernel family in one steady
-iteration, the breakdown that says where the step goes.
+- torchtitan of the published dates split a pipeline rank's local batch into as many microbatches as pipeline
+  stages (0.3.0 defaults to microbatches of one sample): ``--parallelism.pipeline_parallel_microbatch_size`` is
+  local batch / PP degree;
+- no published run captured CUDA graphs (0.3.0 captures forward + backward by default):
+  ``--training.disable_cuda_graphs``;
+- checkpointing, validation, TensorBoard and the profiler are off (they write files, not train), and each run
+  takes :data:`STEPS` steps (the first warms up; the report takes the median of the rest).
+
+Ranks: a run on one node (8 GPUs) starts every rank, and rank deduplication stops those whose device work matches a
+lower rank's; a multi-node run is sparse (``--run-ranks``): data-, tensor- and context-parallel peers do the same
+work, so one rank per pipeline stage runs (rank 0 alone without pipeline parallelism) and the others are copies.
+
+Figures compared: tokens/s/GPU as torchtitan logs it (local batch x sequence / (step time x TP x CP x PP)) and peak
+memory as it logs it (the caching allocator's ``max_memory_reserved``, the largest over the ranks that ran). Each
+row also gives the report's step breakdown and rank 0's predicted device time per kernel class
+(:mod:`emulate.e2e.kernel_classes`: cuBLAS bf16 / fp8 GEMMs, Inductor's GEMM templates and fused kernels,
+FlexAttention, collectives by kind ...) in one steady iteration, the emulation's wall time and the peak summed
+resident memory of its processes.
 """
 from __future__ import annotations
 
+import hashlib
+import json
+import math
 import re
-from dataclasses import dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from emulate.e2e.emulation import cached, emulate_script
+from emulate.e2e.kernel_classes import kernel_class
+from emulate.e2e.titan_rows import GPUS_PER_NODE, PublishedRow, Recipe
 from profiling.paths import REPO_ROOT
 
+SCRIPT = REPO_ROOT / "examples" / "torchtitan_train.py"
+CONFIG_MODULE = "torchtitan_published_configs"   # examples/torchtitan_published_configs.py
+STEPS = 3            # the first is warm-up; deduplicated ranks stop after the second and third agree
+TIMEOUT_S = 6 * 3600.0
+FILE_OFF = ("--checkpoint.no-enable", "--validator.no-enable", "--metrics.no-enable-tensorboard",
+            "--profiler.no-enable-profiling")
+
+# names the search benchmark reads (the 2024 file's Table 1 and its default sequence)
 BENCHMARK = Path("torchtitan/benchmarks/llama3_h100_202412_torchtitan.md")
-SCRIPT = REPO_ROOT / "examples" / "llama_fsdp2.py"
-HARDWARE = "h100-sxm-96gb-500w"
-SEQ = 8192          # torchtitan's llama3_8b.toml default (the table does not restate it)
-STEPS = 3           # the first is warm-up, the report wants two more; deduplicated ranks stop after the second
-TIMEOUT_S = 3600.0
-
-
-@dataclass(frozen=True)
-class Published:
-    """One published row and the configuration it ran."""
-
-    name: str
-    table: int
-    technique: str
-    gpus: int
-    local_batch: int
-    seq: int
-    tps_per_gpu: float
-    memory_gib: float
-    script_args: tuple[str, ...]
-
-    @property
-    def step_ms(self) -> float:
-        return self.local_batch * self.seq / self.tps_per_gpu * 1e3
+SEQ = 8192
 
 
 def parse_tables(text: str) -> dict[int, tuple[str, list[dict[str, str]]]]:
@@ -76,91 +78,171 @@ def number(cell: str) -> float:
     return float(cell.replace(",", ""))
 
 
-def published_rows(root: Path) -> list[Published]:
-    """The reproduced rows of the benchmark file under the shared data ``root`` (empty when it is absent)."""
-    path = root / BENCHMARK
-    if not path.is_file():
-        return []
-    tables = parse_tables(path.read_text())
-    caption, rows = tables[1]
-    gpus = int(re.search(r"(\d+) GPUs", caption)[1])
-    batch = int(re.search(r"Local batch size (\d+)", caption)[1])
-    if "Llama 3.1 8B" not in caption or "Selective activation checkpointing" not in caption:
-        raise ValueError(f"{path}: Table 1 no longer describes Llama 3.1 8B with selective checkpointing")
-    out = []
-    for row in rows:
-        if row["Techniques"] != "FSDP":  # torch.compile and Float8 are not emulated
-            continue
-        out.append(Published(name=f"Llama 3.1 8B FSDP {gpus} GPUs (Table 1)", table=1, technique="FSDP",
-                             gpus=gpus, local_batch=batch, seq=SEQ, tps_per_gpu=number(row["TPS/GPU"]),
-                             memory_gib=number(row["Memory(GiB)"]),
-                             script_args=("--preset", "8b", "--batch", str(batch), "--seq", str(SEQ),
-                                          "--steps", str(STEPS))))
+def config_name(recipe: Recipe) -> str:
+    """The registry function for the row's model and Float8 recipe."""
+    return f"llama3_{recipe.flavor.lower()}_{'bf16' if recipe.float8 is None else 'float8_' + recipe.float8}"
+
+
+def trainer_args(recipe: Recipe, steps: int = STEPS) -> list[str]:
+    """torchtitan's command line for the recipe (the launcher adds the stand-in assets)."""
+    args = ["--module", CONFIG_MODULE, "--config", config_name(recipe),
+            "--training.steps", str(steps), "--training.local_batch_size", str(recipe.local_batch),
+            "--training.seq_len", str(recipe.seq), "--training.disable_cuda_graphs",
+            "--parallelism.data_parallel_shard_degree", str(recipe.dp_shard),
+            "--parallelism.tensor_parallel_degree", str(recipe.tp),
+            "--parallelism.context_parallel_degree", str(recipe.cp),
+            "--parallelism.pipeline_parallel_degree", str(recipe.pp)]
+    if recipe.pp > 1:
+        args += ["--parallelism.pipeline_parallel_schedule", str(recipe.pp_schedule),
+                 "--parallelism.pipeline_parallel_microbatch_size", str(recipe.local_batch // recipe.pp)]
+    args += ["--compile.enable" if recipe.compile else "--compile.no-enable",
+             "--compile.enable_async_tensor_parallel" if recipe.async_tp else "--compile.no-enable_async_tensor_parallel",
+             *FILE_OFF, f"activation-checkpoint:{recipe.ac}"]
+    return args
+
+
+def run_ranks(recipe: Recipe) -> list[int] | None:
+    """The ranks a multi-node run starts (None: one node, every rank, deduplicated): rank 0 of every pipeline
+    stage, in torchtitan's mesh order (pp, dp, cp, tp from outermost)."""
+    if recipe.gpus <= GPUS_PER_NODE:
+        return None
+    per_stage = recipe.gpus // recipe.pp
+    return [stage * per_stage for stage in range(recipe.pp)]
+
+
+def run_options(recipe: Recipe) -> list[str]:
+    """``python -m emulate run`` options besides hardware, nproc, report and traces."""
+    ranks = run_ranks(recipe)
+    nodes = ["--nodes", str(recipe.nodes)] if recipe.nodes > 1 else []
+    return [*nodes, *(["--run-ranks", ",".join(map(str, ranks))] if ranks else [])]
+
+
+def row_key(row: PublishedRow) -> str:
+    """The cache key: the recipe's, and the exact command, so any change to either runs the row again."""
+    command = json.dumps([trainer_args(row.recipe), run_options(row.recipe)])
+    return f"{row.key()}-{hashlib.sha256(command.encode()).hexdigest()[:8]}"
+
+
+def emulate_row(row: PublishedRow) -> dict[str, Any]:
+    """Run one recipe on the emulator: {ok, iteration_ms, memory, breakdown, families, wall_s, peak_rss_bytes}
+    or {ok: False, error, ...}."""
+    from emulate.scale_benchmark import MemorySampler, measured_runner
+
+    recipe = row.recipe
+    sampler = MemorySampler()
+    result = emulate_script(SCRIPT, trainer_args(recipe), recipe.hardware,
+                            nproc=min(recipe.gpus, GPUS_PER_NODE), timeout_s=TIMEOUT_S,
+                            options=run_options(recipe), runner=measured_runner(sampler), classify=kernel_class)
+    out: dict[str, Any] = {"ok": result["ok"], "wall_s": round(result["wall_s"], 1),
+                           "peak_rss_bytes": sampler.peak_bytes}
+    if not result["ok"]:
+        out.update(error=result["error"], command=result["command"])
+        return out
+    report = result["report"]
+    reserved = [r["max_memory_reserved"] for r in report.get("ranks", []) if r.get("max_memory_reserved")]
+    steady = report.get("steady_iterations") or []
+    out.update(iteration_ms=report["iteration_time_ms"], iterations_ms=report["iterations_ms"],
+               peak_memory_bytes=report["peak_memory_bytes"], max_memory_reserved=max(reserved, default=None),
+               breakdown_ms=report["breakdown_ms"], mfu=report["mfu"], warnings=report.get("warnings", []),
+               fallback_kernels_steady=report.get("fallback_kernels_steady"),
+               families_ms=result["iterations"][steady[-1]] if steady else None)
     return out
 
 
-def run_row(pub: Published, fresh: bool = False) -> dict[str, Any]:
-    """Emulate one published row (cached) and compare tokens/s/GPU and peak memory."""
-    def compute() -> dict[str, Any]:
-        result = emulate_script(SCRIPT, list(pub.script_args), HARDWARE, nproc=pub.gpus, timeout_s=TIMEOUT_S)
-        if not result["ok"]:
-            return {"ok": False, "error": result["error"], "command": result["command"],
-                    "wall_s": round(result["wall_s"], 1)}
-        report = result["report"]
-        reserved = [r["max_memory_reserved"] for r in report.get("ranks", []) if r.get("max_memory_reserved")]
-        return {"ok": True, "iteration_ms": report["iteration_time_ms"], "iterations_ms": report["iterations_ms"],
-                "peak_memory_bytes": report["peak_memory_bytes"], "max_memory_reserved": max(reserved, default=None),
-                "failed_mallocs": sum(r.get("failed_mallocs", 0) for r in report.get("ranks", [])[:1]),
-                "breakdown_ms": report["breakdown_ms"], "mfu": report["mfu"], "wall_s": round(result["wall_s"], 1),
-                "families_ms": result["iterations"][report["steady_iterations"][-1]]
-                if report.get("steady_iterations") else None}
-
-    row = cached(f"torchtitan-{pub.technique}-{pub.gpus}-{pub.local_batch}-{pub.seq}-{HARDWARE}", compute, fresh)
-    row.update(name=pub.name, hardware=HARDWARE, published={"tps_per_gpu": pub.tps_per_gpu,
-                                                           "memory_gib": pub.memory_gib, "step_ms": pub.step_ms})
-    if row["ok"]:
-        row["tps_per_gpu"] = pub.local_batch * pub.seq / (row["iteration_ms"] / 1e3)
-        row["tps_error"] = (row["tps_per_gpu"] - pub.tps_per_gpu) / pub.tps_per_gpu * 100.0
-        if row.get("max_memory_reserved"):
-            row["memory_gib"] = row["max_memory_reserved"] / 2**30
-            row["memory_error"] = (row["memory_gib"] - pub.memory_gib) / pub.memory_gib * 100.0
-    return row
+def run_row(row: PublishedRow, fresh: bool = False) -> dict[str, Any]:
+    """Emulate one published row (cached per commit and :func:`row_key`) and compare it with the publication."""
+    out = dict(cached(row_key(row), lambda: emulate_row(row), fresh))
+    out.update(name=row.name, source=row.source, hardware=row.recipe.hardware, notes=list(row.notes),
+               recipe=asdict(row.recipe), published={"tps_per_gpu": row.tps_per_gpu,
+                                                          "memory_gib": row.memory_gib, "step_ms": row.step_ms})
+    if out["ok"]:
+        out["tps_per_gpu"] = row.recipe.tokens_per_gpu_step / (out["iteration_ms"] / 1e3)
+        out["tps_error"] = error_pct(out["tps_per_gpu"], row.tps_per_gpu)
+        if out.get("max_memory_reserved"):
+            out["memory_gib"] = out["max_memory_reserved"] / 2**30
+            if row.memory_gib:
+                out["memory_error"] = error_pct(out["memory_gib"], row.memory_gib)
+    return out
 
 
-def print_table(rows: list[dict[str, Any]], console) -> None:
+def error_pct(predicted: float, published: float) -> float:
+    return (predicted - published) / published * 100.0
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Over all rows: how many ran and failed, mean and worst |TPS error| and Spearman's rank correlation of
+    predicted against published TPS/GPU over the rows that ran (None below three), and the same for memory."""
+    import pandas as pd
+
+    ok = [r for r in rows if r.get("ok")]
+    out: dict[str, Any] = {"rows": len(rows), "ran": len(ok), "failed": len(rows) - len(ok),
+                           "mean_abs_tps_error": None, "worst_abs_tps_error": None, "spearman": None,
+                           "mean_abs_memory_error": None, "worst_abs_memory_error": None}
+    if ok:
+        errors = [abs(r["tps_error"]) for r in ok]
+        out["mean_abs_tps_error"] = sum(errors) / len(errors)
+        out["worst_abs_tps_error"] = max(errors)
+    if len(ok) >= 3:
+        frame = pd.DataFrame({"predicted": [r["tps_per_gpu"] for r in ok],
+                              "published": [r["published"]["tps_per_gpu"] for r in ok]})
+        rho = frame.corr(method="spearman").loc["predicted", "published"]
+        out["spearman"] = None if math.isnan(rho) else float(rho)
+    mem = [abs(r["memory_error"]) for r in ok if r.get("memory_error") is not None]
+    if mem:
+        out["mean_abs_memory_error"] = sum(mem) / len(mem)
+        out["worst_abs_memory_error"] = max(mem)
+    return out
+
+
+def print_table(rows: list[dict[str, Any]], console) -> dict[str, Any]:
+    """The row table, the breakdown table and the summary (returned)."""
     from rich.table import Table
 
-    table = Table(title=f"torchtitan published H100 runs vs emulation on {HARDWARE} (aim: TPS within 15 %, "
-                        "memory within 5 %)")
-    for column in ("run", "TPS/GPU pub", "TPS/GPU pred", "err", "step ms pub", "step ms pred", "GiB pub",
-                   "GiB pred", "err", "report peak GiB", "OOM retries", "s"):
-        table.add_column(column, justify="left" if column == "run" else "right")
+    table = Table(title="torchtitan's published runs vs emulation (torchtitan 0.3.0's trainer; aims: TPS/GPU mean "
+                        "|error| 5 %, worst 10 %; memory 5 %)")
+    for column in ("row", "board", "TPS/GPU pub", "pred", "err", "GiB pub", "pred", "err", "step ms pub", "pred",
+                   "emul s", "RSS GiB"):
+        table.add_column(column, justify="left" if column in ("row", "board") else "right")
     for r in rows:
         pub = r["published"]
+        mem_pub = "" if pub["memory_gib"] is None else f"{pub['memory_gib']:.1f}"
+        rss = f"{r['peak_rss_bytes'] / 2**30:.1f}" if r.get("peak_rss_bytes") else ""
         if not r["ok"]:
-            table.add_row(r["name"], f"{pub['tps_per_gpu']:,.0f}", "failed", r["error"][:60],
-                          f"{pub['step_ms']:.0f}", "", f"{pub['memory_gib']:.1f}", "", "", "", "", f"{r['wall_s']:.0f}")
+            table.add_row(r["name"], r["hardware"], f"{pub['tps_per_gpu']:,.0f}", "failed", "", mem_pub, "", "",
+                          f"{pub['step_ms']:,.0f}", "", f"{r['wall_s']:.0f}", rss)
             continue
         mem = r.get("memory_gib")
-        table.add_row(r["name"], f"{pub['tps_per_gpu']:,.0f}", f"{r['tps_per_gpu']:,.0f}", f"{r['tps_error']:+.1f}%",
-                      f"{pub['step_ms']:.0f}", f"{r['iteration_ms']:.0f}", f"{pub['memory_gib']:.1f}",
-                      "n/a" if mem is None else f"{mem:.1f}",
-                      "" if mem is None else f"{r['memory_error']:+.1f}%",
-                      "n/a" if r["peak_memory_bytes"] is None else f"{r['peak_memory_bytes'] / 2**30:.1f}",
-                      str(r.get("failed_mallocs", "")), f"{r['wall_s']:.0f}")
+        table.add_row(r["name"], r["hardware"], f"{pub['tps_per_gpu']:,.0f}", f"{r['tps_per_gpu']:,.0f}",
+                      f"{r['tps_error']:+.1f}%", mem_pub, "" if mem is None else f"{mem:.1f}",
+                      f"{r['memory_error']:+.1f}%" if r.get("memory_error") is not None else "",
+                      f"{pub['step_ms']:,.0f}", f"{r['iteration_ms']:,.0f}", f"{r['wall_s']:.0f}", rss)
     console.print(table)
-    console.print("GiB pred: the largest torch.cuda.max_memory_reserved over ranks (torchtitan's figure); OOM "
-                  f"retries: device allocations the target refused (the caching allocator then frees its cache and "
-                  f"retries); {HARDWARE}: the published 96 GB HBM2e boards at their 500 W limit")
-    breakdown = Table(title="Where the predicted step goes (ms): the report's breakdown, and rank 0's device time "
-                            "per kernel family in one steady iteration")
-    families = sorted({f for r in rows if r.get("ok") and r.get("families_ms") for f in r["families_ms"]})
-    parts = ("compute", "communication", "exposed_communication", "host_bound", "idle")
-    for column in ("run", *parts, *families):
-        breakdown.add_column(column.replace("_", " "), justify="left" if column == "run" else "right")
     for r in rows:
-        if r.get("ok"):
-            fam = r.get("families_ms") or {}
-            breakdown.add_row(r["name"], *(f"{r['breakdown_ms'].get(p, 0.0):.0f}" for p in parts),
-                              *(f"{fam.get(f, 0.0):.0f}" for f in families))
+        if not r["ok"]:
+            console.print(f"failed: {r['name']}: {r['error']}", highlight=False)
+        for note in r.get("notes", []):
+            console.print(f"note: {r['name']}: {note}", highlight=False)
+
+    breakdown = Table(title="Where the predicted step goes: the report's breakdown (ms) and rank 0's device time by "
+                            "kernel class in one steady iteration (ms, the largest six)")
+    parts = ("compute", "exposed_communication", "host_bound", "idle")
+    for column in ("row", *(p.replace("_", " ") for p in parts), "communication", "top kernel classes"):
+        breakdown.add_column(column, justify="left" if column in ("row", "top kernel classes") else "right")
+    for r in rows:
+        if not r.get("ok"):
+            continue
+        fam = sorted((r.get("families_ms") or {}).items(), key=lambda kv: -kv[1])[:6]
+        breakdown.add_row(r["name"], *(f"{r['breakdown_ms'].get(p, 0.0):,.0f}" for p in parts),
+                          f"{r['breakdown_ms'].get('communication', 0.0):,.0f}",
+                          ", ".join(f"{f} {ms:,.0f}" for f, ms in fam))
     console.print(breakdown)
+    console.print("idle: a collective (a pipeline send/recv included) waits for its peers: the pipeline bubble and "
+                  "load imbalance; communication: collectives' total time, exposed or not", highlight=False)
+    stats = summary(rows)
+    fmt = lambda v, unit="%": "n/a" if v is None else f"{v:.1f}{unit}"  # noqa: E731
+    console.print(f"rows {stats['rows']}: {stats['ran']} ran, {stats['failed']} failed; TPS/GPU |error| mean "
+                  f"{fmt(stats['mean_abs_tps_error'])}, worst {fmt(stats['worst_abs_tps_error'])}; Spearman "
+                  f"{'n/a' if stats['spearman'] is None else format(stats['spearman'], '.3f')} over the rows that "
+                  f"ran; memory |error| mean {fmt(stats['mean_abs_memory_error'])}, worst "
+                  f"{fmt(stats['worst_abs_memory_error'])}", highlight=False)
+    return stats

@@ -7,11 +7,13 @@ Order of preference for each op (``mode`` is "measured" or "predicted"):
    estimator's prediction on the target hardware. All ranks' rows go to ONE ``predict_frame`` call. Rows the
    estimator answers with its analytical fallback (label ``roofline@...``) are counted as fallbacks.
    Inductor's Triton kernels carry no spec; they get one from their launch (``classify_triton_kernel``: the
-   bytes it read and wrote when the capture recorded them, else its grid).
+   bytes it read and wrote when the capture recorded them, else its grid), FlexAttention's templates the attention
+   row of their shapes (:func:`inductor_spec`).
 3. ``op_part`` kernels (further kernels of an op call whose first kernel carries the op's spec): 0, the op's
    predicted time covers them. Other kernels without a spec: the measured duration scaled by the ratio of memory
-   bandwidths (source -> target hardware; most unclassified kernels are memory bound) when one was recorded, else a
-   launch floor. Counted.
+   bandwidths (source -> target hardware; most unclassified kernels are memory bound) when one was recorded, else
+   the elementwise copy of the bytes their aten op's tensors hold (``classify_memory_op``: FSDP2's copy-in and
+   copy-out, gathers, index kernels), else a launch floor. Counted.
    Collectives without op/bytes keep their recorded duration.
 4. memcpy / memset: bandwidth model from the catalog: host<->device over PCIe, device copies read and write HBM.
 
@@ -50,7 +52,8 @@ from emulate.sim.program import COLLECTIVE, KERNEL, MEMCPY, MEMCPY_BLOCKING, MEM
 from emulate.trace import EventTable, TraceFormatError
 from estimator.base import KernelEstimator
 from estimator.kernel_config import PATHS, parse_name
-from profiling.classify import classify_triton_kernel, tensor_dtype
+from profiling.classify import (classify_flex_attention_kernel, classify_memory_op, classify_triton_kernel,
+                               flex_attention_pass, tensor_dtype)
 from profiling.families import FAMILIES
 from profiling.hardware import HardwareSpec, UnknownHardwareError, lookup
 
@@ -77,6 +80,32 @@ class Durations:
     fallback_reasons: Counter = field(default_factory=Counter)
     estimator_label: str | None = None
     spec_rows: pd.DataFrame | None = None            # the distinct rows sent to the estimator, with predictions
+
+
+def inductor_spec(ev: dict[str, Any], flex_forward: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
+    """The spec of an Inductor Triton kernel, which no aten op describes. A FlexAttention template is the attention
+    it computes (:func:`profiling.classify.classify_flex_attention_kernel`); its backward template, launched with no
+    op context on a grid of (blocks, batch, key/value heads), takes the row of the rank's latest forward of that
+    batch (``flex_forward``, which forwards update), as the pass, with the key/value heads of its grid: a backward
+    differentiates a forward of its shapes. Any other kernel is timed from its launch (:func:`classify_triton_kernel`).
+    None: no spec (a FlexAttention template whose shapes were not found)."""
+    name, grid = ev["name"], ev.get("grid")
+    pass_ = flex_attention_pass(name)
+    if pass_ == "fwd":
+        row = classify_flex_attention_kernel(name, grid, ev.get("op_shapes") or (), ev.get("op_dtypes") or (),
+                                             ev.get("bytes_written") or 0)
+        if row is not None:
+            flex_forward[row["batch"]] = row
+        return row
+    if pass_ == "bwd":
+        forward = flex_forward.get(int(grid[1])) if grid and len(grid) >= 3 else None
+        heads_kv = int(grid[2]) if forward else 0
+        if not forward or heads_kv <= 0 or forward["heads_q"] % heads_kv:
+            return None
+        return {**forward, "heads_kv": heads_kv, "pass": "bwd"}
+    return classify_triton_kernel(name, grid, ev.get("block"), ev.get("op_shapes") or (), ev.get("op_dtypes") or (),
+                                  "Backward" in (ev.get("op") or ""),
+                                  (ev.get("bytes_read") or 0) + (ev.get("bytes_written") or 0))
 
 
 def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, mode: str,
@@ -143,12 +172,13 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
         # the recorded cuBLAS launch describes the target only when the trace was captured on it (module docstring)
         launches = _recorded_launches(events) \
             if kernels and target is not None and prog.hardware == target.id else None
+        flex_forward: dict[int, dict[str, Any]] = {}   # the rank's latest FlexAttention forward by batch
         for i, spec in zip(kernels, map(events.field("spec").__getitem__, kernels)):
             if not spec and events[i]["name"].startswith("triton_"):  # Inductor's: no aten op describes them
-                ev = events[i]
-                spec = classify_triton_kernel(ev["name"], ev.get("grid"), ev.get("block"), ev.get("op_shapes") or (),
-                                              ev.get("op_dtypes") or (), "Backward" in (ev.get("op") or ""),
-                                              (ev.get("bytes_read") or 0) + (ev.get("bytes_written") or 0))
+                spec = inductor_spec(events[i], flex_forward)
+            if not spec and not events[i].get("op_part") and events[i].get("duration_us") is None:
+                ev = events[i]   # no family: a memory-bound kernel of the bytes its op call's tensors hold
+                spec = classify_memory_op(ev.get("op"), ev.get("op_shapes") or (), ev.get("op_dtypes") or ())
             if spec:
                 launch = launches[i] if launches is not None else None
                 try:

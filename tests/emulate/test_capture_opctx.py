@@ -94,3 +94,14 @@ def test_copies_between_fake_tensors_print_no_callback_errors_or_data_pointer_wa
     assert "3.0" in proc.stdout
     assert "Exception in RecordFunction callback" not in proc.stderr
     assert "Accessing the data pointer of FakeTensor" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_the_native_hook_names_complex_dtypes(emulate_run, tmp_path):
+    # torchtitan's rotary embedding multiplies complex64 tensors; named 'torch.other' they had no width to time
+    script = tmp_path / "complex.py"
+    script.write_text("import torch\nx = torch.ones(64, 32, dtype=torch.complex64, device='cuda')\n(x * x).sum()\n")
+    proc, _, (trace,) = emulate_run(tmp_path, script)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    muls = [ev for ev in trace["events"] if ev["kind"] == "kernel" and ev.get("op") == "aten.mul.Tensor"]
+    assert muls and muls[0]["op_dtypes"][:2] == ["torch.complex64", "torch.complex64"]

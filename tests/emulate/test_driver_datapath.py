@@ -26,3 +26,38 @@ def test_a_count_an_op_reads_back_after_its_kernel_is_not_an_earlier_ops_bytes(t
     counts = [int(line.split()[1]) for line in proc.stdout.splitlines() if line.startswith("SELECTED")]
     assert len(counts) == 3 and all(0 <= c <= 6 for c in counts)
     assert "ROUNDTRIP [3.0, 4.0]" in proc.stdout  # bytes copied in still read back
+
+
+# A pipeline stage learns its input's shapes from the previous stage by recv_object_list (torch.distributed.
+# pipelining): a size tensor, then the pickled bytes, over the pair's communicator; paired sends and receives in
+# one batch_isend_irecv group must not wait on each other. Before point-to-point messages carried their bytes the
+# receiver unpickled zeros ("invalid load key").
+POINT_TO_POINT = """
+    import os, torch, torch.distributed as dist
+    rank = int(os.environ["RANK"])
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl")
+    if rank == 0:
+        dist.send_object_list([{"shape": (4, 8192, 4096), "stage": 0}], dst=1)
+    else:
+        got = [None]
+        dist.recv_object_list(got, src=0)
+        print("META", got[0])
+    mine = torch.tensor([float(rank + 1)] * 4).cuda()  # copied in: real bytes (a fill kernel's would be zeros)
+    theirs = torch.empty(4, device="cuda")
+    peer = 1 - rank
+    for work in dist.batch_isend_irecv([dist.P2POp(dist.isend, mine, peer), dist.P2POp(dist.irecv, theirs, peer)]):
+        work.wait()
+    print("PAIR", rank, theirs.cpu().tolist())
+    dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_point_to_point_messages_carry_their_bytes(tmp_path, emulate_run):
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(POINT_TO_POINT))
+    proc, _, _ = emulate_run(tmp_path, script, nproc=2, options=("--no-dedup",))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "META {'shape': (4, 8192, 4096), 'stage': 0}" in proc.stdout
+    assert "PAIR 0 [2.0, 2.0, 2.0, 2.0]" in proc.stdout and "PAIR 1 [1.0, 1.0, 1.0, 1.0]" in proc.stdout

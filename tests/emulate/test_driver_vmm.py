@@ -48,3 +48,41 @@ def test_expandable_segments_count_their_chunks_as_device_memory():
     assert peak_device_bytes(events[:mark]) == result["peak_reserved"] == 900 << 20
     assert any(e.get("failed") for e in events[mark:] if e["kind"] == "malloc")
     assert result["oom"]  # the 2 GiB tensor does not fit the target's 2 GiB beside the 600 MiB live: torch's error
+
+
+SYMMETRIC_MEMORY = textwrap.dedent("""
+    import ctypes, json, os
+    import torch
+    import torch.distributed as dist
+    from torch.distributed._symmetric_memory import rendezvous
+
+    torch.cuda.set_device(1)
+    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+    t = torch._C._distributed_c10d._SymmetricMemory.empty_strided_p2p((1 << 20,), (1,), torch.uint8,
+                                                                       torch.device("cuda:1"))
+    hdl = rendezvous(t, dist.group.WORLD.group_name)  # exports its block as a file descriptor
+
+    cuda = ctypes.CDLL("libcuda.so.1")
+    prop, handle, fd, imported = ctypes.create_string_buffer(64), ctypes.c_uint64(), ctypes.c_int(-1), ctypes.c_uint64()
+    assert cuda.cuMemCreate(ctypes.byref(handle), ctypes.c_size_t(6 << 20), prop, ctypes.c_ulonglong(0)) == 0
+    assert cuda.cuMemExportToShareableHandle(ctypes.byref(fd), handle, 1, ctypes.c_ulonglong(0)) == 0
+    size = os.fstat(fd.value).st_size
+    assert cuda.cuMemImportFromShareableHandle(ctypes.byref(imported), ctypes.c_void_p(fd.value), 1) == 0
+    assert cuda.cuMemRelease(imported) == 0 and cuda.cuMemRelease(handle) == 0
+    print(json.dumps({"device": t.device.index, "world": hdl.world_size, "exported_size": size}))
+    dist.destroy_process_group()
+""")
+
+
+@pytest.mark.slow
+def test_symmetric_memory_blocks_are_on_the_current_device_and_shared_by_file_descriptor():
+    """torch's symmetric memory (async TP) allocates a block on the rank's device and exports it for its peers to
+    import: the block's pointer answers that device (not device 0), the exported descriptor has the block's size,
+    and an imported block is a peer's memory, not counted on this device."""
+    run = run_python(["-c", SYMMETRIC_MEMORY], "h100-sxm", extra_env={"STEPCAST_DEVICE_COUNT": "2"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result == {"device": 1, "world": 1, "exported_size": 6 << 20}
+    (records,) = run.events.values()
+    sizes = [r.get("bytes") for r in records if r.get("event") == "malloc"]
+    assert sizes.count(6 << 20) == 1  # the created block only: importing it added nothing

@@ -154,13 +154,6 @@ def test_real_labels_are_parsed_as_written(shared_data: Path):
 
 
 @pytest.mark.shared_data
-def test_published_torchtitan_row(shared_data: Path):
-    (row,) = torchtitan.published_rows(shared_data)
-    assert (row.gpus, row.local_batch, row.seq, row.tps_per_gpu, row.memory_gib) == (8, 2, 8192, 5762.0, 82.4)
-    assert row.step_ms == pytest.approx(2 * 8192 / 5762 * 1e3)
-
-
-@pytest.mark.shared_data
 @pytest.mark.slow
 def test_one_label_end_to_end(shared_data: Path, tmp_path: Path, monkeypatch):
     """BERT-large inference (batch 8 x 512) on a virtual T4, through the CLI: a row with the label's numbers."""

@@ -70,6 +70,37 @@ def test_one_rank_per_stage_running_makes_tensor_parallel_peers_copies():
     assert three["c-tpdp0"] == ("c-tpdp0", 3, [3, 2, 1, 0])                   # its stage's group, as member 3
 
 
+def test_one_rank_per_stage_without_a_stage_group_copies_each_rank_from_its_stage_leader():
+    """torchtitan makes no group of a stage's ranks: rank 3 (tp 1, dp 1, stage 0) shares no group with exactly one
+    running rank, and its twin is the running rank of its own stage, found from the coordinates."""
+    running = [rank_of(0, 0, p) for p in range(PP)]                           # ranks 0 and 4
+    record = megatron_like_record(running)
+    record["groups"] = [g for g in record["groups"] if g["desc"] != "TENSOR_AND_DATA_PARALLEL_GROUP"]
+    out, warnings = copies(running, WORLD, [record])
+    assert warnings == []
+    assert {a: c.twin for a, c in out.items()} == {1: 0, 2: 0, 3: 0, 5: 4, 6: 4, 7: 4}
+    assert all(c.structured for c in out.values())
+    three = out[3].comm_map
+    assert three["c-tp00"] == ("sparse:tp01", 1, [1, 0])                      # the group (2, 3), as member 1
+    assert three["c-pp00"] == ("sparse:pp11", 0, [0, 1])                      # the group (3, 7), as member 0
+
+
+def test_a_dimension_made_again_for_every_mesh_still_maps_each_copys_communicators():
+    """torch's DeviceMesh makes a dimension's groups once per mesh having it, all described ``mesh_tp``: each
+    remake is a family, and a copy's communicator of the second remake is its own group of the second remake."""
+    world, tp = 4, 2
+    groups = [("0", list(range(world)), "default_pg")]
+    for remake in range(3):
+        groups += [(f"tp{remake}{d}", [tp * d, tp * d + 1], "mesh_tp") for d in range(2)]
+        groups += [(f"dp{remake}{t}", [t, t + tp], "mesh_dp") for t in range(tp)]
+    record = {"run_ranks": [0], "comms": [], "groups": [
+        {"name": n, "ranks": r, "desc": d, "comm": f"c-{n}" if 0 in r else None} for n, r, d in groups]}
+    out, warnings = copies([0], world, [record])
+    assert warnings == []
+    assert out[3].comm_map["c-tp10"] == ("sparse:tp11", 1, [1, 0])    # rank 3: (2, 3) of the second remake
+    assert out[1].comm_map["c-tp10"] == ("c-tp10", 1, [1, 0])         # rank 1: its own group, as member 1
+
+
 def test_group_families_give_every_rank_distinct_coordinates():
     groups = groups_from_records([megatron_like_record([0])])
     grid = coordinates(groups, WORLD)

@@ -127,6 +127,8 @@ typedef struct {
     volatile uint64_t program[MAX_RANKS];   /* each member's iteration hash at dedup time */
     volatile uint64_t global[MAX_RANKS];    /* each member's global rank + 1 (0: not known yet) */
     char id[48];                            /* the communicator's id (messages) */
+    volatile uint64_t sent[MAX_RANKS];      /* point-to-point: messages member r put in its slot (its outbox) */
+    volatile uint64_t taken[MAX_RANKS];     /* and how many of them its peer has taken */
 } shm_header;  /* emulate/sparse_store.py mirrors the offsets of stopped[] */
 
 /* Rank dedup: record this member's program hash; a stopped member also marks itself stopped. */
@@ -173,22 +175,26 @@ void *fk_comm_shm(const char *comm_id, int nranks) {
 #define WAIT_LIMIT_NS (120ull * 1000000000ull)
 #define SETTLE_NS 1000000000ull  /* every running rank waiting this long: no one can make progress */
 
-/* Wait until every member has reached `tag` in `flags` (or was stopped by dedup: its twin speaks for it): 0. A
- * member that has left, or a run in which every rank waits, is a deadlock: reported (fk_deadlock, which ends the
- * process), as the GPUs would hang there; except that a member of a communicator made after rank dedup stopped some
- * ranks may be one of them, unknown to the area: the exchange is then given up (-1: zeros). */
-static int wait_all(shm_header *h, volatile uint64_t *flags, int nranks, uint64_t tag, const char *what) {
+/* Wait until flags[lo..hi) have reached `tag`, each advanced by its own member (owner -1) or by member `owner`
+ * (a point-to-point slot's taken count: its peer's); a member stopped by dedup needs no wait (its twin speaks for
+ * it): 0. A member that has left, or a run in which every rank waits, is a deadlock: reported (fk_deadlock, which
+ * ends the process), as the GPUs would hang there; except that a member of a communicator made after rank dedup
+ * stopped some ranks may be one of them, unknown to the area: the exchange is then given up (-1: zeros). */
+static int wait_flags(shm_header *h, volatile uint64_t *flags, int lo, int hi, int owner, int nranks, uint64_t tag,
+                      const char *what) {
     stepcast_pause();  /* waiting for peers is no host work of this rank's (the simulator times the wait itself) */
     uint64_t start = fk_now_ns();
     struct timespec nap = {0, 20000};
     int announced = 0, rc = 0;
     for (;;) {
         int ready = 1, gone = -1, unknown = 0;
-        for (int j = 0; j < nranks; j++) {
-            if (__atomic_load_n(&flags[j], __ATOMIC_ACQUIRE) >= tag || __atomic_load_n(&h->stopped[j], __ATOMIC_ACQUIRE))
+        for (int j = lo; j < hi; j++) {
+            int member = owner >= 0 ? owner : j;
+            if (__atomic_load_n(&flags[j], __ATOMIC_ACQUIRE) >= tag ||
+                __atomic_load_n(&h->stopped[member], __ATOMIC_ACQUIRE))
                 continue;
             ready = 0;
-            uint64_t global = __atomic_load_n(&h->global[j], __ATOMIC_ACQUIRE);
+            uint64_t global = __atomic_load_n(&h->global[member], __ATOMIC_ACQUIRE);
             if (global && fk_rank_exited((int)global - 1)) gone = (int)global - 1;
             unknown |= !global;
         }
@@ -222,6 +228,9 @@ static int wait_all(shm_header *h, volatile uint64_t *flags, int nranks, uint64_
     if (announced) fk_rank_waiting(NULL, 0);
     stepcast_resume();
     return rc;
+}
+static int wait_all(shm_header *h, volatile uint64_t *flags, int nranks, uint64_t tag, const char *what) {
+    return wait_flags(h, flags, 0, nranks, -1, nranks, tag, what);
 }
 
 static void combine(void *dst, const void *src, size_t count, int dtype, int op, int first) {
@@ -259,10 +268,49 @@ static size_t nccl_size(int dtype) {
 
 static const char *const KIND_NAMES[] = {"all_reduce", "broadcast", "all_gather", "reduce_scatter", "reduce"};
 
-/* kind: 0 all_reduce, 1 broadcast, 2 all_gather, 3 reduce_scatter, 4 reduce. count as NCCL takes it. */
+/* A small point-to-point message between the two members of a pair communicator (torch makes one per pair of ranks
+ * that send to each other: a pipeline stage's metadata, recv_object_list): the sender puts it in its slot (its
+ * outbox) once the peer has taken the previous one, the receiver waits for it, copies it and takes it. Members of
+ * larger communicators, and a peer stopped by dedup or absent from a sparse run, exchange nothing (the receive
+ * reads as zeros, as any large payload). */
+static void p2p(shm_header *h, int nranks, int rank, int peer, int sending, const void *send, void *recv,
+                size_t bytes) {
+    if (nranks != 2 || peer < 0 || peer >= nranks || peer == rank || __atomic_load_n(&h->stopped[peer], __ATOMIC_ACQUIRE))
+        return;
+    char what[96];
+    char *slots = (char *)h + 4096;
+    if (sending) {
+        uint64_t n = h->sent[rank];
+        snprintf(what, sizeof what, "send #%llu of %s (its previous message untaken)", (unsigned long long)n, h->id);
+        if (wait_flags(h, h->taken, rank, rank + 1, peer, nranks, n, what) != 0) return;
+        char *mine = slots + (size_t)rank * SLOT;
+        if (send && fk_range_known(send, bytes)) memcpy(mine, send, bytes);
+        else memset(mine, 0, bytes);
+        __atomic_store_n(&h->sent[rank], n + 1, __ATOMIC_RELEASE);
+        return;
+    }
+    uint64_t n = h->taken[peer];
+    snprintf(what, sizeof what, "recv #%llu of %s", (unsigned long long)n, h->id);
+    if (wait_flags(h, h->sent, peer, peer + 1, -1, nranks, n + 1, what) != 0 ||
+        __atomic_load_n(&h->stopped[peer], __ATOMIC_ACQUIRE))
+        return;
+    if (recv) {
+        memcpy(recv, slots + (size_t)peer * SLOT, bytes);
+        fk_range_written(recv, bytes);
+    }
+    __atomic_store_n(&h->taken[peer], n + 1, __ATOMIC_RELEASE);
+}
+
+/* kind: 0 all_reduce, 1 broadcast, 2 all_gather, 3 reduce_scatter, 4 reduce, 5 send, 6 recv (root: the peer).
+ * count as NCCL takes it. */
 void fk_exchange(void *shm, int nranks, int rank, uint64_t seq, int kind, const void *send, void *recv,
                  size_t count, int dtype, int redop, int root) {
     size_t elem = nccl_size(dtype);
+    if (kind == 5 || kind == 6) {
+        if (shm && rank >= 0 && count * elem <= SLOT && count * elem <= fk_real_limit())
+            p2p(shm, nranks, rank, root, kind == 5, send, recv, count * elem);
+        return;
+    }
     size_t send_bytes = count * elem * (kind == 3 ? (size_t)nranks : 1);
     size_t recv_bytes = count * elem * (kind == 2 ? (size_t)nranks : 1);
     if (!shm || rank < 0 || send_bytes > SLOT || send_bytes > fk_real_limit() * (size_t)nranks) return;

@@ -105,6 +105,11 @@ static fk_context_t *current_context(void) {
     return as_context(fk_primary_context());
 }
 
+int fk_current_device(void) {
+    fk_context_t *c = current_context();
+    return c ? c->device : 0;
+}
+
 #define NEED_DEVICE(dev) do { if (fk_device_count() <= 0) return CUDA_ERROR_NO_DEVICE; \
     if ((dev) < 0 || (dev) >= device_count) return CUDA_ERROR_INVALID_DEVICE; } while (0)
 

@@ -28,6 +28,7 @@ int fk_device_count(void);
 const fk_device_t *fk_device(int ordinal);
 int fk_attr(int attribute);  /* device 0's value */
 CUcontext fk_primary_context(void);
+int fk_current_device(void);  /* the ordinal of the calling thread's current context's device */
 void fk_ensure_init(void);
 
 /* ---- the launch log (launch.c) ---- */

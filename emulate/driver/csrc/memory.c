@@ -4,16 +4,19 @@
  * its pages (only those get memory) and are remembered, a device-to-host copy of a remembered range returns its
  * bytes, anything else reads as zeros; the emulated NCCL exchanges small collectives' payloads through it (DDP's
  * bucket indices, all_gather_object). Where the window cannot be writable it is PROT_NONE and every read is zeros. */
+#define _GNU_SOURCE
 #include "fakecuda.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define WINDOW_BYTES (1ull << 42)  /* address space only: expandable segments reserve ~96 GB at a time */
 #define ALIGN 512ull
 
-typedef struct { uintptr_t base; size_t size; int kind; unsigned flags; unsigned long long id; } range_t;
+typedef struct { uintptr_t base; size_t size; int kind; unsigned flags; unsigned long long id; int device; } range_t;
 enum { DEVICE = 1, HOST = 2, REGISTERED = 3, MANAGED = 4, RESERVED = 5 };
 
 static uintptr_t window, window_next;
@@ -37,7 +40,7 @@ static void add_range(uintptr_t base, size_t size, int kind, unsigned flags) {
         cap_ranges = cap_ranges ? 2 * cap_ranges : 256;
         ranges = realloc(ranges, cap_ranges * sizeof *ranges);
     }
-    ranges[n_ranges++] = (range_t){base, size, kind, flags, next_id++};
+    ranges[n_ranges++] = (range_t){base, size, kind, flags, next_id++, fk_current_device()};  /* the device it is on */
 }
 static range_t *find(uintptr_t p) {  /* callers hold fk_lock */
     for (size_t i = n_ranges; i-- > 0;)
@@ -374,7 +377,7 @@ static CUresult pointer_attribute(void *data, CUpointer_attribute attribute, CUd
     case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: *(int *)data = 1; break;
     case CU_POINTER_ATTRIBUTE_BUFFER_ID: *(unsigned long long *)data = copy_r.id; break;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED: *(int *)data = copy_r.kind == MANAGED; break;
-    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data = 0; break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data = r ? copy_r.device : 0; break;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *(CUdeviceptr *)data = r ? copy_r.base : ptr; break;
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *(size_t *)data = copy_r.size; break;
     case CU_POINTER_ATTRIBUTE_MAPPED: *(int *)data = 1; break;
@@ -397,8 +400,8 @@ FK_EXPORT CUresult CUDAAPI cuPointerGetAttributes(unsigned int n, CUpointer_attr
 }
 FK_EXPORT CUresult CUDAAPI cuPointerSetAttribute(const void *value, CUpointer_attribute attribute, CUdeviceptr ptr) { return CUDA_SUCCESS; }
 
-/* ---- virtual memory management (expandable segments) ---- */
-typedef struct { uint32_t magic; size_t size; } phys_t;
+/* ---- virtual memory management (expandable segments; symmetric memory's exported and imported blocks) ---- */
+typedef struct { uint32_t magic; size_t size; int imported; } phys_t;
 FK_EXPORT CUresult CUDAAPI cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
                                                          CUmemAllocationGranularity_flags option) {
     *granularity = 2u << 20;
@@ -433,7 +436,7 @@ FK_EXPORT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, siz
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     phys_t *h = malloc(sizeof *h);
-    *h = (phys_t){0x464b5048u, size};
+    *h = (phys_t){0x464b5048u, size, 0};
     *handle = (CUmemGenericAllocationHandle)(uintptr_t)h;
     log_malloc((unsigned long long)(uintptr_t)h, size, 1);  /* the handle stands for the physical memory */
     return CUDA_SUCCESS;
@@ -441,6 +444,11 @@ FK_EXPORT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, siz
 FK_EXPORT CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
     phys_t *h = (phys_t *)(uintptr_t)handle;
     if (!h || h->magic != 0x464b5048u) return CUDA_ERROR_INVALID_VALUE;
+    if (h->imported) {  /* a peer's memory: not this device's */
+        h->magic = 0;
+        free(h);
+        return CUDA_SUCCESS;
+    }
     pthread_mutex_lock(&fk_lock);
     device_in_use -= h->size;
     pthread_mutex_unlock(&fk_lock);
@@ -453,3 +461,52 @@ FK_EXPORT CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                                     unsigned long long flags) { return CUDA_SUCCESS; }
 FK_EXPORT CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size) { return CUDA_SUCCESS; }
 FK_EXPORT CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count) { return CUDA_SUCCESS; }
+
+/* Sharing a block with other processes (torch's symmetric memory: each rank exports its block, the peers import and
+ * map it). A POSIX file descriptor is a real one, so it passes between processes as the driver's does (SCM_RIGHTS):
+ * an empty memory file whose length is the block's size (a sparse file: no memory). A fabric handle carries the
+ * size in its bytes. An imported handle stands for a peer's memory: mapping it costs this device nothing. */
+#define FK_FABRIC_MAGIC "stepcast-fabric"
+FK_EXPORT CUresult CUDAAPI cuMemExportToShareableHandle(void *shareable, CUmemGenericAllocationHandle handle,
+                                                        CUmemAllocationHandleType type, unsigned long long flags) {
+    phys_t *h = (phys_t *)(uintptr_t)handle;
+    if (!h || h->magic != 0x464b5048u || !shareable) return CUDA_ERROR_INVALID_VALUE;
+    if (type == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+        int fd = memfd_create("stepcast-vmm", MFD_CLOEXEC);
+        if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+        if (ftruncate(fd, (off_t)h->size) != 0) {
+            close(fd);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        *(int *)shareable = fd;
+        return CUDA_SUCCESS;
+    }
+    if (type == CU_MEM_HANDLE_TYPE_FABRIC) {
+        CUmemFabricHandle *f = shareable;
+        memset(f, 0, sizeof *f);
+        memcpy(f->data, FK_FABRIC_MAGIC, sizeof FK_FABRIC_MAGIC);
+        memcpy(f->data + 32, &h->size, sizeof h->size);
+        return CUDA_SUCCESS;
+    }
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+FK_EXPORT CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *os_handle,
+                                                          CUmemAllocationHandleType type) {
+    size_t size = 0;
+    if (!handle) return CUDA_ERROR_INVALID_VALUE;
+    if (type == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+        struct stat st;
+        if (fstat((int)(uintptr_t)os_handle, &st) != 0) return CUDA_ERROR_INVALID_HANDLE;
+        size = (size_t)st.st_size;
+    } else if (type == CU_MEM_HANDLE_TYPE_FABRIC) {
+        const CUmemFabricHandle *f = os_handle;
+        if (!f || memcmp(f->data, FK_FABRIC_MAGIC, sizeof FK_FABRIC_MAGIC) != 0) return CUDA_ERROR_INVALID_HANDLE;
+        memcpy(&size, f->data + 32, sizeof size);
+    } else {
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    phys_t *h = malloc(sizeof *h);
+    *h = (phys_t){0x464b5048u, size, 1};
+    *handle = (CUmemGenericAllocationHandle)(uintptr_t)h;
+    return CUDA_SUCCESS;
+}

@@ -6,8 +6,8 @@
  * its store, or from the parent's id and the split's arguments). Each collective is a timed "collective" record in
  * the driver's log (emulate/driver/csrc/capture.c, stepcast_log_record: the same clock, gap, thread and op fields as
  * the driver's own records) with its communicator's sequence number, and returns without moving data, except that
- * small collectives exchange their real bytes between the ranks through the driver's data path (datapath.c:
- * DDP's bucket indices, all_gather_object). A collective issued on a capturing stream becomes a node of that CUDA
+ * small collectives and point-to-point messages exchange their real bytes between the ranks through the driver's
+ * data path (datapath.c: DDP's bucket indices, all_gather_object, a pipeline stage's recv_object_list). A collective issued on a capturing stream becomes a node of that CUDA
  * graph (graph.c) and takes the communicator's next number at each launch of the graph.
  *
  * Record members (emulate/driver/tracelog.py reads them): "comm" notes {comm, nranks, rank} (nranks -1: a split,
@@ -268,16 +268,47 @@ static __thread int group_depth;
 static __thread int group_id;
 static int next_group_id = 1;
 
+/* Point-to-point messages with real bytes issued inside ncclGroupStart/End wait for the group's end, where the
+ * sends go first: a group's sends and receives progress together in NCCL, and a receive that blocked before its
+ * own group's send would hang a pair that sends to each other (batch_isend_irecv). */
+typedef struct {
+    void *shm;
+    int nranks, rank, kind, dtype, peer;
+    unsigned long long seq;
+    const void *send;
+    void *recv;
+    size_t count;
+} pending_t;
+#define MAX_PENDING 256
+static __thread pending_t pending[MAX_PENDING];
+static __thread int n_pending;
+
+static void run_pending(void) {
+    exchange_t exchange = exchange_fn();
+    for (int pass = 5; pass <= 6 && exchange; pass++)
+        for (int i = 0; i < n_pending; i++) {
+            pending_t *q = &pending[i];
+            if (q->kind == pass)
+                exchange(q->shm, q->nranks, q->rank, q->seq, q->kind, q->send, q->recv, q->count, q->dtype, 0,
+                         q->peer);
+        }
+    n_pending = 0;
+}
+
 EXPORT ncclResult_t ncclGroupStart(void) {
     if (group_depth++ == 0) group_id = __atomic_fetch_add(&next_group_id, 1, __ATOMIC_RELAXED);
     return ncclSuccess;
 }
 EXPORT ncclResult_t ncclGroupEnd(void) {
-    if (group_depth > 0 && --group_depth == 0) group_id = 0;
+    if (group_depth > 0 && --group_depth == 0) {
+        group_id = 0;
+        run_pending();
+    }
     return ncclSuccess;
 }
 
-/* kind for the exchange: 0 all_reduce, 1 broadcast, 2 all_gather, 3 reduce_scatter, 4 reduce; -1 no data */
+/* kind for the exchange: 0 all_reduce, 1 broadcast, 2 all_gather, 3 reduce_scatter, 4 reduce, 5 send, 6 recv
+ * (peer: the other member); -1 no data */
 static ncclResult_t collective(const char *op, ncclComm_t comm, size_t count, ncclDataType_t dt, int peer,
                                cudaStream_t stream, int kind, const void *send, void *recv, int redop) {
     nccl_comm_t *c = (nccl_comm_t *)comm;
@@ -286,7 +317,9 @@ static ncclResult_t collective(const char *op, ncclComm_t comm, size_t count, nc
     uint64_t seq = c->seq++;
     pthread_mutex_unlock(&c->lock);
     exchange_t exchange = exchange_fn();
-    if (kind >= 0 && c->shm && exchange)
+    if ((kind == 5 || kind == 6) && group_depth && c->shm && n_pending < MAX_PENDING)
+        pending[n_pending++] = (pending_t){c->shm, c->nranks, c->rank, kind, (int)dt, peer, seq, send, recv, count};
+    else if (kind >= 0 && c->shm && exchange)
         exchange(c->shm, c->nranks, c->rank, seq, kind, send, recv, count, (int)dt, redop, peer);
     stream_id_t sid = stream_id_fn();
     unsigned long long s = sid ? sid(stream) : 0;
@@ -336,12 +369,10 @@ EXPORT ncclResult_t ncclGather(const void *s, void *r, size_t n, ncclDataType_t 
     return collective("gather", comm, n, dt, root, st, -1, NULL, NULL, 0);
 }
 EXPORT ncclResult_t ncclSend(const void *b, size_t n, ncclDataType_t dt, int peer, ncclComm_t comm, cudaStream_t st) {
-    (void)b;
-    return collective("send", comm, n, dt, peer, st, -1, NULL, NULL, 0);
+    return collective("send", comm, n, dt, peer, st, 5, b, NULL, 0);
 }
 EXPORT ncclResult_t ncclRecv(void *b, size_t n, ncclDataType_t dt, int peer, ncclComm_t comm, cudaStream_t st) {
-    (void)b;
-    return collective("recv", comm, n, dt, peer, st, -1, NULL, NULL, 0);
+    return collective("recv", comm, n, dt, peer, st, 6, NULL, b, 0);
 }
 
 /* What the generated stubs (entry points not defined above) call, once per name. */

@@ -160,6 +160,9 @@ const char *dtype_name(c10::ScalarType t) {
     case c10::ScalarType::Bool: return "torch.bool";
     case c10::ScalarType::Float8_e4m3fn: return "torch.float8_e4m3fn";
     case c10::ScalarType::Float8_e5m2: return "torch.float8_e5m2";
+    case c10::ScalarType::ComplexHalf: return "torch.complex32";
+    case c10::ScalarType::ComplexFloat: return "torch.complex64";
+    case c10::ScalarType::ComplexDouble: return "torch.complex128";
     default: return "torch.other";
     }
 }

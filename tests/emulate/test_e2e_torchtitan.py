@@ -1,0 +1,125 @@
+"""emulate.e2e.torchtitan: each published row's torchtitan command line and sparse ranks, the summary over rows,
+and the rule of issue 34 that nothing in the benchmark is particular to a row (no published figure, no label, no
+correction factor in its code)."""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from emulate.e2e import torchtitan
+from emulate.e2e.titan_rows import PublishedRow, Recipe, published_rows
+from profiling.paths import REPO_ROOT
+
+#: what runs and summarises the rows: none of it may name a row or carry a number fitted to one
+BENCHMARK_CODE = [REPO_ROOT / p for p in ("emulate/e2e/torchtitan.py", "emulate/e2e/titan_rows.py",
+                                         "emulate/e2e/kernel_classes.py", "examples/torchtitan_train.py",
+                                         "examples/torchtitan_published_configs.py")]
+
+
+def recipe(**changes) -> Recipe:
+    base = Recipe(flavor="405B", gpus=512, hardware="h100-sxm-96gb-500w", local_batch=32, seq=8192, ac="full",
+                  compile=True, float8="tensorwise", async_tp=True, dp_shard=8, tp=8, pp=8,
+                  pp_schedule="Interleaved1F1B")
+    return dataclasses.replace(base, **changes)
+
+
+def row(tps: float, predicted: float | None, memory: float | None = None, predicted_memory: float | None = None
+        ) -> dict:
+    """A row as run_row returns it (predicted None: failed)."""
+    out = {"ok": predicted is not None, "published": {"tps_per_gpu": tps, "memory_gib": memory}}
+    if predicted is not None:
+        out.update(tps_per_gpu=predicted, tps_error=(predicted - tps) / tps * 100)
+        if memory is not None and predicted_memory is not None:
+            out["memory_error"] = (predicted_memory - memory) / memory * 100
+    return out
+
+
+def flag(args: list[str], name: str) -> str:
+    return args[args.index(name) + 1]
+
+
+def test_a_pipeline_row_runs_torchtitans_flags_with_pipeline_degree_microbatches():
+    args = torchtitan.trainer_args(recipe())
+    assert flag(args, "--config") == "llama3_405b_float8_tensorwise"
+    assert flag(args, "--parallelism.pipeline_parallel_schedule") == "Interleaved1F1B"
+    assert flag(args, "--parallelism.pipeline_parallel_microbatch_size") == "4"     # 32 samples in 8 microbatches
+    assert [flag(args, f"--parallelism.{d}_parallel_degree") for d in ("tensor", "pipeline", "context")] == \
+        ["8", "8", "1"]
+    assert {"--compile.enable", "--compile.enable_async_tensor_parallel", "--training.disable_cuda_graphs"} <= \
+        set(args)
+    assert args[-1] == "activation-checkpoint:full"
+
+
+def test_a_bf16_row_without_pipeline_names_no_schedule():
+    args = torchtitan.trainer_args(recipe(float8=None, pp=1, pp_schedule=None, dp_shard=64, async_tp=False,
+                                          compile=False, ac="selective"))
+    assert flag(args, "--config") == "llama3_405b_bf16"
+    assert "--parallelism.pipeline_parallel_schedule" not in args
+    assert {"--compile.no-enable", "--compile.no-enable_async_tensor_parallel"} <= set(args)
+
+
+def test_multi_node_rows_run_one_rank_per_pipeline_stage_and_single_nodes_every_rank():
+    assert torchtitan.run_ranks(recipe()) == [0, 64, 128, 192, 256, 320, 384, 448]
+    assert torchtitan.run_options(recipe()) == ["--nodes", "64", "--run-ranks", "0,64,128,192,256,320,384,448"]
+    assert torchtitan.run_ranks(recipe(gpus=64, dp_shard=8, pp=1, pp_schedule=None)) == [0]
+    assert torchtitan.run_ranks(recipe(gpus=8, dp_shard=8, tp=1, pp=1, pp_schedule=None)) is None
+    assert torchtitan.run_options(recipe(gpus=8, dp_shard=8, tp=1, pp=1, pp_schedule=None)) == []
+
+
+def test_a_rows_cache_key_changes_with_its_recipe():
+    pub = PublishedRow("f.md", "Table 5", "x", recipe(), 128.0, 72.7)
+    other = dataclasses.replace(pub, recipe=recipe(pp_schedule="1F1B"))
+    assert torchtitan.row_key(pub) != torchtitan.row_key(other)
+    assert torchtitan.row_key(pub) == torchtitan.row_key(dataclasses.replace(pub, tps_per_gpu=1.0))
+
+
+def test_the_summary_gives_mean_and_worst_error_and_spearman_over_the_rows_that_ran():
+    rows = [row(100, 110, 80, 84), row(200, 180), row(300, 330), row(400, None)]
+    out = torchtitan.summary(rows)
+    assert (out["rows"], out["ran"], out["failed"]) == (4, 3, 1)
+    assert out["mean_abs_tps_error"] == pytest.approx(10.0)
+    assert out["worst_abs_tps_error"] == pytest.approx(10.0)
+    assert out["spearman"] == pytest.approx(1.0)
+    assert out["mean_abs_memory_error"] == pytest.approx(5.0)
+    swapped = torchtitan.summary([row(100, 300), row(200, 200), row(300, 100)])
+    assert swapped["spearman"] == pytest.approx(-1.0) and swapped["worst_abs_tps_error"] == pytest.approx(200.0)
+    assert torchtitan.summary([row(100, 110), row(200, None)])["spearman"] is None   # below three rows
+
+
+DEGREE_NAMES = ("FSDP", "TP", "PP", "CP")   # the parser's vocabulary (Table 1's first row is just "FSDP")
+UNITS = (100.0, 1000.0)   # percent and milliseconds: Table 5's 1F1B row publishes 100 TPS/GPU
+
+
+def published_figures(rows: list[PublishedRow]) -> set[str]:
+    """Every published TPS/GPU, memory and step time as it could be written in code."""
+    out: set[str] = set()
+    for r in rows:
+        for value in (r.tps_per_gpu, r.memory_gib, r.step_ms):
+            if value is None or value in UNITS:
+                continue
+            out |= {f"{value:g}", f"{value:,.0f}", f"{value:.1f}", f"{value:.2f}"} if value >= 10 else set()
+    return {s for s in out if len(s.replace(",", "").replace(".", "")) >= 3}   # short numbers say nothing
+
+
+@pytest.mark.shared_data
+def test_the_benchmark_carries_no_published_figure_label_or_fitted_number(shared_data: Path):
+    """issue 34: the same estimators and settings for every row. No published TPS/GPU, memory or step time, no
+    row label and no fractional constant (a correction factor) appears in the code that runs the rows."""
+    rows, _ = published_rows(shared_data)
+    figures = published_figures(rows)
+    labels = ({r.label for r in rows} | {r.table for r in rows}) - set(DEGREE_NAMES)
+    for path in BENCHMARK_CODE:
+        text = path.read_text()
+        tree = ast.parse(text)
+        literals = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)]
+        strings = [s for s in literals if isinstance(s, str)]
+        numbers = [v for v in literals if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        for figure in figures:
+            assert not re.search(rf"(?<![\w.,]){re.escape(figure)}(?![\w]|\.\d)", text), f"{path}: {figure}"
+        assert not [s for s in strings if s in labels], f"{path} names a published row"
+        fractional = [v for v in numbers if isinstance(v, float) and v not in (0.0, 1e3, 100.0, 3600.0)]
+        assert not fractional, f"{path}: fractional constants {fractional}"

@@ -1,0 +1,71 @@
+"""emulate.sparse_store's SparseStore: what a rank of a sparse run answers for the absent ranks, through torch's
+own store wrappers (the process group holds a PrefixStore around it)."""
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch.distributed as dist
+
+from emulate.sparse_store import NCCL_ID_PREFIX, UNIQUE_ID_BYTES, SparseRunError, SparseStore
+
+
+def prefixed(inner: dist.Store, members: list[int], present: set[int]) -> dist.PrefixStore:
+    """A group's store as torch holds it: a PrefixStore around the SparseStore, no Python reference kept."""
+    return dist.PrefixStore("g", SparseStore(inner, "g", members, frozenset(present), []))
+
+
+def test_a_store_only_torch_holds_still_answers_after_a_collection():
+    inner = dist.HashStore()
+    inner.set("g/key", b"value")
+    store = prefixed(inner, [0, 1], {0})
+    gc.collect()
+    assert store.get("key") == b"value"
+
+
+def test_an_absent_members_symmetric_memory_request_is_this_ranks_own_on_its_local_device(monkeypatch):
+    """The request (device, pid, sizes...) of absent rank 10 is this rank's with device 10 % 8: its pid is this
+    rank's, so the descriptor ring sends to this rank itself; a barrier's int is the same value."""
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    store = SparseStore(dist.HashStore(), "tp", [8, 9, 10, 11], frozenset({8}), [])
+    request = (0).to_bytes(4, "little") + (4242).to_bytes(4, "little") + bytes(40)   # device 0, pid 4242, sizes
+    store.set("tp//CUDASymmetricMemory/3/0", request)             # torch's key: the group's name first
+    store.wait(["tp//CUDASymmetricMemory/3/0", "tp//CUDASymmetricMemory/3/2"])     # no wait for the absent one
+    stand_in = store.get("tp//CUDASymmetricMemory/3/2")
+    assert stand_in[:4] == (2).to_bytes(4, "little") and stand_in[4:] == request[4:]
+    store.set("tp//CUDASymmetricMemory/4/0", (0).to_bytes(4, "little"))
+    assert store.get("tp//CUDASymmetricMemory/4/3") == (0).to_bytes(4, "little")
+
+
+def test_the_world_groups_store_leaves_a_subgroups_keys_alone():
+    """The world group's store sees a subgroup's keys under the subgroup's name: its members are not the world's."""
+    inner = dist.HashStore()
+    world = SparseStore(inner, "0", [0, 1, 2, 3], frozenset({0}), [])
+    inner.set("0//41//CUDASymmetricMemory/0/1", b"peer")
+    assert world.get("0//41//CUDASymmetricMemory/0/1") == b"peer"
+
+
+def test_this_rank_counts_for_the_absent_members_at_the_exchanges_barrier():
+    store = SparseStore(dist.HashStore(), "tp", [8, 9, 10, 11], frozenset({8}), [])
+    assert store.add("tp//CUDASymmetricMemory/1/num_members", 1) == 4    # the group's size: the last member
+    assert store.add("other/num_members", 1) == 1
+
+
+def test_symmetric_memory_with_several_running_and_absent_members_is_refused_in_one_line():
+    inner = dist.HashStore()
+    store = SparseStore(inner, "tp", [0, 1, 2, 3], frozenset({0, 1}), [])
+    store.set("tp//CUDASymmetricMemory/0/0", bytes(48))
+    with pytest.raises(SparseRunError, match="several running ones"):
+        store.get("tp//CUDASymmetricMemory/0/2")
+
+
+def test_only_the_groups_own_unique_ids_are_recorded_as_its_communicators():
+    """torch makes a subgroup's communicator lazily and sets its id under ``<subgroup>//cuda//0`` through the world
+    group's store (``0//<subgroup>//cuda//0`` there): only the subgroup records it, with its own members."""
+    inner = dist.HashStore()
+    comms: list[dict] = []
+    world = SparseStore(inner, "0", [0, 1, 2, 3], frozenset({0}), comms)
+    tp = SparseStore(dist.PrefixStore("0", world), "29", [0, 1], frozenset({0}), comms)
+    unique_id = NCCL_ID_PREFIX.ljust(UNIQUE_ID_BYTES, b"\0")
+    tp.set("29//cuda//0", unique_id)
+    assert [(c["group"], c["members"]) for c in comms] == [("29", [0, 1])]
