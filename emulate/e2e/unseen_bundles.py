@@ -7,18 +7,19 @@ calibration of the other GPUs pooled (``STEPCAST_INSTEP_EXCLUDE`` names the GPU:
 device of the same SM design keeps its rows (the A100 PCIe's NeuSight rows go, Vidur's A100 SXM rows stay): that is
 the unseen protocol's device split (:mod:`estimator.unseen`).
 
-Each bundle is trained once per (GPU, git HEAD) under ``<cache>/unseen_bundles/`` (about 1 to 4 minutes), its
-MLflow runs in a tracking store beside it, never in the repository's.
+Each bundle is trained once per (GPU, committed content of what training reads: ``TRAINING_TREES``) under
+``<cache>/unseen_bundles/`` (about 1 to 4 minutes), its MLflow runs in a tracking store beside it, never in the
+repository's; a commit that changes none of those folders reuses it.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from emulate.e2e.emulation import git_head
 from profiling.paths import REPO_ROOT, cache_root
 
 SHIPPED = REPO_ROOT / "models" / "xgboost"
@@ -26,8 +27,22 @@ SHIPPED = REPO_ROOT / "models" / "xgboost"
 MAX_TRAIN_ROWS = 30000
 
 
+#: what a bundle's training reads: its code, its configs and the catalog, the row contract, the shipped rules
+TRAINING_TREES = ("estimator", "conf", "profiling", "models/xgboost")
+
+
+def training_digest() -> str:
+    """The committed content of :data:`TRAINING_TREES` (git's tree ids), 'unknown' outside a git checkout."""
+    try:
+        out = subprocess.run(["git", "rev-parse", *(f"HEAD:{t}" for t in TRAINING_TREES)], cwd=REPO_ROOT,
+                             capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return hashlib.sha256(out.stdout.encode()).hexdigest()
+
+
 def bundle_dir(hardware: str) -> Path:
-    return cache_root() / "unseen_bundles" / f"{hardware}-{git_head()[:12]}"
+    return cache_root() / "unseen_bundles" / f"{hardware}-{training_digest()[:12]}"
 
 
 def held_out_bundle(hardware: str) -> Path:

@@ -6,12 +6,13 @@ import subprocess
 import pytest
 
 from emulate.e2e import unseen_bundles
+from emulate.e2e.unseen_bundles import training_digest as real_training_digest  # before the fixture replaces it
 
 
 @pytest.fixture(autouse=True)
 def cache(tmp_path, monkeypatch):
     monkeypatch.setattr(unseen_bundles, "cache_root", lambda: tmp_path)
-    monkeypatch.setattr(unseen_bundles, "git_head", lambda: "0123456789abcdef")
+    monkeypatch.setattr(unseen_bundles, "training_digest", lambda: "0123456789abcdef")
 
 
 def test_a_failed_training_says_so_in_one_line_and_leaves_no_bundle(monkeypatch):
@@ -35,3 +36,25 @@ def test_a_trained_bundle_is_reused_and_named_with_the_held_out_gpu(monkeypatch)
     monkeypatch.setattr(unseen_bundles.subprocess, "run", lambda *a, **k: pytest.fail("trained again"))
     env = unseen_bundles.unseen_env("p4", "bert_large")
     assert env == {"STEPCAST_ESTIMATOR": str(done), "STEPCAST_INSTEP_EXCLUDE": "bert_large,p4"}
+
+
+
+def test_the_bundles_key_follows_what_training_reads_not_every_commit(tmp_path, monkeypatch):
+    real = real_training_digest
+    monkeypatch.setattr(unseen_bundles, "REPO_ROOT", tmp_path)
+
+    def commit(path: str, text: str) -> str:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+        for command in (["add", "-A"], ["commit", "-qm", path]):
+            subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *command], cwd=tmp_path, check=True)
+        return real()
+
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    for tree in unseen_bundles.TRAINING_TREES:
+        commit(f"{tree}/a.txt", "1")
+    first = real()
+    commit("emulate/b.txt", "emulation only")
+    assert real() == first
+    commit("estimator/a.txt", "2")
+    assert real() != first
