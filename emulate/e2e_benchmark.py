@@ -12,8 +12,9 @@ Sources (``--sources``, default all):
   (:mod:`emulate.e2e.instep`), fitted on those same per-operator traces; each label is emulated with the factors
   fitted WITHOUT its own model's traces (``STEPCAST_INSTEP_EXCLUDE=<model>``: leave-one-model-out, on every GPU,
   also where a GPU with too few models left pools the others' factors), and the output says which rows were left
-  out. ``STEPCAST_INSTEP=off`` gives the estimators alone. ``--unseen``: each GPU wholly unseen, a bundle trained
-  without any of its rows and the in-step factors of the other GPUs pooled (:mod:`emulate.e2e.unseen_bundles`). ``python -m emulate.e2e.diagnose <gpu>`` shows, without
+  out. ``STEPCAST_INSTEP=off`` gives the estimators alone. ``--unseen [routed]``: each GPU wholly unseen, a bundle
+  trained without any of its rows (the shipped rules, or the unseen protocol's routes) and the in-step factors of
+  the other GPUs pooled (:mod:`emulate.e2e.unseen_bundles`). ``python -m emulate.e2e.diagnose <gpu>`` shows, without
   emulating, the estimator's predictions of each label's own operators and the factors each label gets.
 - ``torchtitan``: every published row of torchtitan's three benchmark files (Llama 3.1 8B / 70B / 405B on 8-512
   H100s of the published kind, ``h100-sxm-96gb-500w``, and on H200 nodes; FSDP, TP, async TP, PP with 1F1B and
@@ -81,18 +82,19 @@ def select_labels(labels: list[neusight.Label], gpus: list[str] | None, models: 
 
 
 def neusight_row(label: neusight.Label, fresh: bool,
-                 torch_for: Callable[[str], tuple[str | None, str]] | None = None, unseen: bool = False
+                 torch_for: Callable[[str], tuple[str | None, str]] | None = None, unseen: str | None = None
                  ) -> dict[str, Any]:
     """Emulate one label (cached) and compare it with the measurement. ``torch_for(hardware)``: the interpreter to
     emulate it with (None: this one) and the torch it holds (:func:`interpreters`; default: the installed torch).
     ``unseen``: with a bundle and an in-step calibration that never saw the label's GPU
-    (:mod:`emulate.e2e.unseen_bundles`)."""
+    (:mod:`emulate.e2e.unseen_bundles`), "shipped" (the shipped bundle's rules) or "routed" (the unseen protocol's
+    routes)."""
     python, torch_version = torch_for(label.hardware) if torch_for else (None, "installed")
 
     def compute() -> dict[str, Any]:
         env = {**os.environ, "STEPCAST_INSTEP_EXCLUDE": label.model}  # leave-one-model-out (module docstring)
         if unseen:
-            env.update(unseen_bundles.unseen_env(label.hardware, label.model))
+            env.update(unseen_bundles.unseen_env(label.hardware, label.model, routed=unseen == "routed"))
         result = emulate_script(labelled.SCRIPT, neusight.script_args(label, labelled.REPS), label.hardware, env=env,
                                 python=python)
         row: dict[str, Any] = {"ok": result["ok"], "wall_s": round(result["wall_s"], 1), "torch": torch_version}
@@ -107,7 +109,7 @@ def neusight_row(label: neusight.Label, fresh: bool,
 
     row = cached(label.key + ("" if config.INSTEP_CALIBRATION else "-instep-off") + (f"-torch{torch_version}"
                                                                                          if python else "")
-                 + ("-unseen" if unseen else ""), compute, fresh)
+                 + (f"-unseen{'-routed' if unseen == 'routed' else ''}" if unseen else ""), compute, fresh)
     row.update(label=label.path.stem, gpu=label.hardware, model=label.model, mode=label.mode, held_out=label.model,
                unseen_gpu=unseen,
                measured={"forward_ms": label.forward_ms, "backward_ms": label.backward_ms,
@@ -287,9 +289,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fresh", action="store_true", help="ignore cached results of this commit")
     parser.add_argument("--root", type=Path, default=None, help="shared data folder (default: the setting)")
     parser.add_argument("--json", type=Path, default=None, help="write every row here (JSON)")
-    parser.add_argument("--unseen", action="store_true", help="NeuSight labels with each GPU wholly unseen: a bundle "
-                        "trained without any of its rows and the other GPUs' pooled in-step calibration "
-                        "(emulate/e2e/unseen_bundles.py; a bundle is trained per GPU on first use, 1-4 min)")
+    parser.add_argument("--unseen", nargs="?", const="shipped", choices=("shipped", "routed"), default=None,
+                        help="NeuSight labels with each GPU wholly unseen: a bundle trained without any of its rows "
+                        "(with the shipped rules, or 'routed': the unseen protocol's routes) and the other GPUs' "
+                        "pooled in-step calibration (emulate/e2e/unseen_bundles.py; a bundle is trained per GPU on "
+                        "first use, 1-4 min)")
     parser.add_argument("--older-torch", default=OLDER_TORCH, metavar="VERSION",
                         help="torch release (its CUDA 12 build) that emulates GPUs the installed torch has no code "
                              "for (P100, P4, V100), in a throwaway environment; 'none': leave those rows refused "

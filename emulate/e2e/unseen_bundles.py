@@ -23,12 +23,15 @@ from pathlib import Path
 from profiling.paths import REPO_ROOT, cache_root
 
 SHIPPED = REPO_ROOT / "models" / "xgboost"
+#: the unseen protocol's committed results: a routed bundle runs, per (family, device, dtype) situation, the model
+#: they choose (estimator/routing.py), the choice made without the held-out GPU's own figures only if they were
+ROUTES = REPO_ROOT / "docs" / "results" / "unseen.json"
 #: what the shipped bundle was exported with (README: "Train, track, ship")
 MAX_TRAIN_ROWS = 30000
 
 
 #: what a bundle's training reads: its code, its configs and the catalog, the row contract, the shipped rules
-TRAINING_TREES = ("estimator", "conf", "profiling", "models/xgboost")
+TRAINING_TREES = ("estimator", "conf", "profiling", "models/xgboost", "docs/results/unseen.json")
 
 
 def training_digest() -> str:
@@ -41,13 +44,15 @@ def training_digest() -> str:
     return hashlib.sha256(out.stdout.encode()).hexdigest()
 
 
-def bundle_dir(hardware: str) -> Path:
-    return cache_root() / "unseen_bundles" / f"{hardware}-{training_digest()[:12]}"
+def bundle_dir(hardware: str, routed: bool = False) -> Path:
+    return cache_root() / "unseen_bundles" / f"{hardware}-{training_digest()[:12]}{'-routed' if routed else ''}"
 
 
-def held_out_bundle(hardware: str) -> Path:
-    """The bundle that never saw ``hardware`` (trained on first use, then reused)."""
-    out = bundle_dir(hardware)
+def held_out_bundle(hardware: str, routed: bool = False) -> Path:
+    """The bundle that never saw ``hardware`` (trained on first use, then reused); ``routed``: with the routes of
+    :data:`ROUTES` (their choices rest on every device's figures, the held-out GPU's too: an upper bound on what a
+    routed bundle would give, where the unseen protocol's nested ``routed`` figure is the honest one)."""
+    out = bundle_dir(hardware, routed)
     if (out / "manifest.json").is_file():
         return out
     tmp = out.with_name(out.name + ".partial")
@@ -55,7 +60,8 @@ def held_out_bundle(hardware: str) -> Path:
     tmp.parent.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "estimator.train", "family=all", "model=xgboost", f"export={tmp}",
                f"max_train_rows={MAX_TRAIN_ROWS}", "mlflow.register=false", "mlflow.plots=false", "splits=[]",
-               f"rules_from={SHIPPED}", f"version=unseen-{hardware}", f"data.exclude_hardware=[{hardware}]"]
+               f"rules_from={SHIPPED}", f"version=unseen-{hardware}{'-routed' if routed else ''}",
+               f"data.exclude_hardware=[{hardware}]", *([f"routes_from={ROUTES}"] if routed else [])]
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{out.parent / 'mlflow.db'}"}
     done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
     if done.returncode != 0 or not (tmp / "manifest.json").is_file():
@@ -65,6 +71,7 @@ def held_out_bundle(hardware: str) -> Path:
     return out
 
 
-def unseen_env(hardware: str, model: str) -> dict[str, str]:
+def unseen_env(hardware: str, model: str, routed: bool = False) -> dict[str, str]:
     """The variables that emulate one label of ``model`` on ``hardware`` as wholly unseen."""
-    return {"STEPCAST_ESTIMATOR": str(held_out_bundle(hardware)), "STEPCAST_INSTEP_EXCLUDE": f"{model},{hardware}"}
+    return {"STEPCAST_ESTIMATOR": str(held_out_bundle(hardware, routed)),
+            "STEPCAST_INSTEP_EXCLUDE": f"{model},{hardware}"}

@@ -26,7 +26,12 @@ def test_a_failed_training_says_so_in_one_line_and_leaves_no_bundle(monkeypatch)
     with pytest.raises(RuntimeError, match=r"without t4 failed: stepcast: data.path: no rows$"):
         unseen_bundles.held_out_bundle("t4")
     assert "data.exclude_hardware=[t4]" in calls[0] and "splits=[]" in calls[0]
+    assert not any(c.startswith("routes_from=") for c in calls[0])
     assert not unseen_bundles.bundle_dir("t4").exists()
+    with pytest.raises(RuntimeError):
+        unseen_bundles.held_out_bundle("t4", routed=True)
+    assert f"routes_from={unseen_bundles.ROUTES}" in calls[1]
+    assert unseen_bundles.bundle_dir("t4", routed=True) != unseen_bundles.bundle_dir("t4")
 
 
 def test_a_trained_bundle_is_reused_and_named_with_the_held_out_gpu(monkeypatch):
