@@ -107,6 +107,12 @@ def features(frame: pd.DataFrame, lw: LayerWork, backends: tuple[str, ...]) -> p
     num = {c: frame[c].to_numpy(dtype=np.float64) for c in KEYS[3:]}
     codes = {b: i for i, b in enumerate(backends)}
     padded = np.ceil(loads.mean_expert / TILE_M) * TILE_M * loads.active_experts
+    inter = num["inter"] / num["tp"]
+    up = np.where(is_gated(frame), 2.0, 1.0) * inter
+    sms = hw.spec["hw_sm_count"]
+    tiles = np.maximum(loads.active_experts, 1.0) * np.ceil(loads.mean_expert / TILE_M) \
+        * (np.ceil(up / TILE_M) + np.ceil(num["hidden"] / TILE_M))
+    waves = np.ceil(tiles / sms)
     return pd.DataFrame({
         "backend": frame["backend"].astype(str).map(codes).fillna(-1).to_numpy(),
         "fp8": (frame["dtype"].astype(str) != "bf16").to_numpy(dtype=np.float64),
@@ -123,6 +129,9 @@ def features(frame: pd.DataFrame, lw: LayerWork, backends: tuple[str, ...]) -> p
         "log2_inter": np.log2(num["inter"] / num["tp"]),
         "topk": num["topk"],
         "tile_fill": loads.local_routes / np.maximum(padded, 1.0),
+        "log2_waves": np.log2(waves),
+        "last_wave_fill": tiles / (waves * sms),
+        "log2_max_expert_tiles_per_sm": np.log2(np.ceil(loads.max_expert / TILE_M) * np.ceil(up / TILE_M) / sms),
         "log2_compute_over_memory": np.log2(lw.compute_us / np.maximum(lw.memory_us, 1e-6)),
         "log2_bytes_over_l2": np.log2(lw.work.bytes / l2_bytes(hw)),
         "log2_dram_us": np.log2(np.maximum(lw.memory_us, 1e-6)),
@@ -135,15 +144,15 @@ def features(frame: pd.DataFrame, lw: LayerWork, backends: tuple[str, ...]) -> p
 class MoEEstimator:
     """The bounded fused-MoE model: roofline of the layer's work times a learned, non-negative log2 correction."""
 
-    def __init__(self, n_estimators: int = 400, max_depth: int = 8, learning_rate: float = 0.08,
-                 seed: int = 0, n_jobs: int = 2) -> None:
-        self.params = dict(n_estimators=n_estimators, max_depth=max_depth, learning_rate=learning_rate,
-                           subsample=0.8, colsample_bytree=0.8, objective="reg:absoluteerror",
-                           tree_method="hist", random_state=seed, n_jobs=n_jobs)
+    def __init__(self, n_estimators: int = 200, max_depth: int = 8, learning_rate: float = 0.15,
+                 seed: int = 0, n_jobs: int = 2, objective: str = "reg:absoluteerror") -> None:
+        self.params = {"n_estimators": n_estimators, "max_depth": max_depth, "learning_rate": learning_rate,
+                       "subsample": 0.8, "colsample_bytree": 0.8, "objective": objective, "tree_method": "hist",
+                       "random_state": seed, "n_jobs": n_jobs}
         self.backends: tuple[str, ...] = ()
         self.model: xgb.XGBRegressor | None = None
 
-    def fit(self, frame: pd.DataFrame, runtime_us: np.ndarray) -> "MoEEstimator":
+    def fit(self, frame: pd.DataFrame, runtime_us: np.ndarray) -> MoEEstimator:
         self.backends = tuple(sorted(frame["backend"].astype(str).unique()))
         lw = layer_work(frame)
         target = np.log2(np.asarray(runtime_us, dtype=np.float64) / lw.bound_us)

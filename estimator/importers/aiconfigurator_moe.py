@@ -28,7 +28,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from estimator.importers.aiconfigurator import SOURCE, catalog_tables, median_rows, shape_set, tables
+from estimator.importers.aiconfigurator import (
+    SOURCE,
+    catalog_tables,
+    median_rows,
+    shape_set,
+    tables,
+)
 from estimator.importers.common import DataImportError
 
 REQUIRED = ("kernel_source", "moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts",
