@@ -75,7 +75,7 @@ def scores(train: pd.DataFrame, test: pd.DataFrame, seed: int) -> pd.DataFrame:
     model = MoEEstimator(seed=seed).fit(train, train["runtime_us"].to_numpy())
     true = test["runtime_us"].to_numpy()
     return pd.DataFrame({"hardware": test["hardware"].to_numpy(), "dtype": test["dtype"].to_numpy(),
-                         "ape": ape(model.predict(test), true), "bound_ape": ape(layer_work(test).bound_us, true)})
+                         "ape": ape(model.predict(test), true), "bound_ape": ape(layer_work(test).expected_us, true)})
 
 
 def run(rows: pd.DataFrame, gpus: list[str], seeds: tuple[int, ...], per_cell: int,

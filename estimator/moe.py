@@ -1,8 +1,10 @@
 """A fused mixture-of-experts layer's forward time on one GPU, from its shape, its routing and the catalog spec.
 
-    time = bound x 2^max(0, c),    bound = max(FLOPs / peak FLOP/s,  bytes / memory bandwidth)
+    time = max(bound, expected x 2^c),    roofline = max(FLOPs / peak FLOP/s,  bytes / memory bandwidth)
 
-- **Routing** (``estimator.moe_routing``): the routes the GPU runs, its busiest expert and its experts with work.
+- **Routing** (``estimator.moe_routing``): the routes the GPU runs, its busiest expert and its experts with work,
+  as expected (the correction's facts) and as the least a routing with that skew can give (what the bound counts,
+  so that it holds whatever the draw).
 - **Work**: the two grouped GEMMs of its experts with work, each a batch of GEMMs of the mean m
   (``estimator.workload.gemm``): gate+up [m, hidden] x [hidden, 2 inter / tp] (inter / tp for a non-gated
   backend) and down [m, inter / tp] x [inter / tp, hidden]. Their bytes count every such expert's weights once
@@ -10,9 +12,11 @@
   (:func:`routing_bytes`). Peak FLOP/s for the row's dtype, bandwidth and L2 size come from the catalog
   (``estimator.hardware_table``), so the bound is the layer's roofline on any catalog GPU; bytes that fit in L2
   are charged at a bound on L2's bandwidth (:func:`l2_bytes`).
-- **Correction** c: log2 of measured over bound, learned by gradient-boosted trees (absolute log error) on the
-  seen GPUs from dimensionless facts (backend, dtype, routing, tile fill, compute share of the bound, the GPU's
-  ridge point and SM generation) and clamped at 0, so a prediction is never faster than the roofline of its work.
+- **Correction** c: log2 of measured over ``expected`` (the roofline of the expected loads' work), learned by
+  gradient-boosted trees (absolute log error) on the seen GPUs from dimensionless facts (backend, dtype, routing,
+  tiles and waves, compute share of the roofline, the GPU's ridge point and SM generation). The prediction is
+  never below ``bound``, the roofline of the least work the routing can give (equal to ``expected`` for a balanced
+  routing), so it is never faster than the roofline of its work.
   The device enters through the bound and those few spec figures only, which is what lets it transfer to an unseen
   GPU (``python -m emulate.moe_benchmark``: each GPU held out).
 """
@@ -26,7 +30,7 @@ import xgboost as xgb
 
 from estimator.analytical import roofline_seconds
 from estimator.hardware_table import RowHardware, row_hardware
-from estimator.moe_routing import ExpertLoads, expert_loads
+from estimator.moe_routing import ExpertLoads, expert_loads, least_loads
 from estimator.workload import Work, gemm
 
 #: the columns a fused-MoE row needs (``estimator.importers.aiconfigurator_moe``)
@@ -44,11 +48,13 @@ L2_OVER_DRAM = 8.0
 class LayerWork:
     """A layer's work on its GPU and the pieces of its bound (arrays of the frame's length)."""
 
-    loads: ExpertLoads
+    loads: ExpertLoads  # the routing's expected loads (estimator.moe_routing.expert_loads): the correction's facts
+    least: ExpertLoads  # the least any such routing costs (least_loads): what the work and the bound count
     work: Work
     compute_us: np.ndarray  # FLOPs at the dtype's peak
     memory_us: np.ndarray  # the bytes at DRAM bandwidth, those L2 holds at L2_OVER_DRAM times it
-    bound_us: np.ndarray  # the roofline of both (estimator.analytical.roofline_seconds)
+    bound_us: np.ndarray  # their roofline (estimator.analytical.roofline_seconds): no prediction is below it
+    expected_us: np.ndarray  # the same roofline with the expected loads: what the correction multiplies
 
 
 def is_gated(frame: pd.DataFrame) -> np.ndarray:
@@ -74,7 +80,18 @@ def _gemm_frame(m: np.ndarray, n: np.ndarray, k: np.ndarray, batch: np.ndarray, 
 def layer_work(frame: pd.DataFrame) -> LayerWork:
     """The routing, work and roofline of every row (columns :data:`KEYS`)."""
     num = {c: frame[c].to_numpy(dtype=np.float64) for c in KEYS[3:]}
-    loads = expert_loads(num["tokens"], num["experts"], num["topk"], num["ep"], num["skew"])
+    shape = (num["tokens"], num["experts"], num["topk"], num["ep"], num["skew"])
+    loads = expert_loads(*shape)
+    least = least_loads(*shape, loads)
+    hw = row_hardware(frame["hardware"], frame["dtype"])
+    work, compute_us, memory_us, bound_us = _roofline(frame, num, least, hw)
+    expected_us = _roofline(frame, num, loads, hw)[3]
+    return LayerWork(loads, least, work, compute_us, memory_us, bound_us, expected_us)
+
+
+def _roofline(frame: pd.DataFrame, num: dict[str, np.ndarray], loads: ExpertLoads,
+              hw: RowHardware) -> tuple[Work, np.ndarray, np.ndarray, np.ndarray]:
+    """(work, compute us, memory us, roofline us) of the layer with these expert loads."""
     inter = num["inter"] / num["tp"]
     up = np.where(is_gated(frame), 2.0, 1.0) * inter
     m, groups = loads.mean_expert, np.maximum(loads.active_experts, 1.0)
@@ -84,12 +101,11 @@ def layer_work(frame: pd.DataFrame) -> LayerWork:
                                                        num["hidden"])
     zeros = np.zeros(len(frame))
     work = Work(first.flops + second.flops, moved, zeros, zeros)
-    hw = row_hardware(frame["hardware"], frame["dtype"])
     resident = np.minimum(work.bytes, l2_bytes(hw))
     dram = Work(work.flops, work.bytes - resident * (1.0 - 1.0 / L2_OVER_DRAM), zeros, zeros)
     compute_us = work.flops / hw.peak_flops * 1e6
     memory_us = dram.bytes / hw.memory_bandwidth * 1e6
-    return LayerWork(loads, work, compute_us, memory_us, roofline_seconds(dram, hw) * 1e6)
+    return work, compute_us, memory_us, roofline_seconds(dram, hw) * 1e6
 
 
 def l2_bytes(hw: RowHardware) -> np.ndarray:
@@ -124,6 +140,9 @@ def features(frame: pd.DataFrame, lw: LayerWork, backends: tuple[str, ...]) -> p
         "log2_max_m": np.log2(np.maximum(loads.max_expert, 1.0)),
         "max_over_mean": loads.max_expert / np.maximum(loads.mean_expert, 1e-3),
         "log2_active": np.log2(np.maximum(loads.active_experts, 1.0)),
+        "log2_expected_over_least_active": np.log2(np.maximum(loads.active_experts, 1.0) / lw.least.active_experts),
+        "log2_expected_over_least_routes": np.log2(np.maximum(loads.local_routes, 1.0)
+                                                   / np.maximum(lw.least.local_routes, 1.0)),
         "log2_local_experts": np.log2(num["experts"] / num["ep"]),
         "log2_hidden": np.log2(num["hidden"]),
         "log2_inter": np.log2(num["inter"] / num["tp"]),
@@ -135,7 +154,7 @@ def features(frame: pd.DataFrame, lw: LayerWork, backends: tuple[str, ...]) -> p
         "log2_compute_over_memory": np.log2(lw.compute_us / np.maximum(lw.memory_us, 1e-6)),
         "log2_bytes_over_l2": np.log2(lw.work.bytes / l2_bytes(hw)),
         "log2_dram_us": np.log2(np.maximum(lw.memory_us, 1e-6)),
-        "log2_bound_us": np.log2(lw.bound_us),
+        "log2_bound_us": np.log2(lw.expected_us),
         "log2_ridge": np.log2(hw.peak_flops / hw.memory_bandwidth),
         "generation": np.floor(hw.spec["hw_compute_capability"] / 10.0),
     })
@@ -155,14 +174,14 @@ class MoEEstimator:
     def fit(self, frame: pd.DataFrame, runtime_us: np.ndarray) -> MoEEstimator:
         self.backends = tuple(sorted(frame["backend"].astype(str).unique()))
         lw = layer_work(frame)
-        target = np.log2(np.asarray(runtime_us, dtype=np.float64) / lw.bound_us)
+        target = np.log2(np.asarray(runtime_us, dtype=np.float64) / lw.expected_us)
         self.model = xgb.XGBRegressor(**self.params).fit(features(frame, lw, self.backends), target)
         return self
 
     def predict(self, frame: pd.DataFrame) -> np.ndarray:
-        """Microseconds per row; never below the roofline of the row's work (the correction is clamped at 0)."""
+        """Microseconds per row; never below the roofline of the least work the row's routing can give."""
         lw = layer_work(frame)
         if self.model is None:
-            return lw.bound_us
+            return lw.expected_us
         correction = self.model.predict(features(frame, lw, self.backends))
-        return lw.bound_us * np.exp2(np.maximum(correction, 0.0))
+        return np.maximum(lw.expected_us * np.exp2(correction), lw.bound_us)

@@ -18,6 +18,10 @@ the routes that land on its local experts, one group per expert with tokens.
   tail (the max of a Pareto sample has no simpler closed form once scaled to a fixed sum) come out right. A skew
   raises the busiest slice's routes and its busiest expert's m above the balanced figures.
 
+The expected counts of a power-law draw are estimates (the collectors' rounding and tie-breaking at a few routes per
+expert decide how many experts get any); :func:`least_loads` gives what any draw must at least cost the busiest GPU,
+which is what a bound may use.
+
 Vectorised over the distinct (tokens, experts, topk, ep, skew) of a frame: a table has a few thousand of them.
 """
 from __future__ import annotations
@@ -107,3 +111,17 @@ def expert_loads(tokens: np.ndarray, experts: np.ndarray, topk: np.ndarray, ep: 
             out[i] = out[i].copy()
             out[i][skewed] = figures[inverse.ravel(), i]
     return ExpertLoads(*out)
+
+
+def least_loads(tokens: np.ndarray, experts: np.ndarray, topk: np.ndarray, ep: np.ndarray, skew: np.ndarray,
+                expected: ExpertLoads) -> ExpertLoads:
+    """The least work a routing can give the busiest GPU: for a skewed row, the mean routes per GPU (the busiest
+    has at least that many) on the fewest experts that can hold them (no expert takes more routes than there are
+    tokens), so the fewest weights read; a balanced row's loads are exact and kept."""
+    tokens, experts, topk, ep, skew = (np.asarray(a, dtype=np.float64) for a in (tokens, experts, topk, ep, skew))
+    routes = tokens * topk / ep
+    active = np.minimum(np.maximum(np.ceil(routes / tokens), 1.0), experts / ep)
+    skewed = skew > 0
+    return ExpertLoads(np.where(skewed, routes, expected.local_routes),
+                       np.where(skewed, routes / active, expected.max_expert),
+                       np.where(skewed, active, expected.active_experts))

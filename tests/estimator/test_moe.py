@@ -33,9 +33,9 @@ def test_a_layer_is_never_predicted_faster_than_the_roofline_of_its_work():
 
 def test_the_correction_learns_how_far_above_the_bound_layers_run():
     train = layers(n=200, seed=3)
-    model = MoEEstimator(n_estimators=50, n_jobs=1).fit(train, 2.0 * layer_work(train).bound_us)
+    model = MoEEstimator(n_estimators=50, n_jobs=1).fit(train, 2.0 * layer_work(train).expected_us)
     test = layers(seed=4)
-    assert model.predict(test) == pytest.approx(2.0 * layer_work(test).bound_us, rel=0.05)
+    assert model.predict(test) == pytest.approx(2.0 * layer_work(test).expected_us, rel=0.05)
 
 
 def test_a_small_batch_is_a_read_of_its_experts_weights():
@@ -58,9 +58,13 @@ def test_fp8_halves_the_weight_bytes_and_doubles_the_peak():
     assert layer_work(big_fp8).compute_us[0] == pytest.approx(0.5 * layer_work(big_bf16).compute_us[0], rel=1e-3)
 
 
-def test_a_skewed_routing_slows_the_busiest_gpus_layer():
+def test_a_skewed_routings_bound_counts_the_least_work_any_draw_gives():
     balanced = layers(n=1).assign(tokens=4096, ep=8, skew=0.0)
-    assert layer_work(balanced.assign(skew=1.2)).bound_us[0] > layer_work(balanced).bound_us[0]
+    even, skewed = layer_work(balanced), layer_work(balanced.assign(skew=1.2))
+    assert skewed.loads.local_routes[0] > even.loads.local_routes[0]  # expected: the busiest GPU runs more
+    assert skewed.work.flops[0] == pytest.approx(even.work.flops[0])  # bound: at least the mean share
+    assert skewed.work.bytes[0] <= even.work.bytes[0]  # on the fewest experts that can hold it
+    assert np.all(skewed.least.active_experts <= skewed.loads.active_experts)
 
 
 def test_the_bound_is_the_projects_roofline_of_the_layers_dram_work():
