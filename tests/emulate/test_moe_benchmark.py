@@ -76,3 +76,17 @@ def test_an_unknown_gpu_is_a_one_line_error(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(moe_benchmark.aiconfigurator_moe, "load", lambda root: rows())
     assert moe_benchmark.main(["--gpus", "t4", "--root", str(tmp_path)]) == 2
     assert "stepcast: --gpus: no fused-MoE rows for 't4'" in capsys.readouterr().err
+
+
+def test_an_unknown_split_is_a_one_line_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(moe_benchmark.aiconfigurator_moe, "load", lambda root: rows())
+    assert moe_benchmark.main(["--splits", "seen,unseen", "--root", str(tmp_path)]) == 2
+    assert "stepcast: --splits: expected some of" in capsys.readouterr().err
+
+
+def test_only_the_splits_asked_for_are_run(monkeypatch):
+    monkeypatch.setattr(moe_benchmark, "MoEEstimator", Recorder)
+    from rich.console import Console
+
+    cells = moe_benchmark.run(rows(), ["l40s"], (0,), per_cell=30, console=Console(width=140), splits=("seen",))
+    assert set(cells["split"]) == {"seen"}
