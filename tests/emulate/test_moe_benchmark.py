@@ -28,7 +28,7 @@ class Recorder:
 
     fitted: ClassVar[list[pd.DataFrame]] = []
 
-    def __init__(self, seed: int = 0) -> None:
+    def __init__(self, seed: int = 0, **options) -> None:
         pass
 
     def fit(self, frame, runtime_us):
