@@ -7,18 +7,18 @@
   so that it holds whatever the draw).
 - **Work**: the two grouped GEMMs of its experts with work, each a batch of GEMMs of the mean m
   (``estimator.workload.gemm``): gate+up [m, hidden] x [hidden, 2 inter / tp] (inter / tp for a non-gated
-  backend) and down [m, inter / tp] x [inter / tp, hidden]. Their bytes count every such expert's weights once
-  (a small-m layer is a weight read), plus the routing, permute and unpermute traffic in bf16
-  (:func:`routing_bytes`). Peak FLOP/s for the row's dtype, bandwidth and L2 size come from the catalog
+  model, :func:`is_gated`) and down [m, inter / tp] x [inter / tp, hidden]. Their bytes count every such expert's
+  weights once (a small-m layer is a weight read) and their permuted inputs and outputs, plus the router's logits
+  and the combine in bf16 (:func:`routing_bytes`). Peak FLOP/s for the row's dtype, bandwidth and L2 size come from the catalog
   (``estimator.hardware_table``), so the bound is the layer's roofline on any catalog GPU; bytes that fit in L2
   are charged at a bound on L2's bandwidth (:func:`l2_bytes`).
 - **Correction** c: log2 of measured over ``expected`` (the roofline of the expected loads' work), learned by
   gradient-boosted trees (absolute log error) on the seen GPUs from dimensionless facts (backend, dtype, routing,
-  tiles and waves, compute share of the roofline, the GPU's ridge point and SM generation). The prediction is
-  never below ``bound``, the roofline of the least work the routing can give (equal to ``expected`` for a balanced
-  routing), so it is never faster than the roofline of its work.
-  The device enters through the bound and those few spec figures only, which is what lets it transfer to an unseen
-  GPU (``python -m emulate.moe_benchmark``: each GPU held out).
+  tiles and waves, compute share of the roofline) and the GPU's catalog figures (:func:`features`). The
+  prediction is never below ``bound``, the roofline of the least work the routing can give (equal to ``expected``
+  for a balanced routing), so it is never faster than the roofline of its work. The device enters through the
+  roofline and those spec figures only, which is what lets it transfer to an unseen GPU
+  (``python -m emulate.moe_benchmark``: each GPU held out).
 """
 from __future__ import annotations
 
