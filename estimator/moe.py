@@ -10,8 +10,8 @@
   model, :func:`is_gated`) and down [m, inter / tp] x [inter / tp, hidden]. Their bytes count every such expert's
   weights once (a small-m layer is a weight read) and their permuted inputs and outputs, plus the router's logits
   and the combine in bf16 (:func:`routing_bytes`). Peak FLOP/s for the row's dtype, bandwidth and L2 size come
-  from the catalog (``estimator.hardware_table``), so the bound is the layer's roofline on any catalog GPU; bytes that fit in L2
-  are charged at a bound on L2's bandwidth (:func:`l2_bytes`).
+  from the catalog (``estimator.hardware_table``), so the bound is the layer's roofline on any catalog GPU;
+  bytes that fit in L2 are charged at a bound on L2's bandwidth (:func:`l2_bytes`).
 - **Correction** c: log2 of measured over ``expected`` (the roofline of the expected loads' work), learned by
   gradient-boosted trees (absolute log error) on the seen GPUs from dimensionless facts (backend, dtype, routing,
   tiles and waves, compute share of the roofline) and the GPU's catalog figures (:func:`features`). The
