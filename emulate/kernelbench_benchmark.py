@@ -81,16 +81,18 @@ def candidates(measured: dict[str, dict[str, float]], only: list[str] | None = N
     return sorted(keep, key=lambda p: int(p.split("_")[0]))
 
 
-def capture(problem: Path, fresh: bool = False) -> Path | str:
-    """The captured trace of one problem (cached), or why there is none."""
+def capture(problem: Path, fresh: bool = False, *, script: Path = SCRIPT, args: list[str] | None = None,
+            folder: str = "kernelbench", timeout_s: float = 900) -> Path | str:
+    """The captured trace of one problem (cached under ``<cache>/<folder>/<problem>``), or why there is none;
+    ``script`` and ``args`` (default: this benchmark's compiled forwards) are what runs it on the virtual T4."""
     from emulate.e2e.emulation import emulate_script
 
-    trace_dir = cache_root() / "kernelbench" / problem.stem
+    trace_dir = cache_root() / folder / problem.stem
     trace = trace_dir / "rank0.trace.json"
     if trace.is_file() and not fresh:
         return trace
-    done = emulate_script(SCRIPT, [str(problem), str(CALLS)], CAPTURE_HARDWARE, kernels=False, timeout_s=900,
-                          trace_dir=trace_dir)
+    done = emulate_script(script, args if args is not None else [str(problem), str(CALLS)], CAPTURE_HARDWARE,
+                          kernels=False, timeout_s=timeout_s, trace_dir=trace_dir)
     if not done["ok"]:
         return f"emulation failed: {done['error']}"
     return trace if trace.is_file() else "no trace written"

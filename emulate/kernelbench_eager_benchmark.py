@@ -33,17 +33,17 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from emulate import kernelbench_benchmark
 from emulate.kernelbench_benchmark import (
     DEVICE_BOUND_FLOORS, GPUS, HOST_FLOOR_PROBLEM, NOT_TRITON, PROBLEMS, SCALAR_PRODUCT, TIMINGS, error, measured_ms,
 )
 from profiling.atomic import write_json_atomic
-from profiling.paths import REPO_ROOT, cache_root, shared_data_root
+from profiling.paths import REPO_ROOT, shared_data_root
 
 EAGER = "baseline_time_torch.json"
 #: a (problem, GPU) is launch bound when its measured time is at most this many host floors
 LAUNCH_BOUND_FLOORS = 1.5
 LAUNCH, DEVICE = "launch bound", "device bound"
-CAPTURE_HARDWARE = "t4"   # PyTorch's own eager kernels are the same on every GPU; GEMMs and convolutions are left out
 CALLS = 4                 # forwards per capture; the last is timed
 SCRIPT = REPO_ROOT / "emulate" / "e2e" / "kernelbench_eager.py"
 
@@ -73,17 +73,8 @@ def classes(measured: dict[str, dict[str, float]]) -> dict[str, dict[str, str]]:
 
 def capture(problem: Path, fresh: bool = False) -> Path | str:
     """The eager capture of one problem (cached), or why there is none."""
-    from emulate.e2e.emulation import emulate_script
-
-    trace_dir = cache_root() / "kernelbench_eager" / problem.stem
-    trace = trace_dir / "rank0.trace.json"
-    if trace.is_file() and not fresh:
-        return trace
-    done = emulate_script(SCRIPT, ["--events", str(CALLS), str(problem)], CAPTURE_HARDWARE, kernels=False,
-                          timeout_s=600, trace_dir=trace_dir)
-    if not done["ok"]:
-        return f"emulation failed: {done['error']}"
-    return trace if trace.is_file() else "no trace written"
+    return kernelbench_benchmark.capture(problem, fresh, script=SCRIPT, args=["--events", str(CALLS), str(problem)],
+                                         folder="kernelbench_eager", timeout_s=600)
 
 
 def elapsed_between_events(doc: dict[str, Any], gpu: str) -> tuple[float, float] | str:
