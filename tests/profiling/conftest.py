@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -39,9 +40,10 @@ def cli(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess]:
         args = [sys.executable, "-m", "profiling", *TINY, f"hardware={CPU_ID}", f"output_dir={tmp_path}",
                 "progress=false", f"hydra.run.dir={tmp_path}/hydra", *overrides]
         env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-        if background:
+        if background:  # SIGINT at its default: a test run started in the background (`cmd &`) ignores it, and
+            # an ignored signal is inherited, so the child would never see the Ctrl-C the resume test sends
             return subprocess.Popen(args, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    text=True)
+                                    text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         return subprocess.run(args, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
 
     return run
