@@ -9,17 +9,23 @@ from emulate.simulate import simulate
 from estimator.base import KernelEstimator
 
 
-class ElementsEstimator(KernelEstimator):
-    """Predicts one microsecond per million elements of an elementwise row and records the rows it saw."""
+class Recording(KernelEstimator):
+    """Times each row with ``per_row`` (a frame -> microseconds) and records the rows it saw."""
 
-    name = "elements"
+    name = "recording"
 
-    def __init__(self) -> None:
+    def __init__(self, per_row) -> None:
+        self.per_row = per_row
         self.seen: list[dict] = []
 
     def predict(self, frame: pd.DataFrame) -> np.ndarray:
         self.seen += frame.to_dict("records")
-        return (frame["numel"] / 1e6).to_numpy(dtype=float)
+        return np.asarray(self.per_row(frame), dtype=float)
+
+
+def elements_estimator() -> Recording:
+    """One microsecond per million elements of an elementwise row."""
+    return Recording(lambda frame: frame["numel"] / 1e6)
 
 
 def test_a_triton_pointwise_kernel_is_predicted_from_its_grid_not_the_launch_floor():
@@ -30,7 +36,7 @@ def test_a_triton_pointwise_kernel_is_predicted_from_its_grid_not_the_launch_flo
               op_dtypes=["torch.bfloat16"])
     b.device_sync()
     b.iteration(1, end=True)
-    est = ElementsEstimator()
+    est = elements_estimator()
     result = simulate([b.doc()], "h100-sxm", estimator=est)
     assert est.seen and est.seen[0]["numel"] == 4096 * 128 * 8 and est.seen[0]["dtype"] == "bf16"
     assert result.durations.fallback_reasons == {}
@@ -38,17 +44,9 @@ def test_a_triton_pointwise_kernel_is_predicted_from_its_grid_not_the_launch_flo
     assert result.durations.us[0][kernel] == 4096 * 128 * 8 / 1e6
 
 
-class AttentionEstimator(KernelEstimator):
-    """Predicts 1000 us for an attention row, 1 us for anything else, and records the rows it saw."""
-
-    name = "attention"
-
-    def __init__(self) -> None:
-        self.seen: list[dict] = []
-
-    def predict(self, frame: pd.DataFrame) -> np.ndarray:
-        self.seen += frame.to_dict("records")
-        return np.where(frame["family"] == "attention", 1000.0, 1.0)
+def attention_estimator() -> Recording:
+    """1000 us for an attention row, 1 us for anything else."""
+    return Recording(lambda frame: np.where(frame["family"] == "attention", 1000.0, 1.0))
 
 
 def test_flex_attention_templates_are_timed_as_the_attention_they_compute_forward_and_backward():
@@ -65,7 +63,7 @@ def test_flex_attention_templates_are_timed_as_the_attention_they_compute_forwar
                op_shapes=[], op_dtypes=[], bytes_read=65536, bytes_written=2**25)
     b.device_sync()
     b.iteration(1, end=True)
-    est = AttentionEstimator()
+    est = attention_estimator()
     result = simulate([b.doc()], "h100-sxm", estimator=est)
     rows = [r for r in est.seen if r["family"] == "attention"]
     assert sorted(r["pass"] for r in rows) == ["bwd", "fwd"]
@@ -89,7 +87,7 @@ def test_a_flex_backward_takes_its_forwards_shapes_and_the_kv_heads_of_its_own_l
                op_shapes=[], op_dtypes=[], bytes_read=65536, bytes_written=2**25)
     b.device_sync()
     b.iteration(1, end=True)
-    est = AttentionEstimator()
+    est = attention_estimator()
     simulate([b.doc()], "h100-sxm", estimator=est)
     rows = {r["pass"]: r for r in est.seen if r["family"] == "attention"}
     assert (rows["fwd"]["heads_kv"], rows["bwd"]["heads_kv"]) == (32, 8)
@@ -105,7 +103,7 @@ def test_an_unclassified_aten_kernel_is_timed_from_its_tensors_bytes_not_the_lau
               op_shapes=[[8, 2**20], [], [], [[8, 2**20]]], op_dtypes=["torch.bfloat16", "", "", ["torch.bfloat16"]])
     b.device_sync()
     b.iteration(1, end=True)
-    est = ElementsEstimator()
+    est = elements_estimator()
     result = simulate([b.doc()], "h100-sxm", estimator=est)
     assert est.seen and est.seen[0]["op"] == "copy" and est.seen[0]["numel"] == 8 * 2**20
     assert result.durations.fallback_reasons.get("no_spec_launch_floor", 0) == 0
