@@ -12,14 +12,12 @@ so ``--module torchtitan_published_configs`` names the config registry beside it
 """
 from __future__ import annotations
 
-import os
 import runpy
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "compat"))
-from torchtitan_llama3 import write_corpus, write_tokenizer  # noqa: E402  (the compatibility example's writers)
+from torchtitan_llama3 import assets  # noqa: E402  (the compatibility example's tokenizer and corpus writer)
 
 ASSETS_VERSION = 1  # bump when the written assets change, so a stale folder is not reused
 DOCUMENTS = 64      # at least one document per data-parallel rank of the largest published run
@@ -37,27 +35,10 @@ def seq_len(argv: list[str]) -> int:
     return DEFAULT_SEQ
 
 
-def assets(words: int) -> Path:
-    """The assets folder for documents of ``words`` words, written once per machine (every rank may call this:
-    the first rename wins)."""
-    final = Path(tempfile.gettempdir()) / f"stepcast-torchtitan-train-v{ASSETS_VERSION}-{words}"
-    if final.is_dir():
-        return final
-    staging = Path(tempfile.mkdtemp(prefix=final.name + "-", dir=final.parent))
-    write_tokenizer(staging)
-    write_corpus(staging / "c4_test", documents=DOCUMENTS, words=words)
-    try:
-        os.rename(staging, final)
-    except OSError:  # another rank renamed its copy first
-        import shutil
-
-        shutil.rmtree(staging, ignore_errors=True)
-    return final
-
-
 def main() -> None:
     argv = sys.argv[1:]
-    folder = assets(seq_len(argv) + 1)
+    words = seq_len(argv) + 1
+    folder = assets(f"stepcast-torchtitan-train-v{ASSETS_VERSION}-{words}", documents=DOCUMENTS, words=words)
     sys.argv = [sys.argv[0], "--hf_assets_path", str(folder), "--dataloader.dataset", "c4_test",
                 "--dataloader.dataset_path", str(folder / "c4_test"), *argv]
     runpy.run_module("torchtitan.train", run_name="__main__")

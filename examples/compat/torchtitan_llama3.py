@@ -50,14 +50,16 @@ def write_corpus(folder: Path, documents: int = 64, words: int = 600) -> None:
             f.write(json.dumps({"text": text}) + "\n")
 
 
-def assets() -> Path:
-    """The assets folder, written once per machine (every rank may call this: the first rename wins)."""
-    final = Path(tempfile.gettempdir()) / f"stepcast-torchtitan-assets-v{ASSETS_VERSION}"
+def assets(name: str = f"stepcast-torchtitan-assets-v{ASSETS_VERSION}", documents: int = 64,
+           words: int = 600) -> Path:
+    """The assets folder ``name`` under the temporary folder (a tokenizer, and ``documents`` documents of ``words``
+    words in ``c4_test``), written once per machine (every rank may call this: the first rename wins)."""
+    final = Path(tempfile.gettempdir()) / name
     if final.is_dir():
         return final
     staging = Path(tempfile.mkdtemp(prefix=final.name + "-", dir=final.parent))
     write_tokenizer(staging)
-    write_corpus(staging / "c4_test")
+    write_corpus(staging / "c4_test", documents=documents, words=words)
     try:
         os.rename(staging, final)
     except OSError:  # another rank renamed its copy first
