@@ -264,11 +264,15 @@ def held_out_protocol(rows: list[dict[str, Any]], root: Path) -> str:
     for model in sorted({r["held_out"] for r in rows if r.get("held_out")}):
         mine = in_step[in_step["model"] == model] if len(in_step) else in_step
         held.append(f"{model} {len(mine)} rows ({mine['sample'].nunique() if len(mine) else 0} traces)")
-    return ("held out (leave-one-model-out): each label was emulated with the in-step calibration fitted without "
+    line = ("held out (leave-one-model-out): each label was emulated with the in-step calibration fitted without "
             "its own model's rows (STEPCAST_INSTEP_EXCLUDE=<model>), on its GPU and on those it pools from when "
-            f"fewer than {instep.MIN_MODELS} models are left; rows left out per model: " + "; ".join(held)
-            + ("; each GPU wholly unseen (--unseen): a bundle trained without any of its rows, and the other GPUs' "
-               "in-step factors pooled" if any(r.get("unseen_gpu") for r in rows) else ""))
+            f"fewer than {instep.MIN_MODELS} models are left; rows left out per model: " + "; ".join(held))
+    unseen = next((r["unseen_gpu"] for r in rows if r.get("unseen_gpu")), None)
+    if unseen:
+        routes = " with the unseen protocol's routes" if unseen == "routed" else ""
+        line += (f"; each GPU wholly unseen (--unseen {unseen}): a bundle trained without any of its rows{routes}, "
+                 "and the other GPUs' in-step factors pooled")
+    return line
 
 
 def fmt_abs(value: float | None) -> str:
