@@ -10,10 +10,6 @@ parallel degrees, pipeline schedule, local batch, sequence length, activation ch
 - torchtitan of the published dates split a pipeline rank's local batch into as many microbatches as pipeline
   stages (0.3.0 defaults to microbatches of one sample): ``--parallelism.pipeline_parallel_microbatch_size`` is
   local batch / PP degree;
-- the published runs attended with SDPA's FlashAttention-2 kernels (0.3.0 defaults to FlexAttention with document
-  masks): the registry's ``_varlen`` configs run those kernels; a context-parallel row keeps FlexAttention, the only
-  attention 0.3.0's context parallelism takes (so its CP all-gathers keys and values where the 2024 runs passed
-  them around a ring);
 - no published run captured CUDA graphs (0.3.0 captures forward + backward by default):
   ``--training.disable_cuda_graphs``;
 - checkpointing, validation, TensorBoard and the profiler are off (they write files, not train), and each run
@@ -83,9 +79,8 @@ def number(cell: str) -> float:
 
 
 def config_name(recipe: Recipe) -> str:
-    """The registry function for the row's model, Float8 recipe and attention (module docstring)."""
-    attention = "_varlen" if recipe.cp == 1 else ""
-    return f"llama3_{recipe.flavor.lower()}_{'bf16' if recipe.float8 is None else 'float8_' + recipe.float8}{attention}"
+    """The registry function for the row's model and Float8 recipe."""
+    return f"llama3_{recipe.flavor.lower()}_{'bf16' if recipe.float8 is None else 'float8_' + recipe.float8}"
 
 
 def trainer_args(recipe: Recipe, steps: int = STEPS) -> list[str]:

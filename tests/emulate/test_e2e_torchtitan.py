@@ -44,7 +44,7 @@ def flag(args: list[str], name: str) -> str:
 
 def test_a_pipeline_row_runs_torchtitans_flags_with_pipeline_degree_microbatches():
     args = torchtitan.trainer_args(recipe())
-    assert flag(args, "--config") == "llama3_405b_float8_tensorwise_varlen"
+    assert flag(args, "--config") == "llama3_405b_float8_tensorwise"
     assert flag(args, "--parallelism.pipeline_parallel_schedule") == "Interleaved1F1B"
     assert flag(args, "--parallelism.pipeline_parallel_microbatch_size") == "4"     # 32 samples in 8 microbatches
     assert [flag(args, f"--parallelism.{d}_parallel_degree") for d in ("tensor", "pipeline", "context")] == \
@@ -57,26 +57,9 @@ def test_a_pipeline_row_runs_torchtitans_flags_with_pipeline_degree_microbatches
 def test_a_bf16_row_without_pipeline_names_no_schedule():
     args = torchtitan.trainer_args(recipe(float8=None, pp=1, pp_schedule=None, dp_shard=64, async_tp=False,
                                           compile=False, ac="selective"))
-    assert flag(args, "--config") == "llama3_405b_bf16_varlen"
+    assert flag(args, "--config") == "llama3_405b_bf16"
     assert "--parallelism.pipeline_parallel_schedule" not in args
     assert {"--compile.no-enable", "--compile.no-enable_async_tensor_parallel"} <= set(args)
-
-
-def test_rows_attend_with_the_published_flash_kernels_unless_context_parallel_needs_flex():
-    assert torchtitan.config_name(recipe(cp=1)).endswith("_varlen")
-    assert torchtitan.config_name(recipe(cp=2, dp_shard=4)) == "llama3_405b_float8_tensorwise"
-
-
-def test_the_config_registry_offers_every_name_the_rows_use():
-    pytest.importorskip("torchtitan")
-    import sys
-    sys.path.insert(0, str(REPO_ROOT / "examples"))
-    try:
-        import torchtitan_published_configs as registry
-    finally:
-        sys.path.remove(str(REPO_ROOT / "examples"))
-    for r in (recipe(), recipe(cp=2), recipe(float8=None), recipe(float8="rowwise", flavor="8B")):
-        assert callable(getattr(registry, torchtitan.config_name(r)))
 
 
 def test_multi_node_rows_run_one_rank_per_pipeline_stage_and_single_nodes_every_rank():
