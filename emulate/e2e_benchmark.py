@@ -18,8 +18,10 @@ Sources (``--sources``, default all):
   emulating, the estimator's predictions of each label's own operators and the factors each label gets.
 - ``torchtitan``: every published row of torchtitan's three benchmark files (Llama 3.1 8B / 70B / 405B on 8-512
   H100s of the published kind, ``h100-sxm-96gb-500w``, and on H200 nodes; FSDP, TP, async TP, PP with 1F1B and
-  interleaved 1F1B, CP; torch.compile; Float8), each through torchtitan 0.3.0's own trainer with the published
-  degrees, batch, sequence and checkpointing (:mod:`emulate.e2e.torchtitan`; multi-node rows as sparse runs);
+  interleaved 1F1B, CP; torch.compile; Float8), each through torchtitan's own trainer with the published degrees,
+  batch, sequence and checkpointing, on the releases nearest the measured software (torchtitan 0.1.0, torch 2.6.0,
+  torchao 0.8.0 in a throwaway environment: :mod:`emulate.e2e.titan_stack`; :mod:`emulate.e2e.torchtitan`;
+  multi-node rows as sparse runs);
   tokens/s/GPU and peak memory against the published figures, where the predicted step goes (breakdown, device
   time per family), each emulation's wall time and peak resident memory, then mean and worst |error| and
   Spearman's rank correlation over the rows. ``--rows`` picks rows by name.

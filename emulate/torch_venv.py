@@ -55,6 +55,7 @@ class Venv:
     deps: str = ""                   # that checkout's pyproject.toml hash
     packages: dict[str, str] = field(default_factory=dict)  # OPTIONAL_PACKAGES -> version installed, "" absent
     notes: dict[str, str] = field(default_factory=dict)     # package -> why it is absent
+    extras: list[str] = field(default_factory=list)         # requirements installed by ensure_packages
 
     @property
     def python(self) -> Path:
@@ -124,6 +125,18 @@ class Installer:
         self._torchvision(venv)
         venv.torch, venv.cuda = self._torch_build(venv)
         venv.packages = self._packages(venv)
+        write_record(venv)
+        return venv
+
+    def ensure_packages(self, version: str, requirements: tuple[str, ...]) -> Venv:
+        """The environment for torch ``version`` with ``requirements`` installed too (torch kept at ``version``), for
+        workloads that need their own releases of other packages (the published torchtitan rows')."""
+        venv = self.ensure(version)
+        if set(requirements) <= set(venv.extras):
+            return venv
+        self.log(f"torch {version}: pip install {' '.join(requirements)}")
+        self._pip(venv, list(requirements), f"installing {' '.join(requirements)}")
+        venv.extras = sorted(set(venv.extras) | set(requirements))
         write_record(venv)
         return venv
 

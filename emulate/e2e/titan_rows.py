@@ -16,14 +16,15 @@ Three files, three layouts:
 What a file does not state is torchtitan's default at the time, the same for every row: sequence length 8192
 (every llama3 config's ``training.seq_len``), FSDP over the GPUs no other degree takes, Float8 with tensorwise
 scaling (the only recipe of 2024 and the default of the June 2025 converter), and the activation checkpointing of
-the config the command names (llama3_8b: selective). Options a file states that torchtitan 0.3.0 can no longer
-express are kept as ``notes``, printed beside the row.
+the config the command names (llama3_8b: selective). torchao Float8 options a command states (the H200 file's
+``enable_fsdp_float8_all_gather`` ...) are the recipe's ``float8_options``, passed to the trainer as they were.
 
 The board comes from the file's hardware section: the H100 files' 96 GB HBM2e boards at their 500 W limit are the
 catalog's ``h100-sxm-96gb-500w``; the H200 nodes are ``h200``.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -34,6 +35,9 @@ BENCHMARKS = Path("torchtitan/benchmarks")
 FILES = ("llama3_h100_202412_torchtitan.md", "asyncTP_llama3_h100_2025-06_torchtitan.md",
          "llama3-8b_h200_202506_trainy-whitefiber.md")
 DEFAULT_SEQ = 8192                  # every torchtitan llama3 config's training.seq_len, 2024 to 0.3.0
+#: the Float8 options a command may state, as torchtitan of June 2025 (0.1.0) names them under ``--float8.``
+FLOAT8_OPTIONS = ("enable_fsdp_float8_all_gather", "precompute_float8_dynamic_scale_for_fsdp",
+                  "force_recompute_fp8_weight_in_bwd")
 DEFAULT_FLOAT8 = "tensorwise"       # torchao's Float8LinearConfig default; the only torchtitan recipe in 2024
 CONFIG_AC = {"8B": "selective", "70B": "full", "405B": "full"}  # torchtitan's llama3 configs' own checkpointing
 GPUS_PER_NODE = 8                   # every published run: 8 GPUs a host
@@ -63,6 +67,7 @@ class Recipe:
     pp: int = 1
     cp: int = 1
     pp_schedule: str | None = None   # torchtitan's schedule name: 1F1B, Interleaved1F1B
+    float8_options: tuple[str, ...] = ()   # of FLOAT8_OPTIONS, those the published command turned on
 
     @property
     def nodes(self) -> int:
@@ -258,10 +263,7 @@ def rows_h200(text: str, path: str) -> list[PublishedRow]:
         raise RowsError(f"{path}: the command lacks the model toml, --nproc_per_node or --training.local_batch_size")
     flavor = toml[1].upper()
     float8 = DEFAULT_FLOAT8 if "float8" in (flag(command, "model.converters") or "") else None
-    notes = tuple(f"--{name} (not in torchtitan 0.3.0)" for name in (
-        "quantize.linear.float8.enable_fsdp_float8_all_gather",
-        "quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp",
-        "quantize.linear.float8.force_recompute_fp8_weight_in_bwd") if flag(command, name) is not None)
+    options = tuple(name for name in FLOAT8_OPTIONS if flag(command, f"quantize.linear.float8.{name}") is not None)
     out = []
     for row in markdown_rows(text.splitlines()):
         if "NUM_NODES" not in row:
@@ -272,8 +274,8 @@ def rows_h200(text: str, path: str) -> list[PublishedRow]:
                              compile_=flag(command, "training.compile") is not None, float8=float8, async_tp=False,
                              found={}, schedule=None)
         out.append(PublishedRow(source=Path(path).name, table=f"H200 {flavor}", label=f"FSDP {gpus} GPUs",
-                                recipe=recipe, tps_per_gpu=number(row["TPS/GPU"]),
-                                memory_gib=number(row["Memory(GiB)"]), notes=notes))
+                                recipe=dataclasses.replace(recipe, float8_options=options),
+                                tps_per_gpu=number(row["TPS/GPU"]), memory_gib=number(row["Memory(GiB)"])))
     if not out:
         raise RowsError(f"{path}: no NUM_NODES rows")
     return out

@@ -1,19 +1,23 @@
 """torchtitan's published training runs (every row of the three files under ``torchtitan/benchmarks/``, read by
-:mod:`emulate.e2e.titan_rows`), each run through torchtitan 0.3.0's own trainer on the emulator.
+:mod:`emulate.e2e.titan_rows`), each run through torchtitan's own trainer on the emulator, with the releases nearest
+the software that was measured (:mod:`emulate.e2e.titan_stack`: torchtitan 0.1.0, torch 2.6.0, torchao 0.8.0, in a
+throwaway environment).
 
-How a row runs: ``examples/torchtitan_train.py`` (torchtitan's ``torchtitan.train`` on a stand-in tokenizer and
-corpus) with the config registry ``examples/torchtitan_published_configs.py`` (torchtitan's ``llama3_8b`` /
-``llama3_70b`` / ``llama3_405b``, Float8 by name) and the row's recipe as torchtitan's command-line flags:
-parallel degrees, pipeline schedule, local batch, sequence length, activation checkpointing, ``--compile.enable``,
-``--compile.enable_async_tensor_parallel``. The same rules for every row, none per row:
+How a row runs: ``examples/torchtitan_v010_train.py`` (torchtitan 0.1.0's ``torchtitan.train`` on a stand-in
+tokenizer and corpus) with the row's recipe as torchtitan's command-line flags: model flavor, parallel degrees,
+pipeline schedule, local batch, sequence length, activation checkpointing, ``--training.compile``, Float8 and async
+TP. The same rules for every row, none per row:
 
 - torchtitan of the published dates split a pipeline rank's local batch into as many microbatches as pipeline
-  stages (0.3.0 defaults to microbatches of one sample): ``--parallelism.pipeline_parallel_microbatch_size`` is
+  stages (0.1.0 defaults to microbatches of one sample): ``--parallelism.pipeline_parallel_microbatch_size`` is
   local batch / PP degree;
-- no published run captured CUDA graphs (0.3.0 captures forward + backward by default):
-  ``--training.disable_cuda_graphs``;
-- checkpointing, validation, TensorBoard and the profiler are off (they write files, not train), and each run
-  takes :data:`STEPS` steps (the first warms up; the report takes the median of the rest).
+- selective checkpointing is the configs' per-op policy (``--activation_checkpoint.selective_ac_option op``, the
+  llama3 tomls' setting; 0.1.0's default is every second block);
+- Float8 converts every Linear but the output projection (``--float8.filter_fqns output``: the 2024 converter's
+  fixed filter, the June 2025 tomls' setting), tensorwise unless the row says rowwise, with the Float8 options the
+  published command states;
+- checkpointing, TensorBoard and the profiler are off (torchtitan's defaults), and each run takes :data:`STEPS`
+  steps (the first warms up; the report takes the median of the rest).
 
 Ranks: a run on one node (8 GPUs) starts every rank, and rank deduplication stops those whose device work matches a
 lower rank's; a multi-node run is sparse (``--run-ranks``): data-, tensor- and context-parallel peers do the same
@@ -23,7 +27,7 @@ Figures compared: tokens/s/GPU as torchtitan logs it (local batch x sequence / (
 memory as it logs it (the caching allocator's ``max_memory_reserved``, the largest over the ranks that ran). Each
 row also gives the report's step breakdown and rank 0's predicted device time per kernel class
 (:mod:`emulate.e2e.kernel_classes`: cuBLAS bf16 / fp8 GEMMs, Inductor's GEMM templates and fused kernels,
-FlexAttention, collectives by kind ...) in one steady iteration, the emulation's wall time and the peak summed
+attention, collectives by kind ...) in one steady iteration, the emulation's wall time and the peak summed
 resident memory of its processes.
 """
 from __future__ import annotations
@@ -36,17 +40,17 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from emulate.e2e import titan_stack
 from emulate.e2e.emulation import cached, emulate_script
 from emulate.e2e.kernel_classes import kernel_class
 from emulate.e2e.titan_rows import GPUS_PER_NODE, PublishedRow, Recipe
 from profiling.paths import REPO_ROOT
 
-SCRIPT = REPO_ROOT / "examples" / "torchtitan_train.py"
-CONFIG_MODULE = "torchtitan_published_configs"   # examples/torchtitan_published_configs.py
+SCRIPT = REPO_ROOT / "examples" / "torchtitan_v010_train.py"
 STEPS = 3            # the first is warm-up; deduplicated ranks stop after the second and third agree
 TIMEOUT_S = 6 * 3600.0
-FILE_OFF = ("--checkpoint.no-enable", "--validator.no-enable", "--metrics.no-enable-tensorboard",
-            "--profiler.no-enable-profiling")
+FILE_OFF = ("--checkpoint.no-enable-checkpoint", "--metrics.no-enable-tensorboard",
+            "--profiling.no-enable-profiling")
 
 # names the search benchmark reads (the 2024 file's Table 1 and its default sequence)
 BENCHMARK = Path("torchtitan/benchmarks/llama3_h100_202412_torchtitan.md")
@@ -78,16 +82,28 @@ def number(cell: str) -> float:
     return float(cell.replace(",", ""))
 
 
-def config_name(recipe: Recipe) -> str:
-    """The registry function for the row's model and Float8 recipe."""
-    return f"llama3_{recipe.flavor.lower()}_{'bf16' if recipe.float8 is None else 'float8_' + recipe.float8}"
+def bool_flag(name: str, on: bool) -> str:
+    """torchtitan 0.1.0's (tyro's) spelling of a boolean option: ``--section.name`` or ``--section.no-name``."""
+    section, option = name.split(".")
+    option = option.replace("_", "-")
+    return f"--{section}.{option}" if on else f"--{section}.no-{option}"
+
+
+def float8_args(recipe: Recipe) -> list[str]:
+    """The Float8 flags of a recipe (module docstring); none for bf16."""
+    if recipe.float8 is None:
+        return []
+    args = ["--model.converters", "float8", "--float8.filter_fqns", "output"]
+    if recipe.float8 != "tensorwise":   # 0.1.0's converter is tensorwise when no recipe is named
+        args += ["--float8.recipe_name", recipe.float8]
+    return args + [bool_flag(f"float8.{option}", True) for option in recipe.float8_options]
 
 
 def trainer_args(recipe: Recipe, steps: int = STEPS) -> list[str]:
-    """torchtitan's command line for the recipe (the launcher adds the stand-in assets)."""
-    args = ["--module", CONFIG_MODULE, "--config", config_name(recipe),
+    """torchtitan 0.1.0's command line for the recipe (the launcher adds the stand-in assets)."""
+    args = ["--model.name", "llama3", "--model.flavor", recipe.flavor,
             "--training.steps", str(steps), "--training.local_batch_size", str(recipe.local_batch),
-            "--training.seq_len", str(recipe.seq), "--training.disable_cuda_graphs",
+            "--training.seq_len", str(recipe.seq),
             "--parallelism.data_parallel_shard_degree", str(recipe.dp_shard),
             "--parallelism.tensor_parallel_degree", str(recipe.tp),
             "--parallelism.context_parallel_degree", str(recipe.cp),
@@ -95,9 +111,11 @@ def trainer_args(recipe: Recipe, steps: int = STEPS) -> list[str]:
     if recipe.pp > 1:
         args += ["--parallelism.pipeline_parallel_schedule", str(recipe.pp_schedule),
                  "--parallelism.pipeline_parallel_microbatch_size", str(recipe.local_batch // recipe.pp)]
-    args += ["--compile.enable" if recipe.compile else "--compile.no-enable",
-             "--compile.enable_async_tensor_parallel" if recipe.async_tp else "--compile.no-enable_async_tensor_parallel",
-             *FILE_OFF, f"activation-checkpoint:{recipe.ac}"]
+    args += ["--activation_checkpoint.mode", recipe.ac]
+    if recipe.ac == "selective":
+        args += ["--activation_checkpoint.selective_ac_option", "op"]
+    args += [bool_flag("training.compile", recipe.compile),
+             bool_flag("parallelism.enable_async_tensor_parallel", recipe.async_tp), *float8_args(recipe), *FILE_OFF]
     return args
 
 
@@ -130,7 +148,13 @@ def emulate_row(row: PublishedRow) -> dict[str, Any]:
 
     recipe = row.recipe
     sampler = MemorySampler()
-    result = emulate_script(SCRIPT, trainer_args(recipe), recipe.hardware,
+    from emulate.torch_venv import VenvError
+
+    try:
+        python = str(titan_stack.python())
+    except VenvError as exc:
+        return {"ok": False, "error": str(exc), "command": None, "wall_s": 0.0, "peak_rss_bytes": 0}
+    result = emulate_script(SCRIPT, trainer_args(recipe), recipe.hardware, python=python,
                             nproc=min(recipe.gpus, GPUS_PER_NODE), timeout_s=TIMEOUT_S,
                             options=run_options(recipe), runner=measured_runner(sampler), classify=kernel_class)
     out: dict[str, Any] = {"ok": result["ok"], "wall_s": round(result["wall_s"], 1),
@@ -198,7 +222,7 @@ def print_table(rows: list[dict[str, Any]], console) -> dict[str, Any]:
     """The row table, the breakdown table and the summary (returned)."""
     from rich.table import Table
 
-    table = Table(title="torchtitan's published runs vs emulation (torchtitan 0.3.0's trainer; aims: TPS/GPU mean "
+    table = Table(title="torchtitan's published runs vs emulation (" + titan_stack.describe() + "; aims: TPS/GPU mean "
                         "|error| 5 %, worst 10 %; memory 5 %)")
     for column in ("row", "board", "TPS/GPU pub", "pred", "err", "GiB pub", "pred", "err", "step ms pub", "pred",
                    "emul s", "RSS GiB"):

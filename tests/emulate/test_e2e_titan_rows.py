@@ -32,7 +32,7 @@ def test_a_caption_and_its_rows_give_degrees_sequence_schedule_and_techniques():
     assert (cp.table, cp.label, cp.tps_per_gpu, cp.memory_gib) == ("Table 2", "FSDP 4, CP 2", 2540.0, 84.2)
     assert dataclasses.asdict(cp.recipe) == dict(
         flavor="8B", gpus=8, hardware="h100-sxm-96gb-500w", local_batch=1, seq=65536, ac="full", compile=True,
-        float8="tensorwise", async_tp=False, dp_shard=4, tp=1, pp=1, cp=2, pp_schedule=None)
+        float8="tensorwise", async_tp=False, dp_shard=4, tp=1, pp=1, cp=2, pp_schedule=None, float8_options=())
     r = pp.recipe
     assert (r.flavor, r.gpus, r.dp_shard, r.tp, r.pp, r.cp, r.pp_schedule, r.local_batch, r.seq, r.async_tp) == \
         ("405B", 512, 8, 8, 8, 1, "Interleaved1F1B", 32, titan_rows.DEFAULT_SEQ, True)
@@ -84,7 +84,7 @@ def test_the_h200_command_gives_flags_and_what_0_3_cannot_express_is_noted():
     assert (r.hardware, r.gpus, r.dp_shard, r.local_batch, r.compile, r.float8, r.ac) == \
         ("h200", 32, 32, 2, True, "tensorwise", "selective")
     assert (row.tps_per_gpu, row.memory_gib) == (10938.0, 47.96)
-    assert len(row.notes) == 1 and "enable_fsdp_float8_all_gather" in row.notes[0]
+    assert r.float8_options == ("enable_fsdp_float8_all_gather",)
 
 
 def test_a_rows_key_changes_with_its_recipe():

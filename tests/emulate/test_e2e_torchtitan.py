@@ -16,8 +16,8 @@ from profiling.paths import REPO_ROOT
 
 #: what runs and summarises the rows: none of it may name a row or carry a number fitted to one
 BENCHMARK_CODE = [REPO_ROOT / p for p in ("emulate/e2e/torchtitan.py", "emulate/e2e/titan_rows.py",
-                                         "emulate/e2e/kernel_classes.py", "examples/torchtitan_train.py",
-                                         "examples/torchtitan_published_configs.py")]
+                                         "emulate/e2e/kernel_classes.py", "emulate/e2e/titan_stack.py",
+                                         "examples/torchtitan_v010_train.py")]
 
 
 def recipe(**changes) -> Recipe:
@@ -44,22 +44,32 @@ def flag(args: list[str], name: str) -> str:
 
 def test_a_pipeline_row_runs_torchtitans_flags_with_pipeline_degree_microbatches():
     args = torchtitan.trainer_args(recipe())
-    assert flag(args, "--config") == "llama3_405b_float8_tensorwise"
+    assert (flag(args, "--model.name"), flag(args, "--model.flavor")) == ("llama3", "405B")
     assert flag(args, "--parallelism.pipeline_parallel_schedule") == "Interleaved1F1B"
     assert flag(args, "--parallelism.pipeline_parallel_microbatch_size") == "4"     # 32 samples in 8 microbatches
     assert [flag(args, f"--parallelism.{d}_parallel_degree") for d in ("tensor", "pipeline", "context")] == \
         ["8", "8", "1"]
-    assert {"--compile.enable", "--compile.enable_async_tensor_parallel", "--training.disable_cuda_graphs"} <= \
-        set(args)
-    assert args[-1] == "activation-checkpoint:full"
+    assert {"--training.compile", "--parallelism.enable-async-tensor-parallel"} <= set(args)
+    assert flag(args, "--activation_checkpoint.mode") == "full"
+    assert "--activation_checkpoint.selective_ac_option" not in args
+
+
+def test_float8_rows_keep_the_output_projection_in_bf16_and_name_only_non_default_recipes():
+    tensorwise = torchtitan.trainer_args(recipe())
+    assert flag(tensorwise, "--model.converters") == "float8" and flag(tensorwise, "--float8.filter_fqns") == "output"
+    assert "--float8.recipe_name" not in tensorwise              # 0.1.0: tensorwise when no recipe is named
+    assert flag(torchtitan.trainer_args(recipe(float8="rowwise")), "--float8.recipe_name") == "rowwise"
+    stated = torchtitan.trainer_args(recipe(float8_options=("enable_fsdp_float8_all_gather",)))
+    assert "--float8.enable-fsdp-float8-all-gather" in stated
 
 
 def test_a_bf16_row_without_pipeline_names_no_schedule():
     args = torchtitan.trainer_args(recipe(float8=None, pp=1, pp_schedule=None, dp_shard=64, async_tp=False,
                                           compile=False, ac="selective"))
-    assert flag(args, "--config") == "llama3_405b_bf16"
+    assert "--model.converters" not in args
     assert "--parallelism.pipeline_parallel_schedule" not in args
-    assert {"--compile.no-enable", "--compile.no-enable_async_tensor_parallel"} <= set(args)
+    assert {"--training.no-compile", "--parallelism.no-enable-async-tensor-parallel"} <= set(args)
+    assert flag(args, "--activation_checkpoint.selective_ac_option") == "op"
 
 
 def test_multi_node_rows_run_one_rank_per_pipeline_stage_and_single_nodes_every_rank():

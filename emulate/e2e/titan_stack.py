@@ -1,0 +1,40 @@
+"""The software the published torchtitan rows are emulated with: the releases nearest the software that was measured.
+
+A published row measures one program: torchtitan, torch and torchao at the commits its file lists. Emulated with
+today's releases it is another program (torchtitan 0.3.0 attends with FlexAttention over document masks and
+refuses SDPA for language models; torch 2.14 fuses RMSNorm where the 2024 nightly ran it op by op), and the
+comparison would say how the program changed, not how good the prediction is. So the rows run on:
+
+- torch 2.6.0: the release branched from the nightlies of the 2024 file (torch ``1963fc8``, 2024/12/23); its CUDA
+  12.4 build; the June 2025 files ran 2.8 nightlies, whose kernels for these models are the same libraries' (cuBLAS,
+  FlashAttention-2 through SDPA, NCCL, Inductor's Triton);
+- torchtitan 0.1.0 (2025/06/18): the release of the June 2025 files' commits, and the nearest to the 2024 file's
+  ``9dec370`` (no release between): SDPA attention, ``nn.RMSNorm``, torchao's Float8 converter with its FSDP
+  all-gather options, context parallelism over SDPA's ring, the pipeline schedules by name;
+- torchao 0.8.0: the release of the 2024 file's torchao (``eab345c``, 2024/12/23) and the newest one built for
+  torch 2.6.
+
+They live in a throwaway environment of :mod:`emulate.torch_venv` (made on first use: torch 2.6.0 is a few GB, the
+rest under 500 MB; reused after), never in the project's own.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+TORCH = "2.6.0"
+REQUIREMENTS = ("torchtitan==0.1.0", "torchao==0.8.0",
+                # what torchtitan 0.1.0 imports that its wheel does not require
+                "tyro", "tomli", "tensorboard", "datasets", "tiktoken", "blobfile")
+
+
+def describe() -> str:
+    """One line naming the stack, for the benchmark's table title."""
+    return f"torchtitan 0.1.0, torch {TORCH}, torchao 0.8.0"
+
+
+def python() -> Path:
+    """The interpreter of the stack's environment, made or completed first (emulate.torch_venv.VenvError when a
+    step fails)."""
+    from emulate.torch_venv import Installer
+
+    return Installer().ensure_packages(TORCH, REQUIREMENTS).python
