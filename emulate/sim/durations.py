@@ -33,6 +33,9 @@ Only names :func:`estimator.kernel_config.parse_name` reads as a GEMM kernel are
 layout transform or a library call's entry point is not the GEMM); rows of the same spec but another recorded launch
 are distinct rows.
 
+Attention kernels built for an older SM generation than the target's (FlashAttention-2 on Hopper or Blackwell) get
+the tensor-core time their older instructions add (:mod:`estimator.legacy_isa`).
+
 cuDNN convolution forwards timed as an implicit GEMM (a ``gemm`` row on a convolution op) are then scaled by the
 factor of the cuDNN kernel family the call ran (:mod:`estimator.conv_families`: the call's first kernel and its
 ``op_part`` kernels name the engine) when the estimator's bundle ships that table.
@@ -229,12 +232,15 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
             predicted["predicted_us"] = values
         n_analytical = 0
         conv_table = _conv_table(estimator)
+        flops_of: dict[int, float] = {}   # attention row -> its FLOPs (legacy_isa_extra_us)
         for r, positions, ids, kernels_only in uses:
             if positions:
                 j, at = np.asarray(ids, dtype=np.int64), np.asarray(positions, dtype=np.int64)
                 out.us[r][at] = values[j]
                 if kernels_only and conv_table is not None:
                     out.us[r][at] *= conv_family_factors(programs[r], positions, conv_table)
+                if kernels_only and mode == "predicted":
+                    out.us[r][at] += legacy_isa_extra_us(programs[r], positions, ids, rows, target, flops_of)
                 if kernels_only:
                     n_analytical += int(analytical[j].sum()) * copies_of[r]
                     out.fallback[r][at[analytical[j]]] = True
@@ -306,6 +312,29 @@ def conv_family_factors(prog: RankProgram, positions: list[int], table: Any) -> 
             continue
         factors[k] = table.factor_of(names[n] for n in call_kernels(i, kernel, parts))
     return factors
+
+
+def legacy_isa_extra_us(prog: RankProgram, positions: list[int], ids: list[int], rows: list[dict[str, Any]],
+                        target: HardwareSpec, flops_of: dict[int, float]) -> np.ndarray:
+    """Per kernel position, the tensor-core time an attention kernel built for an older SM generation adds on the
+    target (:mod:`estimator.legacy_isa`: FlashAttention-2 on Hopper or Blackwell); 0 for every other kernel.
+    ``flops_of`` caches each row's FLOPs across ranks."""
+    from estimator.legacy_isa import extra_us, kernel_generation
+    from estimator.workload import attention
+
+    extra = np.zeros(len(positions), dtype=np.float64)
+    names = prog.events.field("name")
+    for k, (i, j) in enumerate(zip(positions, ids)):
+        row = rows[j]
+        if row.get("family") != "attention":
+            continue
+        cc = kernel_generation(names[i])
+        if cc is None:
+            continue
+        if j not in flops_of:
+            flops_of[j] = float(attention(pd.DataFrame.from_records([row])).flops[0])
+        extra[k] = float(extra_us(np.array([flops_of[j]]), cc, target, str(row.get("dtype")))[0])
+    return extra
 
 
 def copy_duration_us(ev: dict[str, Any], code: int, hw: HardwareSpec, source: str, i: int) -> float:
