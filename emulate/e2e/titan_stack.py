@@ -14,6 +14,11 @@ comparison would say how the program changed, not how good the prediction is. So
 - torchao 0.8.0: the release of the 2024 file's torchao (``eab345c``, 2024/12/23) and the newest one built for
   torch 2.6.
 
+Where the published trainer differed from 0.1.0 in a way the command line cannot express, the file's rows name a
+train spec of ``examples/torchtitan_v010_specs.py`` (registered through torchtitan's ``--experimental.custom_import``)
+in :data:`TRAIN_SPECS`: the 2024 trainer kept its loss out of ``torch.compile`` (its ``train.py`` at ``9dec370``),
+where 0.1.0 compiles it with the model.
+
 They live in a throwaway environment of :mod:`emulate.torch_venv` (made on first use: torch 2.6.0 is a few GB, the
 rest under 500 MB; reused after), never in the project's own.
 """
@@ -25,6 +30,16 @@ TORCH = "2.6.0"
 REQUIREMENTS = ("torchtitan==0.1.0", "torchao==0.8.0",
                 # what torchtitan 0.1.0 imports that its wheel does not require
                 "tyro", "tomli", "tensorboard", "datasets", "tiktoken", "blobfile")
+
+
+#: benchmark file -> the train spec its rows run (``--model.name``); files not named run torchtitan's ``llama3``
+TRAIN_SPECS = {"llama3_h100_202412_torchtitan.md": "llama3_eager_loss"}
+SPECS_MODULE = "torchtitan_v010_specs"   # examples/torchtitan_v010_specs.py, beside the launcher
+
+
+def train_spec(source: str) -> str:
+    """The train spec a benchmark file's rows run."""
+    return TRAIN_SPECS.get(source, "llama3")
 
 
 def describe() -> str:

@@ -17,7 +17,10 @@ TP. The same rules for every row, none per row:
   fixed filter, the June 2025 tomls' setting), tensorwise unless the row says rowwise, with the Float8 options the
   published command states;
 - checkpointing, TensorBoard and the profiler are off (torchtitan's defaults), and each run takes :data:`STEPS`
-  steps (the first warms up; the report takes the median of the rest).
+  steps (the first warms up; the report takes the median of the rest);
+- the seed is given (``--training.seed``): unseeded, 0.1.0 agrees on one by reading rank 0's random CPU generator
+  state as a uint64, which torch 2.6 cannot convert to a Python int half the time (a crash before training, on a
+  real machine as here).
 
 Ranks: a run on one node (8 GPUs) starts every rank, and rank deduplication stops those whose device work matches a
 lower rank's; a multi-node run is sparse (``--run-ranks``): data-, tensor- and context-parallel peers do the same
@@ -51,6 +54,7 @@ STEPS = 3            # the first is warm-up; deduplicated ranks stop after the s
 TIMEOUT_S = 6 * 3600.0
 FILE_OFF = ("--checkpoint.no-enable-checkpoint", "--metrics.no-enable-tensorboard",
             "--profiling.no-enable-profiling")
+SEED = ("--training.seed", "0")   # module docstring
 
 # names the search benchmark reads (the 2024 file's Table 1 and its default sequence)
 BENCHMARK = Path("torchtitan/benchmarks/llama3_h100_202412_torchtitan.md")
@@ -99,9 +103,11 @@ def float8_args(recipe: Recipe) -> list[str]:
     return args + [bool_flag(f"float8.{option}", True) for option in recipe.float8_options]
 
 
-def trainer_args(recipe: Recipe, steps: int = STEPS) -> list[str]:
-    """torchtitan 0.1.0's command line for the recipe (the launcher adds the stand-in assets)."""
-    args = ["--model.name", "llama3", "--model.flavor", recipe.flavor,
+def trainer_args(recipe: Recipe, steps: int = STEPS, spec: str = "llama3") -> list[str]:
+    """torchtitan 0.1.0's command line for the recipe, running train spec ``spec`` (the launcher adds the stand-in
+    assets)."""
+    custom = [] if spec == "llama3" else ["--experimental.custom_import", titan_stack.SPECS_MODULE]
+    args = [*custom, "--model.name", spec, "--model.flavor", recipe.flavor,
             "--training.steps", str(steps), "--training.local_batch_size", str(recipe.local_batch),
             "--training.seq_len", str(recipe.seq),
             "--parallelism.data_parallel_shard_degree", str(recipe.dp_shard),
@@ -115,7 +121,8 @@ def trainer_args(recipe: Recipe, steps: int = STEPS) -> list[str]:
     if recipe.ac == "selective":
         args += ["--activation_checkpoint.selective_ac_option", "op"]
     args += [bool_flag("training.compile", recipe.compile),
-             bool_flag("parallelism.enable_async_tensor_parallel", recipe.async_tp), *float8_args(recipe), *FILE_OFF]
+             bool_flag("parallelism.enable_async_tensor_parallel", recipe.async_tp), *float8_args(recipe), *FILE_OFF,
+             *SEED]
     return args
 
 
@@ -135,9 +142,14 @@ def run_options(recipe: Recipe) -> list[str]:
     return [*nodes, *(["--run-ranks", ",".join(map(str, ranks))] if ranks else [])]
 
 
+def row_args(row: PublishedRow) -> list[str]:
+    """The trainer's command line for a published row: its recipe, with its file's train spec."""
+    return trainer_args(row.recipe, spec=titan_stack.train_spec(row.source))
+
+
 def row_key(row: PublishedRow) -> str:
     """The cache key: the recipe's, and the exact command, so any change to either runs the row again."""
-    command = json.dumps([trainer_args(row.recipe), run_options(row.recipe)])
+    command = json.dumps([row_args(row), run_options(row.recipe)])
     return f"{row.key()}-{hashlib.sha256(command.encode()).hexdigest()[:8]}"
 
 
@@ -145,16 +157,15 @@ def emulate_row(row: PublishedRow) -> dict[str, Any]:
     """Run one recipe on the emulator: {ok, iteration_ms, memory, breakdown, families, wall_s, peak_rss_bytes}
     or {ok: False, error, ...}."""
     from emulate.scale_benchmark import MemorySampler, measured_runner
+    from emulate.torch_venv import VenvError
 
     recipe = row.recipe
     sampler = MemorySampler()
-    from emulate.torch_venv import VenvError
-
     try:
         python = str(titan_stack.python())
     except VenvError as exc:
         return {"ok": False, "error": str(exc), "command": None, "wall_s": 0.0, "peak_rss_bytes": 0}
-    result = emulate_script(SCRIPT, trainer_args(recipe), recipe.hardware, python=python,
+    result = emulate_script(SCRIPT, row_args(row), recipe.hardware, python=python,
                             nproc=min(recipe.gpus, GPUS_PER_NODE), timeout_s=TIMEOUT_S,
                             options=run_options(recipe), runner=measured_runner(sampler), classify=kernel_class)
     out: dict[str, Any] = {"ok": result["ok"], "wall_s": round(result["wall_s"], 1),

@@ -17,7 +17,7 @@ from profiling.paths import REPO_ROOT
 #: what runs and summarises the rows: none of it may name a row or carry a number fitted to one
 BENCHMARK_CODE = [REPO_ROOT / p for p in ("emulate/e2e/torchtitan.py", "emulate/e2e/titan_rows.py",
                                          "emulate/e2e/kernel_classes.py", "emulate/e2e/titan_stack.py",
-                                         "examples/torchtitan_v010_train.py")]
+                                         "examples/torchtitan_v010_specs.py", "examples/torchtitan_v010_train.py")]
 
 
 def recipe(**changes) -> Recipe:
@@ -133,3 +133,13 @@ def test_the_benchmark_carries_no_published_figure_label_or_fitted_number(shared
         assert not [s for s in strings if s in labels], f"{path} names a published row"
         fractional = [v for v in numbers if isinstance(v, float) and v not in (0.0, 1e3, 100.0, 3600.0)]
         assert not fractional, f"{path}: fractional constants {fractional}"
+
+
+def test_the_2024_rows_run_the_trainer_that_kept_its_loss_eager_and_the_2025_rows_torchtitans_own():
+    old = PublishedRow("llama3_h100_202412_torchtitan.md", "Table 1", "FSDP", recipe(), 1.0, 1.0)
+    new = PublishedRow("asyncTP_llama3_h100_2025-06_torchtitan.md", "x", "y", recipe(), 1.0, None)
+    old_args, new_args = torchtitan.row_args(old), torchtitan.row_args(new)
+    assert flag(old_args, "--model.name") == "llama3_eager_loss"
+    assert flag(old_args, "--experimental.custom_import") == "torchtitan_v010_specs"
+    assert flag(new_args, "--model.name") == "llama3" and "--experimental.custom_import" not in new_args
+    assert torchtitan.row_key(old) != torchtitan.row_key(dataclasses.replace(old, source=new.source))
