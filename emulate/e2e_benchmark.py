@@ -48,7 +48,7 @@ from rich.table import Table
 from emulate import config
 from emulate.e2e import instep, labelled, neusight, nosync, titan_rows, torchtitan, unseen_bundles
 from emulate.e2e.emulation import cached, emulate_script, git_head
-from profiling.atomic import write_json_atomic
+from profiling.atomic import write_bytes_atomic, write_json_atomic
 from profiling.paths import shared_data_root
 
 SOURCES = ("neusight", "torchtitan", "nosync")
@@ -295,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fresh", action="store_true", help="ignore cached results of this commit")
     parser.add_argument("--root", type=Path, default=None, help="shared data folder (default: the setting)")
     parser.add_argument("--json", type=Path, default=None, help="write every row here (JSON)")
+    parser.add_argument("--titan-page", type=Path, default=None, metavar="MD",
+                        help="write the torchtitan rows' docs page here (docs/torchtitan.md)")
     parser.add_argument("--unseen", nargs="?", const="shipped", choices=("shipped", "routed"), default=None,
                         help="NeuSight labels with each GPU wholly unseen: a bundle trained without any of its rows "
                         "(with the shipped rules, or 'routed': the unseen protocol's routes) and the other GPUs' "
@@ -350,6 +352,9 @@ def main(argv: list[str] | None = None) -> int:
         rows = run_rows(chosen, lambda pub: torchtitan.run_row(pub, args.fresh), lambda pub: pub.name, console)
         stats = torchtitan.print_table(rows, console) if rows else {}
         out["torchtitan"] = {"rows": rows, "summary": stats}
+        if args.titan_page is not None and rows:
+            command = "python -m emulate.e2e_benchmark " + " ".join(argv if argv is not None else sys.argv[1:])
+            write_bytes_atomic(args.titan_page, torchtitan.page(rows, out["git_head"], command).encode())
 
     out["wall_s"] = round(time.perf_counter() - started, 1)
     console.print(f"wall time {out['wall_s']:.0f} s (git {out['git_head'][:10]}; cached rows are not re-run)")

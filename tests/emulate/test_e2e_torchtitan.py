@@ -143,3 +143,16 @@ def test_the_2024_rows_run_the_trainer_that_kept_its_loss_eager_and_the_2025_row
     assert flag(old_args, "--experimental.custom_import") == "torchtitan_v010_specs"
     assert flag(new_args, "--model.name") == "llama3" and "--experimental.custom_import" not in new_args
     assert torchtitan.row_key(old) != torchtitan.row_key(dataclasses.replace(old, source=new.source))
+
+
+def test_the_docs_page_lists_every_row_with_its_error_and_names_the_commit_and_command():
+    ran = row(100, 110, 80, 84) | {"name": "Table 1: FSDP", "hardware": "h", "iteration_ms": 5.0, "wall_s": 3.0,
+                                    "memory_gib": 84.0, "breakdown_ms": {"compute": 4.0}, "families_ms": {"gemm": 3.0},
+                                    "published": {"tps_per_gpu": 100, "memory_gib": 80, "step_ms": 5.5}}
+    failed = row(200, None) | {"name": "Table 5: 1F1B", "hardware": "h", "error": "x | y", "wall_s": 1.0,
+                               "published": {"tps_per_gpu": 200, "memory_gib": None, "step_ms": 1.0}}
+    text = torchtitan.page([ran, failed], "0123456789abcdef", "python -m emulate.e2e_benchmark --sources torchtitan")
+    assert "commit 0123456789" in text and "`python -m emulate.e2e_benchmark --sources torchtitan`" in text
+    table = [ln for ln in text.splitlines() if ln.startswith("| Table")]
+    assert len(table) == 2 and "+10.0 %" in table[0] and "failed: x / y" in table[1]
+    assert "1 failed" in text
