@@ -33,8 +33,8 @@ Only names :func:`estimator.kernel_config.parse_name` reads as a GEMM kernel are
 layout transform or a library call's entry point is not the GEMM); rows of the same spec but another recorded launch
 are distinct rows.
 
-Attention kernels built for an older SM generation than the target's (FlashAttention-2 on Hopper or Blackwell) get
-the tensor-core time their older instructions add (:mod:`estimator.legacy_isa`).
+Attention kernels built for an older SM generation than the target's (FlashAttention-2 on Hopper or Blackwell) take
+longer by the tensor-core rate their older instructions lose, on their compute-bound share (:mod:`estimator.legacy_isa`).
 
 cuDNN convolution forwards timed as an implicit GEMM (a ``gemm`` row on a convolution op) are then scaled by the
 factor of the cuDNN kernel family the call ran (:mod:`estimator.conv_families`: the call's first kernel and its
@@ -232,7 +232,7 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
             predicted["predicted_us"] = values
         n_analytical = 0
         conv_table = _conv_table(estimator)
-        flops_of: dict[int, float] = {}   # attention row -> its FLOPs (legacy_isa_extra_us)
+        work_of: dict[int, tuple[float, float]] = {}   # attention row -> its FLOPs and bytes (legacy_isa_factors)
         for r, positions, ids, kernels_only in uses:
             if positions:
                 j, at = np.asarray(ids, dtype=np.int64), np.asarray(positions, dtype=np.int64)
@@ -240,7 +240,7 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
                 if kernels_only and conv_table is not None:
                     out.us[r][at] *= conv_family_factors(programs[r], positions, conv_table)
                 if kernels_only and mode == "predicted":
-                    out.us[r][at] += legacy_isa_extra_us(programs[r], positions, ids, rows, target, flops_of)
+                    out.us[r][at] *= legacy_isa_factors(programs[r], positions, ids, rows, target, work_of)
                 if kernels_only:
                     n_analytical += int(analytical[j].sum()) * copies_of[r]
                     out.fallback[r][at[analytical[j]]] = True
@@ -314,15 +314,15 @@ def conv_family_factors(prog: RankProgram, positions: list[int], table: Any) -> 
     return factors
 
 
-def legacy_isa_extra_us(prog: RankProgram, positions: list[int], ids: list[int], rows: list[dict[str, Any]],
-                        target: HardwareSpec, flops_of: dict[int, float]) -> np.ndarray:
-    """Per kernel position, the tensor-core time an attention kernel built for an older SM generation adds on the
-    target (:mod:`estimator.legacy_isa`: FlashAttention-2 on Hopper or Blackwell); 0 for every other kernel.
-    ``flops_of`` caches each row's FLOPs across ranks."""
-    from estimator.legacy_isa import extra_us, kernel_generation
+def legacy_isa_factors(prog: RankProgram, positions: list[int], ids: list[int], rows: list[dict[str, Any]],
+                       target: HardwareSpec, work_of: dict[int, tuple[float, float]]) -> np.ndarray:
+    """Per kernel position, the factor on the predicted time of an attention kernel built for an older SM generation
+    than the target's (:mod:`estimator.legacy_isa`: FlashAttention-2 on Hopper or Blackwell); 1 for every other
+    kernel. ``work_of`` caches each row's FLOPs and bytes across ranks."""
+    from estimator.legacy_isa import kernel_generation, time_factor
     from estimator.workload import attention
 
-    extra = np.zeros(len(positions), dtype=np.float64)
+    factors = np.ones(len(positions), dtype=np.float64)
     names = prog.events.field("name")
     for k, (i, j) in enumerate(zip(positions, ids)):
         row = rows[j]
@@ -331,10 +331,12 @@ def legacy_isa_extra_us(prog: RankProgram, positions: list[int], ids: list[int],
         cc = kernel_generation(names[i])
         if cc is None:
             continue
-        if j not in flops_of:
-            flops_of[j] = float(attention(pd.DataFrame.from_records([row])).flops[0])
-        extra[k] = float(extra_us(np.array([flops_of[j]]), cc, target, str(row.get("dtype")))[0])
-    return extra
+        if j not in work_of:
+            work = attention(pd.DataFrame.from_records([row]))
+            work_of[j] = (float(work.flops[0]), float(work.bytes[0]))
+        flops, moved = work_of[j]
+        factors[k] = float(time_factor(np.array([flops]), np.array([moved]), cc, target, str(row.get("dtype")))[0])
+    return factors
 
 
 def copy_duration_us(ev: dict[str, Any], code: int, hw: HardwareSpec, source: str, i: int) -> float:

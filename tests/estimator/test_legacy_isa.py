@@ -1,10 +1,10 @@
-"""estimator.legacy_isa: kernels built for an older SM generation pay their generation's tensor-core rate."""
+"""estimator.legacy_isa: kernels built for an older SM generation compute at their generation's tensor rate."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from estimator.legacy_isa import extra_us, kernel_generation, tensor_rate
+from estimator.legacy_isa import kernel_generation, tensor_rate, time_factor
 from profiling.hardware import lookup
 
 FA2_FWD = ("void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<128, 128, 64, 4, false, "
@@ -25,19 +25,16 @@ def test_hopper_computes_about_twice_amperes_tensor_flops_per_sm_and_clock():
     assert tensor_rate((1, 0), "bf16") is None                     # a generation the catalog lacks
 
 
-def test_a_legacy_kernel_adds_its_flops_at_the_rate_difference_and_nothing_on_its_own_generation():
-    flops = np.array([1e12, 0.0])
+def test_a_compute_bound_legacy_kernel_takes_the_rate_ratio_longer_and_a_memory_bound_one_about_the_same():
     h100 = lookup("h100-sxm")
-    added = extra_us(flops, (8, 0), h100, "bf16")
-    native_us = 1e12 / h100.peak_flops("bf16") * 1e6
-    # the FLOPs at the Ampere rate take rate(H100)/rate(A100) times the native tensor time
-    assert added[0] == pytest.approx(native_us * (tensor_rate((9, 0), "bf16") / tensor_rate((8, 0), "bf16") - 1),
-                                     rel=1e-6)
-    assert added[1] == 0.0
-    assert not extra_us(flops, (8, 0), lookup("a100-sxm-80gb"), "bf16").any()
-    assert not extra_us(flops, None, h100, "bf16").any()
-    assert not extra_us(flops, (10, 0), h100, "bf16").any()         # a newer build than the GPU: nothing to add
+    ratio = tensor_rate((9, 0), "bf16") / tensor_rate((8, 0), "bf16")
+    flops = np.array([1e15, 1e6])         # long-sequence attention; a decode step's few FLOPs
+    moved = np.array([1e9, 1e9])
+    factor = time_factor(flops, moved, (8, 0), h100, "bf16")
+    assert factor[0] == pytest.approx(ratio, rel=0.01)
+    assert factor[1] == pytest.approx(1.0, abs=1e-3)
+    assert (time_factor(flops, moved, (8, 0), lookup("a100-sxm-80gb"), "bf16") == 1.0).all()   # Ampere's own
+    assert (time_factor(flops, moved, None, h100, "bf16") == 1.0).all()
+    assert (time_factor(flops, moved, (10, 0), h100, "bf16") == 1.0).all()   # a newer build than the GPU
     # Blackwell's tcgen05 doubles Hopper's rate again: an Ampere build loses more there
-    b200 = lookup("b200")
-    assert extra_us(flops, (8, 0), b200, "bf16")[0] / (1e12 / b200.peak_flops("bf16") * 1e6) > \
-        added[0] / native_us
+    assert time_factor(flops, moved, (8, 0), lookup("b200"), "bf16")[0] > factor[0] + 0.5
