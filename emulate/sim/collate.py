@@ -111,8 +111,9 @@ def _describe_missing(grp: CollectiveGroup, programs: list[RankProgram]) -> str:
 
 def collate(programs: list[RankProgram], durations: Durations) -> tuple[list[list[int]], list[CollectiveGroup]]:
     """Match collectives across ranks by (communicator, sequence number); point-to-point ops by (communicator,
-    source, destination, n-th transfer between them). Returns each rank's group index per event (-1: runs alone)
-    and the groups.
+    source, destination, n-th transfer between them). A transfer from a rank to itself (NCCL's all-to-all as grouped
+    sends and receives includes each rank's own share) waits for no one and runs alone. Returns each rank's group
+    index per event (-1: runs alone) and the groups.
 
     Matching needs every rank of the job: when the traces hold fewer ranks than ``world_size``, every collective
     runs alone with its own (recorded or predicted) duration. With every rank present, a collective whose members
@@ -142,6 +143,8 @@ def collate(programs: list[RankProgram], durations: Durations) -> tuple[list[lis
             comm, _, peer = mapped_view(mapping, comm, comm_rank, peer)
             if op in ("send", "recv") and peer is not None:
                 peer = global_rank.get((comm, int(peer)), int(peer))
+                if peer == prog.rank:
+                    continue   # to itself (an all-to-all's own share in a group call): no peer to wait for
                 src, dst = (prog.rank, peer) if op == "send" else (peer, prog.rank)
                 n = p2p_seq[(comm, src, dst)]
                 p2p_seq[(comm, src, dst)] += 1
