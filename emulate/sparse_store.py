@@ -19,7 +19,9 @@ Loaded by :mod:`emulate.capture` (by its file path: nothing of the project is on
 - a gloo group with absent members cannot be created (gloo connects every pair of members through the store):
   that is refused with one line naming the group;
 - torch's symmetric memory (async TP's fused collective-matmuls) rendezvous through the store: every member sets
-  its request under ``.../CUDASymmetricMemory/<seq>/<group rank>`` and reads the others', then the members pass
+  its request under ``.../CUDASymmetricMemory/<seq>/<group rank>`` (torch 2.6: ``store_all_gather/<seq>/<group
+  rank>`` in a FileStore of the group's own, which is wrapped as it is handed to ``_SymmetricMemory.set_group_info``;
+  its barrier all-gathers an int under the same keys) and reads the others', then the members pass
   their blocks' file descriptors around a ring of Unix sockets named by the requests' process ids. An absent
   member's request is answered with this rank's own, its device (the request's first field) set to the absent
   rank's local device: the process id is this rank's, so its ring sends go to itself and it imports its own block
@@ -50,7 +52,9 @@ SHM_HEADER = 4096
 SHM_STOPPED_OFFSET = 2 * SHM_MAX_RANKS * 8   # shm_header: posted[64], done[64], stopped[64], program[64]
 COUNTER_KEY = re.compile(r"\d+")
 P2P_KEY = re.compile(r"(\d+):(\d+)")
-SYMM_KEY = re.compile(r"^(.*CUDASymmetricMemory/\d+/)(\d+)$")   # torch's StoreExchange: <prefix>/<seq>/<rank>
+#: torch's symmetric-memory all-gather keys, <prefix>/<seq>/<rank>: StoreExchange's (torch 2.7 on), and 2.6's
+#: store_all_gather (its barrier is an all-gather of an int, under the same keys)
+SYMM_KEY = re.compile(r"^(.*(?:CUDASymmetricMemory|store_all_gather)/\d+/)(\d+)$")
 SYMM_COUNT = re.compile(r"CUDASymmetricMemory/\d+/num_members$")   # its barrier: members count in, the last sets
                                                                    # .../last_member, all wait for it
 DEVICE_FIELD = 4                                                  # RendezvousRequest.device_idx, an int, first
@@ -110,9 +114,11 @@ class SparseStore(dist.Store):
     _ALIVE: list["SparseStore"] = []
 
     def __init__(self, inner: dist.Store, group: str, members: list[int], present: frozenset[int],
-                 comms: list[dict[str, Any]]) -> None:
+                 comms: list[dict[str, Any]], dedicated: bool = False) -> None:
+        """``dedicated``: the store is the group's symmetric memory's own (torch 2.6), so every key is the group's."""
         super().__init__()
         self._inner, self._group, self._members, self._present, self._comms = inner, group, members, present, comms
+        self._dedicated = dedicated
         SparseStore._ALIVE.append(self)
 
     def _id_key(self, key: str) -> tuple[int, list[int]] | None:
@@ -149,6 +155,8 @@ class SparseStore(dist.Store):
     def _own(self, key: str) -> bool:
         """Whether a symmetric-memory key is this group's: torch prefixes it with the group's name (the world
         group's store also sees every subgroup's keys, under the subgroup's name)."""
+        if self._dedicated:
+            return True
         rest = key[len(self._group):] if key.startswith(self._group) else key
         return rest.lstrip("/").startswith("CUDASymmetricMemory/")
 
@@ -262,4 +270,39 @@ def install(driver: ctypes.CDLL) -> dict[str, Any]:
         return out
 
     c10d._new_process_group_helper = helper
+    _wrap_symmetric_memory_stores(present, record)
     return record
+
+
+class _GroupInfoProxy:
+    """torch 2.6's ``_SymmetricMemory`` as its module sees it: ``set_group_info`` gets the group's store wrapped in a
+    dedicated :class:`SparseStore`; every other attribute is the real class's."""
+
+    def __init__(self, real: Any, present: frozenset[int], record: dict[str, Any]) -> None:
+        self._real, self._present, self._record = real, present, record
+
+    def set_group_info(self, group_name: str, rank: int, size: int, store: dist.Store) -> None:
+        members = sorted(c10d._world.pg_group_ranks[c10d._resolve_process_group(group_name)].keys())
+        if any(r not in self._present for r in members):
+            store = SparseStore(store, group_name, members, self._present, self._record["comms"], dedicated=True)
+        self._real.set_group_info(group_name, rank, size, store)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+def _wrap_symmetric_memory_stores(present: frozenset[int], record: dict[str, Any]) -> None:
+    """torch 2.6 gives each group's symmetric memory a FileStore of its own (``enable_symm_mem_for_group``), out
+    of the process group's store: wrap it as it is handed over (module docstring). Later torch exchanges through
+    the group's store, which is already wrapped."""
+    try:
+        from torch.distributed import _symmetric_memory as symm
+    except ImportError:
+        return
+    enable = getattr(symm, "enable_symm_mem_for_group", None)
+    try:
+        uses_file_store = enable is not None and "FileStore" in inspect.getsource(enable)
+    except (OSError, TypeError):
+        uses_file_store = False
+    if uses_file_store and not isinstance(getattr(symm, "_SymmetricMemory", None), _GroupInfoProxy):
+        symm._SymmetricMemory = _GroupInfoProxy(symm._SymmetricMemory, present, record)

@@ -69,3 +69,37 @@ def test_only_the_groups_own_unique_ids_are_recorded_as_its_communicators():
     unique_id = NCCL_ID_PREFIX.ljust(UNIQUE_ID_BYTES, b"\0")
     tp.set("29//cuda//0", unique_id)
     assert [(c["group"], c["members"]) for c in comms] == [("29", [0, 1])]
+
+
+def test_torch_2_6s_own_symmetric_memory_store_answers_for_the_absent_members(monkeypatch):
+    """torch 2.6 exchanges through a FileStore of the group's own (``store_all_gather/<seq>/<rank>``, no group
+    prefix); the store handed to set_group_info is wrapped as a dedicated SparseStore when members are absent."""
+    from torch.distributed import distributed_c10d as c10d
+
+    from emulate import sparse_store
+
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    store = SparseStore(dist.HashStore(), "tp", [8, 9, 10, 11], frozenset({8}), [], dedicated=True)
+    request = (0).to_bytes(4, "little") + (4242).to_bytes(4, "little") + bytes(40)
+    store.set("store_all_gather/0/0", request)
+    store.wait(["store_all_gather/0/0", "store_all_gather/0/3"])
+    assert store.get("store_all_gather/0/3")[:4] == (3).to_bytes(4, "little")
+
+    handed: list = []
+
+    class Real:
+        @staticmethod
+        def set_group_info(name, rank, size, given):
+            handed.append(given)
+
+        rendezvous = "the real class's"
+
+    monkeypatch.setattr(c10d, "_resolve_process_group", lambda name: name)
+    monkeypatch.setitem(c10d._world.pg_group_ranks, "tp", {8: 0, 9: 1})
+    monkeypatch.setitem(c10d._world.pg_group_ranks, "full", {8: 0})
+    proxy = sparse_store._GroupInfoProxy(Real, frozenset({8}), {"comms": []})
+    inner = dist.HashStore()
+    proxy.set_group_info("tp", 0, 2, inner)
+    proxy.set_group_info("full", 0, 1, inner)
+    assert isinstance(handed[0], SparseStore) and handed[1] is inner
+    assert proxy.rendezvous == "the real class's"
