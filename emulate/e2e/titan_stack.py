@@ -42,6 +42,16 @@ def train_spec(source: str) -> str:
     return TRAIN_SPECS.get(source, "llama3")
 
 
+def unsupported(float8: str | None) -> str | None:
+    """Why the stack cannot run a Float8 recipe, else None: torchtitan 0.1.0 looks rowwise up by name
+    (``Float8LinearConfig.from_recipe_name``, torchao 0.9 on); on torchao 0.8.0 it warns and trains in bf16, which
+    would be reported as the rowwise row's prediction."""
+    if float8 not in (None, "tensorwise"):
+        return (f"stepcast: Float8 recipe {float8!r}: torchtitan 0.1.0 looks it up in torchao 0.9 or later, and this "
+                f"stack's torchao 0.8.0 would train the row in bf16 instead (emulate/e2e/titan_stack.py)")
+    return None
+
+
 def describe() -> str:
     """One line naming the stack, for the benchmark's table title."""
     return f"torchtitan 0.1.0, torch {TORCH}, torchao 0.8.0"

@@ -161,6 +161,9 @@ def emulate_row(row: PublishedRow) -> dict[str, Any]:
 
     recipe = row.recipe
     sampler = MemorySampler()
+    refused = titan_stack.unsupported(recipe.float8)
+    if refused:
+        return {"ok": False, "error": refused, "command": None, "wall_s": 0.0, "peak_rss_bytes": 0}
     try:
         python = str(titan_stack.python())
     except VenvError as exc:

@@ -156,3 +156,13 @@ def test_the_docs_page_lists_every_row_with_its_error_and_names_the_commit_and_c
     table = [ln for ln in text.splitlines() if ln.startswith("| Table")]
     assert len(table) == 2 and "+10.0 %" in table[0] and "failed: x / y" in table[1]
     assert "1 failed" in text
+
+
+def test_a_float8_recipe_the_stack_cannot_look_up_is_refused_not_run_in_bf16():
+    """torchtitan 0.1.0 on torchao 0.8.0 warns and trains a rowwise row in bf16; the row must fail, not report."""
+    from emulate.e2e import titan_stack
+
+    assert titan_stack.unsupported("tensorwise") is None and titan_stack.unsupported(None) is None
+    assert "torchao" in titan_stack.unsupported("rowwise")
+    out = torchtitan.emulate_row(PublishedRow("f.md", "t", "rowwise", recipe(float8="rowwise"), 1.0, None))
+    assert out["ok"] is False and "rowwise" in out["error"]
