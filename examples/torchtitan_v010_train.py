@@ -13,14 +13,12 @@ encodes) and a synthetic corpus in ``c4_test``'s format (the compatibility examp
 from __future__ import annotations
 
 import base64
-import os
 import runpy
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "compat"))
-from torchtitan_llama3 import write_corpus  # noqa: E402  (the compatibility example's corpus writer)
+from torchtitan_llama3 import assets  # noqa: E402  (the compatibility example's assets folder and corpus)
 
 RANKS = 128_000     # Llama 3's tiktoken ranks (torchtitan adds 256 special tokens)
 ASSETS_VERSION = 2  # bump when the written assets change, so a stale folder is not reused
@@ -36,26 +34,14 @@ def write_tiktoken(path: Path) -> None:
     path.write_text("".join(f"{base64.b64encode(t).decode()} {rank}\n" for rank, t in enumerate(tokens)))
 
 
-def assets() -> Path:
-    """The assets folder (``tokenizer.model`` and ``c4_test/``) under the temporary folder, written once per machine
-    (every rank may call this: the first rename wins)."""
-    final = Path(tempfile.gettempdir()) / f"stepcast-torchtitan-v010-v{ASSETS_VERSION}"
-    if final.is_dir():
-        return final
-    staging = Path(tempfile.mkdtemp(prefix=final.name + "-", dir=final.parent))
-    write_tiktoken(staging / "tokenizer.model")
-    write_corpus(staging / "c4_test", documents=DOCUMENTS, words=WORDS)
-    try:
-        os.rename(staging, final)
-    except OSError:  # another rank renamed its copy first
-        import shutil
-
-        shutil.rmtree(staging, ignore_errors=True)
-    return final
+def write_tokenizer(folder: Path) -> None:
+    """The assets folder's tokenizer: the tiktoken file ``--model.tokenizer_path`` names."""
+    write_tiktoken(folder / "tokenizer.model")
 
 
 def main() -> None:
-    folder = assets()
+    folder = assets(f"stepcast-torchtitan-v010-v{ASSETS_VERSION}", documents=DOCUMENTS, words=WORDS,
+                    tokenizer=write_tokenizer)
     sys.argv = [sys.argv[0], "--model.tokenizer_path", str(folder / "tokenizer.model"),
                 "--training.dataset", "c4_test", "--training.dataset_path", str(folder / "c4_test"), *sys.argv[1:]]
     runpy.run_module("torchtitan.train", run_name="__main__")

@@ -51,14 +51,15 @@ def write_corpus(folder: Path, documents: int = 64, words: int = 600) -> None:
 
 
 def assets(name: str = f"stepcast-torchtitan-assets-v{ASSETS_VERSION}", documents: int = 64,
-           words: int = 600) -> Path:
-    """The assets folder ``name`` under the temporary folder (a tokenizer, and ``documents`` documents of ``words``
-    words in ``c4_test``), written once per machine (every rank may call this: the first rename wins)."""
+           words: int = 600, tokenizer=None) -> Path:
+    """The assets folder ``name`` under the temporary folder (a tokenizer, written by ``tokenizer(folder)``, default
+    :func:`write_tokenizer`, and ``documents`` documents of ``words`` words in ``c4_test``), written once per machine
+    (every rank may call this: the first rename wins)."""
     final = Path(tempfile.gettempdir()) / name
     if final.is_dir():
         return final
     staging = Path(tempfile.mkdtemp(prefix=final.name + "-", dir=final.parent))
-    write_tokenizer(staging)
+    (tokenizer or write_tokenizer)(staging)
     write_corpus(staging / "c4_test", documents=documents, words=words)
     try:
         os.rename(staging, final)
