@@ -27,7 +27,9 @@ from __future__ import annotations
 from pathlib import Path
 
 TORCH = "2.6.0"
-REQUIREMENTS = ("torchtitan==0.1.0", "torchao==0.8.0",
+TORCHTITAN = "0.1.0"
+TORCHAO = "0.8.0"
+REQUIREMENTS = (f"torchtitan=={TORCHTITAN}", f"torchao=={TORCHAO}",
                 # what torchtitan 0.1.0 imports that its wheel does not require
                 "tyro", "tomli", "tensorboard", "datasets", "tiktoken", "blobfile")
 
@@ -47,14 +49,14 @@ def unsupported(float8: str | None) -> str | None:
     (``Float8LinearConfig.from_recipe_name``, torchao 0.9 on); on torchao 0.8.0 it warns and trains in bf16, which
     would be reported as the rowwise row's prediction."""
     if float8 not in (None, "tensorwise"):
-        return (f"stepcast: Float8 recipe {float8!r}: torchtitan 0.1.0 looks it up in torchao 0.9 or later, and this "
-                f"stack's torchao 0.8.0 would train the row in bf16 instead (emulate/e2e/titan_stack.py)")
+        return (f"stepcast: Float8 recipe {float8!r}: torchtitan {TORCHTITAN} looks it up in torchao 0.9 or later, and "
+                f"this stack's torchao {TORCHAO} would train the row in bf16 instead (emulate/e2e/titan_stack.py)")
     return None
 
 
 def describe() -> str:
     """One line naming the stack, for the benchmark's table title."""
-    return f"torchtitan 0.1.0, torch {TORCH}, torchao 0.8.0"
+    return f"torchtitan {TORCHTITAN}, torch {TORCH}, torchao {TORCHAO}"
 
 
 def python() -> Path:
