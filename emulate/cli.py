@@ -42,6 +42,9 @@ def add_run_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--nodes", default="1", metavar="M", help="nodes, all run on this machine (default 1)")
     p.add_argument("--report", type=Path, metavar="FILE", help="write the report (JSON) here")
     p.add_argument("--trace", type=Path, metavar="FILE", help="write the predicted timeline (Perfetto JSON) here")
+    p.add_argument("--trace-ranks", metavar="LIST", default=None,
+                   help="ranks the --trace timeline shows (0-7,64; default the ranks that ran, not a sparse run's "
+                        "copies)")
     p.add_argument("--trace-dir", type=Path, default=None, metavar="DIR",
                    help="folder for the captured traces (default: see below)")
     p.add_argument("--host-speed", metavar="X", help="target host CPU speed / the reference host (default "
@@ -130,7 +133,14 @@ def check_run(ns: argparse.Namespace) -> tuple[HardwareSpec | None, int | None]:
     if ns.trace_dir is not None:
         check.output_folder("--trace-dir", ns.trace_dir)
     check.output_folder("STEPCAST_CACHE_DIR", cache_root())  # builds, and the run folder without --trace-dir
-    ns.run_rank_list, probe_nodes = None, None
+    ns.run_rank_list, ns.trace_rank_list, probe_nodes = None, None, None
+    if spec is not None and ns.nproc is not None and ns.nodes is not None and ns.trace_ranks is not None:
+        from emulate.roles import RunRanksError, parse_ranks
+
+        try:
+            ns.trace_rank_list = parse_ranks(ns.trace_ranks, ns.nproc * ns.nodes, "--trace-ranks")
+        except RunRanksError as exc:
+            check.add(str(exc))
     if spec is not None and ns.nproc is not None and ns.nodes is not None:
         per_node = spec.gpus_per_node or 8
         if ns.nproc > per_node:
@@ -301,7 +311,8 @@ def simulate_capture(ns: argparse.Namespace, spec: HardwareSpec, capture: dict, 
         if copies:
             result.warnings = [*(result.warnings or []), sparse_summary(capture), *capture.get("sparse_warnings", [])]
         result.warnings = [*(result.warnings or []), *capture.get("capture_warnings", [])]
-        report = publish(result, paths, ns.report, ns.trace, extra=capture, quiet=reason is not None)
+        report = publish(result, paths, ns.report, ns.trace, extra=capture, quiet=reason is not None,
+                         timeline_ranks=ns.trace_rank_list)
     except (TraceFormatError, ValueError, SimulationDeadlock) as exc:
         if reason is not None:
             return partial_without_simulation(ns, capture, reason, exit_code, one_line(exc))

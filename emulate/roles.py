@@ -32,24 +32,30 @@ class RunRanksError(ValueError):
     """A ``--run-ranks`` value that does not parse or does not fit the job; the message is one line."""
 
 
-def parse_run_ranks(text: str, world: int) -> list[int]:
-    """``'0-7,16-23'`` or ``'0,1,2'`` -> sorted distinct ranks, each below ``world``; rank 0 must be among them
-    (it sets the job's first NCCL id and is every report's reference rank)."""
+def parse_ranks(text: str, world: int, option: str) -> list[int]:
+    """``'0-7,16-23'`` or ``'0,1,2'`` -> sorted distinct ranks, each below ``world``; errors name ``option``."""
     ranks: set[int] = set()
     for part in text.replace(" ", "").split(","):
         m = RANGE.match(part)
         if not m:
-            raise RunRanksError(f"--run-ranks {text!r}: expected ranks and ranges like 0-7,16-23, found {part!r}")
+            raise RunRanksError(f"{option} {text!r}: expected ranks and ranges like 0-7,16-23, found {part!r}")
         lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
         if hi < lo:
-            raise RunRanksError(f"--run-ranks {text!r}: range {part} runs backwards")
+            raise RunRanksError(f"{option} {text!r}: range {part} runs backwards")
         ranks.update(range(lo, hi + 1))
     if max(ranks) >= world:
-        raise RunRanksError(f"--run-ranks {text!r}: rank {max(ranks)} is outside the job of {world} ranks "
+        raise RunRanksError(f"{option} {text!r}: rank {max(ranks)} is outside the job of {world} ranks "
                             "(--nproc x --nodes)")
+    return sorted(ranks)
+
+
+def parse_run_ranks(text: str, world: int) -> list[int]:
+    """The ranks of ``--run-ranks`` (:func:`parse_ranks`); rank 0 must be among them (it sets the job's first NCCL
+    id and is every report's reference rank)."""
+    ranks = parse_ranks(text, world, "--run-ranks")
     if 0 not in ranks:
         raise RunRanksError(f"--run-ranks {text!r}: rank 0 must run")
-    return sorted(ranks)
+    return ranks
 
 
 @dataclass

@@ -140,9 +140,11 @@ def simulate_traces(trace_paths: list[Path], hardware: str, nodes: int = 1, repo
 
 
 def publish(result: SimulationResult, paths: list[Path], report_path: Path | None, timeline_path: Path | None,
-            extra: dict[str, Any] | None = None, quiet: bool = False, console=None) -> dict[str, Any]:
+            extra: dict[str, Any] | None = None, quiet: bool = False, console=None,
+            timeline_ranks: list[int] | None = None) -> dict[str, Any]:
     """Build the report of a simulation, print its summary (unless ``quiet``), write the report (atomically) and
-    the timeline; return the report. ``extra`` fields (capture facts) never replace simulated ones."""
+    the timeline (of ``timeline_ranks``, default the ranks that ran: :mod:`emulate.timeline`); return the report.
+    ``extra`` fields (capture facts) never replace simulated ones."""
     from emulate.report import build_report, print_summary, write_report
     from emulate.timeline import write_timeline
 
@@ -155,7 +157,7 @@ def publish(result: SimulationResult, paths: list[Path], report_path: Path | Non
     if report_path is not None:
         write_report(report, Path(report_path))
     if timeline_path is not None:
-        write_timeline(result, Path(timeline_path))
+        write_timeline(result, Path(timeline_path), timeline_ranks)
     return report
 
 

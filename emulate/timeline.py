@@ -5,12 +5,15 @@ synchronising calls) and one track per device stream (kernels, copies, collectiv
 peer ranks shows the wait as a separate "wait for peers" slice). Times are microseconds, as the format expects.
 Kernel slices are named by :func:`short_kernel_name` (templates and argument lists elided: demangled names run to
 thousands of characters); the whole name is in the slice's ``args.kernel``.
+
+Which ranks: by default those that ran. A sparse run's copies (``--run-ranks``) repeat their twins' programs, and
+writing them all would make a 256-rank run's file tens of GB that no viewer opens; ``ranks`` names others.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Collection, Iterator
 
 from profiling.atomic import atomic_text
 from emulate.sim.program import (
@@ -52,11 +55,18 @@ def stream_tid(index: int) -> int:
     return 1 + index
 
 
-def timeline_events(result) -> Iterator[dict[str, Any]]:
-    """Trace events of a :class:`emulate.simulate.SimulationResult`."""
+def ran(prog: RankProgram) -> bool:
+    """Whether a rank's program was captured (not a sparse run's copy of its twin's)."""
+    return prog.meta.get("copied_from") is None
+
+
+def timeline_events(result, ranks: Collection[int] | None = None) -> Iterator[dict[str, Any]]:
+    """Trace events of a :class:`emulate.simulate.SimulationResult`, for ``ranks`` (default: the ranks that ran)."""
     from emulate.report import iteration_spans
 
     for r, (prog, tl) in enumerate(zip(result.programs, result.timelines)):
+        if not (ran(prog) if ranks is None else prog.rank in ranks):
+            continue
         pid = prog.rank
         yield {"ph": "M", "name": "process_name", "pid": pid, "tid": HOST_TID, "args": {"name": f"rank {pid}"}}
         yield {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": HOST_TID, "args": {"sort_index": pid}}
@@ -107,11 +117,12 @@ def _device_slices(prog: RankProgram, tl, measured) -> Iterator[dict[str, Any]]:
                "dur": float(end[i] - start[i]), "args": args}
 
 
-def write_timeline(result, path: Path) -> Path:
-    """Write the timeline atomically (temporary file in the same folder, then rename)."""
+def write_timeline(result, path: Path, ranks: Collection[int] | None = None) -> Path:
+    """Write the timeline of ``ranks`` (default: the ranks that ran) atomically (temporary file in the same folder,
+    then rename)."""
     with atomic_text(path) as f:
         f.write('{"displayTimeUnit":"ns","traceEvents":[\n')
-        for n, ev in enumerate(timeline_events(result)):
+        for n, ev in enumerate(timeline_events(result, ranks)):
             if n:
                 f.write(",\n")
             f.write(json.dumps(ev, separators=(",", ":")))

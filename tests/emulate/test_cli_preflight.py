@@ -19,11 +19,12 @@ def test_good_options_pass_and_are_parsed(tmp_path, monkeypatch):
     script = tmp_path / "s.py"
     script.write_text("")
     ns = parse("--hardware", "a100-sxm-80gb", "--nproc", "4", "--nodes", "2", "--host-speed", "1.5",
-               "--launch-queue", "64", "--run-ranks", "0-3", "--report", str(tmp_path / "r.json"),
+               "--launch-queue", "64", "--run-ranks", "0-3", "--trace-ranks", "0,5-6", "--report", str(tmp_path / "r.json"),
                "--trace-dir", str(tmp_path / "traces"), "--", str(script))
     spec, probe = check_run(ns)
     assert spec.id == "a100-sxm-80gb" and probe is None
     assert (ns.nproc, ns.nodes, ns.host_speed, ns.launch_queue, ns.run_rank_list) == (4, 2, 1.5, 64, [0, 1, 2, 3])
+    assert ns.trace_rank_list == [0, 5, 6]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.py"]
 
 
@@ -38,7 +39,9 @@ def test_options_not_given_take_the_variables(tmp_path, monkeypatch):
 
 def test_every_problem_is_reported_at_once(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("STEPCAST_CACHE_DIR", str(tmp_path / "cache"))
-    ns = parse("--host-speed", "0", "--launch-queue", "x", "--report", str(tmp_path), "--", str(tmp_path / "no.py"))
+    ns = parse("--host-speed", "0", "--launch-queue", "x", "--report", str(tmp_path), "--trace-ranks", "0,9",
+               "--", str(tmp_path / "no.py"))
     assert check_run(ns) == (None, None)
     assert [line.split(":")[1].strip() for line in capsys.readouterr().err.splitlines()] == [
-        f"script {Path(tmp_path / 'no.py')} not found", "--host-speed", "--launch-queue", "--report"]
+        f"script {Path(tmp_path / 'no.py')} not found", "--host-speed", "--launch-queue", "--report",
+        "--trace-ranks '0,9'"]

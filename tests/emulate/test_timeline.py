@@ -48,3 +48,16 @@ def test_kernel_slices_have_short_names_and_keep_the_whole_name_in_their_args(tm
     kernel = next(ev for ev in doc["traceEvents"] if ev.get("cat") == "kernel")
     assert kernel["name"] == "at::native::(anonymous)::vectorized_elementwise_kernel"
     assert kernel["args"]["kernel"] == full
+
+
+def test_a_sparse_runs_timeline_shows_the_ranks_that_ran_unless_told_which(tmp_path):
+    from tests.emulate.test_sim_copies import COPIES, tp_dp_trace
+
+    result = simulate([tp_dp_trace(r) for r in (0, 1)], None, durations="measured", copies=COPIES)
+
+    def pids(ranks=None) -> set[int]:
+        doc = json.loads(write_timeline(result, tmp_path / "t.json", ranks).read_text())
+        return {ev["pid"] for ev in doc["traceEvents"] if ev["ph"] == "X"}
+
+    assert pids() == {0, 1}
+    assert pids([0, 3]) == {0, 3}
