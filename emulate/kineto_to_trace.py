@@ -292,7 +292,7 @@ def _device_event(row: Any, comm_seq: dict[str, int], op_rows: pd.DataFrame | No
         blocking = bool(row.runtime_name in BLOCKING_COPY_CALLS or
                         (isinstance(row.runtime_name, str) and row.call_end >= row.ts + row.dur))
         return {"kind": "memcpy", "stream": int(row.stream), "bytes": _int(row.bytes), "direction": direction,
-                "blocking": blocking, "duration_us": float(row.dur)}
+                "blocking": blocking, "duration_us": float(row.dur), **({"peer": True} if token == "ptop" else {})}
     if cat == "gpu_memset":
         return {"kind": "memset", "stream": int(row.stream), "bytes": _int(row.bytes), "duration_us": float(row.dur)}
     if name.startswith("nccl"):

@@ -17,7 +17,8 @@ Kinds and their fields:
   ``lib`` (null for a plain launch; "cublas", "cublasLt", "cudnn" for library calls), ``op`` (enclosing aten op or
   null), ``op_shapes`` (list of input shapes), ``op_dtypes``, ``spec`` (a kernel row for the estimators: ``family``,
   ``dtype`` and the family's key columns of :mod:`profiling.families`, or null when the kernel is not classified).
-- ``memcpy``: ``stream``, ``bytes``, ``direction`` ("h2d" | "d2h" | "d2d" | "h2h"), ``blocking`` (bool).
+- ``memcpy``: ``stream``, ``bytes``, ``direction`` ("h2d" | "d2h" | "d2d" | "h2h"), ``blocking`` (bool);
+  optional ``peer`` (bool): one end is another GPU's memory (a peer-to-peer copy over NVLink).
 - ``memset``: ``stream``, ``bytes``.
 - ``malloc`` / ``free``: ``ptr``, ``bytes`` (device memory as the CUDA runtime sees it).
 - ``event_record``: ``event`` (handle), ``stream``.   ``stream_wait_event``: ``stream``, ``event``.

@@ -242,6 +242,8 @@ def driver_events(log: DriverLog, *, comm_sizes: dict[str, int] | None = None,
         elif kind == "memcpy":
             ev = {"kind": "memcpy", "stream": stream(r["stream"]), "bytes": r["bytes"], "direction": r["direction"],
                   "blocking": bool(r["blocking"]), "op": ctx["op"]}
+            if r.get("peer"):   # to or from a peer's memory (symmetric memory): it crosses NVLink
+                ev["peer"] = True
             if r.get("zeros"):  # the host read zeros in place of values a kernel computed
                 ev["read_zeros"] = True
         elif kind == "memset":

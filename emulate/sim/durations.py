@@ -15,7 +15,8 @@ Order of preference for each op (``mode`` is "measured" or "predicted"):
    the elementwise copy of the bytes their aten op's tensors hold (``classify_memory_op``: FSDP2's copy-in and
    copy-out, gathers, index kernels), else a launch floor. Counted.
    Collectives without op/bytes keep their recorded duration.
-4. memcpy / memset: bandwidth model from the catalog: host<->device over PCIe, device copies read and write HBM.
+4. memcpy / memset: bandwidth model from the catalog: host<->device over PCIe, device copies read and write HBM,
+   copies to or from a peer GPU (``peer``) cross NVLink (:func:`peer_copy_bandwidth`).
 
 Every kernel counted in ``fallback_kernels`` is also marked in ``fallback`` (per rank, per event), so that the
 report can count those of the steady iterations apart from warm-up and autotuning's benchmark launches.
@@ -339,6 +340,14 @@ def legacy_isa_factors(prog: RankProgram, positions: list[int], ids: list[int], 
     return factors
 
 
+def peer_copy_bandwidth(hw: HardwareSpec) -> float:
+    """Bytes/s of a copy between two GPUs of a node (torch's symmetric memory moves async TP's shards so, with the
+    copy engines): the GPU's one-way NVLink bandwidth (catalog), else PCIe's. A copy reads one GPU's memory and
+    writes the other's, each at a fraction of its HBM bandwidth, so the link is what limits it."""
+    gbps = hw.nvlink_bandwidth_gbps or hw.pcie_bandwidth_gbps or 16.0
+    return min(gbps * 1e9, hw.memory_bandwidth / 2.0)
+
+
 def copy_duration_us(ev: dict[str, Any], code: int, hw: HardwareSpec, source: str, i: int) -> float:
     """Bandwidth model of a memcpy or memset (see the module docstring)."""
     try:
@@ -351,6 +360,8 @@ def copy_duration_us(ev: dict[str, Any], code: int, hw: HardwareSpec, source: st
     direction = ev.get("direction")
     if direction in ("h2d", "d2h"):
         bandwidth = (hw.pcie_bandwidth_gbps or 16.0) * 1e9
+    elif direction == "d2d" and ev.get("peer"):
+        bandwidth = peer_copy_bandwidth(hw)
     elif direction == "d2d":
         bandwidth = hw.memory_bandwidth / 2.0  # read and write
     elif direction == "h2h":

@@ -86,3 +86,39 @@ def test_symmetric_memory_blocks_are_on_the_current_device_and_shared_by_file_de
     (records,) = run.events.values()
     sizes = [r.get("bytes") for r in records if r.get("event") == "malloc"]
     assert sizes.count(6 << 20) == 1  # the created block only: importing it added nothing
+
+
+PEER_COPY = textwrap.dedent("""
+    import ctypes, os
+    import torch
+
+    torch.cuda.init()
+    cuda = ctypes.CDLL("libcuda.so.1")
+    u64, size = ctypes.c_uint64, ctypes.c_size_t(2 << 20)
+    prop, handle, fd, imported = ctypes.create_string_buffer(64), u64(), ctypes.c_int(-1), u64()
+    assert cuda.cuMemCreate(ctypes.byref(handle), size, prop, ctypes.c_ulonglong(0)) == 0
+    assert cuda.cuMemExportToShareableHandle(ctypes.byref(fd), handle, 1, ctypes.c_ulonglong(0)) == 0
+    assert cuda.cuMemImportFromShareableHandle(ctypes.byref(imported), ctypes.c_void_p(fd.value), 1) == 0
+    own, peer, local = u64(), u64(), u64()
+    for va, h in ((own, handle), (peer, imported)):
+        assert cuda.cuMemAddressReserve(ctypes.byref(va), size, size, u64(0), ctypes.c_ulonglong(0)) == 0
+        assert cuda.cuMemMap(va, size, ctypes.c_size_t(0), h, ctypes.c_ulonglong(0)) == 0
+    assert cuda.cuMemAlloc_v2(ctypes.byref(local), size) == 0
+    for nbytes, dst, src in ((1 << 20, own, local), (3 << 16, peer, local), (5 << 16, local, peer)):
+        assert cuda.cuMemcpyDtoD_v2(dst, src, ctypes.c_size_t(nbytes)) == 0
+    assert cuda.cuMemUnmap(peer, size) == 0
+    assert cuda.cuMemcpyDtoD_v2(local, peer, ctypes.c_size_t(7 << 16)) == 0
+""")
+
+
+@pytest.mark.slow
+def test_copies_to_and_from_a_mapped_peer_block_are_marked_peer():
+    """A copy with either end in a peer's block mapped here (symmetric memory's async-TP shards) is logged with
+    ``peer`` (the simulator times it over NVLink); a copy within this device's memory, or to the address once the
+    peer's block is unmapped, is not."""
+    run = run_python(["-c", PEER_COPY], "h100-sxm")
+    assert run.returncode == 0, run.stderr[-2000:]
+    (records,) = run.events.values()
+    copies = {r["bytes"]: bool(r.get("peer")) for r in records if r.get("event") == "memcpy"}
+    assert {n: copies.get(n) for n in (1 << 20, 3 << 16, 5 << 16, 7 << 16)} == \
+        {1 << 20: False, 3 << 16: True, 5 << 16: True, 7 << 16: False}

@@ -256,13 +256,28 @@ static void fill(uintptr_t dst, unsigned value, size_t n, size_t width) {
     }
     for (size_t i = 0; i < n; i++) memcpy((char *)dst + i * width, &value, width);
 }
+/* Peers' blocks mapped into this process (cuMemMap of an imported handle: symmetric memory, whose fused
+ * collective-matmuls copy shards to and from peers with the copy engines). A copy with either end in one crosses
+ * NVLink, not this device's memory alone: it is logged with "peer":1. A handful of blocks, so a list. */
+typedef struct { uintptr_t base; size_t size; } peer_map_t;
+static peer_map_t *peer_maps;
+static size_t n_peer_maps, cap_peer_maps;
+static int peer_mapped(uintptr_t p) {
+    int hit = 0;
+    pthread_mutex_lock(&fk_lock);
+    for (size_t i = 0; i < n_peer_maps && !hit; i++) hit = p >= peer_maps[i].base && p - peer_maps[i].base < peer_maps[i].size;
+    pthread_mutex_unlock(&fk_lock);
+    return hit;
+}
 /* copies and fills are logged with their bytes, direction and stream; the synchronous entry points block. On a
  * capturing stream they become graph nodes instead (graph.c): done and logged at each launch of the graph. */
 static void log_copy(uintptr_t dst, uintptr_t src, size_t n, unsigned long long stream, int blocking, const char *graph) {
     static const char *directions[2][2] = {{"h2h", "h2d"}, {"d2h", "d2d"}};
+    int from_device = fk_is_device_pointer(src), to_device = fk_is_device_pointer(dst);
+    int peer = n_peer_maps && ((from_device && peer_mapped(src)) || (to_device && peer_mapped(dst)));
     fk_count_device_work();
-    fk_log_call("memcpy", "\"stream\":%llu,\"bytes\":%zu,\"direction\":\"%s\",\"blocking\":%d%s%s%s", stream, n,
-                directions[fk_is_device_pointer(src) ? 1 : 0][fk_is_device_pointer(dst) ? 1 : 0], blocking,
+    fk_log_call("memcpy", "\"stream\":%llu,\"bytes\":%zu,\"direction\":\"%s\",\"blocking\":%d%s%s%s%s", stream, n,
+                directions[from_device ? 1 : 0][to_device ? 1 : 0], blocking, peer ? ",\"peer\":1" : "",
                 read_zeros ? ",\"zeros\":1" : "", graph ? "," : "", graph ? graph : "");
     read_zeros = 0;
 }
@@ -458,8 +473,31 @@ FK_EXPORT CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
     return CUDA_SUCCESS;
 }
 FK_EXPORT CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
-                                    unsigned long long flags) { return CUDA_SUCCESS; }
-FK_EXPORT CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size) { return CUDA_SUCCESS; }
+                                    unsigned long long flags) {
+    phys_t *h = (phys_t *)(uintptr_t)handle;
+    if (!h || h->magic != 0x464b5048u || !h->imported) return CUDA_SUCCESS;
+    pthread_mutex_lock(&fk_lock);  /* a peer's block: copies to and from it cross NVLink (peer_mapped) */
+    if (n_peer_maps == cap_peer_maps) {
+        size_t cap = cap_peer_maps ? 2 * cap_peer_maps : 64;
+        peer_map_t *grown = realloc(peer_maps, cap * sizeof *grown);
+        if (!grown) {
+            pthread_mutex_unlock(&fk_lock);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        peer_maps = grown;
+        cap_peer_maps = cap;
+    }
+    peer_maps[n_peer_maps++] = (peer_map_t){(uintptr_t)ptr, size};
+    pthread_mutex_unlock(&fk_lock);
+    return CUDA_SUCCESS;
+}
+FK_EXPORT CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size) {
+    pthread_mutex_lock(&fk_lock);
+    for (size_t i = n_peer_maps; i-- > 0;)
+        if (peer_maps[i].base == (uintptr_t)ptr) peer_maps[i] = peer_maps[--n_peer_maps];
+    pthread_mutex_unlock(&fk_lock);
+    return CUDA_SUCCESS;
+}
 FK_EXPORT CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count) { return CUDA_SUCCESS; }
 
 /* Sharing a block with other processes (torch's symmetric memory: each rank exports its block, the peers import and
