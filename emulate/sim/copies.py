@@ -156,7 +156,8 @@ def run_twins(programs: list[RankProgram], durations: Any, shared: TwinCollectiv
                        or not _same(a.gap_ns, b.gap_ns) or not _same(durations.us[k], durations.us[t])):
             return None
     times = dataclasses.replace(durations, us=[durations.us[k] for k in twins],
-                                measured=[durations.measured[k] for k in twins])
+                                measured=[durations.measured[k] for k in twins],
+                                fills=[durations.fills[k] for k in twins] if durations.fills else [])
     timelines = run([programs[k] for k in twins], times, shared.group_of, shared.groups, [setups[k] for k in twins],
                     queue_depth)
     return [timelines[j] for j in shared.twin_of]

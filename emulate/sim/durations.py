@@ -84,6 +84,9 @@ class Durations:
     fallback_reasons: Counter = field(default_factory=Counter)
     estimator_label: str | None = None
     spec_rows: pd.DataFrame | None = None            # the distinct rows sent to the estimator, with predictions
+    #: per rank, True on each predicted kernel whose grid fills every SM (:func:`fills_gpu`): the engine lets no two
+    #: such kernels of a rank progress at once (emulate.sim.engine)
+    fills: list[np.ndarray] = field(default_factory=list)
 
 
 def inductor_spec(ev: dict[str, Any], flex_forward: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
@@ -153,6 +156,7 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
             out.us.append(out.us[twin[r]])
             out.measured.append(out.measured[twin[r]])
             out.fallback.append(out.fallback[twin[r]])
+            out.fills.append(out.fills[twin[r]])
             continue
         us = np.zeros(prog.n_events, dtype=np.float64)
         measured = np.zeros(prog.n_events, dtype=bool)
@@ -213,6 +217,7 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
         out.us.append(us)
         out.measured.append(measured)
         out.fallback.append(np.zeros(prog.n_events, dtype=bool))
+        out.fills.append(fills_gpu(prog, kernels, target))
 
     if rows:
         if estimator is None:
@@ -338,6 +343,22 @@ def legacy_isa_factors(prog: RankProgram, positions: list[int], ids: list[int], 
         flops, moved = work_of[j]
         factors[k] = float(time_factor(np.array([flops]), np.array([moved]), cc, target, str(row.get("dtype")))[0])
     return factors
+
+
+def fills_gpu(prog: RankProgram, kernels: list[int], target: HardwareSpec | None) -> np.ndarray:
+    """True on each of ``kernels`` (positions of kernels whose duration is predicted) launched with at least one
+    block per SM of ``target``. An estimator times a kernel alone on the GPU; two such kernels on different streams
+    cannot both have every SM at once, so the engine shares the GPU between them. Kernels with a recorded
+    duration are left out: a real run's durations already include the sharing. Smaller grids leave SMs free and
+    overlap as they are."""
+    out = np.zeros(prog.n_events, dtype=bool)
+    if target is None or not kernels:
+        return out
+    sms = target.sm_count
+    for i, grid in zip(kernels, map(prog.events.field("grid").__getitem__, kernels)):
+        if grid and math.prod(int(g) for g in grid) >= sms:
+            out[i] = True
+    return out
 
 
 def peer_copy_bandwidth(hw: HardwareSpec) -> float:

@@ -10,7 +10,10 @@ Model (design notes, "Collation and simulation"):
   that runs ahead is throttled to its GPU's pace;
 - a device op starts at ``max(issue time + launch latency, its stream's tail) + stall`` (``stall_us``: a hold the
   importer measured but could not explain, 0 for captured traces) and occupies its stream for its duration;
-  different streams overlap;
+  different streams overlap, except that kernels which fill every SM (``Durations.fills``: predicted, one block
+  per SM or more) share the GPU: such a kernel runs in the time its rank's earlier ones leave free from when it
+  is ready, so it ends its duration of free time later (:func:`_share`: the GPU works one at a time, interleaving
+  their blocks); a copy engine's copies, collectives and kernels too small to fill the GPU overlap freely;
 - ``event_record`` stores the stream's tail; ``stream_wait_event`` raises the waiting stream's tail to the stored
   time (the latest record of that handle before the wait in host order: exactly CUDA's semantics, which is what
   keying waiters by (handle, record version) achieves in a queue-based simulator);
@@ -38,6 +41,7 @@ ranks waiting on each other is a real deadlock of the traced program, reported a
 """
 from __future__ import annotations
 
+import bisect
 import functools
 from collections import deque
 from collections.abc import Callable
@@ -153,7 +157,7 @@ class _RankState:
     nanoseconds here (the trace's unit for gaps, so the hot loop adds them without conversion)."""
 
     def __init__(self, index: int, prog: RankProgram, dur: np.ndarray, group_of: list[int], setup: RankSetup,
-                 queue_depth: int) -> None:
+                 queue_depth: int, fills: np.ndarray | None = None) -> None:
         n = prog.n_events
         self.index = index
         self.prog = prog
@@ -165,6 +169,9 @@ class _RankState:
         self.stall = prog.stall_ns
         self.dur_array = dur * 1e3       # the loop counts nanoseconds, as the trace's gaps do
         self.dur = self.dur_array.tolist()
+        self.fills = fills.tolist() if fills is not None and fills.any() else None
+        self.busy_start: list[float] = []  # the rank's GPU-filling kernels so far: disjoint busy spans, in order
+        self.busy_end: list[float] = []
         self.group_of = group_of
         self.latency = setup.latency_us * 1e3
         self.align_at = setup.align_at
@@ -192,7 +199,8 @@ def run(programs: list[RankProgram], durations: Durations, group_of: list[list[i
         queue_depth = config.LAUNCH_QUEUE_DEPTH
     if queue_depth < 1:
         raise ValueError(f"queue_depth: expected a positive number of device ops, found {queue_depth}")
-    states = [_RankState(r, p, durations.us[r], group_of[r], setups[r], queue_depth)
+    states = [_RankState(r, p, durations.us[r], group_of[r], setups[r], queue_depth,
+                         durations.fills[r] if durations.fills else None)
               for r, p in enumerate(programs)]
     barrier = _Barrier(sum(1 for s in states if s.align_at >= 0))
     runnable = deque(states)
@@ -222,6 +230,7 @@ def _advance(st: _RankState, states: list[_RankState], groups: list[CollectiveGr
     host, start, end, tail, event_time = st.host, st.start, st.end, st.tail, st.event_time
     lat = st.latency
     unit_of = st.unit_of
+    fills = st.fills
     ring, depth, issued, align_at = st.ring, st.depth, st.issued, st.align_at
     h = st.h
     i = st.i
@@ -245,7 +254,10 @@ def _advance(st: _RankState, states: list[_RankState], groups: list[CollectiveGr
             b = t + lat
             if q > b:
                 b = q
-            q = b + stall[i] + dur[i]
+            if fills is not None and fills[i]:
+                q = _share(st.busy_start, st.busy_end, b + stall[i], dur[i])
+            else:
+                q = b + stall[i] + dur[i]
             end[i] = q             # start and host time are derived afterwards (_timeline)
             tail[s] = q
         elif k > COLLECTIVE + 2:  # host-side kinds (record, wait, syncs, iteration)
@@ -349,6 +361,41 @@ def _advance(st: _RankState, states: list[_RankState], groups: list[CollectiveGr
     st.h = h
     st.i = i
     st.issued = issued
+
+
+def _share(starts: list[float], ends: list[float], ready: float, duration: float) -> float:
+    """When a GPU-filling kernel ready at ``ready`` ends: after ``duration`` of time its rank's earlier ones
+    (``starts``/``ends``: disjoint busy spans, in order) leave free. The spans it waits through and the free time it
+    uses become one busy span. Kernels mostly come in time order, so the common case appends."""
+    if duration <= 0.0:
+        return ready
+    k = bisect.bisect_right(ends, ready)          # spans before k ended by ``ready``
+    n = len(starts)
+    if k == n:
+        if n and ends[-1] == ready:
+            ends[-1] = ready + duration
+        else:
+            starts.append(ready)
+            ends.append(ready + duration)
+        return ready + duration
+    first = starts[k] if starts[k] < ready else ready
+    t, left, j = ready, duration, k
+    if starts[j] <= t:                              # ready inside a busy span: free when it ends
+        t = ends[j]
+        j += 1
+    while j < n and starts[j] - t < left:          # the gap before span j is too short: use it, wait through j
+        left -= starts[j] - t
+        t = ends[j]
+        j += 1
+    finish = t + left
+    if j < n and starts[j] == finish:              # touches the next span: one span
+        finish_span = ends[j]
+        j += 1
+    else:
+        finish_span = finish
+    starts[k:j] = [first]
+    ends[k:j] = [finish_span]
+    return finish
 
 
 def _timeline(st: _RankState) -> RankTimeline:
