@@ -1,7 +1,7 @@
 """torchtitan's published training runs (every row of the three files under ``torchtitan/benchmarks/``, read by
 :mod:`emulate.e2e.titan_rows`), each run through torchtitan's own trainer on the emulator, with the releases nearest
-the software that was measured (:mod:`emulate.e2e.titan_stack`: torchtitan 0.1.0, torch 2.6.0, torchao 0.8.0, in a
-throwaway environment).
+the software that was measured (:mod:`emulate.e2e.titan_stack`: torchtitan 0.1.0 with torch 2.6.0 and torchao 0.8.0
+for the 2024 file, torch 2.8.0 and torchao 0.12.0 for the June 2025 files, in throwaway environments).
 
 How a row runs: ``examples/torchtitan_v010_train.py`` (torchtitan 0.1.0's ``torchtitan.train`` on a stand-in
 tokenizer and corpus) with the row's recipe as torchtitan's command-line flags: model flavor, parallel degrees,
@@ -148,8 +148,8 @@ def row_args(row: PublishedRow) -> list[str]:
 
 
 def row_key(row: PublishedRow) -> str:
-    """The cache key: the recipe's, and the exact command, so any change to either runs the row again."""
-    command = json.dumps([row_args(row), run_options(row.recipe)])
+    """The cache key: the recipe's, and the exact command and software stack, so any change runs the row again."""
+    command = json.dumps([row_args(row), run_options(row.recipe), titan_stack.stack_of(row.source).describe()])
     return f"{row.key()}-{hashlib.sha256(command.encode()).hexdigest()[:8]}"
 
 
@@ -161,11 +161,12 @@ def emulate_row(row: PublishedRow) -> dict[str, Any]:
 
     recipe = row.recipe
     sampler = MemorySampler()
-    refused = titan_stack.unsupported(recipe.float8)
+    stack = titan_stack.stack_of(row.source)
+    refused = stack.unsupported(recipe.float8)
     if refused:
         return {"ok": False, "error": refused, "command": None, "wall_s": 0.0, "peak_rss_bytes": 0}
     try:
-        python = str(titan_stack.python())
+        python = str(stack.python())
     except VenvError as exc:
         return {"ok": False, "error": str(exc), "command": None, "wall_s": 0.0, "peak_rss_bytes": 0}
     result = emulate_script(SCRIPT, row_args(row), recipe.hardware, python=python,
@@ -236,8 +237,8 @@ def print_table(rows: list[dict[str, Any]], console) -> dict[str, Any]:
     """The row table, the breakdown table and the summary (returned)."""
     from rich.table import Table
 
-    table = Table(title="torchtitan's published runs vs emulation (" + titan_stack.describe() + "; aims: TPS/GPU mean "
-                        "|error| 5 %, worst 10 %; memory 5 %)")
+    table = Table(title="torchtitan's published runs vs emulation (aims: TPS/GPU mean |error| 5 %, worst 10 %; "
+                        "memory 5 %; " + titan_stack.describe() + ")")
     for column in ("row", "board", "TPS/GPU pub", "pred", "err", "GiB pub", "pred", "err", "step ms pub", "pred",
                    "emul s", "RSS GiB"):
         table.add_column(column, justify="left" if column in ("row", "board") else "right")

@@ -80,11 +80,16 @@ def test_multi_node_rows_run_one_rank_per_pipeline_stage_and_single_nodes_every_
     assert torchtitan.run_options(recipe(gpus=8, dp_shard=8, tp=1, pp=1, pp_schedule=None)) == []
 
 
-def test_a_rows_cache_key_changes_with_its_recipe():
-    pub = PublishedRow("f.md", "Table 5", "x", recipe(), 128.0, 72.7)
+def test_a_rows_cache_key_changes_with_its_recipe_and_its_files_software():
+    from emulate.e2e.titan_stack import STACK_2024, STACKS
+
+    old, new = sorted(STACKS, key=lambda s: STACKS[s] != STACK_2024)[::len(STACKS) - 1]
+    pub = PublishedRow(old, "Table 5", "x", recipe(), 128.0, 72.7)
     other = dataclasses.replace(pub, recipe=recipe(pp_schedule="1F1B"))
     assert torchtitan.row_key(pub) != torchtitan.row_key(other)
     assert torchtitan.row_key(pub) == torchtitan.row_key(dataclasses.replace(pub, tps_per_gpu=1.0))
+    assert STACKS[old] != STACKS[new]
+    assert torchtitan.row_key(pub) != torchtitan.row_key(dataclasses.replace(pub, source=new))
 
 
 def test_the_summary_gives_mean_and_worst_error_and_spearman_over_the_rows_that_ran():
@@ -160,9 +165,19 @@ def test_the_docs_page_lists_every_row_with_its_error_and_names_the_commit_and_c
 
 def test_a_float8_recipe_the_stack_cannot_look_up_is_refused_not_run_in_bf16():
     """torchtitan 0.1.0 on torchao 0.8.0 warns and trains a rowwise row in bf16; the row must fail, not report."""
+    from emulate.e2e.titan_stack import STACK_2024, STACK_2025, STACKS
+
+    assert STACK_2024.unsupported("tensorwise") is None and STACK_2024.unsupported(None) is None
+    assert "torchao" in STACK_2024.unsupported("rowwise") and STACK_2025.unsupported("rowwise") is None
+    source = next(s for s, stack in STACKS.items() if stack == STACK_2024)
+    out = torchtitan.emulate_row(PublishedRow(source, "t", "rowwise", recipe(float8="rowwise"), 1.0, None))
+    assert out["ok"] is False and "rowwise" in out["error"]
+
+
+def test_every_benchmark_file_has_a_stack_and_an_unknown_file_is_refused_in_one_line(shared_data: Path):
     from emulate.e2e import titan_stack
 
-    assert titan_stack.unsupported("tensorwise") is None and titan_stack.unsupported(None) is None
-    assert "torchao" in titan_stack.unsupported("rowwise")
-    out = torchtitan.emulate_row(PublishedRow("f.md", "t", "rowwise", recipe(float8="rowwise"), 1.0, None))
-    assert out["ok"] is False and "rowwise" in out["error"]
+    rows, problems = published_rows(shared_data)
+    assert not problems and {r.source for r in rows} == set(titan_stack.STACKS)
+    with pytest.raises(KeyError, match="new.md.*STACKS"):
+        titan_stack.stack_of("new.md")
