@@ -283,7 +283,7 @@ def _launch_latency(ops: pd.DataFrame) -> float:
     return float(np.median(d)) if len(d) else 0.0
 
 
-def _device_event(row: Any, comm_seq: dict[str, int], op_rows: pd.DataFrame | None,
+def _device_event(row: Any, comm_seq: dict[Any, int], op_rows: pd.DataFrame | None,
                   world_size: int, shared: "_SharedValues | None" = None) -> dict[str, Any]:
     cat, name = row.cat, str(row.name)
     if cat == "gpu_memcpy":
@@ -306,7 +306,7 @@ def _device_event(row: Any, comm_seq: dict[str, int], op_rows: pd.DataFrame | No
     return ev
 
 
-def _collective_event(row: Any, comm_seq: dict[str, int], op_rows: pd.DataFrame | None,
+def _collective_event(row: Any, comm_seq: dict[Any, int], op_rows: pd.DataFrame | None,
                       world_size: int) -> dict[str, Any]:
     name = str(row.name)
     token = name.split("_")[1].lower() if "_" in name else ""
@@ -318,8 +318,9 @@ def _collective_event(row: Any, comm_seq: dict[str, int], op_rows: pd.DataFrame 
 
     op = NCCL_OPS.get(str(field("collective_name") or "").replace("_", "").lower()) or NCCL_OPS.get(token)
     comm = str(field("process_group_name") or "default")
-    seq = comm_seq.get(comm, 0)
-    comm_seq[comm] = seq + 1
+    counter = (comm, "p2p") if (op or "") in ("send", "recv") else comm   # numbered apart (emulate/trace.py)
+    seq = comm_seq.get(counter, 0)
+    comm_seq[counter] = seq + 1
     dtype_name = field("collective_dtype")
     dtype = canonical_dtype(str(dtype_name)) if dtype_name else (classify_kernel_name(name) or {}).get("dtype")
     nelems = max(_int(field("in_msg_nelems")) or 0, _int(field("out_msg_nelems")) or 0)
@@ -404,7 +405,7 @@ def _host_items(items: "_HostItems", ops: pd.DataFrame, stall: np.ndarray, op_ro
                 world_size: int, report_stage: ConvertProgress) -> None:
     """Each device op as a host item (its launch call) of ``items``. Values repeated across millions of kernels
     (spec, grid, block, op shapes) are made once and shared by every event that has them."""
-    comm_seq: dict[str, int] = {}
+    comm_seq: dict[Any, int] = {}
     op_parts = OpCalls()
     builder = items.events
     shared = _SharedValues()

@@ -24,8 +24,8 @@ Kinds and their fields:
 - ``event_record``: ``event`` (handle), ``stream``.   ``stream_wait_event``: ``stream``, ``event``.
 - ``event_sync``: ``event``.   ``stream_sync``: ``stream``.   ``device_sync``.
 - ``collective``: ``stream``, ``op`` (all_reduce | all_gather | reduce_scatter | all_to_all | broadcast | reduce |
-  send | recv), ``comm`` (communicator id, same string on every member), ``comm_seq`` (n-th call on that
-  communicator), ``ranks`` (communicator size), ``peer`` (send/recv: the other rank, numbered within the
+  send | recv), ``comm`` (communicator id, same string on every member), ``comm_seq`` (n-th collective on that
+  communicator; sends and receives, which involve two members only, are numbered apart), ``ranks`` (communicator size), ``peer`` (send/recv: the other rank, numbered within the
   communicator as NCCL takes it; a global rank when the trace has no ``comm_rank``), ``comm_rank`` (optional: this
   rank's number within the communicator), ``count``, ``dtype``, ``bytes`` (per rank, the
   larger of send and receive buffer), ``spec`` (family ``collective`` row).

@@ -61,3 +61,39 @@ def test_point_to_point_messages_carry_their_bytes(tmp_path, emulate_run):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "META {'shape': (4, 8192, 4096), 'stage': 0}" in proc.stdout
     assert "PAIR 0 [2.0, 2.0, 2.0, 2.0]" in proc.stdout and "PAIR 1 [1.0, 1.0, 1.0, 1.0]" in proc.stdout
+
+
+# A pipeline's first stage only sends activations and receives gradients where a middle stage both receives and
+# sends each: over one communicator (torch's with a bound device sends on the group's own), the stages' later
+# collective (the gradient norm's all-reduce) is their k-th collective on it, whatever their transfers. Numbered
+# together with the transfers, the stages waited in different calls and the run deadlocked.
+PIPELINE_THEN_ALL_REDUCE = """
+    import os, torch, torch.distributed as dist
+    rank = int(os.environ["RANK"])
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", device_id=torch.device("cuda", rank))
+    x = torch.ones(8, device="cuda")
+    for _ in range(2):
+        if rank > 0:
+            dist.recv(x, src=rank - 1)
+        if rank < 2:
+            dist.send(x, dst=rank + 1)
+    norm = torch.tensor([float(rank + 1)]).cuda()
+    dist.all_reduce(norm)
+    os.write(1, f"NORM {rank} {norm.item()}\\n".encode())  # one write: the ranks share the pipe
+    dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_pipeline_transfers_on_a_communicator_leave_its_collectives_numbered_alike(tmp_path, emulate_run):
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(PIPELINE_THEN_ALL_REDUCE))
+    proc, _, traces = emulate_run(tmp_path, script, nproc=3, options=("--no-dedup",))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert all(f"NORM {r} 6.0" in proc.stdout for r in range(3)), proc.stdout[-2000:]
+    reduces = [next(e for e in t["events"] if e["kind"] == "collective" and e["op"] == "all_reduce"
+                    and e.get("count") == 1) for t in traces]
+    sends = [e for t in traces for e in t["events"] if e["kind"] == "collective" and e["op"] in ("send", "recv")]
+    assert {e["comm"] for e in sends} == {reduces[0]["comm"]}       # the transfers shared the communicator
+    assert len({(e["comm"], e["comm_seq"]) for e in reduces}) == 1

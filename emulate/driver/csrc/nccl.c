@@ -75,7 +75,10 @@ static void log_record(const char *event, int timed, const char *json) {
 typedef struct nccl_comm {
     char id[40];
     int nranks, rank;      /* nranks -1: unknown here (a split); the collator counts the members' traces */
-    uint64_t seq, splits;
+    /* seq numbers the collectives every member makes (the collator matches them by it, the exchange area tags by
+     * it); p2p_seq the sends and receives, which involve two members only: a pipeline stage sends and receives more
+     * than the first and last on one communicator, and counted together its later collectives would not agree */
+    uint64_t seq, p2p_seq, splits;
     pthread_mutex_t lock;
     void *shm;             /* small-collective exchange area shared by the members (datapath.c), or NULL */
     struct nccl_comm *next;
@@ -145,8 +148,10 @@ static nccl_comm_t *find_comm(const char *id, size_t len) {
  * launches the same graphs in the same order relative to its other collectives, so the numbers agree across ranks,
  * and the exchange area only needs them to grow. `json` is a collective record's members; `out` gets the same with
  * the new "seq". Returns 1 when renumbered, 0 (out a copy) otherwise. Called by the driver's graph.c. */
+static int is_p2p(const char *op) { return !strcmp(op, "send") || !strcmp(op, "recv"); }
 EXPORT int stepcast_collective_rerun(const char *json, char *out, size_t cap) {
     const char *comm = strstr(json, "\"comm\":\""), *seq = strstr(json, "\"seq\":");
+    int p2p = strstr(json, "\"coll\":\"send\"") || strstr(json, "\"coll\":\"recv\"");
     nccl_comm_t *c = NULL;
     if (comm && seq) {
         comm += 8;
@@ -155,7 +160,7 @@ EXPORT int stepcast_collective_rerun(const char *json, char *out, size_t cap) {
     }
     if (!c) { snprintf(out, cap, "%s", json); return 0; }
     pthread_mutex_lock(&c->lock);
-    uint64_t next = c->seq++;
+    uint64_t next = p2p ? c->p2p_seq++ : c->seq++;
     pthread_mutex_unlock(&c->lock);
     const char *digits = seq + 6, *rest = digits + strspn(digits, "0123456789");
     snprintf(out, cap, "%.*s%llu%s", (int)(digits - json), json, (unsigned long long)next, rest);
@@ -314,7 +319,7 @@ static ncclResult_t collective(const char *op, ncclComm_t comm, size_t count, nc
     nccl_comm_t *c = (nccl_comm_t *)comm;
     if (!c) return ncclInvalidArgument;
     pthread_mutex_lock(&c->lock);
-    uint64_t seq = c->seq++;
+    uint64_t seq = is_p2p(op) ? c->p2p_seq++ : c->seq++;
     pthread_mutex_unlock(&c->lock);
     exchange_t exchange = exchange_fn();
     if ((kind == 5 || kind == 6) && group_depth && c->shm && n_pending < MAX_PENDING)
