@@ -345,19 +345,36 @@ def legacy_isa_factors(prog: RankProgram, positions: list[int], ids: list[int], 
     return factors
 
 
+#: resident threads per SM by compute capability (CUDA C++ Programming Guide, "Technical Specifications per Compute
+#: Capability"); the others hold 2048
+MAX_THREADS_PER_SM = {(7, 5): 1024, (8, 6): 1536, (8, 9): 1536, (12, 0): 1536, (12, 1): 1536}
+FILL_SHARE = 0.5    # a kernel whose blocks can take more than half the GPU's block slots leaves no room for another
+
+
 def fills_gpu(prog: RankProgram, kernels: list[int], target: HardwareSpec | None) -> np.ndarray:
-    """True on each of ``kernels`` (positions of kernels whose duration is predicted) launched with at least one
-    block per SM of ``target``. An estimator times a kernel alone on the GPU; two such kernels on different streams
-    cannot both have every SM at once, so the engine shares the GPU between them. Kernels with a recorded
-    duration are left out: a real run's durations already include the sharing. Smaller grids leave SMs free and
-    overlap as they are."""
+    """True on each of ``kernels`` (positions of kernels whose duration is predicted) whose blocks take more than
+    :data:`FILL_SHARE` of the GPU's block slots: SMs x the blocks one SM holds at once, by its threads and shared
+    memory (a Hopper GEMM of 128 blocks with 226 KB of shared memory each holds 128 of 132 SMs; an elementwise
+    kernel of 128 blocks of 128 threads, 6 % of the slots). An estimator times a kernel alone on the GPU; two such
+    kernels on different streams cannot both have the GPU, so the engine shares it between them. Kernels with a
+    recorded duration are left out: a real run's durations already include the sharing. The others overlap as
+    they are."""
     out = np.zeros(prog.n_events, dtype=bool)
     if target is None or not kernels:
         return out
     sms = target.sm_count
-    for i, grid in zip(kernels, map(prog.events.field("grid").__getitem__, kernels)):
-        if grid and math.prod(int(g) for g in grid) >= sms:
-            out[i] = True
+    threads_per_sm = MAX_THREADS_PER_SM.get(tuple(target.compute_capability or ()), 2048)
+    smem_per_sm = int((target.shared_memory_per_sm_kib or 0) * 1024)
+    events = prog.events
+    for i, grid, block, shmem in zip(kernels, map(events.field("grid").__getitem__, kernels),
+                                     map(events.field("block").__getitem__, kernels),
+                                     map(events.field("shmem").__getitem__, kernels)):
+        if not grid:
+            continue
+        per_sm = threads_per_sm // max(math.prod(int(b) for b in block), 1) if block else threads_per_sm
+        if shmem and smem_per_sm:
+            per_sm = min(per_sm, smem_per_sm // int(shmem))
+        out[i] = math.prod(int(g) for g in grid) > FILL_SHARE * sms * max(per_sm, 1)
     return out
 
 
