@@ -21,7 +21,8 @@ Loaded by :mod:`emulate.capture` (by its file path: nothing of the project is on
 - torch's symmetric memory (async TP's fused collective-matmuls) rendezvous through the store: every member sets
   its request under ``.../CUDASymmetricMemory/<seq>/<group rank>`` (torch 2.6: ``store_all_gather/<seq>/<group
   rank>`` in a FileStore of the group's own, which is wrapped as it is handed to ``_SymmetricMemory.set_group_info``;
-  its barrier all-gathers an int under the same keys) and reads the others', then the members pass
+  its barrier all-gathers an int under the same keys; torch 2.8 on: under ``symmetric_memory-<the group's global
+  ranks>/``, which names the members whichever group's store the key reaches) and reads the others then the members pass
   their blocks' file descriptors around a ring of Unix sockets named by the requests' process ids. An absent
   member's request is answered with this rank's own, its device (the request's first field) set to the absent
   rank's local device: the process id is this rank's, so its ring sends go to itself and it imports its own block
@@ -55,6 +56,8 @@ P2P_KEY = re.compile(r"(\d+):(\d+)")
 #: torch's symmetric-memory all-gather keys, <prefix>/<seq>/<rank>: StoreExchange's (torch 2.7 on), and 2.6's
 #: store_all_gather (its barrier is an all-gather of an int, under the same keys)
 SYMM_KEY = re.compile(r"^(.*(?:CUDASymmetricMemory|store_all_gather)/\d+/)(\d+)$")
+SYMM_GROUP = re.compile(r"symmetric_memory-(\d+(?:_\d+)*)/")   # torch 2.8 on: the group's global ranks name the
+                                                                # prefix of its symmetric memory's store
 SYMM_COUNT = re.compile(r"CUDASymmetricMemory/\d+/num_members$")   # its barrier: members count in, the last sets
                                                                    # .../last_member, all wait for it
 DEVICE_FIELD = 4                                                  # RendezvousRequest.device_idx, an int, first
@@ -140,16 +143,26 @@ class SparseStore(dist.Store):
                 return self._members[a], [self._members[a], self._members[b]]
         return None
 
+    def _symmetric_members(self, key: str) -> list[int] | None:
+        """The members of the group a symmetric-memory key belongs to: named in the key (torch 2.8 on prefixes the
+        group's store with ``symmetric_memory-<its global ranks>``, under whichever group's store it reached),
+        else this store's group when the key is its own; None otherwise."""
+        named = SYMM_GROUP.search(key)
+        if named:
+            return [int(r) for r in named[1].split("_")]
+        return self._members if self._own(key) else None
+
     def _symmetric_stand_in(self, key: str) -> bytes | None:
         """An absent member's value of a symmetric-memory all-gather key (module docstring), else None."""
         m = SYMM_KEY.match(key)
-        if not m or not self._own(key) or int(m[2]) >= len(self._members) or self._members[int(m[2])] in self._present:
+        members = self._symmetric_members(key) if m else None
+        if members is None or int(m[2]) >= len(members) or members[int(m[2])] in self._present:
             return None
-        own = self._inner.get(m[1] + str(self._members.index(self._sole_running())))
+        own = self._inner.get(m[1] + str(members.index(self._sole_running(members))))
         if len(own) <= 2 * DEVICE_FIELD:                      # a barrier's all-gather of an int: the same value
             return own
         local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-        device = self._members[int(m[2])] % max(local, 1)
+        device = members[int(m[2])] % max(local, 1)
         return device.to_bytes(DEVICE_FIELD, "little", signed=True) + own[DEVICE_FIELD:]
 
     def _own(self, key: str) -> bool:
@@ -160,12 +173,14 @@ class SparseStore(dist.Store):
         rest = key[len(self._group):] if key.startswith(self._group) else key
         return rest.lstrip("/").startswith("CUDASymmetricMemory/")
 
-    def _sole_running(self) -> int:
-        """The group's one running member, for symmetric memory's exchanges (module docstring)."""
-        running = [r for r in self._members if r in self._present]
+    def _sole_running(self, members: list[int] | None = None) -> int:
+        """The one running member of the group (``members``, default this store's), for symmetric memory's
+        exchanges (module docstring)."""
+        members = self._members if members is None else members
+        running = [r for r in members if r in self._present]
         if len(running) != 1:
             raise SparseRunError(
-                f"stepcast: symmetric memory in process group {self._group!r} (ranks {self._members[:8]}) with "
+                f"stepcast: symmetric memory in process group {self._group!r} (ranks {members[:8]}) with "
                 f"absent members and several running ones ({running[:8]}): run one rank of the group or all of "
                 "them (--run-ranks)")
         return running[0]
@@ -197,9 +212,10 @@ class SparseStore(dist.Store):
         return value
 
     def add(self, key: str, value: int) -> int:
-        absent = sum(r not in self._present for r in self._members)
-        if absent and SYMM_COUNT.search(key) and self._own(key):   # the absent members arrive with this rank, its group's only one
-            self._sole_running()
+        members = self._symmetric_members(key) if SYMM_COUNT.search(key) else None
+        absent = sum(r not in self._present for r in members or ())
+        if absent:   # a symmetric-memory barrier: the absent members arrive with this rank, its group's only one
+            self._sole_running(members)
             value += absent
         return self._inner.add(key, value)
 

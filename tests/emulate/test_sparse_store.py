@@ -45,6 +45,20 @@ def test_the_world_groups_store_leaves_a_subgroups_keys_alone():
     assert world.get("0//41//CUDASymmetricMemory/0/1") == b"peer"
 
 
+def test_a_subgroups_key_that_names_its_ranks_is_answered_by_any_store_that_sees_it(monkeypatch):
+    """torch 2.8 on prefixes a group's symmetric-memory store with ``symmetric_memory-<its global ranks>`` and it
+    reaches the world group's store under the subgroup's name: the ranks in the key are the members answered for."""
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    inner = dist.HashStore()
+    world = SparseStore(inner, "0", list(range(16)), frozenset({0, 8}), [])
+    prefix = "0//2//symmetric_memory-8_9_10_11/CUDASymmetricMemory/0/"
+    request = (0).to_bytes(4, "little") + bytes(44)
+    world.set(prefix + "0", request)
+    world.wait([prefix + "0", prefix + "3"])                       # no wait for absent rank 11
+    assert world.get(prefix + "3")[:4] == (3).to_bytes(4, "little")
+    assert world.add("0//2//symmetric_memory-8_9_10_11/CUDASymmetricMemory/1/num_members", 1) == 4
+
+
 def test_this_rank_counts_for_the_absent_members_at_the_exchanges_barrier():
     store = SparseStore(dist.HashStore(), "tp", [8, 9, 10, 11], frozenset({8}), [])
     assert store.add("tp//CUDASymmetricMemory/1/num_members", 1) == 4    # the group's size: the last member
