@@ -190,8 +190,8 @@ def evaluate_problems(problems: list[str], traces: dict[str, list[tuple[Path, li
     est = est if est is not None else uncorrected_estimator()
     rows: dict[str, dict[str, Any]] = {p: {"problem": p, "gpus": {}, "notes": []} for p in problems}
     for gpu, why in (failed or {}).items():
-        for p, error in why.items():
-            rows[p]["notes"].append(f"{gpu}: {error}")
+        for p, reason in why.items():
+            rows[p]["notes"].append(f"{gpu}: {reason}")
     for gpu, parts in traces.items():
         for trace, held in parts:
             events = [dict(ev) for ev in read_trace(trace)["events"]]
