@@ -53,6 +53,8 @@ SHM_HEADER = 4096
 SHM_STOPPED_OFFSET = 2 * SHM_MAX_RANKS * 8   # shm_header: posted[64], done[64], stopped[64], program[64]
 COUNTER_KEY = re.compile(r"\d+")
 P2P_KEY = re.compile(r"(\d+):(\d+)")
+ROOT_KEY = re.compile(r"UniqueNCCLID:(\d+)")   # NCCL's scalable init (torch with NCCL 2.23 on): one id per root
+RANKS_PER_ROOT = 128                              # TORCH_NCCL_RANKS_PER_ROOT's default
 #: torch's symmetric-memory all-gather keys, <prefix>/<seq>/<rank>: StoreExchange's (torch 2.7 on), and 2.6's
 #: store_all_gather (its barrier is an all-gather of an int, under the same keys)
 SYMM_KEY = re.compile(r"^(.*(?:CUDASymmetricMemory|store_all_gather)/\d+/)(\d+)$")
@@ -77,6 +79,18 @@ def comm_id(unique_id: bytes) -> str:
     for b in unique_id[:UNIQUE_ID_BYTES].ljust(UNIQUE_ID_BYTES, b"\0"):
         h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
     return f"nccl-{h:016x}"
+
+
+def root_rank(index: int, members: list[int]) -> int:
+    """The member that sets root ``index``'s unique id in NCCL's scalable init: torch spreads ceil(n / ranks per
+    root) roots over the n members as evenly as it can, the first n % roots of them one member apart more
+    (ProcessGroupNCCL's getRootIndex, inverted)."""
+    n = len(members)
+    per_root = int(os.environ.get("TORCH_NCCL_RANKS_PER_ROOT", RANKS_PER_ROOT))
+    roots = max(1, -(-n // max(per_root, 1)))
+    each, extra = divmod(n, roots)
+    at = index * (each + 1) if index < extra else extra * (each + 1) + (index - extra) * each
+    return members[min(at, n - 1)]
 
 
 def stand_in_unique_id(key: str) -> bytes:
@@ -134,6 +148,9 @@ class SparseStore(dist.Store):
         if len(parts) > 2:
             return None
         last = key.rsplit("/", 1)[-1]
+        root = ROOT_KEY.fullmatch(last)
+        if root:
+            return (root_rank(int(root[1]), self._members), self._members) if self._members else None
         if COUNTER_KEY.fullmatch(last):
             return (self._members[0], self._members) if self._members else None
         pair = P2P_KEY.fullmatch(last)
@@ -189,8 +206,11 @@ class SparseStore(dist.Store):
         id_key = self._id_key(key)
         if id_key is None or len(value) != UNIQUE_ID_BYTES or not value.startswith(NCCL_ID_PREFIX):
             return
+        root = ROOT_KEY.search(key)
+        if root and int(root[1]) > 0:   # the communicator is named by the first root's id (csrc/nccl.c)
+            return
         comm = comm_id(value)
-        self._comms.append({"comm": comm, "group": self._group, "key": key.rsplit("/", 1)[-1],
+        self._comms.append({"comm": comm, "group": self._group, "key": "root" if root else key.rsplit("/", 1)[-1],
                             "members": id_key[1]})
         mark_absent_members(comm, id_key[1], self._present)
 

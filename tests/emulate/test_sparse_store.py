@@ -117,3 +117,20 @@ def test_torch_2_6s_own_symmetric_memory_store_answers_for_the_absent_members(mo
     proxy.set_group_info("full", 0, 1, inner)
     assert isinstance(handed[0], SparseStore) and handed[1] is inner
     assert proxy.rendezvous == "the real class's"
+
+
+def test_nccl_scalable_inits_roots_absent_from_the_run_get_stand_in_ids(monkeypatch):
+    """With NCCL's scalable init torch sets one id per root (``UniqueNCCLID:<r>``, a root per 128 members by default):
+    root 1 of a 256-member world is rank 128, absent from a run of rank 0, so its id is a stand-in, not a wait."""
+    from emulate.sparse_store import root_rank
+
+    monkeypatch.delenv("TORCH_NCCL_RANKS_PER_ROOT", raising=False)
+    assert [root_rank(r, list(range(256))) for r in (0, 1)] == [0, 128]
+    assert [root_rank(r, list(range(300))) for r in (0, 1, 2)] == [0, 100, 200]
+    inner = dist.HashStore()
+    comms: list[dict] = []
+    world = SparseStore(inner, "0", list(range(256)), frozenset({0}), comms)
+    unique_id = NCCL_ID_PREFIX.ljust(UNIQUE_ID_BYTES, b"\0")
+    world.set("0//cuda//UniqueNCCLID:0", unique_id)
+    assert world.get("0//cuda//UniqueNCCLID:1").startswith(NCCL_ID_PREFIX)
+    assert [c["key"] for c in comms] == ["root"]          # the communicator: named by the first root's id
