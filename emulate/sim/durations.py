@@ -84,8 +84,8 @@ class Durations:
     fallback_reasons: Counter = field(default_factory=Counter)
     estimator_label: str | None = None
     spec_rows: pd.DataFrame | None = None            # the distinct rows sent to the estimator, with predictions
-    #: per rank, True on each predicted kernel whose grid fills every SM (:func:`fills_gpu`): the engine lets no two
-    #: such kernels of a rank progress at once (emulate.sim.engine)
+    #: per rank, True on each predicted kernel whose blocks take more than half the GPU's block slots (:func:`fills_gpu`):
+    #: the engine lets no two such kernels of a rank progress at once (emulate.sim.engine)
     fills: list[np.ndarray] = field(default_factory=list)
 
 

@@ -10,8 +10,8 @@ Model (design notes, "Collation and simulation"):
   that runs ahead is throttled to its GPU's pace;
 - a device op starts at ``max(issue time + launch latency, its stream's tail) + stall`` (``stall_us``: a hold the
   importer measured but could not explain, 0 for captured traces) and occupies its stream for its duration;
-  different streams overlap, except that kernels which fill every SM (``Durations.fills``: predicted, one block
-  per SM or more) share the GPU: such a kernel runs in the time its rank's earlier ones leave free from when it
+  different streams overlap, except that kernels which fill the GPU (``Durations.fills``: predicted, their blocks
+  taking more than half its block slots) share it: such a kernel runs in the time its rank's earlier ones leave free from when it
   is ready, so it ends its duration of free time later (:func:`_share`: the GPU works one at a time, interleaving
   their blocks); a copy engine's copies, collectives and kernels too small to fill the GPU overlap freely;
 - ``event_record`` stores the stream's tail; ``stream_wait_event`` raises the waiting stream's tail to the stored

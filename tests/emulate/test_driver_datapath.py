@@ -17,12 +17,19 @@ STALE_SCRATCH = """
 """
 
 
+def run_script(tmp_path, emulate_run, source: str, nproc: int = 1):
+    """Capture ``source`` (a script's text) on ``nproc`` ranks, every rank running; returns (process, traces) of a
+    run that succeeded."""
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(source))
+    proc, _, traces = emulate_run(tmp_path, script, nproc=nproc, options=("--no-dedup",) if nproc > 1 else ())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc, traces
+
+
 @pytest.mark.slow
 def test_a_count_an_op_reads_back_after_its_kernel_is_not_an_earlier_ops_bytes(tmp_path, emulate_run):
-    script = tmp_path / "script.py"
-    script.write_text(textwrap.dedent(STALE_SCRATCH))
-    proc, _, _ = emulate_run(tmp_path, script)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc, _ = run_script(tmp_path, emulate_run, STALE_SCRATCH)
     counts = [int(line.split()[1]) for line in proc.stdout.splitlines() if line.startswith("SELECTED")]
     assert len(counts) == 3 and all(0 <= c <= 6 for c in counts)
     assert "ROUNDTRIP [3.0, 4.0]" in proc.stdout  # bytes copied in still read back
@@ -55,10 +62,7 @@ POINT_TO_POINT = """
 
 @pytest.mark.slow
 def test_point_to_point_messages_carry_their_bytes(tmp_path, emulate_run):
-    script = tmp_path / "script.py"
-    script.write_text(textwrap.dedent(POINT_TO_POINT))
-    proc, _, _ = emulate_run(tmp_path, script, nproc=2, options=("--no-dedup",))
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc, _ = run_script(tmp_path, emulate_run, POINT_TO_POINT, nproc=2)
     assert "META {'shape': (4, 8192, 4096), 'stage': 0}" in proc.stdout
     assert "PAIR 0 [2.0, 2.0, 2.0, 2.0]" in proc.stdout and "PAIR 1 [1.0, 1.0, 1.0, 1.0]" in proc.stdout
 
@@ -87,10 +91,7 @@ PIPELINE_THEN_ALL_REDUCE = """
 
 @pytest.mark.slow
 def test_pipeline_transfers_on_a_communicator_leave_its_collectives_numbered_alike(tmp_path, emulate_run):
-    script = tmp_path / "script.py"
-    script.write_text(textwrap.dedent(PIPELINE_THEN_ALL_REDUCE))
-    proc, _, traces = emulate_run(tmp_path, script, nproc=3, options=("--no-dedup",))
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc, traces = run_script(tmp_path, emulate_run, PIPELINE_THEN_ALL_REDUCE, nproc=3)
     assert all(f"NORM {r} 6.0" in proc.stdout for r in range(3)), proc.stdout[-2000:]
     reduces = [next(e for e in t["events"] if e["kind"] == "collective" and e["op"] == "all_reduce"
                     and e.get("count") == 1) for t in traces]
