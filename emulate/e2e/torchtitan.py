@@ -9,8 +9,9 @@ pipeline schedule, local batch, sequence length, activation checkpointing, ``--t
 TP. The same rules for every row, none per row:
 
 - torchtitan of the published dates split a pipeline rank's local batch into as many microbatches as pipeline
-  stages (0.1.0 defaults to microbatches of one sample): ``--parallelism.pipeline_parallel_microbatch_size`` is
-  local batch / PP degree;
+  stages, counting the virtual ones (a looped schedule such as Interleaved 1F1B built two stages per rank), where
+  0.1.0 defaults to microbatches of one sample: ``--parallelism.pipeline_parallel_microbatch_size`` is local batch
+  / (PP degree x :func:`stages_per_rank`);
 - selective checkpointing is the configs' per-op policy (``--activation_checkpoint.selective_ac_option op``, the
   llama3 tomls' setting; 0.1.0's default is every second block);
 - Float8 converts every Linear but the output projection (``--float8.filter_fqns output``: the 2024 converter's
@@ -103,6 +104,13 @@ def float8_args(recipe: Recipe) -> list[str]:
     return args + [bool_flag(f"float8.{option}", True) for option in recipe.float8_options]
 
 
+def stages_per_rank(schedule: str) -> int:
+    """Pipeline stages a rank holds under torchtitan's default split (of December 2024 and 0.1.0 alike): one for a
+    single-stage schedule, two for a looped (multi-stage) one, by torch's own classification of the schedule."""
+    from torch.distributed.pipelining.schedules import PipelineScheduleMulti, get_schedule_class
+    return 2 if issubclass(get_schedule_class(schedule), PipelineScheduleMulti) else 1
+
+
 def trainer_args(recipe: Recipe, steps: int = STEPS, spec: str = "llama3") -> list[str]:
     """torchtitan 0.1.0's command line for the recipe, running train spec ``spec`` (the launcher adds the stand-in
     assets)."""
@@ -116,7 +124,8 @@ def trainer_args(recipe: Recipe, steps: int = STEPS, spec: str = "llama3") -> li
             "--parallelism.pipeline_parallel_degree", str(recipe.pp)]
     if recipe.pp > 1:
         args += ["--parallelism.pipeline_parallel_schedule", str(recipe.pp_schedule),
-                 "--parallelism.pipeline_parallel_microbatch_size", str(recipe.local_batch // recipe.pp)]
+                 "--parallelism.pipeline_parallel_microbatch_size",
+                 str(recipe.local_batch // (recipe.pp * stages_per_rank(str(recipe.pp_schedule))))]
     args += ["--activation_checkpoint.mode", recipe.ac]
     if recipe.ac == "selective":
         args += ["--activation_checkpoint.selective_ac_option", "op"]

@@ -42,11 +42,14 @@ def flag(args: list[str], name: str) -> str:
     return args[args.index(name) + 1]
 
 
-def test_a_pipeline_row_runs_torchtitans_flags_with_pipeline_degree_microbatches():
+def test_a_pipeline_row_runs_torchtitans_flags_with_as_many_microbatches_as_stages():
     args = torchtitan.trainer_args(recipe())
     assert (flag(args, "--model.name"), flag(args, "--model.flavor")) == ("llama3", "405B")
     assert flag(args, "--parallelism.pipeline_parallel_schedule") == "Interleaved1F1B"
-    assert flag(args, "--parallelism.pipeline_parallel_microbatch_size") == "4"     # 32 samples in 8 microbatches
+    # Interleaved 1F1B: two stages per rank, 16 in all, so 32 samples go in 16 microbatches of 2; 1F1B: 8 of 4
+    assert flag(args, "--parallelism.pipeline_parallel_microbatch_size") == "2"
+    one_f_one_b = torchtitan.trainer_args(dataclasses.replace(recipe(), pp_schedule="1F1B"))
+    assert flag(one_f_one_b, "--parallelism.pipeline_parallel_microbatch_size") == "4"
     assert [flag(args, f"--parallelism.{d}_parallel_degree") for d in ("tensor", "pipeline", "context")] == \
         ["8", "8", "1"]
     assert {"--training.compile", "--parallelism.enable-async-tensor-parallel"} <= set(args)
