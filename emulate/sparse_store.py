@@ -239,6 +239,13 @@ class SparseStore(dist.Store):
             value += absent
         return self._inner.add(key, value)
 
+    def clone(self) -> "SparseStore":
+        """A second client of the same store answering the same way: newer torch (2.14) clones a group's store where it
+        hands it to another thread or group (C++, through the PrefixStore holding this one), and a Python store
+        that does not say how fails there ("pure virtual function c10d::Store::clone")."""
+        return SparseStore(self._inner.clone(), self._group, self._members, self._present, self._comms,
+                           dedicated=self._dedicated)
+
     def compare_set(self, key: str, expected: Any, desired: Any) -> bytes:
         return self._inner.compare_set(key, expected, desired)
 

@@ -134,3 +134,13 @@ def test_nccl_scalable_inits_roots_absent_from_the_run_get_stand_in_ids(monkeypa
     world.set("0//cuda//UniqueNCCLID:0", unique_id)
     assert world.get("0//cuda//UniqueNCCLID:1").startswith(NCCL_ID_PREFIX)
     assert [c["key"] for c in comms] == ["root"]          # the communicator: named by the first root's id
+
+
+def test_a_clone_made_through_torchs_prefix_store_answers_for_the_absent_members_too():
+    """newer torch (2.14) clones a group's store in C++ (through the PrefixStore around the SparseStore); the clone is
+    another client of the same store that still stands in for the absent setter of a unique id."""
+    inner = dist.HashStore()
+    inner.set("g/shared", b"value")
+    clone = prefixed(inner, [0, 1], {1}).clone()      # rank 0, the id's setter, is absent
+    assert clone.get("shared") == b"value"
+    assert clone.get("0").startswith(NCCL_ID_PREFIX)  # the group's first unique id, set by absent rank 0
