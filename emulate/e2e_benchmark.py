@@ -35,10 +35,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import statistics
-from collections import Counter
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
@@ -281,6 +282,21 @@ def fmt_abs(value: float | None) -> str:
     return "" if value is None else f"{value:.1f}%"
 
 
+def page_command(argv: list[str]) -> str:
+    """The command a generated page names: as it was run, shell-quoted, less ``--root`` (where this machine keeps
+    the shared data is a setting, not part of what reproduces the page)."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip or arg.startswith("--root="):
+            skip = False
+            continue
+        if arg == "--root":
+            skip = True
+            continue
+        kept.append(arg)
+    return " ".join(["python -m emulate.e2e_benchmark", *map(shlex.quote, kept)])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m emulate.e2e_benchmark", description=__doc__.split("\n\n")[0])
     parser.add_argument("--sources", default=",".join(SOURCES), help=f"comma-separated, of {', '.join(SOURCES)}")
@@ -353,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         stats = torchtitan.print_table(rows, console) if rows else {}
         out["torchtitan"] = {"rows": rows, "summary": stats}
         if args.titan_page is not None and rows:
-            command = "python -m emulate.e2e_benchmark " + " ".join(argv if argv is not None else sys.argv[1:])
+            command = page_command(argv if argv is not None else sys.argv[1:])
             write_bytes_atomic(args.titan_page, torchtitan.page(rows, out["git_head"], command).encode())
 
     out["wall_s"] = round(time.perf_counter() - started, 1)

@@ -263,3 +263,10 @@ def test_a_gpu_the_installed_torch_cannot_run_is_emulated_with_the_older_torch(m
                      e2e_latency=10.0, fw_latency=10.0, bwall_latency=0.0)
     e2e_benchmark.neusight_row(neusight.parse_label(t4), fresh=True, torch_for=torch_for)
     assert seen["python"] is None and made == ["2.7.1"]  # the T4 (sm_75) runs on the installed torch
+
+
+def test_a_generated_page_names_its_command_without_this_machines_data_folder():
+    from emulate.e2e_benchmark import page_command
+
+    assert page_command(["--sources", "torchtitan", "--root", "/data/x", "--rows", "Table 1,H200", "--root=/y"]) == \
+        "python -m emulate.e2e_benchmark --sources torchtitan --rows 'Table 1,H200'"
