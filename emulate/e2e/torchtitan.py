@@ -200,7 +200,7 @@ def emulate_row(row: PublishedRow) -> dict[str, Any]:
 def run_row(row: PublishedRow, fresh: bool = False) -> dict[str, Any]:
     """Emulate one published row (cached per commit and :func:`row_key`) and compare it with the publication."""
     out = dict(cached(row_key(row), lambda: emulate_row(row), fresh))
-    out.update(name=row.name, source=row.source, hardware=row.recipe.hardware, notes=list(row.notes),
+    out.update(name=row.name, table=row.table, source=row.source, hardware=row.recipe.hardware, notes=list(row.notes),
                recipe=asdict(row.recipe), published={"tps_per_gpu": row.tps_per_gpu,
                                                           "memory_gib": row.memory_gib, "step_ms": row.step_ms})
     if out["ok"]:
@@ -217,15 +217,37 @@ def error_pct(predicted: float, published: float) -> float:
     return (predicted - published) / published * 100.0
 
 
+def order_pairs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every pair of rows of one published table that both ran, with the published and predicted gain of the second
+    over the first (TPS/GPU ratio) and whether the prediction orders them as the publication does: a table compares
+    techniques (compile, Float8, async TP, a schedule, a layout) on one model, so the order within it is the choice
+    a user makes. A published tie orders nothing."""
+    pairs = []
+    ran = [r for r in rows if r.get("ok")]
+    for i, a in enumerate(ran):
+        for b in ran[i + 1:]:
+            if a.get("table", a["name"].split(": ")[0]) != b.get("table", b["name"].split(": ")[0]):
+                continue
+            pub_a, pub_b = a["published"]["tps_per_gpu"], b["published"]["tps_per_gpu"]
+            pairs.append({"first": a["name"], "second": b["name"], "published_gain": pub_b / pub_a,
+                          "predicted_gain": b["tps_per_gpu"] / a["tps_per_gpu"],
+                          "agrees": pub_a == pub_b or (pub_b - pub_a) * (b["tps_per_gpu"] - a["tps_per_gpu"]) > 0})
+    return pairs
+
+
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Over all rows: how many ran and failed, mean and worst |TPS error| and Spearman's rank correlation of
-    predicted against published TPS/GPU over the rows that ran (None below three), and the same for memory."""
+    predicted against published TPS/GPU over the rows that ran (None below three), the same for memory, and how
+    many of the pairs within a table the prediction orders as published (:func:`order_pairs`)."""
     import pandas as pd
 
     ok = [r for r in rows if r.get("ok")]
     out: dict[str, Any] = {"rows": len(rows), "ran": len(ok), "failed": len(rows) - len(ok),
                            "mean_abs_tps_error": None, "worst_abs_tps_error": None, "spearman": None,
                            "mean_abs_memory_error": None, "worst_abs_memory_error": None}
+    pairs = order_pairs(rows)
+    out.update(pairs=len(pairs), pairs_in_order=sum(p["agrees"] for p in pairs),
+               wrong_order=[p for p in pairs if not p["agrees"]])
     if ok:
         errors = [abs(r["tps_error"]) for r in ok]
         out["mean_abs_tps_error"] = sum(errors) / len(errors)
@@ -287,30 +309,43 @@ def print_table(rows: list[dict[str, Any]], console) -> dict[str, Any]:
     console.print("idle: a collective (a pipeline send/recv included) waits for its peers: the pipeline bubble and "
                   "load imbalance; communication: collectives' total time, exposed or not", highlight=False)
     stats = summary(rows)
-    fmt = lambda v, unit="%": "n/a" if v is None else f"{v:.1f}{unit}"  # noqa: E731
-    console.print(f"rows {stats['rows']}: {stats['ran']} ran, {stats['failed']} failed; TPS/GPU |error| mean "
-                  f"{fmt(stats['mean_abs_tps_error'])}, worst {fmt(stats['worst_abs_tps_error'])}; Spearman "
-                  f"{'n/a' if stats['spearman'] is None else format(stats['spearman'], '.3f')} over the rows that "
-                  f"ran; memory |error| mean {fmt(stats['mean_abs_memory_error'])}, worst "
-                  f"{fmt(stats['worst_abs_memory_error'])}", highlight=False)
+    console.print(summary_line(stats), highlight=False)
+    for pair in stats["wrong_order"]:
+        console.print(wrong_order_line(pair), highlight=False)
     return stats
+
+
+def summary_line(stats: dict[str, Any]) -> str:
+    """The summary over rows in one sentence, as the console and the page print it."""
+    pct = lambda v: "n/a" if v is None else f"{v:.1f} %"  # noqa: E731
+    rho = "n/a" if stats["spearman"] is None else format(stats["spearman"], ".3f")
+    return (f"Rows {stats['rows']}: {stats['ran']} ran, {stats['failed']} failed. TPS/GPU |error| mean "
+            f"{pct(stats['mean_abs_tps_error'])}, worst {pct(stats['worst_abs_tps_error'])}; Spearman {rho} over "
+            f"the rows that ran; pairs within a table ordered as published: {stats['pairs_in_order']} of "
+            f"{stats['pairs']}; memory |error| mean {pct(stats['mean_abs_memory_error'])}, worst "
+            f"{pct(stats['worst_abs_memory_error'])}.")
+
+
+def wrong_order_line(pair: dict[str, Any]) -> str:
+    """A pair of rows the prediction orders against the publication, with both gains."""
+    return (f"wrong order: {pair['second']} over {pair['first']}: published x{pair['published_gain']:.3f}, "
+            f"predicted x{pair['predicted_gain']:.3f}")
 
 
 def page(rows: list[dict[str, Any]], commit: str, command: str) -> str:
     """The docs page of a run of the rows: every row's TPS/GPU and memory against the published figures, where its
     step goes, and the summary, naming the commit and the command that produced them."""
     stats = summary(rows)
-    pct = lambda v: "n/a" if v is None else f"{v:.1f} %"  # noqa: E731
     lines = ["# torchtitan's published runs, emulated", "",
              f"Generated by `{command}`, the rows computed at commit {commit[:10]}: the published rows of the three "
              "benchmark files under the shared data's `torchtitan/benchmarks/` that the command selected (all 32 "
              "without `--rows`), each run through torchtitan's trainer on the emulator with "
              f"{titan_stack.describe()} (`emulate/e2e/titan_stack.py` says why these releases). Aims (issue 34): "
-             "TPS/GPU mean |error| 5 %, worst 10 %; memory within 5 % on every row; Spearman 0.95.", "",
-             f"Rows {stats['rows']}: {stats['ran']} ran, {stats['failed']} failed. TPS/GPU |error| mean "
-             f"{pct(stats['mean_abs_tps_error'])}, worst {pct(stats['worst_abs_tps_error'])}; Spearman "
-             f"{'n/a' if stats['spearman'] is None else format(stats['spearman'], '.3f')}; memory |error| mean "
-             f"{pct(stats['mean_abs_memory_error'])}, worst {pct(stats['worst_abs_memory_error'])}.", "",
+             "TPS/GPU mean |error| 5 %, worst 10 %; memory within 5 % on every row; Spearman 0.95; every pair within "
+             "a table in the published order.", "",
+             summary_line(stats), "",
+             *(f"- {wrong_order_line(pair)}" for pair in stats["wrong_order"]),
+             *([""] if stats["wrong_order"] else []),
              "| row | board | TPS/GPU published | predicted | error | GiB published | predicted | error | "
              "step ms predicted | compute | exposed comm. | idle | largest kernel classes (ms) | emulation s | "
              "RSS GiB |",

@@ -27,10 +27,11 @@ def recipe(**changes) -> Recipe:
     return dataclasses.replace(base, **changes)
 
 
-def row(tps: float, predicted: float | None, memory: float | None = None, predicted_memory: float | None = None
-        ) -> dict:
+def row(tps: float, predicted: float | None, memory: float | None = None, predicted_memory: float | None = None,
+        table: str = "Table 1") -> dict:
     """A row as run_row returns it (predicted None: failed)."""
-    out = {"ok": predicted is not None, "published": {"tps_per_gpu": tps, "memory_gib": memory}}
+    out = {"ok": predicted is not None, "published": {"tps_per_gpu": tps, "memory_gib": memory},
+           "name": f"{table}: {tps:g}", "table": table}
     if predicted is not None:
         out.update(tps_per_gpu=predicted, tps_error=(predicted - tps) / tps * 100)
         if memory is not None and predicted_memory is not None:
@@ -106,6 +107,20 @@ def test_the_summary_gives_mean_and_worst_error_and_spearman_over_the_rows_that_
     swapped = torchtitan.summary([row(100, 300), row(200, 200), row(300, 100)])
     assert swapped["spearman"] == pytest.approx(-1.0) and swapped["worst_abs_tps_error"] == pytest.approx(200.0)
     assert torchtitan.summary([row(100, 110), row(200, None)])["spearman"] is None   # below three rows
+
+
+def test_pairs_within_a_table_are_checked_for_the_published_order_and_tables_are_not_mixed():
+    rows = [row(100, 110), row(120, 150), row(130, 140, table="Table 2"), row(90, 150, table="Table 2"),
+            row(50, 60, table="Table 3"), row(80, None, table="Table 3")]
+    pairs = torchtitan.order_pairs(rows)
+    assert [(p["first"], p["second"], p["agrees"]) for p in pairs] == \
+        [("Table 1: 100", "Table 1: 120", True), ("Table 2: 130", "Table 2: 90", False)]
+    stats = torchtitan.summary(rows)
+    assert (stats["pairs"], stats["pairs_in_order"]) == (2, 1)
+    assert "1 of 2" in torchtitan.summary_line(stats)
+    first = torchtitan.wrong_order_line(stats["wrong_order"][0])
+    assert first.startswith("wrong order: Table 2: 90 over Table 2: 130")
+    assert torchtitan.wrong_order_line(stats["wrong_order"][0]).startswith("wrong order: Table 2: 90 over Table 2: 130")
 
 
 DEGREE_NAMES = ("FSDP", "TP", "PP", "CP")   # the parser's vocabulary (Table 1's first row is just "FSDP")
