@@ -149,9 +149,21 @@ static nccl_comm_t *find_comm(const char *id, size_t len) {
  * and the exchange area only needs them to grow. `json` is a collective record's members; `out` gets the same with
  * the new "seq". Returns 1 when renumbered, 0 (out a copy) otherwise. Called by the driver's graph.c. */
 static int is_p2p(const char *op) { return !strcmp(op, "send") || !strcmp(op, "recv"); }
+/* Whether a collective record (its JSON) is a send or receive: its "coll", by is_p2p. */
+static int record_is_p2p(const char *json) {
+    const char *coll = strstr(json, "\"coll\":\"");
+    char op[16];
+    if (!coll) return 0;
+    coll += 8;
+    const char *end = strchr(coll, '"');
+    if (!end || (size_t)(end - coll) >= sizeof op) return 0;
+    memcpy(op, coll, (size_t)(end - coll));
+    op[end - coll] = 0;
+    return is_p2p(op);
+}
 EXPORT int stepcast_collective_rerun(const char *json, char *out, size_t cap) {
     const char *comm = strstr(json, "\"comm\":\""), *seq = strstr(json, "\"seq\":");
-    int p2p = strstr(json, "\"coll\":\"send\"") || strstr(json, "\"coll\":\"recv\"");
+    int p2p = record_is_p2p(json);
     nccl_comm_t *c = NULL;
     if (comm && seq) {
         comm += 8;
