@@ -191,6 +191,9 @@ def emulate_row(row: PublishedRow) -> dict[str, Any]:
     steady = report.get("steady_iterations") or []
     out.update(iteration_ms=report["iteration_time_ms"], iterations_ms=report["iterations_ms"],
                peak_memory_bytes=report["peak_memory_bytes"], max_memory_reserved=max(reserved, default=None),
+               memory_by_rank={r["rank"]: {"reserved": r.get("max_memory_reserved"),
+                                           "allocated": r.get("max_memory_allocated")}
+                               for r in report.get("ranks", [])},
                breakdown_ms=report["breakdown_ms"], mfu=report["mfu"], warnings=report.get("warnings", []),
                fallback_kernels_steady=report.get("fallback_kernels_steady"),
                families_ms=result["iterations"][steady[-1]] if steady else None)
