@@ -404,6 +404,9 @@ def print_summary(report: dict[str, Any], console=None) -> None:
                   + ("" if steady is None else f" ({steady} in the steady iterations)"))
     if report.get("estimator"):
         table.add_row("estimator", report["estimator"])
+    routing = report.get("moe_routing")
+    if routing:
+        table.add_row("MoE routing", f"{routing['routing']}" + ("" if routing.get("stated") else " [not stated]"))
     events = report.get("predicted_event_timings")
     if events:
         tuned = Counter(c.get("tuner", "?") for c in events["choices"])

@@ -56,6 +56,8 @@ typedef unsigned long long (*stream_id_t)(const void *stream);
 typedef void *(*comm_shm_t)(const char *comm_id, int nranks);
 typedef void (*exchange_t)(void *shm, int nranks, int rank, unsigned long long seq, int kind, const void *send,
                            void *recv, size_t count, int dtype, int redop, int root);
+typedef void (*alltoallv_t)(void *shm, int nranks, int rank, unsigned long long round, const void *const *send,
+                            const size_t *send_bytes, void *const *recv, const size_t *recv_bytes);
 typedef void (*member_state_t)(void *shm, int rank, unsigned long long program, int stopped);
 typedef void (*comm_member_t)(void *shm, int rank);
 DRIVER(log_record_t, log_record)
@@ -63,6 +65,7 @@ DRIVER(graph_record_t, graph_record)
 DRIVER(stream_id_t, stream_id)
 DRIVER(comm_shm_t, comm_shm)
 DRIVER(exchange_t, exchange)
+DRIVER(alltoallv_t, alltoallv)
 DRIVER(member_state_t, shm_member_state)
 DRIVER(comm_member_t, comm_member)
 
@@ -79,6 +82,7 @@ typedef struct nccl_comm {
      * it); p2p_seq the sends and receives, which involve two members only: a pipeline stage sends and receives more
      * than the first and last on one communicator, and counted together its later collectives would not agree */
     uint64_t seq, p2p_seq, splits;
+    uint64_t alltoalls;    /* all-to-alls exchanged through the area by a group of sends and receives (run_pending) */
     pthread_mutex_t lock;
     void *shm;             /* small-collective exchange area shared by the members (datapath.c), or NULL */
     struct nccl_comm *next;
@@ -278,6 +282,7 @@ static int next_group_id = 1;
  * own group's send would hang a pair that sends to each other (batch_isend_irecv). */
 typedef struct {
     void *shm;
+    struct nccl_comm *comm;
     int nranks, rank, kind, dtype, peer;
     unsigned long long seq;
     const void *send;
@@ -288,8 +293,60 @@ typedef struct {
 static __thread pending_t pending[MAX_PENDING];
 static __thread int n_pending;
 
+static size_t dtype_bytes(int dtype) {
+    switch (dtype) {
+    case ncclInt8: case ncclUint8: return 1;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
+    default: return 1;
+    }
+}
+
+/* A group that sends to and receives from every member of a communicator of more than two, once each, is an
+ * all-to-all (torch's all_to_all_single): its messages are exchanged through the area at once (datapath.c
+ * fk_alltoallv), every member doing the same. Its ops are marked done (kind -1). */
+static void run_alltoalls(void) {
+    alltoallv_t alltoallv = alltoallv_fn();
+    for (int i = 0; i < n_pending && alltoallv; i++) {
+        nccl_comm_t *c = pending[i].comm;
+        int n = pending[i].nranks;
+        if (pending[i].kind < 0 || !c || n <= 2 || n > 64) continue;
+        const void *send[64] = {0};
+        void *recv[64] = {0};
+        size_t send_bytes[64] = {0}, recv_bytes[64] = {0};
+        int sends = 0, recvs = 0, index[128], k = 0;
+        for (int j = i; j < n_pending && k < 128; j++) {
+            pending_t *q = &pending[j];
+            if (q->comm != c || q->kind < 5 || q->peer < 0 || q->peer >= n) continue;
+            size_t bytes = q->count * dtype_bytes(q->dtype);
+            if (q->kind == 5 && !send_bytes[q->peer] && !send[q->peer]) {
+                send[q->peer] = q->send ? q->send : (const void *)1;
+                send_bytes[q->peer] = bytes;
+                sends++;
+            } else if (q->kind == 6 && !recv_bytes[q->peer] && !recv[q->peer]) {
+                recv[q->peer] = q->recv ? q->recv : NULL;
+                recv_bytes[q->peer] = bytes;
+                recvs++;
+            } else {
+                continue;
+            }
+            index[k++] = j;
+        }
+        if (sends != n || recvs != n) continue;
+        for (int j = 0; j < n; j++)
+            if (send[j] == (const void *)1) send[j] = NULL;
+        pthread_mutex_lock(&c->lock);
+        uint64_t round = c->alltoalls++;
+        pthread_mutex_unlock(&c->lock);
+        alltoallv(c->shm, n, c->rank, round, send, send_bytes, recv, recv_bytes);
+        for (int j = 0; j < k; j++) pending[index[j]].kind = -1;
+    }
+}
+
 static void run_pending(void) {
     exchange_t exchange = exchange_fn();
+    run_alltoalls();
     for (int pass = 5; pass <= 6 && exchange; pass++)
         for (int i = 0; i < n_pending; i++) {
             pending_t *q = &pending[i];
@@ -323,7 +380,7 @@ static ncclResult_t collective(const char *op, ncclComm_t comm, size_t count, nc
     pthread_mutex_unlock(&c->lock);
     exchange_t exchange = exchange_fn();
     if ((kind == 5 || kind == 6) && group_depth && c->shm && n_pending < MAX_PENDING)
-        pending[n_pending++] = (pending_t){c->shm, c->nranks, c->rank, kind, (int)dt, peer, seq, send, recv, count};
+        pending[n_pending++] = (pending_t){c->shm, c, c->nranks, c->rank, kind, (int)dt, peer, seq, send, recv, count};
     else if (kind >= 0 && c->shm && exchange)
         exchange(c->shm, c->nranks, c->rank, seq, kind, send, recv, count, (int)dt, redop, peer);
     stream_id_t sid = stream_id_fn();
