@@ -275,10 +275,25 @@ static const char *const KIND_NAMES[] = {"all_reduce", "broadcast", "all_gather"
  * reads as zeros, as any large payload). */
 static void p2p(shm_header *h, int nranks, int rank, int peer, int sending, const void *send, void *recv,
                 size_t bytes) {
-    if (nranks != 2 || peer < 0 || peer >= nranks || peer == rank || __atomic_load_n(&h->stopped[peer], __ATOMIC_ACQUIRE))
+    if (nranks != 2 || peer < 0 || peer >= nranks || peer == rank) {
+        if (!sending && recv) fk_range_forget(recv, bytes);  /* nothing arrives: zeros, never stale bytes */
         return;
+    }
     char what[96];
     char *slots = (char *)h + 4096;
+    if (__atomic_load_n(&h->stopped[peer], __ATOMIC_ACQUIRE)) {
+        /* the peer stopped as this rank's copy (rank dedup: the same device work), so it sends what this rank
+         * sends it, as the pair's programs mirror each other: the message is this rank's own last one */
+        char *mine = slots + (size_t)rank * SLOT;
+        if (sending) {
+            if (send && fk_range_known(send, bytes)) memcpy(mine, send, bytes);
+            else memset(mine, 0, bytes);
+        } else if (recv) {
+            memcpy(recv, mine, bytes);
+            fk_range_written(recv, bytes);
+        }
+        return;
+    }
     if (sending) {
         uint64_t n = h->sent[rank];
         snprintf(what, sizeof what, "send #%llu of %s (its previous message untaken)", (unsigned long long)n, h->id);
@@ -292,8 +307,10 @@ static void p2p(shm_header *h, int nranks, int rank, int peer, int sending, cons
     uint64_t n = h->taken[peer];
     snprintf(what, sizeof what, "recv #%llu of %s", (unsigned long long)n, h->id);
     if (wait_flags(h, h->sent, peer, peer + 1, -1, nranks, n + 1, what) != 0 ||
-        __atomic_load_n(&h->stopped[peer], __ATOMIC_ACQUIRE))
+        __atomic_load_n(&h->stopped[peer], __ATOMIC_ACQUIRE)) {
+        if (recv) fk_range_forget(recv, bytes);
         return;
+    }
     if (recv) {
         memcpy(recv, slots + (size_t)peer * SLOT, bytes);
         fk_range_written(recv, bytes);
@@ -375,6 +392,8 @@ void fk_exchange(void *shm, int nranks, int rank, uint64_t seq, int kind, const 
     if (kind == 5 || kind == 6) {
         if (shm && rank >= 0 && count * elem <= SLOT && count * elem <= fk_real_limit())
             p2p(shm, nranks, rank, root, kind == 5, send, recv, count * elem);
+        else if (kind == 6 && recv)
+            fk_range_forget(recv, count * elem);  /* too large to carry: zeros, never stale bytes */
         return;
     }
     size_t send_bytes = count * elem * (kind == 3 ? (size_t)nranks : 1);
