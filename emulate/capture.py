@@ -373,7 +373,7 @@ def _install_routing(native: NativeOpContext | None) -> Callable[[], dict[str, A
     """Give every router top-k the stated routing (``STEPCAST_MOE_ROUTING``: emulate/stated_routing.py, through
     the C++ hook; the launcher checked the value); returns what the op table keeps of it. Without the C++ hook the
     routing cannot be given (the Python op context does not carry values), and the record says so."""
-    text = os.environ.get("STEPCAST_MOE_ROUTING")
+    text = _settings().get("STEPCAST_MOE_ROUTING")
     if native is None:
         return lambda: {"routing": None, "stated": bool(text), "routers": [],
                         "error": "no routing given: the Python op context cannot carry values (build the C++ hook)"}
@@ -548,12 +548,15 @@ def main(argv: list[str]) -> int:
 keep_alive: list[Any] = []  # the C callbacks the driver holds (ctypes frees a callback whose object is gone)
 
 
+def _settings() -> Any:
+    """The settings registry (stepcast/settings.py, loaded by its path: nothing of the project goes on the script's
+    ``sys.path``; the launcher checked the values before the run)."""
+    return _sibling("settings", Path(__file__).resolve().parents[1] / "stepcast" / "settings.py")
+
+
 def settings_dedup_confirm() -> int:
-    """``STEPCAST_DEDUP_CONFIRM``: iterations after the first compared one in which a duplicate must match too,
-    read through the settings registry (stepcast/settings.py, loaded by its path: nothing of the project goes on the
-    script's ``sys.path``; the launcher checked the value before the run)."""
-    registry = _sibling("settings", Path(__file__).resolve().parents[1] / "stepcast" / "settings.py")
-    return min(int(registry.get("STEPCAST_DEDUP_CONFIRM")), MAX_DEDUP_ROUNDS - 1)
+    """``STEPCAST_DEDUP_CONFIRM``: iterations after the first compared one in which a duplicate must match too."""
+    return min(int(_settings().get("STEPCAST_DEDUP_CONFIRM")), MAX_DEDUP_ROUNDS - 1)
 
 
 def leave(run: Callable[[], int]) -> None:

@@ -98,3 +98,30 @@ def test_pipeline_transfers_on_a_communicator_leave_its_collectives_numbered_ali
     sends = [e for t in traces for e in t["events"] if e["kind"] == "collective" and e["op"] in ("send", "recv")]
     assert {e["comm"] for e in sends} == {reduces[0]["comm"]}       # the transfers shared the communicator
     assert len({(e["comm"], e["comm_seq"]) for e in reduces}) == 1
+
+
+# torch's all_to_all_single over NCCL is a group of sends and receives, one to and from every member, the member
+# itself included. A MoE layer exchanges its tokens per expert that way and reads the result to the host as its split
+# sizes. Before all-to-alls carried their bytes, a communicator of more than two exchanged nothing and a member's
+# own part kept whatever bytes its block had held before (garbage split sizes, a 536879104 GiB allocation).
+ALL_TO_ALL = """
+    import os, torch, torch.distributed as dist
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl")
+    for step in range(2):
+        mine = torch.tensor([100 * rank + 10 * j + step for j in range(world)]).cuda()  # copied in: real bytes
+        got = torch.empty_like(mine)
+        dist.all_to_all_single(got, mine)
+        os.write(1, f"GOT {rank} {step} {got.cpu().tolist()}\\n".encode())
+    dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc", [2, 4])
+def test_an_all_to_all_carries_every_members_part(tmp_path, emulate_run, nproc):
+    proc, _ = run_script(tmp_path, emulate_run, ALL_TO_ALL, nproc=nproc)
+    for rank in range(nproc):
+        for step in range(2):
+            assert f"GOT {rank} {step} {[100 * j + 10 * rank + step for j in range(nproc)]}" in proc.stdout

@@ -420,10 +420,24 @@ EXPORT ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n, ncclData
                                       ncclComm_t comm, cudaStream_t st) {
     return collective("reduce_scatter", comm, n, dt, -1, st, 3, s, r, op);
 }
+/* NCCL's all-to-all is its group of a send to and a receive from every member (torch calls it for equal splits):
+ * one record, and its small messages move as that group's would (run_pending). */
 EXPORT ncclResult_t ncclAlltoAll(const void *s, void *r, size_t n, ncclDataType_t dt, ncclComm_t comm,
                                  cudaStream_t st) {
-    (void)s; (void)r;
-    return collective("all_to_all", comm, n, dt, -1, st, -1, NULL, NULL, 0);
+    ncclResult_t rc = collective("all_to_all", comm, n, dt, -1, st, -1, NULL, NULL, 0);
+    nccl_comm_t *c = (nccl_comm_t *)comm;
+    if (rc != ncclSuccess || !c->shm || c->nranks < 2 || n_pending + 2 * c->nranks > MAX_PENDING) return rc;
+    size_t bytes = n * dtype_bytes((int)dt);
+    int outer = group_depth == 0;
+    if (outer) ncclGroupStart();
+    for (int j = 0; j < c->nranks; j++) {
+        pending[n_pending++] = (pending_t){c->shm, c, c->nranks, c->rank, 5, (int)dt, j, 0,
+                                           s ? (const char *)s + (size_t)j * bytes : NULL, NULL, n};
+        pending[n_pending++] = (pending_t){c->shm, c, c->nranks, c->rank, 6, (int)dt, j, 0, NULL,
+                                           r ? (char *)r + (size_t)j * bytes : NULL, n};
+    }
+    if (outer) ncclGroupEnd();
+    return rc;
 }
 EXPORT ncclResult_t ncclGather(const void *s, void *r, size_t n, ncclDataType_t dt, int root, ncclComm_t comm,
                                cudaStream_t st) {
