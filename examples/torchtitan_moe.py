@@ -3,7 +3,7 @@ with expert parallelism, through torchtitan's own model, parallelisation and MoE
 experts, the all-to-all token dispatcher) on random tokens:
 
     torchrun --nproc-per-node 8 examples/torchtitan_moe.py --ep 8 --steps 4
-    stepcast run --nproc 8 --moe-routing balanced -- examples/torchtitan_moe.py --ep 8 --steps 4
+    stepcast run --nproc 8 --moe-routing power:1.2 -- examples/torchtitan_moe.py --flavor 16B --layers 3 --ep 8
 
 The trainer's data and tokenizer assets are not shipped in the wheel, so the loop is written here the way
 ``torchtitan.trainer`` runs it (meta-device build, ``parallelize_fn``, ``to_empty`` + ``init_weights``, AdamW), on
@@ -24,6 +24,7 @@ import torch.nn.functional as F
 def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--flavor", default="debugmodel", help="deepseek_v3 flavor (default %(default)s)")
+    p.add_argument("--layers", type=int, default=None, help="keep the flavor's first N layers (default: all)")
     p.add_argument("--ep", type=int, default=None, help="expert-parallel degree (default: the world size)")
     p.add_argument("--batch", type=int, default=8, help="local batch (default %(default)s)")
     p.add_argument("--seq", type=int, default=2048, help="sequence length (default %(default)s)")
@@ -49,6 +50,8 @@ def main() -> None:
     dims = ParallelDims.from_config(parallelism, world)
     dims.build_mesh()
     spec = model_registry(ns.flavor)
+    if ns.layers:
+        spec.model.layers = spec.model.layers[:ns.layers]
     for layer in spec.model.layers:
         layer.attention.inner_attention = ScaledDotProductAttention.Config()
 
