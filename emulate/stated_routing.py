@@ -24,7 +24,8 @@ Routings (``STEPCAST_MOE_ROUTING``, ``stepcast run --moe-routing``):
 - ``power:ALPHA``: one draw of aiconfigurator's power-law generator (:func:`estimator.moe_routing.power_law_counts`,
   fixed seed): each expert's share from a bounded Pareto density x^-ALPHA (aiconfigurator's tables use 1.01 and 1.2).
 - ``histogram:FILE``: the shares of a token-to-expert histogram recorded on a real run (JSON: a list of counts per
-  expert, or ``{"tokens_per_expert": [...]}``), scaled to each router's tokens x k; it must have one count per expert.
+  expert, or ``{"tokens_per_expert": [...]}``), scaled to each router's tokens x k; a top-k over another number of
+  candidates than the histogram has (a group-limited router's top-k over expert groups) is left balanced.
 
 Counts are rounded to sum tokens x k exactly with no expert above ``tokens`` (each token takes k distinct experts),
 and laid out expert by expert: route j (of tokens x k) goes to token j mod tokens, so an expert's routes fall on
@@ -175,10 +176,18 @@ class Router:
     _ids: dict[tuple[int, int, int], np.ndarray] = field(default_factory=dict)
     error: str | None = None
 
+    def routing_for(self, experts: int) -> Routing:
+        """The routing a top-k over ``experts`` candidates gets: the stated one, except that a histogram of another
+        number of experts leaves it balanced (a group-limited router's top-k over its expert groups, say)."""
+        if self.routing.kind == HISTOGRAM and len(self.routing.histogram) != experts:
+            return Routing(BALANCED)
+        return self.routing
+
     def ids(self, tokens: int, experts: int, topk: int) -> np.ndarray:
         key = (tokens, experts, topk)
         if key not in self._ids:
-            self._ids[key] = assignment(expert_counts(self.routing, tokens, experts, topk), tokens, topk)
+            counts = expert_counts(self.routing_for(experts), tokens, experts, topk)
+            self._ids[key] = assignment(counts, tokens, topk)
         return self._ids[key]
 
     def write(self, address: int, tokens: int, experts: int, topk: int) -> int:
@@ -201,6 +210,7 @@ class Router:
         for (tokens, experts, topk), calls in sorted(self.calls.items()):
             counts = np.bincount(self.ids(tokens, experts, topk).ravel(), minlength=experts)
             routers.append({"tokens": tokens, "experts": experts, "topk": topk, "calls": calls,
+                            "routing": self.routing_for(experts).kind,
                             "busiest_expert_routes": int(counts.max()), "mean_expert_routes": float(counts.mean())})
         return {"routing": self.routing.describe(), "stated": self.stated, "routers": routers, "error": self.error}
 

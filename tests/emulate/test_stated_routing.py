@@ -155,3 +155,14 @@ def test_a_skewed_routing_gives_the_busiest_experts_grouped_gemm_more_rows(layer
     assert largest_group(skewed) == 2 * int(expert_counts(parse("power:1.2"), 256, 8, 2).max())
     assert largest_group(skewed) > largest_group(balanced)
     assert any("no routing was stated" in w for w in balanced["capture_warnings"])
+
+
+def test_a_top_k_over_another_count_than_the_histograms_is_left_balanced(tmp_path):
+    from emulate.stated_routing import Router
+
+    path = tmp_path / "hist.json"
+    path.write_text("[5, 1, 1, 1]")
+    router = Router(parse(f"histogram:{path}"), stated=True)
+    # 16 routes: expert 0 holds at most the 8 tokens, the other 8 go evenly (largest remainders first)
+    assert np.bincount(router.ids(8, 4, 2).ravel(), minlength=4).tolist() == [8, 3, 3, 2]
+    assert np.bincount(router.ids(8, 8, 2).ravel(), minlength=8).tolist() == [2] * 8  # the expert groups' top-k
