@@ -67,6 +67,13 @@ def main(argv: list[str] | None = None) -> None:
     from megatron.core.transformer.module import Float16Module
     from megatron.core.transformer.transformer_config import TransformerConfig
 
+    if args.experts:
+        from megatron.core.transformer.moe import moe_utils
+
+        # Megatron-core 0.16's router names te_general_gemm whether or not Transformer Engine is installed (its
+        # import fallback leaves the name undefined: NameError); None selects its plain-PyTorch GEMM
+        if not hasattr(moe_utils, "te_general_gemm"):
+            moe_utils.te_general_gemm = None
     local_rank = int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local_rank)
     dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))

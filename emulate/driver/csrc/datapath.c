@@ -347,7 +347,8 @@ static void self_message(int sending, const void *send, void *recv, size_t bytes
  * member j in the j-th part of its slot, waits until every member has, takes its own part of each sender's slot,
  * and waits until every member has taken. Tagged by the communicator's count of such exchanges (`round`), on the
  * flags that pair communicators' point-to-point messages use (a larger communicator's are otherwise unused). A
- * message larger than its part (SLOT / members) or the real-bytes limit, or not real, arrives as zeros. */
+ * message larger than its part (SLOT / members) or the real-bytes limit, or not real, arrives as zeros. Host
+ * buffers are real (nccl.c's split exchanges its members' colors so). */
 void fk_alltoallv(void *shm, int nranks, int rank, uint64_t round, const void *const *send, const size_t *send_bytes,
                   void *const *recv, const size_t *recv_bytes) {
     if (!shm || nranks <= 2 || rank < 0 || rank >= nranks) return;
@@ -356,7 +357,8 @@ void fk_alltoallv(void *shm, int nranks, int rank, uint64_t round, const void *c
     char *slots = (char *)h + 4096, *mine = slots + (size_t)rank * SLOT;
     for (int j = 0; j < nranks; j++) {
         size_t n = send_bytes[j] < part ? send_bytes[j] : part;
-        if (send[j] && send_bytes[j] <= part && send_bytes[j] <= fk_real_limit() && fk_range_known(send[j], n))
+        int real = send[j] && (!fk_is_device_pointer((CUdeviceptr)send[j]) || fk_range_known(send[j], n));
+        if (real && send_bytes[j] <= part && send_bytes[j] <= fk_real_limit())
             memcpy(mine + (size_t)j * part, send[j], n);
         else
             memset(mine + (size_t)j * part, 0, n);
@@ -371,9 +373,11 @@ void fk_alltoallv(void *shm, int nranks, int rank, uint64_t round, const void *c
         const char *src = source_slot(h, slots, nranks, j);
         if (src && recv_bytes[j] <= part && recv_bytes[j] <= fk_real_limit()) {
             memcpy(recv[j], src + (size_t)rank * part, recv_bytes[j]);
-            fk_range_written(recv[j], recv_bytes[j]);
-        } else {
+            if (fk_is_device_pointer((CUdeviceptr)recv[j])) fk_range_written(recv[j], recv_bytes[j]);
+        } else if (fk_is_device_pointer((CUdeviceptr)recv[j])) {
             fk_range_forget(recv[j], recv_bytes[j]);
+        } else {
+            memset(recv[j], 0, recv_bytes[j]);
         }
     }
     __atomic_store_n(&h->taken[rank], tag, __ATOMIC_RELEASE);

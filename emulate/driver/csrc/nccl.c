@@ -207,17 +207,54 @@ EXPORT ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devl
     for (int i = 0; i < ndev; i++) comms[i] = (ncclComm_t)new_comm(id_key(&id), ndev, i);
     return ncclSuccess;
 }
+/* A split is collective over the parent: every member calls it, with a color (or none) and a key. Where the
+ * parent has an exchange area of more than two members (and every member runs: not a sparse run), the members'
+ * colors and keys are exchanged through it (an all-to-all of the same message to each), so the new communicator
+ * knows its size and this rank's place (ordered by key, then parent rank), and gets an exchange area of its own:
+ * small collectives on it carry their bytes (a MoE dispatcher's token counts on an expert-parallel group). Else
+ * its size is unknown here (-1) and the collator counts its members' traces. */
+static void split_place(nccl_comm_t *p, int color, int key, int *nranks, int *rank) {
+    *nranks = *rank = -1;
+    alltoallv_t alltoallv = alltoallv_fn();
+    const char *sparse = getenv("STEPCAST_RUN_RANKS");
+    if (!alltoallv || !p->shm || p->nranks <= 2 || p->nranks > 64 || p->rank < 0 || (sparse && *sparse)) return;
+    int n = p->nranks, mine[2] = {color, key}, all[64][2];
+    const void *send[64];
+    void *recv[64];
+    size_t bytes[64];
+    for (int j = 0; j < n; j++) {
+        send[j] = mine;
+        recv[j] = all[j];
+        bytes[j] = sizeof mine;
+    }
+    pthread_mutex_lock(&p->lock);
+    uint64_t round = p->alltoalls++;
+    pthread_mutex_unlock(&p->lock);
+    alltoallv(p->shm, n, p->rank, round, send, bytes, recv, bytes);
+    int members = 0, before = 0;
+    for (int j = 0; j < n; j++) {
+        if (all[j][0] != color) continue;
+        members++;
+        before += all[j][1] < key || (all[j][1] == key && j < p->rank);
+    }
+    if (members >= 1 && all[p->rank][0] == color) {  /* its own message came back: the exchange took place */
+        *nranks = members;
+        *rank = before;
+    }
+}
 EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *cfg) {
-    (void)key; (void)cfg;
+    (void)cfg;
     nccl_comm_t *p = (nccl_comm_t *)comm;
     pthread_mutex_lock(&p->lock);
     uint64_t n = p->splits++;
     pthread_mutex_unlock(&p->lock);
+    int nranks, rank;
+    split_place(p, color, key, &nranks, &rank);
     if (color == NCCL_SPLIT_NOCOLOR) { *newcomm = NULL; return ncclSuccess; }
     uint64_t h = fnv1a(p->id, strlen(p->id), 0xcbf29ce484222325ull);
     h = fnv1a(&n, sizeof n, h);
     h = fnv1a(&color, sizeof color, h);
-    *newcomm = (ncclComm_t)new_comm(h, -1, -1);
+    *newcomm = (ncclComm_t)new_comm(h, nranks, rank);
     return *newcomm ? ncclSuccess : ncclSystemError;
 }
 EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *e) { (void)comm; *e = ncclSuccess; return ncclSuccess; }

@@ -29,6 +29,7 @@ int stepcast_range_known(unsigned long long ptr, unsigned long long bytes);
 int stepcast_has_ranges(void);
 void stepcast_range_written(unsigned long long ptr, unsigned long long bytes);
 void stepcast_untrack(unsigned long long ptr, unsigned long long bytes);
+void stepcast_answer_readback(int active, long long value);
 void stepcast_host_work(int node);
 void stepcast_count_python(void);
 }
@@ -116,10 +117,36 @@ at::Tensor host_view(const at::Tensor &t) {
     return at::from_blob(const_cast<void *>(p), t.sizes(), t.strides(), at::TensorOptions().dtype(t.dtype()));
 }
 
-// Inputs are only readable in the start callback: replayable ops keep them for the end callback.
+// Inputs are only readable in the start callback: replayable ops keep them for the end callback. An op whose
+// output size a kernel computes (sized) is replayed on the host at its start instead, its result kept here.
 struct SavedInputs : at::ObserverContext {
     std::vector<c10::IValue> inputs;
+    at::Tensor result;
 };
+
+// Ops whose output's size is data: a kernel counts it and the host reads the count back before allocating the
+// output (a MoE dispatcher's masked_select of a routing map: nonzero). With real inputs they are run on the host
+// when they start, the count answers the op's read-back (memory.c stepcast_answer_readback), and the result fills
+// the output at their end.
+const std::unordered_set<std::string> sized = {"aten::nonzero"};
+
+// The host result of a sized op whose input holds real bytes; undefined otherwise.
+at::Tensor replay_sized(const at::RecordFunction &fn) {
+    if (fn.inputs().empty() || !fn.inputs()[0].isTensor()) return at::Tensor();
+    const at::Tensor &input = fn.inputs()[0].toTensor();
+    if (!input.defined() || input.numel() == 0 || !known(input)) return at::Tensor();
+    at::Tensor view = host_view(input);
+    if (!view.defined()) return at::Tensor();
+    try {
+        replaying = true;
+        at::Tensor result = view.nonzero();
+        replaying = false;
+        return result;
+    } catch (const std::exception &) {
+        replaying = false;
+        return at::Tensor();
+    }
+}
 
 bool replay_on_host(const at::RecordFunction &fn, const SavedInputs *saved) {
     if (!saved) return false;
@@ -213,6 +240,25 @@ std::vector<int64_t> recorded_values(const at::RecordFunction &fn, size_t i) {
         else return {};
     }
     return out;
+}
+
+// A sized op's end: its output (sized by the answered count) gets the host result. Returns whether it did.
+bool fill_sized(const at::RecordFunction &fn, const at::Tensor &result) {
+    stepcast_answer_readback(0, 0);
+    if (fn.outputs().empty() || !fn.outputs()[0].isTensor()) return false;
+    const at::Tensor &out = fn.outputs()[0].toTensor();
+    const void *p = device_data(out);
+    if (!p || out.sizes() != result.sizes() || out.scalar_type() != result.scalar_type()) return false;
+    try {
+        replaying = true;
+        host_view(out).copy_(result);
+        replaying = false;
+    } catch (const std::exception &) {
+        replaying = false;
+        return false;
+    }
+    stepcast_range_written((uintptr_t)p, span_bytes(out));
+    return true;
 }
 
 at::CallbackHandle handle = 0;
@@ -384,6 +430,14 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction &fn) {
         auto saved = std::make_unique<SavedInputs>();
         saved->inputs.assign(fn.inputs().begin(), fn.inputs().end());
         ctx = std::move(saved);
+    } else if (stepcast_has_ranges() && sized.count(fn.name())) {
+        at::Tensor result = replay_sized(fn);
+        if (result.defined()) {
+            auto saved = std::make_unique<SavedInputs>();
+            saved->result = result;
+            stepcast_answer_readback(1, result.size(0));
+            ctx = std::move(saved);
+        }
     }
     stepcast_resume();
     return ctx;
@@ -394,7 +448,9 @@ void on_exit(const at::RecordFunction &fn, at::ObserverContext *ctx) {
     stepcast_pause();
     // replayable ops run on the host whether or not they launched a kernel (a 1-element sum launches none)
     bool topk = route && ctx && std::strcmp(fn.name(), "aten::topk") == 0;
-    bool replayed = ctx && !topk && replay_on_host(fn, static_cast<SavedInputs *>(ctx));
+    SavedInputs *saved = static_cast<SavedInputs *>(ctx);
+    bool replayed = saved && saved->result.defined() ? fill_sized(fn, saved->result)
+                                                     : ctx && !topk && replay_on_host(fn, saved);
     if (!replayed && stepcast_needs_untrack()) {  // a kernel wrote the outputs: remembered bytes stale
         for (const auto &v : fn.outputs()) {
             const void *p = v.isTensor() ? device_data(v.toTensor()) : nullptr;
