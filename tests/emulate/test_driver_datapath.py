@@ -125,3 +125,28 @@ def test_an_all_to_all_carries_every_members_part(tmp_path, emulate_run, nproc):
     for rank in range(nproc):
         for step in range(2):
             assert f"GOT {rank} {step} {[100 * j + 10 * rank + step for j in range(nproc)]}" in proc.stdout
+
+
+# With a bound device, torch makes each new process group by splitting the default communicator (ncclCommSplit),
+# which every member calls with its color. Before the members exchanged their colors, a split knew neither its size
+# nor its members and exchanged nothing: a MoE dispatcher's token counts gathered over its expert-parallel group read
+# as zeros.
+SPLIT_GROUP = """
+    import os, torch, torch.distributed as dist
+    rank = int(os.environ["RANK"])
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", device_id=torch.device("cuda", rank))
+    pairs = [dist.new_group([0, 2]), dist.new_group([1, 3])]
+    mine = torch.tensor([rank + 1]).cuda()  # copied in: real bytes
+    got = torch.empty(2, dtype=mine.dtype, device="cuda")
+    dist.all_gather_into_tensor(got, mine, group=pairs[rank % 2])
+    os.write(1, f"PAIR {rank} {got.cpu().tolist()}\\n".encode())
+    dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_a_split_communicators_collectives_carry_their_bytes(tmp_path, emulate_run):
+    proc, _ = run_script(tmp_path, emulate_run, SPLIT_GROUP, nproc=4)
+    for rank, expected in ((0, [1, 3]), (1, [2, 4]), (2, [1, 3]), (3, [2, 4])):
+        assert f"PAIR {rank} {expected}" in proc.stdout
