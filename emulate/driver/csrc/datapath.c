@@ -272,7 +272,7 @@ static const char *const KIND_NAMES[] = {"all_reduce", "broadcast", "all_gather"
  * that send to each other: a pipeline stage's metadata, recv_object_list): the sender puts it in its slot (its
  * outbox) once the peer has taken the previous one, the receiver waits for it, copies it and takes it. Members of
  * larger communicators, and a peer stopped by dedup or absent from a sparse run, exchange nothing (the receive
- * reads as zeros, as any large payload). */
+ * reads as zeros, as any large payload). Host buffers are real (nccl.c's split exchanges its members' colors so). */
 static void p2p(shm_header *h, int nranks, int rank, int peer, int sending, const void *send, void *recv,
                 size_t bytes) {
     if (nranks != 2 || peer < 0 || peer >= nranks || peer == rank) {
@@ -286,11 +286,13 @@ static void p2p(shm_header *h, int nranks, int rank, int peer, int sending, cons
          * sends it, as the pair's programs mirror each other: the message is this rank's own last one */
         char *mine = slots + (size_t)rank * SLOT;
         if (sending) {
-            if (send && fk_range_known(send, bytes)) memcpy(mine, send, bytes);
-            else memset(mine, 0, bytes);
+            if (send && (!fk_is_device_pointer((CUdeviceptr)send) || fk_range_known(send, bytes)))
+                memcpy(mine, send, bytes);
+            else
+                memset(mine, 0, bytes);
         } else if (recv) {
             memcpy(recv, mine, bytes);
-            fk_range_written(recv, bytes);
+            if (fk_is_device_pointer((CUdeviceptr)recv)) fk_range_written(recv, bytes);
         }
         return;
     }
@@ -299,7 +301,7 @@ static void p2p(shm_header *h, int nranks, int rank, int peer, int sending, cons
         snprintf(what, sizeof what, "send #%llu of %s (its previous message untaken)", (unsigned long long)n, h->id);
         if (wait_flags(h, h->taken, rank, rank + 1, peer, nranks, n, what) != 0) return;
         char *mine = slots + (size_t)rank * SLOT;
-        if (send && fk_range_known(send, bytes)) memcpy(mine, send, bytes);
+        if (send && (!fk_is_device_pointer((CUdeviceptr)send) || fk_range_known(send, bytes))) memcpy(mine, send, bytes);
         else memset(mine, 0, bytes);
         __atomic_store_n(&h->sent[rank], n + 1, __ATOMIC_RELEASE);
         return;
@@ -313,7 +315,7 @@ static void p2p(shm_header *h, int nranks, int rank, int peer, int sending, cons
     }
     if (recv) {
         memcpy(recv, slots + (size_t)peer * SLOT, bytes);
-        fk_range_written(recv, bytes);
+        if (fk_is_device_pointer((CUdeviceptr)recv)) fk_range_written(recv, bytes);
     }
     __atomic_store_n(&h->taken[peer], n + 1, __ATOMIC_RELEASE);
 }

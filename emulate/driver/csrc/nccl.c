@@ -27,6 +27,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -216,21 +217,34 @@ EXPORT ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devl
 static void split_place(nccl_comm_t *p, int color, int key, int *nranks, int *rank) {
     *nranks = *rank = -1;
     alltoallv_t alltoallv = alltoallv_fn();
+    exchange_t exchange = exchange_fn();
     const char *sparse = getenv("STEPCAST_RUN_RANKS");
-    if (!alltoallv || !p->shm || p->nranks <= 2 || p->nranks > 64 || p->rank < 0 || (sparse && *sparse)) return;
+    if (!alltoallv || !exchange || !p->shm || p->nranks < 2 || p->nranks > 64 || p->rank < 0 || (sparse && *sparse))
+        return;
     int n = p->nranks, mine[2] = {color, key}, all[64][2];
-    const void *send[64];
-    void *recv[64];
-    size_t bytes[64];
-    for (int j = 0; j < n; j++) {
-        send[j] = mine;
-        recv[j] = all[j];
-        bytes[j] = sizeof mine;
+    for (int j = 0; j < n; j++) all[j][0] = all[j][1] = INT_MIN;  /* a message that never came stays so */
+    if (n == 2) {  /* a pair: the two messages go as its point-to-point ones do (datapath.c p2p) */
+        int peer = 1 - p->rank;
+        exchange(p->shm, 2, p->rank, 0, 5, mine, NULL, 2, ncclInt32, 0, peer);
+        exchange(p->shm, 2, p->rank, 0, 6, NULL, all[peer], 2, ncclInt32, 0, peer);
+        all[p->rank][0] = color;
+        all[p->rank][1] = key;
+    } else {
+        const void *send[64];
+        void *recv[64];
+        size_t bytes[64];
+        for (int j = 0; j < n; j++) {
+            send[j] = mine;
+            recv[j] = all[j];
+            bytes[j] = sizeof mine;
+        }
+        pthread_mutex_lock(&p->lock);
+        uint64_t round = p->alltoalls++;
+        pthread_mutex_unlock(&p->lock);
+        alltoallv(p->shm, n, p->rank, round, send, bytes, recv, bytes);
     }
-    pthread_mutex_lock(&p->lock);
-    uint64_t round = p->alltoalls++;
-    pthread_mutex_unlock(&p->lock);
-    alltoallv(p->shm, n, p->rank, round, send, bytes, recv, bytes);
+    for (int j = 0; j < n; j++)
+        if (all[j][0] == INT_MIN && all[j][1] == INT_MIN) return;  /* not every member was heard: unknown */
     int members = 0, before = 0;
     for (int j = 0; j < n; j++) {
         if (all[j][0] != color) continue;
