@@ -6,9 +6,12 @@ writer :class:`Router`, and the hook calls it at the end of every **router top-k
 dimension of floating scores with k below the candidates (at most 4096 of them, so a vocabulary's top-k is left
 alone) and int64 ids. The writer fills the ids with the stated routing and the hook marks their bytes real
 (emulate/driver/csrc/datapath.c). From there the hook's host replay carries the values the way the script computes
-them (the routing map's fill and scatter, the per-expert sum, the cumulative offsets), the count exchange's
-all-to-all carries them between ranks, and the host reads them as a real run would: all-to-all split sizes,
-grouped-GEMM offsets (recorded with the op, so each expert's m is known), loop bounds.
+them (the routing map's fill and scatter, the per-expert sum, the cumulative offsets; an output sized by them,
+such as ``nonzero``'s, is replayed when it starts so its count reads back), the count exchange's all-to-all or
+all-gather carries them between ranks (datapath.c; split communicators know their members: nccl.c), and the host
+reads them as a real run would: all-to-all split sizes, grouped-GEMM offsets (recorded with the op, so each
+expert's m is known), per-expert loop bounds. That is the general path for data-dependent values: a source of
+stated bytes, and host replay of the small ops that follow it.
 
 Why the top-k: it is the one op every token-choice router shares (torchtitan's ``TokenChoiceTopKRouter``,
 Megatron-core's ``topk_routing_with_score_function``, Hugging Face's Mixtral/Qwen-MoE blocks), whatever it does

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from types import SimpleNamespace
 
 import torch
 import torch.distributed as dist
@@ -55,13 +56,8 @@ def main() -> None:
     for layer in spec.model.layers:
         layer.attention.inner_attention = ScaledDotProductAttention.Config()
 
-    class Job:  # what update_from_config reads of a trainer config
-        pass
-
-    job = Job()
-    job.parallelism = parallelism
-    spec.model.update_from_config(config=job)
-    with torch.device("meta"), torch.autocast("cuda", enabled=False):
+    spec.model.update_from_config(config=SimpleNamespace(parallelism=parallelism))  # what it reads of a job
+    with torch.device("meta"):
         model = spec.model.build()
     training = TrainingConfig(local_batch_size=ns.batch, seq_len=ns.seq, steps=ns.steps)
     model = spec.parallelize_fn(model, parallel_dims=dims, training=training, parallelism=parallelism,
