@@ -19,7 +19,9 @@ afterwards (a one-hot map and a sum, ``histc``, ``bincount``, a sort): stating t
 later value consistent with every other (the counts with the permutation, the sender's split sizes with the
 receiver's), and needs no knowledge of a framework's dispatcher. Every rank gets the same per-expert shares of its
 own tokens (a routing is a property of the model, not of the rank), so the experts hot on one rank are hot on all,
-and the rank holding them receives the most tokens, as in a real skewed run.
+and the rank holding them receives the most tokens, as in a real skewed run. A top-k of the same form that is no
+router (a classifier's top-5 accuracy over its classes) gets the routing too: its values read as zeros before, and
+only the report's count of router calls (and its warning when no routing was stated) tells the difference.
 
 Routings (``STEPCAST_MOE_ROUTING``, ``stepcast run --moe-routing``):
 
