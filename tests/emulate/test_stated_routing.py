@@ -166,3 +166,25 @@ def test_a_top_k_over_another_count_than_the_histograms_is_left_balanced(tmp_pat
     # 16 routes: expert 0 holds at most the 8 tokens, the other 8 go evenly (largest remainders first)
     assert np.bincount(router.ids(8, 4, 2).ravel(), minlength=4).tolist() == [8, 3, 3, 2]
     assert np.bincount(router.ids(8, 8, 2).ravel(), minlength=8).tolist() == [2] * 8  # the expert groups' top-k
+
+
+# A routing map is tokens x experts bytes: 8192 tokens of a 256-expert router make 2 MiB, past the 1 MiB of
+# STEPCAST_REAL_BYTES up to which copies keep their bytes; integer and mask metadata is followed further, so the
+# per-expert counts still follow the routing (before, they read as zeros).
+LARGE_ROUTER = """
+    import os, torch
+    T, E, K = 8192, 256, 8
+    scores = torch.nn.Linear(64, E, device="cuda")(torch.randn(T, 64, device="cuda")).sigmoid()
+    _, ids = torch.topk(scores, k=K, dim=-1)
+    counts = torch.zeros_like(scores, dtype=torch.bool).scatter_(-1, ids, True).sum(dim=0)
+    os.write(1, f"COUNTS {sorted(set(counts.cpu().tolist()))}\\n".encode())
+"""
+
+
+@pytest.mark.slow
+def test_a_routing_map_past_the_real_bytes_limit_still_gives_the_stated_counts(tmp_path, emulate_run):
+    script = tmp_path / "large_router.py"
+    script.write_text(textwrap.dedent(LARGE_ROUTER))
+    proc, _, _ = emulate_run(tmp_path, script)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "COUNTS [256]" in proc.stdout  # 8192 x 8 routes over 256 experts, balanced

@@ -8,6 +8,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/from_blob.h>
 #include <unordered_set>
+#include <algorithm>
 
 #include <cctype>
 #include <cmath>
@@ -26,6 +27,7 @@ void stepcast_pause(void);
 void stepcast_resume(void);
 int stepcast_needs_untrack(void);
 int stepcast_range_known(unsigned long long ptr, unsigned long long bytes);
+int stepcast_range_known_within(unsigned long long ptr, unsigned long long bytes, unsigned long long limit);
 int stepcast_has_ranges(void);
 void stepcast_range_written(unsigned long long ptr, unsigned long long bytes);
 void stepcast_untrack(unsigned long long ptr, unsigned long long bytes);
@@ -62,18 +64,9 @@ const std::unordered_set<std::string> replayable = {
     "aten::_to_copy", "aten::histc", "aten::bincount", "aten::one_hot", "aten::gt", "aten::ge", "aten::lt",
     "aten::le", "aten::min", "aten::argsort", "aten::sort", "aten::gather"};
 // Of those, the ops that only write their first argument: its old bytes need not be known. They are replayed only
-// up to STEPCAST_REAL_BYTES (a fill of a large buffer is no metadata, and writing it would make the whole of it
-// resident in host memory).
+// up to replay_limit (a fill of a large buffer is no metadata, and writing it would make the whole of it resident
+// in host memory).
 const std::unordered_set<std::string> overwrite_first = {"aten::copy_", "aten::fill_", "aten::zero_"};
-
-uint64_t real_limit() {
-    static uint64_t limit = [] {
-        const char *v = std::getenv("STEPCAST_REAL_BYTES");
-        uint64_t n = v && *v ? std::strtoull(v, nullptr, 10) : (1ull << 20);
-        return n ? n : 1ull;
-    }();
-    return limit;
-}
 
 // The stated routing (emulate/stated_routing.py): called with a router top-k's expert-id output (int64, tokens x k,
 // contiguous), the tokens, the experts it chose from and k; it writes the ids and answers 1 (0: left as it was).
@@ -103,10 +96,28 @@ const void *device_data(const at::Tensor &t) {
     }
 }
 
+uint64_t real_limit() {
+    static uint64_t limit = [] {
+        const char *v = std::getenv("STEPCAST_REAL_BYTES");
+        uint64_t n = v && *v ? std::strtoull(v, nullptr, 10) : (1ull << 20);
+        return n ? n : 1ull;
+    }();
+    return limit;
+}
+
+// Integer and boolean tensors are the metadata the replay carries (expert ids, routing maps, counts, offsets): they
+// are followed up to this size even past STEPCAST_REAL_BYTES (a routing map is tokens x experts bytes: 16384 tokens
+// of a 256-expert router make 4 MiB); floating tensors only up to it.
+constexpr uint64_t METADATA_BYTES = 64ull << 20;
+uint64_t replay_limit(const at::Tensor &t) {
+    bool metadata = c10::isIntegralType(t.scalar_type(), /*includeBool=*/true);
+    return metadata ? std::max(real_limit(), METADATA_BYTES) : real_limit();
+}
+
 bool known(const at::Tensor &t) {  // host tensors (wrapped scalars, CPU operands) hold real bytes anyway
     if (!t.defined() || t.device().is_cpu()) return t.defined();
     const void *p = device_data(t);
-    return p && (t.numel() == 0 || stepcast_range_known((uintptr_t)p, span_bytes(t)));
+    return p && (t.numel() == 0 || stepcast_range_known_within((uintptr_t)p, span_bytes(t), replay_limit(t)));
 }
 
 // A CPU tensor over a device tensor's own memory (host-addressable under emulation); undefined when it has none.
@@ -155,7 +166,7 @@ bool replay_on_host(const at::RecordFunction &fn, const SavedInputs *saved) {
     for (const auto &v : saved->inputs) {
         if (v.isTensor()) {
             bool written_only = overwrites_self && args.empty();
-            if (written_only && span_bytes(v.toTensor()) > real_limit()) return false;
+            if (written_only && span_bytes(v.toTensor()) > replay_limit(v.toTensor())) return false;
             if (!written_only && !known(v.toTensor())) return false;
             at::Tensor view = host_view(v.toTensor());
             if (!view.defined()) return false;
