@@ -195,7 +195,8 @@ _DECLARED: tuple[Setting, ...] = (
     Setting("STEPCAST_EVENT_TIMING", one_of("predicted", "nominal"), "predicted", "what CUDA event timings answer "
             "inside the script (autotuners): the predicted device time, or 1 us per piece of work"),
     Setting("STEPCAST_REAL_BYTES", whole_number(1), 1 << 20, "largest copy, fill or small collective whose bytes "
-            "are kept, so metadata exchanges carry real values", read_by="driver (C); op-context hook (C++)"),
+            "are kept, so metadata exchanges carry real values (integer and mask tensors the op-context hook "
+            "replays are followed up to 64 MiB)", read_by="driver (C); op-context hook (C++)"),
     Setting("STEPCAST_MOE_ROUTING", MOE_ROUTING, None, "the tokens-per-expert routing a mixture-of-experts "
             "router's top-k gives (emulate/stated_routing.py): balanced, a power law of exponent ALPHA "
             "(aiconfigurator's generator), or a histogram recorded on a real run", read_by="capture layer",
