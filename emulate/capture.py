@@ -35,6 +35,8 @@ logs to ``$STEPCAST_DRIVER_LOG.<pid>.jsonl``; ``STEPCAST_LOG`` names this rank's
   line and leaves with exit code 4, where the GPUs would hang;
 - tells the capture library, around each launch of an Inductor Triton kernel, the bytes it reads and writes
   (emulate/triton_bytes.py: its tensor arguments by role), which the launch record carries;
+- states the routing of mixture-of-experts routers: each router top-k's expert ids follow ``STEPCAST_MOE_ROUTING``
+  (emulate/stated_routing.py), and the C++ hook carries the values on to token counts and split sizes;
 - times events: ``cudaEventElapsedTime`` / ``cuEventElapsedTime`` answer the predicted device time of the work
   between the two events (emulate/event_timing.py), so autotuners choose on the target's predicted times;
 - drops CUDA activities from ``torch.profiler`` (CUPTI needs a real driver) and skips DDP's cross-rank parameter
@@ -169,6 +171,11 @@ class NativeOpContext:
 
     def count(self) -> int:
         return int(self._lib.stepcast_opctx_count())
+
+    @property
+    def library(self) -> ctypes.CDLL:
+        """The hook's library (the stated routing's writer is installed into it: emulate/stated_routing.py)."""
+        return self._lib
 
 
 class OpRecorder(TorchDispatchMode):
@@ -362,6 +369,19 @@ def _sibling(name: str, path: Path | None = None) -> Any:
     return module
 
 
+def _install_routing(native: NativeOpContext | None) -> Callable[[], dict[str, Any]]:
+    """Give every router top-k the stated routing (``STEPCAST_MOE_ROUTING``: emulate/stated_routing.py, through
+    the C++ hook; the launcher checked the value); returns what the op table keeps of it. Without the C++ hook the
+    routing cannot be given (the Python op context does not carry values), and the record says so."""
+    text = _settings().get("STEPCAST_MOE_ROUTING")
+    if native is None:
+        return lambda: {"routing": None, "stated": bool(text), "routers": [],
+                        "error": "no routing given: the Python op context cannot carry values (build the C++ hook)"}
+    router, callback = _sibling("stated_routing").install(native.library, text)
+    keep_alive.append(callback)
+    return router.record
+
+
 def _install_sparse(driver: ctypes.CDLL) -> dict[str, Any]:
     """A sparse run (``--run-ranks``): answer for the absent ranks (emulate/sparse_store.py); returns the record
     kept in the op table."""
@@ -386,6 +406,7 @@ def main(argv: list[str]) -> int:
     sparse = _install_sparse(driver) if os.environ.get("STEPCAST_RUN_RANKS") else None
     native = os.environ.get("STEPCAST_OPCTX")
     recorder = NativeOpContext(native) if native else OpRecorder(driver)
+    routing = _install_routing(recorder if native else None)  # a MoE router's top-k gives the stated routing
     _sibling("triton_bytes").install(driver)  # each Inductor Triton launch's bytes read and written
     _sibling("event_timing").install(driver, recorder.dump)  # elapsed event times: predicted device time between
     driver.stepcast_count_python()  # this thread's Python calls count as host work (csrc/hostwork.c)
@@ -410,6 +431,7 @@ def main(argv: list[str]) -> int:
                        "torch": torch.__version__, "script": str(script), "argv": sys.argv[1:], **(extra or {})}
             if sparse is not None:
                 sidecar["sparse"] = sparse
+            sidecar["moe_routing"] = routing()
             log = Path(os.environ["STEPCAST_LOG"])
             tmp = log.with_name(log.name + ".ops.json.tmp")
             tmp.write_text(json.dumps(sidecar))
@@ -526,12 +548,15 @@ def main(argv: list[str]) -> int:
 keep_alive: list[Any] = []  # the C callbacks the driver holds (ctypes frees a callback whose object is gone)
 
 
+def _settings() -> Any:
+    """The settings registry (stepcast/settings.py, loaded by its path: nothing of the project goes on the script's
+    ``sys.path``; the launcher checked the values before the run)."""
+    return _sibling("settings", Path(__file__).resolve().parents[1] / "stepcast" / "settings.py")
+
+
 def settings_dedup_confirm() -> int:
-    """``STEPCAST_DEDUP_CONFIRM``: iterations after the first compared one in which a duplicate must match too,
-    read through the settings registry (stepcast/settings.py, loaded by its path: nothing of the project goes on the
-    script's ``sys.path``; the launcher checked the value before the run)."""
-    registry = _sibling("settings", Path(__file__).resolve().parents[1] / "stepcast" / "settings.py")
-    return min(int(registry.get("STEPCAST_DEDUP_CONFIRM")), MAX_DEDUP_ROUNDS - 1)
+    """``STEPCAST_DEDUP_CONFIRM``: iterations after the first compared one in which a duplicate must match too."""
+    return min(int(_settings().get("STEPCAST_DEDUP_CONFIRM")), MAX_DEDUP_ROUNDS - 1)
 
 
 def leave(run: Callable[[], int]) -> None:

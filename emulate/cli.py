@@ -51,6 +51,8 @@ def add_run_parser(subparsers: argparse._SubParsersAction) -> None:
                    f"{settings.SETTINGS['STEPCAST_HOST_SPEED'].default})")
     p.add_argument("--launch-queue", metavar="N", help="device ops queued before a launch blocks ("
                    f"{settings.SETTINGS['STEPCAST_LAUNCH_QUEUE_DEPTH'].default})")
+    p.add_argument("--moe-routing", metavar="R", help="tokens per expert that MoE routers give: balanced (default), "
+                   "power:ALPHA or histogram:FILE")
     p.add_argument("--gzip", action="store_true", help="write the captured traces gzip-compressed")
     p.add_argument("--capture-only", action="store_true", help="capture the traces; skip the simulation")
     p.add_argument("--no-dedup", action="store_true", help="run every rank, even ranks identical to a lower one")
@@ -126,6 +128,7 @@ def check_run(ns: argparse.Namespace) -> tuple[HardwareSpec | None, int | None]:
     ns.nodes = check.value("--nodes", ns.nodes, settings.whole_number(1))
     ns.host_speed = check.option("STEPCAST_HOST_SPEED", "--host-speed", ns.host_speed)
     ns.launch_queue = check.option("STEPCAST_LAUNCH_QUEUE_DEPTH", "--launch-queue", ns.launch_queue)
+    ns.moe_routing = check_routing(check, getattr(ns, "moe_routing", None))
     check.output_file("--report", ns.report)
     check.output_file("--trace", ns.trace)
     if ns.report is not None and ns.trace is not None and ns.report.absolute() == ns.trace.absolute():
@@ -163,6 +166,21 @@ def check_run(ns: argparse.Namespace) -> tuple[HardwareSpec | None, int | None]:
     return spec, probe_nodes
 
 
+def check_routing(check: Preflight, given: str | None) -> str | None:
+    """The run's MoE routing (``--moe-routing``, else ``STEPCAST_MOE_ROUTING``), its text and, for a histogram,
+    its file's contents checked; None when neither states one."""
+    from emulate.stated_routing import RoutingError, parse
+
+    text = check.option("STEPCAST_MOE_ROUTING", "--moe-routing", given)
+    if text is not None:
+        try:
+            parse(text, "--moe-routing" if given is not None else "STEPCAST_MOE_ROUTING")
+        except RoutingError as exc:
+            check.add(str(exc))
+            return None
+    return text
+
+
 def capture_and_simulate(ns: argparse.Namespace, spec: HardwareSpec, driver: Path, opctx: Path | None,
                          script_args: list[str], trace_dir: Path) -> int:
     from emulate.collate import collate, repair_log
@@ -184,7 +202,7 @@ def capture_and_simulate(ns: argparse.Namespace, spec: HardwareSpec, driver: Pat
         try:
             launch(ns.script.resolve(), script_args, driver=driver, spec=spec, nproc=ns.nproc, nodes=ns.nodes,
                    trace_dir=trace_dir, run_id=run_id, ranks=ranks, opctx=opctx, dedup=not ns.no_dedup,
-                   run_ranks=run_ranks, store_port=store_port)
+                   run_ranks=run_ranks, store_port=store_port, moe_routing=ns.moe_routing)
             wait(ranks)
         except RunInterrupted as exc:
             interrupted = exc

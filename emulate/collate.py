@@ -9,6 +9,7 @@ from typing import Any
 
 import copy
 
+from emulate.stated_routing import summarize
 from emulate.driver.tracelog import comm_sizes, driver_events, peak_device_bytes, read_driver_log
 from emulate.trace import write_trace
 from profiling.atomic import write_json_atomic
@@ -221,11 +222,14 @@ def collate(log_paths: list[Path], *, hardware: str, world_size: int, ranks_per_
     sparse = sparse_copies(rank_of, world_size, sparse_records, trace_dir) if rank_ids is not None else {}
     incomplete = {str(r["rank"]): r["capture_problem"] for r in per_rank if r["capture_problem"]}
     deadlocks = [log.deadlock for log in logs if log.deadlock]
+    routing, routing_warnings = summarize([log.sidecar.get("moe_routing") for log in logs])
     return {**sparse,
+        "moe_routing": routing,
         "incomplete_ranks": incomplete,
         "deadlock": deadlocks[0] if deadlocks else None,
         "capture_warnings": assumption_warnings(all_events) + dedup_warnings(
-            {rank_of[k]: log.sidecar["dedup"] for k, log in enumerate(logs) if log.sidecar.get("dedup")}),
+            {rank_of[k]: log.sidecar["dedup"] for k, log in enumerate(logs) if log.sidecar.get("dedup")})
+            + routing_warnings,
         "emulation": {
             "backend": "driver",
             "cudnn": CUDNN_ON_DRIVER,

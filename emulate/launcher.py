@@ -260,7 +260,7 @@ def sparse_environment(run_ranks: list[int]) -> dict[str, str]:
 def launch(script: Path, script_args: list[str], *, driver: Path, spec: HardwareSpec, nproc: int, nodes: int,
            trace_dir: Path, run_id: str, ranks: list[RankProcess], opctx: Path | None = None,
            dedup: bool = True, run_ranks: list[int] | None = None,
-           store_port: int | None = None) -> list[RankProcess]:
+           store_port: int | None = None, moe_routing: str | None = None) -> list[RankProcess]:
     """Start world_size = nproc * nodes ranks on this machine (each node's ranks see nproc virtual devices of the
     emulated driver ``driver``: :func:`rank_environment`), appending each to ``ranks`` as soon as it runs, so that a
     stop during the start still finds every rank.
@@ -271,7 +271,8 @@ def launch(script: Path, script_args: list[str], *, driver: Path, spec: Hardware
 
     ``store_port``: the store the launcher hosts (:func:`hosted_store`; every run of more than one rank has one),
     of which every rank is then a client. ``run_ranks`` (a sparse run, which needs that store): start only these
-    ranks of the job."""
+    ranks of the job. ``moe_routing``: the routing MoE routers' top-k give (``--moe-routing``; None: the
+    environment's ``STEPCAST_MOE_ROUTING``, if any)."""
     base = inherited_environment(os.environ)
     base.update(rank_environment(driver, spec, nproc, base))
     base.update({
@@ -281,6 +282,8 @@ def launch(script: Path, script_args: list[str], *, driver: Path, spec: Hardware
         "STEPCAST_OPCTX": str(opctx) if opctx else "",
         "STEPCAST_DEDUP": "1" if dedup else "0",
     })
+    if moe_routing:
+        base["STEPCAST_MOE_ROUTING"] = moe_routing
     port = free_port()
     trace_dir.mkdir(parents=True, exist_ok=True)
     if config.FIXED_LAYOUT:

@@ -404,6 +404,13 @@ def print_summary(report: dict[str, Any], console=None) -> None:
                   + ("" if steady is None else f" ({steady} in the steady iterations)"))
     if report.get("estimator"):
         table.add_row("estimator", report["estimator"])
+    routing = report.get("moe_routing")
+    if routing:
+        busiest = max(routing.get("routers") or [], key=lambda r: r["experts"], default=None)
+        table.add_row("MoE routing", f"{routing['routing']}" + ("" if routing.get("stated") else " (not stated)")
+                      + ("" if busiest is None else f"; busiest expert {busiest['busiest_expert_routes']} routes "
+                         f"of a mean {busiest['mean_expert_routes']:.0f} ({busiest['tokens']} tokens, top-"
+                         f"{busiest['topk']} of {busiest['experts']})"))
     events = report.get("predicted_event_timings")
     if events:
         tuned = Counter(c.get("tuner", "?") for c in events["choices"])

@@ -77,17 +77,23 @@ def _to_sum(counts: np.ndarray, routes: float) -> np.ndarray:
     return counts
 
 
-@functools.lru_cache(maxsize=1 << 16)
-def _skewed(tokens: int, experts: int, topk: int, ep: int, alpha: float) -> tuple[float, float, float]:
+def power_law_counts(tokens: int, experts: int, topk: int, alpha: float, draws: int = DRAWS) -> np.ndarray:
+    """(draws, experts) routes per expert of ``draws`` draws of the collectors' power-law generator (module
+    docstring), each summing to tokens x topk with no expert above ``tokens``; the same on every call."""
     routes = tokens * topk
     lo, hi = (1.0, tokens * 0.8) if routes > experts else (0.01, 2.0)
     hi = max(hi, lo * (1.0 + 1e-6))
-    weights = _power_law_weights(np.random.default_rng(SEED), REDRAWS * DRAWS, experts, alpha, lo, hi)
+    weights = _power_law_weights(np.random.default_rng(SEED), REDRAWS * draws, experts, alpha, lo, hi)
     counts = np.array([_to_sum(row, routes) for row in np.round(weights / weights.sum(axis=1, keepdims=True)
                                                                   * routes)])
     possible = counts.max(axis=1) <= tokens  # a token takes top-k distinct experts: no expert gets more than tokens
-    counts = counts[np.argsort(~possible, kind="stable")[:DRAWS]]
-    counts = np.minimum(counts, tokens)
+    counts = counts[np.argsort(~possible, kind="stable")[:draws]]
+    return np.minimum(counts, tokens)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _skewed(tokens: int, experts: int, topk: int, ep: int, alpha: float) -> tuple[float, float, float]:
+    counts = power_law_counts(tokens, experts, topk, alpha)
     slices = counts.reshape(DRAWS, ep, experts // ep)
     busiest = slices[np.arange(DRAWS), slices.sum(axis=2).argmax(axis=1)]  # (draws, local experts)
     return float(busiest.sum(axis=1).mean()), float(busiest.max(axis=1).mean()), float((busiest > 0).sum(1).mean())

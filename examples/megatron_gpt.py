@@ -4,6 +4,9 @@ recomputation all set from the command line, so a configuration search can vary 
     torchrun --nproc-per-node 8 examples/megatron_gpt.py --tp 2 --pp 2 --micro-batch 2 --global-batch 16 \
         --recompute full --layers 4 --hidden 1024 --heads 16 --seq 512 --steps 3
 
+``--experts N --topk K --ep E`` makes every MLP a mixture of N experts (Megatron-core's router, all-to-all token
+dispatcher and local experts), E-way expert parallel within the data-parallel ranks.
+
 Data parallelism is what remains: dp = world size / (tp x pp), and the global batch is split into
 global_batch / (micro_batch x dp) micro-batches per step (gradient accumulation). Only Megatron-core's local
 (pure PyTorch) layers are used (``get_gpt_layer_local_spec``): no Apex or Transformer Engine.
@@ -32,6 +35,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seq", type=int, default=512)
     p.add_argument("--vocab", type=int, default=32000)
     p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--experts", type=int, default=0, help="mixture-of-experts MLPs of this many experts (0: dense)")
+    p.add_argument("--topk", type=int, default=2, help="experts each token is routed to (with --experts)")
+    p.add_argument("--ep", type=int, default=1, help="expert-parallel degree (with --experts; all-to-all dispatch)")
     return p.parse_args(argv)
 
 
@@ -45,6 +51,8 @@ def check_layout(args: argparse.Namespace, world: int) -> int:
                  f"{args.micro_batch * dp}")
     if args.layers % args.pp or args.heads % args.tp:
         sys.exit("megatron_gpt: --layers must divide by --pp and --heads by --tp")
+    if args.experts and (args.experts % args.ep or dp % args.ep):
+        sys.exit("megatron_gpt: --experts and the data-parallel degree must divide by --ep")
     return dp
 
 
@@ -59,21 +67,34 @@ def main(argv: list[str] | None = None) -> None:
     from megatron.core.transformer.module import Float16Module
     from megatron.core.transformer.transformer_config import TransformerConfig
 
+    if args.experts:
+        from megatron.core.transformer.moe import moe_utils
+
+        # Megatron-core 0.16's router names te_general_gemm whether or not Transformer Engine is installed (its
+        # import fallback leaves the name undefined: NameError); None selects its plain-PyTorch GEMM
+        if not hasattr(moe_utils, "te_general_gemm"):
+            moe_utils.te_general_gemm = None
     local_rank = int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local_rank)
     dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
     dp = check_layout(args, dist.get_world_size())
-    parallel_state.initialize_model_parallel(tensor_model_parallel_size=args.tp, pipeline_model_parallel_size=args.pp)
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=args.tp, pipeline_model_parallel_size=args.pp,
+                                             expert_model_parallel_size=args.ep)
     model_parallel_cuda_manual_seed(0)
 
     recompute = {} if args.recompute == "none" else (
         {"recompute_granularity": "selective"} if args.recompute == "selective" else
         {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1})
+    # local experts (SequentialMLP: one GEMM per expert over its tokens) behind Megatron's all-to-all dispatcher
+    moe = {} if not args.experts else {
+        "num_moe_experts": args.experts, "moe_router_topk": args.topk, "expert_model_parallel_size": args.ep,
+        "moe_token_dispatcher_type": "alltoall", "moe_router_load_balancing_type": "none"}
     config = TransformerConfig(num_layers=args.layers, hidden_size=args.hidden, num_attention_heads=args.heads,
                                tensor_model_parallel_size=args.tp, pipeline_model_parallel_size=args.pp,
                                bf16=True, params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16,
-                               sequence_parallel=False, **recompute)
-    model = GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(), vocab_size=args.vocab,
+                               sequence_parallel=False, **recompute, **moe)
+    model = GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(num_experts=args.experts or None),
+                     vocab_size=args.vocab,
                      max_sequence_length=args.seq, pre_process=parallel_state.is_pipeline_first_stage(),
                      post_process=parallel_state.is_pipeline_last_stage()).cuda()
     model = Float16Module(config, model)  # bf16 compute, as Megatron's trainer wraps it

@@ -253,6 +253,41 @@ def _gemm(name: str, shapes: tuple, dtypes: tuple, args: tuple | None, kernel_na
     return _gemm_row(a2[-2], b2[-1], a2[-1], _numel(batch_shape), dtype, kernel_name)
 
 
+#: a grouped GEMM's tile along a group's rows (CUTLASS's and Triton's MoE kernels: 128 x 128 or 128 x 256): each
+#: group's rows are padded to it, so the work is the groups' padded rows, not their sum
+GROUPED_TILE_M = 128
+
+
+def _grouped_gemm(name: str, shapes: tuple, dtypes: tuple, args: tuple | None, kernel_name: str | None) -> Row | None:
+    """``_grouped_mm(a, b, offs)`` (torch's grouped GEMM: MoE experts) as one GEMM of the groups' work. 2-D a by 3-D
+    b (the experts' forward and input gradient): the groups split a's rows, so m is the sum of the groups' rows
+    each padded to :data:`GROUPED_TILE_M` when the offsets' values are known (the capture records them once the
+    routing is stated: emulate/stated_routing.py), else a's rows. 2-D by 2-D (the weight gradient): the groups split
+    the shared k, giving one m x n product per group (batch), k their mean. 3-D by 3-D: a batched GEMM. The
+    grouped kernel's set-up kernel (``prepare_grouped_gemm_data``) is no GEMM."""
+    if kernel_name and "prepare_grouped_gemm" in kernel_name:
+        return None
+    t = _tensors(shapes[:2], dtypes[:2])
+    if len(t) < 2:
+        return None
+    (a, dtype), (b, _) = t
+    offsets = args[2] if args is not None and len(args) > 2 and isinstance(args[2], (tuple, list)) else None
+    sizes = None
+    if offsets and all(isinstance(o, numbers.Integral) for o in offsets):
+        bounds = (0, *offsets)
+        sizes = [max(int(hi) - int(lo), 0) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    if len(a) == 2 and len(b) == 3:
+        m = sum(-(-size // GROUPED_TILE_M) * GROUPED_TILE_M for size in sizes) if sizes else a[0]
+        return _gemm_row(m, b[2], a[1], 1, dtype, kernel_name)
+    if len(a) == 2 and len(b) == 2:
+        groups = len(sizes) if sizes else (len(offsets) if offsets else 1)
+        k = -(-a[1] // max(groups, 1))
+        return _gemm_row(a[0], b[1], k, groups, dtype, kernel_name)
+    if len(a) == 3 and len(b) == 3:
+        return _gemm_row(a[1], b[2], a[2], a[0], dtype, kernel_name)
+    return None
+
+
 def _broadcast(*shapes: Shape) -> Shape:
     ndim = max((len(s) for s in shapes), default=0)
     out = []
@@ -929,6 +964,7 @@ _Handler = Callable[[str, tuple, tuple, "tuple | None", "str | None"], "Row | No
 _HANDLERS: dict[str, _Handler] = {}
 for _names, _handler in (
         (("mm", "addmm", "_addmm_activation", "bmm", "baddbmm", "addbmm", "matmul", "linear", "_scaled_mm"), _gemm),
+        (("_grouped_mm",), _grouped_gemm),
         (_ATTENTION, _attention), (_NORM, _norm), (_ELEMENTWISE_ALIASES, _elementwise),
         (_FUSED_OPTIMIZERS, _optimizer),
         ((*_CONV_FORWARD_ARGS, "_conv_depthwise2d", "conv_depthwise3d", "convolution_backward",

@@ -94,7 +94,21 @@ def _existing_folder(raw: str) -> Path:
     return path
 
 
+def _moe_routing(raw: str) -> str:
+    """``balanced``, ``power:ALPHA`` (ALPHA > 0) or ``histogram:FILE`` (an existing file; its contents are checked by
+    emulate/stated_routing.py, which reads it)."""
+    text = raw.strip()
+    kind, _, value = text.partition(":")
+    if text == "balanced" or (kind == "histogram" and Path(value).expanduser().is_file()):
+        return text
+    if kind == "power":
+        _positive_number(value)
+        return text
+    raise ValueError(raw)
+
+
 POSITIVE_NUMBER = Kind("a positive finite number", _positive_number)
+MOE_ROUTING = Kind("balanced, power:ALPHA (ALPHA > 0) or histogram:FILE (an existing JSON file)", _moe_routing)
 SWITCH = Kind("one of on, off (or 1, 0, true, false, yes, no)", _switch)
 PRESENCE = Kind("any value (set: on)", lambda raw: True)
 NAMES = Kind("comma-separated names", _names)
@@ -181,7 +195,12 @@ _DECLARED: tuple[Setting, ...] = (
     Setting("STEPCAST_EVENT_TIMING", one_of("predicted", "nominal"), "predicted", "what CUDA event timings answer "
             "inside the script (autotuners): the predicted device time, or 1 us per piece of work"),
     Setting("STEPCAST_REAL_BYTES", whole_number(1), 1 << 20, "largest copy, fill or small collective whose bytes "
-            "are kept, so metadata exchanges carry real values", read_by="driver (C)"),
+            "are kept, so metadata exchanges carry real values (integer and mask tensors the op-context hook "
+            "replays are followed up to 64 MiB)", read_by="driver (C); op-context hook (C++)"),
+    Setting("STEPCAST_MOE_ROUTING", MOE_ROUTING, None, "the tokens-per-expert routing a mixture-of-experts "
+            "router's top-k gives (emulate/stated_routing.py): balanced, a power law of exponent ALPHA "
+            "(aiconfigurator's generator), or a histogram recorded on a real run", read_by="capture layer",
+            option="--moe-routing", default_text="balanced (the report warns that it was not stated)"),
     Setting("STEPCAST_CXX11_ABI", one_of("0", "1"), None, "the `_GLIBCXX_USE_CXX11_ABI` the op-context hook is "
             "compiled with (torch's own: 0 in torch 2.6.0's wheels, 1 in 2.9.1's and later)",
             default_text="torch's, from libc10.so's symbols"),

@@ -105,3 +105,26 @@ def test_the_native_hook_names_complex_dtypes(emulate_run, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     muls = [ev for ev in trace["events"] if ev["kind"] == "kernel" and ev.get("op") == "aten.mul.Tensor"]
     assert muls and muls[0]["op_dtypes"][:2] == ["torch.complex64", "torch.complex64"]
+
+
+# An op whose output size a kernel counts (nonzero; masked_select and torch.where go through it) sizes its output from
+# the count it reads back. With real input bytes the hook runs it on the host first, so the count, the output's size
+# and its values are a real run's; before, the count read as 0 and every such output was empty (a MoE dispatcher's
+# permutation then disagreed with its split sizes).
+SIZED_BY_DATA = textwrap.dedent("""
+    import torch
+    mask = torch.tensor([[True, False, True], [False, False, True]]).cuda()  # copied in: real bytes
+    print("NONZERO", mask.nonzero().cpu().tolist())
+    print("SELECTED", torch.arange(6, device="cuda").view(2, 3).masked_select(mask).numel())
+    print("WHERE", torch.where(mask[:, 2])[0].numel())
+""")
+
+
+@pytest.mark.slow
+def test_an_output_sized_by_real_data_has_a_real_runs_size(emulate_run, tmp_path):
+    script = tmp_path / "sized.py"
+    script.write_text(SIZED_BY_DATA)
+    proc, _, _ = emulate_run(tmp_path, script)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "NONZERO [[0, 0], [0, 2], [1, 2]]" in proc.stdout
+    assert "SELECTED 3" in proc.stdout and "WHERE 2" in proc.stdout

@@ -45,3 +45,19 @@ def test_every_problem_is_reported_at_once(tmp_path, monkeypatch, capsys):
     assert [line.split(":")[1].strip() for line in capsys.readouterr().err.splitlines()] == [
         f"script {Path(tmp_path / 'no.py')} not found", "--host-speed", "--launch-queue", "--report",
         "--trace-ranks '0,9'"]
+
+
+def test_a_moe_routing_is_checked_before_the_run_and_its_histogram_read(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("STEPCAST_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("STEPCAST_MOE_ROUTING", raising=False)
+    ns = parse("--moe-routing", "power:1.2", "--", __file__)
+    assert check_run(ns)[0] is not None and ns.moe_routing == "power:1.2"
+    ns = parse("--", __file__)
+    assert check_run(ns)[0] is not None and ns.moe_routing is None  # not stated: balanced, and the report says so
+    bad = tmp_path / "hist.json"
+    bad.write_text('{"tokens_per_expert": "many"}')
+    for routing, expected in (("skewed", "--moe-routing: expected balanced, power:ALPHA (ALPHA > 0)"),
+                              (f"histogram:{bad}", "--moe-routing: expected")):
+        ns = parse("--moe-routing", routing, "--", __file__)
+        assert check_run(ns)[0] is None
+        assert expected in capsys.readouterr().err

@@ -98,3 +98,57 @@ def test_pipeline_transfers_on_a_communicator_leave_its_collectives_numbered_ali
     sends = [e for t in traces for e in t["events"] if e["kind"] == "collective" and e["op"] in ("send", "recv")]
     assert {e["comm"] for e in sends} == {reduces[0]["comm"]}       # the transfers shared the communicator
     assert len({(e["comm"], e["comm_seq"]) for e in reduces}) == 1
+
+
+# torch's all_to_all_single over NCCL is a group of sends and receives, one to and from every member, the member
+# itself included. A MoE layer exchanges its tokens per expert that way and reads the result to the host as its split
+# sizes. Before all-to-alls carried their bytes, a communicator of more than two exchanged nothing and a member's
+# own part kept whatever bytes its block had held before (garbage split sizes, a 536879104 GiB allocation).
+ALL_TO_ALL = """
+    import os, torch, torch.distributed as dist
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl")
+    for step in range(2):
+        mine = torch.tensor([100 * rank + 10 * j + step for j in range(world)]).cuda()  # copied in: real bytes
+        got = torch.empty_like(mine)
+        dist.all_to_all_single(got, mine)
+        os.write(1, f"GOT {rank} {step} {got.cpu().tolist()}\\n".encode())
+    dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc", [2, 4])
+def test_an_all_to_all_carries_every_members_part(tmp_path, emulate_run, nproc):
+    proc, _ = run_script(tmp_path, emulate_run, ALL_TO_ALL, nproc=nproc)
+    for rank in range(nproc):
+        for step in range(2):
+            assert f"GOT {rank} {step} {[100 * j + 10 * rank + step for j in range(nproc)]}" in proc.stdout
+
+
+# With a bound device, torch makes each new process group by splitting the default communicator (ncclCommSplit),
+# which every member calls with its color. Before the members exchanged their colors, a split knew neither its size
+# nor its members and exchanged nothing: a MoE dispatcher's token counts gathered over its expert-parallel group read
+# as zeros.
+SPLIT_GROUP = """
+    import os, torch, torch.distributed as dist
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", device_id=torch.device("cuda", rank))
+    pairs = [dist.new_group([0, 2]), dist.new_group([1, 3])] if world == 4 else [dist.new_group([0, 1])] * 2
+    mine = torch.tensor([rank + 1]).cuda()  # copied in: real bytes
+    got = torch.empty(2, dtype=mine.dtype, device="cuda")
+    dist.all_gather_into_tensor(got, mine, group=pairs[rank % 2])
+    os.write(1, f"PAIR {rank} {got.cpu().tolist()}\\n".encode())
+    dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc", [2, 4])
+def test_a_split_communicators_collectives_carry_their_bytes(tmp_path, emulate_run, nproc):
+    proc, _ = run_script(tmp_path, emulate_run, SPLIT_GROUP, nproc=nproc)
+    expected = {0: [1, 3], 1: [2, 4], 2: [1, 3], 3: [2, 4]} if nproc == 4 else {0: [1, 2], 1: [1, 2]}
+    for rank, gathered in expected.items():
+        assert f"PAIR {rank} {gathered}" in proc.stdout

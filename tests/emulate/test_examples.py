@@ -144,3 +144,41 @@ def test_fsdp2_gathers_and_reduce_scatters_each_unit_on_both_ranks(tmp_path, emu
         assert all(e["bytes"] == unit * 4 and e["dtype"] == "fp32" for e in scatters)    # fp32 reduction
         seen.append([(e["comm"], e["comm_seq"], e["op"], e["bytes"]) for e in colls])
     assert seen[0] == seen[1]
+
+
+def grouped_gemm_rows(trace: dict) -> list[int]:
+    """The m of each grouped GEMM (torch._grouped_mm: the experts' forward and input gradient) a rank ran."""
+    return [e["spec"]["m"] for e in trace["events"] if e["kind"] == "kernel"
+            and e.get("op") == "aten._grouped_mm.default" and (e.get("spec") or {}).get("batch") == 1]
+
+
+def test_torchtitan_moe_runs_expert_parallel_on_the_stated_routing(tmp_path, emulate_run):
+    from emulate.stated_routing import expert_counts, parse
+
+    proc, report, traces = emulate_run(tmp_path, EXAMPLES / "torchtitan_moe.py", "--ep", "2", "--batch", "2",
+                                       "--seq", "256", "--steps", "2", nproc=2,
+                                       options=("--no-dedup", "--moe-routing", "power:1.2"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert report["moe_routing"]["stated"] and report["moe_routing"]["routing"].startswith("power law, alpha 1.2")
+    # the debug model: 512 tokens a rank, top-3 of 8 experts, 4 on each rank; a rank's grouped GEMMs run the routes
+    # both ranks send its experts, each expert's padded to the 128-row tile
+    counts = expert_counts(parse("power:1.2"), 512, 8, 3)
+    padded = [sum(-(-2 * int(c) // 128) * 128 for c in half) for half in (counts[:4], counts[4:])]
+    assert [set(grouped_gemm_rows(trace)) for trace in traces] == [{padded[0]}, {padded[1]}]
+    assert "Failed to initialize the TMA descriptor" not in proc.stdout + proc.stderr
+
+
+def test_megatron_moe_experts_run_the_tokens_the_stated_routing_sends_them(tmp_path, emulate_run):
+    from emulate.stated_routing import expert_counts, parse
+
+    proc, report, traces = emulate_run(tmp_path, EXAMPLES / "megatron_gpt.py", "--experts", "4", "--topk", "2",
+                                       "--ep", "2", "--layers", "1", "--hidden", "256", "--heads", "4", "--seq",
+                                       "128", "--global-batch", "2", "--steps", "2", nproc=2,
+                                       options=("--no-dedup", "--moe-routing", "power:1.2"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    counts = expert_counts(parse("power:1.2"), 128, 4, 2)  # a micro-batch of 128 tokens a rank
+    for rank, trace in enumerate(traces):
+        # each local expert's first GEMM (hidden -> 4 x hidden) runs the routes both ranks send it
+        rows = {e["spec"]["m"] for e in trace["events"] if e["kind"] == "kernel"
+                and (e.get("spec") or {}).get("family") == "gemm" and e["spec"]["n"] == 1024 and e["spec"]["k"] == 256}
+        assert {2 * int(c) for c in counts[2 * rank:2 * rank + 2]} <= rows

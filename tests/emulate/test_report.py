@@ -114,3 +114,20 @@ def test_steady_fallback_count_includes_kernels_the_analytical_estimator_timed()
     report = build_report(simulate([b.doc()], "h100-sxm", estimator="roofline"))
     assert report["fallback_kernels"] == 4
     assert report["fallback_kernels_steady"] == len(report["steady_iterations"]) == 3
+
+
+def test_the_summary_names_the_moe_routing_and_its_busiest_expert(ddp_report):
+    from rich.console import Console
+
+    from emulate.report import print_summary
+
+    routing = {"routing": "power law, alpha 1.2", "stated": True, "errors": [],
+               "routers": [{"tokens": 16384, "experts": 64, "topk": 6, "calls": 64, "routing": "power",
+                            "busiest_expert_routes": 15475, "mean_expert_routes": 1536.0}]}
+    console = Console(record=True, width=200)
+    print_summary({**ddp_report, "moe_routing": routing}, console=console)
+    text = console.export_text()
+    assert "MoE routing" in text and "power law, alpha 1.2; busiest expert 15475 routes of a mean 1536" in text
+    console = Console(record=True, width=200)
+    print_summary({**ddp_report, "moe_routing": {**routing, "stated": False}}, console=console)
+    assert "(not stated)" in console.export_text()

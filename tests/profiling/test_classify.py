@@ -58,6 +58,25 @@ def test_tf32_is_read_from_the_kernel_name():
                        "volta_sgemm_128x64_nn")["dtype"] == "fp32"
 
 
+GROUPED = ("aten._grouped_mm.default", [[1536, 256], [4, 256, 512], [4], [], []],
+           ["torch.bfloat16", "torch.bfloat16", "torch.int32", "", ""])
+CUTLASS_GROUPED = "cutlass::device_kernel<GemmUniversal<GroupProblemShape<...>>>"
+
+
+def test_a_grouped_gemm_is_one_gemm_of_its_groups_tile_padded_rows():
+    op, shapes, dtypes = GROUPED
+    even = classify_op(op, shapes, dtypes, CUTLASS_GROUPED, args=[None, None, [384, 768, 1152, 1536], None, None])
+    assert (even["m"], even["n"], even["k"], even["batch"], even["dtype"]) == (1536, 512, 256, 1, "bf16")
+    # a skewed routing: groups of 10, 758, 384 and 384 rows pad to 128 + 768 + 384 + 384 rows of tiles
+    skewed = classify_op(op, shapes, dtypes, CUTLASS_GROUPED, args=[None, None, [10, 768, 1152, 1536], None, None])
+    assert skewed["m"] == 1664
+    assert classify_op(op, shapes, dtypes, CUTLASS_GROUPED)["m"] == 1536  # offsets unknown: a's rows
+    weight_grad = classify_op(op, [[256, 1536], [1536, 512], [4], [], []], dtypes, CUTLASS_GROUPED,
+                              args=[None, None, [384, 768, 1152, 1536], None, None])
+    assert (weight_grad["m"], weight_grad["n"], weight_grad["k"], weight_grad["batch"]) == (256, 512, 384, 4)
+    assert classify_op(op, shapes, dtypes, "void at::cuda::detail::prepare_grouped_gemm_data<...>") is None
+
+
 def test_batched_and_folded_gemms():
     bmm = classify_op("aten.bmm.default", [[8, 128, 64], [8, 64, 256]], ["torch.bfloat16"] * 2)
     assert (bmm["m"], bmm["n"], bmm["k"], bmm["batch"], bmm["dtype"]) == (128, 256, 64, 8, "bf16")

@@ -231,6 +231,11 @@ FK_EXPORT void stepcast_exchange(void *shm, int nranks, int rank, unsigned long 
                                  void *recv, size_t count, int dtype, int redop, int root) {
     fk_exchange(shm, nranks, rank, seq, kind, send, recv, count, dtype, redop, root);
 }
+/* ...its all-to-all among the members of a larger communicator (datapath.c)... */
+FK_EXPORT void stepcast_alltoallv(void *shm, int nranks, int rank, unsigned long long round, const void *const *send,
+                                  const size_t *send_bytes, void *const *recv, const size_t *recv_bytes) {
+    fk_alltoallv(shm, nranks, rank, round, send, send_bytes, recv, recv_bytes);
+}
 /* ...its membership of a communicator's exchange area (datapath.c: waits can tell when a member has left)... */
 FK_EXPORT void stepcast_comm_member(void *shm, int rank) { fk_comm_member(shm, rank); }
 /* ...its members' state for rank dedup (dedup.c, built in, publishes through the preloaded NCCL's communicators)... */

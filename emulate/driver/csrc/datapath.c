@@ -105,6 +105,10 @@ int fk_range_readback(const void *p, size_t n) {
 FK_EXPORT int stepcast_range_known(unsigned long long ptr, unsigned long long bytes) {
     return fk_device_memory_writable() && bytes <= fk_real_limit() && fk_range_known((const void *)ptr, bytes);
 }
+/* The same up to `limit` bytes (the op-context hook's host replay of integer and mask metadata: opctx.cpp). */
+FK_EXPORT int stepcast_range_known_within(unsigned long long ptr, unsigned long long bytes, unsigned long long limit) {
+    return fk_device_memory_writable() && bytes <= limit && fk_range_known((const void *)ptr, bytes);
+}
 FK_EXPORT void stepcast_range_written(unsigned long long ptr, unsigned long long bytes) {
     fk_range_written((const void *)ptr, bytes);
 }
@@ -272,19 +276,36 @@ static const char *const KIND_NAMES[] = {"all_reduce", "broadcast", "all_gather"
  * that send to each other: a pipeline stage's metadata, recv_object_list): the sender puts it in its slot (its
  * outbox) once the peer has taken the previous one, the receiver waits for it, copies it and takes it. Members of
  * larger communicators, and a peer stopped by dedup or absent from a sparse run, exchange nothing (the receive
- * reads as zeros, as any large payload). */
+ * reads as zeros, as any large payload). Host buffers are real (nccl.c's split exchanges its members' colors so). */
 static void p2p(shm_header *h, int nranks, int rank, int peer, int sending, const void *send, void *recv,
                 size_t bytes) {
-    if (nranks != 2 || peer < 0 || peer >= nranks || peer == rank || __atomic_load_n(&h->stopped[peer], __ATOMIC_ACQUIRE))
+    if (nranks != 2 || peer < 0 || peer >= nranks || peer == rank) {
+        if (!sending && recv) fk_range_forget(recv, bytes);  /* nothing arrives: zeros, never stale bytes */
         return;
+    }
     char what[96];
     char *slots = (char *)h + 4096;
+    if (__atomic_load_n(&h->stopped[peer], __ATOMIC_ACQUIRE)) {
+        /* the peer stopped as this rank's copy (rank dedup: the same device work), so it sends what this rank
+         * sends it, as the pair's programs mirror each other: the message is this rank's own last one */
+        char *mine = slots + (size_t)rank * SLOT;
+        if (sending) {
+            if (send && (!fk_is_device_pointer((CUdeviceptr)send) || fk_range_known(send, bytes)))
+                memcpy(mine, send, bytes);
+            else
+                memset(mine, 0, bytes);
+        } else if (recv) {
+            memcpy(recv, mine, bytes);
+            if (fk_is_device_pointer((CUdeviceptr)recv)) fk_range_written(recv, bytes);
+        }
+        return;
+    }
     if (sending) {
         uint64_t n = h->sent[rank];
         snprintf(what, sizeof what, "send #%llu of %s (its previous message untaken)", (unsigned long long)n, h->id);
         if (wait_flags(h, h->taken, rank, rank + 1, peer, nranks, n, what) != 0) return;
         char *mine = slots + (size_t)rank * SLOT;
-        if (send && fk_range_known(send, bytes)) memcpy(mine, send, bytes);
+        if (send && (!fk_is_device_pointer((CUdeviceptr)send) || fk_range_known(send, bytes))) memcpy(mine, send, bytes);
         else memset(mine, 0, bytes);
         __atomic_store_n(&h->sent[rank], n + 1, __ATOMIC_RELEASE);
         return;
@@ -292,13 +313,81 @@ static void p2p(shm_header *h, int nranks, int rank, int peer, int sending, cons
     uint64_t n = h->taken[peer];
     snprintf(what, sizeof what, "recv #%llu of %s", (unsigned long long)n, h->id);
     if (wait_flags(h, h->sent, peer, peer + 1, -1, nranks, n + 1, what) != 0 ||
-        __atomic_load_n(&h->stopped[peer], __ATOMIC_ACQUIRE))
+        __atomic_load_n(&h->stopped[peer], __ATOMIC_ACQUIRE)) {
+        if (recv) fk_range_forget(recv, bytes);
         return;
+    }
     if (recv) {
         memcpy(recv, slots + (size_t)peer * SLOT, bytes);
-        fk_range_written(recv, bytes);
+        if (fk_is_device_pointer((CUdeviceptr)recv)) fk_range_written(recv, bytes);
     }
     __atomic_store_n(&h->taken[peer], n + 1, __ATOMIC_RELEASE);
+}
+
+/* A member's message to itself (an all-to-all's own part: NCCL sends and receives it like any other): the receive
+ * takes the oldest untaken send of this thread, with its bytes when they were real and no larger than the limit. */
+#define MAX_SELF 64
+typedef struct { const void *p; size_t n; int known; } self_msg_t;
+static __thread self_msg_t self_sent[MAX_SELF];
+static __thread int n_self_sent;
+static void self_message(int sending, const void *send, void *recv, size_t bytes) {
+    if (sending) {
+        if (n_self_sent < MAX_SELF)
+            self_sent[n_self_sent++] = (self_msg_t){send, bytes,
+                                                    send && bytes <= fk_real_limit() && fk_range_known(send, bytes)};
+        return;
+    }
+    if (!recv) return;
+    int ok = n_self_sent > 0 && self_sent[0].known && self_sent[0].n == bytes;
+    if (ok) {
+        memmove(recv, self_sent[0].p, bytes);
+        fk_range_written(recv, bytes);
+    } else {
+        fk_range_forget(recv, bytes);
+    }
+    if (n_self_sent > 0) memmove(&self_sent[0], &self_sent[1], (size_t)--n_self_sent * sizeof self_sent[0]);
+}
+
+/* An all-to-all among the members of a communicator of more than two (NCCL's grouped sends to and receives from
+ * every member: torch's all_to_all_single, a MoE layer's token-count exchange): each member puts its message to
+ * member j in the j-th part of its slot, waits until every member has, takes its own part of each sender's slot,
+ * and waits until every member has taken. Tagged by the communicator's count of such exchanges (`round`), on the
+ * flags that pair communicators' point-to-point messages use (a larger communicator's are otherwise unused). A
+ * message larger than its part (SLOT / members) or the real-bytes limit, or not real, arrives as zeros. Host
+ * buffers are real (nccl.c's split exchanges its members' colors so). */
+void fk_alltoallv(void *shm, int nranks, int rank, uint64_t round, const void *const *send, const size_t *send_bytes,
+                  void *const *recv, const size_t *recv_bytes) {
+    if (!shm || nranks <= 2 || rank < 0 || rank >= nranks) return;
+    shm_header *h = shm;
+    size_t part = SLOT / (size_t)nranks;
+    char *slots = (char *)h + 4096, *mine = slots + (size_t)rank * SLOT;
+    for (int j = 0; j < nranks; j++) {
+        size_t n = send_bytes[j] < part ? send_bytes[j] : part;
+        int real = send[j] && (!fk_is_device_pointer((CUdeviceptr)send[j]) || fk_range_known(send[j], n));
+        if (real && send_bytes[j] <= part && send_bytes[j] <= fk_real_limit())
+            memcpy(mine + (size_t)j * part, send[j], n);
+        else
+            memset(mine + (size_t)j * part, 0, n);
+    }
+    uint64_t tag = round + 1;
+    char what[96];
+    snprintf(what, sizeof what, "all_to_all #%llu of %s", (unsigned long long)round, h->id);
+    __atomic_store_n(&h->sent[rank], tag, __ATOMIC_RELEASE);
+    if (wait_all(h, h->sent, nranks, tag, what) != 0) return;
+    for (int j = 0; j < nranks; j++) {
+        if (!recv[j] || !recv_bytes[j]) continue;
+        const char *src = source_slot(h, slots, nranks, j);
+        if (src && recv_bytes[j] <= part && recv_bytes[j] <= fk_real_limit()) {
+            memcpy(recv[j], src + (size_t)rank * part, recv_bytes[j]);
+            if (fk_is_device_pointer((CUdeviceptr)recv[j])) fk_range_written(recv[j], recv_bytes[j]);
+        } else if (fk_is_device_pointer((CUdeviceptr)recv[j])) {
+            fk_range_forget(recv[j], recv_bytes[j]);
+        } else {
+            memset(recv[j], 0, recv_bytes[j]);
+        }
+    }
+    __atomic_store_n(&h->taken[rank], tag, __ATOMIC_RELEASE);
+    wait_all(h, h->taken, nranks, tag, what);
 }
 
 /* kind: 0 all_reduce, 1 broadcast, 2 all_gather, 3 reduce_scatter, 4 reduce, 5 send, 6 recv (root: the peer).
@@ -306,9 +395,15 @@ static void p2p(shm_header *h, int nranks, int rank, int peer, int sending, cons
 void fk_exchange(void *shm, int nranks, int rank, uint64_t seq, int kind, const void *send, void *recv,
                  size_t count, int dtype, int redop, int root) {
     size_t elem = nccl_size(dtype);
+    if ((kind == 5 || kind == 6) && root == rank && rank >= 0) {
+        self_message(kind == 5, send, recv, count * elem);
+        return;
+    }
     if (kind == 5 || kind == 6) {
         if (shm && rank >= 0 && count * elem <= SLOT && count * elem <= fk_real_limit())
             p2p(shm, nranks, rank, root, kind == 5, send, recv, count * elem);
+        else if (kind == 6 && recv)
+            fk_range_forget(recv, count * elem);  /* too large to carry: zeros, never stale bytes */
         return;
     }
     size_t send_bytes = count * elem * (kind == 3 ? (size_t)nranks : 1);

@@ -136,6 +136,8 @@ void fk_comm_member(void *shm, int rank);
 void fk_shm_member_state(void *shm, int rank, uint64_t program, int stopped);
 void fk_exchange(void *shm, int nranks, int rank, uint64_t seq, int kind, const void *send, void *recv, size_t count,
                  int dtype, int redop, int root);
+void fk_alltoallv(void *shm, int nranks, int rank, uint64_t round, const void *const *send, const size_t *send_bytes,
+                  void *const *recv, const size_t *recv_bytes);
 
 /* ---- the run's ranks (ranks.c): who runs, waits, has left; deadlocks (capture.c) ---- */
 int fk_rank(void);                       /* this process's global rank, -1 outside a run */

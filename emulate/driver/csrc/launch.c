@@ -259,3 +259,18 @@ FK_EXPORT CUresult CUDAAPI cuOccupancyMaxPotentialClusterSize(int *clusterSize, 
     *clusterSize = per_sm > 0 ? (f->non_portable_cluster ? 16 : 8) : 0;
     return CUDA_SUCCESS;
 }
+
+/* Tensor-memory-access descriptors (Hopper and later): a kernel reads its operands through them, and CUTLASS's
+ * grouped GEMMs (torch._grouped_mm: MoE experts) encode theirs on the host before each launch. Kernels never run
+ * here, so a descriptor only has to exist: it is zeroed, and the arguments the real driver checks are checked. */
+FK_EXPORT CUresult CUDAAPI cuTensorMapEncodeTiled(CUtensorMap *map, CUtensorMapDataType type, cuuint32_t rank,
+                                                  void *address, const cuuint64_t *dims, const cuuint64_t *strides,
+                                                  const cuuint32_t *box, const cuuint32_t *element_strides,
+                                                  CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle,
+                                                  CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill fill) {
+    (void)type; (void)address; (void)strides; (void)element_strides; (void)interleave; (void)swizzle; (void)l2;
+    (void)fill;
+    if (!map || !dims || !box || rank < 1 || rank > 5) return CUDA_ERROR_INVALID_VALUE;
+    memset(map, 0, sizeof *map);
+    return CUDA_SUCCESS;
+}

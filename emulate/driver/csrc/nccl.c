@@ -27,6 +27,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +57,8 @@ typedef unsigned long long (*stream_id_t)(const void *stream);
 typedef void *(*comm_shm_t)(const char *comm_id, int nranks);
 typedef void (*exchange_t)(void *shm, int nranks, int rank, unsigned long long seq, int kind, const void *send,
                            void *recv, size_t count, int dtype, int redop, int root);
+typedef void (*alltoallv_t)(void *shm, int nranks, int rank, unsigned long long round, const void *const *send,
+                            const size_t *send_bytes, void *const *recv, const size_t *recv_bytes);
 typedef void (*member_state_t)(void *shm, int rank, unsigned long long program, int stopped);
 typedef void (*comm_member_t)(void *shm, int rank);
 DRIVER(log_record_t, log_record)
@@ -63,6 +66,7 @@ DRIVER(graph_record_t, graph_record)
 DRIVER(stream_id_t, stream_id)
 DRIVER(comm_shm_t, comm_shm)
 DRIVER(exchange_t, exchange)
+DRIVER(alltoallv_t, alltoallv)
 DRIVER(member_state_t, shm_member_state)
 DRIVER(comm_member_t, comm_member)
 
@@ -79,6 +83,7 @@ typedef struct nccl_comm {
      * it); p2p_seq the sends and receives, which involve two members only: a pipeline stage sends and receives more
      * than the first and last on one communicator, and counted together its later collectives would not agree */
     uint64_t seq, p2p_seq, splits;
+    uint64_t alltoalls;    /* all-to-alls exchanged through the area by a group of sends and receives (run_pending) */
     pthread_mutex_t lock;
     void *shm;             /* small-collective exchange area shared by the members (datapath.c), or NULL */
     struct nccl_comm *next;
@@ -215,17 +220,67 @@ EXPORT ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devl
     for (int i = 0; i < ndev; i++) comms[i] = (ncclComm_t)new_comm(id_key(&id), ndev, i);
     return ncclSuccess;
 }
+/* A split is collective over the parent: every member calls it, with a color (or none) and a key. Where the
+ * parent has an exchange area of more than two members (and every member runs: not a sparse run), the members'
+ * colors and keys are exchanged through it (an all-to-all of the same message to each), so the new communicator
+ * knows its size and this rank's place (ordered by key, then parent rank), and gets an exchange area of its own:
+ * small collectives on it carry their bytes (a MoE dispatcher's token counts on an expert-parallel group). Else
+ * its size is unknown here (-1) and the collator counts its members' traces. */
+static void split_place(nccl_comm_t *p, int color, int key, int *nranks, int *rank) {
+    *nranks = *rank = -1;
+    alltoallv_t alltoallv = alltoallv_fn();
+    exchange_t exchange = exchange_fn();
+    const char *sparse = getenv("STEPCAST_RUN_RANKS");
+    if (!alltoallv || !exchange || !p->shm || p->nranks < 2 || p->nranks > 64 || p->rank < 0 || (sparse && *sparse))
+        return;
+    int n = p->nranks, mine[2] = {color, key}, all[64][2];
+    for (int j = 0; j < n; j++) all[j][0] = all[j][1] = INT_MIN;  /* a message that never came stays so */
+    if (n == 2) {  /* a pair: the two messages go as its point-to-point ones do (datapath.c p2p) */
+        int peer = 1 - p->rank;
+        exchange(p->shm, 2, p->rank, 0, 5, mine, NULL, 2, ncclInt32, 0, peer);
+        exchange(p->shm, 2, p->rank, 0, 6, NULL, all[peer], 2, ncclInt32, 0, peer);
+        all[p->rank][0] = color;
+        all[p->rank][1] = key;
+    } else {
+        const void *send[64];
+        void *recv[64];
+        size_t bytes[64];
+        for (int j = 0; j < n; j++) {
+            send[j] = mine;
+            recv[j] = all[j];
+            bytes[j] = sizeof mine;
+        }
+        pthread_mutex_lock(&p->lock);
+        uint64_t round = p->alltoalls++;
+        pthread_mutex_unlock(&p->lock);
+        alltoallv(p->shm, n, p->rank, round, send, bytes, recv, bytes);
+    }
+    for (int j = 0; j < n; j++)
+        if (all[j][0] == INT_MIN && all[j][1] == INT_MIN) return;  /* not every member was heard: unknown */
+    int members = 0, before = 0;
+    for (int j = 0; j < n; j++) {
+        if (all[j][0] != color) continue;
+        members++;
+        before += all[j][1] < key || (all[j][1] == key && j < p->rank);
+    }
+    if (members >= 1 && all[p->rank][0] == color) {  /* its own message came back: the exchange took place */
+        *nranks = members;
+        *rank = before;
+    }
+}
 EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *cfg) {
-    (void)key; (void)cfg;
+    (void)cfg;
     nccl_comm_t *p = (nccl_comm_t *)comm;
     pthread_mutex_lock(&p->lock);
     uint64_t n = p->splits++;
     pthread_mutex_unlock(&p->lock);
+    int nranks, rank;
+    split_place(p, color, key, &nranks, &rank);
     if (color == NCCL_SPLIT_NOCOLOR) { *newcomm = NULL; return ncclSuccess; }
     uint64_t h = fnv1a(p->id, strlen(p->id), 0xcbf29ce484222325ull);
     h = fnv1a(&n, sizeof n, h);
     h = fnv1a(&color, sizeof color, h);
-    *newcomm = (ncclComm_t)new_comm(h, -1, -1);
+    *newcomm = (ncclComm_t)new_comm(h, nranks, rank);
     return *newcomm ? ncclSuccess : ncclSystemError;
 }
 EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *e) { (void)comm; *e = ncclSuccess; return ncclSuccess; }
@@ -290,6 +345,7 @@ static int next_group_id = 1;
  * own group's send would hang a pair that sends to each other (batch_isend_irecv). */
 typedef struct {
     void *shm;
+    struct nccl_comm *comm;
     int nranks, rank, kind, dtype, peer;
     unsigned long long seq;
     const void *send;
@@ -300,8 +356,63 @@ typedef struct {
 static __thread pending_t pending[MAX_PENDING];
 static __thread int n_pending;
 
+static size_t dtype_bytes(int dtype) {
+    switch (dtype) {
+    case ncclInt8: case ncclUint8: return 1;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
+    default: return 1;
+    }
+}
+
+/* A group that sends to and receives from every member of a communicator of more than two, once each, is an
+ * all-to-all (torch's all_to_all_single): its messages are exchanged through the area at once (datapath.c
+ * fk_alltoallv), every member doing the same. Its ops are marked done (kind -1). Not in a sparse run, whose absent
+ * members would never post theirs. */
+static void run_alltoalls(void) {
+    alltoallv_t alltoallv = alltoallv_fn();
+    const char *sparse = getenv("STEPCAST_RUN_RANKS");
+    if (sparse && *sparse) return;  /* absent members never post: their messages are zeros, as before */
+    for (int i = 0; i < n_pending && alltoallv; i++) {
+        nccl_comm_t *c = pending[i].comm;
+        int n = pending[i].nranks;
+        if (pending[i].kind < 0 || !c || n <= 2 || n > 64) continue;
+        const void *send[64] = {0};
+        void *recv[64] = {0};
+        size_t send_bytes[64] = {0}, recv_bytes[64] = {0};
+        int sends = 0, recvs = 0, index[128], k = 0;
+        for (int j = i; j < n_pending && k < 128; j++) {
+            pending_t *q = &pending[j];
+            if (q->comm != c || q->kind < 5 || q->peer < 0 || q->peer >= n) continue;
+            size_t bytes = q->count * dtype_bytes(q->dtype);
+            if (q->kind == 5 && !send_bytes[q->peer] && !send[q->peer]) {
+                send[q->peer] = q->send ? q->send : (const void *)1;
+                send_bytes[q->peer] = bytes;
+                sends++;
+            } else if (q->kind == 6 && !recv_bytes[q->peer] && !recv[q->peer]) {
+                recv[q->peer] = q->recv ? q->recv : NULL;
+                recv_bytes[q->peer] = bytes;
+                recvs++;
+            } else {
+                continue;
+            }
+            index[k++] = j;
+        }
+        if (sends != n || recvs != n) continue;
+        for (int j = 0; j < n; j++)
+            if (send[j] == (const void *)1) send[j] = NULL;
+        pthread_mutex_lock(&c->lock);
+        uint64_t round = c->alltoalls++;
+        pthread_mutex_unlock(&c->lock);
+        alltoallv(c->shm, n, c->rank, round, send, send_bytes, recv, recv_bytes);
+        for (int j = 0; j < k; j++) pending[index[j]].kind = -1;
+    }
+}
+
 static void run_pending(void) {
     exchange_t exchange = exchange_fn();
+    run_alltoalls();
     for (int pass = 5; pass <= 6 && exchange; pass++)
         for (int i = 0; i < n_pending; i++) {
             pending_t *q = &pending[i];
@@ -335,7 +446,7 @@ static ncclResult_t collective(const char *op, ncclComm_t comm, size_t count, nc
     pthread_mutex_unlock(&c->lock);
     exchange_t exchange = exchange_fn();
     if ((kind == 5 || kind == 6) && group_depth && c->shm && n_pending < MAX_PENDING)
-        pending[n_pending++] = (pending_t){c->shm, c->nranks, c->rank, kind, (int)dt, peer, seq, send, recv, count};
+        pending[n_pending++] = (pending_t){c->shm, c, c->nranks, c->rank, kind, (int)dt, peer, seq, send, recv, count};
     else if (kind >= 0 && c->shm && exchange)
         exchange(c->shm, c->nranks, c->rank, seq, kind, send, recv, count, (int)dt, redop, peer);
     stream_id_t sid = stream_id_fn();
@@ -375,10 +486,24 @@ EXPORT ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n, ncclData
                                       ncclComm_t comm, cudaStream_t st) {
     return collective("reduce_scatter", comm, n, dt, -1, st, 3, s, r, op);
 }
+/* NCCL's all-to-all is its group of a send to and a receive from every member (torch calls it for equal splits):
+ * one record, and its small messages move as that group's would (run_pending). */
 EXPORT ncclResult_t ncclAlltoAll(const void *s, void *r, size_t n, ncclDataType_t dt, ncclComm_t comm,
                                  cudaStream_t st) {
-    (void)s; (void)r;
-    return collective("all_to_all", comm, n, dt, -1, st, -1, NULL, NULL, 0);
+    ncclResult_t rc = collective("all_to_all", comm, n, dt, -1, st, -1, NULL, NULL, 0);
+    nccl_comm_t *c = (nccl_comm_t *)comm;
+    if (rc != ncclSuccess || !c->shm || c->nranks < 2 || n_pending + 2 * c->nranks > MAX_PENDING) return rc;
+    size_t bytes = n * dtype_bytes((int)dt);
+    int outer = group_depth == 0;
+    if (outer) ncclGroupStart();
+    for (int j = 0; j < c->nranks; j++) {
+        pending[n_pending++] = (pending_t){c->shm, c, c->nranks, c->rank, 5, (int)dt, j, 0,
+                                           s ? (const char *)s + (size_t)j * bytes : NULL, NULL, n};
+        pending[n_pending++] = (pending_t){c->shm, c, c->nranks, c->rank, 6, (int)dt, j, 0, NULL,
+                                           r ? (char *)r + (size_t)j * bytes : NULL, n};
+    }
+    if (outer) ncclGroupEnd();
+    return rc;
 }
 EXPORT ncclResult_t ncclGather(const void *s, void *r, size_t n, ncclDataType_t dt, int root, ncclComm_t comm,
                                cudaStream_t st) {

@@ -8,10 +8,12 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/from_blob.h>
 #include <unordered_set>
+#include <algorithm>
 
 #include <cctype>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <sstream>
@@ -25,9 +27,11 @@ void stepcast_pause(void);
 void stepcast_resume(void);
 int stepcast_needs_untrack(void);
 int stepcast_range_known(unsigned long long ptr, unsigned long long bytes);
+int stepcast_range_known_within(unsigned long long ptr, unsigned long long bytes, unsigned long long limit);
 int stepcast_has_ranges(void);
 void stepcast_range_written(unsigned long long ptr, unsigned long long bytes);
 void stepcast_untrack(unsigned long long ptr, unsigned long long bytes);
+void stepcast_answer_readback(int active, long long value);
 void stepcast_host_work(int node);
 void stepcast_count_python(void);
 }
@@ -47,13 +51,29 @@ std::vector<std::string> table;  // JSON object per op id
 thread_local std::vector<int> stack;
 thread_local bool replaying = false;
 
-// Ops that move or combine small metadata (object collectives, bucket indices, sizes): when every tensor they
-// read holds real bytes (datapath.c), they are run for real on the CPU over the device memory itself (it is
-// host-addressable under emulation), so their outputs hold real bytes too.
+// Ops that move or combine small metadata (object collectives, bucket indices, sizes, a router's token counts):
+// when every tensor they read holds real bytes (datapath.c), they are run for real on the CPU over the device memory
+// itself (it is host-addressable under emulation), so their outputs hold real bytes too. This is how data-dependent
+// values follow their sources (emulate/stated_routing.py: a MoE router's expert ids -> the routing map -> tokens per
+// expert -> all-to-all split sizes and grouped-GEMM offsets).
 const std::unordered_set<std::string> replayable = {
     "aten::cat", "aten::stack", "aten::copy_", "aten::clone", "aten::index_select", "aten::cumsum", "aten::sum",
     "aten::add", "aten::sub", "aten::mul", "aten::div", "aten::max", "aten::eq", "aten::ne", "aten::narrow_copy",
-    "aten::contiguous", "aten::view_as_real", "aten::add_", "aten::mul_", "aten::div_", "aten::sub_"};
+    "aten::contiguous", "aten::view_as_real", "aten::add_", "aten::mul_", "aten::div_", "aten::sub_",
+    "aten::fill_", "aten::zero_", "aten::scatter", "aten::scatter_", "aten::scatter_add", "aten::scatter_add_",
+    "aten::_to_copy", "aten::histc", "aten::bincount", "aten::one_hot", "aten::gt", "aten::ge", "aten::lt",
+    "aten::le", "aten::min", "aten::argsort", "aten::sort", "aten::gather"};
+// Of those, the ops that only write their first argument: its old bytes need not be known. They are replayed only
+// up to replay_limit (a fill of a large buffer is no metadata, and writing it would make the whole of it resident
+// in host memory).
+const std::unordered_set<std::string> overwrite_first = {"aten::copy_", "aten::fill_", "aten::zero_"};
+
+// The stated routing (emulate/stated_routing.py): called with a router top-k's expert-id output (int64, tokens x k,
+// contiguous), the tokens, the experts it chose from and k; it writes the ids and answers 1 (0: left as it was).
+using RouteFn = int (*)(unsigned long long ids, long long tokens, long long experts, long long k);
+RouteFn route = nullptr;
+// a top-k over more candidates than this is no router (a vocabulary's top-k when sampling, say)
+constexpr int64_t MAX_ROUTED_EXPERTS = 4096;
 
 uint64_t span_bytes(const at::Tensor &t) {
     if (t.numel() == 0) return 0;
@@ -76,10 +96,28 @@ const void *device_data(const at::Tensor &t) {
     }
 }
 
+uint64_t real_limit() {
+    static uint64_t limit = [] {
+        const char *v = std::getenv("STEPCAST_REAL_BYTES");
+        uint64_t n = v && *v ? std::strtoull(v, nullptr, 10) : (1ull << 20);
+        return n ? n : 1ull;
+    }();
+    return limit;
+}
+
+// Integer and boolean tensors are the metadata the replay carries (expert ids, routing maps, counts, offsets): they
+// are followed up to this size even past STEPCAST_REAL_BYTES (a routing map is tokens x experts bytes: 16384 tokens
+// of a 256-expert router make 4 MiB); floating tensors only up to it.
+constexpr uint64_t METADATA_BYTES = 64ull << 20;
+uint64_t replay_limit(const at::Tensor &t) {
+    bool metadata = c10::isIntegralType(t.scalar_type(), /*includeBool=*/true);
+    return metadata ? std::max(real_limit(), METADATA_BYTES) : real_limit();
+}
+
 bool known(const at::Tensor &t) {  // host tensors (wrapped scalars, CPU operands) hold real bytes anyway
     if (!t.defined() || t.device().is_cpu()) return t.defined();
     const void *p = device_data(t);
-    return p && (t.numel() == 0 || stepcast_range_known((uintptr_t)p, span_bytes(t)));
+    return p && (t.numel() == 0 || stepcast_range_known_within((uintptr_t)p, span_bytes(t), replay_limit(t)));
 }
 
 // A CPU tensor over a device tensor's own memory (host-addressable under emulation); undefined when it has none.
@@ -90,18 +128,45 @@ at::Tensor host_view(const at::Tensor &t) {
     return at::from_blob(const_cast<void *>(p), t.sizes(), t.strides(), at::TensorOptions().dtype(t.dtype()));
 }
 
-// Inputs are only readable in the start callback: replayable ops keep them for the end callback.
+// Inputs are only readable in the start callback: replayable ops keep them for the end callback. An op whose
+// output size a kernel computes (sized) is replayed on the host at its start instead, its result kept here.
 struct SavedInputs : at::ObserverContext {
     std::vector<c10::IValue> inputs;
+    at::Tensor result;
 };
+
+// Ops whose output's size is data: a kernel counts it and the host reads the count back before allocating the
+// output (a MoE dispatcher's masked_select of a routing map: nonzero). With real inputs they are run on the host
+// when they start, the count answers the op's read-back (memory.c stepcast_answer_readback), and the result fills
+// the output at their end.
+const std::unordered_set<std::string> sized = {"aten::nonzero"};
+
+// The host result of a sized op whose input holds real bytes; undefined otherwise.
+at::Tensor replay_sized(const at::RecordFunction &fn) {
+    if (fn.inputs().empty() || !fn.inputs()[0].isTensor()) return at::Tensor();
+    const at::Tensor &input = fn.inputs()[0].toTensor();
+    if (!input.defined() || input.numel() == 0 || !known(input)) return at::Tensor();
+    at::Tensor view = host_view(input);
+    if (!view.defined()) return at::Tensor();
+    try {
+        replaying = true;
+        at::Tensor result = view.nonzero();
+        replaying = false;
+        return result;
+    } catch (const std::exception &) {
+        replaying = false;
+        return at::Tensor();
+    }
+}
 
 bool replay_on_host(const at::RecordFunction &fn, const SavedInputs *saved) {
     if (!saved) return false;
     std::vector<c10::IValue> args;
-    bool overwrites_self = std::strcmp(fn.name(), "aten::copy_") == 0;  // copy_ reads only its source
+    bool overwrites_self = overwrite_first.count(fn.name()) > 0;  // copy_ reads only its source, a fill nothing
     for (const auto &v : saved->inputs) {
         if (v.isTensor()) {
             bool written_only = overwrites_self && args.empty();
+            if (written_only && span_bytes(v.toTensor()) > replay_limit(v.toTensor())) return false;
             if (!written_only && !known(v.toTensor())) return false;
             at::Tensor view = host_view(v.toTensor());
             if (!view.defined()) return false;
@@ -142,6 +207,71 @@ bool replay_on_host(const at::RecordFunction &fn, const SavedInputs *saved) {
         return false;
     }
 }
+// A router's top-k (``torch.topk`` over the last dimension of floating scores, k < candidates <= MAX_ROUTED_EXPERTS,
+// int64 ids): its ids are the stated routing's (the scores a kernel computed read as zeros, so the real top-k would
+// give every token the same experts). Returns whether the ids were written.
+bool route_topk(const at::RecordFunction &fn, const SavedInputs *saved) {
+    if (!route || !saved || saved->inputs.size() < 3 || fn.outputs().size() < 2) return false;
+    const auto &in = saved->inputs;
+    if (!in[0].isTensor() || !in[1].isInt() || !in[2].isInt() || !fn.outputs()[1].isTensor()) return false;
+    const at::Tensor &scores = in[0].toTensor();
+    const at::Tensor &ids = fn.outputs()[1].toTensor();
+    if (!scores.defined() || !scores.is_floating_point() || scores.dim() < 1 || !ids.defined()) return false;
+    int64_t dim = in[2].toInt(), k = in[1].toInt(), experts = scores.size(-1);
+    if (dim < 0) dim += scores.dim();
+    if (dim != scores.dim() - 1 || k < 1 || k >= experts || experts > MAX_ROUTED_EXPERTS) return false;
+    if (ids.scalar_type() != c10::ScalarType::Long || !ids.is_contiguous() || ids.numel() == 0) return false;
+    const void *p = device_data(ids);
+    if (!p || !route((unsigned long long)(uintptr_t)p, ids.numel() / k, experts, k)) return false;
+    stepcast_range_written((uintptr_t)p, span_bytes(ids));
+    return true;
+}
+
+// Tensor arguments whose values decide a kernel's work, recorded in the op table when they hold real bytes: a
+// grouped GEMM's group offsets (the cumulative tokens per expert), so its groups' sizes are known to the estimator.
+const std::unordered_map<std::string, size_t> value_arguments = {{"aten::_grouped_mm", 2},
+                                                                 {"aten::_scaled_grouped_mm", 4}};
+constexpr int64_t MAX_RECORDED_VALUES = 4096;
+
+// The values of input ``i`` of ``fn`` when it is a value argument that holds real bytes; empty otherwise.
+std::vector<int64_t> recorded_values(const at::RecordFunction &fn, size_t i) {
+    auto it = value_arguments.find(fn.name());
+    if (it == value_arguments.end() || it->second != i || i >= fn.inputs().size()) return {};
+    const auto &v = fn.inputs()[i];
+    if (!v.isTensor()) return {};
+    const at::Tensor &t = v.toTensor();
+    if (!t.defined() || t.dim() != 1 || t.numel() > MAX_RECORDED_VALUES || !known(t)) return {};
+    const void *p = device_data(t);  // read in place (no torch op here: it would enter this hook again)
+    if (!p) return {};
+    std::vector<int64_t> out((size_t)t.numel());
+    int64_t stride = t.strides()[0];
+    for (int64_t j = 0; j < t.numel(); j++) {
+        if (t.scalar_type() == c10::ScalarType::Int) out[j] = static_cast<const int32_t *>(p)[j * stride];
+        else if (t.scalar_type() == c10::ScalarType::Long) out[j] = static_cast<const int64_t *>(p)[j * stride];
+        else return {};
+    }
+    return out;
+}
+
+// A sized op's end: its output (sized by the answered count) gets the host result. Returns whether it did.
+bool fill_sized(const at::RecordFunction &fn, const at::Tensor &result) {
+    stepcast_answer_readback(0, 0);
+    if (fn.outputs().empty() || !fn.outputs()[0].isTensor()) return false;
+    const at::Tensor &out = fn.outputs()[0].toTensor();
+    const void *p = device_data(out);
+    if (!p || out.sizes() != result.sizes() || out.scalar_type() != result.scalar_type()) return false;
+    try {
+        replaying = true;
+        host_view(out).copy_(result);
+        replaying = false;
+    } catch (const std::exception &) {
+        replaying = false;
+        return false;
+    }
+    stepcast_range_written((uintptr_t)p, span_bytes(out));
+    return true;
+}
+
 at::CallbackHandle handle = 0;
 
 inline uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ull; }
@@ -176,7 +306,9 @@ uint64_t hash_tensor(uint64_t h, const at::Tensor &t) {
 uint64_t key_of(const at::RecordFunction &fn) {
     uint64_t h = 0xcbf29ce484222325ull;
     for (const char *p = fn.name(); *p; p++) h = mix(h, (unsigned char)*p);
+    size_t index = 0;
     for (const auto &v : fn.inputs()) {
+        for (int64_t x : recorded_values(fn, index++)) h = mix(mix(h, 8), (uint64_t)x);
         if (v.isTensor()) h = hash_tensor(mix(h, 1), v.toTensor());
         else if (v.isTensorList()) { h = mix(h, 2); for (const auto &t : v.toTensorVector()) h = hash_tensor(h, t); }
         else if (v.isInt()) h = mix(mix(h, 3), (uint64_t)v.toInt());
@@ -201,16 +333,24 @@ std::string describe(const at::RecordFunction &fn) {
     std::string overload = overload_of(fn);
     std::ostringstream shapes, dtypes, args;
     bool first = true;
+    size_t index = 0;
     for (const auto &v : fn.inputs()) {
         const char *sep = first ? "" : ",";
         first = false;
         shapes << sep;
         dtypes << sep;
         args << sep;
+        std::vector<int64_t> values = recorded_values(fn, index++);
         if (v.isTensor()) {
             shape_json(shapes, v.toTensor());
             dtypes << "\"" << (v.toTensor().defined() ? dtype_name(v.toTensor().scalar_type()) : "") << "\"";
-            args << "null";
+            if (values.empty()) {
+                args << "null";
+            } else {
+                args << "[";
+                for (size_t j = 0; j < values.size(); j++) args << (j ? "," : "") << values[j];
+                args << "]";
+            }
         } else if (v.isTensorList()) {
             shapes << "[";
             dtypes << "[";
@@ -296,10 +436,19 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction &fn) {
     stack.push_back(id);
     stepcast_set_op(id);
     std::unique_ptr<at::ObserverContext> ctx;
-    if (stepcast_has_ranges() && replayable.count(fn.name())) {
+    bool routed = route && std::strcmp(fn.name(), "aten::topk") == 0;
+    if (routed || (stepcast_has_ranges() && replayable.count(fn.name()))) {
         auto saved = std::make_unique<SavedInputs>();
         saved->inputs.assign(fn.inputs().begin(), fn.inputs().end());
         ctx = std::move(saved);
+    } else if (stepcast_has_ranges() && sized.count(fn.name())) {
+        at::Tensor result = replay_sized(fn);
+        if (result.defined()) {
+            auto saved = std::make_unique<SavedInputs>();
+            saved->result = result;
+            stepcast_answer_readback(1, result.size(0));
+            ctx = std::move(saved);
+        }
     }
     stepcast_resume();
     return ctx;
@@ -309,13 +458,17 @@ void on_exit(const at::RecordFunction &fn, at::ObserverContext *ctx) {
     if (replaying) return;
     stepcast_pause();
     // replayable ops run on the host whether or not they launched a kernel (a 1-element sum launches none)
-    bool replayed = ctx && replay_on_host(fn, static_cast<SavedInputs *>(ctx));
+    bool topk = route && ctx && std::strcmp(fn.name(), "aten::topk") == 0;
+    SavedInputs *saved = static_cast<SavedInputs *>(ctx);
+    bool replayed = saved && saved->result.defined() ? fill_sized(fn, saved->result)
+                                                     : ctx && !topk && replay_on_host(fn, saved);
     if (!replayed && stepcast_needs_untrack()) {  // a kernel wrote the outputs: remembered bytes stale
         for (const auto &v : fn.outputs()) {
             const void *p = v.isTensor() ? device_data(v.toTensor()) : nullptr;
             if (p) stepcast_untrack((unsigned long long)(uintptr_t)p, span_bytes(v.toTensor()));
         }
     }
+    if (topk) route_topk(fn, static_cast<SavedInputs *>(ctx));
     if (!stack.empty()) stack.pop_back();
     stepcast_set_op(stack.empty() ? -1 : stack.back());
     stepcast_resume();
@@ -352,3 +505,6 @@ extern "C" __attribute__((visibility("default"))) const char *stepcast_opctx_tab
     out += "]";
     return out.c_str();
 }
+
+// The stated routing's writer (emulate/stated_routing.py, through the capture layer); null: top-k is left alone.
+extern "C" __attribute__((visibility("default"))) void stepcast_opctx_set_router(RouteFn fn) { route = fn; }
