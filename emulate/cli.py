@@ -161,6 +161,12 @@ def check_run(ns: argparse.Namespace) -> tuple[HardwareSpec | None, int | None]:
                     ns.run_rank_list = parse_run_ranks(ns.run_ranks, ns.nproc * ns.nodes)
             except (RunRanksError, LearnError) as exc:
                 check.add(str(exc))
+    if ns.moe_routing is not None and ns.run_ranks is not None:
+        from emulate.stated_routing import BALANCED, parse
+
+        if parse(ns.moe_routing).kind != BALANCED:
+            check.add(f"--moe-routing {ns.moe_routing}: a skewed routing gives expert-parallel ranks different work, "
+                      "which the copies of a sparse run (--run-ranks) cannot have: state balanced or run every rank")
     if check.refuse() is not None:
         return None, None
     return spec, probe_nodes

@@ -61,3 +61,14 @@ def test_a_moe_routing_is_checked_before_the_run_and_its_histogram_read(tmp_path
         ns = parse("--moe-routing", routing, "--", __file__)
         assert check_run(ns)[0] is None
         assert expected in capsys.readouterr().err
+
+
+def test_a_skewed_routing_is_refused_for_a_sparse_run_whose_copies_would_do_the_same_work(tmp_path, monkeypatch,
+                                                                                           capsys):
+    monkeypatch.setenv("STEPCAST_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("STEPCAST_MOE_ROUTING", raising=False)
+    sparse = ("--nproc", "4", "--nodes", "2", "--run-ranks", "0")
+    assert check_run(parse(*sparse, "--moe-routing", "balanced", "--", __file__))[0] is not None
+    assert check_run(parse(*sparse, "--moe-routing", "power:1.2", "--", __file__))[0] is None
+    assert "a skewed routing gives expert-parallel ranks different work" in capsys.readouterr().err
+    assert check_run(parse("--nproc", "4", "--moe-routing", "power:1.2", "--", __file__))[0] is not None

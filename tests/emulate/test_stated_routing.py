@@ -188,3 +188,15 @@ def test_a_routing_map_past_the_real_bytes_limit_still_gives_the_stated_counts(t
     proc, _, _ = emulate_run(tmp_path, script)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "COUNTS [256]" in proc.stdout  # 8192 x 8 routes over 256 experts, balanced
+
+
+@pytest.mark.slow
+def test_a_sparse_runs_absent_members_send_the_running_members_counts(tmp_path, emulate_run):
+    """In a sparse run (rank 0 of 8), the seven absent members of the all-to-all send what the running member sends
+    (the copies' rule): a balanced routing's counts arrive, not zeros ("Split sizes doesn't match")."""
+    script = tmp_path / "moe_layer.py"
+    script.write_text(textwrap.dedent(MOE_LAYER).replace("torch.cuda.set_device(rank)",
+                                                         'torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))'))
+    proc, _, _ = emulate_run(tmp_path, script, nproc=4, options=("--nodes", "2", "--run-ranks", "0"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"COUNTS 0 {[64] * 8} SEND {[64] * 8} RECV {[64] * 8} ROWS 512" in proc.stdout

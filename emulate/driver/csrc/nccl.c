@@ -368,12 +368,10 @@ static size_t dtype_bytes(int dtype) {
 
 /* A group that sends to and receives from every member of a communicator of more than two, once each, is an
  * all-to-all (torch's all_to_all_single): its messages are exchanged through the area at once (datapath.c
- * fk_alltoallv), every member doing the same. Its ops are marked done (kind -1). Not in a sparse run, whose absent
- * members would never post theirs. */
+ * fk_alltoallv), every member doing the same. Its ops are marked done (kind -1). In a sparse run an absent member,
+ * marked stopped in the area (emulate/sparse_store.py), sends what a running member sends: the copies' rule. */
 static void run_alltoalls(void) {
     alltoallv_t alltoallv = alltoallv_fn();
-    const char *sparse = getenv("STEPCAST_RUN_RANKS");
-    if (sparse && *sparse) return;  /* absent members never post: their messages are zeros, as before */
     for (int i = 0; i < n_pending && alltoallv; i++) {
         nccl_comm_t *c = pending[i].comm;
         int n = pending[i].nranks;
