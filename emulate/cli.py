@@ -43,16 +43,15 @@ def add_run_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--report", type=Path, metavar="FILE", help="write the report (JSON) here")
     p.add_argument("--trace", type=Path, metavar="FILE", help="write the predicted timeline (Perfetto JSON) here")
     p.add_argument("--trace-ranks", metavar="LIST", default=None,
-                   help="ranks the --trace timeline shows (0-7,64; default the ranks that ran, not a sparse run's "
-                        "copies)")
+                   help="ranks on the --trace timeline (default: those that ran)")
     p.add_argument("--trace-dir", type=Path, default=None, metavar="DIR",
                    help="folder for the captured traces (default: see below)")
-    p.add_argument("--host-speed", metavar="X", help="target host CPU speed / the reference host (default "
+    p.add_argument("--host-speed", metavar="X", help="host CPU speed vs the reference (default "
                    f"{settings.SETTINGS['STEPCAST_HOST_SPEED'].default})")
     p.add_argument("--launch-queue", metavar="N", help="device ops queued before a launch blocks ("
                    f"{settings.SETTINGS['STEPCAST_LAUNCH_QUEUE_DEPTH'].default})")
-    p.add_argument("--moe-routing", metavar="R", help="tokens per expert that MoE routers give: balanced (default), "
-                   "power:ALPHA or histogram:FILE")
+    p.add_argument("--moe-routing", metavar="R", help="MoE routing: balanced (default), power:ALPHA or "
+                   "histogram:FILE")
     p.add_argument("--gzip", action="store_true", help="write the captured traces gzip-compressed")
     p.add_argument("--capture-only", action="store_true", help="capture the traces; skip the simulation")
     p.add_argument("--no-dedup", action="store_true", help="run every rank, even ranks identical to a lower one")
