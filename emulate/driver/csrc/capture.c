@@ -236,6 +236,8 @@ FK_EXPORT void stepcast_alltoallv(void *shm, int nranks, int rank, unsigned long
                                   const size_t *send_bytes, void *const *recv, const size_t *recv_bytes) {
     fk_alltoallv(shm, nranks, rank, round, send, send_bytes, recv, recv_bytes);
 }
+/* ...the bytes of an NCCL element type, as the exchange counts them (datapath.c)... */
+FK_EXPORT size_t stepcast_nccl_size(int dtype) { return fk_nccl_size(dtype); }
 /* ...its membership of a communicator's exchange area (datapath.c: waits can tell when a member has left)... */
 FK_EXPORT void stepcast_comm_member(void *shm, int rank) { fk_comm_member(shm, rank); }
 /* ...its members' state for rank dedup (dedup.c, built in, publishes through the preloaded NCCL's communicators)... */

@@ -265,9 +265,24 @@ static void combine(void *dst, const void *src, size_t count, int dtype, int op,
 #undef COMBINE
 }
 
-static size_t nccl_size(int dtype) {
+size_t fk_nccl_size(int dtype) {
     static const size_t sizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
     return dtype >= 0 && dtype < 12 ? sizes[dtype] : 4;
+}
+
+/* Whether a message's bytes are real: a host buffer's always, a device buffer's where written with real bytes. */
+static int message_known(const void *p, size_t n) {
+    return p && (!fk_is_device_pointer((CUdeviceptr)p) || fk_range_known(p, n));
+}
+/* Put a message in `slot`: its bytes when real (`send` NULL: none), else zeros. */
+static void post(char *slot, const void *send, size_t n) {
+    if (message_known(send, n)) memcpy(slot, send, n);
+    else memset(slot, 0, n);
+}
+/* Hand a received message to `recv`; a device buffer now holds real bytes there. */
+static void deliver(void *recv, const void *src, size_t n) {
+    memcpy(recv, src, n);
+    if (fk_is_device_pointer((CUdeviceptr)recv)) fk_range_written(recv, n);
 }
 
 static const char *const KIND_NAMES[] = {"all_reduce", "broadcast", "all_gather", "reduce_scatter", "reduce"};
@@ -289,24 +304,15 @@ static void p2p(shm_header *h, int nranks, int rank, int peer, int sending, cons
         /* the peer stopped as this rank's copy (rank dedup: the same device work), so it sends what this rank
          * sends it, as the pair's programs mirror each other: the message is this rank's own last one */
         char *mine = slots + (size_t)rank * SLOT;
-        if (sending) {
-            if (send && (!fk_is_device_pointer((CUdeviceptr)send) || fk_range_known(send, bytes)))
-                memcpy(mine, send, bytes);
-            else
-                memset(mine, 0, bytes);
-        } else if (recv) {
-            memcpy(recv, mine, bytes);
-            if (fk_is_device_pointer((CUdeviceptr)recv)) fk_range_written(recv, bytes);
-        }
+        if (sending) post(mine, send, bytes);
+        else if (recv) deliver(recv, mine, bytes);
         return;
     }
     if (sending) {
         uint64_t n = h->sent[rank];
         snprintf(what, sizeof what, "send #%llu of %s (its previous message untaken)", (unsigned long long)n, h->id);
         if (wait_flags(h, h->taken, rank, rank + 1, peer, nranks, n, what) != 0) return;
-        char *mine = slots + (size_t)rank * SLOT;
-        if (send && (!fk_is_device_pointer((CUdeviceptr)send) || fk_range_known(send, bytes))) memcpy(mine, send, bytes);
-        else memset(mine, 0, bytes);
+        post(slots + (size_t)rank * SLOT, send, bytes);
         __atomic_store_n(&h->sent[rank], n + 1, __ATOMIC_RELEASE);
         return;
     }
@@ -317,10 +323,7 @@ static void p2p(shm_header *h, int nranks, int rank, int peer, int sending, cons
         if (recv) fk_range_forget(recv, bytes);
         return;
     }
-    if (recv) {
-        memcpy(recv, slots + (size_t)peer * SLOT, bytes);
-        if (fk_is_device_pointer((CUdeviceptr)recv)) fk_range_written(recv, bytes);
-    }
+    if (recv) deliver(recv, slots + (size_t)peer * SLOT, bytes);
     __atomic_store_n(&h->taken[peer], n + 1, __ATOMIC_RELEASE);
 }
 
@@ -363,11 +366,7 @@ void fk_alltoallv(void *shm, int nranks, int rank, uint64_t round, const void *c
     char *slots = (char *)h + 4096, *mine = slots + (size_t)rank * SLOT;
     for (int j = 0; j < nranks; j++) {
         size_t n = send_bytes[j] < part ? send_bytes[j] : part;
-        int real = send[j] && (!fk_is_device_pointer((CUdeviceptr)send[j]) || fk_range_known(send[j], n));
-        if (real && send_bytes[j] <= part && send_bytes[j] <= fk_real_limit())
-            memcpy(mine + (size_t)j * part, send[j], n);
-        else
-            memset(mine + (size_t)j * part, 0, n);
+        post(mine + (size_t)j * part, send_bytes[j] <= part && send_bytes[j] <= fk_real_limit() ? send[j] : NULL, n);
     }
     uint64_t tag = round + 1;
     char what[96];
@@ -378,8 +377,7 @@ void fk_alltoallv(void *shm, int nranks, int rank, uint64_t round, const void *c
         if (!recv[j] || !recv_bytes[j]) continue;
         const char *src = source_slot(h, slots, nranks, j);
         if (src && recv_bytes[j] <= part && recv_bytes[j] <= fk_real_limit()) {
-            memcpy(recv[j], src + (size_t)rank * part, recv_bytes[j]);
-            if (fk_is_device_pointer((CUdeviceptr)recv[j])) fk_range_written(recv[j], recv_bytes[j]);
+            deliver(recv[j], src + (size_t)rank * part, recv_bytes[j]);
         } else if (fk_is_device_pointer((CUdeviceptr)recv[j])) {
             fk_range_forget(recv[j], recv_bytes[j]);
         } else {
@@ -394,7 +392,7 @@ void fk_alltoallv(void *shm, int nranks, int rank, uint64_t round, const void *c
  * count as NCCL takes it. */
 void fk_exchange(void *shm, int nranks, int rank, uint64_t seq, int kind, const void *send, void *recv,
                  size_t count, int dtype, int redop, int root) {
-    size_t elem = nccl_size(dtype);
+    size_t elem = fk_nccl_size(dtype);
     if ((kind == 5 || kind == 6) && root == rank && rank >= 0) {
         self_message(kind == 5, send, recv, count * elem);
         return;

@@ -138,6 +138,7 @@ void fk_exchange(void *shm, int nranks, int rank, uint64_t seq, int kind, const 
                  int dtype, int redop, int root);
 void fk_alltoallv(void *shm, int nranks, int rank, uint64_t round, const void *const *send, const size_t *send_bytes,
                   void *const *recv, const size_t *recv_bytes);
+size_t fk_nccl_size(int dtype);  /* bytes of an ncclDataType_t's element */
 
 /* ---- the run's ranks (ranks.c): who runs, waits, has left; deadlocks (capture.c) ---- */
 int fk_rank(void);                       /* this process's global rank, -1 outside a run */

@@ -59,6 +59,7 @@ typedef void (*exchange_t)(void *shm, int nranks, int rank, unsigned long long s
                            void *recv, size_t count, int dtype, int redop, int root);
 typedef void (*alltoallv_t)(void *shm, int nranks, int rank, unsigned long long round, const void *const *send,
                             const size_t *send_bytes, void *const *recv, const size_t *recv_bytes);
+typedef size_t (*nccl_size_t)(int dtype);
 typedef void (*member_state_t)(void *shm, int rank, unsigned long long program, int stopped);
 typedef void (*comm_member_t)(void *shm, int rank);
 DRIVER(log_record_t, log_record)
@@ -67,6 +68,7 @@ DRIVER(stream_id_t, stream_id)
 DRIVER(comm_shm_t, comm_shm)
 DRIVER(exchange_t, exchange)
 DRIVER(alltoallv_t, alltoallv)
+DRIVER(nccl_size_t, nccl_size)
 DRIVER(member_state_t, shm_member_state)
 DRIVER(comm_member_t, comm_member)
 
@@ -356,23 +358,14 @@ typedef struct {
 static __thread pending_t pending[MAX_PENDING];
 static __thread int n_pending;
 
-static size_t dtype_bytes(int dtype) {
-    switch (dtype) {
-    case ncclInt8: case ncclUint8: return 1;
-    case ncclFloat16: case ncclBfloat16: return 2;
-    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
-    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
-    default: return 1;
-    }
-}
-
 /* A group that sends to and receives from every member of a communicator of more than two, once each, is an
  * all-to-all (torch's all_to_all_single): its messages are exchanged through the area at once (datapath.c
  * fk_alltoallv), every member doing the same. Its ops are marked done (kind -1). In a sparse run an absent member,
  * marked stopped in the area (emulate/sparse_store.py), sends what a running member sends: the copies' rule. */
 static void run_alltoalls(void) {
     alltoallv_t alltoallv = alltoallv_fn();
-    for (int i = 0; i < n_pending && alltoallv; i++) {
+    nccl_size_t element = nccl_size_fn();
+    for (int i = 0; i < n_pending && alltoallv && element; i++) {
         nccl_comm_t *c = pending[i].comm;
         int n = pending[i].nranks;
         if (pending[i].kind < 0 || !c || n <= 2 || n > 64) continue;
@@ -383,7 +376,7 @@ static void run_alltoalls(void) {
         for (int j = i; j < n_pending && k < 128; j++) {
             pending_t *q = &pending[j];
             if (q->comm != c || q->kind < 5 || q->peer < 0 || q->peer >= n) continue;
-            size_t bytes = q->count * dtype_bytes(q->dtype);
+            size_t bytes = q->count * element(q->dtype);
             if (q->kind == 5 && !send_bytes[q->peer] && !send[q->peer]) {
                 send[q->peer] = q->send ? q->send : (const void *)1;
                 send_bytes[q->peer] = bytes;
@@ -490,8 +483,9 @@ EXPORT ncclResult_t ncclAlltoAll(const void *s, void *r, size_t n, ncclDataType_
                                  cudaStream_t st) {
     ncclResult_t rc = collective("all_to_all", comm, n, dt, -1, st, -1, NULL, NULL, 0);
     nccl_comm_t *c = (nccl_comm_t *)comm;
-    if (rc != ncclSuccess || !c->shm || c->nranks < 2 || n_pending + 2 * c->nranks > MAX_PENDING) return rc;
-    size_t bytes = n * dtype_bytes((int)dt);
+    nccl_size_t element = nccl_size_fn();
+    if (rc != ncclSuccess || !element || !c->shm || c->nranks < 2 || n_pending + 2 * c->nranks > MAX_PENDING) return rc;
+    size_t bytes = n * element((int)dt);
     int outer = group_depth == 0;
     if (outer) ncclGroupStart();
     for (int j = 0; j < c->nranks; j++) {
