@@ -127,7 +127,7 @@ def check_run(ns: argparse.Namespace) -> tuple[HardwareSpec | None, int | None]:
     ns.nodes = check.value("--nodes", ns.nodes, settings.whole_number(1))
     ns.host_speed = check.option("STEPCAST_HOST_SPEED", "--host-speed", ns.host_speed)
     ns.launch_queue = check.option("STEPCAST_LAUNCH_QUEUE_DEPTH", "--launch-queue", ns.launch_queue)
-    ns.moe_routing = check_routing(check, getattr(ns, "moe_routing", None))
+    ns.moe_routing = check_routing(check, getattr(ns, "moe_routing", None), sparse=ns.run_ranks is not None)
     check.output_file("--report", ns.report)
     check.output_file("--trace", ns.trace)
     if ns.report is not None and ns.trace is not None and ns.report.absolute() == ns.trace.absolute():
@@ -160,29 +160,28 @@ def check_run(ns: argparse.Namespace) -> tuple[HardwareSpec | None, int | None]:
                     ns.run_rank_list = parse_run_ranks(ns.run_ranks, ns.nproc * ns.nodes)
             except (RunRanksError, LearnError) as exc:
                 check.add(str(exc))
-    if ns.moe_routing is not None and ns.run_ranks is not None:
-        from emulate.stated_routing import BALANCED, parse
-
-        if parse(ns.moe_routing).kind != BALANCED:
-            check.add(f"--moe-routing {ns.moe_routing}: a skewed routing gives expert-parallel ranks different work, "
-                      "which the copies of a sparse run (--run-ranks) cannot have: state balanced or run every rank")
     if check.refuse() is not None:
         return None, None
     return spec, probe_nodes
 
 
-def check_routing(check: Preflight, given: str | None) -> str | None:
+def check_routing(check: Preflight, given: str | None, sparse: bool = False) -> str | None:
     """The run's MoE routing (``--moe-routing``, else ``STEPCAST_MOE_ROUTING``), its text and, for a histogram,
-    its file's contents checked; None when neither states one."""
-    from emulate.stated_routing import RoutingError, parse
+    its file's contents checked; None when neither states one. A skewed routing is refused in a sparse run: it
+    gives expert-parallel ranks different work, which the copies cannot have."""
+    from emulate.stated_routing import BALANCED, RoutingError, parse
 
     text = check.option("STEPCAST_MOE_ROUTING", "--moe-routing", given)
     if text is not None:
+        label = "--moe-routing" if given is not None else "STEPCAST_MOE_ROUTING"
         try:
-            parse(text, "--moe-routing" if given is not None else "STEPCAST_MOE_ROUTING")
+            routing = parse(text, label)
         except RoutingError as exc:
             check.add(str(exc))
             return None
+        if sparse and routing.kind != BALANCED:
+            check.add(f"{label} {text}: a skewed routing gives expert-parallel ranks different work, which the "
+                      "copies of a sparse run (--run-ranks) cannot have: state balanced or run every rank")
     return text
 
 
