@@ -102,13 +102,12 @@ int fk_range_readback(const void *p, size_t n) {
     return range_known(p, n, cur_instance_kernels > 0 ? cur_instance : 0);
 }
 
-FK_EXPORT int stepcast_range_known(unsigned long long ptr, unsigned long long bytes) {
-    return fk_device_memory_writable() && bytes <= fk_real_limit() && fk_range_known((const void *)ptr, bytes);
-}
-/* The same up to `limit` bytes (the op-context hook's host replay of integer and mask metadata: opctx.cpp). */
-FK_EXPORT int stepcast_range_known_within(unsigned long long ptr, unsigned long long bytes, unsigned long long limit) {
+/* For the op-context hook's host replay (opctx.cpp), which follows integer and mask metadata past the real-bytes
+ * limit: whether `bytes` at `ptr`, at most `limit`, hold real bytes; and that limit (STEPCAST_REAL_BYTES). */
+FK_EXPORT int stepcast_range_known(unsigned long long ptr, unsigned long long bytes, unsigned long long limit) {
     return fk_device_memory_writable() && bytes <= limit && fk_range_known((const void *)ptr, bytes);
 }
+FK_EXPORT unsigned long long stepcast_real_limit(void) { return fk_real_limit(); }
 FK_EXPORT void stepcast_range_written(unsigned long long ptr, unsigned long long bytes) {
     fk_range_written((const void *)ptr, bytes);
 }

@@ -13,7 +13,6 @@
 #include <cctype>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <sstream>
@@ -26,8 +25,8 @@ void stepcast_set_op(int op);
 void stepcast_pause(void);
 void stepcast_resume(void);
 int stepcast_needs_untrack(void);
-int stepcast_range_known(unsigned long long ptr, unsigned long long bytes);
-int stepcast_range_known_within(unsigned long long ptr, unsigned long long bytes, unsigned long long limit);
+int stepcast_range_known(unsigned long long ptr, unsigned long long bytes, unsigned long long limit);
+unsigned long long stepcast_real_limit(void);
 int stepcast_has_ranges(void);
 void stepcast_range_written(unsigned long long ptr, unsigned long long bytes);
 void stepcast_untrack(unsigned long long ptr, unsigned long long bytes);
@@ -96,28 +95,20 @@ const void *device_data(const at::Tensor &t) {
     }
 }
 
-uint64_t real_limit() {
-    static uint64_t limit = [] {
-        const char *v = std::getenv("STEPCAST_REAL_BYTES");
-        uint64_t n = v && *v ? std::strtoull(v, nullptr, 10) : (1ull << 20);
-        return n ? n : 1ull;
-    }();
-    return limit;
-}
-
 // Integer and boolean tensors are the metadata the replay carries (expert ids, routing maps, counts, offsets): they
 // are followed up to this size even past STEPCAST_REAL_BYTES (a routing map is tokens x experts bytes: 16384 tokens
 // of a 256-expert router make 4 MiB); floating tensors only up to it.
 constexpr uint64_t METADATA_BYTES = 64ull << 20;
 uint64_t replay_limit(const at::Tensor &t) {
     bool metadata = c10::isIntegralType(t.scalar_type(), /*includeBool=*/true);
-    return metadata ? std::max(real_limit(), METADATA_BYTES) : real_limit();
+    uint64_t real = stepcast_real_limit();  // STEPCAST_REAL_BYTES, as the driver reads it
+    return metadata ? std::max(real, METADATA_BYTES) : real;
 }
 
 bool known(const at::Tensor &t) {  // host tensors (wrapped scalars, CPU operands) hold real bytes anyway
     if (!t.defined() || t.device().is_cpu()) return t.defined();
     const void *p = device_data(t);
-    return p && (t.numel() == 0 || stepcast_range_known_within((uintptr_t)p, span_bytes(t), replay_limit(t)));
+    return p && (t.numel() == 0 || stepcast_range_known((uintptr_t)p, span_bytes(t), replay_limit(t)));
 }
 
 // A CPU tensor over a device tensor's own memory (host-addressable under emulation); undefined when it has none.
@@ -233,21 +224,26 @@ const std::unordered_map<std::string, size_t> value_arguments = {{"aten::_groupe
                                                                  {"aten::_scaled_grouped_mm", 4}};
 constexpr int64_t MAX_RECORDED_VALUES = 4096;
 
-// The values of input ``i`` of ``fn`` when it is a value argument that holds real bytes; empty otherwise.
-std::vector<int64_t> recorded_values(const at::RecordFunction &fn, size_t i) {
+// A value argument of ``fn`` that holds real bytes: its input index and its values (index SIZE_MAX, no values, for
+// any other op or input). Looked up once per op: key_of and describe run for every op.
+struct RecordedValues {
+    size_t index = SIZE_MAX;
+    std::vector<int64_t> values;
+};
+RecordedValues recorded_values(const at::RecordFunction &fn) {
     auto it = value_arguments.find(fn.name());
-    if (it == value_arguments.end() || it->second != i || i >= fn.inputs().size()) return {};
-    const auto &v = fn.inputs()[i];
+    if (it == value_arguments.end() || it->second >= fn.inputs().size()) return {};
+    const auto &v = fn.inputs()[it->second];
     if (!v.isTensor()) return {};
     const at::Tensor &t = v.toTensor();
     if (!t.defined() || t.dim() != 1 || t.numel() > MAX_RECORDED_VALUES || !known(t)) return {};
     const void *p = device_data(t);  // read in place (no torch op here: it would enter this hook again)
     if (!p) return {};
-    std::vector<int64_t> out((size_t)t.numel());
+    RecordedValues out{it->second, std::vector<int64_t>((size_t)t.numel())};
     int64_t stride = t.strides()[0];
     for (int64_t j = 0; j < t.numel(); j++) {
-        if (t.scalar_type() == c10::ScalarType::Int) out[j] = static_cast<const int32_t *>(p)[j * stride];
-        else if (t.scalar_type() == c10::ScalarType::Long) out[j] = static_cast<const int64_t *>(p)[j * stride];
+        if (t.scalar_type() == c10::ScalarType::Int) out.values[j] = static_cast<const int32_t *>(p)[j * stride];
+        else if (t.scalar_type() == c10::ScalarType::Long) out.values[j] = static_cast<const int64_t *>(p)[j * stride];
         else return {};
     }
     return out;
@@ -306,9 +302,11 @@ uint64_t hash_tensor(uint64_t h, const at::Tensor &t) {
 uint64_t key_of(const at::RecordFunction &fn) {
     uint64_t h = 0xcbf29ce484222325ull;
     for (const char *p = fn.name(); *p; p++) h = mix(h, (unsigned char)*p);
+    RecordedValues recorded = recorded_values(fn);
     size_t index = 0;
     for (const auto &v : fn.inputs()) {
-        for (int64_t x : recorded_values(fn, index++)) h = mix(mix(h, 8), (uint64_t)x);
+        if (index++ == recorded.index)
+            for (int64_t x : recorded.values) h = mix(mix(h, 8), (uint64_t)x);
         if (v.isTensor()) h = hash_tensor(mix(h, 1), v.toTensor());
         else if (v.isTensorList()) { h = mix(h, 2); for (const auto &t : v.toTensorVector()) h = hash_tensor(h, t); }
         else if (v.isInt()) h = mix(mix(h, 3), (uint64_t)v.toInt());
@@ -333,6 +331,7 @@ std::string describe(const at::RecordFunction &fn) {
     std::string overload = overload_of(fn);
     std::ostringstream shapes, dtypes, args;
     bool first = true;
+    RecordedValues recorded = recorded_values(fn);
     size_t index = 0;
     for (const auto &v : fn.inputs()) {
         const char *sep = first ? "" : ",";
@@ -340,15 +339,15 @@ std::string describe(const at::RecordFunction &fn) {
         shapes << sep;
         dtypes << sep;
         args << sep;
-        std::vector<int64_t> values = recorded_values(fn, index++);
+        bool valued = index++ == recorded.index;
         if (v.isTensor()) {
             shape_json(shapes, v.toTensor());
             dtypes << "\"" << (v.toTensor().defined() ? dtype_name(v.toTensor().scalar_type()) : "") << "\"";
-            if (values.empty()) {
+            if (!valued) {
                 args << "null";
             } else {
                 args << "[";
-                for (size_t j = 0; j < values.size(); j++) args << (j ? "," : "") << values[j];
+                for (size_t j = 0; j < recorded.values.size(); j++) args << (j ? "," : "") << recorded.values[j];
                 args << "]";
             }
         } else if (v.isTensorList()) {
