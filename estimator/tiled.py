@@ -70,7 +70,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from estimator import power_floor
 from estimator.analytical import DEFAULT_ROOFLINE
 from estimator.features import GEMM_TILES, FeatureFrame, categorical_keys, encode, timing_codes, VOCABULARY
 from estimator.frames import Kernels, by_code, factorize, num
@@ -78,6 +77,8 @@ from estimator.hardware_table import row_hardware
 from estimator.kernel_config import kernel_config_features, launch_waves, persistent_kernel
 from estimator.kernel_labels import label_for_features
 from estimator.mlp import MLPEstimator, build_network
+from estimator.power_floor import board_watts, energy_us, row_joules
+from estimator.power_floor import fit_joules_per_flop as fit_at_quantile
 from estimator.workload import element_bytes, work
 
 #: the structural column: log2 of the bound (microseconds); the prediction is floor + bound / utilisation
@@ -137,14 +138,14 @@ POWER_QUANTILE = 0.9
 def fit_joules_per_flop(frame: Kernels, runtime_us: np.ndarray) -> dict[str, float]:
     """Per SM generation and dtype, the least energy per FLOP a training device implies at ``POWER_QUANTILE``
     (``estimator.power_floor.fit_joules_per_flop``, board power as the board runs)."""
-    return power_floor.fit_joules_per_flop(frame, runtime_us, POWER_QUANTILE)
+    return fit_at_quantile(frame, runtime_us, POWER_QUANTILE)
 
 
 def _joules(frame: Kernels, joules_per_flop: dict[str, float], base_clock: bool = False) -> np.ndarray:
     """Each row's energy per FLOP: its generation's (``fit_joules_per_flop``), with ``base_clock`` tightened by its
     own board's base clock (``base_clock_joules``) where that is lower; NaN where the generation was never measured
     (a spec figure alone never creates a cap: a base clock is a floor on the sustained clock, often far below it)."""
-    generation = power_floor.row_joules(frame, joules_per_flop)
+    generation = row_joules(frame, joules_per_flop)
     if not base_clock:
         return generation
     return np.where(np.isfinite(generation), np.fmin(generation, base_clock_joules(frame)), np.nan)
@@ -171,7 +172,7 @@ def power_share(frame: Kernels, peak_flops: np.ndarray, joules_per_flop: dict[st
                 base_clock: bool = False) -> np.ndarray:
     """The share of the dtype's peak a board can sustain within its power: min(1, watts / (J per FLOP x peak)), with
     the energy per FLOP of its generation (``fit_joules_per_flop``); 1 where its generation was never measured."""
-    share = power_floor.board_watts(frame) / (_joules(frame, joules_per_flop, base_clock) * peak_flops)
+    share = board_watts(frame) / (_joules(frame, joules_per_flop, base_clock) * peak_flops)
     return np.where(np.isfinite(share), np.minimum(share, 1.0), 1.0)
 
 
@@ -232,7 +233,7 @@ def tile_features(frame: Kernels, device_features: str = "none", joules_per_flop
         cols["log2_power_share"] = np.log2(share)
     if power == "cap":
         joules = _joules(frame, joules_per_flop or {}, base_clock)
-        cols[ENERGY] = np.log2(power_floor.energy_us(frame, {}, joules, w.flops))
+        cols[ENERGY] = np.log2(energy_us(frame, {}, joules, w.flops))
     cols[ROOFLINE] = np.log2(np.maximum(DEFAULT_ROOFLINE.family_us("gemm", frame, w, hw), 1e-3))
     if device_features == "generation":
         cols["sm_generation"] = hw.spec["hw_compute_capability"] // 10

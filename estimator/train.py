@@ -278,13 +278,13 @@ def export_power_floor(data: DictConfig, frames: dict[str, pd.DataFrame], router
     training rows, plus aiconfigurator's fp8 GEMMs of the same devices where the rows are the shared data's
     (``data.path`` unset, aiconfigurator among the sources); with how often it binds on the rows and on the bundle's
     own predictions of them. None without GEMM rows."""
-    from estimator import power_floor
+    from estimator.power_floor_bundle import fit_for_bundle
 
     gemm = frames.get("gemm")
     if gemm is None or not len(gemm):
         return None
     fp8 = not data.path and (not data.sources or "aiconfigurator" in data.sources)
-    return power_floor.fit_for_bundle(gemm, Path(data.root) if data.root else None, fp8, router)
+    return fit_for_bundle(gemm, Path(data.root) if data.root else None, fp8, router)
 
 
 def routed_candidates(results: Path, frames: dict[str, pd.DataFrame], models: dict[str, Any], target: str,
