@@ -2,15 +2,15 @@
 
     time >= useful FLOPs x energy per FLOP(SM generation, dtype) / the board's running power
 
-A board that sustains R FLOP/s within P watts spends at most P / R joules per FLOP, so each training device bounds
-its SM generation's (compute capability major) energy per FLOP of a dtype from above; the floor takes, per
-(generation, dtype), the least such figure over the devices fitted (``fit_joules_per_flop`` at ``FLOOR_QUANTILE``:
-each device's fastest sustained GEMM), so it never binds on a measured row of the GEMMs it was fitted on and only
-says what those devices' best kernels show: another board of that generation at the same power cannot run that
-dtype faster. What it adds is the board's power: a board run at a lower limit (``power_limit_w``, e.g. torchtitan's
-H100s at 500 of 700 W) gets a proportionally lower ceiling, whatever the model predicting the row learned (a learned
-model asked about a board it never saw extrapolates in the clock and peak figures, and a dtype it never saw, such as
-fp8, not at all).
+A board that sustains R FLOP/s within P watts spends at most P / R joules per FLOP, so each training device bounds its
+SM generation's (compute capability major) energy per FLOP of a dtype from above; the floor takes, per (generation,
+dtype), the least such figure over the devices fitted (``fit_joules_per_flop`` at ``FLOOR_QUANTILE``: each device's
+fastest GEMM of ``MIN_FLOPS`` or more, the sizes it applies to), so it never binds on a measured row of the GEMMs it
+was fitted on and only says what those devices' best kernels show: another board of that generation at the same power
+cannot run that dtype faster. What it adds is the board's power: a board run at a lower limit (``power_limit_w``, e.g.
+torchtitan's H100s at 500 of 700 W) gets a proportionally lower ceiling, whatever the model predicting the row learned
+(a learned model asked about a board it never saw extrapolates in the clock and peak figures, and a dtype it never saw,
+such as fp8, not at all).
 
 A fixed energy per FLOP makes a power-bound rate proportional to the power. Two cases make a lower-power board do
 better than that, and the floor then too strict: the fitted board's best kernel was clock- rather than power-limited
