@@ -44,6 +44,6 @@ def test_an_existing_bundle_gets_a_floor_from_the_devices_its_card_names(old_bun
 
 def test_a_folder_that_is_no_bundle_is_refused_in_one_line(tmp_path, capsys):
     assert pfb.main(["--bundle", str(tmp_path)]) == 2
-    assert capsys.readouterr().err.strip() == f"stepcast: {tmp_path}: not an estimator bundle (expected manifest.json " \
-                                              "inside)"
+    expected = f"stepcast: {tmp_path}: not an estimator bundle (expected manifest.json inside)"
+    assert capsys.readouterr().err.strip() == expected
     assert not (tmp_path / pf.FILENAME).exists()
