@@ -134,8 +134,8 @@ def named_folders(root: Path, manifest: dict[str, Any]) -> dict[str, Path]:
 
 
 #: files a bundle may ship next to its manifest, covered by its SHA256SUMS when present (the convolution-family
-#: table of :mod:`estimator.conv_families`)
-BUNDLE_EXTRAS = ("conv_families.json",)
+#: table of :mod:`estimator.conv_families`, the power floor of :mod:`estimator.power_floor`)
+BUNDLE_EXTRAS = ("conv_families.json", "power_floor.json")
 
 
 def bundle_files(root: Path, manifest: dict[str, Any]) -> list[Path]:

@@ -22,6 +22,7 @@ CREDITS: dict[str, str] = {
     "kernelbench": "timings from ScalingIntelligence/KernelBench, MIT",
 }
 CONV_SECTION = "## Convolution families"
+POWER_SECTION = "## Power floor"
 #: the libraries whose builds decide a trained model: the same code and data trained with other releases gives other
 #: trees and weights (2026-12-05.1's kernel-family models differ from 2026-12-03.3's for that reason alone)
 TRAINING_LIBRARIES = ("xgboost", "scikit-learn", "torch", "numpy", "pandas", "scipy")
@@ -143,9 +144,6 @@ def add_conv_families(path: Path, table: Any) -> None:
     credits = card.get("credits", [])
     card["credits"] = credits + [CREDITS["kernelbench"]] * (CREDITS["kernelbench"] not in credits)
     write_json_atomic(card_path, card)
-    md_path = path / "card.md"
-    text = md_path.read_text() if md_path.is_file() else ""
-    text = text.split(CONV_SECTION)[0].rstrip("\n")
     lines = [CONV_SECTION, "",
              "cuDNN convolution calls timed as an implicit GEMM are scaled by the factor of the kernel family cuDNN "
              "ran (`estimator/conv_families.py`, `conv_families.json`): the median log(measured / predicted) of "
@@ -153,4 +151,51 @@ def add_conv_families(path: Path, table: Any) -> None:
              f"on {', '.join(table.meta.get('gpus', []))} ({CREDITS['kernelbench']}).", "",
              "| family | factor | problems |", "|---|---|---|",
              *[f"| {f} | {v:.3f} | {doc['problems'].get(f, 0)} |" for f, v in doc["factor"].items()], ""]
+    _replace_section(path / "card.md", CONV_SECTION, lines)
+
+
+def _replace_section(md_path: Path, heading: str, lines: list[str]) -> None:
+    """card.md with its ``heading`` section (up to the next ``## `` heading) replaced by ``lines``, appended last."""
+    text = md_path.read_text() if md_path.is_file() else ""
+    head, _, rest = text.partition(heading)
+    tail = rest[rest.find("\n## "):] if rest and rest.find("\n## ") >= 0 else ""
+    text = (head.rstrip("\n") + ("\n" + tail if tail else "")).rstrip("\n")
     write_bytes_atomic(md_path, "\n".join([text, "", *lines]).encode())
+
+
+def add_power_floor(path: Path, floor: Any) -> None:
+    """Record a bundle's power floor (:mod:`estimator.power_floor`) in its card: the rule, each (generation, dtype)
+    figure with the device it comes from, the sources and how often it binds on the training rows (card.json
+    ``power_floor``; card.md's section is replaced)."""
+    import json
+
+    from estimator.power_floor import FILENAME, RULE
+
+    path = Path(path)
+    card_path = path / "card.json"
+    card = json.loads(card_path.read_text()) if card_path.is_file() else {}
+    card["power_floor"] = {"file": FILENAME, "rule": RULE, "joules_per_flop": floor.joules_per_flop,
+                           "boards": floor.boards, "sources": floor.meta.get("sources", []),
+                           "devices": floor.meta.get("devices", []),
+                           "binds_measured": floor.meta.get("binds_measured"),
+                           "binds_predicted": floor.meta.get("binds_predicted")}
+    write_json_atomic(card_path, card)
+
+    def binds(b: dict | None, what: str) -> str:
+        if not b:
+            return f"- {what}: not checked"
+        return (f"- {what}: raised {b['raised']:,} of {b['rows']:,} rows with a floor (largest raise "
+                f"{b['max_raise'] * 100:.2f} %, median {b['median_raise'] * 100:.2f} %)")
+
+    lines = [POWER_SECTION, "",
+             f"Every GEMM prediction, whichever model made it, is raised to the least time its board's power allows "
+             f"(`estimator/power_floor.py`, `{FILENAME}`; rows raised are labelled `+power_floor`): {RULE}. Fitted on "
+             f"{', '.join(floor.meta.get('sources', []))} (aiconfigurator's fp8 rows only as evidence of the fp8 "
+             f"datapath's energy, not as training rows).", "",
+             "| generation/dtype | pJ per FLOP | from | watts | sustained TFLOP/s |", "|---|---|---|---|---|",
+             *[f"| {d['key']} | {d['picojoules_per_flop']:.4f} | {d['device']} | {d['watts']:g} | "
+               f"{d['sustained_tflops']:g} |" for d in floor.meta.get("devices", [])
+               if floor.boards.get(d["key"]) == d["device"]], "",
+             binds(floor.meta.get("binds_measured"), "on the measured training rows"),
+             binds(floor.meta.get("binds_predicted"), "on this bundle's predictions of its GEMM training rows"), ""]
+    _replace_section(path / "card.md", POWER_SECTION, lines)

@@ -78,6 +78,7 @@ class FamilyRouter(KernelEstimator):
         self.rules = {family: _check_rule(rule) for family, rule in (rules or {}).items()}
         self.version = version
         self.conv_families = None   # estimator.conv_families.ConvFamilies shipped with the bundle, if any
+        self.power_floor = None     # estimator.power_floor.PowerFloor shipped with the bundle, if any
 
     @property
     def families(self) -> tuple[str, ...]:
@@ -115,7 +116,21 @@ class FamilyRouter(KernelEstimator):
             pred[pos], ok[pos] = p, shape_ok & seen
             if labels:
                 label[pos] = np.where(use_fallback, fallback_label, _label(model))
+        if self.power_floor is not None:
+            self._floored(frame, pred, label)
         return pred, label, ok
+
+    def _floored(self, frame, pred: np.ndarray, label: np.ndarray | None) -> None:
+        """Raise, in place, every prediction of a family the bundle's power floor covers to the least time its
+        board's power allows (:mod:`estimator.power_floor`), whichever model made it; label the rows raised."""
+        from estimator.power_floor import FAMILIES, LABEL
+
+        for family, pos in family_positions(frame):
+            if family not in FAMILIES:
+                continue
+            pred[pos], raised = self.power_floor.apply(take(frame, pos), pred[pos])
+            if label is not None and raised.any():
+                label[pos[raised]] = label[pos[raised]] + LABEL
 
     def _routed(self, family: str, model: KernelEstimator, rows, labels: bool
                 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
@@ -208,6 +223,10 @@ class FamilyRouter(KernelEstimator):
             from estimator import conv_families
 
             conv_families.write(path / conv_families.FILENAME, self.conv_families)
+        if self.power_floor is not None:
+            from estimator import power_floor
+
+            power_floor.write(path / power_floor.FILENAME, self.power_floor)
         seal_bundle(path)
         return path
 
@@ -231,9 +250,10 @@ class FamilyRouter(KernelEstimator):
                          str(manifest.get("version", "0")), manifest.get("fallback_rules"), candidates, routes)
         except ValueError as exc:
             raise ValueError(f"{source}: {exc}" if str(source) not in str(exc) else str(exc)) from None
-        from estimator import conv_families
+        from estimator import conv_families, power_floor
 
         router.conv_families = conv_families.for_bundle(path)   # checked with the bundle's SHA256SUMS
+        router.power_floor = power_floor.for_bundle(path)       # likewise; None: no floor
         return router
 
 

@@ -16,12 +16,13 @@ range; see **Out of range**).
   memory term is the whole GEMM's unique bytes (tiles re-read operands from L2, which a per-tile byte count would
   charge to DRAM and so over-bound).
 - **Power share** (``power``): a board sustains at most its power over the energy per FLOP of its SM generation
-  (compute capability major) and dtype. Each training device bounds that energy from above (board power over its
-  sustained FLOP/s, ``fit_joules_per_flop``); the least bound of a generation gives its devices' share of peak
-  (``power_share``; a generation never measured gets 1). This is the figure the spec sheet lacks: the 70-75 W
-  inference cards reach a third to a half of their rated fp32 peak on large GEMMs. ``power="feature"`` gives the
-  share to the network, ``"bound"`` divides the bound's peak by it (a short kernel boosts past its board's power,
-  so there it over-bounds: NeuSight leave-one-GPU-out 26.6 % against 23.4), ``"none"`` ignores it. ``"cap"``
+  (compute capability major) and dtype. Each training device bounds that energy from above (board power as it runs,
+  ``power_limit_w`` else ``tdp_w``, over its sustained FLOP/s, ``fit_joules_per_flop``: ``estimator.power_floor``'s);
+  the least bound of a generation gives its devices' share of peak (``power_share``; a generation never measured gets
+  1). This is the figure the spec sheet lacks: the 70-75 W inference cards reach a third to a half of their rated fp32
+  peak on large GEMMs. ``power="feature"`` gives the share to the network, ``"bound"`` divides the bound's peak by it
+  (a short kernel boosts past its board's power, so there it over-bounds: NeuSight leave-one-GPU-out 26.6 % against
+  23.4), ``"none"`` ignores it. ``"cap"``
   (default) gives the share to the network too and adds the power-limited time E as a second bound that the time
   cannot beat, less a fitted energy credit (the board boosts past its power until its limiter catches up): the
   low-power cards' share of the tile bound falls with the kernel's length (90th percentile, compute-bound, 4+
@@ -76,6 +77,8 @@ from estimator.hardware_table import row_hardware
 from estimator.kernel_config import kernel_config_features, launch_waves, persistent_kernel
 from estimator.kernel_labels import label_for_features
 from estimator.mlp import MLPEstimator, build_network
+from estimator.power_floor import board_watts, energy_us, row_joules
+from estimator.power_floor import fit_joules_per_flop as fit_at_quantile
 from estimator.workload import element_bytes, work
 
 #: the structural column: log2 of the bound (microseconds); the prediction is floor + bound / utilisation
@@ -126,53 +129,23 @@ def _tile_fallback(m: np.ndarray, n: np.ndarray, batch: np.ndarray, sms: np.ndar
     return tile_m, tile_n
 
 
-#: GEMMs of at least this many FLOPs run long enough for a board to settle at its power limit
-POWER_MIN_FLOPS = 1e10
-#: the sustained rate a device shows: this quantile of its achieved FLOP/s over such GEMMs (its best kernels)
+#: the sustained rate a device shows for the cap: this quantile of its achieved FLOP/s over GEMMs of
+#: ``estimator.power_floor.MIN_FLOPS`` or more (its best kernels but a tenth; the cap has a fitted credit and the
+#: network beside it, where the bundle's floor, which nothing corrects, takes each device's fastest)
 POWER_QUANTILE = 0.9
-#: devices with fewer such GEMMs say nothing about their generation's energy per FLOP
-POWER_MIN_ROWS = 20
-
-
-def _generation_keys(frame: Kernels) -> np.ndarray:
-    """"<compute capability major>/<dtype>" per row: energy per FLOP is a property of the SM generation (its process
-    and datapath) and of the unit that runs the dtype; "" for devices without a compute capability or board power."""
-    from profiling.hardware import lookup
-
-    codes, devices = factorize(frame["hardware"])
-    dcodes, dtypes = factorize(frame["dtype"])
-    specs = [lookup(str(d)) for d in devices]
-    major = by_code(np.array([f"{s.compute_capability[0]}" if s.compute_capability and s.tdp_w else "" for s in specs]
-                             + [""], dtype=object), codes)
-    dtype = by_code(np.array([str(d) for d in dtypes] + [""], dtype=object), dcodes)
-    return np.where(major == "", "", major + "/" + dtype).astype(object)
 
 
 def fit_joules_per_flop(frame: Kernels, runtime_us: np.ndarray) -> dict[str, float]:
-    """Per SM generation and dtype (``_generation_keys``), the least energy per FLOP a training device implies:
-    its board power over its sustained FLOP/s (``POWER_QUANTILE`` of its GEMMs over ``POWER_MIN_FLOPS``). A device
-    that reaches R FLOP/s within P watts spends at most P / R joules per FLOP, so the least is the tightest figure."""
-    keys = _generation_keys(frame)
-    flops = work("gemm", frame).flops
-    watts = _tdp_watts(frame)
-    hardware = np.asarray(frame["hardware"], dtype=object).astype(str)
-    big = flops >= POWER_MIN_FLOPS
-    out: dict[str, float] = {}
-    for key, device in {(k, h) for k, h in zip(keys[big], hardware[big]) if k}:
-        rows = big & (keys == key) & (hardware == device)
-        if rows.sum() < POWER_MIN_ROWS:
-            continue
-        rate = float(np.quantile(flops[rows] / (runtime_us[rows] * 1e-6), POWER_QUANTILE))
-        joules = float(watts[rows][0]) / rate
-        out[key] = min(out.get(key, np.inf), joules)
-    return out
+    """Per SM generation and dtype, the least energy per FLOP a training device implies at ``POWER_QUANTILE``
+    (``estimator.power_floor.fit_joules_per_flop``, board power as the board runs)."""
+    return fit_at_quantile(frame, runtime_us, POWER_QUANTILE)
 
 
 def _joules(frame: Kernels, joules_per_flop: dict[str, float], base_clock: bool = False) -> np.ndarray:
     """Each row's energy per FLOP: its generation's (``fit_joules_per_flop``), with ``base_clock`` tightened by its
     own board's base clock (``base_clock_joules``) where that is lower; NaN where the generation was never measured
     (a spec figure alone never creates a cap: a base clock is a floor on the sustained clock, often far below it)."""
-    generation = np.array([joules_per_flop.get(k, np.nan) for k in _generation_keys(frame)], dtype=np.float64)
+    generation = row_joules(frame, joules_per_flop)
     if not base_clock:
         return generation
     return np.where(np.isfinite(generation), np.fmin(generation, base_clock_joules(frame)), np.nan)
@@ -199,7 +172,7 @@ def power_share(frame: Kernels, peak_flops: np.ndarray, joules_per_flop: dict[st
                 base_clock: bool = False) -> np.ndarray:
     """The share of the dtype's peak a board can sustain within its power: min(1, watts / (J per FLOP x peak)), with
     the energy per FLOP of its generation (``fit_joules_per_flop``); 1 where its generation was never measured."""
-    share = _tdp_watts(frame) / (_joules(frame, joules_per_flop, base_clock) * peak_flops)
+    share = board_watts(frame) / (_joules(frame, joules_per_flop, base_clock) * peak_flops)
     return np.where(np.isfinite(share), np.minimum(share, 1.0), 1.0)
 
 
@@ -259,7 +232,8 @@ def tile_features(frame: Kernels, device_features: str = "none", joules_per_flop
     if power in ("feature", "cap"):
         cols["log2_power_share"] = np.log2(share)
     if power == "cap":
-        cols[ENERGY] = np.log2(w.flops * _joules(frame, joules_per_flop or {}, base_clock) / _tdp_watts(frame) * 1e6)
+        joules = _joules(frame, joules_per_flop or {}, base_clock)
+        cols[ENERGY] = np.log2(energy_us(frame, {}, joules, w.flops))
     cols[ROOFLINE] = np.log2(np.maximum(DEFAULT_ROOFLINE.family_us("gemm", frame, w, hw), 1e-3))
     if device_features == "generation":
         cols["sm_generation"] = hw.spec["hw_compute_capability"] // 10
@@ -272,15 +246,6 @@ def tile_features(frame: Kernels, device_features: str = "none", joules_per_flop
     for i, name in enumerate(names):
         matrix[:, i] = cols[name]
     return FeatureFrame(names, matrix, bound_us, hw)
-
-
-def _tdp_watts(frame: Kernels) -> np.ndarray:
-    """Board power of each row's device (the catalog's ``tdp_w``; NaN where it has none)."""
-    from profiling.hardware import lookup
-
-    codes, devices = factorize(frame["hardware"])
-    return by_code(np.array([float(getattr(lookup(str(d)), "tdp_w", None) or np.nan) for d in devices] + [np.nan]),
-                   codes)
 
 
 class TiledEstimator(MLPEstimator):

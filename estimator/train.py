@@ -253,8 +253,10 @@ def export_bundle(cfg: DictConfig, frames: dict[str, pd.DataFrame], evaluations:
         notes.append(f"routed families ({', '.join(routes)}): the model of each (device, dtype) chosen by the unseen "
                      f"protocol's results {cfg.routes_from} (card section Routing)")
     out = Path(hydra.utils.to_absolute_path(cfg.export))
-    FamilyRouter(models, fallback_rule=cfg.fallback_rule, version=version,
-                 rules={f: r for f, r in rules.items() if f in models}, candidates=candidates, routes=routes).save(out)
+    router = FamilyRouter(models, fallback_rule=cfg.fallback_rule, version=version,
+                          rules={f: r for f, r in rules.items() if f in models}, candidates=candidates, routes=routes)
+    router.power_floor = export_power_floor(cfg.data, frames, router)
+    router.save(out)
     if len(metrics):
         metrics = metrics.sort_values(["family", "split", "model"], kind="stable")
         metrics = metrics[["family", "split", "model"] + [c for c in metrics.columns
@@ -264,7 +266,25 @@ def export_bundle(cfg: DictConfig, frames: dict[str, pd.DataFrame], evaluations:
                params=OmegaConf.to_container(cfg.model.params), notes=notes,
                family_models={f: {"kind": kinds[f], "params": OmegaConf.to_container(chosen[f].params)}
                               for f in models if kinds[f] != cfg.model.kind}, routing=routing)
+    if router.power_floor is not None:
+        from estimator.model_card import add_power_floor
+
+        add_power_floor(out, router.power_floor)
     return out
+
+
+def export_power_floor(data: DictConfig, frames: dict[str, pd.DataFrame], router: FamilyRouter):
+    """The power floor (:mod:`estimator.power_floor`) a bundle of ``router``'s models ships, fitted on its GEMM
+    training rows, plus aiconfigurator's fp8 GEMMs of the same devices where the rows are the shared data's
+    (``data.path`` unset, aiconfigurator among the sources); with how often it binds on the rows and on the bundle's
+    own predictions of them. None without GEMM rows."""
+    from estimator.power_floor_bundle import fit_for_bundle
+
+    gemm = frames.get("gemm")
+    if gemm is None or not len(gemm):
+        return None
+    fp8 = not data.path and (not data.sources or "aiconfigurator" in data.sources)
+    return fit_for_bundle(gemm, Path(data.root) if data.root else None, fp8, router)
 
 
 def routed_candidates(results: Path, frames: dict[str, pd.DataFrame], models: dict[str, Any], target: str,

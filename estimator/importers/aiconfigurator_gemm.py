@@ -43,22 +43,29 @@ from estimator.importers.common import finalize
 REQUIRED = ("kernel_source", "gemm_dtype", "m", "n", "k", "latency")
 #: the one dtype whose rows are plain torch Linear (cuBLAS)
 TORCH_DTYPE = "bfloat16"
+#: the tables' ``gemm_dtype`` -> the schema's dtype, for :func:`load`'s ``gemm_dtype``: the per-tensor ``fp8`` rows
+#: (``torch_flow``'s ``torch._scaled_mm``, vLLM's and SGLang's CUTLASS scaled-mm) are read only as evidence of what
+#: the fp8 datapath sustains within its board's power (``estimator.power_floor``), not as training rows
+DTYPES = {"bfloat16": "bf16", "fp8": "fp8_e4m3"}
 
 
 def input_files(root: Path) -> list[Path]:
     return tables(root, "gemm", "gemm_perf.parquet")
 
 
-def load(root: Path) -> pd.DataFrame:
-    """Every bf16 Linear GEMM of a catalog device, one row per (device, m, n, k)."""
+def load(root: Path, gemm_dtype: str = TORCH_DTYPE) -> pd.DataFrame:
+    """Every Linear GEMM of ``gemm_dtype`` (a key of :data:`DTYPES`; the training rows are the bf16 ones) of a
+    catalog device, one row per (device, m, n, k)."""
+    if gemm_dtype not in DTYPES:
+        raise ValueError(f"gemm_dtype '{gemm_dtype}': expected one of {', '.join(DTYPES)}")
     parts = []
     for path, raw, hardware in catalog_tables(input_files(root), root, REQUIRED):
-        raw = raw[(raw["gemm_dtype"].astype(str) == TORCH_DTYPE) & (raw[["m", "n", "k"]] >= 1).all(axis=1)]
+        raw = raw[(raw["gemm_dtype"].astype(str) == gemm_dtype) & (raw[["m", "n", "k"]] >= 1).all(axis=1)]
         parts.append(raw[["m", "n", "k", "latency"]].assign(hardware=hardware))
     if not parts:
         return finalize(pd.DataFrame(), SOURCE)
     rows = median_rows(pd.concat(parts, ignore_index=True), ["hardware", "m", "n", "k"])
-    rows = rows.assign(family="gemm", dtype="bf16", batch=1, runtime_us=rows["latency"] * 1000.0,
+    rows = rows.assign(family="gemm", dtype=DTYPES[gemm_dtype], batch=1, runtime_us=rows["latency"] * 1000.0,
                        gemm_op="linear", backend="cublas",
                        group="aiconfigurator-gemm/nk" + pd.Series(shape_set(rows["n"], rows["k"])).astype(str))
     return finalize(rows.drop(columns="latency"), SOURCE)

@@ -161,3 +161,14 @@ def test_data_exclude_hardware_trains_a_bundle_that_never_saw_that_device(tmp_pa
         cfg = compose("train", overrides=["family=gemm", f"data.path={data}", f"data.exclude_hardware=[{dropped}]"])
     rows = load_training_rows(cfg.data, ["gemm"])
     assert dropped not in set(rows["hardware"]) and len(rows) == int((gemm_rows["hardware"] != dropped).sum())
+
+
+def test_an_exported_bundle_ships_a_power_floor_fitted_on_its_gemm_rows(exported, gemm_rows):
+    from estimator.power_floor import FILENAME
+
+    path, _ = exported
+    floor = FamilyRouter.load(path).power_floor
+    assert set(floor.joules_per_flop) == {"9/bf16", "8/bf16"}   # the two synthetic devices' generations
+    card = json.loads((path / "card.json").read_text())["power_floor"]
+    assert card["joules_per_flop"] == floor.joules_per_flop and FILENAME in (path / "SHA256SUMS").read_text()
+    assert card["binds_measured"]["raised"] == 0 and card["binds_predicted"]["rows"] > 0

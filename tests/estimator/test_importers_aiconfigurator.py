@@ -52,6 +52,18 @@ def test_bf16_linear_gemms_are_merged_over_releases_in_microseconds(tmp_path):
     assert set(rows["source"]) == {"aiconfigurator"}
 
 
+def test_per_tensor_fp8_gemms_are_read_only_when_asked_for(tmp_path):
+    write(tmp_path, "h100_sxm/gemm/vllm/0.24.0/gemm_perf.parquet", [
+        gemm(H100, "bfloat16", 64, 4096, 1024, 0.010), gemm(H100, "fp8", 64, 4096, 1024, 0.004),
+        gemm(H100, "fp8_block", 64, 4096, 1024, 0.005)])
+    write(tmp_path, "h100_sxm/gemm/sglang/0.5.9/gemm_perf.parquet", [gemm(H100, "fp8", 64, 4096, 1024, 0.006)])
+    rows = aiconfigurator_gemm.load(tmp_path, "fp8")
+    assert rows[["hardware", "dtype"]].values.tolist() == [["h100-sxm", "fp8_e4m3"]]
+    assert rows["runtime_us"].tolist() == pytest.approx([5.0])   # the per-tensor rows' median, not fp8_block's
+    with pytest.raises(ValueError, match="gemm_dtype 'int4'"):
+        aiconfigurator_gemm.load(tmp_path, "int4")
+
+
 def attention(kind: str, source: str, isl: int, step: int, latency_ms: float, **overrides) -> dict:
     row = {"framework": "X", "version": "1", "device": H100, "op_name": kind, "kernel_source": source,
            "batch_size": 4, "isl": isl, "num_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "beam_width": 1,
