@@ -28,8 +28,9 @@ FROM_ENVIRONMENT: dict[str, str] = {
     # than of where the loader happened to place it. Nothing in an emulation relies on randomisation.
     "FIXED_LAYOUT": "STEPCAST_FIXED_LAYOUT",
     # Speed of the target's host CPU (also ``--host-speed``): every host gap of a captured trace, and the
-    # runtime-call costs added to it, are divided by it. 1.0 means a host like the reference machine of the counted
-    # host model (HOST_MODEL; the capturing machine itself under ``measured``); 2.0 one twice as fast.
+    # runtime-call costs added to it, are divided by it. 1.0 means the reference host of the counted host model
+    # (HOST_MODEL): the median of KernelBench's GPU servers, ``reference_host`` in emulate/host_call_costs.json
+    # (emulate.host_costs.ReferenceHost); the capturing machine itself under ``measured``; 2.0 one twice as fast.
     "HOST_SPEED": "STEPCAST_HOST_SPEED",
     # How host time is modelled: ``counted`` (the default) times each host gap from the work the capture counted
     # before the call (aten ops, autograd nodes, the call itself) at costs fitted once on a reference machine

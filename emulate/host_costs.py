@@ -33,13 +33,14 @@ from older PyTorch releases and other hosts).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import re
 import statistics
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +148,11 @@ class WorkCosts:
     node_ns: float
     py_ns: float = 0.0
     reference: str = ""
+    #: the reference host's speed over the machine these costs were measured on (:class:`ReferenceHost`): counted
+    #: host time is divided by it, so that ``--host-speed 1`` means that host, not the measuring machine
+    host_speed: float = 1.0
+    #: the reference host's name ("" where the file names none: the measuring machine is the reference)
+    host: str = ""
 
     def gaps(self, calls: np.ndarray, ops: np.ndarray, nodes: np.ndarray, py: np.ndarray | float = 0.0) -> np.ndarray:
         return self.call_ns * calls + self.op_ns * ops + self.node_ns * nodes + self.py_ns * py
@@ -277,13 +283,68 @@ def measure_work(runs: int = 3) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=4)
 def load_work_costs(path: str = config.HOST_CALL_COSTS_FILE) -> WorkCosts:
-    """The counted host model's costs (field ``work_ns`` of the host cost file)."""
+    """The counted host model's costs (field ``work_ns`` of the host cost file), at the speed of the reference host
+    (field ``reference_host``; without it, of the machine they were measured on)."""
     try:
-        doc = json.loads(Path(path).read_text())["work_ns"]
-        return WorkCosts(*(float(doc[f"{unit}_ns"]) for unit in WORK_UNITS), reference=str(doc["reference"]))
+        doc = json.loads(Path(path).read_text())
+        work = doc["work_ns"]
+        costs = WorkCosts(*(float(work[f"{unit}_ns"]) for unit in WORK_UNITS), reference=str(work["reference"]))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"{path}: field 'work_ns': expected {{call_ns, op_ns, node_ns, py_ns, reference}} ({exc})") \
             from None
+    host = ReferenceHost.from_doc(doc.get(REFERENCE_HOST), path)
+    return dataclasses.replace(costs, host_speed=host.speed, host=host.name)
+
+
+# ---- the reference host: what --host-speed 1 means ----
+
+#: field of the host cost file that names the reference host
+REFERENCE_HOST = "reference_host"
+
+
+@dataclass(frozen=True)
+class ReferenceHost:
+    """The GPU server ``--host-speed 1`` stands for, as its speed over the machine the counted costs were measured
+    on. The counted costs are this project's reference machine's (a 2-core cloud VM), and the runtime-call costs
+    come from profiled servers; what a GPU server's host does per call is read from KernelBench's eager timings of
+    launch-bound one-op modules on six GPU servers (``python -m emulate.kernelbench_eager_benchmark``): per server,
+    the counted model's time for :data:`emulate.kernelbench_benchmark.HOST_FLOOR_PROBLEM`'s call over the measured
+    one (``servers``); the reference is their median (``speed``), so one unusual server moves it little."""
+
+    speed: float = 1.0
+    name: str = ""
+    servers: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def from_doc(cls, doc: Any, path: str | Path) -> "ReferenceHost":
+        if doc is None:
+            return cls()
+        try:
+            host = cls(float(doc["speed"]), str(doc["name"]), {str(k): float(v) for k, v in doc["servers"].items()})
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"{path}: field '{REFERENCE_HOST}': expected {{speed, name, servers}} ({exc})") from None
+        if not (host.speed > 0 and np.isfinite(host.speed)):
+            raise ValueError(f"{path}: field '{REFERENCE_HOST}.speed': expected a positive number, found {host.speed}")
+        return host
+
+    @classmethod
+    def of_servers(cls, servers: dict[str, float], name: str) -> "ReferenceHost":
+        """The reference host of these servers' speeds (median); raises on none."""
+        if not servers:
+            raise ValueError("no server speeds to take a reference host from")
+        return cls(float(np.median(list(servers.values()))), name, dict(sorted(servers.items())))
+
+
+def write_reference_host(host: ReferenceHost, path: str | Path = config.HOST_CALL_COSTS_FILE) -> None:
+    """Set the host cost file's ``reference_host`` (the rest of the file as it is; written whole, then renamed)."""
+    path = Path(path)
+    doc = json.loads(path.read_text()) if path.is_file() else {}
+    doc[REFERENCE_HOST] = {"speed": round(host.speed, 4), "name": host.name,
+                           "servers": {k: round(v, 4) for k, v in host.servers.items()}}
+    with atomic_text(path) as f:
+        json.dump(doc, f, indent=1, sort_keys=True)
+        f.write("\n")
+    load_work_costs.cache_clear()
 
 
 def _trace_work_table(files: list[Path], root: Path):
@@ -350,6 +411,8 @@ def main(argv: list[str] | None = None) -> int:
         console.print(check)
     if args.write:
         result["work_ns"] = work
+        if previous.get(REFERENCE_HOST) is not None:  # fitted by emulate.kernelbench_eager_benchmark, kept
+            result[REFERENCE_HOST] = previous[REFERENCE_HOST]
         with atomic_text(Path(config.HOST_CALL_COSTS_FILE)) as f:
             json.dump(result, f, indent=1, sort_keys=True)
             f.write("\n")

@@ -20,6 +20,8 @@ Fields::
     host_model             how host gaps were timed: "counted" (the work a capture counted, at the reference
                            costs), "measured" (the capture's clock) or "recorded" (real traces' gaps); with
                            "counted" the captured-host figures above describe the capture, not the answer
+    reference_host         under "counted", the host --host-speed 1 stands for (emulate/host_call_costs.json
+                           reference_host: the median of KernelBench's GPU servers); null otherwise
     warnings               what the simulation had to assume (too few iterations, ranks not aligned ...)
     launch_queue_depth, ranks_aligned   the host model's settings (emulate.config, emulate.sim.host)
     peak_memory_bytes      largest over ranks (device memory from the traces' malloc/free; null without any)
@@ -167,6 +169,7 @@ def build_report(result) -> dict[str, Any]:
         "estimator": times.estimator_label,
         "host_speed": result.host_speed,
         "host_model": result.host_model,
+        "reference_host": getattr(result, "reference_host", None),
         "iteration_time_ms": iteration_ms,
         "iterations_ms": [max(e["iterations_ms"][j] for e in per_rank) for j in range(n_it)],
         "steady_iterations": slowest["steady_iterations"],

@@ -53,6 +53,8 @@ class SimulationResult:
     collectives_matched: int | None = None
     #: per rank, the host time of one steady iteration read from a clock under the counted model (HostPlan)
     uncounted_ms: list[float | None] | None = None
+    #: the host ``host_speed`` is relative to, where some gap was counted (emulate.host_costs.ReferenceHost)
+    reference_host: str | None = None
 
     @property
     def world_size(self) -> int:
@@ -103,7 +105,7 @@ def simulate(traces: list[dict[str, Any]], hardware: str | None, nodes: int = 1,
     return SimulationResult(programs, timelines, times, spec, durations, nodes, host_speed, groups,
                             queue_depth=queue_depth, aligned=plan.aligned, warnings=plan.warnings,
                             host_model=plan.host_model, collectives_matched=matched,
-                            uncounted_ms=plan.uncounted_ms)
+                            uncounted_ms=plan.uncounted_ms, reference_host=plan.reference_host)
 
 
 def _timelines(programs: list[RankProgram], times: Durations, twins: TwinCollectives | None,

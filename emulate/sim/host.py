@@ -90,6 +90,9 @@ class HostPlan:
     #: per rank, the host time (ms) of one steady iteration that the counts did not see and a clock reading gave
     #: (:func:`uncounted`, over the host-speed factor); None where the rank's gaps are not counted
     uncounted_ms: list[float | None] = field(default_factory=list)
+    #: the host ``host_speed`` is relative to where some gap was counted: the counted costs' reference host (their
+    #: measuring machine where the cost file names none); None otherwise
+    reference_host: str | None = None
 
 
 def captured(prog: RankProgram) -> bool:
@@ -294,7 +297,8 @@ def plan(programs: list[RankProgram], *, host_speed: float, latency_us: list[flo
          costs_us: dict[str, float], align: bool | None = None, work: WorkCosts | None = None) -> HostPlan:
     """Per-rank setups. ``align``: None decides from the traces (align captures, keep replays' recorded
     offsets). ``work``: the counted host model's costs, applied to the captures that counted their work (None:
-    every gap as measured)."""
+    every gap as measured); their time is divided by ``host_speed`` times the reference host's speed over the
+    machine the costs were measured on (``work.host_speed``), every other gap by ``host_speed`` alone."""
     warnings: list[str] = []
     origins = [p.meta.get(CLOCK_ORIGIN) for p in programs]
     recorded = all(isinstance(o, (int, float)) for o in origins)
@@ -326,17 +330,20 @@ def plan(programs: list[RankProgram], *, host_speed: float, latency_us: list[flo
     host_gaps = {t: smoothed_gaps.get(t, np.asarray(programs[t].gap_ns, dtype=np.float64)) for t in distinct}
     model = "counted" if base else "measured" if smoothed_gaps else "recorded"
     extra_ms: dict[int, float] = {}
+    # counted time is in the measuring machine's units: the reference host's speed over it turns it into that host's
+    speed = {t: host_speed * (work.host_speed if t in base else 1.0) for t in distinct}
     for t, counted_ns in base.items():
         extra = uncounted(smoothed_gaps[t], counted_ns)
         host_gaps[t] = counted_ns + extra
         spans = steady_spans(programs[t])
         a, b = spans[0] if spans else (0, len(extra))
-        extra_ms[t] = float(extra[a:b].sum()) / 1e6 / host_speed
-    gaps = {t: effective_gaps(programs[t], host_speed, costs_us, host_gaps[t]) for t in distinct}
+        extra_ms[t] = float(extra[a:b].sum()) / 1e6 / speed[t]
+    gaps = {t: effective_gaps(programs[t], speed[t], costs_us, host_gaps[t]) for t in distinct}
     setups = [RankSetup(latency_us=lat, gap_ns=gaps[t], start_us=s, align_at=a)
               for t, lat, s, a in zip(twin, latency_us, starts, align_at)]
     return HostPlan(setups=setups, aligned=any(a >= 0 for a in align_at), warnings=warnings, host_model=model,
-                    uncounted_ms=[extra_ms.get(t) for t in twin])
+                    uncounted_ms=[extra_ms.get(t) for t in twin],
+                    reference_host=(work.host or work.reference) if base else None)
 
 
 def default_costs() -> dict[str, float]:

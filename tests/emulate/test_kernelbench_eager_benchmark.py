@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from emulate.kernelbench_eager_benchmark import DEVICE, EAGER, LAUNCH, classes, elapsed_between_events, main, medians
+from emulate.kernelbench_eager_benchmark import (DEVICE, EAGER, LAUNCH, classes, elapsed_between_events, held_out_speeds,
+                                              main, medians)
 from emulate.kernelbench_benchmark import measured_ms
 from emulate.sim.synthetic import TraceBuilder
 
@@ -71,3 +72,10 @@ def test_missing_timings_or_a_problem_that_is_not_compared_exit_2(tmp_path, caps
     kernelbench_timings(EAGER, TIMINGS_MS)
     assert main(["--root", str(tmp_path), "--problems", "99_Unknown"]) == 2
     assert "stepcast:" in capsys.readouterr().err
+
+
+def test_each_server_is_scored_at_the_median_of_the_others_host_speeds():
+    speeds = {"t4": 1.2, "b200": 1.3, "l40s": 1.4, "odd": 7.0}
+    held_out = held_out_speeds(speeds)
+    assert held_out == pytest.approx({"t4": 1.4, "b200": 1.4, "l40s": 1.3, "odd": 1.3})
+    assert held_out_speeds({"t4": 1.2}) == {}   # one server: no other to take its speed from

@@ -2,10 +2,13 @@
 iterations of emulate.report): known-answer synthetic traces. Launch latency is 0 so the arithmetic stays plain."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
-from emulate.host_costs import WorkCosts, fit_work, load_costs, load_work_costs, work_class
+from emulate.host_costs import (REFERENCE_HOST, ReferenceHost, WorkCosts, fit_work, load_costs, load_work_costs,
+                                work_class, write_reference_host)
 from emulate.sim.host import UNCOUNTED_NS, UNCOUNTED_RATIO, uncounted
 from emulate.report import build_report
 from emulate.sim.program import build_program
@@ -274,6 +277,30 @@ def test_counted_host_time_does_not_depend_on_the_measured_gaps():
     assert quiet["iteration_time_ms"] == pytest.approx(10 * 16e-3)
 
 
+def test_counted_host_time_is_at_the_reference_hosts_speed():
+    # costs measured on a machine the reference host outruns 2x: every counted gap takes half the time
+    faster = dataclasses.replace(WORK, host_speed=2.0)
+    report = report_of(counted_loop(20.0), call_costs_us={}, work=faster)
+    assert report["iteration_time_ms"] == pytest.approx(10 * 16e-3 / 2.0)
+    # --host-speed is relative to that host
+    assert report_of(counted_loop(20.0), call_costs_us={}, work=faster, host_speed=0.5)["iteration_time_ms"] \
+        == pytest.approx(10 * 16e-3)
+
+
+def test_the_reference_hosts_speed_leaves_measured_and_recorded_gaps_alone():
+    faster = dataclasses.replace(WORK, host_speed=2.0)
+    captured = no_sync_loop(kernels=10, kernel_us=1.0, gap_us=30.0, meta={"call_costs_in_gaps": False})
+    assert report_of(captured, call_costs_us={}, work=faster)["iteration_time_ms"] == pytest.approx(0.30)
+    recorded = no_sync_loop(kernels=10, kernel_us=1.0, gap_us=30.0)
+    assert report_of(recorded, call_costs_us={}, work=faster)["iteration_time_ms"] == pytest.approx(0.30)
+
+
+def test_the_report_names_the_reference_host_of_counted_time_only():
+    named = dataclasses.replace(WORK, host="median GPU server")
+    assert report_of(counted_loop(20.0), call_costs_us={}, work=named)["reference_host"] == "median GPU server"
+    assert report_of(counted_loop(20.0), call_costs_us={}, work=None)["reference_host"] is None
+
+
 def test_measured_host_model_uses_the_gaps():
     assert report_of(counted_loop(45.0), call_costs_us={}, work=None)["iteration_time_ms"] == pytest.approx(0.45)
 
@@ -375,3 +402,45 @@ def test_the_shipped_work_costs_are_positive_and_name_their_reference():
     work = load_work_costs()
     assert work.call_ns > 0 and work.op_ns > 0 and work.node_ns >= 0
     assert "torch" in work.reference
+
+
+def test_the_shipped_reference_host_is_the_median_of_the_servers_it_names():
+    import json
+
+    from emulate import config
+
+    doc = json.loads(open(config.HOST_CALL_COSTS_FILE).read())[REFERENCE_HOST]
+    work = load_work_costs()
+    assert work.host_speed == pytest.approx(np.median(list(doc["servers"].values())), abs=1e-3)
+    assert work.host_speed > 1.0 and "KernelBench" in work.host
+
+
+def test_a_reference_host_is_the_median_server_so_one_outlier_moves_it_little():
+    servers = {"a": 1.2, "b": 1.3, "c": 1.4, "d": 7.4}
+    assert ReferenceHost.of_servers(servers, "x").speed == pytest.approx(1.35)
+    with pytest.raises(ValueError, match="no server"):
+        ReferenceHost.of_servers({}, "x")
+
+
+def test_writing_the_reference_host_keeps_the_rest_of_the_cost_file(tmp_path):
+    import json
+
+    path = tmp_path / "costs.json"
+    path.write_text(json.dumps({"costs_us": {"kernel": 7.5}, "work_ns": {"call_ns": 1, "op_ns": 2, "node_ns": 3,
+                                                                          "py_ns": 4, "reference": "vm"}}))
+    write_reference_host(ReferenceHost.of_servers({"a": 1.5, "b": 2.5}, "two servers"), path)
+    work = load_work_costs(str(path))
+    assert (work.host_speed, work.host, work.reference) == (2.0, "two servers", "vm")
+    assert json.loads(path.read_text())["costs_us"] == {"kernel": 7.5}
+
+
+@pytest.mark.parametrize("bad, field", [({"speed": -1, "name": "x", "servers": {}}, "reference_host.speed"),
+                                        ({"name": "x"}, "reference_host")])
+def test_a_bad_reference_host_is_one_line_naming_the_field(tmp_path, bad, field):
+    import json
+
+    path = tmp_path / "costs.json"
+    path.write_text(json.dumps({"work_ns": {"call_ns": 1, "op_ns": 2, "node_ns": 3, "py_ns": 4, "reference": "vm"},
+                                REFERENCE_HOST: bad}))
+    with pytest.raises(ValueError, match=f"{path}: field '{field}'"):
+        load_work_costs(str(path))
