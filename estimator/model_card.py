@@ -164,7 +164,7 @@ def _replace_section(md_path: Path, heading: str, lines: list[str]) -> None:
 
 
 def add_power_floor(path: Path, floor: Any) -> None:
-    """Record a bundle's power floor (:mod:`estimator.power_floor`) in its card: the rule, each (generation, dtype)
+    """Record a bundle's power floor (:mod:`estimator.power_floor`) in its card: the rule, each (silicon, dtype)
     figure with the device it comes from, the sources and how often it binds on the training rows (card.json
     ``power_floor``; card.md's section is replaced)."""
     import json
@@ -192,7 +192,7 @@ def add_power_floor(path: Path, floor: Any) -> None:
              f"(`estimator/power_floor.py`, `{FILENAME}`; rows raised are labelled `+power_floor`): {RULE}. Fitted on "
              f"{', '.join(floor.meta.get('sources', []))} (aiconfigurator's fp8 rows only as evidence of the fp8 "
              f"datapath's energy, not as training rows).", "",
-             "| generation/dtype | pJ per FLOP | from | watts | sustained TFLOP/s |", "|---|---|---|---|---|",
+             "| silicon/dtype | pJ per FLOP | from | watts | sustained TFLOP/s |", "|---|---|---|---|---|",
              *[f"| {d['key']} | {d['picojoules_per_flop']:.4f} | {d['device']} | {d['watts']:g} | "
                f"{d['sustained_tflops']:g} |" for d in floor.meta.get("devices", [])
                if floor.boards.get(d["key"]) == d["device"]], "",

@@ -1,16 +1,20 @@
 """The power floor: no compute kernel finishes faster than its board's power lets it do its FLOPs.
 
-    time >= useful FLOPs x energy per FLOP(SM generation, dtype) / the board's running power
+    time >= useful FLOPs x energy per FLOP(silicon, dtype) / the board's running power
 
-A board that sustains R FLOP/s within P watts spends at most P / R joules per FLOP, so each training device bounds its
-SM generation's (compute capability major) energy per FLOP of a dtype from above; the floor takes, per (generation,
-dtype), the least such figure over the devices fitted (``fit_joules_per_flop`` at ``FLOOR_QUANTILE``: each device's
-fastest GEMM of ``MIN_FLOPS`` or more, the sizes it applies to), so it never binds on a measured row of the GEMMs it
-was fitted on and only says what those devices' best kernels show: another board of that generation at the same power
-cannot run that dtype faster. What it adds is the board's power: a board run at a lower limit (``power_limit_w``, e.g.
+A board that sustains R FLOP/s within P watts spends at most P / R joules per FLOP, so each training device bounds
+the energy per FLOP of its silicon (its SM design and SM count, :func:`silicon_keys`) at a dtype from above; the
+floor takes, per (silicon, dtype), the least such figure over the devices fitted (``fit`` at ``FLOOR_QUANTILE``: each
+device's fastest GEMM of ``MIN_FLOPS`` or more, the sizes it applies to), so it never binds on a measured row of the
+GEMMs it was fitted on and only says what those devices' best kernels show: the same die at the same power cannot run
+that dtype faster. What it adds is the board's power: the same die run at a lower limit (``power_limit_w``, e.g.
 torchtitan's H100s at 500 of 700 W) gets a proportionally lower ceiling, whatever the model predicting the row learned
 (a learned model asked about a board it never saw extrapolates in the clock and peak figures, and a dtype it never saw,
-such as fp8, not at all).
+such as fp8, not at all). Other dies get no floor, even of the same generation: a smaller or lower-clocked die runs at
+lower voltage and spends less per FLOP (a 70 W T4 does fp32 at 0.74 of a V100's joules per FLOP, a 75 W P4 at 0.61
+of a P100's), and a generation's dies differ in datapath (GA100's fp32 against GA102's and AD102's doubled fp32), so a
+generation's figure capped unseen boards far below what they do (L40S fp32 GEMMs at 25 TFLOP/s from the A100 PCIe's
+figure; each GPU held out end to end on NeuSight's labels, the T4 got worse with it).
 
 A fixed energy per FLOP makes a power-bound rate proportional to the power. Two cases make a lower-power board do
 better than that, and the floor then too strict: the fitted board's best kernel was clock- rather than power-limited
@@ -23,18 +27,19 @@ the data sides with the fixed energy: aiconfigurator's fastest GEMMs on the B200
 
 The figures ship with a bundle as data (``power_floor.json``, in its SHA256SUMS, described in its card), fitted on
 the bundle's GEMM training rows plus aiconfigurator's per-tensor fp8 GEMM tables (``estimator.importers.
-aiconfigurator_gemm``: evidence of what the fp8 datapath sustains, not training rows). A generation or dtype without
+aiconfigurator_gemm``: evidence of what the fp8 datapath sustains, not training rows). A silicon or dtype without
 a fitted figure gets no floor; so does a bundle without the file. ``estimator.router.FamilyRouter`` applies it to
 every row of the families it covers (GEMMs), whichever model ran the row, and labels the rows it raised.
 
     python -m estimator.power_floor_bundle --bundle models/xgboost     # fit and add to an existing bundle
 
-The tiled GEMM model (``estimator.tiled``) uses the same generation keys, board power and fit (at its own quantile)
-for its power cap.
+The tiled GEMM model (``estimator.tiled``) uses the board power and fit (at its own quantile) per generation
+(:func:`generation_keys`) for its power cap, a learned model's feature and bound rather than a floor over every model.
 """
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,8 +63,10 @@ FLOOR_QUANTILE = 1.0
 TIE = 1e-9
 #: what a row's prediction is labelled with when the floor raised it (after its model's name@version)
 LABEL = "+power_floor"
+#: a floor file's keys (:func:`silicon_keys`)
+_SILICON_KEY = re.compile(r"^\d+\.\d+x\d+/\w+$")
 RULE = ("time >= useful FLOPs x energy per FLOP / board power for GEMMs of at least 1e10 FLOPs, where board power is "
-        "the board's power_limit_w (else tdp_w) and energy per FLOP is, per SM generation (compute capability major) "
+        "the board's power_limit_w (else tdp_w) and energy per FLOP is, per silicon (compute capability and SM count) "
         "and dtype, the least of watts / fastest FLOP/s over the fitted devices' GEMMs of at least 1e10 FLOPs (20 or "
         "more each); no figure, no floor")
 
@@ -69,16 +76,17 @@ def key_dtype(dtype: str) -> str:
     return "fp8" if dtype.startswith("fp8") else dtype
 
 
-def _key_table(frame: Kernels) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(table of generation keys per (device, dtype) code pair, watts per device, device codes, dtype codes) over a
-    frame's distinct values, so that a per-row column costs one gather (a row without a value takes the last entry,
-    as ``estimator.frames.by_code`` has it)."""
+def _key_table(frame: Kernels, silicon: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(table of keys per (device, dtype) code pair, watts per device, device codes, dtype codes) over a frame's
+    distinct values, so that a per-row column costs one gather (a row without a value takes the last entry, as
+    ``estimator.frames.by_code`` has it). Keys are generation keys, or with ``silicon`` :func:`silicon_keys`."""
     from profiling.hardware import lookup
 
     codes, devices = factorize(frame["hardware"])
     dcodes, dtypes = factorize(frame["dtype"])
     specs = [lookup(str(d)) for d in devices]
-    majors = [f"{s.compute_capability[0]}" if s.compute_capability and s.tdp_w else "" for s in specs] + [""]
+    majors = [(_silicon(s) if silicon else f"{s.compute_capability[0]}") if s.compute_capability and s.tdp_w
+              else "" for s in specs] + [""]
     watts = np.array([float(s.power_limit_w or s.tdp_w or np.nan) for s in specs] + [np.nan])
     kinds = [key_dtype(str(d)) for d in dtypes] + [""]
     table = np.array([[f"{m}/{k}" if m and k else "" for k in kinds] for m in majors], dtype=object)
@@ -89,6 +97,21 @@ def generation_keys(frame: Kernels) -> np.ndarray:
     """"<compute capability major>/<dtype>" per row: energy per FLOP is a property of the SM generation (its process
     and datapath) and of the unit that runs the dtype; "" for devices without a compute capability or board power."""
     table, _, codes, dcodes = _key_table(frame)
+    return table[codes, dcodes]
+
+
+def _silicon(spec) -> str:
+    """"<compute capability>x<SMs>": one die configuration, whatever its memory, board or power limit."""
+    return f"{spec.compute_capability[0]}.{spec.compute_capability[1]}x{spec.sm_count}"
+
+
+def silicon_keys(frame: Kernels) -> np.ndarray:
+    """"<compute capability>x<SMs>/<dtype>" per row: the floor's keys. A figure transfers only to the same silicon
+    (the same SM design and SM count: the H100 SXM's to its 96 GB board at 500 W, the H200's to the H100), not across
+    a generation: boards of one generation differ in energy per FLOP by more than the floor may err (the A100's fp32
+    figure would cap the L40S's fp32 GEMMs at half what its datapath does, and a 70 W T4 does fp32 at 0.77 of a
+    V100's joules per FLOP, lower voltage and clocks); "" for devices without a compute capability or board power."""
+    table, _, codes, dcodes = _key_table(frame, silicon=True)
     return table[codes, dcodes]
 
 
@@ -104,18 +127,19 @@ def row_joules(frame: Kernels, joules_per_flop: dict[str, float]) -> np.ndarray:
     return _joules_and_watts(frame, joules_per_flop)[0]
 
 
-def _joules_and_watts(frame: Kernels, joules_per_flop: dict[str, float]) -> tuple[np.ndarray, np.ndarray]:
-    """Per row, (its generation's energy per FLOP or NaN, its board's running power)."""
-    table, watts, codes, dcodes = _key_table(frame)
+def _joules_and_watts(frame: Kernels, joules_per_flop: dict[str, float], silicon: bool = False
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, (its key's energy per FLOP or NaN, its board's running power); keys as :func:`_key_table`'s."""
+    table, watts, codes, dcodes = _key_table(frame, silicon)
     figures = np.array([[joules_per_flop.get(k, np.nan) for k in row] for row in table], dtype=np.float64)
     return figures[codes, dcodes], watts[codes]
 
 
-def sustained_rates(frame: Kernels, runtime_us: np.ndarray, quantile: float
+def sustained_rates(frame: Kernels, runtime_us: np.ndarray, quantile: float, silicon: bool = False
                     ) -> dict[tuple[str, str], tuple[float, float, int]]:
-    """(generation key, device) -> (watts, ``quantile`` of its FLOP/s over GEMMs of ``MIN_FLOPS`` or more, rows) for
-    every device with ``MIN_ROWS`` such GEMMs."""
-    keys = generation_keys(frame)
+    """(key, device) -> (watts, ``quantile`` of its FLOP/s over GEMMs of ``MIN_FLOPS`` or more, rows) for every
+    device with ``MIN_ROWS`` such GEMMs; keys are generation keys, or with ``silicon`` :func:`silicon_keys`."""
+    keys = silicon_keys(frame) if silicon else generation_keys(frame)
     flops = work("gemm", frame).flops
     watts = board_watts(frame)
     hardware = np.asarray(frame["hardware"], dtype=object).astype(str)
@@ -142,10 +166,11 @@ def fit_joules_per_flop(frame: Kernels, runtime_us: np.ndarray, quantile: float 
 
 
 def energy_us(frame: Kernels, joules_per_flop: dict[str, float], joules: np.ndarray | None = None,
-              flops: np.ndarray | None = None) -> np.ndarray:
+              flops: np.ndarray | None = None, silicon: bool = False) -> np.ndarray:
     """Per GEMM row, the time (us) its useful ``flops`` (default: the row's) take at its board's running power:
-    FLOPs x energy per FLOP (its generation's, or ``joules`` per row) / watts; NaN where there is no figure."""
-    figures, watts = _joules_and_watts(frame, joules_per_flop)
+    FLOPs x energy per FLOP (its key's, or ``joules`` per row) / watts; NaN where there is no figure. Keys are
+    generation keys, or with ``silicon`` :func:`silicon_keys`."""
+    figures, watts = _joules_and_watts(frame, joules_per_flop, silicon)
     if flops is None:
         flops = work("gemm", frame).flops
     return flops * (figures if joules is None else joules) / watts * 1e6
@@ -153,7 +178,7 @@ def energy_us(frame: Kernels, joules_per_flop: dict[str, float], joules: np.ndar
 
 @dataclass
 class PowerFloor:
-    """Energy per FLOP per generation key (``generation_keys``) and where each figure came from."""
+    """Energy per FLOP per silicon key (:func:`silicon_keys`) and where each figure came from."""
 
     joules_per_flop: dict[str, float] = field(default_factory=dict)
     boards: dict[str, str] = field(default_factory=dict)       # key -> the device whose figure is the least
@@ -165,7 +190,8 @@ class PowerFloor:
         one, timed alone, runs on energy its board stored while idle (NeuSight's T4 and P4, timed one op at a time,
         reach up to 1.2x the floor below 1e10 FLOPs; the floor of every size bound 48 of those rows)."""
         flops = work("gemm", frame).flops
-        return np.where(flops >= MIN_FLOPS, energy_us(frame, self.joules_per_flop, flops=flops), np.nan)
+        return np.where(flops >= MIN_FLOPS, energy_us(frame, self.joules_per_flop, flops=flops, silicon=True),
+                        np.nan)
 
     def apply(self, frame: Kernels, predicted_us: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(predictions raised to the floor where below it, which rows were raised) for rows of one family of
@@ -186,11 +212,12 @@ class PowerFloor:
             raise ValueError(f"{source}: field 'format': expected '{FORMAT}'")
         figures = doc.get("joules_per_flop")
         if not isinstance(figures, dict) or not all(isinstance(v, (int, float)) and v > 0 for v in figures.values()):
-            raise ValueError(f"{source}: field 'joules_per_flop': expected an object of '<cc major>/<dtype>' -> "
-                             "positive number")
-        bad = [k for k in figures if not (isinstance(k, str) and k.count("/") == 1 and k.split("/")[0].isdigit())]
+            raise ValueError(f"{source}: field 'joules_per_flop': expected an object of "
+                             "'<compute capability>x<SMs>/<dtype>' -> positive number")
+        bad = [k for k in figures if not (isinstance(k, str) and _SILICON_KEY.match(k))]
         if bad:
-            raise ValueError(f"{source}: field 'joules_per_flop': key '{bad[0]}' is not '<cc major>/<dtype>'")
+            raise ValueError(f"{source}: field 'joules_per_flop': key '{bad[0]}' is not "
+                             "'<compute capability>x<SMs>/<dtype>'")
         return cls({k: float(v) for k, v in figures.items()}, dict(doc.get("boards") or {}),
                    dict(doc.get("meta") or {}))
 
@@ -198,7 +225,7 @@ class PowerFloor:
 def fit(frame: Kernels, runtime_us: np.ndarray, quantile: float = FLOOR_QUANTILE) -> PowerFloor:
     """The floor of GEMM rows ``frame`` (measured ``runtime_us``): each key's least energy per FLOP, the device it
     comes from and every device's figure (``meta['devices']``)."""
-    rates = sustained_rates(frame, np.asarray(runtime_us, dtype=np.float64), quantile)
+    rates = sustained_rates(frame, np.asarray(runtime_us, dtype=np.float64), quantile, silicon=True)
     figures: dict[str, float] = {}
     boards: dict[str, str] = {}
     for (key, device), (watts, rate, _) in rates.items():

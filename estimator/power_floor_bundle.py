@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                         "GEMM training rows (the devices its card names), reseals it and updates its card")
     parser.add_argument("--root", type=Path, default=None, help="shared data folder (default: the setting)")
     args = parser.parse_args(argv)
-    from estimator.bundle import is_bundle, seal_bundle
+    from estimator.bundle import is_bundle, seal_bundle, verified_manifest
     from estimator.checksums import BundleIntegrityError
     from estimator.data import load_measurements
     from estimator.model_card import add_power_floor
@@ -84,6 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     if not is_bundle(args.bundle):
         return report(f"{args.bundle}: not an estimator bundle (expected manifest.json inside)")
     with exit_on((BundleIntegrityError, ValueError, OSError)):
+        if (args.bundle / FILENAME).is_file():   # replaced whatever its format: its figures are not wanted here
+            verified_manifest(args.bundle)   # every file, this one too, as sealed before it goes
+            (args.bundle / FILENAME).unlink()
+            seal_bundle(args.bundle)
         router = FamilyRouter.load(args.bundle)
         gemm = load_measurements(families=["gemm"], root=args.root)
         devices = bundle_gemm_devices(args.bundle)

@@ -168,7 +168,7 @@ def test_an_exported_bundle_ships_a_power_floor_fitted_on_its_gemm_rows(exported
 
     path, _ = exported
     floor = FamilyRouter.load(path).power_floor
-    assert set(floor.joules_per_flop) == {"9/bf16", "8/bf16"}   # the two synthetic devices' generations
+    assert set(floor.joules_per_flop) == {"9.0x132/bf16", "8.0x108/bf16"}   # the two synthetic devices
     card = json.loads((path / "card.json").read_text())["power_floor"]
     assert card["joules_per_flop"] == floor.joules_per_flop and FILENAME in (path / "SHA256SUMS").read_text()
     assert card["binds_measured"]["raised"] == 0 and card["binds_predicted"]["rows"] > 0

@@ -1,4 +1,4 @@
-"""estimator.power_floor: each (SM generation, dtype)'s energy per FLOP from the boards fitted, the floor it puts
+"""estimator.power_floor: each (silicon, dtype)'s energy per FLOP from the boards fitted, the floor it puts
 under every GEMM prediction at the board's running power, and the floor shipped inside a bundle (its checksums, its
 card, the router applying it whatever model ran the row)."""
 from __future__ import annotations
@@ -50,19 +50,19 @@ class RateEstimator(KernelEstimator):
         return work("gemm", as_kernels(frame)).flops / (self.tflops * 1e12) * 1e6
 
 
-def test_fit_takes_each_generations_least_energy_per_flop_from_its_fastest_gemm():
+def test_fit_takes_each_silicons_least_energy_per_flop_from_its_fastest_gemm():
     rows = pd.concat([measured("h100-sxm", "bf16", [600.0] * 19 + [800.0]),
                       measured("h200", "bf16", [700.0] * 20), measured("a100-sxm-80gb", "bf16", [250.0] * 20)])
     floor = pf.fit(rows, rows["runtime_us"].to_numpy())
-    assert floor.joules_per_flop["9/bf16"] == pytest.approx(700.0 / 800e12)   # the H100's fastest, not its typical
-    assert floor.boards == {"9/bf16": "h100-sxm", "8/bf16": "a100-sxm-80gb"}
+    assert floor.joules_per_flop["9.0x132/bf16"] == pytest.approx(700.0 / 800e12)   # the H100's fastest, not typical
+    assert floor.boards == {"9.0x132/bf16": "h100-sxm", "8.0x108/bf16": "a100-sxm-80gb"}
     assert pf.binding(floor, rows, rows["runtime_us"].to_numpy())["raised"] == 0   # never under a fitted row
 
 
 def test_fit_reads_the_power_the_board_runs_at_not_its_rating():
     rows = measured("h100-sxm-96gb-500w", "fp8_e4m3", [1000.0] * 20)
     floor = pf.fit(rows, rows["runtime_us"].to_numpy())
-    assert floor.joules_per_flop["9/fp8"] == pytest.approx(500.0 / 1000e12)   # its 500 W limit, not tdp_w 700
+    assert floor.joules_per_flop["9.0x132/fp8"] == pytest.approx(500.0 / 1000e12)   # its 500 W limit, not tdp_w 700
     assert pf.board_watts(gemms("h100-sxm-96gb-500w", "bf16")).tolist() == [500.0] * len(LLAMA)
 
 
@@ -84,12 +84,23 @@ def test_at_its_power_bound_a_gemm_loses_the_same_share_at_a_power_cap_whatever_
     assert capped / full == pytest.approx(np.full(len(LLAMA), 700.0 / 500.0))
 
 
-def test_the_floor_skips_short_gemms_and_generations_or_dtypes_without_a_figure():
-    floor = pf.PowerFloor({"9/bf16": 1e-12})
+def test_the_floor_skips_short_gemms_and_silicons_or_dtypes_without_a_figure():
+    floor = pf.PowerFloor({"9.0x132/bf16": 1e-12})
     frame = pd.concat([gemms("h100-sxm", "bf16", [(512, 512, 512)]), gemms("h100-sxm", "fp32", LLAMA[:1]),
                        gemms("a100-sxm-80gb", "bf16", LLAMA[:1]), gemms("h100-sxm", "bf16", LLAMA[:1])])
     assert np.isnan(floor.floor_us(frame)[:3]).all()
     assert floor.floor_us(frame)[3] == pytest.approx(flops(frame)[3] * 1e-12 / 700.0 * 1e6)
+
+
+def test_a_figure_holds_for_its_own_silicon_only_not_for_other_dies_of_its_generation():
+    # the A100's fp32 figure says nothing of the L40S's (another die) nor the H100 SXM's of the H100 PCIe (114 SMs);
+    # the H100 SXM's holds for the same die on its 96 GB board and on the H200
+    rows = pd.concat([measured("a100-pcie-40gb", "fp32", [18.0] * 20), measured("h100-sxm", "bf16", [800.0] * 20)])
+    floor = pf.fit(rows, rows["runtime_us"].to_numpy())
+    other = pd.concat([gemms("l40s", "fp32", LLAMA[:1]), gemms("h100-pcie", "bf16", LLAMA[:1])])
+    assert np.isnan(floor.floor_us(other)).all()
+    same = pd.concat([gemms("h100-sxm-96gb-500w", "bf16", LLAMA[:1]), gemms("h200", "bf16", LLAMA[:1])])
+    assert floor.floor_us(same) == pytest.approx(flops(same) * (700.0 / 800e12) / np.array([500.0, 700.0]) * 1e6)
 
 
 def test_the_router_raises_only_predictions_under_the_floor_and_labels_them():
@@ -98,7 +109,7 @@ def test_the_router_raises_only_predictions_under_the_floor_and_labels_them():
                                       "rows": 4096.0, "cols": 4096.0, "pass": "fwd"}])], ignore_index=True)
     router = FamilyRouter({"gemm": RateEstimator(700.0)})
     plain = router.predict_frame(frame)
-    router.power_floor = pf.PowerFloor({"9/bf16": 700.0 / 800e12})   # 800 TFLOP/s at 700 W, 571 at 500 W
+    router.power_floor = pf.PowerFloor({"9.0x132/bf16": 700.0 / 800e12})   # 800 TFLOP/s at 700 W, 571 at 500 W
     out = router.predict_frame(frame)
     assert out["predicted_us"].iat[0] == plain["predicted_us"].iat[0]   # 700 TFLOP/s: under the 700 W bound
     assert out["predicted_us"].iat[1] == pytest.approx(flops(frame.iloc[[1]])[0] / 571.43e12 * 1e6, rel=1e-4)
@@ -109,21 +120,25 @@ def test_the_router_raises_only_predictions_under_the_floor_and_labels_them():
 
 def test_a_bundle_ships_its_floor_under_its_checksums_and_loads_without_one(tmp_path):
     router = FamilyRouter({"gemm": RooflineEstimator()})
-    router.power_floor = pf.PowerFloor({"9/fp8": 4.5e-13}, {"9/fp8": "h200"})
+    router.power_floor = pf.PowerFloor({"9.0x132/fp8": 4.5e-13}, {"9.0x132/fp8": "h200"})
     router.save(tmp_path / "b")
     loaded = FamilyRouter.load(tmp_path / "b")
-    assert loaded.power_floor.joules_per_flop == {"9/fp8": 4.5e-13} and loaded.power_floor.boards == {"9/fp8": "h200"}
+    assert loaded.power_floor.joules_per_flop == {"9.0x132/fp8": 4.5e-13}
+    assert loaded.power_floor.boards == {"9.0x132/fp8": "h200"}
     assert pf.FILENAME in (tmp_path / "b" / "SHA256SUMS").read_text()
     FamilyRouter({"gemm": RooflineEstimator()}).save(tmp_path / "plain")
     assert FamilyRouter.load(tmp_path / "plain").power_floor is None
-    pf.write(tmp_path / "plain" / pf.FILENAME, pf.PowerFloor({"9/fp8": 1.0}))   # added without resealing
+    pf.write(tmp_path / "plain" / pf.FILENAME, pf.PowerFloor({"9.0x132/fp8": 1.0}))   # added without resealing
     with pytest.raises(BundleIntegrityError, match="not listed"):
         FamilyRouter.load(tmp_path / "plain")
 
 
 @pytest.mark.parametrize("doc, field", [({"format": "other"}, "format"),
-                                        ({"format": pf.FORMAT, "joules_per_flop": {"9/bf16": -1.0}}, "joules_per_flop"),
+                                        ({"format": pf.FORMAT, "joules_per_flop": {"9.0x132/bf16": -1.0}},
+                                         "joules_per_flop"),
                                         ({"format": pf.FORMAT, "joules_per_flop": {"hopper": 1e-12}},
+                                         "joules_per_flop"),
+                                        ({"format": pf.FORMAT, "joules_per_flop": {"9/bf16": 1e-12}},
                                          "joules_per_flop")])
 def test_a_malformed_floor_file_is_refused_naming_the_file_and_field(tmp_path, doc, field):
     path = tmp_path / pf.FILENAME
@@ -138,7 +153,7 @@ def test_a_shipped_bundle_ships_a_floor_recorded_in_its_card(bundle):
     floor = FamilyRouter.load(MODELS_DIR / bundle).power_floor
     assert floor is not None and card["power_floor"]["joules_per_flop"] == floor.joules_per_flop
     assert card["power_floor"]["rule"] == pf.RULE and "## Power floor" in (MODELS_DIR / bundle / "card.md").read_text()
-    assert {"9/bf16", "9/fp8"} <= set(floor.joules_per_flop)
+    assert {"9.0x132/bf16", "9.0x132/fp8"} <= set(floor.joules_per_flop)
 
 
 @pytest.mark.parametrize("bundle", ["xgboost", "mlp"])
@@ -149,7 +164,7 @@ def test_a_shipped_bundles_fp8_gemms_on_the_500w_h100_lose_at_least_what_their_p
     router = FamilyRouter.load(MODELS_DIR / bundle)
     full, capped = gemms("h100-sxm", "fp8_e4m3"), gemms("h100-sxm-96gb-500w", "fp8_e4m3")
     t_full, t_capped = router.predict(full), router.predict(capped)
-    draw_w = flops(full) / (t_full * 1e-6) * router.power_floor.joules_per_flop["9/fp8"]
+    draw_w = flops(full) / (t_full * 1e-6) * router.power_floor.joules_per_flop["9.0x132/fp8"]
     assert (t_capped / t_full >= np.maximum(draw_w / 500.0, 1.0) * (1 - 1e-9)).all()
     assert (t_capped / t_full > 1.0).all()
 

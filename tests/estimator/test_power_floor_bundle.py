@@ -35,9 +35,9 @@ def test_an_existing_bundle_gets_a_floor_from_the_devices_its_card_names(old_bun
                         lambda **_: pd.concat([rows("h100-sxm", 800.0), rows("a100-sxm-80gb", 250.0)]))
     assert pfb.main(["--bundle", str(old_bundle), "--root", str(tmp_path / "no-shared-data")]) == 0
     floor = FamilyRouter.load(old_bundle).power_floor   # checked against the resealed SHA256SUMS
-    assert floor.joules_per_flop == pytest.approx({"9/bf16": 700.0 / 800e12})   # the A100 was not trained on
+    assert floor.joules_per_flop == pytest.approx({"9.0x132/bf16": 700.0 / 800e12})   # the A100 was not trained on
     card = json.loads((old_bundle / "card.json").read_text())
-    assert card["power_floor"]["boards"] == {"9/bf16": "h100-sxm"} and card["power_floor"]["binds_measured"][
+    assert card["power_floor"]["boards"] == {"9.0x132/bf16": "h100-sxm"} and card["power_floor"]["binds_measured"][
         "raised"] == 0
     assert "## Power floor" in (old_bundle / "card.md").read_text()
 
