@@ -426,6 +426,7 @@ def print_summary(report: dict[str, Any], console=None) -> None:
             value += "; host time: counted work"
             if (det.get("uncounted_host_ms") or 0.0) >= 0.005:
                 value += f" + {det['uncounted_host_ms']:.2f} ms read from the clock"
+            value += f", at {report.get('host_speed') or 1.0:g}x the reference host"
         elif det.get("captured_host_ms") is not None:
             value += (f"; captured host: spread {det['captured_host_spread'] * 100:.0f}%, interference "
                       f"{det['host_interference'] * 100:.0f}%")
