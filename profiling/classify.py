@@ -256,10 +256,15 @@ def _gemm(name: str, shapes: tuple, dtypes: tuple, args: tuple | None, kernel_na
 #: a grouped GEMM's tile along a group's rows (CUTLASS's and Triton's MoE kernels: 128 x 128 or 128 x 256): each
 #: group's rows are padded to it, so the work is the groups' padded rows, not their sum
 GROUPED_TILE_M = 128
+#: grouped GEMM op -> the argument holding its group offsets (the op context records their values there:
+#: emulate/driver/csrc/opctx.cpp ``value_arguments``); ``_scaled_grouped_mm`` is the Float8 experts' (a, b, scale_a,
+#: scale_b, offs, ...), its a and b in fp8
+GROUPED_OFFSETS = {"_grouped_mm": 2, "_scaled_grouped_mm": 4}
 
 
 def _grouped_gemm(name: str, shapes: tuple, dtypes: tuple, args: tuple | None, kernel_name: str | None) -> Row | None:
-    """``_grouped_mm(a, b, offs)`` (torch's grouped GEMM: MoE experts) as one GEMM of the groups' work. 2-D a by 3-D
+    """``_grouped_mm(a, b, offs)`` (torch's grouped GEMM: MoE experts; ``_scaled_grouped_mm(a, b, scale_a, scale_b,
+    offs)`` its Float8 form, a row of the inputs' fp8 dtype) as one GEMM of the groups' work. 2-D a by 3-D
     b (the experts' forward and input gradient): the groups split a's rows, so m is the sum of the groups' rows
     each padded to :data:`GROUPED_TILE_M` when the offsets' values are known (the capture records them once the
     routing is stated: emulate/stated_routing.py), else a's rows. 2-D by 2-D (the weight gradient): the groups split
@@ -271,7 +276,8 @@ def _grouped_gemm(name: str, shapes: tuple, dtypes: tuple, args: tuple | None, k
     if len(t) < 2:
         return None
     (a, dtype), (b, _) = t
-    offsets = args[2] if args is not None and len(args) > 2 and isinstance(args[2], (tuple, list)) else None
+    at = GROUPED_OFFSETS[name]
+    offsets = args[at] if args is not None and len(args) > at and isinstance(args[at], (tuple, list)) else None
     sizes = None
     if offsets and all(isinstance(o, numbers.Integral) for o in offsets):
         bounds = (0, *offsets)
@@ -964,7 +970,7 @@ _Handler = Callable[[str, tuple, tuple, "tuple | None", "str | None"], "Row | No
 _HANDLERS: dict[str, _Handler] = {}
 for _names, _handler in (
         (("mm", "addmm", "_addmm_activation", "bmm", "baddbmm", "addbmm", "matmul", "linear", "_scaled_mm"), _gemm),
-        (("_grouped_mm",), _grouped_gemm),
+        (tuple(GROUPED_OFFSETS), _grouped_gemm),
         (_ATTENTION, _attention), (_NORM, _norm), (_ELEMENTWISE_ALIASES, _elementwise),
         (_FUSED_OPTIMIZERS, _optimizer),
         ((*_CONV_FORWARD_ARGS, "_conv_depthwise2d", "conv_depthwise3d", "convolution_backward",

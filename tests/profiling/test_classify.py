@@ -77,6 +77,16 @@ def test_a_grouped_gemm_is_one_gemm_of_its_groups_tile_padded_rows():
     assert classify_op(op, shapes, dtypes, "void at::cuda::detail::prepare_grouped_gemm_data<...>") is None
 
 
+def test_a_float8_grouped_gemm_is_the_fp8_gemm_of_its_groups_with_offsets_after_the_scales():
+    # _scaled_grouped_mm(a, b, scale_a, scale_b, offs, ...): the offsets are its fifth argument
+    shapes = [[1536, 256], [4, 256, 512], [1536], [4, 512], [4], [], []]
+    dtypes = ["torch.float8_e4m3fn", "torch.float8_e4m3fn", "torch.float32", "torch.float32", "torch.int32", "", ""]
+    row = classify_op("aten._scaled_grouped_mm.default", shapes, dtypes, CUTLASS_GROUPED,
+                      args=[None, None, None, None, [10, 768, 1152, 1536], None, None])
+    assert (row["m"], row["n"], row["k"], row["batch"], row["dtype"]) == (1664, 512, 256, 1, "fp8_e4m3")
+    assert classify_op("aten._scaled_grouped_mm.default", shapes, dtypes, CUTLASS_GROUPED)["m"] == 1536
+
+
 def test_batched_and_folded_gemms():
     bmm = classify_op("aten.bmm.default", [[8, 128, 64], [8, 64, 256]], ["torch.bfloat16"] * 2)
     assert (bmm["m"], bmm["n"], bmm["k"], bmm["batch"], bmm["dtype"]) == (128, 256, 64, 8, "bf16")
