@@ -31,6 +31,11 @@ Vidur model and source held out whole, figures with their spread over seeds, wri
    against alpha-beta and XGBoost on GPU collectives, held-out sizes (a fifth of each source's sizes) and held-out GPU
    counts (2, 4, 8 within a node), and multi-node rows predicted from single-node ones (the catalog's network
    figures); by source, op and size bucket.
+9. fp8 (``--suites fp8``): the shipped default bundle's fp8 GEMMs, which no training row teaches (its GEMM rows are
+   bf16, fp16, tf32 and fp32), against cuBLASLt's FP8 GEMMs as aiconfigurator timed them in TensorRT-LLM's PyTorch
+   flow (``estimator.importers.aiconfigurator_gemm.cublaslt_fp8``: their input quantisation taken off), per GPU,
+   GEMMs of 1e10 FLOPs or more (below, most of a row is the quantisation taken off); signed median error and median
+   TFLOP/s, measured and predicted.
 
 Every GEMM suite also scores ``xgboost(+kernel config)``: the default XGBoost with the kernel-configuration features
 (``estimator.kernel_config``: the recorded kernel where a row names one, else cuBLASLt's heuristic on the virtual
@@ -65,7 +70,7 @@ MODELS: dict[str, tuple[str, dict, str | None]] = {
     "random_forest": ("random_forest", {"n_estimators": 50, "max_features": 0.5}, "log_time"),
     "roofline": ("roofline", {}, None),
 }
-SUITES = ("vidur", "neusight", "families", "one_model", "speed", "training_models", "aiconfigurator", "nccl")
+SUITES = ("vidur", "neusight", "families", "one_model", "speed", "training_models", "aiconfigurator", "nccl", "fp8")
 #: for the two GEMM suites: the other target, and the 9.4-times-costlier ensemble the default was cut down from
 GEMM_COMPARISONS = {
     "xgboost(log_time)": ("xgboost", {}, "log_time"),
@@ -361,6 +366,42 @@ def suite_nccl(data: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(out, ignore_index=True)
 
 
+def suite_fp8(root: Path | None = None) -> pd.DataFrame:
+    """Suite 9: the shipped bundle's fp8 GEMMs against cuBLASLt's, per GPU (module docstring)."""
+    import estimator
+    from estimator.importers.aiconfigurator_gemm import cublaslt_fp8
+    from estimator.metrics import ape
+    from profiling.paths import shared_data_root
+
+    rows = cublaslt_fp8(root or shared_data_root())
+    rows = rows[rows["m"] > 8].reset_index(drop=True)   # TensorRT-LLM runs m <= 8 on CUDA cores, not cuBLASLt
+    predicted = estimator.load(None).predict(rows)
+    flops = 2.0 * rows["m"].to_numpy() * rows["n"].to_numpy() * rows["k"].to_numpy()
+    measured = rows["runtime_us"].to_numpy()
+    out = []
+    for hardware in sorted(rows["hardware"].unique()):
+        mine = rows["hardware"].to_numpy() == hardware
+        # small GEMMs are mostly their quantisation, so what is left of them after taking it off is noise
+        for label, keep in ((">= 1e10 FLOPs", mine & (flops >= 1e10)),):
+            if not keep.any():
+                continue
+            e = (predicted[keep] - measured[keep]) / measured[keep] * 100.0
+            out.append({"suite": "fp8", "hardware": hardware, "rows": label, "n": int(keep.sum()),
+                        "mean_ape": float(ape(predicted[keep], measured[keep]).mean()),
+                        "signed_median": float(np.median(e)),
+                        "tflops_measured": float(np.median(flops[keep] / measured[keep] / 1e6)),
+                        "tflops_predicted": float(np.median(flops[keep] / predicted[keep] / 1e6))})
+    frame = pd.DataFrame(out)
+    table = Table(title="fp8 GEMMs (no training row): the shipped bundle against cuBLASLt's, input quantisation off")
+    for col in ("GPU", "rows", "n", "mean APE %", "signed median %", "TFLOP/s measured", "predicted"):
+        table.add_column(col, justify="left" if col in ("GPU", "rows") else "right")
+    for r in out:
+        table.add_row(r["hardware"], r["rows"], f"{r['n']:,}", f"{r['mean_ape']:.1f}", f"{r['signed_median']:+.1f}",
+                      f"{r['tflops_measured']:.0f}", f"{r['tflops_predicted']:.0f}")
+    console.print(table)
+    return frame
+
+
 def _is_gpu(hardware: str) -> bool:
     from profiling.hardware import lookup
 
@@ -550,6 +591,8 @@ def main(argv: list[str] | None = None) -> int:
             parts.append(suite_aiconfigurator(data, args.gemm_train_rows))
         if "nccl" in suites:
             parts.append(suite_nccl(data))
+        if "fp8" in suites:
+            parts.append(suite_fp8())
         results["accuracy"] = pd.concat(parts, ignore_index=True).to_dict(orient="records")
     if args.json:
         from estimator.bundle import write_json_atomic

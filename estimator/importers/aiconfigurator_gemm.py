@@ -69,3 +69,38 @@ def load(root: Path, gemm_dtype: str = TORCH_DTYPE) -> pd.DataFrame:
                        gemm_op="linear", backend="cublas",
                        group="aiconfigurator-gemm/nk" + pd.Series(shape_set(rows["n"], rows["k"])).astype(str))
     return finalize(rows.drop(columns="latency"), SOURCE)
+
+
+#: the kernel source of TensorRT-LLM's PyTorch flow: its per-tensor FP8 Linear quantises the input per tensor
+#: (``quantize_e4m3_per_tensor``: the input's amax, then its cast; the collector loads no input scale) and calls
+#: ``cublas_scaled_mm``, the cuBLASLt FP8 GEMM that torch's ``_scaled_mm`` runs for tensorwise scales
+CUBLASLT_FP8_SOURCE = "torch_flow"
+
+
+def cublaslt_fp8(root: Path) -> pd.DataFrame:
+    """The cuBLASLt FP8 GEMMs of TensorRT-LLM's PyTorch flow, their input quantisation taken off: rows as
+    :func:`load`'s (dtype ``fp8_e4m3``) plus ``quantize_us``, what was taken off. Never training rows: a check of the
+    fp8 predictions the bf16-trained models extrapolate (``python -m estimator.benchmark --suites fp8``).
+
+    Each row's quantisation costs what it costs at that (device, m, k) whatever n is: the table's narrowest GEMM
+    there (n of a few dozen, whose GEMM only reads its input) is that quantisation plus an fp8 read of the input,
+    half the bf16 row's time at that shape, so quantize = fp8(m, n_min, k) - bf16(m, n_min, k) / 2 (on the H100 about
+    0.15 ms per 64 M elements, 5 bytes each at 2.1 TB/s: two reads of the bf16 input and a write). Shapes without a
+    bf16 row at their narrowest n, or whose GEMM would come out at no time, are left out."""
+    parts = []
+    for path, raw, hardware in catalog_tables(input_files(root), root, REQUIRED):
+        raw = raw[(raw["kernel_source"].astype(str) == CUBLASLT_FP8_SOURCE)
+                  & raw["gemm_dtype"].astype(str).isin(("fp8", TORCH_DTYPE)) & (raw[["m", "n", "k"]] >= 1).all(axis=1)]
+        parts.append(raw[["gemm_dtype", "m", "n", "k", "latency"]].assign(hardware=hardware))
+    if not parts:
+        return finalize(pd.DataFrame(), SOURCE)
+    rows = median_rows(pd.concat(parts, ignore_index=True), ["hardware", "gemm_dtype", "m", "n", "k"])
+    fp8 = rows[rows["gemm_dtype"] == "fp8"].drop(columns="gemm_dtype")
+    bf16 = rows[rows["gemm_dtype"] == TORCH_DTYPE].drop(columns="gemm_dtype").rename(columns={"latency": "bf16"})
+    narrowest = fp8.loc[fp8.groupby(["hardware", "m", "k"])["n"].idxmin()].merge(bf16, on=["hardware", "m", "n", "k"])
+    narrowest["quantize"] = narrowest["latency"] - narrowest["bf16"] / 2.0
+    fp8 = fp8.merge(narrowest[["hardware", "m", "k", "quantize"]], on=["hardware", "m", "k"])
+    fp8 = fp8[fp8["latency"] > fp8["quantize"]]
+    fp8 = fp8.assign(family="gemm", dtype=DTYPES["fp8"], batch=1, gemm_op="linear", backend="cublas",
+                     runtime_us=(fp8["latency"] - fp8["quantize"]) * 1000.0, quantize_us=fp8["quantize"] * 1000.0)
+    return finalize(fp8.drop(columns=["latency", "quantize"]), SOURCE)

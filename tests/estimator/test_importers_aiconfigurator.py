@@ -144,3 +144,18 @@ def test_the_real_tables_give_every_catalog_gpu_they_measured_below_peak(shared_
     collectives = aiconfigurator_nccl.load(shared_data)
     assert set(collectives["ranks"]) == {2.0, 4.0, 8.0} and collectives["bytes"].max() == 2.0 ** 29  # 256M halves
     assert set(collectives["hardware"]) == set(gemms["hardware"]) - {"gb300-nvl72"}
+
+
+def test_cublaslt_fp8_rows_lose_the_quantisation_their_narrowest_gemm_shows(tmp_path):
+    from estimator.importers import aiconfigurator_gemm
+
+    # at (m, k) = (4096, 4096): the n = 32 fp8 row is 0.20 ms where bf16's is 0.05, so quantising the input costs
+    # 0.20 - 0.05 / 2 = 0.175 ms, taken off every n there; other kernel sources and dtypes are not read
+    rows = [("torch_flow", "fp8", 32, 0.20), ("torch_flow", "bfloat16", 32, 0.05), ("torch_flow", "fp8", 4096, 0.375),
+            ("torch_flow", "bfloat16", 4096, 0.45), ("CutlassFP8ScaledMMLinearKernel", "fp8", 4096, 0.30)]
+    write(tmp_path, "h100_sxm/gemm/trtllm/1.0/gemm_perf.parquet",
+          [gemm(H100, dt, 4096, n, 4096, ms, source=src) for src, dt, n, ms in rows])
+    out = aiconfigurator_gemm.cublaslt_fp8(tmp_path).set_index("n")
+    assert set(out["dtype"]) == {"fp8_e4m3"} and set(out["hardware"]) == {"h100-sxm"}
+    assert out.loc[4096, "runtime_us"] == pytest.approx(200.0) and out.loc[4096, "quantize_us"] == pytest.approx(175.0)
+    assert out.loc[32, "runtime_us"] == pytest.approx(25.0)   # the fp8 read of its input: half bf16's
