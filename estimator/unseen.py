@@ -363,6 +363,17 @@ def label_coverage(frame: pd.DataFrame) -> dict[str, float]:
     return {str(s): round(float(v), 4) for s, v in labelled.groupby(text_of(frame, "source")).mean().items()}
 
 
+def label_losses(new: dict[str, float], old: dict[str, float], tolerance: float = 0.01) -> list[str]:
+    """One line per source whose GEMM rows have fewer kernel labels than in ``old`` (results' ``gemm_labels``): the
+    label cache is kept per driver build (``estimator.kernel_labels.device_key``), so a changed driver leaves it
+    empty and the protocol, which never asks cuBLASLt itself, runs ``tiled`` without its kernel features there, a
+    different model whose figures are no comparison."""
+    return [f"kernel labels cover {new.get(source, 0.0):.0%} of {source}'s GEMM rows against {share:.0%} in the "
+            f"committed results: tiled's figures there are not comparable (fill the cache first: python -m "
+            f"estimator.kernel_labels --sources {source})"
+            for source, share in sorted(old.items()) if new.get(source, 0.0) < share - tolerance]
+
+
 def family_frames(data: pd.DataFrame, families: tuple[str, ...] | None) -> dict[str, pd.DataFrame]:
     data = data[np.isfinite(data["runtime_us"]) & (data["runtime_us"] > 0)]
     out = {}
@@ -558,6 +569,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"stepcast: --compare: git has no committed {unseen_results.RESULTS.name} to compare against")
         else:
             worse = print_comparison(unseen_results.compare(doc, old))
+            losses = label_losses(doc.get("gemm_labels") or {}, old.get("gemm_labels") or {})
+            for line in losses:
+                print(f"stepcast: --compare: {line}")
+            worse += len(losses)
     if out is not None:
         unseen_results.write(out, doc)
         print(f"results written to {out}")

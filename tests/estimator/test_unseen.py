@@ -189,3 +189,12 @@ def test_a_candidates_cache_key_follows_the_code_it_imports_only():
     assert "estimator.workload" in roofline and "estimator.xgb" not in roofline  # an XGBoost change keeps its folds
     assert "estimator.mlp" in tiled and "estimator.nccl" not in tiled  # tiled builds on the MLP's networks
     assert unseen.code_digest("roofline") != unseen.code_digest("xgboost")
+
+
+def test_a_source_that_lost_its_kernel_labels_makes_the_comparison_fail_naming_it():
+    # a driver rebuild empties the label cache: tiled then runs without its kernel features on those rows
+    lines = unseen.label_losses({"aiconfigurator": 0.0, "neusight": 1.0, "vidur": 0.995},
+                                {"aiconfigurator": 1.0, "neusight": 1.0, "vidur": 1.0, "profiler": 0.0})
+    assert len(lines) == 1 and "0% of aiconfigurator's GEMM rows against 100%" in lines[0]
+    assert "python -m estimator.kernel_labels --sources aiconfigurator" in lines[0]
+    assert unseen.label_losses({"neusight": 1.0}, {"neusight": 1.0}) == []
