@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import importlib
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from estimator.base import KernelEstimator
 from estimator.checksums import Checksums, folder_files, inside, write_checksums
 from profiling import atomic
 from profiling.families import FAMILIES
+
+T = TypeVar("T")   # what a bundle extra parses into (read_extra)
 
 BUNDLE_FORMAT = "stepcast-estimator-bundle"
 BUNDLE_FORMAT_VERSION = 1
@@ -51,6 +54,13 @@ def read_json(path: Path) -> dict:
         raise FileNotFoundError(f"{path}: missing (expected an estimator bundle file)") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+
+
+def read_extra(root: Path, filename: str, parse: Callable[[Any, Path], T]) -> T | None:
+    """A bundle extra (a JSON file next to the manifest, under its SHA256SUMS, which the caller has verified: the
+    convolution-family table, the power floor) parsed by ``parse(doc, path)``; None where the bundle has none."""
+    path = Path(root) / filename
+    return parse(read_json(path), path) if path.is_file() else None
 
 
 def estimator_class(kind: str) -> type[KernelEstimator]:

@@ -143,20 +143,16 @@ def corrected_ms(problem: dict[str, Any], table: ConvFamilies) -> float:
 
 
 def read(path: Path) -> ConvFamilies:
-    import json
+    from estimator.bundle import read_json
 
-    path = Path(path)
-    try:
-        doc = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    return ConvFamilies.from_json(doc, path)
+    return ConvFamilies.from_json(read_json(path), Path(path))
 
 
 def for_bundle(root: Path) -> ConvFamilies | None:
     """The table shipped next to a bundle's manifest, or None (the caller has verified its checksum)."""
-    path = Path(root) / FILENAME
-    return read(path) if path.is_file() else None
+    from estimator.bundle import read_extra
+
+    return read_extra(root, FILENAME, ConvFamilies.from_json)
 
 
 def write(path: Path, table: ConvFamilies) -> None:

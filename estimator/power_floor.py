@@ -38,7 +38,6 @@ The tiled GEMM model (``estimator.tiled``) uses the board power and fit (at its 
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -251,18 +250,16 @@ def binding(floor: PowerFloor, frame: Kernels, times_us: np.ndarray) -> dict[str
 
 
 def read(path: Path) -> PowerFloor:
-    path = Path(path)
-    try:
-        doc = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    return PowerFloor.from_json(doc, path)
+    from estimator.bundle import read_json
+
+    return PowerFloor.from_json(read_json(path), Path(path))
 
 
 def for_bundle(root: Path) -> PowerFloor | None:
     """The floor shipped next to a bundle's manifest, or None (the caller has verified its checksum)."""
-    path = Path(root) / FILENAME
-    return read(path) if path.is_file() else None
+    from estimator.bundle import read_extra
+
+    return read_extra(root, FILENAME, PowerFloor.from_json)
 
 
 def write(path: Path, floor: PowerFloor) -> None:
