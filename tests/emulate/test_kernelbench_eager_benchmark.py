@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from emulate.kernelbench_eager_benchmark import (DEVICE, EAGER, LAUNCH, classes, elapsed_between_events, held_out_speeds,
-                                              main, medians)
+from emulate.kernelbench_eager_benchmark import (DEVICE, EAGER, LAUNCH, classes, elapsed_between_events,
+                                              held_out_speeds, main, medians)
 from emulate.kernelbench_benchmark import measured_ms
 from emulate.sim.synthetic import TraceBuilder
 
