@@ -551,7 +551,9 @@ keep_alive: list[Any] = []  # the C callbacks the driver holds (ctypes frees a c
 def _settings() -> Any:
     """The settings registry (stepcast/settings.py, loaded by its path: nothing of the project goes on the script's
     ``sys.path``; the launcher checked the values before the run)."""
-    return _sibling("settings", Path(__file__).resolve().parents[1] / "stepcast" / "settings.py")
+    root = Path(__file__).resolve().parents[1]  # a checkout's root (stepcast/ beside emulate/), or the installed
+    installed = root / "settings.py"            # stepcast package (emulate/ inside it)
+    return _sibling("settings", installed if installed.is_file() else root / "stepcast" / "settings.py")
 
 
 def settings_dedup_confirm() -> int:

@@ -24,7 +24,7 @@ from estimator.importers import IMPORTERS, SOURCES
 from estimator.importers.common import DataImportError, TRAINING_COLUMNS, empty_frame
 from profiling.atomic import atomic_path
 from profiling.families import FAMILIES
-from profiling.paths import DATASETS_DIR, REPO_ROOT, cache_root, shared_data_root
+from profiling.paths import REPO_ROOT, cache_root, datasets_dir as default_datasets_dir, shared_data_root
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ def load_measurements(families: Iterable[str] | None = None, sources: Iterable[s
     families = _checked(families, FAMILIES, "family")
     sources = _checked(sources, SOURCES, "source")
     root = Path(root) if root is not None else shared_data_root()
-    datasets_dir = Path(datasets_dir) if datasets_dir is not None else DATASETS_DIR
+    datasets_dir = Path(datasets_dir) if datasets_dir is not None else default_datasets_dir()
     cache_dir = Path(cache_dir) if cache_dir is not None else cache_root() / "measurements"
     frames = []
     for source in tqdm(sources, desc="measurements", unit="source", disable=None, leave=False):

@@ -557,7 +557,7 @@ class NcclEstimator(KernelEstimator):
         """Predictions and the router's flags (``estimator.router``). In shape: the size within the training range
         and the device measured at the row's op, rank count and ranks per node (``estimator.support.SEEN_WITH``);
         unlike XGBoost, which extrapolates badly to a topology it has not seen, the structure times one from the
-        device's own figures (held-out GPU counts: README), so an unmeasured topology is a new shape, not a new
+        device's own figures (held-out GPU counts: docs/estimators.md, "Collectives: the NCCL-structured model"), so an unmeasured topology is a new shape, not a new
         device. Hardware seen: the device was fitted, or has a fitted device's links (``same_links_as``). Spec: a
         kind of device (GPU, CPU) fitted on (the structure
         takes any device's links from the catalog, but gloo on a CPU is not NCCL). Saved without a support:

@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 import pandas as pd
 
-from profiling.paths import REPO_ROOT
+from profiling.paths import user_data_root
 
 CHAMPION = "champion"
 MODEL_FILE = Path(__file__).with_name("mlflow_model.py")
@@ -45,7 +45,7 @@ class TrackingError(RuntimeError):
 
 
 def tracking_uri(configured: str | None = None) -> str:
-    return configured or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{REPO_ROOT / 'mlflow.db'}"
+    return configured or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{user_data_root() / 'mlflow.db'}"
 
 
 def shown(uri: str) -> str:

@@ -10,7 +10,7 @@ level on one core, and a million distinct GEMMs have to be timed in a second on 
 shared machine whose speed varies by half from minute to minute. Against 300 trees of depth 6 (9.4 times the cost)
 it gives up about 0.3 points of held-out-model error on Vidur's H100 GEMMs and nothing on NeuSight
 leave-one-GPU-out (40 trees scored the same as 32); deeper or more trees at a similar cost did no better (a random
-search over 15 configurations: 6.4 - 7.3 % on the Vidur split; see README, Estimators).
+search over 15 configurations: 6.4 - 7.3 % on the Vidur split; docs/estimators.md, "Design decisions").
 """
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ import yaml
 
 from profiling.atomic import atomic_path
 from profiling.hardware import HardwareSpec, cpu_hardware_id, cpu_model_name
-from profiling.paths import HARDWARE_DIR
+from profiling.paths import user_hardware_dir
 
 # FLOPs per cycle per core (an FMA counts as 2), by the widest unit a flag advertises; first match wins.
 _FP32_FLOPS_PER_CYCLE = (("avx512f", 64), ("avx2", 32), ("avx", 16), ("sse2", 8))
@@ -134,9 +134,10 @@ def cpu_spec(measure_bandwidth: bool = True) -> HardwareSpec:
     )
 
 
-def write_spec(spec: HardwareSpec, directory: Path = HARDWARE_DIR, force: bool = False) -> Path:
-    """Write ``<directory>/<id>.yaml`` atomically; refuse to overwrite unless ``force``."""
-    path = Path(directory) / f"{spec.id}.yaml"
+def write_spec(spec: HardwareSpec, directory: Path | None = None, force: bool = False) -> Path:
+    """Write ``<directory>/<id>.yaml`` (default the user hardware folder) atomically; refuse to overwrite unless
+    ``force``."""
+    path = Path(directory or user_hardware_dir()) / f"{spec.id}.yaml"
     if path.exists() and not force:
         raise FileExistsError(f"{path} exists: pass --force to overwrite it")
     header = (
@@ -152,7 +153,8 @@ def write_spec(spec: HardwareSpec, directory: Path = HARDWARE_DIR, force: bool =
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--output-dir", type=Path, default=HARDWARE_DIR)
+    parser.add_argument("--output-dir", type=Path, default=None,
+                        help="where the entry goes (default: the user hardware folder, read beside the catalog)")
     parser.add_argument("--force", action="store_true", help="overwrite an existing entry")
     args = parser.parse_args(argv)
     try:

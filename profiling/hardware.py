@@ -24,7 +24,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from profiling.classify import canonical_dtype
-from profiling.paths import HARDWARE_DIR
+from profiling.paths import HARDWARE_DIR, user_hardware_dir
 from stepcast import settings
 
 DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8")
@@ -237,8 +237,11 @@ def load_spec(path: Path) -> HardwareSpec:
 
 @functools.lru_cache(maxsize=8)
 def load_catalog(directory: Path | None = None) -> dict[str, HardwareSpec]:
-    directory = Path(directory or settings.get("STEPCAST_HARDWARE_DIR") or HARDWARE_DIR)
-    return {p.stem: load_spec(p) for p in sorted(directory.glob("*.yaml"))}
+    """Every device of the catalog: ``directory``, else STEPCAST_HARDWARE_DIR, else the shipped catalog with the
+    user's own entries (:mod:`profiling.describe_cpu`'s, in the user hardware folder) over it."""
+    configured = directory or settings.get("STEPCAST_HARDWARE_DIR")
+    folders = [Path(configured)] if configured else [HARDWARE_DIR, user_hardware_dir()]
+    return {p.stem: load_spec(p) for folder in dict.fromkeys(folders) for p in sorted(folder.glob("*.yaml"))}
 
 
 def lookup(id_or_name: str, catalog: dict[str, HardwareSpec] | None = None) -> HardwareSpec:

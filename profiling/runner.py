@@ -24,7 +24,7 @@ from profiling.hardware import HardwareSpec, UnknownHardwareError, detect, looku
 from profiling.ops import BENCHES
 from profiling.ops.base import describe_failure
 from profiling.ops.collective import measure_points
-from profiling.paths import DATASETS_DIR
+from profiling.paths import datasets_dir
 from profiling.plan import plan_family, select_sweep
 from profiling.progress import make_progress
 from profiling.sampling import Point, point_id
@@ -166,7 +166,7 @@ class Runner:
         if cfg.get("threads"):
             torch.set_num_threads(int(cfg.threads))
         self.settings = MeasureSettings.from_config(cfg.measure)
-        root = Path(cfg.output_dir) if cfg.get("output_dir") else DATASETS_DIR
+        root = Path(cfg.output_dir) if cfg.get("output_dir") else datasets_dir()
         self.output = root / self.target.spec.id
         self.world = distributed.external_world()
         self.rank = self.world[0] if self.world else 0

@@ -85,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     from emulate.cli import add_run_parser
     from emulate import replay, validate
     from estimator.predict import register as register_predict
+    from stepcast.bundled_examples import register as register_examples
 
     parser = argparse.ArgumentParser(
         prog=PROG, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -97,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     with_epilog(sub.choices["validate"], VALIDATE_EPILOG)
     register_search(sub)
     register_predict(sub)
+    register_examples(sub)
     for name, text in PASSTHROUGH_HELP.items():
         sub.add_parser(name, help=text, add_help=False)
     return parser

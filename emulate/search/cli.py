@@ -12,11 +12,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from profiling.paths import REPO_ROOT, cache_root
+from profiling import paths
+from profiling.paths import cache_root
 from stepcast import settings
 from stepcast.preflight import Preflight, refuse_bad_environment
 
-CONF_DIR = REPO_ROOT / "conf" / "search"
+CONF_DIR = paths.CONF_DIR / "search"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 from typing import Any
 
 from emulate.search.samplers import INFEASIBLE_COST, Search, SearchOutcome, cost, make_sampler, propose
@@ -104,11 +105,12 @@ def connect(address: str) -> None:
 
     import ray
 
-    from profiling.paths import REPO_ROOT
+    import stepcast
 
     reachable(address)
     env_vars = {k: v for k, v in os.environ.items() if k.startswith("STEPCAST_")}
-    env_vars["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
+    importable = Path(stepcast.__file__).resolve().parents[1]  # a checkout's root, or the site-packages holding it
+    env_vars["PYTHONPATH"] = os.pathsep.join(p for p in (str(importable), os.environ.get("PYTHONPATH")) if p)
     try:
         ray.init(address=address, ignore_reinit_error=True, log_to_driver=False,
                  runtime_env={"env_vars": env_vars})

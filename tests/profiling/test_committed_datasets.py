@@ -7,7 +7,9 @@ import pytest
 from profiling.card import read_card
 from profiling.families import FAMILIES
 from emulate.validate import load_real
-from profiling.paths import DATASETS_DIR, REPO_ROOT
+from profiling.paths import REPO_ROOT
+
+DATASETS_DIR = REPO_ROOT / "datasets"  # the committed ones (not the user folder a setting may point elsewhere)
 from profiling.schema import read_family
 from profiling.summary import main as summary_main
 
