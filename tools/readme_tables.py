@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ FAMILIES = ("gemm", "attention", "collective", "norm", "elementwise")
 #: KernelBench eager's two classes of problem, as its results file names them
 KERNELBENCH_CLASSES = ("launch bound", "device bound")
 E2E = "python -m benchmarks.emulate.e2e"
+WIDTH = 120
 
 
 def shown(path: Path) -> str:
@@ -72,8 +74,8 @@ def end_to_end(results: Path) -> list[str]:
         other = unseen.get(gpu, {}).get("mean_abs_total_error")
         rows.append([f"`{gpu}`", str(seen[gpu]["labels"]), f"{seen[gpu]['mean_abs_total_error']:.1f}",
                      "-" if other is None else f"{other:.1f}"])
-    return ["**Step time of real training and inference runs** (NeuSight's measured labels: BERT-large, GPT-2 large, "
-            "GPT-3 XL / 2.7B, OPT-1.3B; mean |error| of the total, %):", "",
+    return ["**Step time of real runs** (NeuSight's labels: BERT-large, GPT-2 large, GPT-3 XL / 2.7B, OPT-1.3B; "
+            "mean |error| %):", "",
             *table(["GPU", "labels", "GPU in the training data", "GPU never trained on"], rows), "",
             f"From `{shown(seen_path)}` (`{E2E} --sources neusight --json "
             f"{shown(seen_path)}`) and `{shown(unseen_path)}` (the same with "
@@ -88,8 +90,7 @@ def published_runs(results: Path) -> list[str]:
            f"{stats['mean_abs_tps_error']:.1f} / {stats['worst_abs_tps_error']:.1f}",
            f"{stats['spearman']:.3f}", f"{stats['pairs_in_order']} of {stats['pairs']}",
            f"{stats['mean_abs_memory_error']:.1f} / {stats['worst_abs_memory_error']:.1f}"]
-    return ["**torchtitan's published runs** (Llama 3.1 8B / 70B / 405B on 8-512 GPUs, FSDP / TP / PP / CP, "
-            "torch.compile and Float8; [every row](docs/torchtitan.md)):", "",
+    return ["**torchtitan's published runs** (Llama 3.1 8B-405B, 8-512 GPUs; [every row](docs/torchtitan.md)):", "",
             *table(["rows run", "tokens/s/GPU \\|error\\| mean / worst, %", "Spearman", "pairs in published order",
                     "memory \\|error\\| mean / worst, %"], [row]), "",
             f"From `{shown(path)}` (`{E2E} --sources torchtitan --json {shown(path)} "
@@ -113,8 +114,8 @@ def kernels_unseen(results: Path) -> list[str]:
         if bundle is None:
             raise ResultsError(f"{path}: no pooled device-split figure of the bundle for {family}")
         rows.append([family, f"{int(bundle['n']):,}", accuracy_table.cell(bundle), accuracy_table.cell(roofline)])
-    return ["**Kernels on GPUs the estimators never saw** (each GPU held out whole, pooled over the GPUs; mean APE %, "
-            "range over seeds in brackets; [every split](docs/accuracy.md)):", "",
+    return ["**Kernels on GPUs never trained on** (each held out whole; mean APE %, range over seeds; "
+            "[all splits](docs/accuracy.md)):", "",
             *table(["family", "held-out rows", "shipped bundle", "roofline"], rows), "",
             f"From `{shown(path)}` (`python -m benchmarks.estimator.accuracy --protocol unseen`).", ""]
 
@@ -132,17 +133,28 @@ def kernelbench(results: Path) -> list[str]:
         return "-" if got is None else f"{got['median_abs_error_pct']:.1f} ({got['n']})"
 
     rows = [[f"`{gpu}`", *[cell(name, gpu) for name in KERNELBENCH_CLASSES]] for gpu in gpus]
-    return ["**Single PyTorch ops as KernelBench times them** (eager level-1 forwards, host and device, on six GPUs "
-            "none of whose KernelBench times is training data; median |error| %, problems in brackets):", "",
+    return ["**Single ops as KernelBench times them** (eager level-1, six GPUs never trained on; median |error| %, "
+            "problems):", "",
             *table(["GPU", *KERNELBENCH_CLASSES], rows), "",
             f"From `{shown(path)}` (`python -m benchmarks.emulate.kernelbench_eager --json "
             f"{shown(path)}`).", ""]
 
 
+def wrapped(lines: list[str]) -> list[str]:
+    """Prose lines wrapped at the project's 120 columns (table rows kept whole)."""
+    out: list[str] = []
+    for line in lines:
+        if line.startswith("|") or len(line) <= WIDTH:
+            out.append(line)
+        else:
+            out.extend(textwrap.wrap(line, WIDTH, break_long_words=False, break_on_hyphens=False))
+    return out
+
+
 def render(results: Path = RESULTS) -> str:
     """The block between the markers (markers excluded), from the results files under ``results``."""
     lines = [*end_to_end(results), *published_runs(results), *kernels_unseen(results), *kernelbench(results)]
-    return "\n".join(lines).rstrip("\n")
+    return "\n".join(wrapped(lines)).rstrip("\n")
 
 
 def readme_block(text: str) -> str:
