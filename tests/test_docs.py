@@ -52,7 +52,7 @@ def prose_lines(text: str) -> list[tuple[int, str]]:
             comment = "-->" not in stripped
             out.append((number, ""))
             continue
-        skip = fenced or stripped.startswith("|") or stripped.startswith("#")
+        skip = fenced or stripped.startswith(("|", "#"))
         out.append((number, "" if skip else line))
     return out
 

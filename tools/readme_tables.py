@@ -28,6 +28,7 @@ FAMILIES = ("gemm", "attention", "collective", "norm", "elementwise")
 #: KernelBench eager's two classes of problem, as its results file names them
 KERNELBENCH_CLASSES = ("launch bound", "device bound")
 E2E = "python -m benchmarks.emulate.e2e"
+TITAN_PAGE = "docs/torchtitan.md"
 WIDTH = 120
 
 
@@ -74,12 +75,11 @@ def end_to_end(results: Path) -> list[str]:
         other = unseen.get(gpu, {}).get("mean_abs_total_error")
         rows.append([f"`{gpu}`", str(seen[gpu]["labels"]), f"{seen[gpu]['mean_abs_total_error']:.1f}",
                      "-" if other is None else f"{other:.1f}"])
-    return ["**Step time of real runs** (NeuSight's labels: BERT-large, GPT-2 large, GPT-3 XL / 2.7B, OPT-1.3B; "
-            "mean |error| %):", "",
+    return [("**Step time of real runs** (NeuSight's labels: BERT-large, GPT-2 large, GPT-3 XL / 2.7B, OPT-1.3B; "
+             "mean |error| %):"), "",
             *table(["GPU", "labels", "GPU in the training data", "GPU never trained on"], rows), "",
-            f"From `{shown(seen_path)}` (`{E2E} --sources neusight --json "
-            f"{shown(seen_path)}`) and `{shown(unseen_path)}` (the same with "
-            "`--unseen`).", ""]
+            (f"From `{shown(seen_path)}` (`{E2E} --sources neusight --json {shown(seen_path)}`) and "
+             f"`{shown(unseen_path)}` (the same with `--unseen`)."), ""]
 
 
 def published_runs(results: Path) -> list[str]:
@@ -93,8 +93,7 @@ def published_runs(results: Path) -> list[str]:
     return ["**torchtitan's published runs** (Llama 3.1 8B-405B, 8-512 GPUs; [every row](docs/torchtitan.md)):", "",
             *table(["rows run", "tokens/s/GPU \\|error\\| mean / worst, %", "Spearman", "pairs in published order",
                     "memory \\|error\\| mean / worst, %"], [row]), "",
-            f"From `{shown(path)}` (`{E2E} --sources torchtitan --json {shown(path)} "
-            "--titan-page docs/torchtitan.md`).", ""]
+            f"From `{shown(path)}` (`{E2E} --sources torchtitan --json {shown(path)} --titan-page {TITAN_PAGE}`).", ""]
 
 
 def kernels_unseen(results: Path) -> list[str]:
@@ -114,8 +113,8 @@ def kernels_unseen(results: Path) -> list[str]:
         if bundle is None:
             raise ResultsError(f"{path}: no pooled device-split figure of the bundle for {family}")
         rows.append([family, f"{int(bundle['n']):,}", accuracy_table.cell(bundle), accuracy_table.cell(roofline)])
-    return ["**Kernels on GPUs never trained on** (each held out whole; mean APE %, range over seeds; "
-            "[all splits](docs/accuracy.md)):", "",
+    return [("**Kernels on GPUs never trained on** (each held out whole; mean APE %, range over seeds; "
+             "[all splits](docs/accuracy.md)):"), "",
             *table(["family", "held-out rows", "shipped bundle", "roofline"], rows), "",
             f"From `{shown(path)}` (`python -m benchmarks.estimator.accuracy --protocol unseen`).", ""]
 
@@ -133,11 +132,10 @@ def kernelbench(results: Path) -> list[str]:
         return "-" if got is None else f"{got['median_abs_error_pct']:.1f} ({got['n']})"
 
     rows = [[f"`{gpu}`", *[cell(name, gpu) for name in KERNELBENCH_CLASSES]] for gpu in gpus]
-    return ["**Single ops as KernelBench times them** (eager level-1, six GPUs never trained on; median |error| %, "
-            "problems):", "",
+    return [("**Single ops as KernelBench times them** (eager level-1, six GPUs never trained on; median |error| %, "
+             "problems):"), "",
             *table(["GPU", *KERNELBENCH_CLASSES], rows), "",
-            f"From `{shown(path)}` (`python -m benchmarks.emulate.kernelbench_eager --json "
-            f"{shown(path)}`).", ""]
+            f"From `{shown(path)}` (`python -m benchmarks.emulate.kernelbench_eager --json {shown(path)}`).", ""]
 
 
 def wrapped(lines: list[str]) -> list[str]:
