@@ -1,12 +1,12 @@
 """Draw a predicted timeline (the Chrome/Perfetto trace JSON that ``stepcast run --trace`` writes) as a PNG, for
-the README: one row per track (a rank's host threads and streams), one bar per event, over one iteration.
+docs/simulator.md: one row per track (a rank's host threads and streams), one bar per event, over one iteration.
 
     stepcast run --trace /tmp/timeline.json -- examples/gpt.py --layers 4 --d-model 1024 --heads 16 --seq 512 \\
         --batch 8 --steps 6
     python tools/timeline_png.py /tmp/timeline.json docs/timeline.png [--iteration -1]
 
 What ui.perfetto.dev shows interactively, drawn with matplotlib from the same events, so the picture in the
-README is made by a command anyone can rerun."""
+docs is made by a command anyone can rerun."""
 from __future__ import annotations
 
 import argparse
