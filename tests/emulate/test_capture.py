@@ -48,3 +48,12 @@ def test_describe_gives_one_entry_per_positional_argument():
     assert shapes == ((2, 3), ((2, 3), (3,)), (), ())
     assert dtypes == ("torch.float32", ("torch.float32", "torch.float16"), "", "")
     assert values == (None, None, 2, (1, 0)) and kwargs == (("keepdim", True),)
+
+
+def test_a_scripts_own_profiling_and_datasets_modules_are_the_ones_it_imports(tmp_path, emulate_run,
+                                                                               script_with_own_modules):
+    """Nothing of the project lands on the script's import path: its own ``profiling.py`` and ``datasets/`` win."""
+    script = script_with_own_modules(tmp_path / "user")
+    proc, doc, _ = emulate_run(tmp_path / "run", script)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "own modules: profiling datasets True" in proc.stdout

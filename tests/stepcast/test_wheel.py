@@ -9,7 +9,6 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 import venv
 import zipfile
 from pathlib import Path
@@ -96,32 +95,8 @@ def test_the_readme_example_runs_from_an_empty_folder_and_prints_the_readme_bloc
     assert readme_sample.differences(expected, got) == []
 
 
-SCRIPT = textwrap.dedent('''\
-    """A user's script whose own modules have the names the project's folders have."""
-    from pathlib import Path
-
-    import datasets
-    import profiling
-    import torch
-
-    here = Path(__file__).resolve().parent
-    assert Path(profiling.__file__).resolve() == here / "profiling.py", profiling.__file__
-    assert Path(datasets.__file__).resolve() == here / "datasets" / "__init__.py", datasets.__file__
-    x = torch.ones(256, 256, device="cuda")
-    print("own modules:", profiling.WHO, datasets.WHO, float((x @ x).sum()) >= 0)
-''')
-
-
-def users_script(folder: Path) -> Path:
-    (folder / "profiling.py").write_text('WHO = "profiling"\n')
-    (folder / "datasets").mkdir()
-    (folder / "datasets" / "__init__.py").write_text('WHO = "datasets"\n')
-    script = folder / "train.py"
-    script.write_text(SCRIPT)
-    return script
-
-
-def test_a_script_with_its_own_profiling_and_datasets_modules_runs_under_the_installed_command(installed, tmp_path):
-    script = users_script(tmp_path)
+def test_a_script_with_its_own_profiling_and_datasets_modules_runs_under_the_installed_command(
+        installed, tmp_path, script_with_own_modules):
+    script = script_with_own_modules(tmp_path)
     done = run(installed, ["stepcast", "run", "--", str(script)], tmp_path)
     assert done.returncode == 0 and "own modules: profiling datasets True" in done.stdout, done.stdout[-3000:]
