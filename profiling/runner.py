@@ -31,11 +31,12 @@ from profiling.sampling import Point, point_id
 from profiling.schema import SCHEMA_VERSION
 from profiling.store import FamilyStore, ShardWriter
 from profiling.timing import L2Flusher, MeasureSettings, Measurement, measure_cpu, measure_cuda
+from stepcast.errors import InputError
 
 log = logging.getLogger("profiling")
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """A run config that names something that does not exist or cannot run here (one line)."""
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from profiling.model_catalog import ModelConfig, lookup_model
+from stepcast.errors import InputError
 
 SAMPLES = ("grid", "random", "model")
 
@@ -42,7 +43,7 @@ def point_id(values: Mapping[str, Any]) -> str:
     return hashlib.sha1(canonical.encode()).hexdigest()[:16]
 
 
-class SweepConfigError(ValueError):
+class SweepConfigError(InputError):
     """A sweep config that cannot be expanded; one line naming the family and the field."""
 
 

@@ -74,6 +74,21 @@ class Preflight:
             return None
         return spec
 
+    def input_file(self, option: str, path: Path | None) -> None:
+        """``path`` (None: not given) will be read: it must be a file this process can open."""
+        if path is None:
+            return
+        if not Path(path).exists():
+            self.add(f"{option}: no file {path}")
+        elif Path(path).is_dir():
+            self.add(f"{option}: expected a file, found the folder {path}")
+        else:
+            try:
+                with open(path, "rb"):
+                    pass
+            except OSError as exc:
+                self.add(f"{option}: cannot read {path} ({exc.strerror or type(exc).__name__})")
+
     def output_file(self, option: str, path: Path | None) -> None:
         """``path`` (None: not asked for) will be written: its folder must exist and take new files, and it must
         not itself be a folder."""
