@@ -11,17 +11,15 @@ minutes; found here it is one line, ``stepcast: <setting>: expected <what>, foun
 """
 from __future__ import annotations
 
-import sys
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stepcast import settings
+from stepcast.errors import BAD_INPUT, report
 
 if TYPE_CHECKING:
     from profiling.hardware import HardwareSpec
-
-USAGE_ERROR = 2
 
 
 class Preflight:
@@ -118,8 +116,8 @@ class Preflight:
     def refuse(self) -> int | None:
         """Print each problem as ``stepcast: <problem>`` and return exit status 2; None when there is none."""
         for problem in self.problems:
-            print(f"stepcast: {problem}", file=sys.stderr)
-        return USAGE_ERROR if self.problems else None
+            report(problem)
+        return BAD_INPUT if self.problems else None
 
 
 def refuse_bad_environment() -> int | None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from stepcast.errors import InputError, cli_main
+from stepcast.errors import BAD_INPUT, InputError, cli_main, report
 
 USER = "user"
 INTERNAL = "internal"
@@ -316,8 +316,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     problems = check_environment()
     for problem in problems:
-        print(f"stepcast: {problem}", file=sys.stderr)
-    return 2 if problems else 0
+        report(problem)
+    return BAD_INPUT if problems else 0
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import pytest
 
 from profiling.paths import REPO_ROOT
 from stepcast.errors import (
-    InputError, Interrupted, MissingFileError, ScriptFailed, StepcastError, UnavailableError, UnknownNameError,
+    InputError, Interrupted, MissingFileError, ScriptFailed, UnavailableError, UnknownNameError,
     cli_main, exit_on_error, report,
 )
 
