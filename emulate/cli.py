@@ -375,6 +375,7 @@ def dispatch(ns: argparse.Namespace) -> int:
         return 128 + 2
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m emulate",
                                      description="Run unmodified PyTorch training scripts on virtual GPUs "

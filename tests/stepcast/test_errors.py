@@ -186,6 +186,38 @@ def test_a_planted_command_handler_of_value_error_is_found(tmp_path):
                                                              "cli.py:24 LookupError"]
 
 
+#: entry points that are no command: the rank process runs the user's script, and exits as the script does
+NOT_COMMANDS = ("emulate/capture.py",)
+
+
+def entry_points_outside_the_shared_handler(files: list[Path]) -> list[str]:
+    """``file`` for each module-level ``main`` that is neither decorated with ``cli_main`` nor a Hydra task
+    (``@hydra.main``) whose body runs inside ``with exit_on_error():``."""
+    found = []
+    for path in files:
+        for node in ast.parse(path.read_text(), str(path)).body:
+            if not (isinstance(node, ast.FunctionDef) and node.name == "main"):
+                continue
+            decorators = {_base_name(d.func if isinstance(d, ast.Call) else d) for d in node.decorator_list}
+            withs = {_base_name(item.context_expr.func) for stmt in ast.walk(node) if isinstance(stmt, ast.With)
+                     for item in stmt.items if isinstance(item.context_expr, ast.Call)}
+            if "cli_main" not in decorators and not ("main" in decorators and "exit_on_error" in withs):
+                found.append(path.name)
+    return found
+
+
+def test_every_command_entry_point_ends_through_the_shared_handler():
+    commands = [p for p in product_files() if not any(p == REPO_ROOT / n for n in NOT_COMMANDS)]
+    assert entry_points_outside_the_shared_handler(commands) == []
+
+
+def test_an_entry_point_with_its_own_handler_is_found(tmp_path):
+    planted = tmp_path / "tool.py"
+    planted.write_text("def main(argv=None):\n    try:\n        return run(argv)\n    except Error:\n"
+                       "        return 2\n")
+    assert entry_points_outside_the_shared_handler([planted]) == ["tool.py"]
+
+
 def test_each_shared_class_carries_its_exit_status():
     assert InputError("x").exit_code == UnavailableError("x").exit_code == 2
     assert ScriptFailed("x").exit_code == 3
