@@ -305,6 +305,7 @@ def simulate_capture(ns: argparse.Namespace, spec: HardwareSpec, capture: dict, 
     the simulator cannot take (a deadlock, ranks that disagree on a collective) are a :class:`StepcastError`: a
     partial run is reported without a simulation, a whole one fails naming the traces' folder."""
     from emulate.collate import complete_iterations, read_copies
+    from emulate.launcher import RunInterrupted
     from emulate.simulate import publish, simulate
     from emulate.trace import read_trace
     from stepcast.errors import one_line
@@ -326,6 +327,8 @@ def simulate_capture(ns: argparse.Namespace, spec: HardwareSpec, capture: dict, 
         result.warnings = [*(result.warnings or []), *capture.get("capture_warnings", [])]
         report = publish(result, paths, ns.report, ns.trace, extra=capture, quiet=reason is not None,
                          timeline_ranks=ns.trace_rank_list)
+    except RunInterrupted:
+        raise  # a stop while simulating: the caller says what it leaves
     except StepcastError as exc:
         if reason is not None:
             return partial_without_simulation(ns, capture, reason, exit_code, one_line(exc))

@@ -25,7 +25,7 @@ from estimator.base import KernelEstimator
 from estimator.checksums import Checksums, folder_files, inside, write_checksums
 from profiling import atomic
 from profiling.families import FAMILIES
-from stepcast.errors import InputError
+from stepcast.errors import InputError, MissingFileError
 
 T = TypeVar("T")   # what a bundle extra parses into (read_extra)
 
@@ -52,7 +52,7 @@ def read_json(path: Path) -> dict:
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
-        raise FileNotFoundError(f"{path}: missing (expected an estimator bundle file)") from None
+        raise MissingFileError(f"{path}: missing (expected an estimator bundle file)") from None
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
 
