@@ -356,17 +356,34 @@ def _remove_shared_memory() -> None:
             area.unlink(missing_ok=True)
 
 
-def _sibling(name: str, path: Path | None = None) -> Any:
-    """This folder's module ``name`` (or the one at ``path``), loaded by its path so that nothing of the project
-    lands on the script's ``sys.path``; registered under a private name (dataclasses look their module up)."""
+def _load_private(name: str, path: Path) -> Any:
+    """The module at ``path``, loaded by its path and registered under the private name ``_stepcast_<name>``
+    (dataclasses look their module up)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location(f"_stepcast_{name}",
-                                                  path or Path(__file__).resolve().with_name(f"{name}.py"))
+    spec = importlib.util.spec_from_file_location(f"_stepcast_{name}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def _sibling(name: str, path: Path | None = None) -> Any:
+    """This folder's module ``name`` (or the one at ``path``), loaded by its path so that nothing of the project
+    lands on the script's ``sys.path``. Such a module may import the error classes (``from stepcast.errors import
+    ...``, standard library only): ``stepcast.errors`` names the project's own copy while it loads, and the
+    script's ``sys.modules`` is left as it was."""
+    errors = sys.modules.get("_stepcast_errors") or _load_private(
+        "errors", Path(__file__).resolve().parents[1] / "stepcast" / "errors.py")
+    saved = sys.modules.get("stepcast.errors")
+    sys.modules["stepcast.errors"] = errors
+    try:
+        return _load_private(name, path or Path(__file__).resolve().with_name(f"{name}.py"))
+    finally:
+        if saved is None:
+            del sys.modules["stepcast.errors"]
+        else:
+            sys.modules["stepcast.errors"] = saved
 
 
 def _install_routing(native: NativeOpContext | None) -> Callable[[], dict[str, Any]]:

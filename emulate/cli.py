@@ -12,6 +12,7 @@ from pathlib import Path
 from profiling.atomic import write_json_atomic
 from profiling.hardware import HardwareSpec
 from stepcast import settings
+from stepcast.errors import StepcastError, cli_main
 from stepcast.preflight import Preflight, refuse_bad_environment
 
 
@@ -64,21 +65,18 @@ def add_run_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_command(ns: argparse.Namespace) -> int:
-    """Check the arguments, capture every rank, then simulate. Exit codes: :mod:`emulate.launcher`."""
+    """Check the arguments, capture every rank, then simulate. Exit codes: :mod:`emulate.launcher`; what this
+    machine lacks (a CUDA build of torch, a compiler) and what cannot be learned are :class:`StepcastError`s."""
     from emulate.driver.build import BuildError, driver_path, nccl_path, opctx_path
-    from emulate.launcher import EmulationUnavailable, RunInterrupted, check_target, check_torch_build, \
-        stop_signals_raise
-    from emulate.run_dirs import CaptureDir, CaptureDirBusy, new_run_dir
+    from emulate.launcher import RunInterrupted, check_target, check_torch_build, stop_signals_raise
+    from emulate.run_dirs import CaptureDir, new_run_dir
 
     spec, probe_nodes = check_run(ns)
     if spec is None:
         return 2
     script_args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
-    try:
-        check_torch_build()
-        check_target(spec)
-    except EmulationUnavailable as exc:
-        return fail(str(exc))
+    check_torch_build()
+    check_target(spec)
     try:
         with stop_signals_raise():  # a first run builds the driver: a stop leaves no compiler and no half a build
             driver = driver_path()
@@ -88,26 +86,18 @@ def run_command(ns: argparse.Namespace) -> int:
             except BuildError as exc:
                 print(f"stepcast: {exc}; recording op context with the slower Python dispatch mode", file=sys.stderr)
                 opctx = None
-    except BuildError as exc:
-        return fail(str(exc))
     except RunInterrupted as exc:
         print(f"stepcast: {exc} while building the emulated driver; nothing was built", file=sys.stderr)
         return exc.exit_code
     if probe_nodes is not None:
-        from emulate.learned_roles import LearnError, learn_run_ranks
+        from emulate.learned_roles import learn_run_ranks
 
         print(f"stepcast: learning which ranks run from a probe of {ns.nproc * probe_nodes} ranks "
               f"({probe_nodes} node(s))", file=sys.stderr, flush=True)
-        try:
-            ns.learned_roles = learn_run_ranks(ns.script.resolve(), script_args, hardware=spec.id, nproc=ns.nproc,
-                                               probe_nodes=probe_nodes, world=ns.nproc * ns.nodes)
-        except LearnError as exc:
-            return fail(str(exc))
+        ns.learned_roles = learn_run_ranks(ns.script.resolve(), script_args, hardware=spec.id, nproc=ns.nproc,
+                                           probe_nodes=probe_nodes, world=ns.nproc * ns.nodes)
         ns.run_rank_list = ns.learned_roles.run_ranks
-    try:
-        capture_dir = CaptureDir(ns.trace_dir.resolve()) if ns.trace_dir else new_run_dir()
-    except (CaptureDirBusy, ValueError, OSError) as exc:
-        return fail(str(exc))
+    capture_dir = CaptureDir(ns.trace_dir.resolve()) if ns.trace_dir else new_run_dir()
     with capture_dir:
         capture_dir.clear_previous_capture()
         return capture_and_simulate(ns, spec, driver, opctx, script_args, capture_dir.path)
@@ -311,12 +301,14 @@ def judge_capture(capture: dict, reason: str | None, exit_code: int) -> tuple[st
 def simulate_capture(ns: argparse.Namespace, spec: HardwareSpec, capture: dict, reason: str | None,
                      exit_code: int) -> int:
     """Simulate the captured traces and write the report. A partial capture is simulated over the iterations
-    every rank completed (``iterations_simulated``); with none, the report holds the capture facts only."""
+    every rank completed (``iterations_simulated``); with none, the report holds the capture facts only. Traces
+    the simulator cannot take (a deadlock, ranks that disagree on a collective) are a :class:`StepcastError`: a
+    partial run is reported without a simulation, a whole one fails naming the traces' folder."""
     from emulate.collate import complete_iterations, read_copies
-    from profiling.errors import one_line
-    from emulate.sim.engine import SimulationDeadlock
+    from emulate.launcher import RunInterrupted
     from emulate.simulate import publish, simulate
-    from emulate.trace import TraceFormatError, read_trace
+    from emulate.trace import read_trace
+    from stepcast.errors import one_line
 
     paths = [Path(t) for t in capture["traces"]]
     try:
@@ -335,10 +327,13 @@ def simulate_capture(ns: argparse.Namespace, spec: HardwareSpec, capture: dict, 
         result.warnings = [*(result.warnings or []), *capture.get("capture_warnings", [])]
         report = publish(result, paths, ns.report, ns.trace, extra=capture, quiet=reason is not None,
                          timeline_ranks=ns.trace_rank_list)
-    except (TraceFormatError, ValueError, SimulationDeadlock) as exc:
+    except RunInterrupted:
+        raise  # a stop while simulating: the caller says what it leaves
+    except StepcastError as exc:
         if reason is not None:
             return partial_without_simulation(ns, capture, reason, exit_code, one_line(exc))
-        return fail(f"{one_line(exc)}; traces in {capture['capture_dir']}")
+        print(f"stepcast: {one_line(exc)}; traces in {capture['capture_dir']}", file=sys.stderr)
+        return exc.exit_code
     if reason is not None:
         print(f"stepcast: {reason}: partial report over {capture['iterations_simulated']} complete iteration(s): "
               f"{report['iteration_time_ms']:.3f} ms per iteration{written(ns.report)}; traces up to then in "
@@ -367,15 +362,12 @@ def written(report: Path | None) -> str:
     return f"; partial report in {report}" if report else ""
 
 
-def fail(message: str) -> int:
-    """Bad input: one line, exit 2."""
-    print(f"stepcast: {message}", file=sys.stderr)
-    return 2
-
-
+@cli_main
 def dispatch(ns: argparse.Namespace) -> int:
     """Run the parsed subcommand (``python -m emulate`` and the ``stepcast`` command both end here), once every
-    ``STEPCAST_*`` setting is known to be good (:func:`stepcast.settings.check_environment`)."""
+    ``STEPCAST_*`` setting is known to be good (:func:`stepcast.settings.check_environment`). A
+    :class:`StepcastError` is one line and its exit status (:func:`stepcast.errors.cli_main`); anything else is a
+    bug, and keeps its traceback."""
     refused = refuse_bad_environment()
     if refused is not None:
         return refused
@@ -386,6 +378,7 @@ def dispatch(ns: argparse.Namespace) -> int:
         return 128 + 2
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m emulate",
                                      description="Run unmodified PyTorch training scripts on virtual GPUs "

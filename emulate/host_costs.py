@@ -49,6 +49,7 @@ import numpy as np
 from emulate import config
 from profiling.atomic import atomic_text
 from profiling.paths import shared_data_root
+from stepcast.errors import InputError, cli_main
 
 #: Trace event kind -> the runtime/driver calls that issue it.
 CALLS_OF_KIND: dict[str, tuple[str, ...]] = {
@@ -109,7 +110,7 @@ def load_costs(path: str = config.HOST_CALL_COSTS_FILE) -> dict[str, float]:
         doc = json.loads(Path(path).read_text())
         costs = {str(k): float(v) for k, v in doc["costs_us"].items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise ValueError(f"{path}: field 'costs_us': expected {{kind: microseconds}} ({exc})") from None
+        raise InputError(f"{path}: field 'costs_us': expected {{kind: microseconds}} ({exc})") from None
     for alias, kind in KIND_ALIASES.items():
         if kind in costs:
             costs.setdefault(alias, costs[kind])
@@ -290,7 +291,7 @@ def load_work_costs(path: str = config.HOST_CALL_COSTS_FILE) -> WorkCosts:
         work = doc["work_ns"]
         costs = WorkCosts(*(float(work[f"{unit}_ns"]) for unit in WORK_UNITS), reference=str(work["reference"]))
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"{path}: field 'work_ns': expected {{call_ns, op_ns, node_ns, py_ns, reference}} ({exc})") \
+        raise InputError(f"{path}: field 'work_ns': expected {{call_ns, op_ns, node_ns, py_ns, reference}} ({exc})") \
             from None
     host = ReferenceHost.from_doc(doc.get(REFERENCE_HOST), path)
     return dataclasses.replace(costs, host_speed=host.speed, host=host.name)
@@ -322,9 +323,9 @@ class ReferenceHost:
         try:
             host = cls(float(doc["speed"]), str(doc["name"]), {str(k): float(v) for k, v in doc["servers"].items()})
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ValueError(f"{path}: field '{REFERENCE_HOST}': expected {{speed, name, servers}} ({exc})") from None
+            raise InputError(f"{path}: field '{REFERENCE_HOST}': expected {{speed, name, servers}} ({exc})") from None
         if not (host.speed > 0 and np.isfinite(host.speed)):
-            raise ValueError(f"{path}: field '{REFERENCE_HOST}.speed': expected a positive number, found {host.speed}")
+            raise InputError(f"{path}: field '{REFERENCE_HOST}.speed': expected a positive number, found {host.speed}")
         return host
 
     @classmethod
@@ -368,6 +369,7 @@ def _trace_work_table(files: list[Path], root: Path):
     return table
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m emulate.host_costs", description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=None, help="shared data folder (default: ../shared/data)")
@@ -379,8 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.data or shared_data_root())
     files = trace_files(root)
     if not files:
-        print(f"stepcast: {root}: no Kineto traces found (expected {', '.join(TRACE_GLOBS)})", file=sys.stderr)
-        return 2
+        raise InputError(f"{root}: no Kineto traces found (expected {', '.join(TRACE_GLOBS)})")
     result = calibrate(files, root)
 
     from rich.console import Console

@@ -47,11 +47,12 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from profiling.errors import report
 from emulate.trace import FORMAT, VERSION, EventTable, EventTableBuilder, OpCalls, write_trace
 from profiling import kineto
 from profiling.classify import canonical_dtype, classify_kernel_name, classify_op
 from profiling.families import dtype_bytes
+from stepcast.errors import cli_main
+from stepcast.preflight import Preflight
 
 SYNC_CALLS = {"cudaDeviceSynchronize": "device_sync", "cudaStreamSynchronize": "stream_sync",
               "cudaEventSynchronize": "stream_sync"}
@@ -520,16 +521,20 @@ def _triple(value: Any) -> list[int] | None:
     return [int(v) for v in value] if isinstance(value, (list, tuple)) else None
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m emulate.kineto_to_trace", description=__doc__.split("\n\n")[0])
     parser.add_argument("kineto", type=Path, help="Kineto/Chrome trace (.json or .json.gz)")
     parser.add_argument("output", type=Path, help="stepcast trace to write (.json or .json.gz)")
     parser.add_argument("--hardware", default=None, help="catalog id, when the trace does not name its GPU")
     args = parser.parse_args(argv)
-    try:
-        doc = convert_file(args.kineto, args.hardware)
-    except (kineto.TraceFormatError, OSError) as exc:
-        return report(exc)
+    check = Preflight()
+    check.input_file("kineto", args.kineto)
+    check.output_file("output", args.output)
+    refused = check.refuse()
+    if refused is not None:
+        return refused
+    doc = convert_file(args.kineto, args.hardware)
     write_trace(args.output, rank=doc["rank"], world_size=doc["world_size"], hardware=doc["hardware"],
                 events=doc["events"], meta=doc["meta"])
     print(f"{args.output}: {len(doc['events'])} events")

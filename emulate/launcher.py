@@ -37,6 +37,7 @@ from pathlib import Path
 
 from emulate import config
 from profiling.hardware import HardwareSpec
+from stepcast.errors import Interrupted, UnavailableError
 
 #: the CUDA major versions of torch builds the emulated driver serves (each runtime release's private tables are
 #: data: emulate/driver/runtime_versions.py), and the oldest torch it was checked with (python -m emulate.torch_matrix)
@@ -50,7 +51,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 CAPTURE_SCRIPT = Path(__file__).resolve().with_name("capture.py")
 
 
-class EmulationUnavailable(RuntimeError):
+class EmulationUnavailable(UnavailableError):
     """The GPU runtime cannot be emulated here; the message (one line) says why and how to fix it."""
 
 
@@ -319,14 +320,8 @@ def fixed_layout() -> None:
         libc.personality(current | ADDR_NO_RANDOMIZE)
 
 
-class RunInterrupted(Exception):
+class RunInterrupted(Interrupted):
     """``emulate run`` received SIGTERM or SIGINT; ``exit_code`` is 128 + the signal number."""
-
-    def __init__(self, signum: int) -> None:
-        self.signum = signum
-        self.name = signal.Signals(signum).name
-        self.exit_code = 128 + signum
-        super().__init__(f"stopped by {self.name}")
 
 
 @contextlib.contextmanager

@@ -30,13 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from emulate.roles import Group, coordinates, groups_from_records, ranges
+from stepcast.errors import InputError
 
 AUTO = "auto"
 KERNEL_FIELDS = ("name", "grid", "block", "shmem", "stream", "lib", "gemm")
 COLLECTIVE_FIELDS = ("op", "bytes", "dtype", "count", "ranks", "stream")
 
 
-class LearnError(ValueError):
+class LearnError(InputError):
     """Roles that cannot be learned from the probe; the message is one line."""
 
 

@@ -31,6 +31,7 @@ from typing import Any
 
 from emulate.report import steady_indices
 from profiling.atomic import write_json_atomic
+from stepcast.errors import InputError, cli_main
 
 FORMAT = "stepcast-real-run"
 FORMAT_VERSION = 1
@@ -104,6 +105,7 @@ def measure(script: Path, args: list[str]) -> dict[str, Any]:
     return out
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m emulate.measure_real", description=__doc__.split("\n\n")[0])
     p.add_argument("--report", type=Path, required=True, help="write the measurement (JSON) here")
@@ -111,8 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments (after --)")
     ns = p.parse_args(argv)
     if not ns.script.is_file():
-        print(f"stepcast: script {ns.script} not found", file=sys.stderr)
-        return 2
+        raise InputError(f"script {ns.script} not found")
     args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
     result = measure(ns.script.resolve(), args)
     if result["optimizer_steps"] == 0:

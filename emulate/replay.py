@@ -23,14 +23,12 @@ from rich.console import Console
 from rich.progress import TaskID
 
 from emulate.kineto_to_trace import ConvertProgress, convert_file
-from profiling.errors import report
-from emulate.sim.engine import SimulationDeadlock
 from emulate.simulate import DURATION_MODES, publish, simulate
-from emulate.trace import TraceFormatError
 from estimator.base import KernelEstimator
-from profiling.hardware import UnknownHardwareError, lookup
+from profiling.hardware import lookup
 from profiling.kineto import TraceFormatError as KinetoFormatError
 from profiling.progress import make_progress, stage_line
+from stepcast.errors import InputError, StepcastError, cli_main
 from stepcast.preflight import Preflight, refuse_bad_environment
 
 PROGRESS_EVERY_S = 5.0  # seconds between two progress lines when stderr is not a terminal
@@ -41,7 +39,7 @@ def replay(paths: list[Path], durations: str | None = None, hardware: str | None
            estimator: KernelEstimator | str | None = None, quiet: bool = False, console=None) -> dict[str, Any]:
     """Convert, simulate, print the summary (unless ``quiet``), write the report and timeline; return the report.
     ``durations`` None: measured where the traces recorded kernel durations (real profiles), else predicted (a
-    capture records none); ``measured`` asked of a capture is a one-line ValueError."""
+    capture records none); ``measured`` asked of a capture is a one-line :class:`InputError`."""
     paths = [Path(p) for p in paths]
     with StageProgress(enabled=not quiet) as progress:
         docs = []
@@ -52,7 +50,7 @@ def replay(paths: list[Path], durations: str | None = None, hardware: str | None
         durations = durations_for(docs, paths, durations)
         target = hardware or _own_hardware(docs)
         if target is None and durations == "predicted":
-            raise ValueError(f"{paths[0]}: the trace does not name a GPU of the hardware catalog: pass --hardware")
+            raise InputError(f"{paths[0]}: the trace does not name a GPU of the hardware catalog: pass --hardware")
         if target is not None:
             target = lookup(target).id
         progress.update(f"simulating {sum(len(d['events']) for d in docs):,} events", 0, 1)
@@ -78,7 +76,7 @@ def durations_for(docs: list[dict[str, Any]], paths: list[Path], asked: str | No
     if asked == "measured":
         bare = next((p for p, t in zip(paths, timed) if not t), None)
         if bare is not None:
-            raise ValueError(f"{bare}: --durations measured: the trace records no kernel durations (a stepcast "
+            raise InputError(f"{bare}: --durations measured: the trace records no kernel durations (a stepcast "
                              "capture measures none): use --durations predicted")
         return asked
     if asked is not None:
@@ -123,7 +121,7 @@ def copies_beside(paths: list[Path], docs: list[dict[str, Any]]) -> dict[int, di
     ranks = {int(d["rank"]) for d in docs}
     missing = sorted({int(c["twin"]) for c in copies.values()} - ranks)
     if missing or len(ranks) + len(copies) != world:
-        raise ValueError(f"{path}: the copies of this sparse capture need the traces of rank(s) {missing or '?'} "
+        raise InputError(f"{path}: the copies of this sparse capture need the traces of rank(s) {missing or '?'} "
                          f"and {world} ranks in all: replay every rankN.trace.json of the capture folder")
     return copies
 
@@ -169,13 +167,14 @@ def _load(path: Path, progress: ConvertProgress | None = None) -> dict[str, Any]
 
 def _convert(path: Path, progress: ConvertProgress | None = None) -> dict[str, Any]:
     """One Kineto trace as trace v1. A file the importer cannot read (an empty trace, an event it does not expect)
-    is bad input, said in one line naming the file, whatever the importer raised."""
+    is bad input, said in one line naming the file, whatever the importer raised (the importer's own exception is
+    kept as the cause)."""
     try:
         return convert_file(path, progress=progress)
-    except (TraceFormatError, KinetoFormatError, ValueError, OSError):
+    except StepcastError:
         raise
     except Exception as exc:  # the importer's own failure on an unexpected file: still the file's fault here
-        raise ValueError(f"{path}: not a profiler trace the importer can read ({type(exc).__name__}: "
+        raise KinetoFormatError(f"{path}: not a profiler trace the importer can read ({type(exc).__name__}: "
                          f"{str(exc).splitlines()[0] if str(exc) else 'no message'})") from exc
 
 
@@ -206,24 +205,23 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    """Exit 2 with one line for bad input: unreadable traces, unknown hardware, collectives the ranks disagree on
-    (:class:`emulate.sim.collate.CollectiveMismatch`) and traces that deadlock in simulation; an output that
-    cannot be written is refused before any trace is read."""
+    """Bad input is a :class:`StepcastError` (one line, exit 2): unreadable traces, unknown hardware, collectives
+    the ranks disagree on (:class:`emulate.sim.collate.CollectiveMismatch`) and traces that deadlock in simulation;
+    a trace that cannot be read or an output that cannot be written is refused before any trace is read."""
     check = Preflight()
+    for path in args.traces:
+        check.input_file("traces", path)
     check.output_file("--report", args.report)
     check.output_file("--trace", args.trace)
     refused = check.refuse()
     if refused is not None:
         return refused
-    try:
-        replay(args.traces, durations=args.durations, hardware=args.hardware, report_path=args.report,
-               timeline_path=args.trace, estimator=args.estimator)
-    except (TraceFormatError, KinetoFormatError, UnknownHardwareError, ValueError, OSError,
-            SimulationDeadlock) as exc:
-        return report(exc)
+    replay(args.traces, durations=args.durations, hardware=args.hardware, report_path=args.report,
+           timeline_path=args.trace, estimator=args.estimator)
     return 0
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m emulate.replay", description=__doc__.split("\n\n")[0])
     add_arguments(parser)

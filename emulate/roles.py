@@ -25,10 +25,12 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from stepcast.errors import InputError
+
 RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 
 
-class RunRanksError(ValueError):
+class RunRanksError(InputError):
     """A ``--run-ranks`` value that does not parse or does not fit the job; the message is one line."""
 
 

@@ -17,12 +17,13 @@ from pathlib import Path
 
 from profiling.paths import cache_root
 from stepcast import settings
+from stepcast.errors import InputError
 
 KEEP_RUNS: int = settings.SETTINGS["STEPCAST_KEEP_RUNS"].default
 LOCK_NAME = ".stepcast.lock"
 
 
-class CaptureDirBusy(RuntimeError):
+class CaptureDirBusy(InputError):
     """Another run holds the capture folder; the message (one line) names it and what to do."""
 
 

@@ -20,15 +20,15 @@ from emulate import config
 from emulate.host_costs import WorkCosts
 from emulate.sim import host as host_model
 from emulate.sim.collate import CollectiveGroup, collate
-from emulate.sim.engine import RankTimeline, SimulationDeadlock, run
+from emulate.sim.engine import RankTimeline, run
 from emulate.sim.copies import TwinCollectives, run_shared, run_twins, with_copies
 from emulate.sim.shared_collate import collate_twins
 from emulate.sim.program import RankProgram, build_program
-from emulate.trace import TraceFormatError, read_trace
+from emulate.trace import read_trace
 from estimator.base import KernelEstimator
-from profiling.errors import report
-from profiling.hardware import HardwareSpec, UnknownHardwareError, lookup
+from profiling.hardware import HardwareSpec, lookup
 from stepcast import settings
+from stepcast.errors import cli_main
 from stepcast.preflight import Preflight
 
 DEFAULT_LAUNCH_LATENCY_US = config.DEFAULT_LAUNCH_LATENCY_US
@@ -188,6 +188,7 @@ class _LazyEstimator(KernelEstimator):
         return self.model.predict_frame(frame)
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m emulate.simulate", description=__doc__.split("\n\n")[0])
     parser.add_argument("traces", nargs="+", type=Path, help="stepcast trace files, one per rank")
@@ -207,17 +208,16 @@ def main(argv: list[str] | None = None) -> int:
     args.nodes = check.value("--nodes", args.nodes, settings.whole_number(1))
     args.host_speed = check.option("STEPCAST_HOST_SPEED", "--host-speed", args.host_speed)
     args.launch_queue = check.option("STEPCAST_LAUNCH_QUEUE_DEPTH", "--launch-queue", args.launch_queue)
+    for path in args.traces:
+        check.input_file("traces", path)
     check.output_file("--report", args.report)
     check.output_file("--trace", args.trace)
     refused = check.refuse()
     if refused is not None:
         return refused
-    try:
-        simulate_traces(args.traces, args.hardware, nodes=args.nodes, report_path=args.report,
-                        timeline_path=args.trace, host_speed=args.host_speed, durations=args.durations,
-                        estimator=args.estimator, queue_depth=args.launch_queue)
-    except (TraceFormatError, UnknownHardwareError, ValueError, OSError, SimulationDeadlock) as exc:
-        return report(exc)
+    simulate_traces(args.traces, args.hardware, nodes=args.nodes, report_path=args.report,
+                    timeline_path=args.trace, host_speed=args.host_speed, durations=args.durations,
+                    estimator=args.estimator, queue_depth=args.launch_queue)
     return 0
 
 

@@ -45,6 +45,8 @@ from typing import Any
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
+from stepcast.errors import UnavailableError
+
 UNIQUE_ID_BYTES = 128               # NCCL_UNIQUE_ID_BYTES
 NCCL_ID_PREFIX = b"stepcast-nccl"   # what the emulated ncclGetUniqueId writes (emulate/driver/csrc/nccl.c)
 SHM_MAX_RANKS = 64                  # datapath.c MAX_RANKS
@@ -65,7 +67,7 @@ SYMM_COUNT = re.compile(r"CUDASymmetricMemory/\d+/num_members$")   # its barrier
 DEVICE_FIELD = 4                                                  # RendezvousRequest.device_idx, an int, first
 
 
-class SparseRunError(RuntimeError):
+class SparseRunError(UnavailableError):
     """Something a sparse run cannot emulate; the message is one line."""
 
 

@@ -48,6 +48,8 @@ from typing import Any
 
 import numpy as np
 
+from stepcast.errors import InputError
+
 BALANCED = "balanced"
 POWER = "power"
 HISTOGRAM = "histogram"
@@ -56,7 +58,7 @@ ROUTE_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_ulonglong, ctypes.c_longlong,
                             ctypes.c_longlong)
 
 
-class RoutingError(ValueError):
+class RoutingError(InputError):
     """A routing that cannot be stated as given; one line naming the setting or file and what was expected."""
 
 

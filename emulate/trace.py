@@ -108,6 +108,7 @@ from typing import Any
 import numpy as np
 
 from profiling.atomic import atomic_path
+from stepcast.errors import InputError
 
 FORMAT = "stepcast-trace"
 VERSION = 1
@@ -119,7 +120,7 @@ EVENT_KINDS = frozenset({
 DEVICE_KINDS = frozenset({"kernel", "memcpy", "memset", "collective"})
 
 
-class TraceFormatError(ValueError):
+class TraceFormatError(InputError):
     """A trace file that does not follow the format; the message names the file and the field."""
 
 

@@ -30,12 +30,13 @@ from emulate.measure_real import FORMAT, FORMAT_VERSION
 from profiling.atomic import write_json_atomic
 from profiling.paths import REPO_ROOT
 from stepcast.preflight import Preflight
+from stepcast.errors import SCRIPT_FAILED, InputError, ScriptFailed, UnavailableError
 
 console = Console()
 
 
-class ValidationError(Exception):
-    """A one-line reason validation cannot run (bad stored run, no GPU, a failed child run)."""
+class ValidationError(InputError):
+    """A one-line reason validation cannot run on the input given (a bad stored run, no script)."""
 
 
 def load_real(path: Path) -> dict[str, Any]:
@@ -64,17 +65,20 @@ def script_path(real: dict[str, Any]) -> Path:
 
 
 def _child(args: list[str], what: str) -> None:
+    """Run ``python args...``; its failure is the script's (:class:`ScriptFailed`, exit 3) when the real run failed
+    or the emulated one says the script failed (exit 3), else bad input."""
     done = subprocess.run([sys.executable, *args], cwd=REPO_ROOT, capture_output=True, text=True)
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise ValidationError(f"the {what} failed (exit {done.returncode}): {tail[0]}")
+        error = ScriptFailed if what == "real run" or done.returncode == SCRIPT_FAILED else ValidationError
+        raise error(f"the {what} failed (exit {done.returncode}): {tail[0]}")
 
 
 def measure_here(script: Path, args: list[str], out: Path) -> dict[str, Any]:
     import torch
 
     if not torch.cuda.is_available():
-        raise ValidationError("a real run needs a CUDA GPU on this machine; pass --real FILE to compare against a "
+        raise UnavailableError("a real run needs a CUDA GPU on this machine; pass --real FILE to compare against a "
                               "stored one")
     _child(["-m", "emulate.measure_real", "--report", str(out), "--", str(script), *args], "real run")
     return load_real(out)
@@ -129,26 +133,22 @@ def validate_command(ns: argparse.Namespace) -> int:
     refused = check.refuse()
     if refused is not None:
         return refused
-    try:
-        with tempfile.TemporaryDirectory(prefix="stepcast-validate-") as tmp:
-            work = Path(tmp)
-            if ns.real:
-                real = load_real(ns.real)
-            else:
-                if ns.script is None:
-                    raise ValidationError("give a script (-- script.py [args]) or a stored run (--real FILE)")
-                args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
-                if not ns.script.is_file():
-                    raise ValidationError(f"script {ns.script} not found")
-                real = measure_here(ns.script.resolve(), args, work / "real.json")
-                if ns.save_real:
-                    write_json_atomic(ns.save_real, real, indent=1)
-            if not script_path(real).is_file():
-                raise ValidationError(f"{ns.real}: field 'script': {real['script']} not found")
-            result = compare(real, emulate_run(real, work, ns.estimator))
-    except ValidationError as exc:
-        print(f"stepcast: {exc}", file=sys.stderr)
-        return 2
+    with tempfile.TemporaryDirectory(prefix="stepcast-validate-") as tmp:
+        work = Path(tmp)
+        if ns.real:
+            real = load_real(ns.real)
+        else:
+            if ns.script is None:
+                raise ValidationError("give a script (-- script.py [args]) or a stored run (--real FILE)")
+            args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
+            if not ns.script.is_file():
+                raise ValidationError(f"script {ns.script} not found")
+            real = measure_here(ns.script.resolve(), args, work / "real.json")
+            if ns.save_real:
+                write_json_atomic(ns.save_real, real, indent=1)
+        if not script_path(real).is_file():
+            raise ValidationError(f"{ns.real}: field 'script': {real['script']} not found")
+        result = compare(real, emulate_run(real, work, ns.estimator))
     print_comparison(result)
     if ns.report:
         write_json_atomic(ns.report, result, indent=1)

@@ -25,6 +25,7 @@ from estimator.base import KernelEstimator
 from estimator.checksums import Checksums, folder_files, inside, write_checksums
 from profiling import atomic
 from profiling.families import FAMILIES
+from stepcast.errors import InputError, MissingFileError
 
 T = TypeVar("T")   # what a bundle extra parses into (read_extra)
 
@@ -51,9 +52,9 @@ def read_json(path: Path) -> dict:
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
-        raise FileNotFoundError(f"{path}: missing (expected an estimator bundle file)") from None
+        raise MissingFileError(f"{path}: missing (expected an estimator bundle file)") from None
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+        raise InputError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
 
 
 def read_extra(root: Path, filename: str, parse: Callable[[Any, Path], T]) -> T | None:
@@ -65,7 +66,7 @@ def read_extra(root: Path, filename: str, parse: Callable[[Any, Path], T]) -> T 
 
 def estimator_class(kind: str) -> type[KernelEstimator]:
     if kind not in KINDS:
-        raise ValueError(f"unknown estimator kind '{kind}': expected one of {', '.join(KINDS)}")
+        raise InputError(f"unknown estimator kind '{kind}': expected one of {', '.join(KINDS)}")
     module, _, cls = KINDS[kind].partition(":")
     return getattr(importlib.import_module(module), cls)
 
@@ -78,11 +79,11 @@ def load_estimator_dir(path: Path, verified: bool = False) -> KernelEstimator:
         Checksums.read(path).check_all(folder_files(path))
     meta = read_json(path / "meta.json")
     if not isinstance(meta.get("kind"), str):
-        raise ValueError(f"{path / 'meta.json'}: field 'kind' missing (expected one of {', '.join(KINDS)})")
+        raise InputError(f"{path / 'meta.json'}: field 'kind' missing (expected one of {', '.join(KINDS)})")
     try:
         return estimator_class(meta["kind"]).load(path)
     except (KeyError, TypeError) as exc:
-        raise ValueError(f"{path / 'meta.json'}: field {exc} missing or malformed (expected what "
+        raise InputError(f"{path / 'meta.json'}: field {exc} missing or malformed (expected what "
                          f"{meta['kind']} estimators write)") from None
 
 
@@ -94,34 +95,34 @@ def seal_estimator_dir(path: Path) -> Path:
 def check_manifest(manifest: object, source: Path) -> dict[str, Any]:
     """The fields the loader relies on, each checked with a one-line error naming ``source`` and the field."""
     if not isinstance(manifest, dict):
-        raise ValueError(f"{source}: expected a JSON object")
+        raise InputError(f"{source}: expected a JSON object")
     if manifest.get("format") != BUNDLE_FORMAT:
-        raise ValueError(f"{source}: field 'format' is {manifest.get('format')!r}, expected '{BUNDLE_FORMAT}'")
+        raise InputError(f"{source}: field 'format' is {manifest.get('format')!r}, expected '{BUNDLE_FORMAT}'")
     families = manifest.get("families")
     if not isinstance(families, dict) or not all(isinstance(v, str) for v in families.values()):
         got = "missing" if families is None else f"{type(families).__name__} {families!r}"[:80]
-        raise ValueError(f"{source}: field 'families': expected an object of family -> sub-folder, got {got}")
+        raise InputError(f"{source}: field 'families': expected an object of family -> sub-folder, got {got}")
     unknown = [f for f in families if f not in FAMILIES]
     if unknown:
-        raise ValueError(f"{source}: field 'families': unknown family '{unknown[0]}' (expected some of "
+        raise InputError(f"{source}: field 'families': unknown family '{unknown[0]}' (expected some of "
                          f"{', '.join(FAMILIES)})")
     fallback = manifest.get("fallback")
     if fallback is not None and not isinstance(fallback, str):
-        raise ValueError(f"{source}: field 'fallback': expected a sub-folder name or null, got {fallback!r}")
+        raise InputError(f"{source}: field 'fallback': expected a sub-folder name or null, got {fallback!r}")
     for name in ("fallback_rule", "version"):
         if name in manifest and not isinstance(manifest[name], str):
-            raise ValueError(f"{source}: field '{name}': expected a string, got {manifest[name]!r}")
+            raise InputError(f"{source}: field '{name}': expected a string, got {manifest[name]!r}")
     rules = manifest.get("fallback_rules")
     if rules is not None and not (isinstance(rules, dict) and all(isinstance(v, str) for v in rules.values())):
-        raise ValueError(f"{source}: field 'fallback_rules': expected an object of family -> rule, got {rules!r}")
+        raise InputError(f"{source}: field 'fallback_rules': expected an object of family -> rule, got {rules!r}")
     candidates = manifest.get("candidates", {})
     if not (isinstance(candidates, dict) and all(isinstance(m, dict) and all(k in KINDS for k in m)
                                                  for m in candidates.values())):
-        raise ValueError(f"{source}: field 'candidates': expected an object of family -> {{kind: sub-folder}} with "
+        raise InputError(f"{source}: field 'candidates': expected an object of family -> {{kind: sub-folder}} with "
                          f"kinds among {', '.join(KINDS)}, got {str(candidates)[:80]}")
     routes = manifest.get("routes", {})
     if not isinstance(routes, dict) or not set(routes) <= set(families):
-        raise ValueError(f"{source}: field 'routes': expected an object of family -> routes for families of "
+        raise InputError(f"{source}: field 'routes': expected an object of family -> routes for families of "
                          f"'families', got {str(routes)[:80]}")
     return manifest
 
@@ -164,7 +165,7 @@ def seal_bundle(root: Path) -> Path:
     manifest = check_manifest(read_json(root / "manifest.json"), root / "manifest.json")
     for folder in named_folders(root, manifest).values():
         if not (folder / "meta.json").is_file():
-            raise ValueError(f"{folder}: no meta.json (named by {root / 'manifest.json'})")
+            raise InputError(f"{folder}: no meta.json (named by {root / 'manifest.json'})")
         seal_estimator_dir(folder)
     return write_checksums(root, bundle_files(root, manifest))
 

@@ -13,20 +13,18 @@ import sys
 from pathlib import Path
 
 from estimator.bundle import seal_bundle
-from profiling.errors import report
+from stepcast.errors import InputError, cli_main
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m estimator.bundle_checksums", description=__doc__.split("\n\n")[0])
     parser.add_argument("bundles", nargs="+", type=Path, help="bundle folders (holding manifest.json)")
     args = parser.parse_args(argv)
     for bundle in args.bundles:
         if not (bundle / "manifest.json").is_file():
-            return report(f"{bundle}: not an estimator bundle (expected manifest.json inside)")
-        try:
-            written = seal_bundle(bundle)
-        except (ValueError, OSError) as exc:
-            return report(exc)
+            raise InputError(f"{bundle}: not an estimator bundle (expected manifest.json inside)")
+        written = seal_bundle(bundle)
         print(f"{written}: {len(written.read_text().splitlines())} files", file=sys.stderr)
     return 0
 

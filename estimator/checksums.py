@@ -14,12 +14,13 @@ from pathlib import Path, PurePosixPath
 from typing import Iterable
 
 from profiling.atomic import write_bytes_atomic
+from stepcast.errors import InputError
 
 CHECKSUMS_FILE = "SHA256SUMS"
 _LINE = re.compile(r"^([0-9a-f]{64}) [ *](.+)$")
 
 
-class BundleIntegrityError(ValueError):
+class BundleIntegrityError(InputError):
     """A bundle file that is missing, unlisted, changed or outside its bundle; the message is one line naming it."""
 
 

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stepcast.errors import InputError, cli_main
+
 FORMAT = "stepcast-conv-families"
 FILENAME = "conv_families.json"     # next to a bundle's manifest.json
 PRIOR = 3.0                         # pseudo-problems at factor 1 each family's median is shrunk by
@@ -101,13 +103,13 @@ class ConvFamilies:
     @classmethod
     def from_json(cls, doc: Any, source: Path | str) -> "ConvFamilies":
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-            raise ValueError(f"{source}: field 'format': expected '{FORMAT}'")
+            raise InputError(f"{source}: field 'format': expected '{FORMAT}'")
         logs = doc.get("log_factor")
         if not isinstance(logs, dict) or not all(isinstance(v, (int, float)) for v in logs.values()):
-            raise ValueError(f"{source}: field 'log_factor': expected an object of family -> number")
+            raise InputError(f"{source}: field 'log_factor': expected an object of family -> number")
         unknown = [f for f in logs if f not in dict(FAMILIES)]
         if unknown:
-            raise ValueError(f"{source}: field 'log_factor': unknown family '{unknown[0]}' "
+            raise InputError(f"{source}: field 'log_factor': unknown family '{unknown[0]}' "
                              f"(expected some of {', '.join(dict(FAMILIES))})")
         return cls({f: float(v) for f, v in logs.items()}, dict(doc.get("problems") or {}), dict(doc.get("meta") or {}))
 
@@ -161,6 +163,7 @@ def write(path: Path, table: ConvFamilies) -> None:
     write_json_atomic(Path(path), table.to_json())
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m estimator.conv_families", description=__doc__.split("\n\n")[0])
     parser.add_argument("--fit", action="store_true", help="fit the table on KernelBench's conv problems")
@@ -174,13 +177,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("nothing to do (pass --fit)")
     from emulate import conv_benchmark
     from estimator.bundle import is_bundle
-    from estimator.checksums import BundleIntegrityError
-    from profiling.errors import exit_on
 
     folder = args.out.parent
     bundle = args.bundle or (str(folder) if is_bundle(folder) else None)
-    with exit_on((BundleIntegrityError,)):  # before any capture (kernelbench_rows loads the bundle first)
-        problems = conv_benchmark.problem_gpus(conv_benchmark.kernelbench_rows(args.root, bundle))
+    # a bad bundle is found before any capture (kernelbench_rows loads the bundle first)
+    problems = conv_benchmark.problem_gpus(conv_benchmark.kernelbench_rows(args.root, bundle))
     table = fit(training_records(problems))
     table.meta = {"data": "KernelBench level-1 eager convolution forwards (fp32), "
                           "ScalingIntelligence/KernelBench, MIT",

@@ -25,6 +25,7 @@ from estimator.importers.common import DataImportError, TRAINING_COLUMNS, empty_
 from profiling.atomic import atomic_path
 from profiling.families import FAMILIES
 from profiling.paths import REPO_ROOT, cache_root, datasets_dir as default_datasets_dir, shared_data_root
+from stepcast.errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ def _checked(values: Iterable[str] | None, allowed: Iterable[str], what: str) ->
     values = [values] if isinstance(values, str) else list(values)
     for value in values:
         if value not in allowed:
-            raise ValueError(f"unknown {what} '{value}': expected one of {', '.join(allowed)}")
+            raise InputError(f"unknown {what} '{value}': expected one of {', '.join(allowed)}")
     return values
 
 

@@ -28,6 +28,7 @@ from estimator.workload import (
     COLLECTIVE_BUS_FACTOR, ELEMENTWISE_OPS, NORM_OPS, OPTIMIZER_OPS, Work, element_bytes, work,
 )
 from profiling.families import DTYPES, FAMILIES
+from stepcast.errors import InputError
 
 #: (rows, cols) of output tiles cuBLAS/CUTLASS commonly pick; the model learns which matters where.
 GEMM_TILES: tuple[tuple[int, int], ...] = ((64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 128),
@@ -158,7 +159,7 @@ def family_features(family: str, frame: Kernels, w: Work, hw: RowHardware,
         f |= {"log2_params": _log2(params), "op": encode(op, VOCABULARY["op:optimizer"]),
               "fused": np.char.endswith(op.astype(str), "fused").astype(float)}
     else:
-        raise ValueError(f"unknown family '{family}': expected one of {', '.join(FAMILIES)}")
+        raise InputError(f"unknown family '{family}': expected one of {', '.join(FAMILIES)}")
     return f
 
 

@@ -15,6 +15,7 @@ import pandas as pd
 from estimator.frames import factorize
 from profiling.families import BOOL_COLUMNS, DTYPES, FAMILIES, STRING_COLUMNS
 from profiling.hardware import UnknownHardwareError, load_catalog, lookup
+from stepcast.errors import InputError
 
 # Columns that may be 0 (a single-rank collective has no peer; numel 0 is a valid empty launch) are still >= 0.
 NON_NEGATIVE = frozenset({"numel", "bytes", "params"})
@@ -24,7 +25,7 @@ TRUE, FALSE = {"true", "1", "yes", "t", "1.0"}, {"false", "0", "no", "f", "0.0"}
 BINARY_PROBE_BYTES = 8192
 
 
-class KernelInputError(ValueError):
+class KernelInputError(InputError):
     """A malformed kernel row; the message is one line naming the file, line and column."""
 
 

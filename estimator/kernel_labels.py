@@ -59,6 +59,7 @@ import pandas as pd
 from estimator.frames import Kernels, as_frame, by_code, factorize
 from profiling.atomic import atomic_path
 from profiling.paths import cache_root
+from stepcast.errors import InputError, MissingFileError, UnavailableError, cli_main
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ SOURCE_CUBLAS = {
 CUBLAS_WHEELS = {"12": ("nvidia-cublas-cu12", "nvidia/cublas/lib/libcublasLt.so.12")}
 
 
-class CublasMissingError(FileNotFoundError):
+class CublasMissingError(MissingFileError):
     """A source's cuBLAS has not been fetched (``python -m estimator.kernel_labels --fetch-cublas VERSION``)."""
 
 
@@ -133,7 +134,7 @@ def fetch_cublas(version: str, wheel: Path | None = None) -> Path:
     ``cublas_home(version)``; returns the library's path."""
     major = version.split(".")[0]
     if major not in CUBLAS_WHEELS:
-        raise ValueError(f"--fetch-cublas {version}: no wheel known for major version {major} (CUBLAS_WHEELS)")
+        raise InputError(f"--fetch-cublas {version}: no wheel known for major version {major} (CUBLAS_WHEELS)")
     dist, member = CUBLAS_WHEELS[major]
     with tempfile.TemporaryDirectory(prefix="stepcast-cublas-") as tmp:
         if wheel is None:
@@ -142,7 +143,7 @@ def fetch_cublas(version: str, wheel: Path | None = None) -> Path:
             found = sorted(Path(tmp).glob("*.whl"))
             if run.returncode != 0 or not found:
                 tail = (run.stderr.strip().splitlines() or ["no wheel"])[-1]
-                raise RuntimeError(f"pip download {dist}=={version} failed: {tail}")
+                raise UnavailableError(f"pip download {dist}=={version} failed: {tail}")
             wheel = found[0]
         out = cublas_home(version) / Path(member).name
         try:
@@ -152,7 +153,7 @@ def fetch_cublas(version: str, wheel: Path | None = None) -> Path:
                     while chunk := src.read(1 << 24):
                         dst.write(chunk)
         except (KeyError, zipfile.BadZipFile, OSError) as exc:
-            raise RuntimeError(f"{wheel}: cannot unpack {member} ({exc})") from exc
+            raise InputError(f"{wheel}: cannot unpack {member} ({exc})") from exc
     return out
 
 
@@ -399,6 +400,7 @@ def version_drift(frame: pd.DataFrame, *, ask: bool = True, cache_dir: Path | No
                  same_path_and_tile=("same_path_and_tile", "mean")).reset_index())
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m estimator.kernel_labels", description=__doc__.split("\n\n")[0])
     parser.add_argument("--sources", default="aiconfigurator,vidur,llmcompass",
@@ -412,19 +414,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.fetch_cublas:
-        try:
-            print(fetch_cublas(args.fetch_cublas, args.wheel))
-        except (ValueError, RuntimeError) as exc:
-            print(f"stepcast: {exc}", file=sys.stderr)
-            return 2
+        print(fetch_cublas(args.fetch_cublas, args.wheel))
         return 0
     from estimator.data import load_measurements
 
-    try:
-        data = load_measurements(families=["gemm"], sources=[s.strip() for s in args.sources.split(",") if s.strip()])
-    except ValueError as exc:
-        print(f"stepcast: --sources: {exc}", file=sys.stderr)
-        return 2
+    data = load_measurements(families=["gemm"], sources=[s.strip() for s in args.sources.split(",") if s.strip()])
     wanted = {h.strip() for h in args.hardware.split(",") if h.strip()}
     if wanted:
         data = data[data["hardware"].astype(str).isin(wanted)]

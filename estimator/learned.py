@@ -33,6 +33,7 @@ from estimator.frames import Kernels, as_kernels, factorize
 from estimator.kernel_labels import label_for_features
 from estimator.support import SEEN_WITH, Support
 from profiling.families import key_columns
+from stepcast.errors import InputError
 
 TARGETS = ("efficiency", "log_time")
 
@@ -76,7 +77,7 @@ class LearnedEstimator(KernelEstimator):
         if self.feature_names and feats.names != self.feature_names:
             differ = next((f"{a!r} vs {b!r}" for a, b in zip(self.feature_names, feats.names) if a != b),
                           f"{len(self.feature_names)} vs {len(feats.names)} features")
-            raise ValueError(f"{self.name}@{self.version} ({self.family}) was trained on other features than this "
+            raise InputError(f"{self.name}@{self.version} ({self.family}) was trained on other features than this "
                              f"version computes (first difference: {differ}): retrain or re-export the bundle")
         return feats
 
@@ -171,7 +172,7 @@ class LearnedEstimator(KernelEstimator):
         path = Path(path)
         meta = read_json(path / "meta.json")
         if meta.get("kind") != cls.kind:
-            raise ValueError(f"{path / 'meta.json'}: field 'kind' is {meta.get('kind')!r}, expected '{cls.kind}'")
+            raise InputError(f"{path / 'meta.json'}: field 'kind' is {meta.get('kind')!r}, expected '{cls.kind}'")
         model = cls(**meta["params"])
         model.version = str(meta.get("version", "0"))
         model.feature_names = list(meta["feature_names"])

@@ -12,6 +12,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from estimator.learned import LearnedEstimator
+from stepcast.errors import InputError
 
 
 #: predictions are clamped to this many standard deviations of the training targets
@@ -128,8 +129,8 @@ class MLPEstimator(LearnedEstimator):
         try:
             self.network.load_state_dict(load_file(str(weights)))
         except FileNotFoundError:
-            raise ValueError(f"{weights}: missing (expected the MLP's weights)") from None
+            raise InputError(f"{weights}: missing (expected the MLP's weights)") from None
         except (SafetensorError, RuntimeError) as exc:  # a damaged file, or weights of another architecture
-            raise ValueError(f"{weights}: not readable as this MLP's weights ({str(exc).splitlines()[0][:200]})"
+            raise InputError(f"{weights}: not readable as this MLP's weights ({str(exc).splitlines()[0][:200]})"
                              ) from None
         self.network.eval()

@@ -5,6 +5,7 @@ import importlib
 from typing import Any
 
 from estimator.base import KernelEstimator
+from stepcast.errors import InputError
 
 #: kind -> "module:Class"; random_forest is a benchmark-only baseline (no pickle-free format, so never shipped)
 MODEL_KINDS: dict[str, str] = {
@@ -20,7 +21,7 @@ MODEL_KINDS: dict[str, str] = {
 def make_estimator(kind: str, family: str, params: dict[str, Any] | None = None,
                    target: str | None = None) -> KernelEstimator:
     if kind not in MODEL_KINDS:
-        raise ValueError(f"unknown model '{kind}': expected one of {', '.join(MODEL_KINDS)}")
+        raise InputError(f"unknown model '{kind}': expected one of {', '.join(MODEL_KINDS)}")
     module, _, name = MODEL_KINDS[kind].partition(":")
     cls = getattr(importlib.import_module(module), name)
     params = dict(params or {})

@@ -65,6 +65,7 @@ from estimator.nccl_tuner import NVLS_OPS, P2P_OPS, PROTOCOLS, arch_figures, spa
 from estimator.support import Support
 from estimator.workload import bus_factor, network_rails
 from profiling.hardware import UnknownHardwareError, lookup
+from stepcast.errors import InputError
 
 
 def switched(spec) -> bool:
@@ -437,7 +438,7 @@ class NcclEstimator(KernelEstimator):
         path = Path(path)
         meta = read_json(path / "meta.json")
         if meta.get("kind") != "nccl":
-            raise ValueError(f"{path / 'meta.json'}: field 'kind' is {meta.get('kind')!r}, expected 'nccl'")
+            raise InputError(f"{path / 'meta.json'}: field 'kind' is {meta.get('kind')!r}, expected 'nccl'")
         model = cls(**meta["params"])
         model.version = str(meta.get("version", cls.version))
         model.params = {str(k): {n: float(v) for n, v in fig.items()} for k, fig in meta["figures"].items()}
@@ -448,7 +449,7 @@ class NcclEstimator(KernelEstimator):
 
             for source, name in meta["residuals"].items():
                 if "/" in name or name.startswith("."):
-                    raise ValueError(f"{path / 'meta.json'}: field 'residuals.{source}' must name a file in the folder")
+                    raise InputError(f"{path / 'meta.json'}: field 'residuals.{source}' must name a file in the folder")
                 booster = xgb.Booster()
                 booster.load_model(bytearray((path / name).read_bytes()))
                 model._boosters[str(source)] = booster

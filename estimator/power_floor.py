@@ -47,6 +47,7 @@ import numpy as np
 
 from estimator.frames import Kernels, factorize
 from estimator.workload import work
+from stepcast.errors import InputError
 
 FORMAT = "stepcast-power-floor"
 FILENAME = "power_floor.json"     # next to a bundle's manifest.json
@@ -208,14 +209,14 @@ class PowerFloor:
     @classmethod
     def from_json(cls, doc: Any, source: Path | str) -> "PowerFloor":
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-            raise ValueError(f"{source}: field 'format': expected '{FORMAT}'")
+            raise InputError(f"{source}: field 'format': expected '{FORMAT}'")
         figures = doc.get("joules_per_flop")
         if not isinstance(figures, dict) or not all(isinstance(v, (int, float)) and v > 0 for v in figures.values()):
-            raise ValueError(f"{source}: field 'joules_per_flop': expected an object of "
+            raise InputError(f"{source}: field 'joules_per_flop': expected an object of "
                              "'<compute capability>x<SMs>/<dtype>' -> positive number")
         bad = [k for k in figures if not (isinstance(k, str) and _SILICON_KEY.match(k))]
         if bad:
-            raise ValueError(f"{source}: field 'joules_per_flop': key '{bad[0]}' is not "
+            raise InputError(f"{source}: field 'joules_per_flop': key '{bad[0]}' is not "
                              "'<compute capability>x<SMs>/<dtype>'")
         return cls({k: float(v) for k, v in figures.items()}, dict(doc.get("boards") or {}),
                    dict(doc.get("meta") or {}))

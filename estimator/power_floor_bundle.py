@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from estimator.power_floor import FILENAME, FLOOR_QUANTILE, PowerFloor, binding, fit, write
+from stepcast.errors import InputError, cli_main
 
 
 def evidence_rows(gemm_rows, root: Path | None = None, fp8: bool = True):
@@ -67,6 +68,7 @@ def bundle_gemm_devices(bundle: Path) -> list[str] | None:
     return sorted({d["hardware"] for d in data if d.get("family") == "gemm"})
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m estimator.power_floor_bundle",
                                      description=__doc__.split("\n\n")[0])
@@ -75,30 +77,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, default=None, help="shared data folder (default: the setting)")
     args = parser.parse_args(argv)
     from estimator.bundle import is_bundle, seal_bundle, verified_manifest
-    from estimator.checksums import BundleIntegrityError
     from estimator.data import load_measurements
     from estimator.model_card import add_power_floor
     from estimator.router import FamilyRouter
-    from profiling.errors import exit_on, report
 
     if not is_bundle(args.bundle):
-        return report(f"{args.bundle}: not an estimator bundle (expected manifest.json inside)")
-    with exit_on((BundleIntegrityError, ValueError, OSError)):
-        if (args.bundle / FILENAME).is_file():   # replaced whatever its format: its figures are not wanted here
-            verified_manifest(args.bundle)   # every file, this one too, as sealed before it goes
-            (args.bundle / FILENAME).unlink()
-            seal_bundle(args.bundle)
-        router = FamilyRouter.load(args.bundle)
-        gemm = load_measurements(families=["gemm"], root=args.root)
-        devices = bundle_gemm_devices(args.bundle)
-        if devices is not None:
-            gemm = gemm[gemm["hardware"].isin(devices)]
-        gemm = gemm[np.isfinite(gemm["runtime_us"]) & (gemm["runtime_us"] > 0)].reset_index(drop=True)
-        router.power_floor = None   # the bundle's own predictions, before any floor it ships now
-        floor = fit_for_bundle(gemm, args.root, router=router)
-        write(args.bundle / FILENAME, floor)
+        raise InputError(f"{args.bundle}: not an estimator bundle (expected manifest.json inside)")
+    if (args.bundle / FILENAME).is_file():   # replaced whatever its format: its figures are not wanted here
+        verified_manifest(args.bundle)   # every file, this one too, as sealed before it goes
+        (args.bundle / FILENAME).unlink()
         seal_bundle(args.bundle)
-        add_power_floor(args.bundle, floor)
+    router = FamilyRouter.load(args.bundle)
+    gemm = load_measurements(families=["gemm"], root=args.root)
+    devices = bundle_gemm_devices(args.bundle)
+    if devices is not None:
+        gemm = gemm[gemm["hardware"].isin(devices)]
+    gemm = gemm[np.isfinite(gemm["runtime_us"]) & (gemm["runtime_us"] > 0)].reset_index(drop=True)
+    router.power_floor = None   # the bundle's own predictions, before any floor it ships now
+    floor = fit_for_bundle(gemm, args.root, router=router)
+    write(args.bundle / FILENAME, floor)
+    seal_bundle(args.bundle)
+    add_power_floor(args.bundle, floor)
     for key, joules in sorted(floor.joules_per_flop.items()):
         print(f"{key:12s} {joules * 1e12:.4f} pJ/FLOP  ({floor.boards[key]})")
     print(f"binds on measured rows: {floor.meta['binds_measured']}; on the bundle's predictions of them: "

@@ -16,8 +16,7 @@ import pandas as pd
 
 from profiling.atomic import write_bytes_atomic
 from estimator.kernel_input import KernelInputError, check_kernels, read_kernels
-from profiling.errors import report
-from profiling.hardware import UnknownHardwareError
+from stepcast.errors import cli_main
 from stepcast.preflight import Preflight, refuse_bad_environment
 
 
@@ -107,14 +106,12 @@ def predict_command(args: argparse.Namespace) -> int:
     refused = check.refuse()
     if refused is not None:
         return refused
-    try:
-        n = predict_file(args.input, args.output, args.hardware, args.model)
-    except (KernelInputError, UnknownHardwareError, ValueError, OSError) as exc:
-        return report(exc)
+    n = predict_file(args.input, args.output, args.hardware, args.model)
     print(f"{n} kernels -> {args.output}", file=sys.stderr)
     return 0
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m estimator.predict", description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -35,6 +35,7 @@ from estimator.router import FamilyRouter
 from profiling.families import FAMILIES
 from profiling.paths import MODELS_DIR
 from stepcast import settings
+from stepcast.errors import InputError
 
 ENTRY_POINT_GROUP = "stepcast.estimators"
 DEFAULT_BUNDLE = "xgboost"
@@ -64,7 +65,7 @@ def load_path(path: Path) -> KernelEstimator:
         return FamilyRouter.load(path)
     if is_estimator_dir(path):
         return load_estimator_dir(path)
-    raise ValueError(f"{path}: not an estimator bundle (expected manifest.json or meta.json inside)")
+    raise InputError(f"{path}: not an estimator bundle (expected manifest.json or meta.json inside)")
 
 
 def available_names() -> list[str]:
@@ -81,7 +82,7 @@ def load_entry_point(name: str, **kwargs) -> KernelEstimator:
     elif name == "roofline":  # also without an installed distribution (a plain checkout on sys.path)
         factory = RooflineEstimator
     else:
-        raise ValueError(f"unknown estimator '{name}': expected a path, an MLflow URI (models:/...) or one of "
+        raise InputError(f"unknown estimator '{name}': expected a path, an MLflow URI (models:/...) or one of "
                          f"{', '.join(available_names())}")
     model = factory(**kwargs)
     if not isinstance(model, KernelEstimator):
@@ -103,7 +104,7 @@ def load_mlflow(uri: str) -> KernelEstimator:
                       *sorted(p.parent for p in local.rglob("meta.json"))]:
         if is_bundle(candidate) or is_estimator_dir(candidate):
             return load_path(candidate)
-    raise ValueError(f"{uri}: the model's artifacts hold no estimator bundle (manifest.json or meta.json)")
+    raise InputError(f"{uri}: the model's artifacts hold no estimator bundle (manifest.json or meta.json)")
 
 
 def _wrap(model: KernelEstimator) -> KernelEstimator:

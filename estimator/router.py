@@ -34,13 +34,14 @@ from estimator.base import KernelEstimator
 from estimator.bundle import candidate_folder
 from estimator.frames import as_frame, as_kernels, family_positions, take, text
 from estimator.routing import ROOFLINE, FamilyRoutes
+from stepcast.errors import InputError
 
 FALLBACK_RULES = ("never", "unsupported_spec", "unseen_hardware", "out_of_range")
 
 
 def _check_rule(rule: str) -> str:
     if rule not in FALLBACK_RULES:
-        raise ValueError(f"fallback rule '{rule}': expected one of {', '.join(FALLBACK_RULES)}")
+        raise InputError(f"fallback rule '{rule}': expected one of {', '.join(FALLBACK_RULES)}")
     return rule
 
 
@@ -249,7 +250,7 @@ class FamilyRouter(KernelEstimator):
             router = cls(estimators, fallback, manifest.get("fallback_rule", "unsupported_spec"),
                          str(manifest.get("version", "0")), manifest.get("fallback_rules"), candidates, routes)
         except ValueError as exc:
-            raise ValueError(f"{source}: {exc}" if str(source) not in str(exc) else str(exc)) from None
+            raise InputError(f"{source}: {exc}" if str(source) not in str(exc) else str(exc)) from None
         from estimator import conv_families, power_floor
 
         router.conv_families = conv_families.for_bundle(path)   # checked with the bundle's SHA256SUMS

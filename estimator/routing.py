@@ -44,6 +44,7 @@ import numpy as np
 import pandas as pd
 
 from estimator.frames import by_code, factorize
+from stepcast.errors import InputError, cli_main
 
 #: a specific (device, dtype) or dtype choice needs at least this many held-out rows behind it
 MIN_ROWS = 20
@@ -157,14 +158,14 @@ class FamilyRoutes:
     def from_dict(cls, data: Any, source: str) -> "FamilyRoutes":
         if not isinstance(data, dict) or not all(isinstance(data.get(k), str) for k in
                                                  ("seen_default", "unseen_default")):
-            raise ValueError(f"{source}: expected an object with 'seen_default' and 'unseen_default' model names")
+            raise InputError(f"{source}: expected an object with 'seen_default' and 'unseen_default' model names")
         for name in ("seen", "unseen", "sibling"):
             value = data.get(name, {})
             if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-                raise ValueError(f"{source}: field '{name}': expected an object of key -> model name")
+                raise InputError(f"{source}: field '{name}': expected an object of key -> model name")
         for name in ("pairs", "designs"):
             if not isinstance(data.get(name, []), list):
-                raise ValueError(f"{source}: field '{name}': expected a list of '<device or design>/<dtype>'")
+                raise InputError(f"{source}: field '{name}': expected a list of '<device or design>/<dtype>'")
         return cls(data["seen_default"], data["unseen_default"], dict(data.get("seen", {})),
                    dict(data.get("unseen", {})), [str(p) for p in data.get("pairs", [])],
                    bool(data.get("device_only", False)), dict(data.get("sibling", {})),
@@ -431,6 +432,7 @@ def gpus_of(figures: pd.DataFrame) -> set[str]:
     return {d for d in set(figures.loc[figures["split"] == "device", "held_out"]) if d != POOLED and is_gpu(d)}
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     from estimator import unseen_results
 
@@ -439,9 +441,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         doc = unseen_results.read(args.results)
-    except (FileNotFoundError, ValueError) as exc:
-        print(f"stepcast: {exc}")
-        return 2
+    except (FileNotFoundError, ValueError) as exc:  # the results file is the user's input here
+        raise InputError(f"--results: {exc}") from None
     routes = routes_from_results(doc)
     print_report(route_report(unseen_results.frame(doc), routes, doc.get("routing", {}).get("nested", {}),
                               pairs_of(doc)), routes)

@@ -20,6 +20,7 @@ import pandas as pd
 
 from estimator.workload import work
 from profiling.families import key_columns
+from stepcast.errors import InputError
 
 SPLITS = ("random", "held_out_shapes", "leave_one_hardware_out", "out_of_range")
 
@@ -104,4 +105,4 @@ def folds(split: str, frame: pd.DataFrame, seed: int = 0) -> Iterator[Fold]:
         return leave_one_hardware_out(frame)
     if split == "out_of_range":
         return out_of_range(frame)
-    raise ValueError(f"unknown split '{split}': expected one of {', '.join(SPLITS)}")
+    raise InputError(f"unknown split '{split}': expected one of {', '.join(SPLITS)}")

@@ -80,6 +80,7 @@ from estimator.mlp import MLPEstimator, build_network
 from estimator.power_floor import board_watts, energy_us, row_joules
 from estimator.power_floor import fit_joules_per_flop as fit_at_quantile
 from estimator.workload import element_bytes, work
+from stepcast.errors import InputError
 
 #: the structural column: log2 of the bound (microseconds); the prediction is floor + bound / utilisation
 BOUND = "log2_bound_us"
@@ -314,7 +315,7 @@ class TiledEstimator(MLPEstimator):
         feats = tile_features(frame, self.device_features, self.joules_per_flop, self.power, self.base_clock,
                               tuple(self.norm.get("measured", ())))
         if self.feature_names and feats.names != self.feature_names:
-            raise ValueError(f"tiled@{self.version} was trained on other features than this version computes: "
+            raise InputError(f"tiled@{self.version} was trained on other features than this version computes: "
                              "retrain or re-export the bundle")
         return feats
 
@@ -436,9 +437,9 @@ class TiledEstimator(MLPEstimator):
         try:
             self.network.load_state_dict(load_file(str(weights)))
         except FileNotFoundError:
-            raise ValueError(f"{weights}: missing (expected the tiled model's weights)") from None
+            raise InputError(f"{weights}: missing (expected the tiled model's weights)") from None
         except (SafetensorError, RuntimeError) as exc:  # a damaged file, or weights of another architecture
-            raise ValueError(f"{weights}: not readable as this model's {self.networks} networks "
+            raise InputError(f"{weights}: not readable as this model's {self.networks} networks "
                              f"({str(exc).splitlines()[0][:200]})") from None
         self.network.eval()
         self.joules_per_flop = {str(k): float(v) for k, v in self.norm.get("joules_per_flop", {}).items()}

@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 import pandas as pd
 
 from profiling.paths import user_data_root
+from stepcast.errors import UnavailableError
 
 CHAMPION = "champion"
 MODEL_FILE = Path(__file__).with_name("mlflow_model.py")
@@ -40,7 +41,7 @@ CONNECT_TIMEOUT_S = 3.0
 DEFAULT_PORTS = {"http": 80, "https": 443, "postgresql": 5432, "mysql": 3306, "mssql": 1433}
 
 
-class TrackingError(RuntimeError):
+class TrackingError(UnavailableError):
     """The MLflow tracking store cannot be reached or written; one line naming the tracking URI."""
 
 

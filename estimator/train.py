@@ -31,16 +31,16 @@ from estimator.metrics import breakdown, summary
 from estimator.models import make_estimator
 from estimator.router import FamilyRouter
 from estimator.splits import fixed_eval
-from profiling.errors import exit_on, run_hydra_app
 from profiling.families import FAMILIES, key_columns
 from profiling.paths import CONF_DIR
-from stepcast.hydra_apps import register_resolvers
+from stepcast.errors import InputError, exit_on_error
+from stepcast.hydra_apps import register_resolvers, run_hydra_app
 
 log = logging.getLogger("estimator.train")
 register_resolvers()  # ${stepcast_cache:...}: Hydra's run folders go under the stepcast cache
 
 
-class TrainingInputError(ValueError):
+class TrainingInputError(InputError):
     """A training config or data file that cannot be used (one line naming the setting or file)."""
 
 
@@ -363,10 +363,9 @@ def run(cfg: DictConfig) -> float:
             config_path=str(CONF_DIR / "estimator"),  # absolute: also when imported by the stepcast command
             config_name="train")
 def main(cfg: DictConfig) -> float:
-    from estimator.checksums import BundleIntegrityError
-    from estimator.tracking import TrackingError
-
-    with exit_on((TrackingError, TrainingInputError, BundleIntegrityError)):
+    """A user's mistake (a :class:`stepcast.errors.StepcastError`: bad config or data, an unreachable MLflow store)
+    is one line and its exit status."""
+    with exit_on_error():
         return run(cfg)
 
 

@@ -22,6 +22,7 @@ import xgboost as xgb
 
 from estimator.learned import LearnedEstimator
 from estimator.tree_walker import TreeWalker
+from stepcast.errors import InputError
 
 
 #: batches at most this long skip XGBoost's per-call overhead (see estimator.tree_walker)
@@ -101,6 +102,6 @@ class XGBoostEstimator(LearnedEstimator):
             self.booster.load_model(str(path / "model.ubj"))
         except xgb.core.XGBoostError as exc:  # the native message is a multi-line stack without the file name
             first = next((line for line in str(exc).splitlines() if line.strip()), "")
-            raise ValueError(f"{path / 'model.ubj'}: not a readable XGBoost model ({first.strip()[:200]})") from None
+            raise InputError(f"{path / 'model.ubj'}: not a readable XGBoost model ({first.strip()[:200]})") from None
         self._walker = None
         self.booster.set_param({"nthread": 1})

@@ -16,22 +16,20 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from profiling.errors import exit_on, run_hydra_app
-from profiling.schema import DatasetSchemaError
-from profiling.model_catalog import UnknownModelError
 from profiling.paths import CONF_DIR
-from profiling.runner import ConfigError, run
-from profiling.sampling import SweepConfigError
-from stepcast.hydra_apps import register_resolvers
+from profiling.runner import run
+from stepcast.errors import exit_on_error
+from stepcast.hydra_apps import register_resolvers, run_hydra_app
 
 register_resolvers()  # ${stepcast_cache:...}: Hydra's run folders go under the stepcast cache
-USER_ERRORS = (ConfigError, SweepConfigError, DatasetSchemaError, UnknownModelError)
 
 
 @hydra.main(config_path=str(CONF_DIR / "profiling"), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    """A user's mistake (a :class:`stepcast.errors.StepcastError`) is one line and its exit status; a stop keeps
+    every measured point."""
     try:
-        with exit_on(USER_ERRORS):
+        with exit_on_error():
             run(cfg)
     except KeyboardInterrupt:
         print("interrupted: every measured point is saved; run the same command again to resume", file=sys.stderr)

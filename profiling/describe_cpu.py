@@ -21,6 +21,7 @@ import yaml
 from profiling.atomic import atomic_path
 from profiling.hardware import HardwareSpec, cpu_hardware_id, cpu_model_name
 from profiling.paths import user_hardware_dir
+from stepcast.errors import InputError, cli_main
 
 # FLOPs per cycle per core (an FMA counts as 2), by the widest unit a flag advertises; first match wins.
 _FP32_FLOPS_PER_CYCLE = (("avx512f", 64), ("avx2", 32), ("avx", 16), ("sse2", 8))
@@ -139,7 +140,7 @@ def write_spec(spec: HardwareSpec, directory: Path | None = None, force: bool = 
     ``force``."""
     path = Path(directory or user_hardware_dir()) / f"{spec.id}.yaml"
     if path.exists() and not force:
-        raise FileExistsError(f"{path} exists: pass --force to overwrite it")
+        raise InputError(f"{path} exists: pass --force to overwrite it")
     header = (
         "# CPU entry written by `python -m profiling.describe_cpu` from /proc/cpuinfo and /sys.\n"
         "# ESTIMATES: peak_tflops = cores x clock x FLOPs/cycle of the widest unit in the CPU flags (AVX-512 FMA,\n"
@@ -151,17 +152,14 @@ def write_spec(spec: HardwareSpec, directory: Path | None = None, force: bool = 
     return path
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output-dir", type=Path, default=None,
                         help="where the entry goes (default: the user hardware folder, read beside the catalog)")
     parser.add_argument("--force", action="store_true", help="overwrite an existing entry")
     args = parser.parse_args(argv)
-    try:
-        path = write_spec(cpu_spec(), args.output_dir, args.force)
-    except FileExistsError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    path = write_spec(cpu_spec(), args.output_dir, args.force)
     print(path)
     return 0
 

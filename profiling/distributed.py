@@ -81,7 +81,8 @@ def _local_rank_main(rank: int, world: int, port: int, backend: str, device: str
 
 
 class RankFailure(RuntimeError):
-    """A spawned rank died (its traceback is in the message)."""
+    """Internal: a spawned rank died (its traceback is in the message): a failure of the measurement, not of the
+    user's input, so it ends ``python -m profiling`` with its traceback."""
 
 
 def run_local_world(points: list[dict[str, Any]], world: int, backend: str, device: str, settings: MeasureSettings,

@@ -5,6 +5,8 @@ emulator's captured traces: a kernel is a row with ``family``, ``hardware``, ``d
 """
 from __future__ import annotations
 
+from stepcast.errors import InputError
+
 FAMILIES: dict[str, tuple[str, ...]] = {
     # batch = 1 for a plain matmul; C[m, n] = A[m, k] @ B[k, n] per batch entry.
     "gemm": ("m", "n", "k", "batch"),
@@ -32,7 +34,7 @@ BOOL_COLUMNS = frozenset({"causal"})
 def key_columns(family: str) -> tuple[str, ...]:
     """All columns that identify one kernel of ``family`` (common columns first)."""
     if family not in FAMILIES:
-        raise ValueError(f"unknown family '{family}': expected one of {', '.join(FAMILIES)}")
+        raise InputError(f"unknown family '{family}': expected one of {', '.join(FAMILIES)}")
     return COMMON_COLUMNS + FAMILIES[family]
 
 

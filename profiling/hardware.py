@@ -26,15 +26,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from profiling.classify import canonical_dtype
 from profiling.paths import HARDWARE_DIR, user_hardware_dir
 from stepcast import settings
+from stepcast.errors import InputError, UnknownNameError
 
 DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8")
 
 
-class UnknownHardwareError(KeyError):
+class UnknownHardwareError(UnknownNameError):
     """Raised for an id or device name that is not in the catalog; its message lists the catalog."""
-
-    def __str__(self) -> str:  # KeyError quotes its message; we want it plain
-        return str(self.args[0])
 
 
 class HardwareSpec(BaseModel):
@@ -221,17 +219,17 @@ def load_spec(path: Path) -> HardwareSpec:
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: not valid YAML ({exc.__class__.__name__})") from None
+        raise InputError(f"{path}: not valid YAML ({exc.__class__.__name__})") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a mapping of spec fields")
+        raise InputError(f"{path}: expected a mapping of spec fields")
     try:
         spec = HardwareSpec.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err["loc"]) or "<root>"
-        raise ValueError(f"{path}: field '{field}': {err['msg']}") from None
+        raise InputError(f"{path}: field '{field}': {err['msg']}") from None
     if spec.id != path.stem:
-        raise ValueError(f"{path}: field 'id' is '{spec.id}', expected the file name '{path.stem}'")
+        raise InputError(f"{path}: field 'id' is '{spec.id}', expected the file name '{path.stem}'")
     return spec
 
 

@@ -43,9 +43,10 @@ import numpy as np
 import pandas as pd
 
 from profiling.hardware import HardwareSpec, UnknownHardwareError, load_catalog, lookup, normalise_name
+from stepcast.errors import InputError
 
 
-class TraceFormatError(ValueError):
+class TraceFormatError(InputError):
     """A file that is not a readable Kineto/Chrome trace. The message is one line and names the file."""
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from stepcast.errors import UnknownNameError
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -68,9 +70,8 @@ MODELS: dict[str, ModelConfig] = {m.id: m for m in (
 )}
 
 
-class UnknownModelError(KeyError):
-    def __str__(self) -> str:
-        return str(self.args[0])
+class UnknownModelError(UnknownNameError):
+    """A model name that is not in :data:`MODELS` nor an alias of one; the message lists the catalog."""
 
 
 def _normalise(name: str) -> str:

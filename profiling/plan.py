@@ -13,7 +13,7 @@ from typing import Any, Mapping
 from pydantic import ValidationError
 
 from profiling.ops import BENCHES
-from profiling.sampling import Point, SweepConfigError, as_plain, expand, point_id
+from profiling.sampling import Point, ConfigError, as_plain, expand, point_id
 from profiling.schema import columns, extra_columns, row_model
 from profiling.families import key_columns
 
@@ -25,11 +25,11 @@ def select_sweep(family_cfg: Any, kind: str, family: str) -> dict[str, Any]:
     sweep = as_plain(family_cfg) or {}
     if set(sweep) <= {"cpu", "gpu"} and sweep:
         if kind not in sweep:
-            raise SweepConfigError(f"{family}: no sweep for a {kind} (expected key '{kind}')")
+            raise ConfigError(f"{family}: no sweep for a {kind} (expected key '{kind}')")
         sweep = sweep[kind]
     unknown = set(sweep) - SWEEP_KEYS
     if unknown:
-        raise SweepConfigError(f"{family}.{sorted(unknown)[0]}: unknown sweep key, expected one of "
+        raise ConfigError(f"{family}.{sorted(unknown)[0]}: unknown sweep key, expected one of "
                                f"{', '.join(sorted(SWEEP_KEYS))}")
     return sweep
 
@@ -39,10 +39,10 @@ def _check_point(values: Mapping[str, Any], family: str) -> None:
     wanted = key_columns(family) + extra_columns(family)
     missing = [c for c in wanted if c not in values]
     if missing:
-        raise SweepConfigError(f"{family} sweep: points lack column '{missing[0]}' (set it in the space)")
+        raise ConfigError(f"{family} sweep: points lack column '{missing[0]}' (set it in the space)")
     unknown = [c for c in values if c not in columns(family)]
     if unknown:
-        raise SweepConfigError(f"{family} sweep: '{unknown[0]}' is not a column of the {family} schema")
+        raise ConfigError(f"{family} sweep: '{unknown[0]}' is not a column of the {family} schema")
     probe = {**values, "reps": 0, "status": "failed", "error": "planned", "point_id": "0" * 16,
              "sample": "grid", "timing": "perf_counter"}
     try:
@@ -50,7 +50,7 @@ def _check_point(values: Mapping[str, Any], family: str) -> None:
     except ValidationError as exc:
         err = exc.errors()[0]
         field = str(err["loc"][-1]) if err["loc"] else "<point>"
-        raise SweepConfigError(f"{family} sweep: field '{field}' = {values.get(field)!r}: {err['msg']}") from None
+        raise ConfigError(f"{family} sweep: field '{field}' = {values.get(field)!r}: {err['msg']}") from None
 
 
 def plan_family(family: str, sweep: Mapping[str, Any], hardware: str, seed: int,

@@ -27,16 +27,12 @@ from profiling.ops.collective import measure_points
 from profiling.paths import datasets_dir
 from profiling.plan import plan_family, select_sweep
 from profiling.progress import make_progress
-from profiling.sampling import Point, point_id
+from profiling.sampling import ConfigError, Point, point_id
 from profiling.schema import SCHEMA_VERSION
 from profiling.store import FamilyStore, ShardWriter
 from profiling.timing import L2Flusher, MeasureSettings, Measurement, measure_cpu, measure_cuda
 
 log = logging.getLogger("profiling")
-
-
-class ConfigError(ValueError):
-    """A run config that names something that does not exist or cannot run here (one line)."""
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from profiling.model_catalog import ModelConfig, lookup_model
+from stepcast.errors import InputError
 
 SAMPLES = ("grid", "random", "model")
 
@@ -42,8 +43,9 @@ def point_id(values: Mapping[str, Any]) -> str:
     return hashlib.sha1(canonical.encode()).hexdigest()[:16]
 
 
-class SweepConfigError(ValueError):
-    """A sweep config that cannot be expanded; one line naming the family and the field."""
+class ConfigError(InputError):
+    """A profiling config (``python -m profiling``: the run's settings, a family's sweep) that names something that
+    does not exist, cannot run here or cannot be expanded; one line naming the setting, family or field."""
 
 
 def as_plain(value: Any) -> Any:
@@ -61,7 +63,7 @@ def grid(space: Mapping[str, Any], where: str = "grid") -> Iterator[dict[str, An
     names, choices = [], []
     for name, value in space.items():
         if isinstance(value, dict):
-            raise SweepConfigError(f"{where}.{name}: a grid takes a list of values, not {value}")
+            raise ConfigError(f"{where}.{name}: a grid takes a list of values, not {value}")
         names.append(name)
         choices.append(value if isinstance(value, list) else [value])
     for combo in itertools.product(*choices):
@@ -72,9 +74,9 @@ def _log_uniform(spec: Mapping[str, Any], rng: random.Random, where: str) -> int
     try:
         lo, hi = (int(x) for x in spec["log"])
     except (KeyError, TypeError, ValueError):
-        raise SweepConfigError(f"{where}: expected {{log: [lo, hi]}} with integers lo <= hi, got {spec}") from None
+        raise ConfigError(f"{where}: expected {{log: [lo, hi]}} with integers lo <= hi, got {spec}") from None
     if not 0 < lo <= hi:
-        raise SweepConfigError(f"{where}: expected 0 < lo <= hi, got {spec['log']}")
+        raise ConfigError(f"{where}: expected 0 < lo <= hi, got {spec['log']}")
     multiple = int(spec.get("multiple_of", 1))
     value = math.exp(rng.uniform(math.log(lo), math.log(hi)))
     return max(multiple, int(round(value / multiple)) * multiple)
@@ -107,7 +109,7 @@ def model_points(models: Mapping[str, Any], shapes: ModelShapes, where: str = "m
         try:
             model = lookup_model(name)
         except KeyError as exc:
-            raise SweepConfigError(f"{where}.names: {exc}") from None
+            raise ConfigError(f"{where}.names: {exc}") from None
         for tp, n_tokens in itertools.product(tps, tokens):
             for shape in shapes(model, int(tp), int(n_tokens)):
                 for extra in grid(models.get("space", {}), f"{where}.space"):
@@ -123,7 +125,7 @@ def expand(sweep: Mapping[str, Any], shapes: ModelShapes, seed: int, family: str
     rng = random.Random(f"{seed}:{family}")
     for i, block in enumerate(_as_list(sweep.get("random"))):
         if "count" not in block or "space" not in block:
-            raise SweepConfigError(f"{family}.random[{i}]: expected keys 'count' and 'space'")
+            raise ConfigError(f"{family}.random[{i}]: expected keys 'count' and 'space'")
         for values in random_points(block["space"], int(block["count"]), rng, f"{family}.random[{i}].space"):
             yield "random", values
     for i, block in enumerate(_as_list(sweep.get("models"))):

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from profiling.atomic import atomic_path
 from profiling.families import DTYPES, FAMILIES, key_columns
+from stepcast.errors import InputError
 
 SCHEMA_VERSION = 1
 
@@ -93,7 +94,7 @@ _MEASUREMENT_COLUMNS = ("median_us", "min_us", "mean_us", "std_us", "reps", "sta
 _ARROW_TYPES = {int: pa.int64(), float: pa.float64(), bool: pa.bool_(), str: pa.string()}
 
 
-class DatasetSchemaError(ValueError):
+class DatasetSchemaError(InputError):
     """A dataset file that does not follow the schema; the message is one line naming file, row and field."""
 
 

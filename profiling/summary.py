@@ -13,10 +13,10 @@ from rich.console import Console
 from rich.table import Table
 
 from profiling.card import read_card
-from profiling.errors import report
 from profiling.families import FAMILIES
 from profiling.schema import DatasetSchemaError, read_family
 from profiling.store import SHARDS_DIR, FamilyStore
+from stepcast.errors import InputError, cli_main
 
 
 def summarise(folder: Path) -> pd.DataFrame:
@@ -44,21 +44,19 @@ def pending_note(pending: dict[str, int]) -> str:
             f"({', '.join(pending)})")
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", type=Path, help="datasets/<hardware-id>")
     args = parser.parse_args(argv)
     pending = pending_shards(args.folder)
     if pending and not (args.folder / "card.json").exists():
-        return report(f"{args.folder}: {pending_note(pending)}; no card.json yet, so the run was stopped before it "
+        raise InputError(f"{args.folder}: {pending_note(pending)}; no card.json yet, so the run was stopped before it "
                       "finished: run the same python -m profiling command again to resume (it measures only the "
                       "missing points, then merges the shards and writes the card; budget_minutes=0 merges without "
                       "measuring more)")
-    try:
-        card = read_card(args.folder / "card.json")
-        table_data = summarise(args.folder)
-    except DatasetSchemaError as exc:
-        return report(exc)
+    card = read_card(args.folder / "card.json")
+    table_data = summarise(args.folder)
     if pending:
         print(f"stepcast: note: {pending_note(pending)}, not counted below (an interrupted run; run it again to "
               "resume and merge them)", file=sys.stderr)

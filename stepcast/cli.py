@@ -9,6 +9,8 @@ import argparse
 import sys
 from collections.abc import Callable
 
+from stepcast.errors import cli_main
+
 PROG = "stepcast"
 
 EPILOG = """\
@@ -119,7 +121,10 @@ def with_epilog(parser: argparse.ArgumentParser, epilog: str) -> argparse.Argume
     return parser
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
+    """A :class:`stepcast.errors.StepcastError` is one line, ``stepcast: <what>``, and its exit status; anything else
+    is a bug and keeps its traceback."""
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in PASSTHROUGH:
         from stepcast.preflight import refuse_bad_environment

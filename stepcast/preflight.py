@@ -11,17 +11,15 @@ minutes; found here it is one line, ``stepcast: <setting>: expected <what>, foun
 """
 from __future__ import annotations
 
-import sys
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stepcast import settings
+from stepcast.errors import BAD_INPUT, report
 
 if TYPE_CHECKING:
     from profiling.hardware import HardwareSpec
-
-USAGE_ERROR = 2
 
 
 class Preflight:
@@ -74,6 +72,21 @@ class Preflight:
             return None
         return spec
 
+    def input_file(self, option: str, path: Path | None) -> None:
+        """``path`` (None: not given) will be read: it must be a file this process can open."""
+        if path is None:
+            return
+        if not Path(path).exists():
+            self.add(f"{option}: no file {path}")
+        elif Path(path).is_dir():
+            self.add(f"{option}: expected a file, found the folder {path}")
+        else:
+            try:
+                with open(path, "rb"):
+                    pass
+            except OSError as exc:
+                self.add(f"{option}: cannot read {path} ({exc.strerror or type(exc).__name__})")
+
     def output_file(self, option: str, path: Path | None) -> None:
         """``path`` (None: not asked for) will be written: its folder must exist and take new files, and it must
         not itself be a folder."""
@@ -103,8 +116,8 @@ class Preflight:
     def refuse(self) -> int | None:
         """Print each problem as ``stepcast: <problem>`` and return exit status 2; None when there is none."""
         for problem in self.problems:
-            print(f"stepcast: {problem}", file=sys.stderr)
-        return USAGE_ERROR if self.problems else None
+            report(problem)
+        return BAD_INPUT if self.problems else None
 
 
 def refuse_bad_environment() -> int | None:

@@ -8,8 +8,8 @@ side (the emulated driver, emulate/driver/csrc) reads its variables with ``geten
 so the launcher's checks and the documentation cover them. ``docs/configuration.md`` is generated from this table:
 ``python -m stepcast.settings --markdown > docs/configuration.md``.
 
-Only the standard library is imported, so every package (and the capture layer inside the user's process) can
-read settings without pulling anything else in.
+Only the standard library (and :mod:`stepcast.errors`, which imports nothing else) is imported, so every package
+(and the capture layer inside the user's process) can read settings without pulling anything else in.
 """
 from __future__ import annotations
 
@@ -23,12 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from stepcast.errors import BAD_INPUT, InputError, cli_main, report
+
 USER = "user"
 INTERNAL = "internal"
 Audience = Literal["user", "internal"]
 
 
-class SettingError(ValueError):
+class SettingError(InputError):
     """A setting (environment variable or command-line option) with a value it cannot take; one line:
     ``<setting>: expected <what>, found <value>``."""
 
@@ -305,6 +307,7 @@ def _table(settings) -> list[str]:
     return rows
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m stepcast.settings",
                                      description="The STEPCAST_* settings: print them, or check this environment's.")
@@ -317,8 +320,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     problems = check_environment()
     for problem in problems:
-        print(f"stepcast: {problem}", file=sys.stderr)
-    return 2 if problems else 0
+        report(problem)
+    return BAD_INPUT if problems else 0
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ from pathlib import Path
 from emulate.driver import runtime_versions
 from profiling.paths import cache_root
 from stepcast import settings
+from stepcast.errors import UnavailableError
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 SOURCES = ("init.c", "device.c", "memory.c", "module.c", "launch.c", "stream.c", "graph.c", "export.c", "legacy.c",
@@ -74,7 +75,7 @@ _DECL = re.compile(r"CUresult\s+CUDAAPI\s+(cu\w+)\s*\(")
 _NCCL_DECL = re.compile(r"^\s*(?:NCCL_EXTERN_C\s+)?ncclResult_t\s+(nccl\w+)\s*\(", re.MULTILINE)
 
 
-class BuildError(RuntimeError):
+class BuildError(UnavailableError):
     """The emulated driver cannot be built here; the message says why and how to fix it (one line)."""
 
 

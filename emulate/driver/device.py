@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from emulate.driver.build import header_constants
 from profiling.hardware import HardwareSpec
+from stepcast.errors import InputError
 
 #: (max threads per SM, max resident blocks per SM, shared memory per block opt-in in KiB when not SM-1 KiB)
 _PER_CC: dict[tuple[int, int], tuple[int, int, int | None]] = {
@@ -43,7 +44,7 @@ class DeviceFigures:
 def figures(spec: HardwareSpec) -> DeviceFigures:
     """The device's figures from its catalog entry; a non-GPU entry is a one-line ValueError."""
     if spec.kind != "gpu" or spec.compute_capability is None:
-        raise ValueError(f"hardware '{spec.id}' is a {spec.kind}, not a GPU: choose a GPU id from conf/hardware/")
+        raise InputError(f"hardware '{spec.id}' is a {spec.kind}, not a GPU: choose a GPU id from conf/hardware/")
     bus_width = 5120 if "hbm" in spec.name.lower() or spec.memory_bandwidth_gbps > 1000 else 384
     return DeviceFigures(
         name=next((a for a in spec.aliases if a.upper().startswith("NVIDIA")), spec.name),
@@ -65,7 +66,7 @@ def attributes(spec: HardwareSpec) -> dict[str, int]:
     fig = figures(spec)
     cc = tuple(spec.compute_capability)
     if cc not in _PER_CC:
-        raise ValueError(f"hardware '{spec.id}': compute capability {cc[0]}.{cc[1]} has no limits table in "
+        raise InputError(f"hardware '{spec.id}': compute capability {cc[0]}.{cc[1]} has no limits table in "
                          f"emulate/driver/device.py (known: {sorted(_PER_CC)})")
     threads_sm, blocks_sm, optin_kib = _PER_CC[cc]
     smem_sm = fig.smem_per_sm

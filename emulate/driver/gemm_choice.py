@@ -34,6 +34,7 @@ from emulate.driver.build import header_constants, nvidia_root, runtime_version
 from emulate.driver.child import WORKSPACE_BYTES, run_python
 from emulate.driver.launchlog import Launch, read_launches
 from profiling.hardware import lookup
+from stepcast.errors import InputError, MissingFileError, cli_main
 
 DTYPES = {"bf16": "CUDA_R_16BF", "fp16": "CUDA_R_16F", "fp32": "CUDA_R_32F"}
 ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
@@ -51,11 +52,11 @@ class Gemm:
 
     def __post_init__(self) -> None:
         if min(self.m, self.n, self.k) < 1:
-            raise ValueError(f"gemm m, n, k must be positive, got {self.m}, {self.n}, {self.k}")
+            raise InputError(f"gemm m, n, k must be positive, got {self.m}, {self.n}, {self.k}")
         if self.dtype not in DTYPES:
-            raise ValueError(f"gemm dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+            raise InputError(f"gemm dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
         if self.transa not in "NT" or self.transb not in "NT" or len(self.transa + self.transb) != 2:
-            raise ValueError(f"gemm transa/transb must be 'N' or 'T', got {self.transa!r}, {self.transb!r}")
+            raise InputError(f"gemm transa/transb must be 'N' or 'T', got {self.transa!r}, {self.transb!r}")
 
 
 def torch_mm_gemm(m: int, n: int, k: int, dtype: str) -> Gemm:
@@ -104,7 +105,7 @@ def wheel_library() -> Path:
     name = f"libcublasLt.so.{runtime_version() // 1000}"
     found = sorted(root.glob(f"*/lib/{name}"))
     if not found:
-        raise FileNotFoundError(f"{name} not found in {root}/*/lib: it comes with torch's NVIDIA wheels "
+        raise MissingFileError(f"{name} not found in {root}/*/lib: it comes with torch's NVIDIA wheels "
                                 "(pip install a CUDA build of torch)")
     return found[0]
 
@@ -116,7 +117,7 @@ def choose(gemms: list[Gemm], hardware: str, *, workspace_bytes: int = WORKSPACE
     spec = lookup(hardware)
     library = Path(library) if library is not None else wheel_library()
     if not library.is_file():
-        raise FileNotFoundError(f"cuBLASLt library {library} not found")
+        raise MissingFileError(f"cuBLASLt library {library} not found")
     request = json.dumps({"workspace": workspace_bytes, "library": str(library), "gemms": [asdict(g) for g in gemms]})
     run = run_python(["-m", "emulate.driver.gemm_choice", "--child"], spec.id, stdin=request)
     if run.returncode != 0:
@@ -230,11 +231,11 @@ def _child_main() -> int:
 
 
 def read_batch(path: Path, *, torch_layout: bool) -> list[Gemm]:
-    """The problems of a CSV batch file (see the module docstring); ValueError names the file and row."""
+    """The problems of a CSV batch file (see the module docstring); :class:`InputError` names the file and row."""
     try:
         rows = list(csv.DictReader(path.open()))
     except OSError as exc:
-        raise ValueError(f"{path}: cannot read ({exc.strerror})") from exc
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from exc
     gemms = []
     for line, row in enumerate(rows, start=2):
         try:
@@ -244,7 +245,7 @@ def read_batch(path: Path, *, torch_layout: bool) -> list[Gemm]:
             gemms.append(torch_mm_gemm(m, n, k, dtype) if torch_layout
                          else Gemm(m, n, k, dtype, layout[:1], layout[1:]))
         except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"{path} line {line}: expected integer m, n, k (and dtype, layout) columns: "
+            raise InputError(f"{path} line {line}: expected integer m, n, k (and dtype, layout) columns: "
                              f"{exc}") from exc
     return gemms
 
@@ -254,6 +255,7 @@ def _answer(choice: GemmChoice) -> dict:
             "kernel": choice.kernel, "launches": [asdict(x) for x in choice.launches]}
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m emulate.driver.gemm_choice", description=__doc__.split("\n")[0])
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -269,23 +271,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.child:
         return _child_main()
-    try:
-        if args.batch is not None:
-            gemms = read_batch(args.batch, torch_layout=args.torch)
-        elif args.m is None or args.n is None or args.k is None:
-            raise ValueError("--m, --n and --k (or --batch FILE) are required")
-        elif args.torch:
-            gemms = [torch_mm_gemm(args.m, args.n, args.k, args.dtype)]
-        else:
-            gemms = [Gemm(args.m, args.n, args.k, args.dtype, args.layout[:1], args.layout[1:])]
-        lookup(args.hardware)
-        choices = choose(gemms, args.hardware, library=args.cublaslt)
-    except FileNotFoundError as exc:  # choose checks the library before any child starts
-        print(f"stepcast: --cublaslt: {exc}", file=sys.stderr)
-        return 2
-    except (ValueError, KeyError) as exc:
-        print(f"stepcast: {exc}", file=sys.stderr)
-        return 2
+    if args.batch is not None:
+        gemms = read_batch(args.batch, torch_layout=args.torch)
+    elif args.m is None or args.n is None or args.k is None:
+        raise InputError("--m, --n and --k (or --batch FILE) are required")
+    elif args.torch:
+        gemms = [torch_mm_gemm(args.m, args.n, args.k, args.dtype)]
+    else:
+        gemms = [Gemm(args.m, args.n, args.k, args.dtype, args.layout[:1], args.layout[1:])]
+    lookup(args.hardware)
+    if args.cublaslt is not None and not args.cublaslt.is_file():
+        raise MissingFileError(f"--cublaslt: cuBLASLt library {args.cublaslt} not found")
+    choices = choose(gemms, args.hardware, library=args.cublaslt)
     if args.batch is None:
         print(json.dumps(_answer(choices[0]), indent=1))
     for choice in choices if args.batch is not None else []:

@@ -30,6 +30,7 @@ from emulate.driver.device import attribute_ids, attributes
 from emulate.driver.torch_gemm import Product, run_products
 from profiling.atomic import write_json_atomic
 from profiling.hardware import lookup
+from stepcast.errors import InputError, UnavailableError, cli_main
 
 #: the acceptance shapes (tests/emulate/test_driver_gemm.py uses the same list)
 PRODUCTS = [Product(4096, 4096, 4096), Product(150, 8192, 28672), Product(8192, 150, 28672), Product(141, 512, 512),
@@ -42,7 +43,7 @@ def device_attributes(ordinal: int = 0) -> dict:
     """Name, memory and every CU_DEVICE_ATTRIBUTE_ value of the device, from whatever libcuda.so.1 loads."""
     cuda = ctypes.CDLL("libcuda.so.1")
     if cuda.cuInit(0) != 0:
-        raise RuntimeError("cuInit failed: no usable CUDA device")
+        raise UnavailableError("cuInit failed: no usable CUDA device")
     name = ctypes.create_string_buffer(256)
     cuda.cuDeviceGetName(name, 256, ordinal)
     total = ctypes.c_size_t()
@@ -92,7 +93,7 @@ def compare(doc: dict, hardware: str) -> dict:
     import torch
 
     if doc.get("torch") != torch.__version__:
-        raise ValueError(f"capture was taken with torch {doc.get('torch')}, this is {torch.__version__}: the kernel "
+        raise InputError(f"capture was taken with torch {doc.get('torch')}, this is {torch.__version__}: the kernel "
                          "choice belongs to the library version, so the two do not compare")
     ids = attribute_ids()  # compared by id: cuda.h gives some ids two names (REGISTERS_PER_BLOCK, ...)
     modelled = {ids[name]: value for name, value in attributes(lookup(hardware)).items()}
@@ -118,6 +119,7 @@ def compare(doc: dict, hardware: str) -> dict:
             "clusters_compared": len(doc.get("clusters", {}).get("rows", []))}
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m emulate.driver.real_gpu", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -129,20 +131,19 @@ def main(argv: list[str] | None = None) -> int:
     cmp_.add_argument("capture", type=Path)
     cmp_.add_argument("--hardware", required=True, help="catalog id (conf/hardware/<id>.yaml)")
     args = parser.parse_args(argv)
-    try:
-        if args.command == "capture":
-            doc = capture(args.out, kernels=not args.no_kernels)
-            print(f"{args.out}: {doc['name']}, {len(doc['attributes'])} attributes")
-            return 0
-        try:
-            doc = json.loads(args.capture.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ValueError(f"{args.capture}: not a capture file ({exc})") from exc
-        print(json.dumps(compare(doc, args.hardware), indent=1))
+    if args.command == "capture":
+        doc = capture(args.out, kernels=not args.no_kernels)
+        print(f"{args.out}: {doc['name']}, {len(doc['attributes'])} attributes")
         return 0
-    except (ValueError, KeyError, RuntimeError) as exc:
-        print(f"stepcast: {exc}", file=sys.stderr)
-        return 2
+    try:
+        doc = json.loads(args.capture.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputError(f"{args.capture}: not a capture file ({exc})") from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("attributes"), dict):
+        raise InputError(f"{args.capture}: field 'attributes': expected an object (python -m "
+                         "emulate.driver.real_gpu capture writes it)")
+    print(json.dumps(compare(doc, args.hardware), indent=1))
+    return 0
 
 
 if __name__ == "__main__":

@@ -32,8 +32,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from stepcast.errors import UnavailableError
 
-class UnknownRuntime(ValueError):
+
+class UnknownRuntime(UnavailableError):
     """The installed CUDA runtime's version is not in the table; the message (one line) names it and the known."""
 
 

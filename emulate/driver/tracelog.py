@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 from emulate.trace import OpCalls
 from profiling.classify import classify_kernel_name, classify_op
+from stepcast.errors import InputError
 
 SOURCES = {1: "profiler", 2: "optimizer", 3: "backward"}
 #: the driver's stream ids (csrc/stream.c): 1 is the legacy default stream, the trace's stream 0
@@ -45,7 +46,7 @@ NCCL_DTYPE_BYTES = {"int8": 1, "uint8": 1, "int32": 4, "uint32": 4, "int64": 8, 
 COLLECTIVE_FAMILY_OPS = {"send": "send_recv", "recv": "send_recv", "reduce": "all_reduce", "gather": "all_gather"}
 
 
-class CaptureLogError(ValueError):
+class CaptureLogError(InputError):
     """A capture log that cannot be read; the message names the file and what is wrong."""
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from profiling import paths
 from profiling.paths import cache_root
 from stepcast import settings
+from stepcast.errors import cli_main
 from stepcast.preflight import Preflight, refuse_bad_environment
 
 CONF_DIR = paths.CONF_DIR / "search"
@@ -89,7 +90,7 @@ def run_command(ns: argparse.Namespace) -> int:
     from emulate.search.samplers import Search, TrialInterrupted
     from emulate.search.space import SearchConfigError
     from emulate.search.trials import Target, TrialCache, default_cache_dir
-    from estimator.tracking import TrackingError, connect, tracking_uri
+    from estimator.tracking import connect, tracking_uri
 
     check = Preflight()  # every mistake before the first trial (stepcast.preflight)
     if ns.jobs < 1:
@@ -111,36 +112,27 @@ def run_command(ns: argparse.Namespace) -> int:
         return refused
     uri = None
     if not ns.no_mlflow:
-        try:
-            uri = connect(tracking_uri())
-        except TrackingError as exc:
-            return fail(str(exc))
+        uri = connect(tracking_uri())
     target = Target(hardware=spec.id, spec_json=spec.model_dump_json(), nproc=cfg.nproc, nodes=cfg.nodes,
                     memory_gib=spec.memory_gib)
     cache = TrialCache(ns.cache_dir or default_cache_dir())
     search = Search(cfg, target, cache, jobs=ns.jobs, timeout_s=ns.trial_timeout, progress=print_progress)
     try:
         if ns.ray_address:
-            from emulate.search.ray_adapter import RayUnavailable, run_on_ray
+            from emulate.search.ray_adapter import run_on_ray
 
-            try:
-                outcome = run_on_ray(search, ns.ray_address)
-            except RayUnavailable as exc:
-                return fail(str(exc))
+            outcome = run_on_ray(search, ns.ray_address)
         else:
             outcome = search.run()
     except (TrialInterrupted, KeyboardInterrupt):
         print("stepcast: search interrupted; results so far are cached: run the same command again to resume",
               file=sys.stderr)
         return 130
-    except ImportError as exc:
-        return fail(f"--ray-address needs Ray Tune (pip install 'stepcast[ray]'): {exc}")
     return finish(cfg, outcome, spec.id, ns, uri)
 
 
 def finish(cfg, outcome, hardware: str, ns: argparse.Namespace, uri: str | None) -> int:
     """Write trials.json and the plot, log to MLflow, print the summary; exit 1 with one line if nothing fits."""
-    from estimator.tracking import TrackingError
     from profiling.atomic import write_json_atomic
     from emulate.search.samplers import no_feasible_reason
     from emulate.search.tracking import log_to_mlflow, plot_trials, print_summary, trials_table
@@ -153,10 +145,7 @@ def finish(cfg, outcome, hardware: str, ns: argparse.Namespace, uri: str | None)
         params: dict[str, Any] = {"name": cfg.name, "script": cfg.script, "hardware": hardware, "gpus": cfg.gpus,
                                   "nodes": cfg.nodes, "sampler": outcome.sampler, "seed": cfg.search.seed,
                                   "space": cfg.space, "fixed": cfg.fixed}
-        try:
-            run_id = log_to_mlflow(outcome, uri, params, plot)
-        except TrackingError as exc:
-            return fail(str(exc))
+        run_id = log_to_mlflow(outcome, uri, params, plot)
         print(f"MLflow run {run_id} in experiment stepcast-search ({uri})")
     if outcome.best() is None:
         print(f"stepcast: {no_feasible_reason(outcome)}", file=sys.stderr)
@@ -177,11 +166,7 @@ def print_progress(result) -> None:
     print(f"  {format_config(result.config)}: {what}{source}", flush=True)
 
 
-def fail(message: str) -> int:
-    print(f"stepcast: {message}", file=sys.stderr)
-    return 2
-
-
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m emulate.search", description=__doc__.split("\n\n")[0])
     add_arguments(parser)

@@ -29,6 +29,7 @@ from typing import Any
 from emulate.search.samplers import INFEASIBLE_COST, Search, SearchOutcome, cost, make_sampler, propose
 from emulate.search.space import SearchConfig
 from emulate.search.trials import Target, TrialCache, TrialResult
+from stepcast.errors import UnavailableError
 
 METRIC = "cost"
 
@@ -95,7 +96,7 @@ def make_searcher(cfg: SearchConfig):
     return SamplerSearcher()
 
 
-class RayUnavailable(RuntimeError):
+class RayUnavailable(UnavailableError):
     """The Ray cluster at the given address could not be reached: one line saying why and what to check."""
 
 
@@ -167,8 +168,12 @@ def result_of(doc: dict[str, Any]) -> TrialResult:
 
 
 def run_on_ray(search: Search, address: str) -> SearchOutcome:
-    """Run ``search`` through Ray Tune on the cluster at ``address``; the outcome as the local loop gives it."""
-    from ray import tune
+    """Run ``search`` through Ray Tune on the cluster at ``address``; the outcome as the local loop gives it.
+    :class:`RayUnavailable` when Ray Tune is not installed (the optional 'ray' extra)."""
+    try:
+        from ray import tune
+    except ImportError as exc:
+        raise RayUnavailable(f"--ray-address needs Ray Tune (pip install 'stepcast[ray]'): {exc}") from None
 
     cfg = search.cfg
     budget = cfg.search

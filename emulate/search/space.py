@@ -33,6 +33,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from profiling.paths import REPO_ROOT
+from stepcast.errors import InputError
 
 Config = dict[str, Any]
 
@@ -40,7 +41,7 @@ Config = dict[str, Any]
 SPEED_PRUNED = "speed.monotone: no faster than"
 
 
-class SearchConfigError(ValueError):
+class SearchConfigError(InputError):
     """A search config that cannot be used: one line naming the file and field."""
 
 

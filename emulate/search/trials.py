@@ -29,14 +29,16 @@ from emulate import config
 from profiling.atomic import write_json_atomic
 from profiling.paths import REPO_ROOT, cache_root
 from stepcast import settings
+from stepcast.errors import Interrupted
 
 OOM_MARKERS = ("OutOfMemoryError", "CUDA out of memory")
 EXIT_RANK_FAILED = 3  # emulate run: the script failed on some rank (emulate.launcher.EXIT_RANK_FAILED)
 CACHE_FORMAT = 1
 
 
-class TrialInterrupted(RuntimeError):
-    """The emulation was stopped by a signal (the search is being interrupted): nothing is cached."""
+class TrialInterrupted(Interrupted):
+    """The emulation was stopped by a signal (the search is being interrupted): nothing is cached. The search
+    command reports it as an interrupted search (exit 130), its results so far cached."""
 
 
 @dataclass
@@ -145,7 +147,7 @@ def run_trial(script: Path, args: list[str], env: dict[str, str], target: Target
             return {"status": "error", "reason": f"emulation took longer than {timeout_s:g} s",
                     "emulation_s": seconds, "transient": True}
         if code > 128:
-            raise TrialInterrupted(f"emulation stopped by signal {code - 128}")
+            raise TrialInterrupted(code - 128, f"emulation stopped by signal {code - 128}")
         oom = out_of_memory(trace_dir, done["output"])
         if oom is not None:
             return {"status": "oom", "reason": oom, "emulation_s": seconds}

@@ -12,6 +12,7 @@ import numpy as np
 from emulate.sim.copies import COMM_MAP, mapped_view, twin_indices
 from emulate.sim.durations import Durations
 from emulate.sim.program import COLLECTIVE, RankProgram
+from stepcast.errors import InputError
 
 
 @dataclass
@@ -26,7 +27,7 @@ class CollectiveGroup:
     last_arrival: float = 0.0
 
 
-class CollectiveMismatch(ValueError):
+class CollectiveMismatch(InputError):
     """The ranks' traces disagree on a collective: the message (one line) names the ranks, events and call."""
 
 
@@ -123,11 +124,11 @@ def collate(programs: list[RankProgram], durations: Durations) -> tuple[list[lis
     group_of = [[-1] * p.n_events for p in programs]
     world = {p.world_size for p in programs}
     if len(world) > 1:
-        raise ValueError(f"traces disagree on world_size: {', '.join(f'{p.source}={p.world_size}' for p in programs)}")
+        raise InputError(f"traces disagree on world_size: {', '.join(f'{p.source}={p.world_size}' for p in programs)}")
     ranks = [p.rank for p in programs]
     if len(set(ranks)) != len(ranks):
         dup = next(r for r in ranks if ranks.count(r) > 1)
-        raise ValueError(f"rank {dup} appears in more than one trace: "
+        raise InputError(f"rank {dup} appears in more than one trace: "
                          f"{', '.join(p.source for p in programs if p.rank == dup)}")
     if len(programs) < programs[0].world_size or len(programs) == 1:
         return group_of, []
@@ -159,7 +160,7 @@ def collate(programs: list[RankProgram], durations: Durations) -> tuple[list[lis
                 grp = by_key[key] = CollectiveGroup(key=key, expected=expected)
             grp.members.append((r, i))
             if len(grp.members) > grp.expected:
-                raise ValueError(f"{prog.source}: events[{i}]: collective {key[1:]!r} has more members than its "
+                raise InputError(f"{prog.source}: events[{i}]: collective {key[1:]!r} has more members than its "
                                  f"{grp.expected} ranks (duplicate comm_seq?)")
 
     full = len(programs) == programs[0].world_size

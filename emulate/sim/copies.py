@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from emulate.sim.program import RankProgram
+from stepcast.errors import InputError
 
 COMM_MAP = "comm_map"  # RankProgram.meta key: {twin's communicator: (own communicator, own rank, peer numbers)}
 
@@ -29,7 +30,7 @@ def with_copies(programs: list[RankProgram], copies: dict[int, dict[str, Any]]) 
     for rank, copy in copies.items():
         twin = by_rank.get(int(copy["twin"]))
         if twin is None:
-            raise ValueError(f"copies: rank {rank} copies rank {copy['twin']}, whose trace is not among the traces")
+            raise InputError(f"copies: rank {rank} copies rank {copy['twin']}, whose trace is not among the traces")
         meta = {**twin.meta, "copied_from": twin.rank, COMM_MAP: copy.get("comm_map") or {}}
         out.append(dataclasses.replace(twin, rank=int(rank), source=f"{twin.source} (as rank {rank})", meta=meta))
     return sorted(out, key=lambda p: p.rank)

@@ -60,6 +60,7 @@ from profiling.classify import (classify_flex_attention_kernel, classify_memory_
                                flex_attention_pass, tensor_dtype)
 from profiling.families import FAMILIES
 from profiling.hardware import HardwareSpec, UnknownHardwareError, lookup
+from stepcast.errors import InputError
 
 LAUNCH_FLOOR_US = 2.0          # an unclassified kernel with nothing measured: the smallest kernel a GPU runs
 COPY_LATENCY_US = 1.0          # fixed cost of a copy or memset besides its bytes
@@ -171,7 +172,7 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
         events = prog.events
         if len(todo) and target is None:
             i = int(todo[0])
-            raise ValueError(f"{prog.source}: events[{i}] has no measured duration and no target hardware was "
+            raise InputError(f"{prog.source}: events[{i}] has no measured duration and no target hardware was "
                              f"given to predict it (pass a hardware id)")
         is_kernel = prog.kind_array[todo] == KERNEL
         kernels = todo[is_kernel].tolist()

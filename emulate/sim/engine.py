@@ -56,11 +56,12 @@ from emulate.sim.host import RankSetup
 from emulate.sim.program import (
     COLLECTIVE, DEVICE_SYNC, EVENT_RECORD, EVENT_SYNC, MEMCPY_BLOCKING, STREAM_SYNC, STREAM_WAIT_EVENT, RankProgram,
 )
+from stepcast.errors import InputError
 
 PENDING = -1.0  # a stream tail that waits for a collective's peers
 
 
-class SimulationDeadlock(RuntimeError):
+class SimulationDeadlock(InputError):
     """Ranks wait on each other's collectives in an order that can never complete."""
 
 

@@ -10,21 +10,19 @@ from rich.table import Table
 
 from estimator.data import load_measurements
 from profiling.paths import cache_root
-from estimator.importers import SOURCES, DataImportError
+from estimator.importers import SOURCES
 from profiling.families import FAMILIES
+from stepcast.errors import cli_main
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m estimator.importers", description=__doc__.split("\n")[0])
     parser.add_argument("--source", action="append", choices=SOURCES, help="only this source (repeatable)")
     parser.add_argument("--family", action="append", choices=list(FAMILIES), help="only this family (repeatable)")
     parser.add_argument("--refresh", action="store_true", help="re-parse the inputs even when cached")
     args = parser.parse_args(argv)
-    try:
-        frame = load_measurements(families=args.family, sources=args.source, refresh=args.refresh)
-    except DataImportError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    frame = load_measurements(families=args.family, sources=args.source, refresh=args.refresh)
     table = Table(title=f"training rows ({len(frame):,}; cache {cache_root() / 'measurements'})")
     for column in ("source", "family", "hardware", "rows", "median runtime (us)"):
         table.add_column(column, justify="right" if column in ("rows", "median runtime (us)") else "left")

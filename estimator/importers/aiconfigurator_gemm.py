@@ -39,6 +39,7 @@ import pandas as pd
 from estimator.importers.aiconfigurator import (SOURCE, catalog_tables, median_rows, shape_set,
                                                 tables)
 from estimator.importers.common import finalize
+from stepcast.errors import InputError
 
 REQUIRED = ("kernel_source", "gemm_dtype", "m", "n", "k", "latency")
 #: the one dtype whose rows are plain torch Linear (cuBLAS)
@@ -57,7 +58,7 @@ def load(root: Path, gemm_dtype: str = TORCH_DTYPE) -> pd.DataFrame:
     """Every Linear GEMM of ``gemm_dtype`` (a key of :data:`DTYPES`; the training rows are the bf16 ones) of a
     catalog device, one row per (device, m, n, k)."""
     if gemm_dtype not in DTYPES:
-        raise ValueError(f"gemm_dtype '{gemm_dtype}': expected one of {', '.join(DTYPES)}")
+        raise InputError(f"gemm_dtype '{gemm_dtype}': expected one of {', '.join(DTYPES)}")
     parts = []
     for path, raw, hardware in catalog_tables(input_files(root), root, REQUIRED):
         raw = raw[(raw["gemm_dtype"].astype(str) == gemm_dtype) & (raw[["m", "n", "k"]] >= 1).all(axis=1)]

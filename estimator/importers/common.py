@@ -17,6 +17,7 @@ import pandas as pd
 
 from profiling.families import COMMON_COLUMNS, DTYPES, FAMILIES
 from profiling.hardware import load_catalog
+from stepcast.errors import InputError
 
 SOURCES: tuple[str, ...] = ("profiler", "vidur", "neusight", "kineto", "llmcompass", "aiconfigurator")
 
@@ -37,7 +38,7 @@ NUMERIC_EXTRAS = frozenset({"kernel_count", "tp", "num_tokens"})
 TRAINING_COLUMNS: tuple[str, ...] = KEY_COLUMNS + MEASUREMENT_COLUMNS
 
 
-class DataImportError(ValueError):
+class DataImportError(InputError):
     """Input that an importer cannot use; the message is one line naming the file and the column."""
 
 

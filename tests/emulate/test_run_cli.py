@@ -176,3 +176,38 @@ def test_unknown_hardware_is_one_line_naming_the_catalog(tmp_path):
     assert proc.returncode == 2 and "never runs" not in proc.stdout
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "unknown hardware 'h900'" in lines[0] and "h100-sxm" in lines[0]
+
+
+def _simulate_a_capture_whose_reading(tmp_path, monkeypatch, error: BaseException) -> int:
+    """emulate.cli.simulate_capture over one capture whose trace reading raises ``error``."""
+    import argparse
+
+    import emulate.trace
+    from emulate.cli import simulate_capture
+
+    def read(path):
+        raise error
+
+    monkeypatch.setattr(emulate.trace, "read_trace", read)
+    ns = argparse.Namespace(nodes=1, host_speed=None, launch_queue=None, report=None, trace=None,
+                            trace_rank_list=None)
+    capture = {"traces": [str(tmp_path / "rank0.trace.json")], "capture_dir": str(tmp_path)}
+    return simulate_capture(ns, lookup("h100-sxm"), capture, None, 0)
+
+
+def test_traces_the_simulator_refuses_are_one_line_naming_the_capture_folder(tmp_path, monkeypatch, capsys):
+    from emulate.trace import TraceFormatError
+
+    error = TraceFormatError("rank0.trace.json: field 'events': expected a list")
+    assert _simulate_a_capture_whose_reading(tmp_path, monkeypatch, error) == 2
+    assert capsys.readouterr().err == (f"stepcast: rank0.trace.json: field 'events': expected a list; traces in "
+                                       f"{tmp_path}\n")
+
+
+def test_a_stop_while_simulating_reaches_the_caller_that_reports_it(tmp_path, monkeypatch):
+    import signal
+
+    from emulate.launcher import RunInterrupted
+
+    with pytest.raises(RunInterrupted):
+        _simulate_a_capture_whose_reading(tmp_path, monkeypatch, RunInterrupted(signal.SIGTERM))

@@ -49,7 +49,7 @@ class FakeRunner:
     def __call__(self, script, args, env, target, timeout_s=None):
         with self.lock:
             if self.interrupt_at is not None and len(self.calls) == self.interrupt_at:
-                raise TrialInterrupted("stopped by signal 15")
+                raise TrialInterrupted(15)
             self.calls.append(args)
         time.sleep(self.delay_s)
         tp, pp, mb = (int(a.split("=")[1]) for a in args)

@@ -191,7 +191,9 @@ def test_run_refuses_a_missing_hardware_catalog(tmp_path, script, cache):
 
 def test_replay_refuses_a_report_in_a_read_only_folder_before_reading_traces(tmp_path, cache, read_only_folder):
     report = read_only_folder / "r.json"
-    proc = command(cache, "replay", str(tmp_path / "absent.json"), "--report", str(report))
+    junk = tmp_path / "junk.json"
+    junk.write_text("not a trace")  # refused only if it were read
+    proc = command(cache, "replay", str(junk), "--report", str(report))
     assert_refused(proc, f"--report: expected a file in a writable folder, found {report}", cache, report)
 
 

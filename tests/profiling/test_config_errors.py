@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from profiling.runner import ConfigError, Runner
-from profiling.sampling import SweepConfigError
+from profiling.runner import Runner
+from profiling.sampling import ConfigError
 
 
 def test_unknown_family(tiny_config):
@@ -33,7 +33,7 @@ def test_gpu_hardware_without_cuda(tiny_config):
     ("+gemm.speed=11", r"gemm.speed: unknown sweep key"),
 ])
 def test_bad_sweep_names_the_field(tiny_config, override, message):
-    with pytest.raises(SweepConfigError, match=message):
+    with pytest.raises(ConfigError, match=message):
         Runner(tiny_config("families=[gemm]", override)).plan()
 
 

@@ -8,13 +8,13 @@ import pytest
 from profiling.model_catalog import lookup_model
 from profiling.ops.gemm import GemmBench
 from profiling.plan import plan_family
-from profiling.sampling import SweepConfigError, grid, point_id, random_points
+from profiling.sampling import ConfigError, grid, point_id, random_points
 
 
 def test_grid_is_the_cartesian_product():
     points = list(grid({"m": [1, 2, 3], "n": [4, 5], "op": "mm"}))
     assert len(points) == 6 and {p["op"] for p in points} == {"mm"}
-    with pytest.raises(SweepConfigError, match=r"grid.m: a grid takes a list"):
+    with pytest.raises(ConfigError, match=r"grid.m: a grid takes a list"):
         list(grid({"m": {"log": [1, 8]}}))
 
 
@@ -22,7 +22,7 @@ def test_log_uniform_stays_in_range_and_on_multiples():
     draws = [p["m"] for p in random_points({"m": {"log": [16, 4096], "multiple_of": 16}}, 500, random.Random(0))]
     assert min(draws) >= 16 and max(draws) <= 4096 and all(d % 16 == 0 for d in draws)
     assert sum(d < 256 for d in draws) > 150  # log-uniform: half the draws below the geometric middle
-    with pytest.raises(SweepConfigError, match=r"random.m: expected 0 < lo <= hi"):
+    with pytest.raises(ConfigError, match=r"random.m: expected 0 < lo <= hi"):
         list(random_points({"m": {"log": [8, 2]}}, 1, random.Random(0)))
 
 
