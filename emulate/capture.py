@@ -373,8 +373,7 @@ def _sibling(name: str, path: Path | None = None) -> Any:
     lands on the script's ``sys.path``. Such a module may import the error classes (``from stepcast.errors import
     ...``, standard library only): ``stepcast.errors`` names the project's own copy while it loads, and the
     script's ``sys.modules`` is left as it was."""
-    errors = sys.modules.get("_stepcast_errors") or _load_private(
-        "errors", Path(__file__).resolve().parents[1] / "stepcast" / "errors.py")
+    errors = sys.modules.get("_stepcast_errors") or _load_private("errors", _stepcast_file("errors"))
     saved = sys.modules.get("stepcast.errors")
     sys.modules["stepcast.errors"] = errors
     try:
@@ -568,9 +567,14 @@ keep_alive: list[Any] = []  # the C callbacks the driver holds (ctypes frees a c
 def _settings() -> Any:
     """The settings registry (stepcast/settings.py, loaded by its path: nothing of the project goes on the script's
     ``sys.path``; the launcher checked the values before the run)."""
-    root = Path(__file__).resolve().parents[1]  # a checkout's root (stepcast/ beside emulate/), or the installed
-    installed = root / "settings.py"            # stepcast package (emulate/ inside it)
-    return _sibling("settings", installed if installed.is_file() else root / "stepcast" / "settings.py")
+    return _sibling("settings", _stepcast_file("settings"))
+
+
+def _stepcast_file(name: str) -> Path:
+    """The file of module ``stepcast.<name>``: in a checkout stepcast/ sits beside emulate/; installed, emulate/
+    sits inside the stepcast package (setup.py)."""
+    parent = Path(__file__).resolve().parents[1]
+    return parent / f"{name}.py" if (parent / "__init__.py").is_file() else parent / "stepcast" / f"{name}.py"
 
 
 def settings_dedup_confirm() -> int:
