@@ -7,8 +7,8 @@ around it, then a device synchronisation.
 
     python -m emulate run --hardware t4 -- estimator/kernelbench_eager.py [--events] CALLS A.py [B.py ...]
 
-The script the convolution and eager KernelBench benchmarks emulate (:mod:`benchmarks.emulate.conv`,
-:mod:`benchmarks.emulate.kernelbench_eager`); plain PyTorch, so it runs the same on a real GPU.
+The script the convolution-family table's captures run (:mod:`estimator.kernelbench`; the convolution, matmul and
+eager KernelBench benchmarks run it too); plain PyTorch, so it runs the same on a real GPU.
 """
 from __future__ import annotations
 

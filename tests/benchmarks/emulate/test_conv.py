@@ -5,7 +5,13 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from benchmarks.emulate.conv import backward_sequence, forward_geometry, held_out_families, kineto_args, main
+from benchmarks.emulate.conv import (
+    backward_sequence,
+    forward_geometry,
+    held_out_families,
+    kineto_args,
+    main,
+)
 
 
 def test_the_held_out_family_columns_never_fit_on_the_row_they_predict():

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.emulate.determinism import component_spreads, components, decomposition_table, main, spread
+from benchmarks.emulate.determinism import (
+    component_spreads,
+    components,
+    decomposition_table,
+    main,
+    spread,
+)
 from emulate.report import build_report
 from emulate.sim.synthetic import TraceBuilder
 from emulate.simulate import simulate

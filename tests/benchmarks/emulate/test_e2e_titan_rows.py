@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 
 from benchmarks.emulate.e2e import titan_rows
-from benchmarks.emulate.e2e.titan_rows import RowsError, published_rows, rows_2024, rows_async_tp, rows_h200
+from benchmarks.emulate.e2e.titan_rows import (
+    RowsError,
+    published_rows,
+    rows_2024,
+    rows_async_tp,
+    rows_h200,
+)
 
 HARDWARE_H100 = ("- Each H100 GPU is equipped with 96GB HBM2e with 2.4 TB/sec peak memory bandwidth.\n"
                  "- We used the default 500W power limit.\n")

@@ -3,15 +3,13 @@ compares, which forward it times, and what it refuses; no emulation is run here.
 from __future__ import annotations
 
 from benchmarks.emulate.kernelbench import (
-    COMPILED,
     candidates,
-    device_bound,
     evaluate,
     main,
-    measured_ms,
     steady_forward,
 )
 from emulate.trace import write_trace
+from estimator.kernelbench import COMPILED, device_bound, measured_ms
 
 #: compiled forward times (ms) per GPU folder
 TIMINGS_MS = {"T4_modal": {"19_ReLU.py": 0.1, "36_RMSNorm_.py": 3.3, "23_Softmax.py": 0.17,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.emulate.kernelbench import measured_ms
 from benchmarks.emulate.kernelbench_eager import (
     DEVICE,
     EAGER,
@@ -16,6 +15,7 @@ from benchmarks.emulate.kernelbench_eager import (
     medians,
 )
 from emulate.sim.synthetic import TraceBuilder
+from estimator.kernelbench import measured_ms
 
 #: eager forward times (ms) per GPU folder
 TIMINGS_MS = {"T4_modal": {"19_ReLU.py": 0.03, "23_Softmax.py": 0.04, "36_RMSNorm_.py": 0.9,

@@ -2,8 +2,8 @@
 emulation is run."""
 from __future__ import annotations
 
-from benchmarks.emulate.conv import EAGER, eager_ms
 from benchmarks.emulate.matmul import evaluate, main, matmul_problems
+from estimator.kernelbench import EAGER, eager_ms
 
 #: eager forward times (ms) per GPU folder
 TIMINGS_MS = {"T4_modal": {"19_ReLU.py": 0.03, "1_Square_matrix_multiplication_.py": 4.46,

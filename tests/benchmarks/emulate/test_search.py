@@ -6,7 +6,12 @@ from collections import Counter
 
 import pytest
 
-from benchmarks.emulate.search import BENCHMARK_OVERRIDES, PublishedRun, rank_agreement, torchtitan_published
+from benchmarks.emulate.search import (
+    BENCHMARK_OVERRIDES,
+    PublishedRun,
+    rank_agreement,
+    torchtitan_published,
+)
 from emulate.search.cli import load_config
 from emulate.search.space import Space
 from emulate.search.trials import TrialResult

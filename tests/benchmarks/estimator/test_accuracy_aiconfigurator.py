@@ -4,7 +4,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from benchmarks.estimator.accuracy import EXTRA_SOURCES, POOLED, nccl_folds, suite_aiconfigurator, suite_vidur_h100
+from benchmarks.estimator.accuracy import (
+    EXTRA_SOURCES,
+    POOLED,
+    nccl_folds,
+    suite_aiconfigurator,
+    suite_vidur_h100,
+)
 from estimator.analytical import RooflineEstimator
 from estimator.importers.aiconfigurator import shape_set
 from tests.estimator.conftest import synthetic_gemms

@@ -4,7 +4,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from benchmarks.estimator.accuracy import POOLED, WITH_PROFILES, suite_vidur_h100, without_weights_of
+from benchmarks.estimator.accuracy import (
+    POOLED,
+    WITH_PROFILES,
+    suite_vidur_h100,
+    without_weights_of,
+)
 from tests.estimator.conftest import synthetic_gemms
 
 

@@ -5,7 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from benchmarks.estimator.diagnose import feature_variants, level_oracle, neighbour_bound, transfer_bound
+from benchmarks.estimator.diagnose import (
+    feature_variants,
+    level_oracle,
+    neighbour_bound,
+    transfer_bound,
+)
 
 
 def _series(times: list[float], **keys) -> pd.DataFrame:
