@@ -41,7 +41,7 @@ FROM_ENVIRONMENT: dict[str, str] = {
     # In-step calibration (``on``, the default, or ``off``): the estimators learn kernels timed one at a time; on a
     # GPU with per-operator times measured inside whole-model runs (NeuSight's label traces,
     # estimator.importers.neusight_inmodel), predicted kernel times are scaled per family by how those in-step times
-    # compare with the estimator's own predictions of the same kernels (emulate.e2e.instep).
+    # compare with the estimator's own predictions of the same kernels (emulate.sim.instep).
     "INSTEP_CALIBRATION": "STEPCAST_INSTEP",
     # Models (NeuSight config stems, comma-separated: ``STEPCAST_INSTEP_EXCLUDE=bert_large``) whose in-step rows the
     # calibration leaves out: the end-to-end benchmark holds out the model it evaluates.

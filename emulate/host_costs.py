@@ -223,7 +223,7 @@ def capture_work(workload: Workload, model: str, run: int, out_dir: Path) -> Pat
     """Capture ``workload`` once (``--capture-only``) under ``STEPCAST_HOST_MODEL=model``; its rank-0 trace."""
     import os
 
-    from emulate.e2e.emulation import emulate_script
+    from emulate.emulation import emulate_script
     from profiling.paths import REPO_ROOT
 
     trace_dir = out_dir / f"{workload.name}-{model}-{run}"
@@ -308,8 +308,8 @@ class ReferenceHost:
     """The GPU server ``--host-speed 1`` stands for, as its speed over the machine the counted costs were measured
     on. The counted costs are this project's reference machine's (a 2-core cloud VM), and the runtime-call costs
     come from profiled servers; what a GPU server's host does per call is read from KernelBench's eager timings of
-    launch-bound one-op modules on six GPU servers (``python -m emulate.kernelbench_eager_benchmark``): per server,
-    the counted model's time for :data:`emulate.kernelbench_benchmark.HOST_FLOOR_PROBLEM`'s call over the measured
+    launch-bound one-op modules on six GPU servers (``python -m benchmarks.emulate.kernelbench_eager``): per server,
+    the counted model's time for :data:`estimator.kernelbench.HOST_FLOOR_PROBLEM`'s call over the measured
     one (``servers``); the reference is their median (``speed``), so one unusual server moves it little."""
 
     speed: float = 1.0
@@ -412,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
         console.print(check)
     if args.write:
         result["work_ns"] = work
-        if previous.get(REFERENCE_HOST) is not None:  # fitted by emulate.kernelbench_eager_benchmark, kept
+        if previous.get(REFERENCE_HOST) is not None:  # fitted by benchmarks.emulate.kernelbench_eager, kept
             result[REFERENCE_HOST] = previous[REFERENCE_HOST]
         with atomic_text(Path(config.HOST_CALL_COSTS_FILE)) as f:
             json.dump(result, f, indent=1, sort_keys=True)

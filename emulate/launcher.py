@@ -40,7 +40,8 @@ from profiling.hardware import HardwareSpec
 from stepcast.errors import Interrupted, UnavailableError
 
 #: the CUDA major versions of torch builds the emulated driver serves (each runtime release's private tables are
-#: data: emulate/driver/runtime_versions.py), and the oldest torch it was checked with (python -m emulate.torch_matrix)
+#: data: emulate/driver/runtime_versions.py), and the oldest torch it was checked with (python -m
+#: benchmarks.emulate.torch_matrix)
 SUPPORTED_CUDA_MAJORS = (12, 13)
 OLDEST_TORCH = (2, 6)
 INSTALL_HINT = "pip install 'torch>=2.6' (a CUDA 12 or 13 build)"

@@ -6,7 +6,7 @@ mostly on which engine cuDNN ran (a SIMT ``implicit_convolveNd_sgemm`` is far sl
 the same GEMM; FFT and Winograd do fewer multiplications; transposed convolutions run dgrad engines). So each call
 gets one multiplicative efficiency per family: the median over training problems of log(measured / predicted),
 shrunk toward 0 by :data:`PRIOR` pseudo-problems (a family seen on few problems stays near the GEMM row). The data
-are KernelBench's eager level-1 convolution forwards (``emulate.conv_benchmark``), fitted on the training GPUs only.
+are KernelBench's eager level-1 convolution forwards (``benchmarks.emulate.conv``), fitted on the training GPUs only.
 
     python -m estimator.conv_families --fit --out models/xgboost/conv_families.json --bundle models/xgboost
 
@@ -54,7 +54,7 @@ FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = tuple((name, re.compile(patt
 def corrects(op: str | None) -> bool:
     """Whether a convolution op's calls are scaled: forwards only (transposed ones included), what the table was
     fitted on; a backward pass's engines (wgrad, a real dgrad) are others, and the V100 ResNet-50 backward calls
-    got worse under it (``python -m emulate.conv_benchmark``: dgrad 21 -> 52-71 %)."""
+    got worse under it (``python -m benchmarks.emulate.conv``: dgrad 21 -> 52-71 %)."""
     from profiling.classify import is_convolution_op
 
     return bool(op) and "backward" not in op.lower() and is_convolution_op(op)
@@ -127,7 +127,7 @@ def fit(records: Iterable[tuple[str, float]], prior: float = PRIOR) -> ConvFamil
 
 def training_records(problems: Iterable[dict[str, Any]], gpus: Iterable[str] | None = None) -> list[tuple[str, float]]:
     """(family, log(measured / predicted)) of each (problem, GPU) whose corrected calls are all of one family
-    (``problems``: :func:`emulate.conv_benchmark.problem_gpus`), on ``gpus`` (default: all but :data:`NOT_FITTED`)."""
+    (``problems``: :func:`estimator.kernelbench.problem_gpus`), on ``gpus`` (default: all but :data:`NOT_FITTED`)."""
     out = []
     for p in problems:
         if (p["gpu"] in NOT_FITTED) if gpus is None else (p["gpu"] not in set(gpus)):
@@ -175,13 +175,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.fit:
         parser.error("nothing to do (pass --fit)")
-    from emulate import conv_benchmark
+    from estimator import kernelbench
     from estimator.bundle import is_bundle
 
     folder = args.out.parent
     bundle = args.bundle or (str(folder) if is_bundle(folder) else None)
     # a bad bundle is found before any capture (kernelbench_rows loads the bundle first)
-    problems = conv_benchmark.problem_gpus(conv_benchmark.kernelbench_rows(args.root, bundle))
+    problems = kernelbench.problem_gpus(kernelbench.kernelbench_rows(args.root, bundle))
     table = fit(training_records(problems))
     table.meta = {"data": "KernelBench level-1 eager convolution forwards (fp32), "
                           "ScalingIntelligence/KernelBench, MIT",

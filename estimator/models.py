@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass, field
 from typing import Any
 
 from estimator.base import KernelEstimator
@@ -30,3 +31,36 @@ def make_estimator(kind: str, family: str, params: dict[str, Any] | None = None,
     if target is not None:
         params["target"] = target
     return cls(family=family, **params)
+
+
+#: kinds whose constructor takes a seed; the fold's seed s gives the model seed SEED_STRIDE x s (tiled's ensemble
+#: members take seed, seed + 1, ...: a stride keeps the seeds' members apart)
+SEEDED = ("xgboost", "mlp", "tiled")
+SEED_STRIDE = 1000
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A candidate as ``estimator.models.make_estimator`` builds it."""
+    kind: str
+    params: dict[str, Any] = field(default_factory=dict)
+    target: str | None = None
+
+    def seeded(self, seed: int) -> "ModelSpec":
+        if self.kind not in SEEDED:
+            return self
+        return ModelSpec(self.kind, self.params | {"seed": SEED_STRIDE * seed}, self.target)
+
+
+def shipped_config(kind: str) -> ModelSpec:
+    """The candidate as the exporter fits it: conf/estimator/model/<kind>.yaml, target from conf/estimator/train.yaml
+    for the models that take one."""
+    from omegaconf import OmegaConf
+
+    from profiling.paths import CONF_DIR
+
+    config = OmegaConf.load(CONF_DIR / "estimator" / "model" / f"{kind}.yaml")
+    params = OmegaConf.to_container(config.params) if config.get("params") else {}
+    target = None if kind in ("roofline", "nccl") else \
+        str(OmegaConf.load(CONF_DIR / "estimator" / "train.yaml").target)
+    return ModelSpec(kind, dict(params), target)

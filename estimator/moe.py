@@ -18,7 +18,7 @@
   prediction is never below ``bound``, the roofline of the least work the routing can give (equal to ``expected``
   for a balanced routing), so it is never faster than the roofline of its work. The device enters through the
   roofline and those spec figures only, which is what lets it transfer to an unseen GPU
-  (``python -m emulate.moe_benchmark``: each GPU held out).
+  (``python -m benchmarks.emulate.moe``: each GPU held out).
 """
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ def features(frame: pd.DataFrame, lw: LayerWork, backends: tuple[str, ...]) -> p
     """The facts of each row the correction learns from: dimensionless shape and routing facts, and the device's
     catalog figures per SM (its ridge point, bandwidth and peak per SM, L2, SM count and generation), which set
     an unseen GPU among the seen ones (leave-one-GPU-out H100 bf16 22.4 -> 20.8 %, seen shapes 1 point better with
-    them; ``python -m emulate.moe_benchmark``). ``backends``: the training vocabulary (others encode as -1)."""
+    them; ``python -m benchmarks.emulate.moe``). ``backends``: the training vocabulary (others encode as -1)."""
     loads = lw.loads
     hw = row_hardware(frame["hardware"], frame["dtype"])
     num = {c: frame[c].to_numpy(dtype=np.float64) for c in KEYS[3:]}
@@ -171,7 +171,7 @@ class MoEEstimator:
     below the roofline of its least work. The default size (200 trees of depth 8) keeps the benchmark's 30 fits
     within ten minutes on two cores; more trees and rows help where the GPU is seen: 600 of depth 12 took the
     seen-shape split at 12,000 rows per (GPU, dtype) from 10-15 to 8-13 % and leave-B200-out from 13.3 to 11.6 %
-    (bf16), and on every row to 5.9-8.5 % (``python -m emulate.moe_benchmark`` options)."""
+    (bf16), and on every row to 5.9-8.5 % (``python -m benchmarks.emulate.moe`` options)."""
 
     def __init__(self, n_estimators: int = 200, max_depth: int = 8, learning_rate: float = 0.15,
                  seed: int = 0, n_jobs: int = 2, objective: str = "reg:absoluteerror") -> None:

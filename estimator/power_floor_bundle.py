@@ -6,7 +6,7 @@ The figures come from the bundle's GEMM training rows (the devices its card name
 fp8 GEMMs of the same devices (``estimator.importers.aiconfigurator_gemm``: evidence of what the fp8 datapath
 sustains within its board's power, not training rows); the exporter (``estimator.train``) fits the same way. Kept
 apart from :mod:`estimator.power_floor`, which the tiled model imports, so that the importers and the bundle code are
-not part of that model's code (``estimator.unseen.module_closure``).
+not part of that model's code (``benchmarks.estimator.unseen.module_closure``).
 """
 from __future__ import annotations
 

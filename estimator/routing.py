@@ -271,7 +271,7 @@ def route_choices(figures: pd.DataFrame, incumbents: dict[str, dict[str, str]], 
     ``gpus``: the held-out devices that are GPUs, whose device folds the sibling and unseen choices pool, each
     (device, dtype) under its situation (``situation_of`` with the family's ``pairs``), with ``stable_choice``;
     ``exclude``: a device whose figures those choices leave out (the nested choice for that device)."""
-    from estimator.unseen import POOLED
+    from estimator.unseen_results import POOLED
 
     out = []
     for family in sorted(set(figures["family"])):
@@ -367,7 +367,7 @@ def route_report(figures: pd.DataFrame, routes: dict[str, FamilyRoutes], nested:
     rule runs (``bundle``), the model a bundle routed on every figure would run (``route``) and the honest figure of
     routing: the ``routed`` candidate of the results, whose choice for each device was made without its figures
     (``nested`` names it)."""
-    from estimator.unseen import POOLED
+    from estimator.unseen_results import POOLED
 
     device = figures[(figures["split"] == "device") & (figures["held_out"] != POOLED)]
     rows = []
@@ -425,9 +425,16 @@ def routes_from_results(doc: dict[str, Any]) -> dict[str, FamilyRoutes]:
     return choose_routes(figures, incumbents_of(doc), gpus_of(figures), pairs_of(doc))
 
 
+def is_gpu(hardware: str) -> bool:
+    """Whether a catalog id is a GPU (the device folds whose figures the routes pool)."""
+    from profiling.hardware import lookup
+
+    return lookup(hardware).kind == "gpu"
+
+
 def gpus_of(figures: pd.DataFrame) -> set[str]:
     """The held-out devices of the device split that are GPUs."""
-    from estimator.unseen import POOLED, is_gpu
+    from estimator.unseen_results import POOLED
 
     return {d for d in set(figures.loc[figures["split"] == "device", "held_out"]) if d != POOLED and is_gpu(d)}
 

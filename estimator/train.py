@@ -293,7 +293,7 @@ def routed_candidates(results: Path, frames: dict[str, pd.DataFrame], models: di
     ``results`` route: each route's models other than the primary one and the roofline are fitted on every row of the
     family with their shipped configs (conf/estimator/model/); a family's ``pairs`` are its training data's."""
     from estimator import routing, unseen_results
-    from estimator.unseen import shipped_config
+    from estimator.models import shipped_config
 
     try:
         doc = unseen_results.read(results)

@@ -1,5 +1,7 @@
 """The unseen protocol's results file (``docs/results/unseen.json``): what was run where, every figure with its
-per-seed values, finding a figure, and comparing a new run against the committed one.
+per-seed values, finding a figure, and comparing a new run against the committed one. The protocol that writes it
+is a benchmark (``python -m benchmarks.estimator.accuracy --protocol unseen``); training reads it to route a bundle's
+families (``stepcast train routes_from=...``, :mod:`estimator.routing`), so its format lives here, in the product.
 
 The file records the commit and whether the tree had uncommitted changes, the shipped bundle's version, the machine
 (CPU model, cores, memory), Python's and the training libraries' versions, the protocol's settings, the data's
@@ -22,6 +24,8 @@ from profiling.paths import REPO_ROOT
 FORMAT = "stepcast-unseen-results"
 FORMAT_VERSION = 1
 RESULTS = REPO_ROOT / "docs" / "results" / "unseen.json"
+#: held_out value of the rows that pool every fold of a split
+POOLED = "pooled"
 #: a figure moved by less than this (points of mean APE) has not changed: the file rounds to 3 decimals
 ROUNDING = 0.01
 
@@ -101,7 +105,7 @@ def read(path: Path) -> dict[str, Any]:
         return parse(path.read_text(), str(path))
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: missing (expected the unseen protocol's results: "
-                                "python -m estimator.benchmark --protocol unseen)") from None
+                                "python -m benchmarks.estimator.accuracy --protocol unseen)") from None
 
 
 def committed(path: Path) -> dict[str, Any] | None:

@@ -19,7 +19,7 @@ torchtitan's gradient accumulation does); ``--compile`` compiles each block with
 after checkpointing and before sharding (torchtitan's ``--training.compile``); ``--float8`` converts every Linear
 but the output projection to torchao's Float8Linear with dynamic tensorwise scaling (torchtitan's
 ``--model.converters=float8`` with its default settings: bf16 all-gathers; needs ``pip install torchao``). The
-published torchtitan rows these flags express: ``python -m emulate.search_benchmark --config llama_fsdp2``.
+published torchtitan rows these flags express: ``python -m benchmarks.emulate.search --config llama_fsdp2``.
 """
 from __future__ import annotations
 

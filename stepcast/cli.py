@@ -2,7 +2,8 @@
 
 argparse subcommands (run, replay, validate, search, predict) are registered from their owners' own parser
 builders, so ``stepcast run`` and ``python -m emulate run`` accept the same arguments; the Hydra apps (profile,
-train) and the benchmark, which parse ``sys.argv`` or build their own parser, get everything after their name."""
+train), which parse ``sys.argv``, get everything after their name. The benchmarks are not commands of the product:
+they run from a checkout as ``python -m benchmarks.<package>.<name>``."""
 from __future__ import annotations
 
 import argparse
@@ -35,11 +36,10 @@ SEARCH_EPILOG = """\
 example:
   stepcast search megatron_gpt search.sampler=grid search.max_evaluations=4 --no-mlflow"""
 
-# commands that parse their own argv (Hydra reads sys.argv; the benchmark builds its own parser)
+# commands that parse their own argv (Hydra reads sys.argv)
 PASSTHROUGH_HELP = {
     "profile": "measure kernels on this machine into a dataset (Hydra app: key=value settings)",
     "train": "train, evaluate and export kernel-runtime estimators (Hydra app: key=value settings)",
-    "benchmark": "score XGBoost, MLP, random forest and roofline on the measured data",
 }
 
 
@@ -57,35 +57,15 @@ def run_train(argv: list[str]) -> int:
     return run_hydra_main(train_main, f"{PROG} train", argv)
 
 
-BENCHMARK_EPILOG = """\
-Prints the tables; writes a file only with --json (--protocol unseen: docs/results/unseen.json). Examples:
-  stepcast benchmark --suites speed,families --json bench.json
-  stepcast benchmark --protocol unseen --compare"""
-
-
-def run_benchmark(argv: list[str]) -> int:
-    """estimator.benchmark builds its own parser; its --help gets the example every stepcast help ends with."""
-    from estimator.benchmark import main as benchmark_main
-
-    if not {"-h", "--help"} & set(argv):
-        return benchmark_main(argv)
-    try:
-        benchmark_main(argv)  # --protocol unseen --help: that protocol's options
-    except SystemExit:
-        pass
-    print(f"\n{BENCHMARK_EPILOG}")
-    return 0
-
-
 PASSTHROUGH: dict[str, Callable[[list[str]], int]] = {
-    "profile": run_profile, "train": run_train, "benchmark": run_benchmark,
+    "profile": run_profile, "train": run_train,
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command tree; the pass-through commands appear in the listing and parse their own arguments."""
-    from emulate.cli import add_run_parser
     from emulate import replay, validate
+    from emulate.cli import add_run_parser
     from estimator.predict import register as register_predict
     from stepcast.bundled_examples import register as register_examples
 

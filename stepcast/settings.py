@@ -180,7 +180,7 @@ _DECLARED: tuple[Setting, ...] = (
     Setting("STEPCAST_ESTIMATOR", TEXT, None, "the kernel-runtime estimator estimator.load() gives by default: a "
             "name, a bundle folder or an MLflow URI", default_text="models/xgboost (shipped)"),
     Setting("STEPCAST_INSTEP", SWITCH, True, "scale predicted kernel times per family by in-step measurements of "
-            "the target GPU where there are some (emulate.e2e.instep)"),
+            "the target GPU where there are some (emulate.sim.instep)"),
     Setting("STEPCAST_INSTEP_EXCLUDE", NAMES, (), "models (NeuSight config stems) and GPUs (catalog ids) left out "
             "of the in-step calibration: the end-to-end benchmark holds out the model it scores, and with --unseen "
             "its GPU, which then takes the other GPUs' pooled factors"),

@@ -1,13 +1,19 @@
-"""Shared fixtures: the third-party data folder (tests that need it are skipped with a message when it is absent)."""
+"""Shared fixtures: the third-party data folder (tests that need it are skipped with a message when it is absent),
+running ``python -m emulate run --capture-only`` as a user would, and KernelBench's timing files and captures as the
+KernelBench tests (the convolution-family training data, the KernelBench benchmarks) need them."""
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 
-from profiling.paths import shared_data_root
+from emulate.trace import read_trace
+from profiling.paths import REPO_ROOT, shared_data_root
 
 
 @pytest.fixture(scope="session")
@@ -46,5 +52,69 @@ def script_with_own_modules() -> Callable[[Path], Path]:
         script = folder / "train.py"
         script.write_text(OWN_MODULES_SCRIPT)
         return script
+
+    return write
+
+
+EmulateRun = Callable[...,
+                      tuple[subprocess.CompletedProcess, dict[str, Any] | None, list[dict[str, Any]]]]
+
+
+def _emulate_run(tmp: Path, script: Path, *args: str, nproc: int = 1, hardware: str = "h100-sxm",
+                 options: tuple[str, ...] = ()):
+    """Capture ``script`` on the emulated driver (``options``: more ``run`` options); returns (process, capture report or
+    None, per-rank traces)."""
+    tmp.mkdir(parents=True, exist_ok=True)  # the run refuses a report in a folder that does not exist
+    report = tmp / "report.json"
+    cmd = [sys.executable, "-m", "emulate", "run", "--hardware", hardware, "--nproc", str(nproc), "--capture-only",
+           *options,
+           "--report", str(report), "--trace-dir", str(tmp / "traces"), "--", str(script), *args]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    doc = json.loads(report.read_text()) if report.is_file() else None
+    traces = [read_trace(p) for p in doc["traces"]] if doc else []
+    return proc, doc, traces
+
+
+@pytest.fixture(scope="session")
+def emulate_run() -> EmulateRun:
+    return _emulate_run
+
+
+WriteTimings = Callable[[str, dict[str, dict[str, float]]], Path]
+
+
+@pytest.fixture
+def kernelbench_timings(tmp_path: Path) -> WriteTimings:
+    """Writes KernelBench timing files as the shared data lays them out: ``write(file, {folder: {problem.py:
+    mean ms}})`` under ``tmp_path`` (returned, the data root)."""
+    from estimator.kernelbench import TIMINGS
+
+    def write(file: str, timings: dict[str, dict[str, float]]) -> Path:
+        for folder, times in timings.items():
+            path = tmp_path / TIMINGS / folder / file
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"level1": {p: {"mean": ms} for p, ms in times.items()}}))
+        return tmp_path
+
+    return write
+
+
+StepTrace = Callable[[str, list[dict[str, Any]]], Path]
+
+
+@pytest.fixture
+def step_trace(tmp_path: Path) -> StepTrace:
+    """Writes a one-rank trace of a KernelBench capture: ``write(hardware, kernels)`` puts an iteration marker
+    before, between and after the kernels (one kernel a forward call) and returns the trace's path."""
+    from emulate.trace import write_trace
+
+    def write(hardware: str, kernels: list[dict[str, Any]]) -> Path:
+        events: list[dict[str, Any]] = [{"kind": "iteration", "step": 0}]
+        for step, kernel in enumerate(kernels, start=1):
+            events += [kernel, {"kind": "iteration", "step": step}]
+        path = tmp_path / "rank0.trace.json"
+        write_trace(path, rank=0, world_size=1, hardware=hardware,
+                    events=[{**ev, "seq": i, "t_ns": i, "gap_ns": 0} for i, ev in enumerate(events)])
+        return path
 
     return write

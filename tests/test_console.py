@@ -11,7 +11,7 @@ import pytest
 
 from profiling.paths import REPO_ROOT
 
-COMMANDS = ["run", "replay", "validate", "search", "predict", "profile", "train", "benchmark"]
+COMMANDS = ["run", "replay", "validate", "search", "predict", "profile", "train"]
 SCREEN = 40
 
 

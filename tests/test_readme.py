@@ -87,7 +87,7 @@ def test_a_step_time_beyond_the_determinism_target_or_another_compute_time_is_a_
 
 
 def test_the_tolerance_is_the_determinism_target_of_the_readme_example():
-    from emulate.benchmark_determinism import WORKLOADS
+    from benchmarks.emulate.determinism import WORKLOADS
 
     gpt = WORKLOADS["gpt"]
     assert readme_sample.TOLERANCE == gpt.target_spread

@@ -36,7 +36,7 @@ VARIES = "<varies>"
 #: the part of the steady host time read from this machine's clock (emulate/report.py), dropped from the block...
 CLOCK_PART = re.compile(r" \+ \d+\.\d+ ms read from the clock")
 #: ...and the rows it moves, which agree with the README within the example's determinism target (its spread over
-#: runs, emulate/benchmark_determinism.py's "gpt" workload; kept in step by tests/test_readme.py): ms values within
+#: runs, benchmarks/emulate/determinism.py's "gpt" workload; kept in step by tests/test_readme.py): ms values within
 #: that share of the README's iteration time, percentages within that share of their own value
 HOST_TIME_ROWS = ("iteration time", "host bound", "idle", "MFU")
 TOLERANCE = 0.02

@@ -127,9 +127,9 @@ class TrialCache:
 
 def run_trial(script: Path, args: list[str], env: dict[str, str], target: Target, timeout_s: float | None = None
               ) -> dict[str, Any]:
-    """Emulate one configuration (:func:`emulate.e2e.emulation.emulate_script`, the one way an emulation is run);
+    """Emulate one configuration (:func:`emulate.emulation.emulate_script`, the one way an emulation is run);
     the cacheable outcome (status, iteration time, peak memory, reason, seconds)."""
-    from emulate.e2e.emulation import emulate_script
+    from emulate.emulation import emulate_script
 
     with tempfile.TemporaryDirectory(prefix="stepcast-search-") as tmp:
         trace_dir = Path(tmp) / "traces"

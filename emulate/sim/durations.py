@@ -22,7 +22,7 @@ Every kernel counted in ``fallback_kernels`` is also marked in ``fallback`` (per
 report can count those of the steady iterations apart from warm-up and autotuning's benchmark launches.
 
 Predicted kernel times are then scaled by the in-step calibration of the target GPU when it has one
-(:mod:`emulate.e2e.instep`: one factor per family, fitted on per-operator times measured inside whole-model runs;
+(:mod:`emulate.sim.instep`: one factor per family, fitted on per-operator times measured inside whole-model runs;
 ``STEPCAST_INSTEP=off`` turns it off; fitted once per estimator version and data, then read from the cache); the
 report's estimator label names the factors.
 
@@ -56,8 +56,13 @@ from emulate.sim.program import COLLECTIVE, KERNEL, MEMCPY, MEMCPY_BLOCKING, MEM
 from emulate.trace import EventTable, TraceFormatError
 from estimator.base import KernelEstimator
 from estimator.kernel_config import PATHS, parse_name
-from profiling.classify import (classify_flex_attention_kernel, classify_memory_op, classify_triton_kernel,
-                               flex_attention_pass, tensor_dtype)
+from profiling.classify import (
+    classify_flex_attention_kernel,
+    classify_memory_op,
+    classify_triton_kernel,
+    flex_attention_pass,
+    tensor_dtype,
+)
 from profiling.families import FAMILIES
 from profiling.hardware import HardwareSpec, UnknownHardwareError, lookup
 from stepcast.errors import InputError
@@ -280,10 +285,10 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
 
 def _in_step_scale(rows: list[dict[str, Any]], target: HardwareSpec,
                    estimator: KernelEstimator) -> tuple[np.ndarray, str] | None:
-    """Per row, the in-step factor of its family on ``target`` (:mod:`emulate.e2e.instep`; ``STEPCAST_INSTEP``),
+    """Per row, the in-step factor of its family on ``target`` (:mod:`emulate.sim.instep`; ``STEPCAST_INSTEP``),
     and the line that names it; None when the calibration is off or ``target`` has no in-step rows."""
+    from emulate.sim import instep
     from emulate import config
-    from emulate.e2e import instep
 
     if not config.INSTEP_CALIBRATION:
         return None

@@ -6,16 +6,26 @@ and ``input_files(root: Path) -> list[Path]`` (what it reads, for the cache key)
 
 ``neusight_inmodel`` (NeuSight's per-operator times inside whole-model runs) has the same interface but is not a
 training source of the estimators (not in ``SOURCES``): its rows calibrate predicted kernel times to in-step times
-per GPU and family (``emulate.e2e.instep``), holding out the model the end-to-end benchmark evaluates.
+per GPU and family (``emulate.sim.instep``), holding out the model the end-to-end benchmark evaluates.
 ``aiconfigurator_moe`` (fused mixture-of-experts layers) has it too and is not one either: a fused MoE layer is no
-kernel family of ``profiling.families``; its rows fit ``estimator.moe`` (``python -m emulate.moe_benchmark``).
+kernel family of ``profiling.families``; its rows fit ``estimator.moe`` (``python -m benchmarks.emulate.moe``).
 """
 from __future__ import annotations
 
 from types import ModuleType
 
-from estimator.importers import (aiconfigurator_attention, aiconfigurator_gemm, aiconfigurator_nccl, kineto, llmcompass,
-                                 neusight, profiler, vidur, vidur_attention, vidur_network)
+from estimator.importers import (
+                                 aiconfigurator_attention,
+                                 aiconfigurator_gemm,
+                                 aiconfigurator_nccl,
+                                 kineto,
+                                 llmcompass,
+                                 neusight,
+                                 profiler,
+                                 vidur,
+                                 vidur_attention,
+                                 vidur_network,
+)
 from estimator.importers.common import SOURCES, TRAINING_COLUMNS, DataImportError
 
 #: source name (the ``source`` column) -> the modules that produce its rows

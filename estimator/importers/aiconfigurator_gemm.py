@@ -26,9 +26,9 @@ aiconfigurator interpolated in log m), Vidur's in-model timings with an older cu
 m <= 16, 1.05x at 16-64, 1.22x at 64-256, 1.37x at 256-1024 and 1.13x at 1024-4096, with a spread of 0.09-0.20
 within each range: kernel choices, not a timing offset. aiconfigurator's own time at the same (n, k), times that
 offset per log2 m fitted on the same rows, predicts Vidur at 9.4 % mean APE, worse than a model trained on three
-other Vidur models (6.7 %); adding these rows to the Vidur H100 folds scores 7.0 (``python -m estimator.benchmark
---suites vidur``, column ``xgboost(+aiconfigurator)``). The ``source`` column keeps each row's origin for a model
-that takes it as a feature.
+other Vidur models (6.7 %); adding these rows to the Vidur H100 folds scores 7.0
+(``python -m benchmarks.estimator.accuracy --suites vidur``, column ``xgboost(+aiconfigurator)``). The ``source`` column
+keeps each row's origin for a model that takes it as a feature.
 """
 from __future__ import annotations
 
@@ -36,8 +36,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from estimator.importers.aiconfigurator import (SOURCE, catalog_tables, median_rows, shape_set,
-                                                tables)
+from estimator.importers.aiconfigurator import SOURCE, catalog_tables, median_rows, shape_set, tables
 from estimator.importers.common import finalize
 from stepcast.errors import InputError
 
@@ -81,7 +80,7 @@ CUBLASLT_FP8_SOURCE = "torch_flow"
 def cublaslt_fp8(root: Path) -> pd.DataFrame:
     """The cuBLASLt FP8 GEMMs of TensorRT-LLM's PyTorch flow, their input quantisation taken off: rows as
     :func:`load`'s (dtype ``fp8_e4m3``) plus ``quantize_us``, what was taken off. Never training rows: a check of the
-    fp8 predictions the bf16-trained models extrapolate (``python -m estimator.benchmark --suites fp8``).
+    fp8 predictions the bf16-trained models extrapolate (``python -m benchmarks.estimator.accuracy --suites fp8``).
 
     Each row's quantisation costs what it costs at that (device, m, k) whatever n is: the table's narrowest GEMM
     there (n of a few dozen, whose GEMM only reads its input) is that quantisation plus an fp8 read of the input,

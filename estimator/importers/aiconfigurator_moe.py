@@ -18,7 +18,7 @@ held-out set is held out on every device at once.
 
 Not a training source of the per-kernel estimators (not in ``estimator.importers.SOURCES``): a fused MoE layer is
 no family of ``profiling.families`` yet; ``estimator.moe`` is fitted on these rows and
-``python -m emulate.moe_benchmark`` scores it.
+``python -m benchmarks.emulate.moe`` scores it.
 """
 from __future__ import annotations
 

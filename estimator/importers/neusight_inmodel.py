@@ -21,7 +21,7 @@ label, ``<GPU folder>/<stem>``), ``repeat`` (``num_layer`` for rows of the repea
 ``pass_scale``: the label's measured forward pass divided by the sum over the trace of every kernel-launching
 node's forward time (x ``repeat``). NeuSight times each node on its own (an event pair and a synchronisation per
 node), so the per-node sum differs from the uninterrupted pass: by -9 % to +19 % on four GPUs and up to +52 % on the
-A100 (small models), see ``python -m emulate.e2e_benchmark``. ``runtime_us x pass_scale`` is the node's share of
+A100 (small models), see ``python -m benchmarks.emulate.e2e``. ``runtime_us x pass_scale`` is the node's share of
 the measured pass: its time inside a running step.
 
 These rows are not in the default training data of the shipped estimators (``conf/estimator/data/all.yaml`` lists

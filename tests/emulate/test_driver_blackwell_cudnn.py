@@ -2,7 +2,7 @@
 ``cuOccupancyMaxActiveClusters`` on an empty kernel (``cask_cudnn::nopHardwareDetection``: one block per SM, the
 non-portable flag, cluster sizes 32, 30, ..., 2, 1); a refused size 32 leaves the probe's result null and cuDNN
 dereferences it while finalising the engine config (SIGSEGV in libcudnn_engines_precompiled), which lost every
-KernelBench transposed convolution on the B200 (``python -m emulate.conv_benchmark``)."""
+KernelBench transposed convolution on the B200 (``python -m benchmarks.emulate.conv``)."""
 from __future__ import annotations
 
 import pytest

@@ -1,5 +1,5 @@
 """Replaying large profiler traces: the streaming reader, bounded memory, progress, and the synthetic trace of
-:mod:`emulate.benchmark_replay_scale` replaying to its own measured step."""
+:mod:`benchmarks.emulate.replay_scale` replaying to its own measured step."""
 from __future__ import annotations
 
 import gzip
@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from emulate.benchmark_replay_scale import write_trace
+from benchmarks.emulate.replay_scale import write_trace
 from emulate.replay import replay
 from profiling import kineto
 

@@ -38,7 +38,7 @@ def test_a_sparse_run_reports_what_every_rank_running_reports(tmp_path):
     assert abs(sparse["iteration_time_ms"] - full["iteration_time_ms"]) <= 0.01 * full["iteration_time_ms"]
     # every copy's peak is its twin's (the device memory its trace allocated, torch's allocator and the libraries'
     # own). Across two runs the DDP peak itself is not stable (5.78 vs 4.71 GB seen for rank 0 of identical full
-    # runs), so the equality of sparse and full peaks is checked by python -m emulate.scale_benchmark --check-equal
+    # runs), so the equality of sparse and full peaks is checked by python -m benchmarks.emulate.scale --check-equal
     # (Megatron, stable)
     twin_peak = sparse["per_rank"][0]["peak_memory_bytes"]
     assert twin_peak >= sparse["ranks"][0]["peak_memory_bytes"]  # at least what torch's allocator reserved

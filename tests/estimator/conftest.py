@@ -46,13 +46,3 @@ def gemm_rows() -> pd.DataFrame:
 @pytest.fixture(scope="session")
 def norm_rows() -> pd.DataFrame:
     return synthetic_norms()
-
-
-@pytest.fixture
-def light_tiled(monkeypatch):
-    """The benchmark suites' ``tiled`` column at a test's size: the suite tests check which columns and folds appear,
-    not how well the five-network ensemble trains (at full size it cost 250 s of a 2-core CI run)."""
-    import estimator.benchmark as benchmark
-
-    monkeypatch.setattr(benchmark, "TILED", {"tiled": ("tiled", {"epochs": 2, "min_steps": 50, "networks": 1},
-                                                        "efficiency")})

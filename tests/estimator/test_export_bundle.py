@@ -151,7 +151,7 @@ def test_a_bundle_saved_over_another_keeps_no_file_of_the_model_it_replaced(tmp_
 
 
 def test_data_exclude_hardware_trains_a_bundle_that_never_saw_that_device(tmp_path, gemm_rows):
-    # what the end-to-end benchmark's --unseen trains for each GPU (emulate/e2e/unseen_bundles.py)
+    # what the end-to-end benchmark's --unseen trains for each GPU (benchmarks/emulate/e2e/unseen_bundles.py)
     from estimator.train import load_training_rows
 
     data = tmp_path / "rows.parquet"

@@ -167,10 +167,11 @@ def test_an_export_routed_by_the_results_fits_the_chosen_models_and_says_why_in_
     from hydra import compose, initialize_config_dir
 
     import estimator
-    from estimator import unseen, unseen_results
+    from benchmarks.estimator import unseen
+    from benchmarks.estimator.unseen import ModelSpec, Settings, run_protocol
+    from estimator import unseen_results
     from estimator.routing import routes_from_results
     from estimator.train import run
-    from estimator.unseen import ModelSpec, Settings, run_protocol
     from profiling.paths import CONF_DIR
 
     light = {"xgboost": ModelSpec("xgboost", {"n_estimators": 4, "n_jobs": 1}, "efficiency"),

@@ -15,8 +15,8 @@ import pytest
 from profiling.paths import REPO_ROOT
 from stepcast import settings
 
-#: where the product's code, configs and tools live (tests may set variables of their own)
-SOURCE_ROOTS = ("emulate", "estimator", "profiling", "stepcast", "tools", "examples", "conf")
+#: where the product's code, configs and tools live, and the benchmarks (tests may set variables of their own)
+SOURCE_ROOTS = ("emulate", "estimator", "profiling", "stepcast", "tools", "examples", "conf", "benchmarks")
 SOURCE_SUFFIXES = {".py", ".c", ".h", ".cpp", ".yaml", ".sh"}
 TOKEN = re.compile(r"STEPCAST_[A-Z0-9_]+")
 C_MACRO = re.compile(r"#\s*(?:define|ifndef)\s+(STEPCAST_[A-Z0-9_]+)")

@@ -1,0 +1,179 @@
+"""How well are Inductor's Triton kernels timed? KernelBench's torch.compile timings against the emulator.
+
+    python -m benchmarks.emulate.kernelbench                 # every device-bound level-1 problem, on the six GPUs
+    python -m benchmarks.emulate.kernelbench --problems 36_RMSNorm_,40_LayerNorm --json out.json
+
+KernelBench (``kernelbench/`` under the shared data, read its SOURCE.md) timed the forward of each problem's
+reference module compiled with Inductor's default mode (fp32, PyTorch 2.5, CUDA events over 100 calls) on several
+GPUs; the catalog knows all six (:data:`GPUS`: T4, B200, L40S, RTX A6000, A10G, RTX 3090 Ti; L40S from its Modal
+run, the other provider's left out). Each level-1 problem that is neither a matmul nor
+a convolution is run once on the emulator (``benchmarks/emulate/e2e/kernelbench_problem.py``: one profiler step per
+forward); its captured trace (kept under ``<cache>/kernelbench/``) is then simulated on each GPU, and the predicted
+device time of one steady forward (the sum of its kernels' predicted durations) is printed beside the measured time,
+twice: with each Triton launch timed from the bytes its launcher read and wrote (``bytes``, what the emulator does)
+and from its grid alone (``grid``, what it did before launches carried their bytes). A (problem, GPU) is compared
+only when its measured time is at least :data:`DEVICE_BOUND_FLOORS` times that GPU's host floor (its time for
+:data:`HOST_FLOOR_PROBLEM`, one kernel on 1 MB: the Python dispatch and launch of a compiled module), and problems
+whose compiled forward runs anything but Triton kernels (an extern GEMM, a cuDNN call) are left out.
+The last rows give the median |error| per GPU and column.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from estimator.kernelbench import (
+    DEVICE_BOUND_FLOORS,
+    HOST_FLOOR_PROBLEM,
+    PROBLEMS,
+    TIMINGS,
+    device_bound,
+    kernel_us,
+    measured_ms,
+)
+from profiling.atomic import write_json_atomic
+from profiling.paths import cache_root, shared_data_root
+
+#: problems that compile to extern kernels (cuBLAS GEMMs, cuDNN convolutions): not a check of Triton's timing
+NOT_TRITON = re.compile(r"matmul|multiplication|conv|gemm", re.IGNORECASE)
+SCALAR_PRODUCT = "5_Matrix_scalar_multiplication"  # a pointwise kernel despite its name
+SCRIPT = Path(__file__).with_name("e2e") / "kernelbench_problem.py"
+CAPTURE_HARDWARE = "t4"   # the bytes a launch moves do not depend on the GPU it is captured on
+CALLS = 4                 # forwards per capture: the first compiles, the last full one is timed
+
+
+def candidates(measured: dict[str, dict[str, float]], only: list[str] | None = None) -> list[str]:
+    """Problems worth emulating: not a GEMM or convolution, device bound on at least one GPU; ``only`` narrows."""
+    least = device_bound(measured)
+    keep = [p for p in measured if not NOT_TRITON.search(p) or p == SCALAR_PRODUCT]
+    keep = [p for p in keep if any(ms >= least.get(gpu, float("inf")) for gpu, ms in measured[p].items())]
+    if only:
+        keep = [p for p in keep if p in only]
+    return sorted(keep, key=lambda p: int(p.split("_")[0]))
+
+
+def capture(problem: Path, fresh: bool = False, *, script: Path = SCRIPT, args: list[str] | None = None,
+            folder: str = "kernelbench", timeout_s: float = 900) -> Path | str:
+    """The captured trace of one problem (cached under ``<cache>/<folder>/<problem>``), or why there is none;
+    ``script`` and ``args`` (default: this benchmark's compiled forwards) are what runs it on the virtual T4."""
+    from emulate.emulation import emulate_script
+
+    trace_dir = cache_root() / folder / problem.stem
+    trace = trace_dir / "rank0.trace.json"
+    if trace.is_file() and not fresh:
+        return trace
+    done = emulate_script(script, args if args is not None else [str(problem), str(CALLS)], CAPTURE_HARDWARE,
+                          kernels=False, timeout_s=timeout_s, trace_dir=trace_dir)
+    if not done["ok"]:
+        return f"emulation failed: {done['error']}"
+    return trace if trace.is_file() else "no trace written"
+
+
+def steady_forward(events: list[dict[str, Any]]) -> tuple[int, int] | None:
+    """(first, end) event positions of the last full forward: between the last two iteration markers."""
+    marks = [i for i, ev in enumerate(events) if ev["kind"] == "iteration"]
+    return (marks[-2], marks[-1]) if len(marks) >= 3 else None
+
+
+def predicted_ms(events: list[dict[str, Any]], gpu: str, window: tuple[int, int], with_bytes: bool) -> float:
+    """Predicted device time (ms) of the kernels in ``window`` on ``gpu``; without ``with_bytes`` the Triton
+    launches lose their recorded bytes and are timed from their grid."""
+    if not with_bytes:
+        events = [{k: v for k, v in ev.items() if k not in ("bytes_read", "bytes_written")} for ev in events]
+    us = kernel_us(events, gpu)
+    first, end = window
+    return sum(us[i] for i in range(first, end) if events[i]["kind"] == "kernel") / 1e3
+
+
+def evaluate(problem: str, trace: Path, measured: dict[str, float], least: dict[str, float]) -> dict[str, Any]:
+    """One problem's row: per GPU, measured and predicted ms (bytes and grid), or why it is left out."""
+    from emulate.trace import read_trace
+
+    events = [dict(ev) for ev in read_trace(trace)["events"]]
+    window = steady_forward(events)
+    if window is None:
+        return {"problem": problem, "skipped": "fewer than two forwards were marked"}
+    kernels = [events[i] for i in range(*window) if events[i]["kind"] == "kernel"]
+    other = next((k["name"] for k in kernels if not k["name"].startswith("triton_")), None)
+    if not kernels or other is not None:
+        return {"problem": problem, "skipped": f"not only Triton kernels ({(other or 'none')[:60]})"}
+    row: dict[str, Any] = {"problem": problem, "kernels": len(kernels),
+                           "bytes": sum(k.get("bytes_read", 0) + k.get("bytes_written", 0) for k in kernels),
+                           "gpus": {}}
+    for gpu, ms in measured.items():
+        if ms < least.get(gpu, float("inf")):
+            continue
+        row["gpus"][gpu] = {"measured_ms": ms, "bytes_ms": predicted_ms(events, gpu, window, True),
+                            "grid_ms": predicted_ms(events, gpu, window, False)}
+    return row
+
+
+def error(predicted: float, measured: float) -> float:
+    return (predicted - measured) / measured * 100.0
+
+
+def print_table(rows: list[dict[str, Any]], console: Console) -> None:
+    table = Table(title="KernelBench torch.compile forward (fp32, Inductor default): predicted vs measured")
+    for col in ("problem", "GPU", "kernels", "MB moved", "measured ms", "bytes ms", "err %", "grid ms", "err %"):
+        table.add_column(col, justify="left" if col in ("problem", "GPU") else "right")
+    errors: dict[str, dict[str, list[float]]] = {}
+    for row in rows:
+        if "skipped" in row:
+            table.add_row(row["problem"], "-", "", "", "", "", "", "", row["skipped"])
+            continue
+        for gpu, g in row["gpus"].items():
+            eb, eg = error(g["bytes_ms"], g["measured_ms"]), error(g["grid_ms"], g["measured_ms"])
+            errors.setdefault(gpu, {"bytes": [], "grid": []})
+            errors[gpu]["bytes"].append(abs(eb))
+            errors[gpu]["grid"].append(abs(eg))
+            table.add_row(row["problem"], gpu, str(row["kernels"]), f"{row['bytes'] / 1e6:,.0f}",
+                          f"{g['measured_ms']:.3f}", f"{g['bytes_ms']:.3f}", f"{eb:+.1f}", f"{g['grid_ms']:.3f}",
+                          f"{eg:+.1f}")
+    for gpu, e in errors.items():
+        table.add_row(f"median |error| ({len(e['bytes'])})", gpu, "", "", "", "",
+                      f"{statistics.median(e['bytes']):.1f}", "", f"{statistics.median(e['grid']):.1f}")
+    console.print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.emulate.kernelbench",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--problems", default=None, help="comma-separated problem stems (default: every candidate)")
+    parser.add_argument("--root", type=Path, default=None, help="shared data folder (default: the setting)")
+    parser.add_argument("--fresh", action="store_true", help="capture again even where a trace is cached")
+    parser.add_argument("--json", type=Path, default=None, help="write every row here (JSON)")
+    args = parser.parse_args(argv)
+    root = args.root or shared_data_root()
+    measured = measured_ms(root)
+    if not measured:
+        print(f"stepcast: no KernelBench timings under {root / TIMINGS} (set STEPCAST_SHARED_DATA)", file=sys.stderr)
+        return 2
+    only = [p.strip() for p in args.problems.split(",")] if args.problems else None
+    problems, least = candidates(measured, only), device_bound(measured)
+    if only and not problems:
+        print(f"stepcast: --problems: none of {', '.join(only)} is a candidate (level 1, neither GEMM nor "
+              f"convolution, measured at least {DEVICE_BOUND_FLOORS:g}x {HOST_FLOOR_PROBLEM} on a GPU)",
+              file=sys.stderr)
+        return 2
+    console = Console(width=160)
+    rows = []
+    for n, problem in enumerate(problems, 1):
+        console.print(f"[{n}/{len(problems)}] {problem}")
+        trace = capture(root / PROBLEMS / f"{problem}.py", fresh=args.fresh)
+        rows.append(evaluate(problem, trace, measured[problem], least) if isinstance(trace, Path)
+                    else {"problem": problem, "skipped": trace})
+    print_table(rows, console)
+    if args.json:
+        write_json_atomic(args.json, {"rows": rows, "least_measured_ms": least})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,268 @@
+"""KernelBench's eager level-1 forwards, end to end: the time between two CUDA events around the call, predicted.
+
+    python -m benchmarks.emulate.kernelbench_eager                    # every level-1 problem it compares, six GPUs
+    python -m benchmarks.emulate.kernelbench_eager --problems 19_ReLU,23_Softmax --json out.json
+
+KernelBench (``kernelbench/`` under the shared data, read its SOURCE.md) timed each problem's eager forward with
+two CUDA events around the call and a synchronisation after it (fp32, PyTorch 2.5, the mean of 100 calls). Each
+(problem, GPU) is put in one of two classes by its measured time against that GPU's host floor (its time for
+:data:`HOST_FLOOR_PROBLEM`, one pointwise kernel on 1 MB: Python's module call, the dispatcher, the launch):
+
+- **launch bound**, at most :data:`LAUNCH_BOUND_FLOORS` host floors: the GPU waits for the host between the two
+  events, so what is measured is the host's work (any problem: its kernels barely matter);
+- **device bound**, at least :data:`DEVICE_BOUND_FLOORS` host floors, and neither a GEMM nor a convolution (cuBLAS
+  and cuDNN pick their kernels by the GPU; ``benchmarks.emulate.matmul`` and ``benchmarks.emulate.conv`` emulate
+  each GPU for them): the kernels' time, PyTorch's own elementwise, reduction, norm, pooling and loss kernels,
+  which are the same on every GPU, so one capture serves all six.
+
+Pairs between the two are left out. Each problem is captured once, eagerly (``estimator/kernelbench_eager.py
+--events``: KernelBench's timing loop, one profiler step per call; kept under ``<cache>/kernelbench_eager/``), and
+simulated on each GPU with the counted host model; the prediction is the simulated time between the GPU reaching
+the two events of the last call, what ``cudaEventElapsedTime`` reports. None of these GPUs' KernelBench times is
+training data.
+
+Host speed. The counted host costs were measured on this project's reference machine, a 2-core cloud VM; the GPU
+servers' hosts are faster. Each server's speed over that machine is the counted model's time for
+:data:`HOST_FLOOR_PROBLEM`'s call over the server's measured time (:func:`server_speeds`), and the reference host
+that ``--host-speed 1`` stands for is their median (``--write-reference`` stores it in
+``emulate/host_call_costs.json``; :class:`emulate.host_costs.ReferenceHost`). Each server is scored at the median
+of the OTHER servers' speeds (:func:`held_out_speeds`): what a server nobody timed gets. The last rows give the
+median |error| per class and GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from benchmarks.emulate import kernelbench
+from benchmarks.emulate.kernelbench import NOT_TRITON, SCALAR_PRODUCT, error
+from emulate import config
+from emulate.host_costs import ReferenceHost, load_work_costs, write_reference_host
+from estimator.kernelbench import DEVICE_BOUND_FLOORS, GPUS, HOST_FLOOR_PROBLEM, PROBLEMS, SCRIPT, TIMINGS, measured_ms
+from profiling.atomic import write_json_atomic
+from profiling.paths import shared_data_root
+
+EAGER = "baseline_time_torch.json"
+#: a (problem, GPU) is launch bound when its measured time is at most this many host floors
+LAUNCH_BOUND_FLOORS = 1.5
+LAUNCH, DEVICE = "launch bound", "device bound"
+CALLS = 4                 # forwards per capture; the last is timed
+
+
+def library_picked(problem: str) -> bool:
+    """A GEMM or a convolution: cuBLAS or cuDNN picks its kernels for the GPU at hand."""
+    return bool(NOT_TRITON.search(problem)) and problem != SCALAR_PRODUCT
+
+
+def classes(measured: dict[str, dict[str, float]]) -> dict[str, dict[str, str]]:
+    """{problem: {GPU: LAUNCH or DEVICE}} of the pairs compared (module docstring), problems with none left out."""
+    floor = measured.get(HOST_FLOOR_PROBLEM, {})
+    out: dict[str, dict[str, str]] = {}
+    for problem, per_gpu in measured.items():
+        mine = {}
+        for gpu, ms in per_gpu.items():
+            if gpu not in floor:
+                continue
+            if ms <= LAUNCH_BOUND_FLOORS * floor[gpu]:
+                mine[gpu] = LAUNCH
+            elif ms >= DEVICE_BOUND_FLOORS * floor[gpu] and not library_picked(problem):
+                mine[gpu] = DEVICE
+        if mine:
+            out[problem] = mine
+    return dict(sorted(out.items(), key=lambda kv: int(kv[0].split("_")[0])))
+
+
+def capture(problem: Path, fresh: bool = False) -> Path | str:
+    """The eager capture of one problem (cached), or why there is none."""
+    return kernelbench.capture(problem, fresh, script=SCRIPT, args=["--events", str(CALLS), str(problem)],
+                                         folder="kernelbench_eager", timeout_s=600)
+
+
+def elapsed_between_events(doc: dict[str, Any], gpu: str, server_speed: float | None = None
+                           ) -> tuple[float, float] | str:
+    """(predicted ms between the two timing events of the last full call, predicted device ms of its kernels) on
+    ``gpu``, or why there is none. ``server_speed``: the host's speed over the machine the counted host costs were
+    measured on (None: the shipped reference host's, :class:`emulate.host_costs.ReferenceHost`)."""
+    import dataclasses
+
+    from emulate.host_costs import load_work_costs
+    from emulate.simulate import simulate
+
+    events = doc["events"]
+    marks = [i for i, ev in enumerate(events) if ev["kind"] == "iteration"]
+    if len(marks) < 3:
+        return "fewer than two calls were marked"
+    first, end = marks[-2], marks[-1]
+    records = [i for i in range(first, end) if events[i]["kind"] == "event_record"]
+    if len(records) < 2:
+        return "the call is not between two event records"
+    work = load_work_costs()
+    if server_speed is not None:
+        work = dataclasses.replace(work, host_speed=server_speed)
+    result = simulate([doc | {"hardware": gpu}], gpu, host_speed=1.0, work=work)
+    timeline, us = result.timelines[0], result.durations.us[0]
+    device = sum(float(us[i]) for i in range(records[0], records[1]) if events[i]["kind"] == "kernel")
+    return (float(timeline.end[records[1]] - timeline.end[records[0]]) / 1e3, device / 1e3)
+
+
+def evaluate(problem: str, trace: Path, measured: dict[str, float], compared: dict[str, str],
+             speeds: dict[str, float] | None = None) -> dict[str, Any]:
+    """One problem's row: per GPU compared, its class, measured and predicted ms, or why it is left out.
+    ``speeds``: per GPU, its server's host speed to simulate at (:func:`held_out_speeds`; default the shipped
+    reference host's)."""
+    from emulate.trace import read_trace
+
+    doc = read_trace(trace)
+    row: dict[str, Any] = {"problem": problem, "gpus": {}}
+    for gpu, bound in compared.items():
+        got = elapsed_between_events(doc, gpu, (speeds or {}).get(gpu))
+        if isinstance(got, str):
+            return {"problem": problem, "skipped": got}
+        row["gpus"][gpu] = {"class": bound, "measured_ms": measured[gpu], "predicted_ms": got[0],
+                            "device_ms": got[1]}
+    return row
+
+
+def server_speeds(trace: Path, floor_ms: dict[str, float]) -> dict[str, float]:
+    """Per GPU server, its host's speed over the machine the counted host costs were measured on: the counted
+    model's time for :data:`HOST_FLOOR_PROBLEM`'s call there (``trace``: its capture; launch bound, so the time is
+    the host's) over the time the server measured (``floor_ms``). What :class:`emulate.host_costs.ReferenceHost`
+    takes its median of."""
+    from emulate.trace import read_trace
+
+    doc = read_trace(trace)
+    out = {}
+    for gpu, ms in floor_ms.items():
+        got = elapsed_between_events(doc, gpu, server_speed=1.0)
+        if isinstance(got, str):
+            raise ValueError(f"{trace}: {HOST_FLOOR_PROBLEM}: {got}")
+        out[gpu] = got[0] / ms
+    return out
+
+
+def held_out_speeds(speeds: dict[str, float]) -> dict[str, float]:
+    """Per GPU server, the reference host taken without it (the median of the other servers' speeds): what a
+    server nobody measured gets, so that no server's figures are scored at a speed its own timing set."""
+    from emulate.host_costs import ReferenceHost
+
+    return {gpu: ReferenceHost.of_servers({g: v for g, v in speeds.items() if g != gpu}, "").speed
+            for gpu in speeds if len(speeds) > 1}
+
+
+def medians(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
+    """{class: {GPU: {n, median_abs_error_pct, median_error_pct}}} over the rows compared."""
+    errors: dict[str, dict[str, list[float]]] = {}
+    for row in rows:
+        for gpu, g in row.get("gpus", {}).items():
+            errors.setdefault(g["class"], {}).setdefault(gpu, []).append(error(g["predicted_ms"], g["measured_ms"]))
+    return {bound: {gpu: {"n": len(e), "median_abs_error_pct": statistics.median(abs(x) for x in e),
+                          "median_error_pct": statistics.median(e)} for gpu, e in per_gpu.items()}
+            for bound, per_gpu in sorted(errors.items())}
+
+
+def print_table(rows: list[dict[str, Any]], console: Console) -> None:
+    table = Table(title="KernelBench eager forwards (fp32): time between the timing events, predicted (counted host "
+                        "model, each server at the other servers' median host speed) vs measured")
+    for col in ("problem", "GPU", "class", "measured ms", "predicted ms", "err %", "device ms"):
+        table.add_column(col, justify="left" if col in ("problem", "GPU", "class") else "right")
+    for row in rows:
+        if "skipped" in row:
+            table.add_row(row["problem"], "-", "", "", "", "", row["skipped"])
+            continue
+        for gpu, g in row["gpus"].items():
+            table.add_row(row["problem"], gpu, g["class"], f"{g['measured_ms']:.4f}", f"{g['predicted_ms']:.4f}",
+                          f"{error(g['predicted_ms'], g['measured_ms']):+.1f}", f"{g['device_ms']:.4f}")
+    console.print(table)
+    summary = Table(title="Median |error| % per GPU (signed median; pairs)")
+    summary.add_column("class")
+    gpus = list(GPUS.values())
+    for gpu in gpus:
+        summary.add_column(gpu, justify="right")
+    for bound, per_gpu in medians(rows).items():
+        summary.add_row(bound, *(f"{per_gpu[g]['median_abs_error_pct']:.1f} ({per_gpu[g]['median_error_pct']:+.1f}; "
+                                 f"{per_gpu[g]['n']})" if g in per_gpu else "-" for g in gpus))
+    console.print(summary)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.emulate.kernelbench_eager",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--problems", default=None, help="comma-separated problem stems (default: every level-1 "
+                                                         "problem compared on some GPU)")
+    parser.add_argument("--root", type=Path, default=None, help="shared data folder (default: the setting)")
+    parser.add_argument("--fresh", action="store_true", help="capture again even where a trace is cached")
+    parser.add_argument("--json", type=Path, default=None, help="write every row and the medians here (JSON)")
+    parser.add_argument("--write-reference", action="store_true",
+                        help=f"write the servers' median host speed into {config.HOST_CALL_COSTS_FILE} as the "
+                             "reference host (what --host-speed 1 means)")
+    args = parser.parse_args(argv)
+    root = args.root or shared_data_root()
+    measured = measured_ms(root, EAGER)
+    if not measured:
+        print(f"stepcast: no KernelBench eager timings under {root / TIMINGS} (set STEPCAST_SHARED_DATA)",
+              file=sys.stderr)
+        return 2
+    compared = classes(measured)
+    if args.problems:
+        only = [p.strip() for p in args.problems.split(",")]
+        compared = {p: c for p, c in compared.items() if p in only}
+        if not compared:
+            print(f"stepcast: --problems: none of {', '.join(only)} is compared (launch bound: at most "
+                  f"{LAUNCH_BOUND_FLOORS:g}x {HOST_FLOOR_PROBLEM}'s eager time on a GPU; device bound: at least "
+                  f"{DEVICE_BOUND_FLOORS:g}x, and no GEMM or convolution)", file=sys.stderr)
+            return 2
+    console = Console(width=160)
+    floor = capture(root / PROBLEMS / f"{HOST_FLOOR_PROBLEM}.py", fresh=args.fresh)
+    if not isinstance(floor, Path):
+        print(f"stepcast: {HOST_FLOOR_PROBLEM}: no capture ({floor}); the servers' host speeds need it",
+              file=sys.stderr)
+        return 2
+    speeds = server_speeds(floor, measured[HOST_FLOOR_PROBLEM])
+    reference = ReferenceHost.of_servers(speeds, REFERENCE_NAME)
+    held_out = held_out_speeds(speeds)
+    print_speeds(speeds, held_out, reference, console)
+    if args.write_reference:
+        write_reference_host(reference)
+        console.print(f"wrote the reference host ({reference.speed:.3f}) into {config.HOST_CALL_COSTS_FILE}")
+    rows = []
+    for n, (problem, mine) in enumerate(compared.items(), 1):
+        console.print(f"[{n}/{len(compared)}] {problem}")
+        trace = capture(root / PROBLEMS / f"{problem}.py", fresh=args.fresh)
+        rows.append(evaluate(problem, trace, measured[problem], mine, held_out) if isinstance(trace, Path)
+                    else {"problem": problem, "skipped": trace})
+    print_table(rows, console)
+    if args.json:
+        write_json_atomic(args.json, {"rows": rows, "medians": medians(rows),
+                                      "launch_bound_floors": LAUNCH_BOUND_FLOORS,
+                                      "device_bound_floors": DEVICE_BOUND_FLOORS,
+                                      "server_speeds": speeds, "held_out_speeds": held_out,
+                                      "reference_host": {"speed": reference.speed, "name": reference.name}})
+    return 0
+
+
+#: how the reference host is named in the host cost file and in reports
+REFERENCE_NAME = (f"median KernelBench GPU server ({', '.join(sorted(GPUS))}; {HOST_FLOOR_PROBLEM}'s eager call, "
+                  "python -m benchmarks.emulate.kernelbench_eager)")
+
+
+def print_speeds(speeds: dict[str, float], held_out: dict[str, float], reference: "ReferenceHost",
+                 console: Console) -> None:
+    table = Table(title=f"Host speed of each GPU server over the counted model's machine ({HOST_FLOOR_PROBLEM}: "
+                        "predicted there / measured); each server is scored at the median of the others'")
+    for col in ("GPU server", "speed", "scored at"):
+        table.add_column(col, justify="left" if col == "GPU server" else "right")
+    for gpu, v in speeds.items():
+        table.add_row(gpu, f"{v:.3f}", f"{held_out.get(gpu, float('nan')):.3f}")
+    shipped = load_work_costs().host_speed
+    table.add_row("[bold]reference (median)", f"[bold]{reference.speed:.3f}", f"shipped {shipped:.3f}")
+    console.print(table)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,189 @@
+"""How well are fused mixture-of-experts layers timed on a GPU never measured? aiconfigurator's MoE tables.
+
+    python -m benchmarks.emulate.moe                        # every GPU held out in turn, 3 seeds
+    python -m benchmarks.emulate.moe --gpus h100-sxm,b200 --seeds 0 --json out.json
+
+Rows: ``estimator.importers.aiconfigurator_moe`` (one fused MoE layer's forward, bf16 and fp8, balanced and
+power-law routings, every framework's kernel, median over its releases). Model: ``estimator.moe`` (the layer's
+roofline on the catalog spec times a learned, non-negative correction).
+
+- **held out**: each GPU's rows are left out wholly; the model is fitted on the other GPUs' rows and predicts its.
+- **seen**: every GPU is seen, a fifth of the shapes is not (a layer at one token count, :data:`SHAPE`, with its
+  routings and kernels: fixed set ``seed mod 5`` of ``estimator.importers.aiconfigurator.shape_set``, the same
+  shapes on every GPU); fitted on the rest.
+- **seen layer**: the same with whole layers held out (:data:`LAYER`: every token count of a layer shape together,
+  the ``group`` column), a model the fit never saw at any batch.
+
+Each (GPU, dtype) draws at most ``--rows`` rows per seed (the tables hold 1.7 M), for training and scoring alike.
+The table gives mean APE per GPU and dtype, the mean over seeds with the range, the roofline alone on the held-out
+GPU (``roofline``: the expected loads' work at peak, no correction), and the pooled figure over every scored row of
+each split. ``--splits seen --rows 200000 --trees 600 --depth 12 --learning-rate 0.1`` fits the seen split on every
+row with a larger correction (about 3 minutes a fit on two idle cores).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from estimator.importers import aiconfigurator_moe
+from estimator.importers.aiconfigurator import DATA_DIR, GROUP_SETS, shape_set
+from estimator.metrics import ape
+from estimator.moe import MoEEstimator, layer_work
+from profiling.atomic import write_json_atomic
+from profiling.paths import shared_data_root
+
+#: rows per (GPU, dtype) drawn per seed: keeps one run of every split near ten minutes on two cores
+ROWS = 4000
+SEEDS = (0, 1, 2)
+DTYPES = ("bf16", "fp8_e4m3")
+#: a shape of the seen split: one layer at one token count (its routings and kernels held out with it)
+SHAPE = ("tokens", "hidden", "inter", "topk", "experts", "tp", "ep")
+#: a layer of the seen-layer split: all its token counts held out together
+LAYER = aiconfigurator_moe.LAYER
+SPLITS = ("held out", "seen", "seen layer")
+
+
+def sample(rows: pd.DataFrame, per_cell: int, seed: int) -> pd.DataFrame:
+    """At most ``per_cell`` rows of each (hardware, dtype), drawn with ``seed``."""
+    shuffled = rows.sample(frac=1.0, random_state=seed)
+    return shuffled.groupby(["hardware", "dtype"]).head(per_cell).reset_index(drop=True)
+
+
+def held_out_split(rows: pd.DataFrame, gpu: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(training rows, scored rows): the scored rows are every row of ``gpu``; no row of it is trained on."""
+    mine = (rows["hardware"] == gpu).to_numpy()
+    return rows[~mine], rows[mine]
+
+
+def seen_split(rows: pd.DataFrame, shape_set: int, by: tuple[str, ...] = SHAPE) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(training rows, scored rows): the scored rows are the shapes (columns ``by``) of fixed set ``shape_set`` among
+    ``GROUP_SETS``, on every GPU at once (``estimator.importers.aiconfigurator.shape_set``)."""
+    held = shape_set_of(rows, by) == shape_set
+    return rows[~held], rows[held]
+
+
+def shape_set_of(rows: pd.DataFrame, by: tuple[str, ...]) -> np.ndarray:
+    return shape_set(*(rows[c].to_numpy() for c in by))
+
+
+def scores(train: pd.DataFrame, test: pd.DataFrame, seed: int, **model: Any) -> pd.DataFrame:
+    """Per scored row: hardware, dtype, the model's APE and the roofline's (``model``: MoEEstimator's options)."""
+    fitted = MoEEstimator(seed=seed, **model).fit(train, train["runtime_us"].to_numpy())
+    true = test["runtime_us"].to_numpy()
+    return pd.DataFrame({"hardware": test["hardware"].to_numpy(), "dtype": test["dtype"].to_numpy(),
+                         "ape": ape(fitted.predict(test), true),
+                         "roofline_ape": ape(layer_work(test).expected_us, true)})
+
+
+def run(rows: pd.DataFrame, gpus: list[str], seeds: tuple[int, ...], per_cell: int,
+        console: Console, splits: tuple[str, ...] = SPLITS, **model: Any) -> pd.DataFrame:
+    """Per (split, seed, GPU, dtype): mean APE of the model and of the roofline, and the rows scored."""
+    out = []
+    for seed in seeds:
+        drawn = sample(rows, per_cell, seed)
+        for gpu in gpus if "held out" in splits else []:
+            console.print(f"seed {seed}: {gpu} held out")
+            out.append(scores(*held_out_split(drawn, gpu), seed, **model).assign(split="held out", seed=seed))
+        for split, by in (("seen", SHAPE), ("seen layer", LAYER)):
+            if split not in splits:
+                continue
+            console.print(f"seed {seed}: {split}: set {seed % GROUP_SETS} of {', '.join(by)} held out on every GPU")
+            seen = scores(*seen_split(drawn, seed % GROUP_SETS, by), seed, **model)
+            out.append(seen[seen["hardware"].isin(gpus)].assign(split=split, seed=seed))
+    every = pd.concat(out, ignore_index=True)
+    per_gpu = summarise(every, ["split", "seed", "hardware", "dtype"]).assign(pooled=False)
+    return pd.concat([per_gpu, summarise(every, ["split", "seed", "dtype"]).assign(hardware="pooled", pooled=True)],
+                     ignore_index=True)
+
+
+def summarise(every: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Per ``keys``: the mean APE of the model and of the roofline over the scored rows, and their count (without
+    ``hardware`` among the keys: pooled over every GPU)."""
+    cells = every.groupby(keys)
+    return cells.agg(mean_ape=("ape", "mean"), roofline_ape=("roofline_ape", "mean"),
+                     rows=("ape", "size")).reset_index()
+
+
+def _figure(values: pd.Series) -> str:
+    if values.empty:
+        return "-"
+    if len(values) == 1:
+        return f"{values.iat[0]:.1f}"
+    return f"{values.mean():.1f} ({values.min():.1f}-{values.max():.1f})"
+
+
+def print_table(cells: pd.DataFrame, console: Console) -> None:
+    seeds = cells["seed"].nunique()
+    table = Table(title=f"Fused-MoE layer forward, aiconfigurator tables: mean APE % (mean over {seeds} seeds, "
+                        "range); goal: held out <= 15, seen <= 6")
+    for col in ("GPU", "dtype", "held out", "roofline", "seen", "seen layer", "rows/seed"):
+        table.add_column(col, justify="left" if col in ("GPU", "dtype") else "right")
+    order = sorted(cells["hardware"].unique(), key=lambda h: (h == "pooled", h))
+    for gpu in order:
+        for dtype in DTYPES:
+            cell = cells[(cells["hardware"] == gpu) & (cells["dtype"] == dtype)]
+            if cell.empty:
+                continue
+            held = cell[cell["split"] == "held out"]
+            table.add_row(gpu, dtype, _figure(held["mean_ape"]), _figure(held["roofline_ape"]),
+                          _figure(cell.loc[cell["split"] == "seen", "mean_ape"]),
+                          _figure(cell.loc[cell["split"] == "seen layer", "mean_ape"]),
+                          f"{int(cell['rows'].max()):,}")
+    console.print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.emulate.moe", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gpus", default=None, help="comma-separated catalog ids to hold out (default: all)")
+    parser.add_argument("--seeds", default=",".join(map(str, SEEDS)), help="comma-separated seeds (default 0,1,2)")
+    parser.add_argument("--rows", type=int, default=ROWS, help=f"rows per (GPU, dtype) and seed (default {ROWS})")
+    parser.add_argument("--root", type=Path, default=None, help="shared data folder (default: the setting)")
+    parser.add_argument("--splits", default=",".join(SPLITS),
+                        help=f"comma-separated splits to run (default: {','.join(SPLITS)})")
+    parser.add_argument("--trees", type=int, default=200, help="trees of the correction (default 200)")
+    parser.add_argument("--depth", type=int, default=8, help="their depth (default 8)")
+    parser.add_argument("--learning-rate", type=float, default=0.15, help="their learning rate (default 0.15)")
+    parser.add_argument("--json", type=Path, default=None, help="write every cell here (JSON)")
+    args = parser.parse_args(argv)
+    root = args.root or shared_data_root()
+    rows = aiconfigurator_moe.load(root)
+    if rows.empty:
+        print(f"stepcast: no fused-MoE tables under {root / DATA_DIR} (set STEPCAST_SHARED_DATA)",
+              file=sys.stderr)
+        return 2
+    known = sorted(rows["hardware"].unique())
+    gpus = [g.strip() for g in args.gpus.split(",")] if args.gpus else known
+    unknown = [g for g in gpus if g not in known]
+    if unknown:
+        print(f"stepcast: --gpus: no fused-MoE rows for '{unknown[0]}' (expected some of {', '.join(known)})",
+              file=sys.stderr)
+        return 2
+    try:
+        seeds = tuple(int(s) for s in args.seeds.split(","))
+    except ValueError:
+        print(f"stepcast: --seeds: expected comma-separated integers, got '{args.seeds}'", file=sys.stderr)
+        return 2
+    splits = tuple(s.strip() for s in args.splits.split(","))
+    if not splits or any(s not in SPLITS for s in splits):
+        print(f"stepcast: --splits: expected some of {', '.join(SPLITS)}, got '{args.splits}'", file=sys.stderr)
+        return 2
+    console = Console(width=140)
+    model = {"n_estimators": args.trees, "max_depth": args.depth, "learning_rate": args.learning_rate}
+    cells = run(rows, gpus, seeds, args.rows, console, splits, **model)
+    print_table(cells, console)
+    if args.json:
+        doc: dict[str, Any] = {"rows_per_cell": args.rows, "seeds": list(seeds), "splits": list(splits), "model": model,
+                               "cells": cells.to_dict("records")}
+        write_json_atomic(args.json, doc)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""The KernelBench check of Triton-kernel timing (benchmarks/emulate/kernelbench.py): which problems and GPUs it
+compares, which forward it times, and what it refuses; no emulation is run here."""
+from __future__ import annotations
+
+from benchmarks.emulate.kernelbench import (
+    candidates,
+    evaluate,
+    main,
+    steady_forward,
+)
+from emulate.trace import write_trace
+from estimator.kernelbench import COMPILED, device_bound, measured_ms
+
+#: compiled forward times (ms) per GPU folder
+TIMINGS_MS = {"T4_modal": {"19_ReLU.py": 0.1, "36_RMSNorm_.py": 3.3, "23_Softmax.py": 0.17,
+                           "1_Square_matrix_multiplication_.py": 9.0},
+              "B200_together": {"19_ReLU.py": 0.12, "36_RMSNorm_.py": 0.2}}
+
+
+def test_only_device_bound_non_gemm_problems_on_catalogued_gpus_are_compared(kernelbench_timings):
+    measured = measured_ms(kernelbench_timings(COMPILED, TIMINGS_MS))
+    assert measured["36_RMSNorm_"] == {"t4": 3.3, "b200": 0.2}
+    least = device_bound(measured)
+    assert least["t4"] == 0.1 * 3 and abs(least["b200"] - 0.36) < 1e-9
+    # the softmax is host bound (under 3 ReLU floors), the matmul is cuBLAS, not Triton
+    assert candidates(measured) == ["36_RMSNorm_"]
+
+
+def test_the_timed_forward_is_the_last_full_one():
+    kinds = ["iteration", "kernel", "iteration", "kernel", "kernel", "iteration", "kernel", "iteration"]
+    events = [{"kind": k} for k in kinds]
+    assert steady_forward(events) == (5, 7)
+    assert steady_forward(events[:3]) is None
+
+
+def test_a_forward_with_other_kernels_than_tritons_is_left_out(tmp_path):
+    events = [{"kind": "iteration", "step": s} for s in range(3)]
+    kernel = {"kind": "kernel", "stream": 0, "grid": [1, 1, 1], "block": [128, 1, 1], "shmem": 0, "lib": None,
+              "op": None, "spec": None}
+    events[2:2] = [{**kernel, "name": "triton_poi_fused_add_0"}, {**kernel, "name": "void at::native::pool_kernel"}]
+    trace = tmp_path / "rank0.trace.json"
+    write_trace(trace, rank=0, world_size=1, hardware="t4",
+                events=[{**ev, "seq": i, "t_ns": i, "gap_ns": 0} for i, ev in enumerate(events)])
+    row = evaluate("46_Average_Pooling_3D", trace, {"t4": 4.0}, {"t4": 0.3})
+    assert row["skipped"].startswith("not only Triton kernels (void at::native::pool_kernel")
+
+
+def test_missing_timings_or_an_unknown_problem_exit_2(tmp_path, capsys, kernelbench_timings):
+    assert main(["--root", str(tmp_path)]) == 2
+    kernelbench_timings(COMPILED, TIMINGS_MS)
+    assert main(["--root", str(tmp_path), "--problems", "23_Softmax"]) == 2
+    assert "stepcast:" in capsys.readouterr().err

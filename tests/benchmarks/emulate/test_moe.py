@@ -1,0 +1,92 @@
+"""The fused-MoE benchmark scores a GPU only on a model that never saw its rows, and seen shapes never leak."""
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+import pandas as pd
+
+from benchmarks.emulate import moe as moe_benchmark
+from estimator.moe import layer_work
+
+
+def rows(n: int = 40) -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    parts = []
+    for gpu in ("h100-sxm", "b200", "l40s"):
+        frame = pd.DataFrame({"hardware": gpu, "dtype": rng.choice(["bf16", "fp8_e4m3"], n),
+                              "backend": "moe_torch_flow_cutlass", "tokens": rng.choice([1, 64, 4096], n),
+                              "hidden": rng.choice([2048, 4096], n), "inter": 1536, "topk": 8, "experts": 128,
+                              "tp": 1, "ep": rng.choice([1, 8], n), "skew": 0.0, "gated": True,
+                              "source": "aiconfigurator", "group": "aiconfigurator-moe/s0"})
+        parts.append(frame.assign(runtime_us=1.5 * layer_work(frame).bound_us))
+    return pd.concat(parts, ignore_index=True)
+
+
+class Recorder:
+    """Stands in for the estimator: remembers the rows it was fitted on."""
+
+    fitted: ClassVar[list[pd.DataFrame]] = []
+
+    def __init__(self, seed: int = 0, **options) -> None:
+        pass
+
+    def fit(self, frame, runtime_us):
+        Recorder.fitted.append(frame.copy())
+        return self
+
+    def predict(self, frame):
+        return layer_work(frame).bound_us
+
+
+def test_a_held_out_gpus_rows_never_reach_the_fit(monkeypatch):
+    monkeypatch.setattr(moe_benchmark, "MoEEstimator", Recorder)
+    Recorder.fitted = []
+    data = rows()
+    moe_benchmark.scores(*moe_benchmark.held_out_split(data, "l40s"), seed=0)
+    assert len(Recorder.fitted) == 1
+    assert "l40s" not in set(Recorder.fitted[0]["hardware"])
+    assert set(Recorder.fitted[0]["hardware"]) == {"h100-sxm", "b200"}
+
+
+def test_the_seen_split_holds_out_the_same_shapes_on_every_gpu_and_fits_none_of_them():
+    data = rows()
+    shape = list(moe_benchmark.SHAPE)
+    scored = 0
+    for shape_set in range(5):
+        train, test = moe_benchmark.seen_split(data, shape_set)
+        held = set(map(tuple, test[shape].to_numpy()))
+        assert not held & set(map(tuple, train[shape].to_numpy()))
+        assert test.empty or set(test["hardware"]) == set(data["hardware"])
+        scored += len(test)
+    assert scored == len(data)
+
+
+def test_the_table_reports_each_held_out_gpu_and_the_pooled_figure(monkeypatch, capsys):
+    monkeypatch.setattr(moe_benchmark, "MoEEstimator", Recorder)
+    from rich.console import Console
+
+    cells = moe_benchmark.run(rows(), ["l40s", "b200"], (0,), per_cell=30, console=Console(width=140))
+    held = cells[cells["split"] == "held out"]
+    assert set(held["hardware"]) == {"l40s", "b200", "pooled"}
+    assert np.allclose(held["mean_ape"], 100.0 / 3.0)  # the bound is 1/1.5 of the time: 33.3 % off
+
+
+def test_an_unknown_gpu_is_a_one_line_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(moe_benchmark.aiconfigurator_moe, "load", lambda root: rows())
+    assert moe_benchmark.main(["--gpus", "t4", "--root", str(tmp_path)]) == 2
+    assert "stepcast: --gpus: no fused-MoE rows for 't4'" in capsys.readouterr().err
+
+
+def test_an_unknown_split_is_a_one_line_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(moe_benchmark.aiconfigurator_moe, "load", lambda root: rows())
+    assert moe_benchmark.main(["--splits", "seen,unseen", "--root", str(tmp_path)]) == 2
+    assert "stepcast: --splits: expected some of" in capsys.readouterr().err
+
+
+def test_only_the_splits_asked_for_are_run(monkeypatch):
+    monkeypatch.setattr(moe_benchmark, "MoEEstimator", Recorder)
+    from rich.console import Console
+
+    cells = moe_benchmark.run(rows(), ["l40s"], (0,), per_cell=30, console=Console(width=140), splits=("seen",))
+    assert set(cells["split"]) == {"seen"}
