@@ -98,8 +98,9 @@ def published_runs(results: Path) -> list[str]:
 
 def kernels_unseen(results: Path) -> list[str]:
     """Each kernel family with every device held out whole: the shipped bundle and the roofline, pooled."""
-    from estimator import accuracy_table, unseen_results
-    from estimator.unseen import POOLED
+    from benchmarks.estimator import accuracy_table
+    from estimator import unseen_results
+    from estimator.unseen_results import POOLED
 
     path = results / "unseen.json"
     try:

@@ -21,9 +21,6 @@ from stepcast.errors import (
 
 PRODUCT = ("emulate", "estimator", "profiling", "stepcast")
 #: benchmark and diagnosis modules leaving the product for benchmarks/ (issue #35); their handlers are theirs
-MOVING_TO_BENCHMARKS = ("emulate/benchmark*.py", "emulate/*_benchmark.py", "emulate/torch_matrix.py",
-                        "emulate/torch_venv.py", "emulate/compat.py", "emulate/e2e/*.py", "estimator/benchmark.py",
-                        "estimator/unseen*.py", "estimator/accuracy_table.py", "estimator/diagnose.py")
 INTERNAL_MARK = "Internal:"  # the docstring of an exception class that never reaches a user starts so, saying why
 BUILTIN_ERRORS = {name for name, value in vars(builtins).items()
                   if isinstance(value, type) and issubclass(value, BaseException)}
@@ -34,8 +31,7 @@ REPORTING_CALLS = {"print", "report", "fail", "exit", "error"}
 
 
 def product_files() -> list[Path]:
-    moving = {p for pattern in MOVING_TO_BENCHMARKS for p in REPO_ROOT.glob(pattern)}
-    return sorted(p for package in PRODUCT for p in (REPO_ROOT / package).rglob("*.py") if p not in moving)
+    return sorted(p for package in PRODUCT for p in (REPO_ROOT / package).rglob("*.py"))
 
 
 def _base_name(node: ast.expr) -> str:

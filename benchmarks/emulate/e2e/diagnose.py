@@ -34,7 +34,7 @@ from rich.table import Table
 from benchmarks.emulate.e2e import throttle
 from emulate.sim import instep
 from estimator.importers import neusight as sweeps
-from profiling.errors import report
+from stepcast.errors import report
 from profiling.families import key_columns
 from profiling.hardware import lookup
 from profiling.paths import shared_data_root
