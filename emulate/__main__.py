@@ -1,6 +1,6 @@
-"""Entry point: ``python -m emulate run ...`` (and ``replay`` when emulate.replay provides it)."""
+"""Entry point: ``stepcast run ...`` (and ``replay`` when emulate.replay provides it)."""
 import sys
 
-from emulate.cli import main
+from stepcast.emulate.cli import main
 
 sys.exit(main())

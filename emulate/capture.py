@@ -1,7 +1,7 @@
 """The capture layer inside the emulated process: run an unmodified script on the virtual GPU and tag every call
 the emulated driver logs with the aten op it belongs to.
 
-Started by ``python -m emulate run`` as ``python -P .../emulate/capture.py SCRIPT [ARGS...]`` (by file path, so
+Started by ``stepcast run`` as ``python -P .../emulate/capture.py SCRIPT [ARGS...]`` (by file path, so
 that nothing of the project is on the script's ``sys.path``) on the emulated driver (emulate/driver: found by the
 CUDA runtime through ``LD_LIBRARY_PATH``; ``STEPCAST_DRIVER`` names it for the capture API, ``stepcast_*``), which
 logs to ``$STEPCAST_DRIVER_LOG.<pid>.jsonl``; ``STEPCAST_LOG`` names this rank's capture (the op table goes to
@@ -414,7 +414,7 @@ def _watch_stop_signal(on_stop: Callable[[int], None]) -> None:
 
 def main(argv: list[str]) -> int:
     if not argv:
-        print("usage: python -m emulate.capture SCRIPT [ARGS...]", file=sys.stderr)
+        print("usage: python -m stepcast.emulate.capture SCRIPT [ARGS...]", file=sys.stderr)
         return 2
     script = Path(argv[0]).resolve()
     driver = _driver()

@@ -1,4 +1,4 @@
-"""``python -m emulate run [--hardware h100-sxm] [--nproc N] [--nodes M] [--report report.json]
+"""``stepcast run [--hardware h100-sxm] [--nproc N] [--nodes M] [--report report.json]
 [--trace timeline.json] [--trace-dir DIR] -- script.py [args]``: run a training script unchanged on virtual GPUs,
 write one trace per rank, then simulate it and write the report."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-from profiling.atomic import write_json_atomic
-from profiling.hardware import HardwareSpec
+from stepcast.profiling.atomic import write_json_atomic
+from stepcast.profiling.hardware import HardwareSpec
 from stepcast import settings
 from stepcast.errors import StepcastError, cli_main
 from stepcast.preflight import Preflight, refuse_bad_environment
@@ -67,9 +67,9 @@ def add_run_parser(subparsers: argparse._SubParsersAction) -> None:
 def run_command(ns: argparse.Namespace) -> int:
     """Check the arguments, capture every rank, then simulate. Exit codes: :mod:`emulate.launcher`; what this
     machine lacks (a CUDA build of torch, a compiler) and what cannot be learned are :class:`StepcastError`s."""
-    from emulate.driver.build import BuildError, driver_path, nccl_path, opctx_path
-    from emulate.launcher import RunInterrupted, check_target, check_torch_build, stop_signals_raise
-    from emulate.run_dirs import CaptureDir, new_run_dir
+    from stepcast.emulate.driver.build import BuildError, driver_path, nccl_path, opctx_path
+    from stepcast.emulate.launcher import RunInterrupted, check_target, check_torch_build, stop_signals_raise
+    from stepcast.emulate.run_dirs import CaptureDir, new_run_dir
 
     spec, probe_nodes = check_run(ns)
     if spec is None:
@@ -90,7 +90,7 @@ def run_command(ns: argparse.Namespace) -> int:
         print(f"stepcast: {exc} while building the emulated driver; nothing was built", file=sys.stderr)
         return exc.exit_code
     if probe_nodes is not None:
-        from emulate.learned_roles import learn_run_ranks
+        from stepcast.emulate.learned_roles import learn_run_ranks
 
         print(f"stepcast: learning which ranks run from a probe of {ns.nproc * probe_nodes} ranks "
               f"({probe_nodes} node(s))", file=sys.stderr, flush=True)
@@ -107,7 +107,7 @@ def check_run(ns: argparse.Namespace) -> tuple[HardwareSpec | None, int | None]:
     """Every setting of a run, checked before anything is built or captured (:mod:`stepcast.preflight`): the
     options (parsed in place on ``ns``), the hardware, and the folders the run writes to. Returns the target and,
     for ``--run-ranks auto[:M]``, the probe's node count; the target None when a problem was printed."""
-    from profiling.paths import cache_root
+    from stepcast.profiling.paths import cache_root
 
     check = Preflight()
     spec = check.gpu("--hardware", ns.hardware)
@@ -127,7 +127,7 @@ def check_run(ns: argparse.Namespace) -> tuple[HardwareSpec | None, int | None]:
     check.output_folder("STEPCAST_CACHE_DIR", cache_root())  # builds, and the run folder without --trace-dir
     ns.run_rank_list, ns.trace_rank_list, probe_nodes = None, None, None
     if spec is not None and ns.nproc is not None and ns.nodes is not None and ns.trace_ranks is not None:
-        from emulate.roles import RunRanksError, parse_ranks
+        from stepcast.emulate.roles import RunRanksError, parse_ranks
 
         try:
             ns.trace_rank_list = parse_ranks(ns.trace_ranks, ns.nproc * ns.nodes, "--trace-ranks")
@@ -141,8 +141,8 @@ def check_run(ns: argparse.Namespace) -> tuple[HardwareSpec | None, int | None]:
                       f"conf/hardware/{spec.id}.yaml): --nproc is ranks per node, use --nodes {nodes} --nproc "
                       f"{per_node} for {ns.nproc * ns.nodes} ranks")
         elif ns.run_ranks is not None:
-            from emulate.learned_roles import LearnError, parse_auto
-            from emulate.roles import RunRanksError, parse_run_ranks
+            from stepcast.emulate.learned_roles import LearnError, parse_auto
+            from stepcast.emulate.roles import RunRanksError, parse_run_ranks
 
             try:
                 probe_nodes = parse_auto(ns.run_ranks)
@@ -159,7 +159,7 @@ def check_routing(check: Preflight, given: str | None, sparse: bool = False) -> 
     """The run's MoE routing (``--moe-routing``, else ``STEPCAST_MOE_ROUTING``), its text and, for a histogram,
     its file's contents checked; None when neither states one. A skewed routing is refused in a sparse run: it
     gives expert-parallel ranks different work, which the copies cannot have."""
-    from emulate.stated_routing import BALANCED, RoutingError, parse
+    from stepcast.emulate.stated_routing import BALANCED, RoutingError, parse
 
     text = check.option("STEPCAST_MOE_ROUTING", "--moe-routing", given)
     if text is not None:
@@ -177,9 +177,9 @@ def check_routing(check: Preflight, given: str | None, sparse: bool = False) -> 
 
 def capture_and_simulate(ns: argparse.Namespace, spec: HardwareSpec, driver: Path, opctx: Path | None,
                          script_args: list[str], trace_dir: Path) -> int:
-    from emulate.collate import collate, repair_log
-    from emulate.sim.durations import ranks_per_node_for
-    from emulate.launcher import (
+    from stepcast.emulate.collate import collate, repair_log
+    from stepcast.emulate.sim.durations import ranks_per_node_for
+    from stepcast.emulate.launcher import (
         EXIT_DEADLOCK, EXIT_RANK_FAILED, RankProcess, RunInterrupted, exit_codes, failed_ranks, hosted_store, launch,
         new_run_id,
         remove_shared_memory, stop, stop_signals_raise, wait,
@@ -252,7 +252,7 @@ def capture_and_simulate(ns: argparse.Namespace, spec: HardwareSpec, driver: Pat
     if partial:
         capture["partial_reason"] = reason
     if getattr(ns, "learned_roles", None) is not None:
-        from emulate.learned_roles import report_fields
+        from stepcast.emulate.learned_roles import report_fields
 
         capture.update(report_fields(ns.learned_roles, trace_dir, capture.get("sparse_warnings", [])))
     deadlocked = exit_code == 2 and capture.get("deadlock")
@@ -286,7 +286,7 @@ def judge_capture(capture: dict, reason: str | None, exit_code: int) -> tuple[st
     run is bad input, exit 2, unless a rank failed on its own, ``reason``: a peer waiting on a crashed rank is no
     deadlock of the program), or a rank whose capture is incomplete although every rank exited 0 (partial, exit 3).
     Returns the run's (partial reason or None, exit code)."""
-    from emulate.launcher import EXIT_RANK_FAILED
+    from stepcast.emulate.launcher import EXIT_RANK_FAILED
 
     if capture.get("deadlock") and reason is None:
         return f"deadlock: {capture['deadlock']}", 2
@@ -304,10 +304,10 @@ def simulate_capture(ns: argparse.Namespace, spec: HardwareSpec, capture: dict, 
     every rank completed (``iterations_simulated``); with none, the report holds the capture facts only. Traces
     the simulator cannot take (a deadlock, ranks that disagree on a collective) are a :class:`StepcastError`: a
     partial run is reported without a simulation, a whole one fails naming the traces' folder."""
-    from emulate.collate import complete_iterations, read_copies
-    from emulate.launcher import RunInterrupted
-    from emulate.simulate import publish, simulate
-    from emulate.trace import read_trace
+    from stepcast.emulate.collate import complete_iterations, read_copies
+    from stepcast.emulate.launcher import RunInterrupted
+    from stepcast.emulate.simulate import publish, simulate
+    from stepcast.emulate.trace import read_trace
     from stepcast.errors import one_line
 
     paths = [Path(t) for t in capture["traces"]]
@@ -343,7 +343,7 @@ def simulate_capture(ns: argparse.Namespace, spec: HardwareSpec, capture: dict, 
 
 def sparse_summary(capture: dict) -> str:
     """One line: which ranks of a sparse run ran and which were copied from which."""
-    from emulate.roles import summary_line
+    from stepcast.emulate.roles import summary_line
 
     return summary_line(capture)
 
@@ -364,7 +364,7 @@ def written(report: Path | None) -> str:
 
 @cli_main
 def dispatch(ns: argparse.Namespace) -> int:
-    """Run the parsed subcommand (``python -m emulate`` and the ``stepcast`` command both end here), once every
+    """Run the parsed subcommand (``python -m stepcast.emulate`` and the ``stepcast`` command both end here), once every
     ``STEPCAST_*`` setting is known to be good (:func:`stepcast.settings.check_environment`). A
     :class:`StepcastError` is one line and its exit status (:func:`stepcast.errors.cli_main`); anything else is a
     bug, and keeps its traceback."""
@@ -380,12 +380,12 @@ def dispatch(ns: argparse.Namespace) -> int:
 
 @cli_main
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m emulate",
+    parser = argparse.ArgumentParser(prog="python -m stepcast.emulate",
                                      description="Run unmodified PyTorch training scripts on virtual GPUs "
                                                  "(also: the stepcast command).")
     sub = parser.add_subparsers(dest="command", required=True)
     add_run_parser(sub)
-    from emulate import replay, validate
+    from stepcast.emulate import replay, validate
 
     replay.register(sub)
     validate.register(sub)

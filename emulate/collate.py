@@ -9,10 +9,10 @@ from typing import Any
 
 import copy
 
-from emulate.stated_routing import summarize
-from emulate.driver.tracelog import comm_sizes, driver_events, peak_device_bytes, read_driver_log
-from emulate.trace import write_trace
-from profiling.atomic import write_json_atomic
+from stepcast.emulate.stated_routing import summarize
+from stepcast.emulate.driver.tracelog import comm_sizes, driver_events, peak_device_bytes, read_driver_log
+from stepcast.emulate.trace import write_trace
+from stepcast.profiling.atomic import write_json_atomic
 
 
 CUDNN_ON_DRIVER = "enabled: the real cuDNN chooses and launches its kernels on the emulated driver"
@@ -44,7 +44,7 @@ def sparse_copies(run_ranks: list[int], world_size: int, records: list[dict[str,
     """The capture report's fields of a sparse run: which ranks ran, which were copied from which twin, warnings;
     each copy's communicator map goes to ``trace_dir/copies.json`` ({rank: {twin, comm_map}}), which the
     simulation reads (:func:`read_copies`)."""
-    from emulate.roles import copies, ranges
+    from stepcast.emulate.roles import copies, ranges
 
     absent, warnings = copies(run_ranks, world_size, records)
     by_twin: dict[int, list[int]] = {}
@@ -69,7 +69,7 @@ def communicator_members(logs: list[Any], rank_of: list[int], sparse_records: li
         for comm in getattr(log, "comms", {}):
             members.setdefault(comm, set()).add(rank)
     if sparse_records:
-        from emulate.roles import groups_from_records
+        from stepcast.emulate.roles import groups_from_records
 
         for grp in groups_from_records(sparse_records):
             if grp.comm:
@@ -137,7 +137,7 @@ def dedup_warnings(stopped: dict[int, dict[str, Any]]) -> list[str]:
     ranks diverge after the iterations compared (emulate/capture.py ``Dedup``) is simulated as if they had not."""
     if not stopped:
         return []
-    from emulate.roles import ranges
+    from stepcast.emulate.roles import ranges
 
     marks = sorted({d["mark"] for d in stopped.values()})
     reps = sorted({d["representative"] for d in stopped.values()})
@@ -168,7 +168,7 @@ def collate(log_paths: list[Path], *, hardware: str, world_size: int, ranks_per_
     sparse_records = [log.sidecar["sparse"] for log in logs if isinstance(log.sidecar.get("sparse"), dict)]
     sizes = comm_sizes(logs)
     if sparse_records:  # absent members hold no log: a communicator's size is its group's
-        from emulate.roles import groups_from_records
+        from stepcast.emulate.roles import groups_from_records
 
         for grp in groups_from_records(sparse_records):
             if grp.comm:

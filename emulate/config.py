@@ -5,7 +5,7 @@ The variables themselves are declared in :mod:`stepcast.settings` (type, default
 that come from one (:data:`FROM_ENVIRONMENT`) are read when used, not at import, so a bad value never breaks an
 import: the command-line tools refuse it in one line before any work, and a library caller gets
 :class:`stepcast.settings.SettingError` where the value is used. Command-line options
-(``python -m emulate run --launch-queue ...``) override per run.
+(``stepcast run --launch-queue ...``) override per run.
 """
 from __future__ import annotations
 

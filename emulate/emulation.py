@@ -1,4 +1,4 @@
-"""Run one emulation through the public CLI (``python -m emulate run --report --trace --trace-dir``) and read back
+"""Run one emulation through the public CLI (``stepcast run --report --trace --trace-dir``) and read back
 what it wrote: the report, and each iteration's predicted kernel time by kernel family.
 
 Going through the CLI (not the simulator's functions) means a caller (the search's trials, the host-cost fit, the
@@ -21,8 +21,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable
 
-from emulate.trace import read_trace
-from profiling.paths import REPO_ROOT
+from stepcast.emulate.trace import read_trace
+from stepcast.profiling.paths import REPO_ROOT
 
 DEVICE_CATEGORIES = ("kernel", "memcpy", "memset", "collective")
 EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt)\b[^:]*:")
@@ -43,7 +43,7 @@ def emulate_script(script: Path, args: list[str], hardware: str, nproc: int = 1,
                    kernels: bool = True, env: dict[str, str] | None = None, options: list[str] | None = None,
                    trace_dir: Path | None = None, runner=None, python: str | None = None,
                    classify: Callable[[dict[str, Any]], str] | None = None) -> dict[str, Any]:
-    """Run ``python -m emulate run`` on ``script`` (``python``: that interpreter, default this one, e.g. another
+    """Run ``stepcast run`` on ``script`` (``python``: that interpreter, default this one, e.g. another
     virtual environment's; in ``env``, default this process's; ``options``: more ``run`` options, e.g.
     ``--nodes 2``; captures in ``trace_dir``, default a temporary folder) and
     return {ok, report, iterations (rank 0's kernel ms by family per iteration; only with ``kernels``, which writes
@@ -55,7 +55,7 @@ def emulate_script(script: Path, args: list[str], hardware: str, nproc: int = 1,
         tmpdir = Path(tmp)
         report_path, timeline_path = tmpdir / "report.json", tmpdir / "timeline.json"
         trace_dir = trace_dir or tmpdir / "traces"
-        cmd = [python or sys.executable, "-m", "emulate", "run", "--hardware", hardware, "--nproc", str(nproc),
+        cmd = [python or sys.executable, "-m", "stepcast.emulate", "run", "--hardware", hardware, "--nproc", str(nproc),
                *(options or []), "--report", str(report_path), *(["--trace", str(timeline_path)] if kernels else []),
                "--trace-dir", str(trace_dir), "--", str(script), *args]
         started = time.perf_counter()

@@ -8,9 +8,10 @@ The capture layer (emulate/capture.py, which loads this file by its path) calls 
 At a query the driver passes the two events' handles as its log writes them (in ``event_record`` records); this
 module reads the log's new lines (it is unbuffered), finds each event's latest record, and takes the device work
 logged between them on the start event's stream (one stream, back to back: how autotuners time). That work is
-turned into trace events by the parser the collator uses (:func:`emulate.driver.tracelog.driver_events`) and timed by the simulator's own
-:func:`emulate.sim.durations.assign_durations` on the GPU the run emulates (``STEPCAST_GPU_NAME``) with the shipped
-estimator, loaded once at the first query; each distinct piece of work is predicted once. The answer is the sum.
+turned into trace events by the parser the collator uses (:func:`emulate.driver.tracelog.driver_events`) and timed by
+the simulator's own :func:`emulate.sim.durations.assign_durations` on the GPU the run emulates (``STEPCAST_GPU_NAME``)
+with the shipped estimator, loaded once at the first query; each distinct piece of work is predicted once. The answer is
+the sum.
 
 Candidates are told apart only where the estimator tells their work apart. A kernel it has no model for (a
 user-written Triton kernel, Inductor's benchmark copies named ``triton_``) takes the simulator's launch floor, so
@@ -198,7 +199,7 @@ class EventTiming:
 
     def _events(self, records: list[Any]) -> list[dict[str, Any]]:
         """Trace events of the window's records, as the collator makes them (op context included)."""
-        from emulate.driver.tracelog import DriverLog, driver_events
+        from stepcast.emulate.driver.tracelog import DriverLog, driver_events
 
         if max(int(r["op"]) for r in records) >= len(self.ops):
             self.ops = self.op_table()
@@ -218,12 +219,12 @@ class EventTiming:
         return [self.cache[k] for k in keys]
 
     def _assign(self, events: list[dict[str, Any]]) -> list[float]:
-        from emulate.sim.durations import assign_durations
-        from emulate.sim.program import build_program
+        from stepcast.emulate.sim.durations import assign_durations
+        from stepcast.emulate.sim.program import build_program
 
         if self.model is None:
-            import estimator
-            from profiling.hardware import lookup
+            from stepcast import estimator
+            from stepcast.profiling.hardware import lookup
 
             self.hardware = lookup(os.environ.get("STEPCAST_GPU_NAME", "h100-sxm"))
             self.model = estimator.load(None)
@@ -338,7 +339,7 @@ def gemm_row(inputs: Any, output: Any) -> dict[str, Any] | None:
     for a in tensors:
         k = a.shape[-1]
         if a.shape[-2] == m and any(b.shape[-2] == k and b.shape[-1] == n for b in tensors if b is not a):
-            from profiling.classify import tensor_dtype
+            from stepcast.profiling.classify import tensor_dtype
 
             dtype = tensor_dtype(str(a.dtype).replace("torch.", ""))
             if dtype == "fp32" and _tf32():
@@ -356,8 +357,8 @@ def _tf32() -> bool:
 def _ranks_per_node() -> int:
     """Ranks on this rank's NVLink domain (``emulate.sim.durations.ranks_per_node_for``), from what the launcher set
     (torchrun's sizes and the target the driver emulates)."""
-    from emulate.sim.durations import ranks_per_node_for
-    from profiling.hardware import UnknownHardwareError, lookup
+    from stepcast.emulate.sim.durations import ranks_per_node_for
+    from stepcast.profiling.hardware import UnknownHardwareError, lookup
 
     world = max(1, int(os.environ.get("WORLD_SIZE") or 1))
     nodes = max(1, int(os.environ.get("GROUP_WORLD_SIZE") or 1))
@@ -378,8 +379,8 @@ _installed: EventTiming | None = None
 
 
 def install(driver: Any, op_table: Callable[[], list[dict[str, Any]]]) -> EventTiming | None:
-    """Register the predictor with the emulated driver (``driver``: its ctypes handle), reading op contexts from ``op_table``
-    (the capture's op recorder's ``dump``); nothing when it has no
+    """Register the predictor with the emulated driver (``driver``: its ctypes handle), reading op contexts from
+    ``op_table`` (the capture's op recorder's ``dump``); nothing when it has no
     ``stepcast_set_elapsed_predictor`` (an older build), when there is no log, or with
     ``STEPCAST_EVENT_TIMING=nominal``."""
     global _installed

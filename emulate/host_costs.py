@@ -1,8 +1,8 @@
 """What the host pays per intercepted call: the real CUDA runtime's own cost (calibrated from real profiler traces)
 and the framework's work before the call (the counted host model, calibrated on a reference machine).
 
-The emulated driver answers every intercepted call at once, so a captured host gap holds the framework's own work (Python,
-the dispatcher, the caching allocator) but not the time the real ``cudaLaunchKernel``, ``cudaMemcpyAsync`` or
+The emulated driver answers every intercepted call at once, so a captured host gap holds the framework's own work
+(Python, the dispatcher, the caching allocator) but not the time the real ``cudaLaunchKernel``, ``cudaMemcpyAsync`` or
 ``cudaEventRecord`` would have spent on the host. The simulator adds it back per event kind (then divides by
 ``--host-speed`` with the rest of the host time); without it a launch-bound script is predicted too fast.
 
@@ -15,8 +15,8 @@ overhead (CUPTI callbacks), so they are upper estimates of an unprofiled run's c
 The framework's work (``work_ns``): a captured trace counts, before each call, the aten op entries, the autograd
 node evaluations and the Python function calls its thread made since the previous call (``host_ops``,
 ``host_nodes``, ``host_py``: torch's RecordFunction, the hook its profiler uses, and a Python profile function,
-emulate/driver/csrc/hostwork.c). The counted host model (:mod:`emulate.sim.host`) times a gap as ``call + op * host_ops +
-node * host_nodes + py * host_py``: a count is the same whatever else runs on the emulating machine, where a
+emulate/driver/csrc/hostwork.c). The counted host model (:mod:`emulate.sim.host`) times a gap as ``call + op * host_ops
++ node * host_nodes + py * host_py``: a count is the same whatever else runs on the emulating machine, where a
 CPU-time reading of the same work varies with the load on it by up to 2x (shared cores and caches). The four
 costs are fitted (non-negative least squares) on the steady-state host gaps of reference captures (the
 ``WORKLOADS`` below, run several times with ``STEPCAST_HOST_MODEL=measured``, which does not count Python calls and
@@ -26,9 +26,9 @@ and are shipped: ``--host-speed`` is the target host's speed relative to that re
 profiler traces is printed beside it for context (their gaps also hold the profiler's own per-op cost, and they come
 from older PyTorch releases and other hosts).
 
-    python -m emulate.host_costs                  # per-trace call costs and work fits, from ../shared/data
-    python -m emulate.host_costs --write          # also rewrite the call costs in emulate/host_call_costs.json
-    python -m emulate.host_costs --measure-work --write   # capture the reference workloads, fit, write work_ns
+    python -m stepcast.emulate.host_costs                  # per-trace call costs and work fits, from ../shared/data
+    python -m stepcast.emulate.host_costs --write          # also rewrite the call costs in emulate/host_call_costs.json
+    python -m stepcast.emulate.host_costs --measure-work --write   # capture the reference workloads, fit, write work_ns
 """
 from __future__ import annotations
 
@@ -46,9 +46,9 @@ from typing import Any
 
 import numpy as np
 
-from emulate import config
-from profiling.atomic import atomic_text
-from profiling.paths import shared_data_root
+from stepcast.emulate import config
+from stepcast.profiling.atomic import atomic_text
+from stepcast.profiling.paths import shared_data_root
 from stepcast.errors import InputError, cli_main
 
 #: Trace event kind -> the runtime/driver calls that issue it.
@@ -72,7 +72,7 @@ def trace_files(root: Path | None = None) -> list[Path]:
 
 def per_trace_medians(path: Path) -> dict[str, tuple[float, int]]:
     """{event kind: (median call duration in us, number of calls)} of one trace, kinds with >= MIN_CALLS only."""
-    from profiling import kineto
+    from stepcast.profiling import kineto
 
     events = kineto.read_trace(path).events
     calls = events[events["cat"].isin(kineto.LAUNCH_CATEGORIES)]
@@ -86,7 +86,7 @@ def per_trace_medians(path: Path) -> dict[str, tuple[float, int]]:
 
 def calibrate(files: list[Path], root: Path | None = None) -> dict[str, Any]:
     """The pooled costs (median over traces of each trace's median) and the per-trace figures behind them."""
-    from profiling.kineto import TraceFormatError
+    from stepcast.profiling.kineto import TraceFormatError
 
     root = Path(root or shared_data_root())
     per_trace: dict[str, dict[str, tuple[float, int]]] = {}
@@ -176,7 +176,7 @@ MAX_TRACE_GAP_US = 1000.0
 def trace_work_samples(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """(gap us, op entries, node evaluations) before each runtime call of a real trace's host threads, the op
     entries counted by :func:`work_class`; gaps over ``MAX_TRACE_GAP_US`` left out. None when it has no cpu ops."""
-    from profiling import kineto
+    from stepcast.profiling import kineto
 
     events = kineto.read_trace(path).events
     ops, calls = events[events["cat"] == "cpu_op"], events[events["cat"].isin(kineto.LAUNCH_CATEGORIES)]
@@ -223,8 +223,8 @@ def capture_work(workload: Workload, model: str, run: int, out_dir: Path) -> Pat
     """Capture ``workload`` once (``--capture-only``) under ``STEPCAST_HOST_MODEL=model``; its rank-0 trace."""
     import os
 
-    from emulate.emulation import emulate_script
-    from profiling.paths import REPO_ROOT
+    from stepcast.emulate.emulation import emulate_script
+    from stepcast.profiling.paths import REPO_ROOT
 
     trace_dir = out_dir / f"{workload.name}-{model}-{run}"
     done = emulate_script(REPO_ROOT / workload.script, list(workload.args), "h100-sxm", nproc=workload.nproc,
@@ -241,9 +241,9 @@ def steady_work_samples(timed: list[Path], counted: Path) -> tuple[np.ndarray, .
     its minimum over every steady iteration of the ``timed`` captures (made with ``measured``: counting Python calls
     slows the interpreter, so those captures do not), the counts from the ``counted`` capture of the same work (the
     same event sequence, checked); the first steady iteration's events only (the others repeat them)."""
-    from emulate.sim.host import call_mask, steady_gaps, steady_spans, work_counts
-    from emulate.sim.program import build_program
-    from emulate.trace import read_trace
+    from stepcast.emulate.sim.host import call_mask, steady_gaps, steady_spans, work_counts
+    from stepcast.emulate.sim.program import build_program
+    from stepcast.emulate.trace import read_trace
 
     programs = [build_program(read_trace(p), str(p)) for p in timed]
     minima = steady_gaps(programs, [np.asarray(p.gap_ns, dtype=np.float64) for p in programs])
@@ -263,7 +263,7 @@ def measure_work(runs: int = 3) -> dict[str, Any]:
     (steady iteration host time: measured minimum vs counted)."""
     import torch
 
-    from profiling.hardware import cpu_model_name
+    from stepcast.profiling.hardware import cpu_model_name
 
     samples: dict[str, tuple[np.ndarray, ...]] = {}
     with tempfile.TemporaryDirectory(prefix="stepcast-host-work-") as tmp:
@@ -351,7 +351,7 @@ def write_reference_host(host: ReferenceHost, path: str | Path = config.HOST_CAL
 def _trace_work_table(files: list[Path], root: Path):
     from rich.table import Table
 
-    from profiling.kineto import TraceFormatError
+    from stepcast.profiling.kineto import TraceFormatError
 
     table = Table(title="The same work fit on real profiler traces (their gaps hold the profiler's cost too)")
     for col in ("trace", "gaps", "call ns", "op ns", "node ns"):
@@ -371,7 +371,7 @@ def _trace_work_table(files: list[Path], root: Path):
 
 @cli_main
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m emulate.host_costs", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m stepcast.emulate.host_costs", description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=None, help="shared data folder (default: ../shared/data)")
     parser.add_argument("--write", action="store_true", help=f"rewrite {config.HOST_CALL_COSTS_FILE}")
     parser.add_argument("--measure-work", action="store_true",

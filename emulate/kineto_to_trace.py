@@ -1,6 +1,6 @@
 """Convert a PyTorch profiler (Kineto) trace into a stepcast trace (format v1) with measured durations.
 
-    python -m emulate.kineto_to_trace rank0.json.gz out/rank0.trace.json.gz
+    python -m stepcast.emulate.kineto_to_trace rank0.json.gz out/rank0.trace.json.gz
 
 Reading is :mod:`profiling.kineto`'s job (both schemas, gzip, kernels joined to launches and ops); this module
 decides what the simulator must see:
@@ -47,10 +47,10 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from emulate.trace import FORMAT, VERSION, EventTable, EventTableBuilder, OpCalls, write_trace
-from profiling import kineto
-from profiling.classify import canonical_dtype, classify_kernel_name, classify_op
-from profiling.families import dtype_bytes
+from stepcast.emulate.trace import FORMAT, VERSION, EventTable, EventTableBuilder, OpCalls, write_trace
+from stepcast.profiling import kineto
+from stepcast.profiling.classify import canonical_dtype, classify_kernel_name, classify_op
+from stepcast.profiling.families import dtype_bytes
 from stepcast.errors import cli_main
 from stepcast.preflight import Preflight
 
@@ -149,7 +149,7 @@ def _convert_owned(box: list[kineto.KinetoTrace], hardware: str | None, stalls: 
     report_stage("ordering host events", 0, 1)
     events = items.sequence()
     meta = {
-        "source": facts["path"], "importer": "emulate.kineto_to_trace", "schema": facts["schema"],
+        "source": facts["path"], "importer": "stepcast.emulate.kineto_to_trace", "schema": facts["schema"],
         "device_name": facts["device_name"], "launch_latency_us": latency, "measured_iterations_us": measured,
         "profiler_steps": steps["step"].astype(int).tolist() if len(steps) else [],
         # the host gaps below hold the real runtime calls' own cost; the trace's first event on the profiler's
@@ -523,7 +523,8 @@ def _triple(value: Any) -> list[int] | None:
 
 @cli_main
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m emulate.kineto_to_trace", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m stepcast.emulate.kineto_to_trace",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("kineto", type=Path, help="Kineto/Chrome trace (.json or .json.gz)")
     parser.add_argument("output", type=Path, help="stepcast trace to write (.json or .json.gz)")
     parser.add_argument("--hardware", default=None, help="catalog id, when the trace does not name its GPU")

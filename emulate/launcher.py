@@ -35,8 +35,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from emulate import config
-from profiling.hardware import HardwareSpec
+from stepcast.emulate import config
+from stepcast.profiling.hardware import HardwareSpec
 from stepcast.errors import Interrupted, UnavailableError
 
 #: the CUDA major versions of torch builds the emulated driver serves (each runtime release's private tables are
@@ -103,7 +103,7 @@ def torch_arch_flags() -> list[str]:
     import hashlib
     import json
 
-    from profiling.paths import cache_root
+    from stepcast.profiling.paths import cache_root
 
     version_py = _torch_version_py()
     if not version_py.is_file():
@@ -114,7 +114,7 @@ def torch_arch_flags() -> list[str]:
     import torch
 
     flags = str(torch._C._cuda_getArchFlags() or "").split()
-    from profiling.atomic import write_json_atomic
+    from stepcast.profiling.atomic import write_json_atomic
 
     with contextlib.suppress(OSError):
         cache.parent.mkdir(parents=True, exist_ok=True)
@@ -204,8 +204,8 @@ def rank_environment(driver: Path, spec: HardwareSpec, nproc: int, base: dict[st
     libcudart, cuBLAS, cuDNN and Triton run and launch their real kernels; the preloaded NCCL and runtime marks
     (emulate/driver/csrc/nccl.c, runtime_marks.c); the device description; and the driver's path for the capture
     layer, which loads its capture API (``STEPCAST_DRIVER``)."""
-    from emulate.driver.build import nccl_path
-    from emulate.driver.device import driver_environment
+    from stepcast.emulate.driver.build import nccl_path
+    from stepcast.emulate.driver.device import driver_environment
 
     env = driver_environment(spec, nproc)
     env["LD_PRELOAD"] = " ".join(p for p in (str(nccl_path()), base.get("LD_PRELOAD", "")) if p)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from emulate.roles import Group, coordinates, groups_from_records, ranges
+from stepcast.emulate.roles import Group, coordinates, groups_from_records, ranges
 from stepcast.errors import InputError
 
 AUTO = "auto"
@@ -210,10 +210,10 @@ def check_against_job(learned: Learned, records: list[dict[str, Any]]) -> list[s
 def probe(script: Path, script_args: list[str], *, hardware: str, nproc: int, nodes: int,
           folder: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Capture the probe (every rank of ``nproc * nodes`` running, groups recorded): (its traces, its records)."""
-    from emulate.trace import read_trace
+    from stepcast.emulate.trace import read_trace
 
     world = nproc * nodes
-    cmd = [sys.executable, "-m", "emulate", "run", "--hardware", hardware, "--nproc", str(nproc), "--nodes",
+    cmd = [sys.executable, "-m", "stepcast.emulate", "run", "--hardware", hardware, "--nproc", str(nproc), "--nodes",
            str(nodes), "--run-ranks", f"0-{world - 1}", "--capture-only", "--trace-dir",
            str(folder), "--", str(script), *script_args]
     proc = subprocess.run(cmd, capture_output=True, text=True)

@@ -1,6 +1,6 @@
 """Measure an unmodified training script on the real device at hand, the way the emulator reports it.
 
-    python -m emulate.measure_real --report real.json -- script.py [script args]
+    python -m stepcast.emulate.measure_real --report real.json -- script.py [script args]
 
 The script runs in this process (``runpy``, ``__name__ == "__main__"``) with two hooks, the ones the capture layer
 uses to cut iterations (:mod:`emulate.capture`):
@@ -15,7 +15,7 @@ uses to cut iterations (:mod:`emulate.capture`):
 torch's defaults stand (cuDNN on), as under emulation, where torch's real cuDNN, cuBLAS and Triton choose the
 kernels.
 
-The JSON records the script, its arguments and the device's catalog id, so ``python -m emulate validate --real
+The JSON records the script, its arguments and the device's catalog id, so ``stepcast validate --real
 FILE`` can compare a later emulator (a retrained estimator, say) against it on a machine with no GPU. On a CPU the
 same stamps are taken (no synchronisation is needed) and memory is not reported.
 """
@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from emulate.report import steady_indices
-from profiling.atomic import write_json_atomic
+from stepcast.emulate.report import steady_indices
+from stepcast.profiling.atomic import write_json_atomic
 from stepcast.errors import InputError, cli_main
 
 FORMAT = "stepcast-real-run"
@@ -47,7 +47,7 @@ def steady_iterations_ms(stamps: list[float]) -> tuple[list[float], list[float]]
 def _hardware_id() -> str:
     """The catalog id of the device the run used; for a CPU the catalog does not list, its would-be id (a CPU
     run is a test of the timing, never emulated, so it needs no catalog entry)."""
-    from profiling.hardware import UnknownHardwareError, cpu_hardware_id, detect
+    from stepcast.profiling.hardware import UnknownHardwareError, cpu_hardware_id, detect
 
     try:
         return detect().id
@@ -57,7 +57,7 @@ def _hardware_id() -> str:
 
 def _portable(script: Path) -> str:
     """The script's path relative to the repository when inside it (stored runs are read from other checkouts)."""
-    from profiling.paths import REPO_ROOT
+    from stepcast.profiling.paths import REPO_ROOT
 
     try:
         return str(script.resolve().relative_to(REPO_ROOT))
@@ -107,7 +107,7 @@ def measure(script: Path, args: list[str]) -> dict[str, Any]:
 
 @cli_main
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m emulate.measure_real", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m stepcast.emulate.measure_real", description=__doc__.split("\n\n")[0])
     p.add_argument("--report", type=Path, required=True, help="write the measurement (JSON) here")
     p.add_argument("script", type=Path)
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments (after --)")

@@ -1,6 +1,6 @@
 """Replay real PyTorch profiler (Kineto) traces, or the traces a capture wrote, through the simulator.
 
-    python -m emulate replay rank0.json.gz rank1.json.gz [--durations measured|predicted] [--hardware ID]
+    stepcast replay rank0.json.gz rank1.json.gz [--durations measured|predicted] [--hardware ID]
                              [--report report.json] [--trace timeline.json]
 
 ``--durations measured`` replays the recorded kernel durations: a check of the simulator itself (the predicted
@@ -22,12 +22,12 @@ from typing import Any, TextIO
 from rich.console import Console
 from rich.progress import TaskID
 
-from emulate.kineto_to_trace import ConvertProgress, convert_file
-from emulate.simulate import DURATION_MODES, publish, simulate
-from estimator.base import KernelEstimator
-from profiling.hardware import lookup
-from profiling.kineto import TraceFormatError as KinetoFormatError
-from profiling.progress import make_progress, stage_line
+from stepcast.emulate.kineto_to_trace import ConvertProgress, convert_file
+from stepcast.emulate.simulate import DURATION_MODES, publish, simulate
+from stepcast.estimator.base import KernelEstimator
+from stepcast.profiling.hardware import lookup
+from stepcast.profiling.kineto import TraceFormatError as KinetoFormatError
+from stepcast.profiling.progress import make_progress, stage_line
 from stepcast.errors import InputError, StepcastError, cli_main
 from stepcast.preflight import Preflight, refuse_bad_environment
 
@@ -61,7 +61,7 @@ def replay(paths: list[Path], durations: str | None = None, hardware: str | None
         progress.update("simulating", 1, 1)
     extra: dict[str, Any] = {"source_hardware": source_hardware}
     if copies:
-        from emulate.roles import copy_summary, summary_line
+        from stepcast.emulate.roles import copy_summary, summary_line
 
         extra.update(copy_summary([int(r) for r in sorted({p.rank for p in result.programs} - set(copies))], copies))
         result.warnings = [*(result.warnings or []), summary_line(extra)]
@@ -95,7 +95,7 @@ def _records_durations(doc: dict[str, Any]) -> bool:
 
 def is_stepcast_trace(path: Path) -> bool:
     """Whether a file is a stepcast trace (its first field names the format) rather than a Kineto trace."""
-    from emulate.trace import FORMAT, _open_binary
+    from stepcast.emulate.trace import FORMAT, _open_binary
 
     try:
         with _open_binary(path) as f:
@@ -108,7 +108,7 @@ def is_stepcast_trace(path: Path) -> bool:
 def copies_beside(paths: list[Path], docs: list[dict[str, Any]]) -> dict[int, dict[str, Any]] | None:
     """The copies of a sparse capture (``copies.json`` in the folder of its traces), when the traces are fewer than
     the job's ranks and every copy's twin is among them; else None (the traces are replayed as they are)."""
-    from emulate.collate import COPIES_FILE, read_copies
+    from stepcast.emulate.collate import COPIES_FILE, read_copies
 
     folders = {p.resolve().parent for p in paths}
     if len(folders) != 1 or not docs:
@@ -159,7 +159,7 @@ class StageProgress:
 def _load(path: Path, progress: ConvertProgress | None = None) -> dict[str, Any]:
     """One trace as trace v1: a stepcast trace as written, a Kineto trace converted."""
     if is_stepcast_trace(path):
-        from emulate.trace import read_trace
+        from stepcast.emulate.trace import read_trace
 
         return read_trace(path)
     return _convert(path, progress)
@@ -190,14 +190,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="measured: the recorded kernel durations (default for profiler traces); predicted: the "
                              "estimators' on --hardware (default for stepcast captures, which record none)")
     parser.add_argument("--hardware", default=None, help="target hardware id (default: the trace's own GPU)")
-    parser.add_argument("--estimator", default=None, help="estimator.load source (default: the shipped models)")
+    parser.add_argument("--estimator", default=None,
+                        help="stepcast.estimator.load source (default: the shipped models)")
     parser.add_argument("--report", type=Path, default=None, help="write the report JSON here")
     parser.add_argument("--trace", type=Path, default=None, help="write the predicted timeline (Perfetto JSON)")
     parser.set_defaults(func=run_command)
 
 
 def register(subparsers) -> argparse.ArgumentParser:
-    """Add the ``replay`` subcommand to ``python -m emulate``'s subparsers."""
+    """Add the ``replay`` subcommand to ``python -m stepcast.emulate``'s subparsers."""
     parser = subparsers.add_parser("replay", help="replay Kineto profiler traces through the simulator",
                                    description=__doc__.split("\n\n")[0])
     add_arguments(parser)
@@ -223,7 +224,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 @cli_main
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m emulate.replay", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m stepcast.emulate.replay", description=__doc__.split("\n\n")[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
     refused = refuse_bad_environment()

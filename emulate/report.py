@@ -1,4 +1,4 @@
-"""The prediction report: what ``python -m emulate run`` and ``replay`` print and write to ``--report``.
+"""The prediction report: what ``stepcast run`` and ``replay`` print and write to ``--report``.
 
 Fields::
 
@@ -81,13 +81,13 @@ from typing import Any
 
 import numpy as np
 
-from emulate.config import MIN_ITERATIONS_FOR_STEADY_STATE
-from emulate.sim.copies import twin_indices
-from emulate.sim.engine import RankTimeline
-from emulate.sim.host import CapturedHost, captured_host
-from profiling.atomic import atomic_text
-from emulate.sim.program import COLLECTIVE, KERNEL, RankProgram, iteration_bounds, steady_iterations
-from profiling.hardware import HardwareSpec
+from stepcast.emulate.config import MIN_ITERATIONS_FOR_STEADY_STATE
+from stepcast.emulate.sim.copies import twin_indices
+from stepcast.emulate.sim.engine import RankTimeline
+from stepcast.emulate.sim.host import CapturedHost, captured_host
+from stepcast.profiling.atomic import atomic_text
+from stepcast.emulate.sim.program import COLLECTIVE, KERNEL, RankProgram, iteration_bounds, steady_iterations
+from stepcast.profiling.hardware import HardwareSpec
 
 BREAKDOWN_TERMS = ("compute", "communication", "exposed_communication", "host_bound", "idle")
 WARMUP_MIN_ITERATIONS = 2  # with at least this many iterations, the first one is warm-up

@@ -1,4 +1,4 @@
-"""Capture folders of ``python -m emulate run``: one per run, locked while the run uses it.
+"""Capture folders of ``stepcast run``: one per run, locked while the run uses it.
 
 Two runs that shared a folder would read each other's ``rank0.log`` and report a mix of both scripts with exit 0.
 So by default each run captures into a folder of its own, ``<cache>/runs/<YYYYmmdd-HHMMSS>-<pid>/``
@@ -15,7 +15,7 @@ import shutil
 import time
 from pathlib import Path
 
-from profiling.paths import cache_root
+from stepcast.profiling.paths import cache_root
 from stepcast import settings
 from stepcast.errors import InputError
 

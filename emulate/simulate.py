@@ -1,9 +1,10 @@
 """Predict a training iteration from captured (or imported) traces: time every device op, simulate the ranks,
 report.
 
-    python -m emulate.simulate rank0.json.gz rank1.json.gz --hardware h100-sxm --report report.json --trace tl.json
+    python -m stepcast.emulate.simulate rank0.json.gz rank1.json.gz --hardware h100-sxm --report report.json --trace
+    tl.json
 
-``simulate`` returns the raw :class:`SimulationResult`; ``simulate_traces`` (what ``python -m emulate run`` calls)
+``simulate`` returns the raw :class:`SimulationResult`; ``simulate_traces`` (what ``stepcast run`` calls)
 also prints the summary and writes the report and the timeline. Model: :mod:`emulate.sim.engine`; durations:
 :mod:`emulate.sim.durations`; report fields: :mod:`emulate.report`.
 """
@@ -15,18 +16,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from emulate.sim.durations import Durations, assign_durations, ranks_per_node_for
-from emulate import config
-from emulate.host_costs import WorkCosts
-from emulate.sim import host as host_model
-from emulate.sim.collate import CollectiveGroup, collate
-from emulate.sim.engine import RankTimeline, run
-from emulate.sim.copies import TwinCollectives, run_shared, run_twins, with_copies
-from emulate.sim.shared_collate import collate_twins
-from emulate.sim.program import RankProgram, build_program
-from emulate.trace import read_trace
-from estimator.base import KernelEstimator
-from profiling.hardware import HardwareSpec, lookup
+from stepcast.emulate.sim.durations import Durations, assign_durations, ranks_per_node_for
+from stepcast.emulate import config
+from stepcast.emulate.host_costs import WorkCosts
+from stepcast.emulate.sim import host as host_model
+from stepcast.emulate.sim.collate import CollectiveGroup, collate
+from stepcast.emulate.sim.engine import RankTimeline, run
+from stepcast.emulate.sim.copies import TwinCollectives, run_shared, run_twins, with_copies
+from stepcast.emulate.sim.shared_collate import collate_twins
+from stepcast.emulate.sim.program import RankProgram, build_program
+from stepcast.emulate.trace import read_trace
+from stepcast.estimator.base import KernelEstimator
+from stepcast.profiling.hardware import HardwareSpec, lookup
 from stepcast import settings
 from stepcast.errors import cli_main
 from stepcast.preflight import Preflight
@@ -147,8 +148,8 @@ def publish(result: SimulationResult, paths: list[Path], report_path: Path | Non
     """Build the report of a simulation, print its summary (unless ``quiet``), write the report (atomically) and
     the timeline (of ``timeline_ranks``, default the ranks that ran: :mod:`emulate.timeline`); return the report.
     ``extra`` fields (capture facts) never replace simulated ones."""
-    from emulate.report import build_report, print_summary, write_report
-    from emulate.timeline import write_timeline
+    from stepcast.emulate.report import build_report, print_summary, write_report
+    from stepcast.emulate.timeline import write_timeline
 
     report = build_report(result)
     report["traces"] = [str(p) for p in paths]
@@ -173,7 +174,7 @@ class _LazyEstimator(KernelEstimator):
     @property
     def model(self) -> KernelEstimator:
         if self._loaded is None:
-            import estimator as estimators
+            import stepcast.estimator as estimators
 
             self._loaded = estimators.load(self._source)
         return self._loaded
@@ -190,7 +191,7 @@ class _LazyEstimator(KernelEstimator):
 
 @cli_main
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m emulate.simulate", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m stepcast.emulate.simulate", description=__doc__.split("\n\n")[0])
     parser.add_argument("traces", nargs="+", type=Path, help="stepcast trace files, one per rank")
     parser.add_argument("--hardware", required=True, help="target hardware id (conf/hardware/<id>.yaml)")
     parser.add_argument("--nodes", default="1")
@@ -199,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--launch-queue", help="device ops a host may have pending before a launch blocks "
                         f"(default {settings.SETTINGS['STEPCAST_LAUNCH_QUEUE_DEPTH'].default})")
     parser.add_argument("--durations", choices=DURATION_MODES, default="predicted")
-    parser.add_argument("--estimator", default=None, help="estimator.load source (default: shipped models)")
+    parser.add_argument("--estimator", default=None, help="stepcast.estimator.load source (default: shipped models)")
     parser.add_argument("--report", type=Path, default=None)
     parser.add_argument("--trace", type=Path, default=None, help="write the predicted timeline (Perfetto JSON)")
     args = parser.parse_args(argv)

@@ -15,8 +15,8 @@ import json
 from pathlib import Path
 from typing import Any, Collection, Iterator
 
-from profiling.atomic import atomic_text
-from emulate.sim.program import (
+from stepcast.profiling.atomic import atomic_text
+from stepcast.emulate.sim.program import (
     COLLECTIVE, DEVICE_SYNC, EVENT_SYNC, MEMCPY, MEMCPY_BLOCKING, MEMSET, STREAM_SYNC, RankProgram,
 )
 
@@ -62,7 +62,7 @@ def ran(prog: RankProgram) -> bool:
 
 def timeline_events(result, ranks: Collection[int] | None = None) -> Iterator[dict[str, Any]]:
     """Trace events of a :class:`emulate.simulate.SimulationResult`, for ``ranks`` (default: the ranks that ran)."""
-    from emulate.report import iteration_spans
+    from stepcast.emulate.report import iteration_spans
 
     for r, (prog, tl) in enumerate(zip(result.programs, result.timelines)):
         if not (ran(prog) if ranks is None else prog.rank in ranks):

@@ -25,15 +25,15 @@ Kinds and their fields:
 - ``event_sync``: ``event``.   ``stream_sync``: ``stream``.   ``device_sync``.
 - ``collective``: ``stream``, ``op`` (all_reduce | all_gather | reduce_scatter | all_to_all | broadcast | reduce |
   send | recv), ``comm`` (communicator id, same string on every member), ``comm_seq`` (n-th collective on that
-  communicator; sends and receives, which involve two members only, are numbered apart), ``ranks`` (communicator size), ``peer`` (send/recv: the other rank, numbered within the
-  communicator as NCCL takes it; a global rank when the trace has no ``comm_rank``), ``comm_rank`` (optional: this
-  rank's number within the communicator), ``count``, ``dtype``, ``bytes`` (per rank, the
-  larger of send and receive buffer), ``spec`` (family ``collective`` row).
+  communicator; sends and receives, which involve two members only, are numbered apart), ``ranks`` (communicator size),
+  ``peer`` (send/recv: the other rank, numbered within the communicator as NCCL takes it; a global rank when the trace
+  has no ``comm_rank``), ``comm_rank`` (optional: this rank's number within the communicator), ``count``, ``dtype``,
+  ``bytes`` (per rank, the larger of send and receive buffer), ``spec`` (family ``collective`` row).
 - ``iteration``: ``step`` (marks the start of a training iteration: profiler step, optimizer step or backward).
 
 Streams are integers: 0 is the legacy default stream; others are the handles the runtime gave out, renumbered 1, 2...
 
-Optional fields written by ``python -m emulate run`` (compatible extensions of version 1; readers may ignore them):
+Optional fields written by ``stepcast run`` (compatible extensions of version 1; readers may ignore them):
 
 - every event: ``thread`` (host thread, 0 = the first thread that called the runtime; autograd's backward runs on
   another). The trace starts at the first intercepted call (its ``t_ns`` and ``gap_ns`` are 0). ``host_ops``,
@@ -65,7 +65,7 @@ Optional fields written by ``python -m emulate run`` (compatible extensions of v
 - ``iteration``: ``source`` ("profiler" | "optimizer" | "backward": which marks cut the trace; null when the
   script had none and the whole run is one iteration). Step 0 starts the trace; step k starts after the k-th mark.
 
-Optional fields written by the Kineto importer (:mod:`emulate.kineto_to_trace`, for ``python -m emulate replay``):
+Optional fields written by the Kineto importer (:mod:`emulate.kineto_to_trace`, for ``stepcast replay``):
 
 - ``kernel``: ``op_part`` as above (an op call is the Kineto ``cpu_op`` that launched the kernel); the op call's
   first kernel carries ``op_duration_us``, the measured time of all its kernels of that family (what the
@@ -107,7 +107,7 @@ from typing import Any
 
 import numpy as np
 
-from profiling.atomic import atomic_path
+from stepcast.profiling.atomic import atomic_path
 from stepcast.errors import InputError
 
 FORMAT = "stepcast-trace"
@@ -410,7 +410,7 @@ def read_trace(path: str | Path) -> dict[str, Any]:
     """Read and check one rank's trace; its ``events`` are an :class:`EventTable`. The event list is read as a
     stream (:class:`profiling.kineto.JsonStream`), each event going into the table as it is decoded, so neither
     the file's text nor a dict per event is ever held whole."""
-    from profiling.kineto import JsonStream
+    from stepcast.profiling.kineto import JsonStream
 
     path = Path(path)
     doc: dict[str, Any] = {}

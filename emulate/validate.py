@@ -1,12 +1,12 @@
-"""The emulator against a real run of the same script: ``python -m emulate validate``.
+"""The emulator against a real run of the same script: ``stepcast validate``.
 
-    python -m emulate validate [--save-real FILE] [--report FILE] -- script.py [args]   # where the GPU is
-    python -m emulate validate --real FILE [--report FILE] [--estimator SOURCE]          # anywhere: a stored run
+    stepcast validate [--save-real FILE] [--report FILE] -- script.py [args]   # where the GPU is
+    stepcast validate --real FILE [--report FILE] [--estimator SOURCE]          # anywhere: a stored run
 
 1. The real run: the script on this machine's GPU (:mod:`emulate.measure_real`, in a child process, so neither
    run's CUDA state reaches the other), kept with ``--save-real`` (``datasets/<gpu>/real_runs/`` is where the
    project keeps them); or a stored one, with ``--real``, whose script, arguments and device it re-uses.
-2. The emulated run of the same script and arguments on a virtual copy of that device (``python -m emulate run
+2. The emulated run of the same script and arguments on a virtual copy of that device (``stepcast run
    --capture-only`` in a child process), simulated here with ``--estimator`` (default: the shipped bundle).
 3. A table, real against emulated: steady-state iteration time and peak memory (the caching allocator's reserved
    bytes; both runs count them the same way) and the error of each; ``--report`` writes it all as JSON.
@@ -26,9 +26,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from emulate.measure_real import FORMAT, FORMAT_VERSION
-from profiling.atomic import write_json_atomic
-from profiling.paths import REPO_ROOT
+from stepcast.emulate.measure_real import FORMAT, FORMAT_VERSION
+from stepcast.profiling.atomic import write_json_atomic
+from stepcast.profiling.paths import REPO_ROOT
 from stepcast.preflight import Preflight
 from stepcast.errors import SCRIPT_FAILED, InputError, ScriptFailed, UnavailableError
 
@@ -46,7 +46,8 @@ def load_real(path: Path) -> dict[str, Any]:
     except (OSError, json.JSONDecodeError) as exc:
         raise ValidationError(f"{path}: not a readable JSON file ({exc})") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise ValidationError(f"{path}: field 'format': expected '{FORMAT}' (python -m emulate.measure_real writes it)")
+        raise ValidationError(f"{path}: field 'format': expected '{FORMAT}' "
+                              "(python -m stepcast.emulate.measure_real writes it)")
     if doc.get("version") != FORMAT_VERSION:
         raise ValidationError(f"{path}: field 'version': {doc.get('version')!r}, expected {FORMAT_VERSION}")
     for field, kind in (("hardware", str), ("script", str), ("args", list)):
@@ -80,15 +81,16 @@ def measure_here(script: Path, args: list[str], out: Path) -> dict[str, Any]:
     if not torch.cuda.is_available():
         raise UnavailableError("a real run needs a CUDA GPU on this machine; pass --real FILE to compare against a "
                               "stored one")
-    _child(["-m", "emulate.measure_real", "--report", str(out), "--", str(script), *args], "real run")
+    _child(["-m", "stepcast.emulate.measure_real", "--report", str(out), "--", str(script), *args], "real run")
     return load_real(out)
 
 
 def emulate_run(real: dict[str, Any], workdir: Path, estimator: str | None) -> dict[str, Any]:
-    from emulate.simulate import simulate_traces
+    from stepcast.emulate.simulate import simulate_traces
 
     capture_report = workdir / "capture.json"
-    _child(["-m", "emulate", "run", "--hardware", real["hardware"], "--capture-only", "--report", str(capture_report),
+    _child(["-m", "stepcast.emulate", "run", "--hardware", real["hardware"], "--capture-only", "--report",
+            str(capture_report),
             "--trace-dir", str(workdir / "capture"), "--", str(script_path(real)), *real["args"]], "emulated run")
     capture = json.loads(capture_report.read_text())
     return simulate_traces([Path(t) for t in capture["traces"]], real["hardware"], estimator=estimator,
@@ -158,11 +160,11 @@ def validate_command(ns: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("validate", help="compare the emulator with a real run of the same script",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--real", type=Path, help="a stored real run (python -m emulate.measure_real) instead of "
+    p.add_argument("--real", type=Path, help="a stored real run (python -m stepcast.emulate.measure_real) instead of "
                    "running the script on this machine's GPU")
     p.add_argument("--save-real", type=Path, help="keep the real run's measurement here")
     p.add_argument("--report", type=Path, help="write the comparison (JSON) here")
-    p.add_argument("--estimator", default=None, help="estimator.load source (default: the shipped bundle)")
+    p.add_argument("--estimator", default=None, help="stepcast.estimator.load source (default: the shipped bundle)")
     p.add_argument("script", type=Path, nargs="?", help="the training script (not with --real)")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments (after --)")
     p.set_defaults(func=validate_command)

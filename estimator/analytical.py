@@ -20,10 +20,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from estimator.base import KernelEstimator
-from estimator.frames import Kernels, as_kernels, family_positions, num, take, text
-from estimator.hardware_table import RowHardware, row_hardware
-from estimator.workload import Work, network_rails, work
+from stepcast.estimator.base import KernelEstimator
+from stepcast.estimator.frames import Kernels, as_kernels, family_positions, num, take, text
+from stepcast.estimator.hardware_table import RowHardware, row_hardware
+from stepcast.estimator.workload import Work, network_rails, work
 
 
 def roofline_seconds(w: Work, hw: RowHardware) -> np.ndarray:
@@ -95,7 +95,7 @@ class RooflineEstimator(KernelEstimator):
         return dict(vars(self))
 
     def save(self, path: str | Path) -> Path:
-        from estimator.bundle import write_json_atomic
+        from stepcast.estimator.bundle import write_json_atomic
 
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
@@ -104,7 +104,7 @@ class RooflineEstimator(KernelEstimator):
 
     @classmethod
     def load(cls, path: str | Path) -> "RooflineEstimator":
-        from estimator.bundle import read_json
+        from stepcast.estimator.bundle import read_json
 
         return cls(**read_json(Path(path) / "meta.json")["params"])
 

@@ -21,10 +21,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from estimator.base import KernelEstimator
-from estimator.checksums import Checksums, folder_files, inside, write_checksums
-from profiling import atomic
-from profiling.families import FAMILIES
+from stepcast.estimator.base import KernelEstimator
+from stepcast.estimator.checksums import Checksums, folder_files, inside, write_checksums
+from stepcast.profiling import atomic
+from stepcast.profiling.families import FAMILIES
 from stepcast.errors import InputError, MissingFileError
 
 T = TypeVar("T")   # what a bundle extra parses into (read_extra)
@@ -34,11 +34,11 @@ BUNDLE_FORMAT_VERSION = 1
 
 #: meta.json ``kind`` -> "module:Class"
 KINDS: dict[str, str] = {
-    "roofline": "estimator.analytical:RooflineEstimator",
-    "xgboost": "estimator.xgb:XGBoostEstimator",
-    "mlp": "estimator.mlp:MLPEstimator",
-    "nccl": "estimator.nccl:NcclEstimator",
-    "tiled": "estimator.tiled:TiledEstimator",
+    "roofline": "stepcast.estimator.analytical:RooflineEstimator",
+    "xgboost": "stepcast.estimator.xgb:XGBoostEstimator",
+    "mlp": "stepcast.estimator.mlp:MLPEstimator",
+    "nccl": "stepcast.estimator.nccl:NcclEstimator",
+    "tiled": "stepcast.estimator.tiled:TiledEstimator",
 }
 
 
@@ -160,7 +160,7 @@ def bundle_files(root: Path, manifest: dict[str, Any]) -> list[Path]:
 
 def seal_bundle(root: Path) -> Path:
     """Write the SHA256SUMS of every folder a bundle's manifest names, then the bundle's own (what the exporter
-    does after writing a bundle, and ``python -m estimator.bundle_checksums`` for a bundle written before)."""
+    does after writing a bundle, and ``python -m stepcast.estimator.bundle_checksums`` for a bundle written before)."""
     root = Path(root)
     manifest = check_manifest(read_json(root / "manifest.json"), root / "manifest.json")
     for folder in named_folders(root, manifest).values():

@@ -13,7 +13,7 @@ import re
 from pathlib import Path, PurePosixPath
 from typing import Iterable
 
-from profiling.atomic import write_bytes_atomic
+from stepcast.profiling.atomic import write_bytes_atomic
 from stepcast.errors import InputError
 
 CHECKSUMS_FILE = "SHA256SUMS"
@@ -77,7 +77,8 @@ class Checksums:
         except FileNotFoundError:
             raise BundleIntegrityError(
                 f"{source}: missing, so the files of {folder} cannot be verified (expected sha256 checksums written "
-                f"on export; for a bundle you trust, add them with python -m estimator.bundle_checksums {folder})"
+                f"on export; for a bundle you trust, add them with "
+                f"python -m stepcast.estimator.bundle_checksums {folder})"
             ) from None
         except (OSError, UnicodeDecodeError) as exc:
             raise BundleIntegrityError(f"{source}: not readable ({exc.__class__.__name__})") from None

@@ -8,7 +8,7 @@ gets one multiplicative efficiency per family: the median over training problems
 shrunk toward 0 by :data:`PRIOR` pseudo-problems (a family seen on few problems stays near the GEMM row). The data
 are KernelBench's eager level-1 convolution forwards (``benchmarks.emulate.conv``), fitted on the training GPUs only.
 
-    python -m estimator.conv_families --fit --out models/xgboost/conv_families.json --bundle models/xgboost
+    python -m stepcast.estimator.conv_families --fit --out models/xgboost/conv_families.json --bundle models/xgboost
 
 A call's family is the first entry of :data:`FAMILIES` whose pattern matches one of its kernels' names (the call's
 first kernel carries the row; layout transforms, offset tables and split-K reductions are its ``op_part`` kernels).
@@ -55,7 +55,7 @@ def corrects(op: str | None) -> bool:
     """Whether a convolution op's calls are scaled: forwards only (transposed ones included), what the table was
     fitted on; a backward pass's engines (wgrad, a real dgrad) are others, and the V100 ResNet-50 backward calls
     got worse under it (``python -m benchmarks.emulate.conv``: dgrad 21 -> 52-71 %)."""
-    from profiling.classify import is_convolution_op
+    from stepcast.profiling.classify import is_convolution_op
 
     return bool(op) and "backward" not in op.lower() and is_convolution_op(op)
 
@@ -145,27 +145,28 @@ def corrected_ms(problem: dict[str, Any], table: ConvFamilies) -> float:
 
 
 def read(path: Path) -> ConvFamilies:
-    from estimator.bundle import read_json
+    from stepcast.estimator.bundle import read_json
 
     return ConvFamilies.from_json(read_json(path), Path(path))
 
 
 def for_bundle(root: Path) -> ConvFamilies | None:
     """The table shipped next to a bundle's manifest, or None (the caller has verified its checksum)."""
-    from estimator.bundle import read_extra
+    from stepcast.estimator.bundle import read_extra
 
     return read_extra(root, FILENAME, ConvFamilies.from_json)
 
 
 def write(path: Path, table: ConvFamilies) -> None:
-    from estimator.bundle import write_json_atomic
+    from stepcast.estimator.bundle import write_json_atomic
 
     write_json_atomic(Path(path), table.to_json())
 
 
 @cli_main
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m estimator.conv_families", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m stepcast.estimator.conv_families",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--fit", action="store_true", help="fit the table on KernelBench's conv problems")
     parser.add_argument("--out", type=Path, required=True, help="where to write the table (a bundle folder's "
                         f"{FILENAME}: the bundle's SHA256SUMS and card are updated)")
@@ -175,8 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.fit:
         parser.error("nothing to do (pass --fit)")
-    from estimator import kernelbench
-    from estimator.bundle import is_bundle
+    from stepcast.estimator import kernelbench
+    from stepcast.estimator.bundle import is_bundle
 
     folder = args.out.parent
     bundle = args.bundle or (str(folder) if is_bundle(folder) else None)
@@ -188,8 +189,8 @@ def main(argv: list[str] | None = None) -> int:
                   "gpus": sorted({p["gpu"] for p in problems} - set(NOT_FITTED)), "bundle": bundle or "default"}
     write(args.out, table)
     if is_bundle(folder):
-        from estimator.bundle import seal_bundle
-        from estimator.model_card import add_conv_families
+        from stepcast.estimator.bundle import seal_bundle
+        from stepcast.estimator.model_card import add_conv_families
 
         seal_bundle(folder)
         add_conv_families(folder, table)

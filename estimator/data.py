@@ -20,11 +20,11 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
-from estimator.importers import IMPORTERS, SOURCES
-from estimator.importers.common import DataImportError, TRAINING_COLUMNS, empty_frame
-from profiling.atomic import atomic_path
-from profiling.families import FAMILIES
-from profiling.paths import REPO_ROOT, cache_root, datasets_dir as default_datasets_dir, shared_data_root
+from stepcast.estimator.importers import IMPORTERS, SOURCES
+from stepcast.estimator.importers.common import DataImportError, TRAINING_COLUMNS, empty_frame
+from stepcast.profiling.atomic import atomic_path
+from stepcast.profiling.families import FAMILIES
+from stepcast.profiling.paths import REPO_ROOT, cache_root, datasets_dir as default_datasets_dir, shared_data_root
 from stepcast.errors import InputError
 
 log = logging.getLogger(__name__)

@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from estimator.metrics import ape, summary
-from estimator.models import make_estimator
-from estimator.splits import Fold, folds
+from stepcast.estimator.metrics import ape, summary
+from stepcast.estimator.models import make_estimator
+from stepcast.estimator.splits import Fold, folds
 
 
 @dataclass
@@ -64,7 +64,7 @@ def bundle_predictions(learned: Evaluation, roofline: Evaluation, rule: str) -> 
     """What a bundle would have predicted on the held-out rows: the learned model's prediction, or the roofline's
     where the family's fallback ``rule`` sends the row (same folds, same rows: both evaluations ran on one frame
     with one seed)."""
-    from estimator.router import fallback_mask
+    from stepcast.estimator.router import fallback_mask
 
     ours, theirs = learned.predictions, roofline.predictions
     if not len(ours) or "shape_ok" not in ours:

@@ -20,14 +20,14 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from estimator.analytical import DEFAULT_ROOFLINE, link_bandwidth
-from estimator.frames import Kernels, by_code, factorize, flag, num, text
-from estimator.hardware_table import RowHardware, row_hardware
-from estimator.kernel_config import kernel_config_features
-from estimator.workload import (
+from stepcast.estimator.analytical import DEFAULT_ROOFLINE, link_bandwidth
+from stepcast.estimator.frames import Kernels, by_code, factorize, flag, num, text
+from stepcast.estimator.hardware_table import RowHardware, row_hardware
+from stepcast.estimator.kernel_config import kernel_config_features
+from stepcast.estimator.workload import (
     COLLECTIVE_BUS_FACTOR, ELEMENTWISE_OPS, NORM_OPS, OPTIMIZER_OPS, Work, element_bytes, work,
 )
-from profiling.families import DTYPES, FAMILIES
+from stepcast.profiling.families import DTYPES, FAMILIES
 from stepcast.errors import InputError
 
 #: (rows, cols) of output tiles cuBLAS/CUTLASS commonly pick; the model learns which matters where.

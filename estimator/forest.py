@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from sklearn.ensemble import RandomForestRegressor
 
-from estimator.learned import LearnedEstimator
+from stepcast.estimator.learned import LearnedEstimator
 
 
 class RandomForestEstimator(LearnedEstimator):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from profiling.hardware import HardwareSpec, load_catalog, lookup
+from stepcast.profiling.hardware import HardwareSpec, load_catalog, lookup
 
 #: Spec figures used as model features; every one is a plain number taken from conf/hardware/<id>.yaml.
 SPEC_FEATURES: tuple[str, ...] = (
@@ -80,7 +80,7 @@ def _peak(hw_id: str, dtype: str) -> float:
 
 
 def _codes(values: pd.Series | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    from estimator.frames import factorize
+    from stepcast.estimator.frames import factorize
 
     return factorize(values)
 

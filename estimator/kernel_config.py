@@ -37,7 +37,7 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from estimator.frames import Kernels, by_code, factorize
+from stepcast.estimator.frames import Kernels, by_code, factorize
 
 #: architecture paths, in the order the name patterns are tried; the feature is the index
 PATHS = ("nvjet", "xmma", "cutlass", "prebuilt", "gemv", "small", "other")

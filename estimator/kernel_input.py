@@ -1,4 +1,4 @@
-"""Reading and checking kernel rows for prediction (the ``python -m estimator.predict`` input contract).
+"""Reading and checking kernel rows for prediction (the ``stepcast predict`` input contract).
 
 A row is ``family``, ``hardware`` (catalog id), ``dtype`` and its family's key columns (profiling/families.py).
 Checks are vectorised per column; the first offending row is reported in one line with its line number (CSV: the
@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from estimator.frames import factorize
-from profiling.families import BOOL_COLUMNS, DTYPES, FAMILIES, STRING_COLUMNS
-from profiling.hardware import UnknownHardwareError, load_catalog, lookup
+from stepcast.estimator.frames import factorize
+from stepcast.profiling.families import BOOL_COLUMNS, DTYPES, FAMILIES, STRING_COLUMNS
+from stepcast.profiling.hardware import UnknownHardwareError, load_catalog, lookup
 from stepcast.errors import InputError
 
 # Columns that may be 0 (a single-rank collective has no peer; numel 0 is a valid empty launch) are still >= 0.

@@ -28,9 +28,10 @@ version under ``<cache>/gemm_labels/`` (see
 temporary name and renamed after each chunk, so an interrupted labelling resumes where it stopped. Labelling costs
 about 2.5 ms per new shape on one core (one child process per chunk of shapes).
 
-    python -m estimator.kernel_labels --fetch-cublas 12.1.3.1 [--wheel FILE.whl]   # once: the cuBLAS Vidur ran
-    python -m estimator.kernel_labels [--sources aiconfigurator,vidur] [--hardware h100-sxm,...]   # fill the cache
-    python -m estimator.kernel_labels --sources neusight,kineto --drift   # recorded kernels vs today's heuristic
+    python -m stepcast.estimator.kernel_labels --fetch-cublas 12.1.3.1 [--wheel FILE.whl]   # once: the cuBLAS Vidur ran
+    python -m stepcast.estimator.kernel_labels [--sources aiconfigurator,vidur] [--hardware h100-sxm,...]   # fill the
+    cache python -m stepcast.estimator.kernel_labels --sources neusight,kineto --drift   # recorded kernels vs today's
+    heuristic
 
 How far the cuBLAS version moves labels (``--drift``, cuBLAS wheel 13.1.1.3 against the kernels NeuSight recorded
 with its older cuBLAS, fp32 plain GEMMs): the same architecture path on 99.9 % of the A100 PCIe and T4 rows, the
@@ -56,9 +57,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from estimator.frames import Kernels, as_frame, by_code, factorize
-from profiling.atomic import atomic_path
-from profiling.paths import cache_root
+from stepcast.estimator.frames import Kernels, as_frame, by_code, factorize
+from stepcast.profiling.atomic import atomic_path
+from stepcast.profiling.paths import cache_root
 from stepcast.errors import InputError, MissingFileError, UnavailableError, cli_main
 
 log = logging.getLogger(__name__)
@@ -84,7 +85,8 @@ CUBLAS_WHEELS = {"12": ("nvidia-cublas-cu12", "nvidia/cublas/lib/libcublasLt.so.
 
 
 class CublasMissingError(MissingFileError):
-    """A source's cuBLAS has not been fetched (``python -m estimator.kernel_labels --fetch-cublas VERSION``)."""
+    """A source's cuBLAS has not been fetched
+    (``python -m stepcast.estimator.kernel_labels --fetch-cublas VERSION``)."""
 
 
 @cache
@@ -99,7 +101,7 @@ def cublas_wheel_version() -> str:
 @cache
 def can_label(hardware: str) -> bool:
     """Whether the wheel's cuBLASLt runs on a virtual ``hardware`` (a GPU of compute capability >= 7.5)."""
-    from profiling.hardware import UnknownHardwareError, lookup
+    from stepcast.profiling.hardware import UnknownHardwareError, lookup
 
     try:
         spec = lookup(hardware)
@@ -125,7 +127,7 @@ def cublaslt_library(version: str | None) -> Path | None:
     path = cublas_home(version) / Path(CUBLAS_WHEELS[major][1]).name
     if not path.is_file():
         raise CublasMissingError(f"cuBLAS {version} not found at {path}: "
-                                 f"python -m estimator.kernel_labels --fetch-cublas {version}")
+                                 f"python -m stepcast.estimator.kernel_labels --fetch-cublas {version}")
     return path
 
 
@@ -162,9 +164,9 @@ def device_key(hardware: str) -> str:
     """What the virtual ``hardware`` answers a library's device queries with: the driver build and the device's
     attributes and modelled layout. A change to either can move the heuristic's choices (the answer for 17-18-block
     clusters moved 105 of 369 H100 choices), so label caches are kept per key."""
-    from emulate.driver.build import driver_key
-    from emulate.driver.device import driver_environment
-    from profiling.hardware import lookup
+    from stepcast.emulate.driver.build import driver_key
+    from stepcast.emulate.driver.device import driver_environment
+    from stepcast.profiling.hardware import lookup
 
     env = driver_environment(lookup(hardware))
     text = driver_key() + "".join(f"{k}={env[k]};" for k in sorted(env))
@@ -197,7 +199,7 @@ def query(shapes: pd.DataFrame, hardware: str, cache_dir: Path | None = None, ch
     """Label the (m, n, k, dtype) rows of ``shapes`` (torch Linear's m, n, k) missing from the cache by asking
     cuBLASLt version ``cublas`` (default: the wheel's) on the virtual ``hardware``; returns the whole cache of that
     device and version."""
-    from emulate.driver.gemm_choice import choose, torch_linear_gemm
+    from stepcast.emulate.driver.gemm_choice import choose, torch_linear_gemm
 
     known = read_cache(hardware, cache_dir, cublas)
     shapes = shapes[KEY].drop_duplicates()
@@ -381,7 +383,7 @@ def version_drift(frame: pd.DataFrame, *, ask: bool = True, cache_dir: Path | No
     an older cuBLAS) that the heuristic can also answer (plain Linear-layout GEMMs on a labellable GPU), the share
     whose heuristic label has the recorded kernel's architecture path, and its path and output tile, per source and
     device."""
-    from estimator.kernel_config import NAME_FEATURES, parse_name
+    from stepcast.estimator.kernel_config import NAME_FEATURES, parse_name
 
     recorded = frame[frame["kernel_name"].notna()] if "kernel_name" in frame.columns else frame.iloc[:0]
     asked = label_gemms(recorded.drop(columns=[c for c in LABEL_COLUMNS if c in recorded.columns]), ask=ask,
@@ -402,7 +404,8 @@ def version_drift(frame: pd.DataFrame, *, ask: bool = True, cache_dir: Path | No
 
 @cli_main
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m estimator.kernel_labels", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m stepcast.estimator.kernel_labels",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--sources", default="aiconfigurator,vidur,llmcompass",
                         help="comma-separated sources whose unlabelled GEMM rows are labelled")
     parser.add_argument("--hardware", default="", help="comma-separated catalog ids (default: every labellable one)")
@@ -416,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.fetch_cublas:
         print(fetch_cublas(args.fetch_cublas, args.wheel))
         return 0
-    from estimator.data import load_measurements
+    from stepcast.estimator.data import load_measurements
 
     data = load_measurements(families=["gemm"], sources=[s.strip() for s in args.sources.split(",") if s.strip()])
     wanted = {h.strip() for h in args.hardware.split(",") if h.strip()}

@@ -1,5 +1,5 @@
 """KernelBench's level-1 problems as the convolution-family table's training data (:mod:`estimator.conv_families`,
-``python -m estimator.conv_families --fit``).
+``python -m stepcast.estimator.conv_families --fit``).
 
 KernelBench (``kernelbench/`` under the shared data, read its SOURCE.md) timed each level-1 problem's reference
 module on six GPUs (:data:`GPUS`), eagerly and compiled, fp32, CUDA events over 100 calls. The eager convolution
@@ -24,8 +24,8 @@ from typing import Any
 
 from rich.console import Console
 
-from profiling.classify import is_convolution_op
-from profiling.paths import cache_root, shared_data_root
+from stepcast.profiling.classify import is_convolution_op
+from stepcast.profiling.paths import cache_root, shared_data_root
 
 #: KernelBench timing folder -> catalog id (one folder per GPU: the L40S's Modal run, not its Babel one)
 GPUS = {"T4_modal": "t4", "B200_together": "b200", "L40S_modal": "l40s", "A6000_babel": "rtx-a6000",
@@ -72,7 +72,7 @@ def kernel_us(events: list[dict[str, Any]], gpu: str, est: Any = None) -> list[f
     """Predicted us of every event of a capture on ``gpu`` (one simulation for all its problems; ``est``: an
     estimator, default the shipped bundle). The convolution problems here and the KernelBench
     benchmarks sum these over each problem's window."""
-    from emulate.simulate import simulate
+    from stepcast.emulate.simulate import simulate
 
     doc = {"format": "stepcast-trace", "version": 1, "rank": 0, "world_size": 1, "hardware": gpu, "meta": {},
            "events": events}
@@ -102,7 +102,7 @@ def capture(problems: list[str], root: Path, gpu: str, fresh: bool = False) -> t
     (cached by GPU and problem set; a failed run keeps its trace up to the failure). Each GPU has its own
     capture: cuDNN picks its kernels (Winograd or implicit GEMM, TF32 or not) for the device it runs on, and the
     rows follow the kernels."""
-    from emulate.emulation import emulate_script
+    from stepcast.emulate.emulation import emulate_script
 
     key = hashlib.sha1("\n".join(problems).encode()).hexdigest()[:12]
     trace_dir = cache_root() / CAPTURES / f"{gpu}-{key}"
@@ -121,7 +121,7 @@ def capture(problems: list[str], root: Path, gpu: str, fresh: bool = False) -> t
 
 def recollate(trace_dir: Path, gpu: str) -> None:
     """Rewrite a cached capture's trace from its driver log, so its rows are the classifier's of today."""
-    from emulate.collate import collate
+    from stepcast.emulate.collate import collate
 
     logs = sorted(trace_dir.glob("rank0.log.driver.*.jsonl"))
     if logs:
@@ -133,7 +133,7 @@ def capture_all(problems: list[str], root: Path, gpu: str,
     """Every problem captured on ``gpu``: ([(trace, the problems it holds in order)], {problem: why it has none}).
     A run that fails (the emulated driver can crash in a cuDNN engine) has no op table, so none of its rows: the
     problem it failed in is left out and the others run again, at most :data:`MAX_RUNS` runs a GPU."""
-    from emulate.trace import read_trace
+    from stepcast.emulate.trace import read_trace
 
     failed: dict[str, str] = {}
     todo = list(problems)
@@ -172,7 +172,7 @@ def without_conv_rows(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def uncorrected_estimator(bundle: str | None = None) -> Any:
     """The estimator with its convolution-family table off: the GEMM rows as they are (what the table corrects)."""
-    import estimator as estimators
+    import stepcast.estimator as estimators
 
     est = estimators.load(bundle)
     est.conv_families = None
@@ -184,7 +184,7 @@ def conv_calls(events: list[dict[str, Any]], us: list[float], window: tuple[int,
     (:func:`estimator.conv_families.call_kernels`: the first kernel, which carries the row, and the ``op_part``
     kernels after it); ``corrected``: timed as a GEMM (what the family table scales; depthwise calls are timed by
     their bytes)."""
-    from estimator.conv_families import call_family, call_kernels
+    from stepcast.estimator.conv_families import call_family, call_kernels
 
     kernel = [ev["kind"] == "kernel" for ev in events]
     parts = [ev.get("op_part") for ev in events]
@@ -207,7 +207,7 @@ def evaluate_problems(problems: list[str], traces: dict[str, list[tuple[Path, li
     GPU -> [(trace, its problems)]; ``failed``: GPU -> {problem: why it has no capture}), the measured, model
     (``est``, default: :func:`uncorrected_estimator`) and floor ms, and its convolution calls
     (:func:`conv_calls`)."""
-    from emulate.trace import read_trace
+    from stepcast.emulate.trace import read_trace
 
     est = est if est is not None else uncorrected_estimator()
     rows: dict[str, dict[str, Any]] = {p: {"problem": p, "gpus": {}, "notes": []} for p in problems}

@@ -5,7 +5,7 @@ steps ``i * CALLS`` to ``(i + 1) * CALLS - 1``. Several problems share one run (
 ``--events`` times each call as KernelBench does (``time_execution_with_cuda_event``): two timing events recorded
 around it, then a device synchronisation.
 
-    python -m emulate run --hardware t4 -- estimator/kernelbench_eager.py [--events] CALLS A.py [B.py ...]
+    stepcast run --hardware t4 -- estimator/kernelbench_eager.py [--events] CALLS A.py [B.py ...]
 
 The script the convolution-family table's captures run (:mod:`estimator.kernelbench`; the convolution, matmul and
 eager KernelBench benchmarks run it too); plain PyTorch, so it runs the same on a real GPU.

@@ -26,13 +26,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from estimator.base import KernelEstimator
-from estimator.bundle import read_json, seal_estimator_dir, write_json_atomic
-from estimator.features import FeatureFrame, categorical_keys, features
-from estimator.frames import Kernels, as_kernels, factorize
-from estimator.kernel_labels import label_for_features
-from estimator.support import SEEN_WITH, Support
-from profiling.families import key_columns
+from stepcast.estimator.base import KernelEstimator
+from stepcast.estimator.bundle import read_json, seal_estimator_dir, write_json_atomic
+from stepcast.estimator.features import FeatureFrame, categorical_keys, features
+from stepcast.estimator.frames import Kernels, as_kernels, factorize
+from stepcast.estimator.kernel_labels import label_for_features
+from stepcast.estimator.support import SEEN_WITH, Support
+from stepcast.profiling.families import key_columns
 from stepcast.errors import InputError
 
 TARGETS = ("efficiency", "log_time")
@@ -136,7 +136,7 @@ class LearnedEstimator(KernelEstimator):
         return f"a device counts as seen only at the {', '.join(seen_with)} it was measured at" if seen_with else ""
 
     def spec_in_range(self, frame: pd.DataFrame) -> np.ndarray:
-        from estimator.hardware_table import row_hardware
+        from stepcast.estimator.hardware_table import row_hardware
 
         frame = as_kernels(frame)
         hw = row_hardware(frame["hardware"], frame["dtype"])

@@ -27,7 +27,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from profiling.hardware import HardwareSpec, load_catalog
+from stepcast.profiling.hardware import HardwareSpec, load_catalog
 
 #: kernel names of a known older build generation -> that compute capability (major, minor)
 LEGACY_KERNELS: tuple[tuple[re.Pattern[str], tuple[int, int]], ...] = (

@@ -14,7 +14,7 @@ from mlflow.pyfunc import PythonModel
 
 class KernelRuntimeModel(PythonModel):
     def load_context(self, context) -> None:
-        from estimator.registry import load
+        from stepcast.estimator.registry import load
 
         self.estimator = load(Path(context.artifacts["bundle"]))
 

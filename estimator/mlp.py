@@ -11,7 +11,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from estimator.learned import LearnedEstimator
+from stepcast.estimator.learned import LearnedEstimator
 from stepcast.errors import InputError
 
 

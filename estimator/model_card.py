@@ -8,8 +8,8 @@ from typing import Any
 
 import pandas as pd
 
-from estimator.bundle import write_json_atomic
-from profiling.atomic import write_bytes_atomic
+from stepcast.estimator.bundle import write_json_atomic
+from stepcast.profiling.atomic import write_bytes_atomic
 
 #: credit line per training-data source (the shared data's licences; README.md of ../shared/data)
 CREDITS: dict[str, str] = {
@@ -169,7 +169,7 @@ def add_power_floor(path: Path, floor: Any) -> None:
     ``power_floor``; card.md's section is replaced)."""
     import json
 
-    from estimator.power_floor import FILENAME, RULE
+    from stepcast.estimator.power_floor import FILENAME, RULE
 
     path = Path(path)
     card_path = path / "card.json"

@@ -5,17 +5,19 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from estimator.base import KernelEstimator
+from stepcast.estimator.base import KernelEstimator
 from stepcast.errors import InputError
 
 #: kind -> "module:Class"; random_forest is a benchmark-only baseline (no pickle-free format, so never shipped)
 MODEL_KINDS: dict[str, str] = {
-    "xgboost": "estimator.xgb:XGBoostEstimator",
-    "mlp": "estimator.mlp:MLPEstimator",
-    "random_forest": "estimator.forest:RandomForestEstimator",
-    "roofline": "estimator.analytical:RooflineEstimator",
-    "nccl": "estimator.nccl:NcclEstimator",  # collectives only: NCCL's algorithms and protocols, fitted per device
-    "tiled": "estimator.tiled:TiledEstimator",  # GEMMs only: tile bound / learned utilisation (NeuSight's structure)
+    "xgboost": "stepcast.estimator.xgb:XGBoostEstimator",
+    "mlp": "stepcast.estimator.mlp:MLPEstimator",
+    "random_forest": "stepcast.estimator.forest:RandomForestEstimator",
+    "roofline": "stepcast.estimator.analytical:RooflineEstimator",
+    # collectives only: NCCL's algorithms and protocols, fitted per device
+    "nccl": "stepcast.estimator.nccl:NcclEstimator",
+    # GEMMs only: tile bound / learned utilisation (NeuSight's structure)
+    "tiled": "stepcast.estimator.tiled:TiledEstimator",
 }
 
 
@@ -57,7 +59,7 @@ def shipped_config(kind: str) -> ModelSpec:
     for the models that take one."""
     from omegaconf import OmegaConf
 
-    from profiling.paths import CONF_DIR
+    from stepcast.profiling.paths import CONF_DIR
 
     config = OmegaConf.load(CONF_DIR / "estimator" / "model" / f"{kind}.yaml")
     params = OmegaConf.to_container(config.params) if config.get("params") else {}

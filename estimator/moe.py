@@ -28,10 +28,10 @@ import numpy as np
 import pandas as pd
 import xgboost as xgb
 
-from estimator.analytical import roofline_seconds
-from estimator.hardware_table import RowHardware, row_hardware
-from estimator.moe_routing import ExpertLoads, expert_loads, least_loads
-from estimator.workload import Work, gemm
+from stepcast.estimator.analytical import roofline_seconds
+from stepcast.estimator.hardware_table import RowHardware, row_hardware
+from stepcast.estimator.moe_routing import ExpertLoads, expert_loads, least_loads
+from stepcast.estimator.workload import Work, gemm
 
 #: the columns a fused-MoE row needs (``estimator.importers.aiconfigurator_moe``)
 KEYS = ("hardware", "dtype", "backend", "tokens", "hidden", "inter", "topk", "experts", "tp", "ep", "skew")

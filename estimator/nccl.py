@@ -58,13 +58,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from estimator.base import KernelEstimator
-from estimator.frames import as_frame, factorize
-from estimator.hardware_table import row_hardware
-from estimator.nccl_tuner import NVLS_OPS, P2P_OPS, PROTOCOLS, arch_figures, spans_nodes, tuner_times
-from estimator.support import Support
-from estimator.workload import bus_factor, network_rails
-from profiling.hardware import UnknownHardwareError, lookup
+from stepcast.estimator.base import KernelEstimator
+from stepcast.estimator.frames import as_frame, factorize
+from stepcast.estimator.hardware_table import row_hardware
+from stepcast.estimator.nccl_tuner import NVLS_OPS, P2P_OPS, PROTOCOLS, arch_figures, spans_nodes, tuner_times
+from stepcast.estimator.support import Support
+from stepcast.estimator.workload import bus_factor, network_rails
+from stepcast.profiling.hardware import UnknownHardwareError, lookup
 from stepcast.errors import InputError
 
 
@@ -415,8 +415,8 @@ class NcclEstimator(KernelEstimator):
 
     # -- persistence: meta.json (figures per device and source) plus one UBJ booster per residual source --------
     def save(self, path: str | Path) -> Path:
-        from estimator.bundle import seal_estimator_dir, write_json_atomic
-        from profiling.atomic import write_bytes_atomic
+        from stepcast.estimator.bundle import seal_estimator_dir, write_json_atomic
+        from stepcast.profiling.atomic import write_bytes_atomic
 
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
@@ -433,7 +433,7 @@ class NcclEstimator(KernelEstimator):
 
     @classmethod
     def load(cls, path: str | Path) -> "NcclEstimator":
-        from estimator.bundle import read_json
+        from stepcast.estimator.bundle import read_json
 
         path = Path(path)
         meta = read_json(path / "meta.json")
@@ -558,9 +558,9 @@ class NcclEstimator(KernelEstimator):
         """Predictions and the router's flags (``estimator.router``). In shape: the size within the training range
         and the device measured at the row's op, rank count and ranks per node (``estimator.support.SEEN_WITH``);
         unlike XGBoost, which extrapolates badly to a topology it has not seen, the structure times one from the
-        device's own figures (held-out GPU counts: docs/estimators.md, "Collectives: the NCCL-structured model"), so an unmeasured topology is a new shape, not a new
-        device. Hardware seen: the device was fitted, or has a fitted device's links (``same_links_as``). Spec: a
-        kind of device (GPU, CPU) fitted on (the structure
+        device's own figures (held-out GPU counts: docs/estimators.md, "Collectives: the NCCL-structured model"), so an
+        unmeasured topology is a new shape, not a new device. Hardware seen: the device was fitted, or has a fitted
+        device's links (``same_links_as``). Spec: a kind of device (GPU, CPU) fitted on (the structure
         takes any device's links from the catalog, but gloo on a CPU is not NCCL). Saved without a support:
         everything in range."""
         frame = as_frame(frame)

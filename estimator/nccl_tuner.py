@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from estimator.workload import POINT_TO_POINT
+from stepcast.estimator.workload import POINT_TO_POINT
 
 PROTOCOLS = ("LL", "LL128", "Simple")
 #: collectives NVLS serves, and those NCCL runs as grouped sends and receives

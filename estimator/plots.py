@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from estimator.metrics import ape  # noqa: E402
+from stepcast.estimator.metrics import ape  # noqa: E402
 
 
 def predicted_vs_measured(predictions: pd.DataFrame, title: str) -> plt.Figure:

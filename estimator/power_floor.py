@@ -31,7 +31,7 @@ aiconfigurator_gemm``: evidence of what the fp8 datapath sustains, not training 
 a fitted figure gets no floor; so does a bundle without the file. ``estimator.router.FamilyRouter`` applies it to
 every row of the families it covers (GEMMs), whichever model ran the row, and labels the rows it raised.
 
-    python -m estimator.power_floor_bundle --bundle models/xgboost     # fit and add to an existing bundle
+    python -m stepcast.estimator.power_floor_bundle --bundle models/xgboost     # fit and add to an existing bundle
 
 The tiled GEMM model (``estimator.tiled``) uses the board power and fit (at its own quantile) per generation
 (:func:`generation_keys`) for its power cap, a learned model's feature and bound rather than a floor over every model.
@@ -45,8 +45,8 @@ from typing import Any
 
 import numpy as np
 
-from estimator.frames import Kernels, factorize
-from estimator.workload import work
+from stepcast.estimator.frames import Kernels, factorize
+from stepcast.estimator.workload import work
 from stepcast.errors import InputError
 
 FORMAT = "stepcast-power-floor"
@@ -80,7 +80,7 @@ def _key_table(frame: Kernels, silicon: bool = False) -> tuple[np.ndarray, np.nd
     """(table of keys per (device, dtype) code pair, watts per device, device codes, dtype codes) over a frame's
     distinct values, so that a per-row column costs one gather (a row without a value takes the last entry, as
     ``estimator.frames.by_code`` has it). Keys are generation keys, or with ``silicon`` :func:`silicon_keys`."""
-    from profiling.hardware import lookup
+    from stepcast.profiling.hardware import lookup
 
     codes, devices = factorize(frame["hardware"])
     dcodes, dtypes = factorize(frame["dtype"])
@@ -251,20 +251,20 @@ def binding(floor: PowerFloor, frame: Kernels, times_us: np.ndarray) -> dict[str
 
 
 def read(path: Path) -> PowerFloor:
-    from estimator.bundle import read_json
+    from stepcast.estimator.bundle import read_json
 
     return PowerFloor.from_json(read_json(path), Path(path))
 
 
 def for_bundle(root: Path) -> PowerFloor | None:
     """The floor shipped next to a bundle's manifest, or None (the caller has verified its checksum)."""
-    from estimator.bundle import read_extra
+    from stepcast.estimator.bundle import read_extra
 
     return read_extra(root, FILENAME, PowerFloor.from_json)
 
 
 def write(path: Path, floor: PowerFloor) -> None:
-    from estimator.bundle import write_json_atomic
+    from stepcast.estimator.bundle import write_json_atomic
 
     write_json_atomic(Path(path), floor.to_json())
 

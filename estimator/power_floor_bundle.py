@@ -1,6 +1,6 @@
 """Fit a bundle's power floor (:mod:`estimator.power_floor`) from its training data, and add it to an existing bundle.
 
-    python -m estimator.power_floor_bundle --bundle models/xgboost
+    python -m stepcast.estimator.power_floor_bundle --bundle models/xgboost
 
 The figures come from the bundle's GEMM training rows (the devices its card names) plus aiconfigurator's per-tensor
 fp8 GEMMs of the same devices (``estimator.importers.aiconfigurator_gemm``: evidence of what the fp8 datapath
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from estimator.power_floor import FILENAME, FLOOR_QUANTILE, PowerFloor, binding, fit, write
+from stepcast.estimator.power_floor import FILENAME, FLOOR_QUANTILE, PowerFloor, binding, fit, write
 from stepcast.errors import InputError, cli_main
 
 
@@ -28,8 +28,8 @@ def evidence_rows(gemm_rows, root: Path | None = None, fp8: bool = True):
     device a bundle was not trained on gives no figure."""
     import pandas as pd
 
-    from estimator.importers import aiconfigurator_gemm
-    from profiling.paths import shared_data_root
+    from stepcast.estimator.importers import aiconfigurator_gemm
+    from stepcast.profiling.paths import shared_data_root
 
     columns = ["family", "hardware", "dtype", "m", "n", "k", "batch", "runtime_us", "source"]
     rows = gemm_rows[[c for c in columns if c in gemm_rows]]
@@ -70,16 +70,16 @@ def bundle_gemm_devices(bundle: Path) -> list[str] | None:
 
 @cli_main
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m estimator.power_floor_bundle",
+    parser = argparse.ArgumentParser(prog="python -m stepcast.estimator.power_floor_bundle",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--bundle", type=Path, required=True, help=f"bundle folder: writes its {FILENAME} from its "
                         "GEMM training rows (the devices its card names), reseals it and updates its card")
     parser.add_argument("--root", type=Path, default=None, help="shared data folder (default: the setting)")
     args = parser.parse_args(argv)
-    from estimator.bundle import is_bundle, seal_bundle, verified_manifest
-    from estimator.data import load_measurements
-    from estimator.model_card import add_power_floor
-    from estimator.router import FamilyRouter
+    from stepcast.estimator.bundle import is_bundle, seal_bundle, verified_manifest
+    from stepcast.estimator.data import load_measurements
+    from stepcast.estimator.model_card import add_power_floor
+    from stepcast.estimator.router import FamilyRouter
 
     if not is_bundle(args.bundle):
         raise InputError(f"{args.bundle}: not an estimator bundle (expected manifest.json inside)")

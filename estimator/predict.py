@@ -1,6 +1,6 @@
 """Predict kernel runtimes for a file of kernel rows (a stable command-line contract).
 
-    python -m estimator.predict --input kernels.csv --output predictions.csv [--hardware ID] [--model URI_OR_PATH]
+    stepcast predict --input kernels.csv --output predictions.csv [--hardware ID] [--model URI_OR_PATH]
 
 Input: CSV or parquet, one row per kernel (family, hardware, dtype and the family's key columns; see
 profiling/families.py). Output (CSV or parquet by suffix): the input columns plus ``predicted_us``, ``estimator``
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from profiling.atomic import write_bytes_atomic
-from estimator.kernel_input import KernelInputError, check_kernels, read_kernels
+from stepcast.profiling.atomic import write_bytes_atomic
+from stepcast.estimator.kernel_input import KernelInputError, check_kernels, read_kernels
 from stepcast.errors import cli_main
 from stepcast.preflight import Preflight, refuse_bad_environment
 
@@ -42,7 +42,7 @@ def same_file(a: Path, b: Path) -> bool:
 
 
 def predict_file(input_path: Path, output_path: Path, hardware: str | None = None, model: str | None = None) -> int:
-    import estimator
+    from stepcast import estimator
 
     if output_path.suffix not in {".parquet", ".pq", ".csv", ".txt"}:
         raise KernelInputError(f"{output_path}: expected an output file ending in .csv or .parquet")
@@ -113,7 +113,7 @@ def predict_command(args: argparse.Namespace) -> int:
 
 @cli_main
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m estimator.predict", description=DESCRIPTION, epilog=EPILOG,
+    parser = argparse.ArgumentParser(prog="stepcast predict", description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)
     args = parser.parse_args(argv)

@@ -21,19 +21,19 @@ where ``MyEstimator`` is a :class:`estimator.base.KernelEstimator` subclass (or 
 with the keyword arguments given to ``load``). An optional ``families`` attribute (tuple of family names) says which
 families it covers; without one it is trusted with every family. After ``pip install``,
 ``estimator.load("my-estimator")``
-and ``python -m estimator.predict --model my-estimator`` use it.
+and ``stepcast predict --model my-estimator`` use it.
 """
 from __future__ import annotations
 
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from estimator.analytical import RooflineEstimator
-from estimator.base import KernelEstimator
-from estimator.bundle import is_bundle, is_estimator_dir, load_estimator_dir
-from estimator.router import FamilyRouter
-from profiling.families import FAMILIES
-from profiling.paths import MODELS_DIR
+from stepcast.estimator.analytical import RooflineEstimator
+from stepcast.estimator.base import KernelEstimator
+from stepcast.estimator.bundle import is_bundle, is_estimator_dir, load_estimator_dir
+from stepcast.estimator.router import FamilyRouter
+from stepcast.profiling.families import FAMILIES
+from stepcast.profiling.paths import MODELS_DIR
 from stepcast import settings
 from stepcast.errors import InputError
 
@@ -95,7 +95,7 @@ def load_mlflow(uri: str) -> KernelEstimator:
     """Download a registered model's artifacts and load the bundle inside (never unpickles anything)."""
     import mlflow
 
-    from estimator.tracking import connect, tracking_errors, tracking_uri
+    from stepcast.estimator.tracking import connect, tracking_errors, tracking_uri
 
     store = connect(tracking_uri())
     with tracking_errors(store):

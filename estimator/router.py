@@ -29,11 +29,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from estimator.analytical import RooflineEstimator
-from estimator.base import KernelEstimator
-from estimator.bundle import candidate_folder
-from estimator.frames import as_frame, as_kernels, family_positions, take, text
-from estimator.routing import ROOFLINE, FamilyRoutes
+from stepcast.estimator.analytical import RooflineEstimator
+from stepcast.estimator.base import KernelEstimator
+from stepcast.estimator.bundle import candidate_folder
+from stepcast.estimator.frames import as_frame, as_kernels, family_positions, take, text
+from stepcast.estimator.routing import ROOFLINE, FamilyRoutes
 from stepcast.errors import InputError
 
 FALLBACK_RULES = ("never", "unsupported_spec", "unseen_hardware", "out_of_range")
@@ -124,7 +124,7 @@ class FamilyRouter(KernelEstimator):
     def _floored(self, frame, pred: np.ndarray, label: np.ndarray | None) -> None:
         """Raise, in place, every prediction of a family the bundle's power floor covers to the least time its
         board's power allows (:mod:`estimator.power_floor`), whichever model made it; label the rows raised."""
-        from estimator.power_floor import FAMILIES, LABEL
+        from stepcast.estimator.power_floor import FAMILIES, LABEL
 
         for family, pos in family_positions(frame):
             if family not in FAMILIES:
@@ -198,7 +198,7 @@ class FamilyRouter(KernelEstimator):
         return out
 
     def save(self, path: str | Path) -> Path:
-        from estimator.bundle import BUNDLE_FORMAT, BUNDLE_FORMAT_VERSION, seal_bundle, write_json_atomic
+        from stepcast.estimator.bundle import BUNDLE_FORMAT, BUNDLE_FORMAT_VERSION, seal_bundle, write_json_atomic
 
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
@@ -221,11 +221,11 @@ class FamilyRouter(KernelEstimator):
             manifest |= {"candidates": candidates, "routes": {f: r.to_dict() for f, r in self.routes.items()}}
         write_json_atomic(path / "manifest.json", manifest)
         if self.conv_families is not None:
-            from estimator import conv_families
+            from stepcast.estimator import conv_families
 
             conv_families.write(path / conv_families.FILENAME, self.conv_families)
         if self.power_floor is not None:
-            from estimator import power_floor
+            from stepcast.estimator import power_floor
 
             power_floor.write(path / power_floor.FILENAME, self.power_floor)
         seal_bundle(path)
@@ -234,7 +234,7 @@ class FamilyRouter(KernelEstimator):
     @classmethod
     def load(cls, path: str | Path) -> "FamilyRouter":
         """Load a bundle folder; every file is checked against its SHA256SUMS before any is parsed."""
-        from estimator.bundle import load_estimator_dir, named_folders, verified_manifest
+        from stepcast.estimator.bundle import load_estimator_dir, named_folders, verified_manifest
 
         path = Path(path)
         manifest = verified_manifest(path)
@@ -251,7 +251,7 @@ class FamilyRouter(KernelEstimator):
                          str(manifest.get("version", "0")), manifest.get("fallback_rules"), candidates, routes)
         except ValueError as exc:
             raise InputError(f"{source}: {exc}" if str(source) not in str(exc) else str(exc)) from None
-        from estimator import conv_families, power_floor
+        from stepcast.estimator import conv_families, power_floor
 
         router.conv_families = conv_families.for_bundle(path)   # checked with the bundle's SHA256SUMS
         router.power_floor = power_floor.for_bundle(path)       # likewise; None: no floor

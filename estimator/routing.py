@@ -1,6 +1,7 @@
 """Which candidate model a bundle runs for each (family, device, dtype), chosen by the unseen protocol's figures.
 
-    python -m estimator.routing [--results docs/results/unseen.json]     # the routes and what they would change
+    python -m stepcast.estimator.routing [--results docs/results/unseen.json]     # the routes and what they would
+    change
 
 A row is in one of three situations: **seen** (the training data has rows of its device and dtype), **sibling**
 (it has none, but another device of the same SM design, the same compute capability, has rows of that dtype: the
@@ -43,7 +44,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from estimator.frames import by_code, factorize
+from stepcast.estimator.frames import by_code, factorize
 from stepcast.errors import InputError, cli_main
 
 #: a specific (device, dtype) or dtype choice needs at least this many held-out rows behind it
@@ -75,7 +76,7 @@ SITUATIONS = (UNSEEN, SIBLING, SEEN)
 @functools.cache
 def design_of(device: str) -> str:
     """A device's SM design, "sm_<major><minor>" of its compute capability ("" for a CPU or an unknown device)."""
-    from profiling.hardware import UnknownHardwareError, lookup
+    from stepcast.profiling.hardware import UnknownHardwareError, lookup
 
     try:
         capability = lookup(device).compute_capability
@@ -231,7 +232,7 @@ def situation_of(device: str, dtype: str, pairs: list[str], device_only: bool = 
     has rows of that dtype (``device_only``: where another device has its catalog links, any dtype)."""
     others = sorted({p.rpartition("/")[0] for p in pairs} - {device})
     if device_only:
-        from estimator.nccl import same_links_as
+        from stepcast.estimator.nccl import same_links_as
 
         return SIBLING if same_links_as(device, others) else UNSEEN
     design = design_of(device)
@@ -271,7 +272,7 @@ def route_choices(figures: pd.DataFrame, incumbents: dict[str, dict[str, str]], 
     ``gpus``: the held-out devices that are GPUs, whose device folds the sibling and unseen choices pool, each
     (device, dtype) under its situation (``situation_of`` with the family's ``pairs``), with ``stable_choice``;
     ``exclude``: a device whose figures those choices leave out (the nested choice for that device)."""
-    from estimator.unseen_results import POOLED
+    from stepcast.estimator.unseen_results import POOLED
 
     out = []
     for family in sorted(set(figures["family"])):
@@ -367,7 +368,7 @@ def route_report(figures: pd.DataFrame, routes: dict[str, FamilyRoutes], nested:
     rule runs (``bundle``), the model a bundle routed on every figure would run (``route``) and the honest figure of
     routing: the ``routed`` candidate of the results, whose choice for each device was made without its figures
     (``nested`` names it)."""
-    from estimator.unseen_results import POOLED
+    from stepcast.estimator.unseen_results import POOLED
 
     device = figures[(figures["split"] == "device") & (figures["held_out"] != POOLED)]
     rows = []
@@ -419,7 +420,7 @@ def describe(default: str | None, by_dtype: dict[str, str]) -> str:
 
 def routes_from_results(doc: dict[str, Any]) -> dict[str, FamilyRoutes]:
     """The routes a results document's figures choose."""
-    from estimator.unseen_results import frame
+    from stepcast.estimator.unseen_results import frame
 
     figures = frame(doc)
     return choose_routes(figures, incumbents_of(doc), gpus_of(figures), pairs_of(doc))
@@ -427,23 +428,23 @@ def routes_from_results(doc: dict[str, Any]) -> dict[str, FamilyRoutes]:
 
 def is_gpu(hardware: str) -> bool:
     """Whether a catalog id is a GPU (the device folds whose figures the routes pool)."""
-    from profiling.hardware import lookup
+    from stepcast.profiling.hardware import lookup
 
     return lookup(hardware).kind == "gpu"
 
 
 def gpus_of(figures: pd.DataFrame) -> set[str]:
     """The held-out devices of the device split that are GPUs."""
-    from estimator.unseen_results import POOLED
+    from stepcast.estimator.unseen_results import POOLED
 
     return {d for d in set(figures.loc[figures["split"] == "device", "held_out"]) if d != POOLED and is_gpu(d)}
 
 
 @cli_main
 def main(argv: list[str] | None = None) -> int:
-    from estimator import unseen_results
+    from stepcast.estimator import unseen_results
 
-    parser = argparse.ArgumentParser(prog="python -m estimator.routing", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m stepcast.estimator.routing", description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", type=Path, default=unseen_results.RESULTS, help="the unseen protocol's results")
     args = parser.parse_args(argv)
     try:

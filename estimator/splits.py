@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from estimator.workload import work
-from profiling.families import key_columns
+from stepcast.estimator.workload import work
+from stepcast.profiling.families import key_columns
 from stepcast.errors import InputError
 
 SPLITS = ("random", "held_out_shapes", "leave_one_hardware_out", "out_of_range")

@@ -17,9 +17,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from estimator.features import SHAPE_COLUMNS
-from estimator.frames import Kernels, factorize, num, text
-from estimator.hardware_table import SPEC_FEATURES, RowHardware
+from stepcast.estimator.features import SHAPE_COLUMNS
+from stepcast.estimator.frames import Kernels, factorize, num, text
+from stepcast.estimator.hardware_table import SPEC_FEATURES, RowHardware
 
 #: per family, the key columns that qualify a device: the (device, values) combination must have been seen
 SEEN_WITH: dict[str, tuple[str, ...]] = {"collective": ("op", "ranks", "ranks_per_node")}

@@ -70,16 +70,16 @@ import numpy as np
 import torch
 from torch import nn
 
-from estimator.analytical import DEFAULT_ROOFLINE
-from estimator.features import GEMM_TILES, FeatureFrame, categorical_keys, encode, timing_codes, VOCABULARY
-from estimator.frames import Kernels, by_code, factorize, num
-from estimator.hardware_table import row_hardware
-from estimator.kernel_config import kernel_config_features, launch_waves, persistent_kernel
-from estimator.kernel_labels import label_for_features
-from estimator.mlp import MLPEstimator, build_network
-from estimator.power_floor import board_watts, energy_us, row_joules
-from estimator.power_floor import fit_joules_per_flop as fit_at_quantile
-from estimator.workload import element_bytes, work
+from stepcast.estimator.analytical import DEFAULT_ROOFLINE
+from stepcast.estimator.features import GEMM_TILES, FeatureFrame, categorical_keys, encode, timing_codes, VOCABULARY
+from stepcast.estimator.frames import Kernels, by_code, factorize, num
+from stepcast.estimator.hardware_table import row_hardware
+from stepcast.estimator.kernel_config import kernel_config_features, launch_waves, persistent_kernel
+from stepcast.estimator.kernel_labels import label_for_features
+from stepcast.estimator.mlp import MLPEstimator, build_network
+from stepcast.estimator.power_floor import board_watts, energy_us, row_joules
+from stepcast.estimator.power_floor import fit_joules_per_flop as fit_at_quantile
+from stepcast.estimator.workload import element_bytes, work
 from stepcast.errors import InputError
 
 #: the structural column: log2 of the bound (microseconds); the prediction is floor + bound / utilisation
@@ -156,7 +156,7 @@ def base_clock_joules(frame: Kernels) -> np.ndarray:
     """Per row, the most energy per FLOP its board can spend: its spec sheet's base clock is the clock it guarantees
     under sustained load within its board power, so it runs at least base / boost of its rated fp32 peak within
     ``tdp_w`` (J per FLOP <= watts / (fp32 peak x base / boost)); NaN where the catalog lacks a figure."""
-    from profiling.hardware import lookup
+    from stepcast.profiling.hardware import lookup
 
     codes, devices = factorize(frame["hardware"])
     per_device = []
@@ -293,7 +293,7 @@ class TiledEstimator(MLPEstimator):
     def fit(self, frame, runtime_us) -> "TiledEstimator":
         """Fits the generations' energy per FLOP first (the bound depends on it), then the networks, with one floor
         per training device (``host_floors``) or one for all."""
-        from estimator.frames import as_kernels
+        from stepcast.estimator.frames import as_kernels
 
         frame = as_kernels(frame)
         runtime_us = np.asarray(runtime_us, dtype=np.float64)

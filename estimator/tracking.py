@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 import pandas as pd
 
-from profiling.paths import user_data_root
+from stepcast.profiling.paths import user_data_root
 from stepcast.errors import UnavailableError
 
 CHAMPION = "champion"
@@ -165,7 +165,7 @@ def champion_error(family: str, eval_rows: pd.DataFrame, error_of) -> float | No
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
-    from estimator.registry import load_mlflow
+    from stepcast.estimator.registry import load_mlflow
 
     try:
         MlflowClient().get_model_version_by_alias(registered_name(family), CHAMPION)

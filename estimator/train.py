@@ -1,9 +1,9 @@
 """Train, evaluate, track and export kernel-runtime estimators (a Hydra app; configs in conf/estimator/).
 
-    python -m estimator.train family=gemm model=xgboost data=vidur
-    python -m estimator.train family=all model=xgboost export=models/xgboost     # the shipped bundle
-    python -m estimator.train -m model=xgboost,mlp family=gemm,norm               # a sweep
-    python -m estimator.train -m +search=xgboost family=gemm data=vidur           # Optuna search
+    stepcast train family=gemm model=xgboost data=vidur
+    stepcast train family=all model=xgboost export=models/xgboost     # the shipped bundle
+    stepcast train -m model=xgboost,mlp family=gemm,norm               # a sweep
+    stepcast train -m +search=xgboost family=gemm data=vidur           # Optuna search
 
 Per family: evaluate on each configured split (metrics by split, hardware and runtime bucket; plots), fit on the
 fixed evaluation split's training rows, register the result as ``kernel-runtime-<family>`` and move the
@@ -26,17 +26,17 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from estimator.evaluate import Evaluation, bundle_predictions, evaluate, subsample
-from estimator.metrics import breakdown, summary
-from estimator.models import make_estimator
-from estimator.router import FamilyRouter
-from estimator.splits import fixed_eval
-from profiling.families import FAMILIES, key_columns
-from profiling.paths import CONF_DIR
+from stepcast.estimator.evaluate import Evaluation, bundle_predictions, evaluate, subsample
+from stepcast.estimator.metrics import breakdown, summary
+from stepcast.estimator.models import make_estimator
+from stepcast.estimator.router import FamilyRouter
+from stepcast.estimator.splits import fixed_eval
+from stepcast.profiling.families import FAMILIES, key_columns
+from stepcast.profiling.paths import CONF_DIR
 from stepcast.errors import InputError, exit_on_error
 from stepcast.hydra_apps import register_resolvers, run_hydra_app
 
-log = logging.getLogger("estimator.train")
+log = logging.getLogger("stepcast.estimator.train")
 register_resolvers()  # ${stepcast_cache:...}: Hydra's run folders go under the stepcast cache
 
 
@@ -75,7 +75,7 @@ def load_training_rows(data: DictConfig, families: list[str], seed: int = 0) -> 
         frame = frame[frame["family"].isin(families)]
         frame = frame.assign(source=frame["source"] if "source" in frame else path.name)
     else:
-        from estimator.data import load_measurements
+        from stepcast.estimator.data import load_measurements
 
         frame = load_measurements(families=families, sources=list(data.sources) if data.sources else None,
                                   root=Path(data.root) if data.root else None,
@@ -99,7 +99,7 @@ def metrics_table(evaluation: Evaluation) -> pd.DataFrame:
 def _log_evaluation(family: str, kind: str, evaluation: Evaluation, plots: bool) -> None:
     import mlflow
 
-    from estimator.plots import error_cdf, predicted_vs_measured
+    from stepcast.estimator.plots import error_cdf, predicted_vs_measured
 
     table = metrics_table(evaluation)
     for row in table.to_dict(orient="records"):
@@ -119,7 +119,7 @@ def _log_dataset(frame: pd.DataFrame, family: str, data: DictConfig) -> str:
     import mlflow
 
     cols = [c for c in key_columns(family) if c in frame] + ["runtime_us", "source", "group"]
-    source = str(data.path or data.root or "estimator.data.load_measurements")
+    source = str(data.path or data.root or "stepcast.estimator.data.load_measurements")
     dataset = mlflow.data.from_pandas(frame[cols], source=source, name=f"kernels-{family}", targets="runtime_us")
     mlflow.log_input(dataset, context="training")
     return dataset.digest
@@ -127,7 +127,7 @@ def _log_dataset(frame: pd.DataFrame, family: str, data: DictConfig) -> str:
 
 def register(cfg: DictConfig, family: str, frame: pd.DataFrame) -> dict[str, Any]:
     """Fit on the fixed split's training rows, register, and promote only on improvement."""
-    from estimator.tracking import champion_error, log_bundle, promote_if_better
+    from stepcast.estimator.tracking import champion_error, log_bundle, promote_if_better
 
     fold = fixed_eval(frame)
     train, test = frame.iloc[fold.train], frame.iloc[fold.test]
@@ -212,7 +212,7 @@ def export_bundle(cfg: DictConfig, frames: dict[str, pd.DataFrame], evaluations:
                   baselines: dict[str, Evaluation]) -> Path:
     """Fit every family on all of its rows and write the bundle plus its model card. A family whose learned model
     beats the roofline neither on ``objective_split`` nor on ``random`` is left to the roofline (the card says so)."""
-    from estimator.model_card import write_card
+    from stepcast.estimator.model_card import write_card
 
     version = cfg.version or dt.date.today().isoformat()
     chosen = {family: family_model(cfg, family) for family in frames}
@@ -234,7 +234,7 @@ def export_bundle(cfg: DictConfig, frames: dict[str, pd.DataFrame], evaluations:
     rules = choose_rules(metrics, kinds, cfg.fallback_rule) if len(metrics) else {}
     if cfg.get("rules_from"):  # no held-out figures here: keep the fallback rules an earlier export chose from its own
         source = Path(hydra.utils.to_absolute_path(cfg.rules_from))
-        from estimator.bundle import verified_manifest
+        from stepcast.estimator.bundle import verified_manifest
 
         earlier = verified_manifest(source)
         rules = {f: r for f, r in earlier.get("fallback_rules", {}).items() if f in models} | {
@@ -267,7 +267,7 @@ def export_bundle(cfg: DictConfig, frames: dict[str, pd.DataFrame], evaluations:
                family_models={f: {"kind": kinds[f], "params": OmegaConf.to_container(chosen[f].params)}
                               for f in models if kinds[f] != cfg.model.kind}, routing=routing)
     if router.power_floor is not None:
-        from estimator.model_card import add_power_floor
+        from stepcast.estimator.model_card import add_power_floor
 
         add_power_floor(out, router.power_floor)
     return out
@@ -278,7 +278,7 @@ def export_power_floor(data: DictConfig, frames: dict[str, pd.DataFrame], router
     training rows, plus aiconfigurator's fp8 GEMMs of the same devices where the rows are the shared data's
     (``data.path`` unset, aiconfigurator among the sources); with how often it binds on the rows and on the bundle's
     own predictions of them. None without GEMM rows."""
-    from estimator.power_floor_bundle import fit_for_bundle
+    from stepcast.estimator.power_floor_bundle import fit_for_bundle
 
     gemm = frames.get("gemm")
     if gemm is None or not len(gemm):
@@ -292,8 +292,8 @@ def routed_candidates(results: Path, frames: dict[str, pd.DataFrame], models: di
     """(candidates, routes, the card's routing record) of the families of ``models`` that the unseen protocol's
     ``results`` route: each route's models other than the primary one and the roofline are fitted on every row of the
     family with their shipped configs (conf/estimator/model/); a family's ``pairs`` are its training data's."""
-    from estimator import routing, unseen_results
-    from estimator.models import shipped_config
+    from stepcast.estimator import routing, unseen_results
+    from stepcast.estimator.models import shipped_config
 
     try:
         doc = unseen_results.read(results)
@@ -327,7 +327,7 @@ def routed_candidates(results: Path, frames: dict[str, pd.DataFrame], models: di
 def run(cfg: DictConfig) -> float:
     import mlflow
 
-    from estimator.tracking import tracking_errors, tracking_uri, use_experiment
+    from stepcast.estimator.tracking import tracking_errors, tracking_uri, use_experiment
 
     families = list(FAMILIES) if cfg.family == "all" else [str(f) for f in np.atleast_1d(cfg.family)]
     unknown = [f for f in families if f not in FAMILIES]

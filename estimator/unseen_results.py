@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from profiling.paths import REPO_ROOT
+from stepcast.profiling.paths import REPO_ROOT
 
 FORMAT = "stepcast-unseen-results"
 FORMAT_VERSION = 1
@@ -39,7 +39,7 @@ def git(*args: str) -> str:
 
 
 def machine() -> dict[str, Any]:
-    from profiling.hardware import cpu_model_name
+    from stepcast.profiling.hardware import cpu_model_name
 
     memory = None
     try:
@@ -53,10 +53,10 @@ def machine() -> dict[str, Any]:
 
 def provenance(bundle: Path | None = None) -> dict[str, Any]:
     """Commit (``dirty``: tracked files differed from it, results files aside), bundle version, machine, libraries."""
-    from estimator.bundle import read_json
-    from estimator.model_card import trained_with
-    from estimator.registry import DEFAULT_BUNDLE
-    from profiling.paths import MODELS_DIR
+    from stepcast.estimator.bundle import read_json
+    from stepcast.estimator.model_card import trained_with
+    from stepcast.estimator.registry import DEFAULT_BUNDLE
+    from stepcast.profiling.paths import MODELS_DIR
 
     root = Path(bundle) if bundle is not None else MODELS_DIR / DEFAULT_BUNDLE
     changed = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs/results", ":!docs/accuracy.md")
@@ -82,7 +82,7 @@ def complete(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def write(path: Path, doc: dict[str, Any]) -> None:
-    from profiling.atomic import write_bytes_atomic
+    from stepcast.profiling.atomic import write_bytes_atomic
 
     write_bytes_atomic(Path(path), dumps(complete(doc)).encode())
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from estimator.frames import Kernels, factorize, flag, num, text
-from profiling.families import dtype_bytes
+from stepcast.estimator.frames import Kernels, factorize, flag, num, text
+from stepcast.profiling.families import dtype_bytes
 
 # Elementwise op -> (input tensors read, FLOPs per output element). Unknown ops: one input, one FLOP.
 ELEMENTWISE_OPS: dict[str, tuple[float, float]] = {

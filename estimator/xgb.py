@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import xgboost as xgb
 
-from estimator.learned import LearnedEstimator
-from estimator.tree_walker import TreeWalker
+from stepcast.estimator.learned import LearnedEstimator
+from stepcast.estimator.tree_walker import TreeWalker
 from stepcast.errors import InputError
 
 

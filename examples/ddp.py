@@ -1,6 +1,6 @@
 """Data-parallel training with DistributedDataParallel over NCCL: an MLP on random data, SGD with momentum.
 
-Launch with torchrun (or ``python -m emulate run --nproc 2 -- examples/ddp.py``):
+Launch with torchrun (or ``stepcast run --nproc 2 -- examples/ddp.py``):
 
     torchrun --nproc-per-node 2 examples/ddp.py --hidden 256 --layers 2 --batch 32 --steps 2
 """

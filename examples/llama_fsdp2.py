@@ -8,7 +8,7 @@ The ``8b`` preset is Llama 3.1 8B (32 layers, dim 4096, 32 heads, 8 KV heads, FF
 torchtitan's default sequence length 8192, local batch 2. Plain PyTorch: runs unchanged under torchrun on GPUs.
 
     torchrun --nproc-per-node 2 examples/llama_fsdp2.py --layers 2 --dim 256 --heads 4 --kv-heads 2 --seq 128
-    python -m emulate run --nproc 8 --hardware h100-sxm -- examples/llama_fsdp2.py --preset 8b --steps 3
+    stepcast run --nproc 8 --hardware h100-sxm -- examples/llama_fsdp2.py --preset 8b --steps 3
 
 The FSDP2 settings a configuration search varies (conf/search/llama_fsdp2.yaml) are flags: ``--reshard-after-forward``
 ``default`` reshards every block but the last (torchtitan's choice: backward needs the last block's parameters at

@@ -1,12 +1,12 @@
-"""``python -m profiling``: measure kernels on the hardware at hand into ``datasets/<hardware-id>/`` (a Hydra app).
+"""``stepcast profile``: measure kernels on the hardware at hand into ``datasets/<hardware-id>/`` (a Hydra app).
 
-    python -m profiling                                  # everything, hardware=auto, default budget
-    python -m profiling families=[gemm,norm] budget_minutes=2 output_dir=/tmp/ds
-    python -m profiling -m families=[gemm],[attention]   # multirun: one job per value
-    torchrun --nproc-per-node 8 -m profiling families=[collective]
+    stepcast profile                                  # everything, hardware=auto, default budget
+    stepcast profile families=[gemm,norm] budget_minutes=2 output_dir=/tmp/ds
+    stepcast profile -m families=[gemm],[attention]   # multirun: one job per value
+    torchrun --nproc-per-node 8 -m stepcast.profiling families=[collective]
 
 Configs: conf/profiling/config.yaml and one config group per family (conf/profiling/<family>/: auto | cpu | gpu | tiny;
-collective also multinode). ``python -m profiling.summary datasets/<id>`` prints what a dataset holds;
+collective also multinode). ``python -m stepcast.profiling.summary datasets/<id>`` prints what a dataset holds;
 ``profiling/gpu_check.sh`` is the few-minute GPU run.
 """
 from __future__ import annotations
@@ -16,8 +16,8 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from profiling.paths import CONF_DIR
-from profiling.runner import run
+from stepcast.profiling.paths import CONF_DIR
+from stepcast.profiling.runner import run
 from stepcast.errors import exit_on_error
 from stepcast.hydra_apps import register_resolvers, run_hydra_app
 

@@ -14,9 +14,9 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from profiling.atomic import atomic_path
-from profiling.hardware import HardwareSpec, cpu_model_name
-from profiling.schema import SCHEMA_VERSION, DatasetSchemaError
+from stepcast.profiling.atomic import atomic_path
+from stepcast.profiling.hardware import HardwareSpec, cpu_model_name
+from stepcast.profiling.schema import SCHEMA_VERSION, DatasetSchemaError
 
 Timing = Literal["cuda_event", "perf_counter"]
 

@@ -56,7 +56,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from profiling.families import dtype_bytes
+from stepcast.profiling.families import dtype_bytes
 
 Shape = tuple[int, ...]
 Row = dict[str, Any]

@@ -5,7 +5,7 @@ cores x clock x FLOPs per cycle of the widest vector / matrix unit the CPU flags
 ports, AMX tiles for bf16). The memory bandwidth is measured here with a large tensor copy, so it is what this
 machine (or VM) actually delivers, not a DIMM spec figure. The yaml's header comment says both.
 
-    python -m profiling.describe_cpu [--output-dir conf/hardware] [--force]
+    python -m stepcast.profiling.describe_cpu [--output-dir conf/hardware] [--force]
 """
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import yaml
 
-from profiling.atomic import atomic_path
-from profiling.hardware import HardwareSpec, cpu_hardware_id, cpu_model_name
-from profiling.paths import user_hardware_dir
+from stepcast.profiling.atomic import atomic_path
+from stepcast.profiling.hardware import HardwareSpec, cpu_hardware_id, cpu_model_name
+from stepcast.profiling.paths import user_hardware_dir
 from stepcast.errors import InputError, cli_main
 
 # FLOPs per cycle per core (an FMA counts as 2), by the widest unit a flag advertises; first match wins.
@@ -142,7 +142,7 @@ def write_spec(spec: HardwareSpec, directory: Path | None = None, force: bool = 
     if path.exists() and not force:
         raise InputError(f"{path} exists: pass --force to overwrite it")
     header = (
-        "# CPU entry written by `python -m profiling.describe_cpu` from /proc/cpuinfo and /sys.\n"
+        "# CPU entry written by `python -m stepcast.profiling.describe_cpu` from /proc/cpuinfo and /sys.\n"
         "# ESTIMATES: peak_tflops = cores x clock x FLOPs/cycle of the widest unit in the CPU flags (AVX-512 FMA,\n"
         "# AMX for bf16); memory_bandwidth_gbps = measured copy bandwidth on this machine. sm_count = physical cores.\n"
     )

@@ -21,8 +21,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from profiling.ops.collective import measure_points
-from profiling.timing import MeasureSettings
+from stepcast.profiling.ops.collective import measure_points
+from stepcast.profiling.timing import MeasureSettings
 
 GROUP_TIMEOUT = datetime.timedelta(seconds=120)
 
@@ -82,7 +82,7 @@ def _local_rank_main(rank: int, world: int, port: int, backend: str, device: str
 
 class RankFailure(RuntimeError):
     """Internal: a spawned rank died (its traceback is in the message): a failure of the measurement, not of the
-    user's input, so it ends ``python -m profiling`` with its traceback."""
+    user's input, so it ends ``stepcast profile`` with its traceback."""
 
 
 def run_local_world(points: list[dict[str, Any]], world: int, backend: str, device: str, settings: MeasureSettings,

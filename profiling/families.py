@@ -1,6 +1,6 @@
 """Kernel families and the columns that describe one kernel of each.
 
-This is the one contract shared by the profiler's datasets, the estimators (``python -m estimator.predict``) and the
+This is the one contract shared by the profiler's datasets, the estimators (``stepcast predict``) and the
 emulator's captured traces: a kernel is a row with ``family``, ``hardware``, ``dtype`` and its family's key columns.
 """
 from __future__ import annotations

@@ -23,8 +23,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from profiling.classify import canonical_dtype
-from profiling.paths import HARDWARE_DIR, user_hardware_dir
+from stepcast.profiling.classify import canonical_dtype
+from stepcast.profiling.paths import HARDWARE_DIR, user_hardware_dir
 from stepcast import settings
 from stepcast.errors import InputError, UnknownNameError
 
@@ -291,5 +291,5 @@ def detect() -> HardwareSpec:
         return catalog[hw_id]
     raise UnknownHardwareError(
         f"this machine's CPU ('{cpu_model_name()}') has no catalog entry conf/hardware/{hw_id}.yaml: "
-        f"write one (python -m profiling.describe_cpu writes it from /proc/cpuinfo)"
+        f"write one (python -m stepcast.profiling.describe_cpu writes it from /proc/cpuinfo)"
     )

@@ -42,7 +42,7 @@ from typing import Any, Callable, Collection, Iterator
 import numpy as np
 import pandas as pd
 
-from profiling.hardware import HardwareSpec, UnknownHardwareError, load_catalog, lookup, normalise_name
+from stepcast.profiling.hardware import HardwareSpec, UnknownHardwareError, load_catalog, lookup, normalise_name
 from stepcast.errors import InputError
 
 

@@ -12,10 +12,10 @@ from typing import Any, Mapping
 
 from pydantic import ValidationError
 
-from profiling.ops import BENCHES
-from profiling.sampling import Point, ConfigError, as_plain, expand, point_id
-from profiling.schema import columns, extra_columns, row_model
-from profiling.families import key_columns
+from stepcast.profiling.ops import BENCHES
+from stepcast.profiling.sampling import Point, ConfigError, as_plain, expand, point_id
+from stepcast.profiling.schema import columns, extra_columns, row_model
+from stepcast.profiling.families import key_columns
 
 SWEEP_KEYS = frozenset({"grid", "random", "models", "limits", "max_points", "budget_share"})
 

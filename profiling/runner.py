@@ -1,6 +1,6 @@
 """One profiling run: resolve the hardware, plan each family, measure what is missing, write the dataset and card.
 
-Called by ``python -m profiling`` (the Hydra app in :mod:`profiling.__main__`) with the composed config.
+Called by ``stepcast profile`` (the Hydra app in :mod:`profiling.__main__`) with the composed config.
 """
 from __future__ import annotations
 
@@ -17,20 +17,22 @@ from rich.console import Console
 from rich.progress import Progress, TaskID
 from rich.table import Table
 
-from profiling import distributed
-from profiling.card import Card, FamilySummary, check_compatible, current_fingerprint, now, read_card, write_card
-from profiling.families import FAMILIES
-from profiling.hardware import HardwareSpec, UnknownHardwareError, detect, lookup
-from profiling.ops import BENCHES
-from profiling.ops.base import describe_failure
-from profiling.ops.collective import measure_points
-from profiling.paths import datasets_dir
-from profiling.plan import plan_family, select_sweep
-from profiling.progress import make_progress
-from profiling.sampling import ConfigError, Point, point_id
-from profiling.schema import SCHEMA_VERSION
-from profiling.store import FamilyStore, ShardWriter
-from profiling.timing import L2Flusher, MeasureSettings, Measurement, measure_cpu, measure_cuda
+from stepcast.profiling import distributed
+from stepcast.profiling.card import (
+    Card, FamilySummary, check_compatible, current_fingerprint, now, read_card, write_card,
+)
+from stepcast.profiling.families import FAMILIES
+from stepcast.profiling.hardware import HardwareSpec, UnknownHardwareError, detect, lookup
+from stepcast.profiling.ops import BENCHES
+from stepcast.profiling.ops.base import describe_failure
+from stepcast.profiling.ops.collective import measure_points
+from stepcast.profiling.paths import datasets_dir
+from stepcast.profiling.plan import plan_family, select_sweep
+from stepcast.profiling.progress import make_progress
+from stepcast.profiling.sampling import ConfigError, Point, point_id
+from stepcast.profiling.schema import SCHEMA_VERSION
+from stepcast.profiling.store import FamilyStore, ShardWriter
+from stepcast.profiling.timing import L2Flusher, MeasureSettings, Measurement, measure_cpu, measure_cuda
 
 log = logging.getLogger("profiling")
 

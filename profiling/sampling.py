@@ -14,7 +14,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
-from profiling.model_catalog import ModelConfig, lookup_model
+from stepcast.profiling.model_catalog import ModelConfig, lookup_model
 from stepcast.errors import InputError
 
 SAMPLES = ("grid", "random", "model")
@@ -44,7 +44,7 @@ def point_id(values: Mapping[str, Any]) -> str:
 
 
 class ConfigError(InputError):
-    """A profiling config (``python -m profiling``: the run's settings, a family's sweep) that names something that
+    """A profiling config (``stepcast profile``: the run's settings, a family's sweep) that names something that
     does not exist, cannot run here or cannot be expanded; one line naming the setting, family or field."""
 
 

@@ -23,8 +23,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
-from profiling.atomic import atomic_path
-from profiling.families import DTYPES, FAMILIES, key_columns
+from stepcast.profiling.atomic import atomic_path
+from stepcast.profiling.families import DTYPES, FAMILIES, key_columns
 from stepcast.errors import InputError
 
 SCHEMA_VERSION = 1

@@ -17,7 +17,7 @@ from typing import Any, Iterator
 
 import pandas as pd
 
-from profiling.schema import columns, read_family, write_family
+from stepcast.profiling.schema import columns, read_family, write_family
 
 SHARDS_DIR = ".shards"
 

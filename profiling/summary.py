@@ -1,6 +1,6 @@
 """Print what a dataset folder holds (validating every file on the way): points per family, dtype and status.
 
-    python -m profiling.summary datasets/cpu-intel-xeon-2c
+    python -m stepcast.profiling.summary datasets/cpu-intel-xeon-2c
 """
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from profiling.card import read_card
-from profiling.families import FAMILIES
-from profiling.schema import DatasetSchemaError, read_family
-from profiling.store import SHARDS_DIR, FamilyStore
+from stepcast.profiling.card import read_card
+from stepcast.profiling.families import FAMILIES
+from stepcast.profiling.schema import DatasetSchemaError, read_family
+from stepcast.profiling.store import SHARDS_DIR, FamilyStore
 from stepcast.errors import InputError, cli_main
 
 
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     pending = pending_shards(args.folder)
     if pending and not (args.folder / "card.json").exists():
         raise InputError(f"{args.folder}: {pending_note(pending)}; no card.json yet, so the run was stopped before it "
-                      "finished: run the same python -m profiling command again to resume (it measures only the "
+                      "finished: run the same stepcast profile command again to resume (it measures only the "
                       "missing points, then merges the shards and writes the card; budget_minutes=0 merges without "
                       "measuring more)")
     card = read_card(args.folder / "card.json")

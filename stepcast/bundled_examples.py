@@ -17,7 +17,7 @@ example (an empty folder, stepcast installed from a wheel):
 
 def shipped_examples() -> list[Path]:
     """Every example script shipped, relative to the shipped examples folder."""
-    from profiling.paths import EXAMPLES_DIR
+    from stepcast.profiling.paths import EXAMPLES_DIR
 
     return sorted(p.relative_to(EXAMPLES_DIR) for p in EXAMPLES_DIR.rglob("*.py") if "__pycache__" not in p.parts)
 
@@ -25,7 +25,7 @@ def shipped_examples() -> list[Path]:
 def copy_examples(target: Path) -> tuple[list[Path], list[Path]]:
     """Copy each shipped example under ``target`` (folders made as needed); returns (copied, kept): a file that
     already exists is kept as it is."""
-    from profiling.paths import EXAMPLES_DIR
+    from stepcast.profiling.paths import EXAMPLES_DIR
 
     copied, kept = [], []
     for relative in shipped_examples():

@@ -1,7 +1,7 @@
 """``stepcast <command> ...``: parse the command line and hand each subcommand to the module that owns it.
 
 argparse subcommands (run, replay, validate, search, predict) are registered from their owners' own parser
-builders, so ``stepcast run`` and ``python -m emulate run`` accept the same arguments; the Hydra apps (profile,
+builders, so ``stepcast run`` and ``stepcast run`` accept the same arguments; the Hydra apps (profile,
 train), which parse ``sys.argv``, get everything after their name. The benchmarks are not commands of the product:
 they run from a checkout as ``python -m benchmarks.<package>.<name>``."""
 from __future__ import annotations
@@ -44,14 +44,14 @@ PASSTHROUGH_HELP = {
 
 
 def run_profile(argv: list[str]) -> int:
-    from profiling.__main__ import main as profile_main
+    from stepcast.profiling.__main__ import main as profile_main
     from stepcast.hydra_apps import run_hydra_main
 
     return run_hydra_main(profile_main, f"{PROG} profile", argv)
 
 
 def run_train(argv: list[str]) -> int:
-    from estimator.train import main as train_main
+    from stepcast.estimator.train import main as train_main
     from stepcast.hydra_apps import run_hydra_main
 
     return run_hydra_main(train_main, f"{PROG} train", argv)
@@ -64,9 +64,9 @@ PASSTHROUGH: dict[str, Callable[[list[str]], int]] = {
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command tree; the pass-through commands appear in the listing and parse their own arguments."""
-    from emulate import replay, validate
-    from emulate.cli import add_run_parser
-    from estimator.predict import register as register_predict
+    from stepcast.emulate import replay, validate
+    from stepcast.emulate.cli import add_run_parser
+    from stepcast.estimator.predict import register as register_predict
     from stepcast.bundled_examples import register as register_examples
 
     parser = argparse.ArgumentParser(
@@ -89,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
 def register_search(sub: argparse._SubParsersAction) -> None:
     """``stepcast search`` when :mod:`emulate.search` is installed (it needs the optional 'search' extra)."""
     try:
-        from emulate.search.cli import register
+        from stepcast.emulate.search.cli import register
     except ImportError:
         return
     with_epilog(register(sub), SEARCH_EPILOG)
@@ -111,6 +111,6 @@ def main(argv: list[str] | None = None) -> int:
 
         refused = refuse_bad_environment()  # the argparse commands check in dispatch
         return refused if refused is not None else PASSTHROUGH[argv[0]](argv[1:])
-    from emulate.cli import dispatch
+    from stepcast.emulate.cli import dispatch
 
     return dispatch(build_parser().parse_args(argv))

@@ -19,7 +19,7 @@ from stepcast import settings
 from stepcast.errors import BAD_INPUT, report
 
 if TYPE_CHECKING:
-    from profiling.hardware import HardwareSpec
+    from stepcast.profiling.hardware import HardwareSpec
 
 
 class Preflight:
@@ -60,7 +60,7 @@ class Preflight:
 
     def gpu(self, option: str, hardware: str) -> HardwareSpec | None:
         """The catalog's GPU ``hardware`` (an id or a vendor name); a CPU entry or an unknown name is a problem."""
-        from profiling.hardware import UnknownHardwareError, lookup
+        from stepcast.profiling.hardware import UnknownHardwareError, lookup
 
         try:
             spec = lookup(hardware)

@@ -1,5 +1,5 @@
 """Shared fixtures: the third-party data folder (tests that need it are skipped with a message when it is absent),
-running ``python -m emulate run --capture-only`` as a user would, and KernelBench's timing files and captures as the
+running ``stepcast run --capture-only`` as a user would, and KernelBench's timing files and captures as the
 KernelBench tests (the convolution-family training data, the KernelBench benchmarks) need them."""
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any, Callable
 
 import pytest
 
-from emulate.trace import read_trace
-from profiling.paths import REPO_ROOT, shared_data_root
+from stepcast.emulate.trace import read_trace
+from stepcast.profiling.paths import REPO_ROOT, shared_data_root
 
 
 @pytest.fixture(scope="session")
@@ -62,11 +62,12 @@ EmulateRun = Callable[...,
 
 def _emulate_run(tmp: Path, script: Path, *args: str, nproc: int = 1, hardware: str = "h100-sxm",
                  options: tuple[str, ...] = ()):
-    """Capture ``script`` on the emulated driver (``options``: more ``run`` options); returns (process, capture report or
-    None, per-rank traces)."""
+    """Capture ``script`` on the emulated driver (``options``: more ``run`` options); returns (process, capture report
+    or None, per-rank traces)."""
     tmp.mkdir(parents=True, exist_ok=True)  # the run refuses a report in a folder that does not exist
     report = tmp / "report.json"
-    cmd = [sys.executable, "-m", "emulate", "run", "--hardware", hardware, "--nproc", str(nproc), "--capture-only",
+    cmd = [sys.executable, "-m", "stepcast.emulate", "run", "--hardware", hardware, "--nproc", str(nproc),
+           "--capture-only",
            *options,
            "--report", str(report), "--trace-dir", str(tmp / "traces"), "--", str(script), *args]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
@@ -87,7 +88,7 @@ WriteTimings = Callable[[str, dict[str, dict[str, float]]], Path]
 def kernelbench_timings(tmp_path: Path) -> WriteTimings:
     """Writes KernelBench timing files as the shared data lays them out: ``write(file, {folder: {problem.py:
     mean ms}})`` under ``tmp_path`` (returned, the data root)."""
-    from estimator.kernelbench import TIMINGS
+    from stepcast.estimator.kernelbench import TIMINGS
 
     def write(file: str, timings: dict[str, dict[str, float]]) -> Path:
         for folder, times in timings.items():
@@ -106,7 +107,7 @@ StepTrace = Callable[[str, list[dict[str, Any]]], Path]
 def step_trace(tmp_path: Path) -> StepTrace:
     """Writes a one-rank trace of a KernelBench capture: ``write(hardware, kernels)`` puts an iteration marker
     before, between and after the kernels (one kernel a forward call) and returns the trace's path."""
-    from emulate.trace import write_trace
+    from stepcast.emulate.trace import write_trace
 
     def write(hardware: str, kernels: list[dict[str, Any]]) -> Path:
         events: list[dict[str, Any]] = [{"kind": "iteration", "step": 0}]

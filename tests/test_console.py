@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from profiling.paths import REPO_ROOT
+from stepcast.profiling.paths import REPO_ROOT
 
 COMMANDS = ["run", "replay", "validate", "search", "predict", "profile", "train"]
 SCREEN = 40

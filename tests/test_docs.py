@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from profiling.paths import REPO_ROOT
+from stepcast.profiling.paths import REPO_ROOT
 
 spec = importlib.util.spec_from_file_location("readme_tables", REPO_ROOT / "tools" / "readme_tables.py")
 readme_tables = importlib.util.module_from_spec(spec)

@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if str(REPO_ROOT) not in sys.path:  # run as a script: tools/ is on the path, the repository root is not
         sys.path.insert(0, str(REPO_ROOT))
-    from profiling.atomic import write_bytes_atomic
+    from stepcast.profiling.atomic import write_bytes_atomic
 
     text = README.read_text()
     write_bytes_atomic(README, text.replace(readme_block(text), new).encode())

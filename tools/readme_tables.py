@@ -99,8 +99,8 @@ def published_runs(results: Path) -> list[str]:
 def kernels_unseen(results: Path) -> list[str]:
     """Each kernel family with every device held out whole: the shipped bundle and the roofline, pooled."""
     from benchmarks.estimator import accuracy_table
-    from estimator import unseen_results
-    from estimator.unseen_results import POOLED
+    from stepcast.estimator import unseen_results
+    from stepcast.estimator.unseen_results import POOLED
 
     path = results / "unseen.json"
     try:
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             return 0
         if args.write:
-            from profiling.atomic import write_bytes_atomic
+            from stepcast.profiling.atomic import write_bytes_atomic
 
             write_bytes_atomic(args.readme, replace_block(text, block).encode())
             print(f"written to {args.readme}")

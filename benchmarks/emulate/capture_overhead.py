@@ -21,10 +21,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from emulate.driver.build import driver_path
-from emulate.driver.device import driver_environment
-from profiling.hardware import lookup
-from profiling.paths import REPO_ROOT
+from stepcast.emulate.driver.build import driver_path
+from stepcast.emulate.driver.device import driver_environment
+from stepcast.profiling.hardware import lookup
+from stepcast.profiling.paths import REPO_ROOT
 
 # Runs inside the emulated process: build the model (untimed), one warm-up step, then time `steps` steps.
 DRIVER = """
@@ -84,7 +84,8 @@ def main() -> None:
         host = _bench_line(plain.stdout)
         console.print("capture run ...")
         t0 = time.perf_counter()
-        cap = subprocess.run([sys.executable, "-m", "emulate", "run", "--hardware", ns.hardware, "--capture-only",
+        cap = subprocess.run([sys.executable, "-m", "stepcast.emulate", "run", "--hardware", ns.hardware,
+                              "--capture-only",
                               "--report", f"{tmp}/report.json", "--trace-dir", f"{tmp}/traces", "--", str(bench)],
                              cwd=REPO_ROOT, capture_output=True, text=True)
         if cap.returncode != 0:

@@ -5,7 +5,7 @@ steady iterations whose median is the iteration time).
     python -m benchmarks.emulate.compat                                   # every row (slow: seconds to a minute each)
     python -m benchmarks.emulate.compat --rows hf_llama_eager,ddp --json out.json
 
-Each row runs ``python -m emulate run --hardware H --nproc N --report r.json -- examples/compat/...``
+Each row runs ``stepcast run --hardware H --nproc N --report r.json -- examples/compat/...``
 through :func:`emulate.emulation.emulate_script` (the one way an emulation is run), with a per-row timeout, and
 reads the report back. Frameworks (transformers,
 accelerate, torchvision, Megatron-core, DeepSpeed, torchtitan) are optional: a row whose modules are not importable
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from emulate.emulation import emulate_script
-from profiling.paths import REPO_ROOT
+from stepcast.emulate.emulation import emulate_script
+from stepcast.profiling.paths import REPO_ROOT
 
 RAN, FAILED, NOT_INSTALLED = "ran", "failed", "not installed"
 TIMEOUT_S = 600.0  # torchtitan on 2 ranks autotunes FlexAttention on each rank: about 6 min on a 2-core host
@@ -40,7 +40,7 @@ class Row:
     requires: tuple[str, ...] = ()
 
     def command(self, report: Path, hardware: str) -> list[str]:
-        return [sys.executable, "-m", "emulate", "run", "--hardware", hardware, "--nproc", str(self.nproc),
+        return [sys.executable, "-m", "stepcast.emulate", "run", "--hardware", hardware, "--nproc", str(self.nproc),
                 "--report", str(report), "--", str(REPO_ROOT / self.script), *self.args]
 
 
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{row.name}: {r['status']} {r['why']}".rstrip(), file=sys.stderr, flush=True)
     print_table(results, args.hardware)
     if args.json:
-        from profiling.atomic import write_json_atomic
+        from stepcast.profiling.atomic import write_json_atomic
 
         write_json_atomic(args.json, results)
     return 0

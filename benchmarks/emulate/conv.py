@@ -35,10 +35,10 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.emulate.kernelbench import error
-from estimator.kernelbench import TIMINGS, device_bound, eager_ms, kernelbench_rows, problem_gpus
-from profiling.atomic import write_json_atomic
-from profiling.classify import classify_op
-from profiling.paths import shared_data_root
+from stepcast.estimator.kernelbench import TIMINGS, device_bound, eager_ms, kernelbench_rows, problem_gpus
+from stepcast.profiling.atomic import write_json_atomic
+from stepcast.profiling.classify import classify_op
+from stepcast.profiling.paths import shared_data_root
 
 KINETO = "kineto/tb_plugin/samples/resnet50_*/*.pt.trace.json.gz"
 LAUNCH_FLOOR_US = 2.0
@@ -49,7 +49,7 @@ def held_out_families(rows: list[dict[str, Any]], folds: int = FOLDS) -> None:
     """Adds ``family_gpu_ms`` (the family table fitted on the other GPUs' problems) and ``family_problem_ms`` (fitted
     on the other folds' problems, all GPUs; :data:`FOLDS` folds by a hash of the problem name) to each (problem,
     GPU) of ``rows``: neither ever sees the row it predicts. GPUs in ``conv_families.NOT_FITTED`` are never fitted."""
-    from estimator import conv_families as cf
+    from stepcast.estimator import conv_families as cf
 
     flat = problem_gpus(rows)
     gpus = sorted({p["gpu"] for p in flat})
@@ -97,7 +97,7 @@ def forward_geometry(ops: pd.DataFrame) -> dict[int, dict[str, Any]]:
 
 def backward_sequence(ops: pd.DataFrame) -> dict[int, int]:
     """{op row: sequence number of the autograd node (``...Backward``) it runs in}, for ops inside one."""
-    from profiling.kineto import op_parents
+    from stepcast.profiling.kineto import op_parents
 
     parents = op_parents(ops)
     names, seqs = ops["name"].to_numpy(), ops["sequence_number"].to_numpy()
@@ -136,7 +136,7 @@ PASSES = {"cudnn_convolution": "fprop", "cudnn_convolution_backward_input": "dgr
 
 def kineto_calls(path: Path) -> tuple[str | None, list[dict[str, Any]]]:
     """(hardware, one entry per convolution op call with its kernels' measured time and estimator row)."""
-    from profiling.kineto import read_trace
+    from stepcast.profiling.kineto import read_trace
 
     trace = read_trace(path)
     events = trace.events
@@ -162,7 +162,7 @@ def predict_calls(hardware: str, calls: list[dict[str, Any]], estimator: Any) ->
     """Each call's ``predicted_us`` (its row on ``hardware``; None without a row), ``family_us`` (scaled by the
     estimator's convolution-family table where it applies: a forward timed as a GEMM; V100 is never fitted on) and
     ``floor_us``."""
-    from estimator.conv_families import corrects
+    from stepcast.estimator.conv_families import corrects
 
     table = getattr(estimator, "conv_families", None)
     rows = [{**c["row"], "hardware": hardware} for c in calls if c["row"]]
@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         out["kernelbench"] = {"rows": rows, "least_measured_ms": device_bound(eager_ms(root)),
                               "median_abs_error": print_problems(rows, console)}
     if not args.no_kineto:
-        import estimator as estimators
+        import stepcast.estimator as estimators
 
         est = estimators.load(args.bundle)
         traces = []

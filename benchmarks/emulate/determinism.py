@@ -8,9 +8,9 @@ and prints the spread ((max - min) / median) of the predicted iteration time per
 
 Targets (the step-time issue): at most 2 % for one rank and 5 % for two ranks, in both settings. What makes the
 answer stable: host time is counted work (aten ops, autograd nodes, calls) at fixed costs, not a clock reading
-(``--host-model counted``, the default; ``measured`` uses the capturing thread's CPU time, for comparison), host work no count sees (``gpt_host_data``: a numpy shuffle per batch) is read at the
-speed the capture's counted work shows, the launch queue throttles a host that runs ahead, and ranks are aligned
-after warm-up (:mod:`emulate.sim.host`).
+(``--host-model counted``, the default; ``measured`` uses the capturing thread's CPU time, for comparison), host work no
+count sees (``gpt_host_data``: a numpy shuffle per batch) is read at the speed the capture's counted work shows, the
+launch queue throttles a host that runs ahead, and ranks are aligned after warm-up (:mod:`emulate.sim.host`).
 
 A second table says where a spread comes from: over the runs of each workload and setting, the spread of each part
 of the prediction (simulated host time, device busy time, waiting on peers, the host time as the capture recorded
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from emulate import config
-from profiling.paths import REPO_ROOT
+from stepcast.emulate import config
+from stepcast.profiling.paths import REPO_ROOT
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def busy_cores(n: int) -> Iterator[None]:
 
 def run_once(work: Workload, hardware: str, env: dict[str, str]) -> dict:
     """One emulation's report."""
-    from emulate.emulation import emulate_script
+    from stepcast.emulate.emulation import emulate_script
 
     run = emulate_script(REPO_ROOT / work.script, list(work.args), hardware, nproc=work.nproc, kernels=False, env=env)
     if not run["ok"]:
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     console.print(table)
     console.print(decomposition_table(rows))
     if args.json:
-        from profiling.atomic import write_json_atomic
+        from stepcast.profiling.atomic import write_json_atomic
 
         write_json_atomic(args.json, rows)
     return 0

@@ -29,7 +29,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from estimator.kernelbench import (
+from stepcast.estimator.kernelbench import (
     DEVICE_BOUND_FLOORS,
     HOST_FLOOR_PROBLEM,
     PROBLEMS,
@@ -38,8 +38,8 @@ from estimator.kernelbench import (
     kernel_us,
     measured_ms,
 )
-from profiling.atomic import write_json_atomic
-from profiling.paths import cache_root, shared_data_root
+from stepcast.profiling.atomic import write_json_atomic
+from stepcast.profiling.paths import cache_root, shared_data_root
 
 #: problems that compile to extern kernels (cuBLAS GEMMs, cuDNN convolutions): not a check of Triton's timing
 NOT_TRITON = re.compile(r"matmul|multiplication|conv|gemm", re.IGNORECASE)
@@ -63,7 +63,7 @@ def capture(problem: Path, fresh: bool = False, *, script: Path = SCRIPT, args: 
             folder: str = "kernelbench", timeout_s: float = 900) -> Path | str:
     """The captured trace of one problem (cached under ``<cache>/<folder>/<problem>``), or why there is none;
     ``script`` and ``args`` (default: this benchmark's compiled forwards) are what runs it on the virtual T4."""
-    from emulate.emulation import emulate_script
+    from stepcast.emulate.emulation import emulate_script
 
     trace_dir = cache_root() / folder / problem.stem
     trace = trace_dir / "rank0.trace.json"
@@ -94,7 +94,7 @@ def predicted_ms(events: list[dict[str, Any]], gpu: str, window: tuple[int, int]
 
 def evaluate(problem: str, trace: Path, measured: dict[str, float], least: dict[str, float]) -> dict[str, Any]:
     """One problem's row: per GPU, measured and predicted ms (bytes and grid), or why it is left out."""
-    from emulate.trace import read_trace
+    from stepcast.emulate.trace import read_trace
 
     events = [dict(ev) for ev in read_trace(trace)["events"]]
     window = steady_forward(events)

@@ -42,11 +42,13 @@ from rich.table import Table
 
 from benchmarks.emulate import kernelbench
 from benchmarks.emulate.kernelbench import NOT_TRITON, SCALAR_PRODUCT, error
-from emulate import config
-from emulate.host_costs import ReferenceHost, load_work_costs, write_reference_host
-from estimator.kernelbench import DEVICE_BOUND_FLOORS, GPUS, HOST_FLOOR_PROBLEM, PROBLEMS, SCRIPT, TIMINGS, measured_ms
-from profiling.atomic import write_json_atomic
-from profiling.paths import shared_data_root
+from stepcast.emulate import config
+from stepcast.emulate.host_costs import ReferenceHost, load_work_costs, write_reference_host
+from stepcast.estimator.kernelbench import (
+    DEVICE_BOUND_FLOORS, GPUS, HOST_FLOOR_PROBLEM, PROBLEMS, SCRIPT, TIMINGS, measured_ms,
+)
+from stepcast.profiling.atomic import write_json_atomic
+from stepcast.profiling.paths import shared_data_root
 
 EAGER = "baseline_time_torch.json"
 #: a (problem, GPU) is launch bound when its measured time is at most this many host floors
@@ -91,8 +93,8 @@ def elapsed_between_events(doc: dict[str, Any], gpu: str, server_speed: float | 
     measured on (None: the shipped reference host's, :class:`emulate.host_costs.ReferenceHost`)."""
     import dataclasses
 
-    from emulate.host_costs import load_work_costs
-    from emulate.simulate import simulate
+    from stepcast.emulate.host_costs import load_work_costs
+    from stepcast.emulate.simulate import simulate
 
     events = doc["events"]
     marks = [i for i, ev in enumerate(events) if ev["kind"] == "iteration"]
@@ -116,7 +118,7 @@ def evaluate(problem: str, trace: Path, measured: dict[str, float], compared: di
     """One problem's row: per GPU compared, its class, measured and predicted ms, or why it is left out.
     ``speeds``: per GPU, its server's host speed to simulate at (:func:`held_out_speeds`; default the shipped
     reference host's)."""
-    from emulate.trace import read_trace
+    from stepcast.emulate.trace import read_trace
 
     doc = read_trace(trace)
     row: dict[str, Any] = {"problem": problem, "gpus": {}}
@@ -134,7 +136,7 @@ def server_speeds(trace: Path, floor_ms: dict[str, float]) -> dict[str, float]:
     model's time for :data:`HOST_FLOOR_PROBLEM`'s call there (``trace``: its capture; launch bound, so the time is
     the host's) over the time the server measured (``floor_ms``). What :class:`emulate.host_costs.ReferenceHost`
     takes its median of."""
-    from emulate.trace import read_trace
+    from stepcast.emulate.trace import read_trace
 
     doc = read_trace(trace)
     out = {}
@@ -149,7 +151,7 @@ def server_speeds(trace: Path, floor_ms: dict[str, float]) -> dict[str, float]:
 def held_out_speeds(speeds: dict[str, float]) -> dict[str, float]:
     """Per GPU server, the reference host taken without it (the median of the other servers' speeds): what a
     server nobody measured gets, so that no server's figures are scored at a speed its own timing set."""
-    from emulate.host_costs import ReferenceHost
+    from stepcast.emulate.host_costs import ReferenceHost
 
     return {gpu: ReferenceHost.of_servers({g: v for g, v in speeds.items() if g != gpu}, "").speed
             for gpu in speeds if len(speeds) > 1}

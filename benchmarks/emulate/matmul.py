@@ -28,9 +28,9 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.emulate.kernelbench import SCALAR_PRODUCT, error
-from estimator.kernelbench import TIMINGS, capture_all, device_bound, eager_ms, kernel_us, problem_windows
-from profiling.atomic import write_json_atomic
-from profiling.paths import shared_data_root
+from stepcast.estimator.kernelbench import TIMINGS, capture_all, device_bound, eager_ms, kernel_us, problem_windows
+from stepcast.profiling.atomic import write_json_atomic
+from stepcast.profiling.paths import shared_data_root
 
 MATMUL_PROBLEMS = range(1, 19)     # KernelBench level 1: the matmul variants
 
@@ -46,7 +46,7 @@ def matmul_problems(measured: dict[str, dict[str, float]], only: list[str] | Non
 def evaluate(problems: list[str], traces: dict[str, list[tuple[Path, list[str]]]],
              measured: dict[str, dict[str, float]], least: dict[str, float], est: Any) -> list[dict[str, Any]]:
     """One entry per device-bound (problem, GPU): measured and predicted ms of the forward, and its GEMM kernels."""
-    from emulate.trace import read_trace
+    from stepcast.emulate.trace import read_trace
 
     out = []
     for gpu, parts in traces.items():
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stepcast: no KernelBench matmul timings under {root / TIMINGS}"
               f"{' matching --problems' if only else ''} (set STEPCAST_SHARED_DATA)", file=sys.stderr)
         return 2
-    import estimator as estimators
+    import stepcast.estimator as estimators
 
     console = Console(width=160)
     traces, failed = {}, {}

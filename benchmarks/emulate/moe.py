@@ -32,12 +32,12 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from estimator.importers import aiconfigurator_moe
-from estimator.importers.aiconfigurator import DATA_DIR, GROUP_SETS, shape_set
-from estimator.metrics import ape
-from estimator.moe import MoEEstimator, layer_work
-from profiling.atomic import write_json_atomic
-from profiling.paths import shared_data_root
+from stepcast.estimator.importers import aiconfigurator_moe
+from stepcast.estimator.importers.aiconfigurator import DATA_DIR, GROUP_SETS, shape_set
+from stepcast.estimator.metrics import ape
+from stepcast.estimator.moe import MoEEstimator, layer_work
+from stepcast.profiling.atomic import write_json_atomic
+from stepcast.profiling.paths import shared_data_root
 
 #: rows per (GPU, dtype) drawn per seed: keeps one run of every split near ten minutes on two cores
 ROWS = 4000

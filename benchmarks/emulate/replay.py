@@ -26,12 +26,12 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from emulate.kineto_to_trace import convert_file
-from emulate.report import build_report, steady_indices
-from emulate.sim.program import KERNEL
-from emulate.simulate import simulate
-from estimator.metrics import summary
-from profiling.paths import shared_data_root
+from stepcast.emulate.kineto_to_trace import convert_file
+from stepcast.emulate.report import build_report, steady_indices
+from stepcast.emulate.sim.program import KERNEL
+from stepcast.emulate.simulate import simulate
+from stepcast.estimator.metrics import summary
+from stepcast.profiling.paths import shared_data_root
 
 PATTERNS = ("hta/tests/data/**/*.json.gz", "kineto/tb_plugin/samples/**/*.json.gz")
 
@@ -82,14 +82,14 @@ def evaluate(path: Path, estimator: Any) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.emulate.replay", description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", type=Path, default=None, help="shared data folder (default: the setting)")
-    parser.add_argument("--estimator", default=None, help="estimator.load source for the predicted column")
+    parser.add_argument("--estimator", default=None, help="stepcast.estimator.load source for the predicted column")
     args = parser.parse_args(argv)
     root = args.root or shared_data_root()
     files = trace_files(root)
     if not files:
         print(f"no profiler traces under {root} (set STEPCAST_SHARED_DATA)")
         return 1
-    import estimator as estimators
+    import stepcast.estimator as estimators
 
     est = estimators.load(args.estimator)
     console = Console(width=180)

@@ -1,4 +1,4 @@
-"""Replay at scale: time and peak memory of ``python -m emulate replay`` on a large synthetic profiler trace.
+"""Replay at scale: time and peak memory of ``stepcast replay`` on a large synthetic profiler trace.
 
     python -m benchmarks.emulate.replay_scale [--kernels 2000000] [--steps 500] [--cache DIR] [--keep]
 
@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 from typing import IO
 
-from profiling.atomic import atomic_path
-from profiling.paths import cache_root
+from stepcast.profiling.atomic import atomic_path
+from stepcast.profiling.paths import cache_root
 
 PID, HOST_TID, COMPUTE_STREAM, NCCL_STREAM = 4242, 4242, 7, 20
 LAUNCH_LATENCY_US = 4.0
@@ -175,14 +175,15 @@ def cached_trace(kernels: int, steps: int, cache: Path | None = None) -> Path:
 
 
 def measure_replay(trace: Path, extra_args: list[str] | None = None) -> dict[str, float | str]:
-    """Run ``python -m emulate replay`` on ``trace`` in a child; its wall and CPU time (s), peak RSS (GB) and
+    """Run ``stepcast replay`` on ``trace`` in a child; its wall and CPU time (s), peak RSS (GB) and
     report."""
     with tempfile.TemporaryDirectory() as tmp:
         report_path = Path(tmp) / "report.json"
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)
         before, cpu0 = usage.ru_maxrss, usage.ru_utime + usage.ru_stime
         t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "emulate", "replay", str(trace), "--durations", "measured",
+        proc = subprocess.run([sys.executable, "-m", "stepcast.emulate", "replay", str(trace), "--durations",
+                               "measured",
                                "--report", str(report_path), *(extra_args or [])], env={**os.environ})
         wall = time.perf_counter() - t0
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -35,9 +35,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from emulate import config
-from emulate.emulation import emulate_script
-from profiling.paths import REPO_ROOT
+from stepcast.emulate import config
+from stepcast.emulate.emulation import emulate_script
+from stepcast.profiling.paths import REPO_ROOT
 
 SCRIPT = REPO_ROOT / "examples" / "megatron_scale.py"
 TP, PP, GPUS_PER_NODE = 8, 8, 8
@@ -158,7 +158,7 @@ def equality_row(timeout_s: float) -> dict[str, Any]:
 def learned_row(timeout_s: float) -> dict[str, Any]:
     """A job whose ranks are learned from a probe (``--run-ranks auto:2``) against the declared ones: tensor-parallel
     rank 0 of replica 0 in each stage (TP=2 x PP=2: stage s starts at rank s x 2 x DP)."""
-    from emulate.roles import ranges
+    from stepcast.emulate.roles import ranges
 
     world = EQUAL_NPROC * LEARN_NODES
     dp = world // 4
@@ -179,19 +179,19 @@ def stage_times(folder: Path) -> dict[str, Any]:
     the copies' work gives what every rank's own gives (timelines event by event, the reports field by field)."""
     import numpy as np
 
-    import estimator as estimators
-    from emulate.collate import read_copies
-    from emulate.report import build_report
-    from emulate.sim import host as host_model
-    from emulate.sim.collate import collate
-    from emulate.sim.copies import run_twins, with_copies
-    from emulate.sim.durations import assign_durations, ranks_per_node_for
-    from emulate.sim.engine import run
-    from emulate.sim.program import build_program
-    from emulate.sim.shared_collate import collate_twins
-    from emulate.simulate import SimulationResult
-    from emulate.trace import read_trace
-    from profiling.hardware import lookup
+    import stepcast.estimator as estimators
+    from stepcast.emulate.collate import read_copies
+    from stepcast.emulate.report import build_report
+    from stepcast.emulate.sim import host as host_model
+    from stepcast.emulate.sim.collate import collate
+    from stepcast.emulate.sim.copies import run_twins, with_copies
+    from stepcast.emulate.sim.durations import assign_durations, ranks_per_node_for
+    from stepcast.emulate.sim.engine import run
+    from stepcast.emulate.sim.program import build_program
+    from stepcast.emulate.sim.shared_collate import collate_twins
+    from stepcast.emulate.simulate import SimulationResult
+    from stepcast.emulate.trace import read_trace
+    from stepcast.profiling.hardware import lookup
 
     cpu: dict[str, float] = {}
 

@@ -160,11 +160,11 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from emulate.search.cli import load_config
-    from emulate.search.samplers import Search, cost
-    from emulate.search.space import SearchConfigError, format_config
-    from emulate.search.trials import Target, TrialCache, default_cache_dir
-    from profiling.hardware import lookup
+    from stepcast.emulate.search.cli import load_config
+    from stepcast.emulate.search.samplers import Search, cost
+    from stepcast.emulate.search.space import SearchConfigError, format_config
+    from stepcast.emulate.search.trials import Target, TrialCache, default_cache_dir
+    from stepcast.profiling.hardware import lookup
 
     console = Console(width=200)
     try:
@@ -254,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     if cfg.name in PUBLISHED:
         print_published(exact_search(), cfg, console)
     if args.json:
-        from profiling.atomic import write_json_atomic
+        from stepcast.profiling.atomic import write_json_atomic
 
         write_json_atomic(args.json, rows)
     return 0
@@ -262,8 +262,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def print_published(search, cfg, console) -> float | None:
     """Each published run beside its prediction (or why the space cannot express it) and the rank correlation."""
-    from emulate.search.space import format_config
-    from profiling.paths import shared_data_root
+    from stepcast.emulate.search.space import format_config
+    from stepcast.profiling.paths import shared_data_root
 
     published = PUBLISHED[cfg.name](shared_data_root(), cfg.gpus)
     if not published:
@@ -288,7 +288,7 @@ def print_published(search, cfg, console) -> float | None:
 
 def print_model_errors(outcomes, memory_gib: float, console) -> None:
     """The learned memory model's error over the budgeted runs' distinct trials."""
-    from emulate.search.memory_model import model_errors
+    from stepcast.emulate.search.memory_model import model_errors
 
     trials = [t for outcome in outcomes for t in outcome.distinct()]
     errors = model_errors(trials, memory_gib)
@@ -323,7 +323,7 @@ def replay_rate(new_search, sampler: str, seeds, budget: int, optimum: float) ->
     """How often ``sampler`` ends within 2 % of (and at) the grid's optimum over many seeds, each run answered from
     the cache and :func:`replay_runner` (seconds, no emulation): the rate the three benchmarked seeds sample.
     ``new_search`` makes a fresh :class:`~emulate.search.samplers.Search` (nothing seen, memory model empty)."""
-    from emulate.search.samplers import cost
+    from stepcast.emulate.search.samplers import cost
 
     within = found = 0
     spent = []
@@ -343,7 +343,7 @@ def speed_contradicted(pruned, outcome, truth: dict, space) -> bool:
     """Whether the grid found a configuration this run ruled out as no faster than a feasible one
     (``speed.monotone``) more than 2 % faster than every feasible configuration of the run that ruled it out: the
     declaration contradicted where it mattered (within 2 % is a tie in the emulator's noise, as the aim counts)."""
-    from emulate.search.samplers import cost
+    from stepcast.emulate.search.samplers import cost
 
     mine = truth.get(json.dumps(pruned.config, sort_keys=True))
     rulers = [t for t in outcome.distinct() if t.feasible and space.no_faster_than(pruned.config, t.config)]
@@ -355,8 +355,8 @@ def speed_contradicted(pruned, outcome, truth: dict, space) -> bool:
 def row(sampler: str, seed: str, outcome, optimum: float, truth: dict, space) -> dict:
     """One table row; ``truth`` is the grid's trial per configuration (JSON key), to check the model's pruning and
     the speed declaration's."""
-    from emulate.search.samplers import cost
-    from emulate.search.space import SPEED_PRUNED, format_config
+    from stepcast.emulate.search.samplers import cost
+    from stepcast.emulate.search.space import SPEED_PRUNED, format_config
 
     best = outcome.best()
     distinct = [t for t in outcome.distinct() if t.status != "pruned"]

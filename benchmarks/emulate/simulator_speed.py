@@ -15,14 +15,14 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from emulate.sim.collate import collate
-from emulate.sim.durations import assign_durations, ranks_per_node_for
-from emulate.sim.engine import run
-from emulate.sim.host import plan as host_plan
-from emulate.sim.program import build_program
-from emulate.sim.synthetic import training_like_traces
-from emulate.simulate import DEFAULT_LAUNCH_LATENCY_US, simulate
-from profiling.hardware import lookup
+from stepcast.emulate.sim.collate import collate
+from stepcast.emulate.sim.durations import assign_durations, ranks_per_node_for
+from stepcast.emulate.sim.engine import run
+from stepcast.emulate.sim.host import plan as host_plan
+from stepcast.emulate.sim.program import build_program
+from stepcast.emulate.sim.synthetic import training_like_traces
+from stepcast.emulate.simulate import DEFAULT_LAUNCH_LATENCY_US, simulate
+from stepcast.profiling.hardware import lookup
 
 TARGET_EVENTS_PER_SECOND = 1_000_000
 CONFIGS = ((1, 1_000_000, "measured"), (2, 500_000, "measured"), (8, 125_000, "measured"),
@@ -36,7 +36,7 @@ def measure(ranks: int, events_per_rank: int, mode: str, repeats: int) -> dict[s
     best: dict[str, float] = {}
     estimator = None
     if mode == "predicted":
-        import estimator as estimators
+        import stepcast.estimator as estimators
 
         estimator = estimators.load("roofline")
     for _ in range(repeats):

@@ -28,8 +28,8 @@ from typing import Any
 from benchmarks.emulate.compat import ROWS, Row
 from benchmarks.emulate.e2e.cache import cache_path, cached, git_head
 from benchmarks.emulate.torch_venv import Installer, Venv, VenvError
-from emulate.emulation import emulate_script
-from profiling.paths import REPO_ROOT
+from stepcast.emulate.emulation import emulate_script
+from stepcast.profiling.paths import REPO_ROOT
 
 DEFAULT_VERSIONS = ("2.6.0", "2.9.1", "2.14.1", "2.15.0")
 README_ROW = Row("readme_gpt", "examples/gpt.py", ("--layers", "4", "--d-model", "1024", "--heads", "16", "--seq",
@@ -71,8 +71,8 @@ def parse_workloads(spec: str | None) -> list[Row]:
 def gemm_kernels(trace_dir: Path, top: int = TOP_GEMMS) -> list[list[Any]]:
     """The GEMM kernels rank 0 launched, most launched first: [[name, launches], ...] (at most ``top``). A kernel is
     a GEMM when its estimator row says so, else when its name does (:func:`profiling.classify.classify_kernel_name`)."""
-    from emulate.trace import read_trace
-    from profiling.classify import classify_kernel_name
+    from stepcast.emulate.trace import read_trace
+    from stepcast.profiling.classify import classify_kernel_name
 
     traces = sorted(trace_dir.glob("rank0.trace.json*"))
     if not traces:
@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None, *, prepare: Prepare | None = None, run: 
     if args.from_json is not None:
         import json
 
-        from profiling.atomic import atomic_text
+        from stepcast.profiling.atomic import atomic_text
 
         try:
             results = json.loads(args.from_json.read_text())
@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None, *, prepare: Prepare | None = None, run: 
 
     def save(results: list[dict[str, Any]]) -> None:
         if args.json:
-            from profiling.atomic import write_json_atomic
+            from stepcast.profiling.atomic import write_json_atomic
 
             write_json_atomic(args.json, {"commit": commit, "hardware": args.hardware, "rows": results})
 
@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None, *, prepare: Prepare | None = None, run: 
     if args.markdown:
         print(markdown(results))
     if args.page is not None:
-        from profiling.atomic import atomic_text
+        from stepcast.profiling.atomic import atomic_text
 
         with atomic_text(args.page) as f:
             f.write(page({"commit": commit, "hardware": args.hardware, "rows": results}))

@@ -27,8 +27,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from profiling.atomic import write_json_atomic
-from profiling.paths import REPO_ROOT, cache_root
+from stepcast.profiling.atomic import write_json_atomic
+from stepcast.profiling.paths import REPO_ROOT, cache_root
 
 RECORD = "stepcast-venv.json"
 EXTRAS = ("transformers>=4.56",)

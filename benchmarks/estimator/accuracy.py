@@ -39,9 +39,9 @@ device, Vidur model and source held out whole, figures with their spread over se
 
 Every GEMM suite also scores ``xgboost(+kernel config)``: the default XGBoost with the kernel-configuration features
 (``estimator.kernel_config``: the recorded kernel where a row names one, else cuBLASLt's heuristic on the virtual
-device, ``estimator.kernel_labels``; fill the label cache first with ``python -m estimator.kernel_labels``, else the
-folds ask cuBLASLt as they go), on the same folds. Suite 1's aiconfigurator column is repeated with the rows' timing
-method as a feature (``timing``), and with both. They also score ``tiled``, the NeuSight-structured model
+device, ``estimator.kernel_labels``; fill the label cache first with ``python -m stepcast.estimator.kernel_labels``,
+else the folds ask cuBLASLt as they go), on the same folds. Suite 1's aiconfigurator column is repeated with the rows'
+timing method as a feature (``timing``), and with both. They also score ``tiled``, the NeuSight-structured model
 (``estimator.tiled``: floor + the tile bound of the kernel that runs over a learned utilisation), same folds.
 
 Every learned model is fit on each fold's training rows only; the roofline has nothing to fit.
@@ -57,10 +57,10 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from estimator.evaluate import evaluate_fold, select_folds
-from estimator.metrics import summary
-from estimator.routing import is_gpu
-from estimator.splits import SPLITS
+from stepcast.estimator.evaluate import evaluate_fold, select_folds
+from stepcast.estimator.metrics import summary
+from stepcast.estimator.routing import is_gpu
+from stepcast.estimator.splits import SPLITS
 
 console = Console(width=140)
 
@@ -119,7 +119,7 @@ def score_folds(frame: pd.DataFrame, split: str, models: dict, max_train_rows: i
 
 def fit_predict(model, frame: pd.DataFrame, fold, max_train_rows: int | None) -> pd.DataFrame:
     """``evaluate_fold`` for an estimator instance that ``estimator.models`` does not build by name."""
-    from estimator.evaluate import subsample
+    from stepcast.estimator.evaluate import subsample
 
     train = subsample(frame.iloc[fold.train], max_train_rows)
     test = frame.iloc[fold.test]
@@ -188,7 +188,7 @@ def with_profiles(frame: pd.DataFrame, profiled: pd.DataFrame, max_train_rows: i
     less the held-out model's weights (what the profiler's token series, conf/profiling/gemm/llm_series.yaml, is
     for). The added rows are subsampled so that, with the fold's own rows, they fit ``max_train_rows``: every Vidur
     training row is kept."""
-    from estimator.splits import Fold
+    from stepcast.estimator.splits import Fold
 
     profiled = profiled.reset_index(drop=True)  # positions, which the folds index by
     both = pd.concat([frame, profiled], ignore_index=True)
@@ -212,7 +212,7 @@ def suite_neusight_logo(data: pd.DataFrame, max_train_rows: int | None) -> pd.Da
 
 def suite_training_models(data: pd.DataFrame, max_train_rows: int | None, draws: int = 3,
                           sizes: tuple[int, ...] = (3, 5, 7)) -> pd.DataFrame:
-    from estimator.splits import Fold
+    from stepcast.estimator.splits import Fold
 
     frame = data[(data["family"] == "gemm") & (data["source"] == "vidur") & (data["hardware"] == "a100-sxm-80gb")]
     frame = frame.reset_index(drop=True)
@@ -313,7 +313,7 @@ def nccl_folds(frame: pd.DataFrame, test_share: float = 0.2, seed: int = 0) -> l
     how the network's bandwidth grows with the NICs a node's ranks reach); and each device held out whose catalog
     links another measured device shares (``estimator.nccl.same_links_as``: how a catalog variant of a measured GPU
     is timed)."""
-    from estimator.splits import Fold
+    from stepcast.estimator.splits import Fold
 
     folds = []
     sizes = frame[["source", "bytes"]].drop_duplicates()
@@ -332,7 +332,7 @@ def nccl_folds(frame: pd.DataFrame, test_share: float = 0.2, seed: int = 0) -> l
     for count in counts if len(counts) > 1 else ():  # across nodes, one count of ranks per node held out
         test = ~single & (per_node == count)
         folds.append(Fold("held_out_per_node", f"{count:g} per node", np.flatnonzero(~test), np.flatnonzero(test)))
-    from estimator.nccl import same_links_as
+    from stepcast.estimator.nccl import same_links_as
 
     hardware = frame["hardware"].astype(str)
     devices = sorted(pd.unique(hardware))
@@ -369,10 +369,10 @@ def suite_nccl(data: pd.DataFrame) -> pd.DataFrame:
 
 def suite_fp8(root: Path | None = None) -> pd.DataFrame:
     """Suite 9: the shipped bundle's fp8 GEMMs against cuBLASLt's, per GPU (module docstring)."""
-    import estimator
-    from estimator.importers.aiconfigurator_gemm import cublaslt_fp8
-    from estimator.metrics import ape
-    from profiling.paths import shared_data_root
+    from stepcast import estimator
+    from stepcast.estimator.importers.aiconfigurator_gemm import cublaslt_fp8
+    from stepcast.estimator.metrics import ape
+    from stepcast.profiling.paths import shared_data_root
 
     rows = cublaslt_fp8(root or shared_data_root())
     rows = rows[rows["m"] > 8].reset_index(drop=True)   # TensorRT-LLM runs m <= 8 on CUDA cores, not cuBLASLt
@@ -424,10 +424,10 @@ def suite_one_model(data: pd.DataFrame, max_train_rows: int | None) -> pd.DataFr
     """One XGBoost model across every family against one per family, on each family's random split: the measurement
     behind shipping one model per family. The shared model sees the union of the families' features (NaN where a
     family has no such feature) plus a family code, and the same efficiency target and parameters."""
-    from estimator.evaluate import subsample
-    from estimator.features import features
-    from estimator.splits import folds
-    from estimator.xgb import XGBoostEstimator
+    from stepcast.estimator.evaluate import subsample
+    from stepcast.estimator.features import features
+    from stepcast.estimator.splits import folds
+    from stepcast.estimator.xgb import XGBoostEstimator
 
     train, test = {}, {}
     for family, frame in data.groupby("family", sort=True):
@@ -485,8 +485,8 @@ def trace_like_gemms(n: int, distinct: int = 2000, seed: int = 1) -> pd.DataFram
 
 
 def speed(n: int = 1_000_000) -> dict[str, float]:
-    import estimator
-    from estimator.features import features
+    from stepcast import estimator
+    from stepcast.estimator.features import features
 
     model = estimator.load()
     gemm = model.estimators.get("gemm") if hasattr(model, "estimators") else None
@@ -568,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
     if "speed" in suites:  # first: timed before ten minutes of training have heated the machine and filled the heap
         results["speed"] = speed()
     if set(suites) - {"speed"}:
-        from estimator.data import load_measurements
+        from stepcast.estimator.data import load_measurements
 
         data = load_measurements()
         data = data[np.isfinite(data["runtime_us"]) & (data["runtime_us"] > 0)]
@@ -591,7 +591,7 @@ def main(argv: list[str] | None = None) -> int:
             parts.append(suite_fp8())
         results["accuracy"] = pd.concat(parts, ignore_index=True).to_dict(orient="records")
     if args.json:
-        from estimator.bundle import write_json_atomic
+        from stepcast.estimator.bundle import write_json_atomic
 
         write_json_atomic(args.json, results)
     return 0

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.estimator.unseen import POOLED, ROUTED
-from estimator.unseen_results import figure, spread
+from stepcast.estimator.unseen_results import figure, spread
 
 PAGE = Path("docs/accuracy.md")
 #: column order of the candidates (others follow in the order the results give them)
@@ -104,7 +104,7 @@ def _pooled_over(figures: pd.DataFrame, devices: tuple[str, ...], family: str, m
 
 
 def routing_section(doc: dict[str, Any], figures: pd.DataFrame) -> list[str]:
-    from estimator.routing import describe, pairs_of, route_report, routes_from_results
+    from stepcast.estimator.routing import describe, pairs_of, route_report, routes_from_results
 
     routes = routes_from_results(doc)
     if not routes:
@@ -164,7 +164,7 @@ def headline(figures: pd.DataFrame) -> list[str]:
 
 
 def render(doc: dict[str, Any]) -> str:
-    from estimator.unseen_results import frame
+    from stepcast.estimator.unseen_results import frame
 
     figures = frame(doc)
     settings = doc.get("settings", {})
@@ -202,13 +202,13 @@ def render(doc: dict[str, Any]) -> str:
 
 
 def write(path: Path, doc: dict[str, Any]) -> None:
-    from profiling.atomic import write_bytes_atomic
+    from stepcast.profiling.atomic import write_bytes_atomic
 
     write_bytes_atomic(Path(path), render(doc).encode())
 
 
 def main(argv: list[str] | None = None) -> int:
-    from estimator import unseen_results
+    from stepcast.estimator import unseen_results
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.estimator.accuracy_table",
 

@@ -34,9 +34,9 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.estimator.accuracy import chosen_suites
-from estimator.evaluate import evaluate_fold, select_folds
-from estimator.metrics import BUCKET_LABELS, ape, runtime_bucket
-from estimator.workload import work
+from stepcast.estimator.evaluate import evaluate_fold, select_folds
+from stepcast.estimator.metrics import BUCKET_LABELS, ape, runtime_bucket
+from stepcast.estimator.workload import work
 
 console = Console(width=140)
 SUITES = ("neusight", "vidur", "out_of_range")
@@ -87,7 +87,7 @@ def device_profile(frame: pd.DataFrame) -> pd.DataFrame:
     """Per device: the op floor (median time of GEMMs under FLOOR_FLOPS), and the median share of the catalog's peak
     FLOP/s reached by compute-bound GEMMs over BIG_FLOPS and of its memory bandwidth by memory-bound GEMMs over
     BIG_BYTES (bound by the roofline at the catalog's figures)."""
-    from estimator.hardware_table import row_hardware
+    from stepcast.estimator.hardware_table import row_hardware
 
     w = work("gemm", frame)
     hw = row_hardware(frame["hardware"], frame["dtype"])
@@ -155,9 +155,9 @@ def extra_terms(frame: pd.DataFrame, feats) -> dict[str, np.ndarray]:
 def feature_variants(frame: pd.DataFrame, split: str, max_train_rows: int | None) -> pd.DataFrame:
     """Mean APE % of the default XGBoost on ``split``'s folds for each of FEATURE_VARIANTS (same folds, same training
     rows, same parameters): one row per variant, one column per fold and ``pooled``."""
-    from estimator.evaluate import subsample
-    from estimator.features import features
-    from estimator.xgb import XGBoostEstimator
+    from stepcast.estimator.evaluate import subsample
+    from stepcast.estimator.features import features
+    from stepcast.estimator.xgb import XGBoostEstimator
 
     frame = frame.reset_index(drop=True)
     feats = features("gemm", frame)
@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write every table to this JSON file")
     args = parser.parse_args(argv)
     suites = chosen_suites(parser, args.suites, SUITES)
-    from estimator.data import load_measurements
+    from stepcast.estimator.data import load_measurements
 
     data = load_measurements(families=["gemm"])
     data = data[np.isfinite(data["runtime_us"]) & (data["runtime_us"] > 0)]
@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     for suite in suites:
         tables |= RUNNERS[suite](data, args.gemm_train_rows)
     if args.json:
-        from estimator.bundle import write_json_atomic
+        from stepcast.estimator.bundle import write_json_atomic
 
         write_json_atomic(args.json, {name: t.reset_index().to_dict(orient="records") for name, t in tables.items()})
     return 0

@@ -33,7 +33,7 @@ Each fold's predictions are cached under ``<cache>/unseen/`` keyed by the candid
 modules its estimator imports), the library versions, the fold's training and test rows and the model's parameters
 and seed, so an interrupted run resumes and a rerun after a change to one model refits that model's folds only.
 GEMM rows are labelled from the kernel-label cache only (``estimator.kernel_labels.cache_only``): fill it first
-(``python -m estimator.kernel_labels``) for tiled's labels.
+(``python -m stepcast.estimator.kernel_labels``) for tiled's labels.
 """
 from __future__ import annotations
 
@@ -50,10 +50,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from estimator.models import ModelSpec, shipped_config
-from estimator.routing import is_gpu
-from estimator.splits import Fold, shape_hash
-from estimator.unseen_results import POOLED
+from stepcast.estimator.models import ModelSpec, shipped_config
+from stepcast.estimator.routing import is_gpu
+from stepcast.estimator.splits import Fold, shape_hash
+from stepcast.estimator.unseen_results import POOLED
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +201,22 @@ class Job:
 
 
 #: the packages whose modules a candidate's code closure follows (the data's own code is in the data's digest)
-CODE_PACKAGES = ("estimator", "profiling")
+CODE_PACKAGES = ("stepcast.estimator", "stepcast.profiling")
+
+
+def module_source(name: str) -> Path | None:
+    """The file of module ``name`` (``stepcast.estimator.xgb``) in this checkout, where ``stepcast.<part>`` is the
+    top-level folder ``<part>/``; None for a module that is not the project's."""
+    from stepcast.profiling.paths import REPO_ROOT
+
+    parts = name.split(".")
+    if parts[0] != "stepcast" or len(parts) < 2:
+        return None
+    relative = "/".join(parts[1:]) if (REPO_ROOT / parts[1]).is_dir() else "/".join(parts)
+    for path in (REPO_ROOT / f"{relative}.py", REPO_ROOT / relative / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
 
 
 def module_closure(root: str) -> set[str]:
@@ -209,18 +224,10 @@ def module_closure(root: str) -> set[str]:
     inside a function (a lazy import is as much the code that runs): read from the sources, nothing is imported."""
     import ast
 
-    from profiling.paths import REPO_ROOT
-
-    def source(name: str) -> Path | None:
-        for path in (REPO_ROOT / f"{name.replace('.', '/')}.py", REPO_ROOT / name.replace(".", "/") / "__init__.py"):
-            if path.is_file():
-                return path
-        return None
-
     seen, todo = set(), [root]
     while todo:
         name = todo.pop()
-        path = source(name)
+        path = module_source(name)
         if name in seen or path is None:
             continue
         seen.add(name)
@@ -229,7 +236,7 @@ def module_closure(root: str) -> set[str]:
                 todo += [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 todo += [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-        todo = [t for t in todo if t.split(".")[0] in CODE_PACKAGES]
+        todo = [t for t in todo if t in CODE_PACKAGES or t.startswith(tuple(f"{p}." for p in CODE_PACKAGES))]
     return seen
 
 
@@ -238,13 +245,13 @@ def code_digest(kind: str) -> str:
     """What a cached fold of ``kind`` depends on besides its rows: the source of every module its estimator imports
     (``module_closure``), of the fit-and-score (``estimator.evaluate``, ``estimator.models``), the hardware catalog
     and the training libraries' versions. A change to one model's code refits that model's folds only."""
-    from estimator.model_card import trained_with
-    from estimator.models import MODEL_KINDS
-    from profiling.paths import REPO_ROOT
+    from stepcast.estimator.model_card import trained_with
+    from stepcast.estimator.models import MODEL_KINDS
+    from stepcast.profiling.paths import REPO_ROOT
 
-    modules = module_closure(MODEL_KINDS[kind].partition(":")[0]) | {"estimator.evaluate", "estimator.models"}
-    files = sorted(REPO_ROOT / f"{m.replace('.', '/')}.py" for m in modules)
-    files = [f if f.is_file() else f.with_suffix("") / "__init__.py" for f in files]
+    modules = module_closure(MODEL_KINDS[kind].partition(":")[0]) | {"stepcast.estimator.evaluate",
+                                                                     "stepcast.estimator.models"}
+    files = sorted(path for path in map(module_source, modules) if path is not None)
     files += sorted((REPO_ROOT / "conf" / "hardware").glob("*.yaml"))
     digest = hashlib.sha256(json.dumps(trained_with(), sort_keys=True).encode())
     for path in files:
@@ -274,8 +281,8 @@ def run_job(job: Job, frame: pd.DataFrame, groups: np.ndarray, max_train_rows: i
             data: str) -> tuple[pd.DataFrame, bool]:
     """(predicted_us and the support flags of the held-out rows, whether they came from the cache); ``groups``: the
     frame's ``sample_groups``."""
-    from estimator.evaluate import evaluate_fold
-    from profiling.atomic import atomic_path
+    from stepcast.estimator.evaluate import evaluate_fold
+    from stepcast.profiling.atomic import atomic_path
 
     train = training_sample(groups, job.holdout.train, max_train_rows, job.seed)
     path = cache_dir / f"{job_key(job, train, data)}.parquet" if cache_dir is not None else None
@@ -314,7 +321,7 @@ class Settings:
 
 def label_gemms_from_cache(frame: pd.DataFrame) -> pd.DataFrame:
     """GEMM rows with their kernel labels from the label cache (never asking cuBLASLt: see ``kernel_labels``)."""
-    from estimator.kernel_labels import label_gemms
+    from stepcast.estimator.kernel_labels import label_gemms
 
     return label_gemms(frame, ask=False)
 
@@ -335,7 +342,7 @@ def label_losses(new: dict[str, float], old: dict[str, float], tolerance: float 
     different model whose figures are no comparison."""
     return [f"kernel labels cover {new.get(source, 0.0):.0%} of {source}'s GEMM rows against {share:.0%} in the "
             f"committed results: tiled's figures there are not comparable (fill the cache first: python -m "
-            f"estimator.kernel_labels --sources {source})"
+            f"stepcast.estimator.kernel_labels --sources {source})"
             for source, share in sorted(old.items()) if new.get(source, 0.0) < share - tolerance]
 
 
@@ -356,7 +363,7 @@ def run_protocol(data: pd.DataFrame, settings: Settings, progress: bool = True) 
 
     from benchmarks.estimator.unseen_derived import add_routed, pairs_in, shipped_rules, with_bundle
     from benchmarks.estimator.unseen_figures import split_figures
-    from estimator.kernel_labels import cache_only
+    from stepcast.estimator.kernel_labels import cache_only
 
     start = time.perf_counter()
     frames = family_frames(data, settings.families)
@@ -434,7 +441,7 @@ def print_headline(doc: dict[str, Any]) -> None:
     from rich.table import Table
 
     from benchmarks.estimator.accuracy_table import models_of
-    from estimator.unseen_results import spread
+    from stepcast.estimator.unseen_results import spread
 
     figures = pd.DataFrame(doc["figures"])
     if not len(figures):
@@ -479,9 +486,9 @@ def print_comparison(changes: pd.DataFrame) -> int:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from estimator import unseen_results
-    from profiling.hardware import load_catalog
-    from profiling.paths import cache_root
+    from stepcast.estimator import unseen_results
+    from stepcast.profiling.hardware import load_catalog
+    from stepcast.profiling.paths import cache_root
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.estimator.accuracy --protocol unseen",
                                      description=__doc__.split("\n\n")[0])
@@ -519,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings(seeds=args.seeds, max_train_rows=2000 if args.quick else args.max_train_rows, splits=splits,
                         families=families, quick=args.quick,
                         cache_dir=None if args.no_cache else cache_root() / "unseen", held_out=held_out)
-    from estimator.data import load_measurements
+    from stepcast.estimator.data import load_measurements
 
     doc = unseen_results.provenance(settings.bundle) | run_protocol(load_measurements(), settings)
     doc["code_digests"] = {kind: code_digest(kind)[:16] for kind in sorted({

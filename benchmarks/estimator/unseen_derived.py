@@ -15,9 +15,9 @@ from benchmarks.estimator.unseen_figures import split_figures
 
 def shipped_rules(bundle: Path | None = None) -> dict[str, tuple[str, str]]:
     """family -> (learned kind, fallback rule) of a bundle (default: the shipped default bundle)."""
-    from estimator.bundle import named_folders, read_json
-    from estimator.registry import DEFAULT_BUNDLE
-    from profiling.paths import MODELS_DIR
+    from stepcast.estimator.bundle import named_folders, read_json
+    from stepcast.estimator.registry import DEFAULT_BUNDLE
+    from stepcast.profiling.paths import MODELS_DIR
 
     root = Path(bundle) if bundle is not None else MODELS_DIR / DEFAULT_BUNDLE
     manifest = read_json(root / "manifest.json")
@@ -31,7 +31,7 @@ def shipped_rules(bundle: Path | None = None) -> dict[str, tuple[str, str]]:
 def with_bundle(results: dict[tuple[str, str, int], pd.DataFrame], rule: tuple[str, str] | None) -> None:
     """Adds the ``BUNDLE`` candidate to ``results`` ((fold, label, seed) -> predictions): the shipped rule applied to
     the fold's learned model of the shipped kind, the roofline where the rule sends a row."""
-    from estimator.router import fallback_mask
+    from stepcast.estimator.router import fallback_mask
 
     if rule is None:
         return
@@ -57,7 +57,7 @@ def routed_predictions(routes: Any, frame: pd.DataFrame, h: Holdout, seed: int, 
     first = results.get((h.name, primary, seed))
     if first is None or (h.name, "roofline", seed) not in results:
         return None
-    from estimator.routing import designs_of
+    from stepcast.estimator.routing import designs_of
 
     pairs = pairs_in(frame.iloc[h.train])
     rows = frame.iloc[h.test]
@@ -83,7 +83,7 @@ def add_routed(kept: dict[tuple[str, str], tuple[dict, dict]], frames: dict[str,
     (family -> held-out device -> dtype -> model, "*": the default). On the device split each held-out device's
     routes are chosen without its figures (``estimator.routing.choose_routes``' ``exclude``): scored on the figures
     it was chosen on, routing would flatter itself. The shapes split uses the routes chosen on every figure."""
-    from estimator.routing import choose_routes, gpus_of, incumbents_from, situation_of
+    from stepcast.estimator.routing import choose_routes, gpus_of, incumbents_from, situation_of
 
     table = pd.DataFrame(figures)
     if not len(table):

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.estimator.unseen import POOLED, Holdout, text_of
-from estimator.metrics import summary
+from stepcast.estimator.metrics import summary
 
 #: the summary figures kept per (group, model): means over the seeds, and mean_ape's per-seed values
 KEPT = ("mean_ape", "median_ape", "p90_ape", "time_weighted_ape", "within_10pct")

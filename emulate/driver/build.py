@@ -43,8 +43,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from emulate.driver import runtime_versions
-from profiling.paths import cache_root
+from stepcast.emulate.driver import runtime_versions
+from stepcast.profiling.paths import cache_root
 from stepcast import settings
 from stepcast.errors import UnavailableError
 

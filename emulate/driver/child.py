@@ -12,10 +12,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from emulate.driver.build import driver_path
-from emulate.driver.device import driver_environment
-from emulate.driver.launchlog import read_events
-from profiling.hardware import lookup
+from stepcast.emulate.driver.build import driver_path
+from stepcast.emulate.driver.device import driver_environment
+from stepcast.emulate.driver.launchlog import read_events
+from stepcast.profiling.hardware import lookup
 
 #: torch's cuBLAS workspace under CUBLAS_WORKSPACE_CONFIG=:4096:8, and what the heuristic query offers: 32 MiB
 WORKSPACE_BYTES = 4096 * 1024 * 8

@@ -5,10 +5,10 @@ those answers move its choice more than any other device fact (``shared/design/d
 plausible tables changed 49 and 53 of 80 H100 choices; cuBLAS 12.1 refuses to start on the emulated H100 because of
 its answer for 18-block clusters). The emulated driver models the answer from the GPC layout; the real table
 should be captured on each GPU model. This module asks whatever ``libcuda.so.1`` the process loads, so the same
-code captures the real table (``python -m emulate.driver.real_gpu capture``, on a GPU) and the emulated one
+code captures the real table (``python -m stepcast.emulate.driver.real_gpu capture``, on a GPU) and the emulated one
 (``compare``, here, in a child process on the emulated device)::
 
-    python -m emulate.driver.cluster_probe     # one JSON document: this process's libcuda's table
+    python -m stepcast.emulate.driver.cluster_probe     # one JSON document: this process's libcuda's table
 
 The probe kernel is an empty PTX entry: the answer depends on the block size, the shared memory per block, the
 non-portable-size flag and the device, not on the kernel's code (its registers are what the JIT gives an empty
@@ -22,7 +22,7 @@ import struct
 import sys
 from typing import Any
 
-from emulate.driver.build import header_constants
+from stepcast.emulate.driver.build import header_constants
 
 #: cluster sizes asked (blocks per cluster, along x); the portable limit is 8, H100's non-portable limit 16
 CLUSTER_SIZES = tuple(range(1, 33))

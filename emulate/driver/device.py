@@ -2,8 +2,9 @@
 
 The driver (csrc/device.c) reads ``STEPCAST_DRIVER_ATTRS`` (``<CUdevice_attribute id>=<value>,...``, ids taken
 from cuda.h's enum, so no number is copied by hand), ``STEPCAST_GPU_NAME``, ``STEPCAST_GPU_MEM_BYTES`` and
-``STEPCAST_DEVICE_COUNT`` (:func:`driver_environment`). Figures the catalog does not hold are the documented per-compute-capability limits of the CUDA C Programming Guide ("Technical
-Specifications per Compute Capability"): threads and blocks per SM, shared memory per block.
+``STEPCAST_DEVICE_COUNT`` (:func:`driver_environment`). Figures the catalog does not hold are the documented
+per-compute-capability limits of the CUDA C Programming Guide ("Technical Specifications per Compute Capability"):
+threads and blocks per SM, shared memory per block.
 
 Modelled, not measured: ``STEPCAST_DRIVER_GPCS`` (how many GPCs the SMs are split over), which decides the answers
 of ``cuOccupancyMaxActiveClusters`` and so cuBLAS's cluster choices on sm_90+. A table captured on a real GPU of
@@ -15,8 +16,8 @@ from functools import cache
 
 from dataclasses import dataclass
 
-from emulate.driver.build import header_constants
-from profiling.hardware import HardwareSpec
+from stepcast.emulate.driver.build import header_constants
+from stepcast.profiling.hardware import HardwareSpec
 from stepcast.errors import InputError
 
 #: (max threads per SM, max resident blocks per SM, shared memory per block opt-in in KiB when not SM-1 KiB)

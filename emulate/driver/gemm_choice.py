@@ -11,9 +11,10 @@ fetches such wheels); it links nothing but libc, and finds the emulated libcuda 
 Shapes are cuBLAS's column-major problems: ``op(A)`` is m x k, ``op(B)`` k x n, C m x n, with ``transa`` /
 ``transb`` in {"N", "T"}. :func:`torch_mm_gemm` gives the problem torch's row-major ``A @ B`` becomes.
 
-    python -m emulate.driver.gemm_choice --hardware h100-sxm --m 4096 --n 4096 --k 4096 --dtype bf16
-    python -m emulate.driver.gemm_choice --hardware l4 --batch shapes.csv   # one JSON line per row
-    python -m emulate.driver.gemm_choice --m 4096 --n 520 --k 11008 --dtype fp16 --cublaslt PATH/libcublasLt.so.12
+    python -m stepcast.emulate.driver.gemm_choice --hardware h100-sxm --m 4096 --n 4096 --k 4096 --dtype bf16
+    python -m stepcast.emulate.driver.gemm_choice --hardware l4 --batch shapes.csv   # one JSON line per row
+    python -m stepcast.emulate.driver.gemm_choice --m 4096 --n 520 --k 11008 --dtype fp16 --cublaslt
+    PATH/libcublasLt.so.12
 
 A batch file is CSV with a header naming ``m,n,k`` and optionally ``dtype`` (default bf16) and ``layout``
 (cuBLAS transa+transb, default TN); ``--torch`` reads each row as torch's ``(m,k) @ (k,n)`` instead.
@@ -30,10 +31,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from emulate.driver.build import header_constants, nvidia_root, runtime_version
-from emulate.driver.child import WORKSPACE_BYTES, run_python
-from emulate.driver.launchlog import Launch, read_launches
-from profiling.hardware import lookup
+from stepcast.emulate.driver.build import header_constants, nvidia_root, runtime_version
+from stepcast.emulate.driver.child import WORKSPACE_BYTES, run_python
+from stepcast.emulate.driver.launchlog import Launch, read_launches
+from stepcast.profiling.hardware import lookup
 from stepcast.errors import InputError, MissingFileError, cli_main
 
 DTYPES = {"bf16": "CUDA_R_16BF", "fp16": "CUDA_R_16F", "fp32": "CUDA_R_32F"}
@@ -119,7 +120,7 @@ def choose(gemms: list[Gemm], hardware: str, *, workspace_bytes: int = WORKSPACE
     if not library.is_file():
         raise MissingFileError(f"cuBLASLt library {library} not found")
     request = json.dumps({"workspace": workspace_bytes, "library": str(library), "gemms": [asdict(g) for g in gemms]})
-    run = run_python(["-m", "emulate.driver.gemm_choice", "--child"], spec.id, stdin=request)
+    run = run_python(["-m", "stepcast.emulate.driver.gemm_choice", "--child"], spec.id, stdin=request)
     if run.returncode != 0:
         tail = (run.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise RuntimeError(f"cuBLASLt on the emulated {hardware} failed (exit {run.returncode}): {tail}")
@@ -257,7 +258,8 @@ def _answer(choice: GemmChoice) -> dict:
 
 @cli_main
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m emulate.driver.gemm_choice", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m stepcast.emulate.driver.gemm_choice",
+                                     description=__doc__.split("\n")[0])
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--hardware", default="h100-sxm", help="catalog id (conf/hardware/<id>.yaml)")
     parser.add_argument("--m", type=int)

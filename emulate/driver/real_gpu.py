@@ -2,13 +2,13 @@
 
 On a machine with a real GPU (no stepcast driver on ``LD_LIBRARY_PATH``)::
 
-    python -m emulate.driver.real_gpu capture --out h100.json     # every cuDeviceGetAttribute + matmul kernels
+    python -m stepcast.emulate.driver.real_gpu capture --out h100.json     # every cuDeviceGetAttribute + matmul kernels
 
 records the device's attribute values (through the system ``libcuda.so.1``), its cluster-occupancy table
 (:mod:`emulate.driver.cluster_probe`) and, with torch.profiler, the kernels ``torch.matmul`` launches for the
 acceptance shapes (:data:`PRODUCTS`). Anywhere, later::
 
-    python -m emulate.driver.real_gpu compare h100.json --hardware h100-sxm
+    python -m stepcast.emulate.driver.real_gpu compare h100.json --hardware h100-sxm
 
 lists the attributes whose catalog-derived value (:mod:`emulate.driver.device`) differs from the measured one,
 the cluster-occupancy answers the emulated driver gives differently (the same probe, run on the emulated device),
@@ -24,12 +24,12 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from emulate.driver.child import run_python
-from emulate.driver.cluster_probe import cluster_table, table_differences
-from emulate.driver.device import attribute_ids, attributes
-from emulate.driver.torch_gemm import Product, run_products
-from profiling.atomic import write_json_atomic
-from profiling.hardware import lookup
+from stepcast.emulate.driver.child import run_python
+from stepcast.emulate.driver.cluster_probe import cluster_table, table_differences
+from stepcast.emulate.driver.device import attribute_ids, attributes
+from stepcast.emulate.driver.torch_gemm import Product, run_products
+from stepcast.profiling.atomic import write_json_atomic
+from stepcast.profiling.hardware import lookup
 from stepcast.errors import InputError, UnavailableError, cli_main
 
 #: the acceptance shapes (tests/emulate/test_driver_gemm.py uses the same list)
@@ -61,7 +61,7 @@ def matmul_kernels(products: list[Product]) -> list[list[str]]:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from emulate.driver.torch_gemm import TORCH_DTYPES
+    from stepcast.emulate.driver.torch_gemm import TORCH_DTYPES
 
     out = []
     for p in products:
@@ -110,7 +110,7 @@ def compare(doc: dict, hardware: str) -> dict:
                 kernel_diff.append({"product": asdict(p), "real": real, "emulated": fake_names})
     cluster_diff = []
     if "clusters" in doc:
-        run = run_python(["-m", "emulate.driver.cluster_probe"], hardware)
+        run = run_python(["-m", "stepcast.emulate.driver.cluster_probe"], hardware)
         if run.returncode != 0:
             raise RuntimeError(f"the cluster probe failed on the emulated {hardware}: {run.stderr.strip()[-300:]}")
         cluster_diff = table_differences(doc["clusters"], json.loads(run.stdout))
@@ -121,7 +121,8 @@ def compare(doc: dict, hardware: str) -> dict:
 
 @cli_main
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m emulate.driver.real_gpu", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m stepcast.emulate.driver.real_gpu",
+                                     description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     cap = sub.add_parser("capture", help="on a real GPU: attributes, cluster occupancy and matmul kernels to a JSON "
                          "file")
@@ -141,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         raise InputError(f"{args.capture}: not a capture file ({exc})") from exc
     if not isinstance(doc, dict) or not isinstance(doc.get("attributes"), dict):
         raise InputError(f"{args.capture}: field 'attributes': expected an object (python -m "
-                         "emulate.driver.real_gpu capture writes it)")
+                         "stepcast.emulate.driver.real_gpu capture writes it)")
     print(json.dumps(compare(doc, args.hardware), indent=1))
     return 0
 

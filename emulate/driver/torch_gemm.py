@@ -11,8 +11,8 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from emulate.driver.child import run_python
-from emulate.driver.launchlog import Launch, read_launches
+from stepcast.emulate.driver.child import run_python
+from stepcast.emulate.driver.launchlog import Launch, read_launches
 
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
@@ -37,7 +37,8 @@ class TorchRun:
 
 
 def run_products(products: list[Product], hardware: str) -> TorchRun:
-    run = run_python(["-m", "emulate.driver.torch_gemm"], hardware, stdin=json.dumps([asdict(p) for p in products]))
+    run = run_python(["-m", "stepcast.emulate.driver.torch_gemm"], hardware,
+                     stdin=json.dumps([asdict(p) for p in products]))
     if run.returncode != 0:
         tail = (run.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise RuntimeError(f"torch on the emulated {hardware} failed (exit {run.returncode}): {tail}")

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from emulate.trace import OpCalls
-from profiling.classify import classify_kernel_name, classify_op
+from stepcast.emulate.trace import OpCalls
+from stepcast.profiling.classify import classify_kernel_name, classify_op
 from stepcast.errors import InputError
 
 SOURCES = {1: "profiler", 2: "optimizer", 3: "backward"}

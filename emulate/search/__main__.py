@@ -1,6 +1,6 @@
-"""Entry point: ``python -m emulate.search CONFIG [overrides] [--jobs N] [--ray-address ADDR]``."""
+"""Entry point: ``stepcast search CONFIG [overrides] [--jobs N] [--ray-address ADDR]``."""
 import sys
 
-from emulate.search.cli import main
+from stepcast.emulate.search.cli import main
 
 sys.exit(main())

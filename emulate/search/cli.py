@@ -1,4 +1,4 @@
-"""``python -m emulate.search CONFIG [key=value ...]``: search a training script's configurations on virtual GPUs.
+"""``stepcast search CONFIG [key=value ...]``: search a training script's configurations on virtual GPUs.
 
 CONFIG is a config name under conf/search (``megatron_gpt``) or a path to a YAML file; ``key=value`` arguments are
 Hydra overrides of it (``search.sampler=grid gpus=16 search.max_evaluations=20``). Exit codes: 0 a best
@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from profiling import paths
-from profiling.paths import cache_root
+from stepcast.profiling import paths
+from stepcast.profiling.paths import cache_root
 from stepcast import settings
 from stepcast.errors import cli_main
 from stepcast.preflight import Preflight, refuse_bad_environment
@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers) -> argparse.ArgumentParser:
-    """Add the ``search`` subcommand to ``python -m emulate``'s subparsers."""
+    """Add the ``search`` subcommand to ``python -m stepcast.emulate``'s subparsers."""
     parser = subparsers.add_parser("search", help="search training configurations with the emulator as evaluator",
                                    description=__doc__.split("\n\n")[0])
     add_arguments(parser)
@@ -52,7 +52,7 @@ def load_config(config: str, overrides: list[str]):
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from emulate.search.space import SearchConfigError, parse_config
+    from stepcast.emulate.search.space import SearchConfigError, parse_config
 
     path = Path(config)
     if path.suffix in (".yaml", ".yml"):
@@ -87,10 +87,10 @@ def yaml_problem(exc: Exception, path: Path) -> str:
 
 
 def run_command(ns: argparse.Namespace) -> int:
-    from emulate.search.samplers import Search, TrialInterrupted
-    from emulate.search.space import SearchConfigError
-    from emulate.search.trials import Target, TrialCache, default_cache_dir
-    from estimator.tracking import connect, tracking_uri
+    from stepcast.emulate.search.samplers import Search, TrialInterrupted
+    from stepcast.emulate.search.space import SearchConfigError
+    from stepcast.emulate.search.trials import Target, TrialCache, default_cache_dir
+    from stepcast.estimator.tracking import connect, tracking_uri
 
     check = Preflight()  # every mistake before the first trial (stepcast.preflight)
     if ns.jobs < 1:
@@ -119,7 +119,7 @@ def run_command(ns: argparse.Namespace) -> int:
     search = Search(cfg, target, cache, jobs=ns.jobs, timeout_s=ns.trial_timeout, progress=print_progress)
     try:
         if ns.ray_address:
-            from emulate.search.ray_adapter import run_on_ray
+            from stepcast.emulate.search.ray_adapter import run_on_ray
 
             outcome = run_on_ray(search, ns.ray_address)
         else:
@@ -133,9 +133,9 @@ def run_command(ns: argparse.Namespace) -> int:
 
 def finish(cfg, outcome, hardware: str, ns: argparse.Namespace, uri: str | None) -> int:
     """Write trials.json and the plot, log to MLflow, print the summary; exit 1 with one line if nothing fits."""
-    from profiling.atomic import write_json_atomic
-    from emulate.search.samplers import no_feasible_reason
-    from emulate.search.tracking import log_to_mlflow, plot_trials, print_summary, trials_table
+    from stepcast.profiling.atomic import write_json_atomic
+    from stepcast.emulate.search.samplers import no_feasible_reason
+    from stepcast.emulate.search.tracking import log_to_mlflow, plot_trials, print_summary, trials_table
 
     out = ns.output or cache_root() / "search" / f"{cfg.name}-{outcome.sampler}"
     out.mkdir(parents=True, exist_ok=True)
@@ -155,7 +155,7 @@ def finish(cfg, outcome, hardware: str, ns: argparse.Namespace, uri: str | None)
 
 
 def print_progress(result) -> None:
-    from emulate.search.space import format_config
+    from stepcast.emulate.search.space import format_config
 
     if result.feasible:
         what = f"{result.iteration_time_ms:.3f} ms" + (f", {result.tokens_per_s:,.0f} tokens/s"
@@ -168,7 +168,7 @@ def print_progress(result) -> None:
 
 @cli_main
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m emulate.search", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="stepcast search", description=__doc__.split("\n\n")[0])
     add_arguments(parser)
     ns = parser.parse_args(argv)
     refused = refuse_bad_environment()

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from emulate.search.space import Config
+from stepcast.emulate.search.space import Config
 
 GIB = 2 ** 30
 

@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from emulate.search.samplers import INFEASIBLE_COST, Search, SearchOutcome, cost, make_sampler, propose
-from emulate.search.space import SearchConfig
-from emulate.search.trials import Target, TrialCache, TrialResult
+from stepcast.emulate.search.samplers import INFEASIBLE_COST, Search, SearchOutcome, cost, make_sampler, propose
+from stepcast.emulate.search.space import SearchConfig
+from stepcast.emulate.search.trials import Target, TrialCache, TrialResult
 from stepcast.errors import UnavailableError
 
 METRIC = "cost"
@@ -52,7 +52,7 @@ def make_searcher(cfg: SearchConfig):
     import optuna
     from ray.tune.search import Searcher
 
-    from emulate.search.space import Space
+    from stepcast.emulate.search.space import Space
 
     budget = cfg.search
 

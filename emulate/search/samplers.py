@@ -44,9 +44,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from emulate.search.memory_model import MemoryModel
-from emulate.search.space import SPEED_PRUNED, Config, SearchConfig, Space, format_config
-from emulate.search.trials import (
+from stepcast.emulate.search.memory_model import MemoryModel
+from stepcast.emulate.search.space import SPEED_PRUNED, Config, SearchConfig, Space, format_config
+from stepcast.emulate.search.trials import (
     Target, TrialCache, TrialInterrupted, TrialResult, estimator_version, run_trial, trial_key,
 )
 

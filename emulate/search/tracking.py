@@ -16,9 +16,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from emulate.search.samplers import SearchOutcome, cost
-from emulate.search.space import format_config
-from emulate.search.trials import TrialResult
+from stepcast.emulate.search.samplers import SearchOutcome, cost
+from stepcast.emulate.search.space import format_config
+from stepcast.emulate.search.trials import TrialResult
 
 EXPERIMENT = "stepcast-search"
 
@@ -59,7 +59,7 @@ def plot_trials(outcome: SearchOutcome, path: Path, title: str) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from profiling.atomic import atomic_path
+    from stepcast.profiling.atomic import atomic_path
 
     xs = list(range(1, len(outcome.trials) + 1))
     values = [objective_value(t) for t in outcome.trials]
@@ -118,7 +118,7 @@ def log_to_mlflow(outcome: SearchOutcome, uri: str, params: dict[str, Any], plot
     """Log the search as one MLflow run; returns the run id. TrackingError (one line) if the store fails."""
     import mlflow
 
-    from estimator.tracking import tracking_errors, use_experiment
+    from stepcast.estimator.tracking import tracking_errors, use_experiment
 
     use_experiment(EXPERIMENT, uri)
     with tracking_errors(uri), mlflow.start_run(run_name=f"search-{params.get('name')}-{outcome.sampler}") as run:

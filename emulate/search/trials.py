@@ -1,4 +1,4 @@
-"""One trial = one emulation (``python -m emulate run``, rank deduplication on), and the cache of their results.
+"""One trial = one emulation (``stepcast run``, rank deduplication on), and the cache of their results.
 
 A trial's result is decided by the script's content, its arguments and environment, the target (the hardware
 spec itself, GPU count, nodes) and the estimator version (the default bundle's SHA256SUMS, or STEPCAST_ESTIMATOR,
@@ -25,9 +25,9 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from emulate import config
-from profiling.atomic import write_json_atomic
-from profiling.paths import REPO_ROOT, cache_root
+from stepcast.emulate import config
+from stepcast.profiling.atomic import write_json_atomic
+from stepcast.profiling.paths import REPO_ROOT, cache_root
 from stepcast import settings
 from stepcast.errors import Interrupted
 
@@ -129,7 +129,7 @@ def run_trial(script: Path, args: list[str], env: dict[str, str], target: Target
               ) -> dict[str, Any]:
     """Emulate one configuration (:func:`emulate.emulation.emulate_script`, the one way an emulation is run);
     the cacheable outcome (status, iteration time, peak memory, reason, seconds)."""
-    from emulate.emulation import emulate_script
+    from stepcast.emulate.emulation import emulate_script
 
     with tempfile.TemporaryDirectory(prefix="stepcast-search-") as tmp:
         trace_dir = Path(tmp) / "traces"

@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from emulate.sim.copies import COMM_MAP, mapped_view, twin_indices
-from emulate.sim.durations import Durations
-from emulate.sim.program import COLLECTIVE, RankProgram
+from stepcast.emulate.sim.copies import COMM_MAP, mapped_view, twin_indices
+from stepcast.emulate.sim.durations import Durations
+from stepcast.emulate.sim.program import COLLECTIVE, RankProgram
 from stepcast.errors import InputError
 
 

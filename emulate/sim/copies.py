@@ -16,7 +16,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from emulate.sim.program import RankProgram
+from stepcast.emulate.sim.program import RankProgram
 from stepcast.errors import InputError
 
 COMM_MAP = "comm_map"  # RankProgram.meta key: {twin's communicator: (own communicator, own rank, peer numbers)}
@@ -125,7 +125,7 @@ def run_shared(programs: list[RankProgram], durations: Any, group_of: list[list[
     (the same object). Exact where the copies mirror their twins: same durations, same host setup, and
     collectives that pair twins as the copies pair each other (:func:`shared_groups`); None where they do not
     (the caller then walks every rank)."""
-    from emulate.sim.collate import CollectiveGroup
+    from stepcast.emulate.sim.collate import CollectiveGroup
 
     index_of = {p.rank: k for k, p in enumerate(programs)}
     twin_index = [index_of[int(p.meta.get("copied_from", p.rank))] for p in programs]
@@ -147,7 +147,7 @@ def run_twins(programs: list[RankProgram], durations: Any, shared: TwinCollectiv
               queue_depth: int) -> list[Any] | None:
     """The engine walks the twins on their own collectives; each copy gets its twin's timeline (the same object).
     None where a copy's durations or host setup differ from its twin's (the caller then walks every rank)."""
-    from emulate.sim.engine import run
+    from stepcast.emulate.sim.engine import run
 
     twins = shared.twins
     for k, j in enumerate(shared.twin_of):

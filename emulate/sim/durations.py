@@ -35,7 +35,8 @@ layout transform or a library call's entry point is not the GEMM); rows of the s
 are distinct rows.
 
 Attention kernels built for an older SM generation than the target's (FlashAttention-2 on Hopper or Blackwell) take
-longer by the tensor-core rate their older instructions lose, on their compute-bound share (:mod:`estimator.legacy_isa`).
+longer by the tensor-core rate their older instructions lose, on their compute-bound share
+(:mod:`estimator.legacy_isa`).
 
 cuDNN convolution forwards timed as an implicit GEMM (a ``gemm`` row on a convolution op) are then scaled by the
 factor of the cuDNN kernel family the call ran (:mod:`estimator.conv_families`: the call's first kernel and its
@@ -51,20 +52,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from emulate.sim.copies import twin_indices
-from emulate.sim.program import COLLECTIVE, KERNEL, MEMCPY, MEMCPY_BLOCKING, MEMSET, RankProgram
-from emulate.trace import EventTable, TraceFormatError
-from estimator.base import KernelEstimator
-from estimator.kernel_config import PATHS, parse_name
-from profiling.classify import (
+from stepcast.emulate.sim.copies import twin_indices
+from stepcast.emulate.sim.program import COLLECTIVE, KERNEL, MEMCPY, MEMCPY_BLOCKING, MEMSET, RankProgram
+from stepcast.emulate.trace import EventTable, TraceFormatError
+from stepcast.estimator.base import KernelEstimator
+from stepcast.estimator.kernel_config import PATHS, parse_name
+from stepcast.profiling.classify import (
     classify_flex_attention_kernel,
     classify_memory_op,
     classify_triton_kernel,
     flex_attention_pass,
     tensor_dtype,
 )
-from profiling.families import FAMILIES
-from profiling.hardware import HardwareSpec, UnknownHardwareError, lookup
+from stepcast.profiling.families import FAMILIES
+from stepcast.profiling.hardware import HardwareSpec, UnknownHardwareError, lookup
 from stepcast.errors import InputError
 
 LAUNCH_FLOOR_US = 2.0          # an unclassified kernel with nothing measured: the smallest kernel a GPU runs
@@ -287,8 +288,8 @@ def _in_step_scale(rows: list[dict[str, Any]], target: HardwareSpec,
                    estimator: KernelEstimator) -> tuple[np.ndarray, str] | None:
     """Per row, the in-step factor of its family on ``target`` (:mod:`emulate.sim.instep`; ``STEPCAST_INSTEP``),
     and the line that names it; None when the calibration is off or ``target`` has no in-step rows."""
-    from emulate.sim import instep
-    from emulate import config
+    from stepcast.emulate.sim import instep
+    from stepcast.emulate import config
 
     if not config.INSTEP_CALIBRATION:
         return None
@@ -309,7 +310,7 @@ def conv_family_factors(prog: RankProgram, positions: list[int], table: Any) -> 
     """Per kernel position, the factor of its convolution call's cuDNN kernel family
     (:class:`estimator.conv_families.ConvFamilies`); 1 for every kernel that is not a convolution timed as a GEMM
     (depthwise calls are timed by their bytes and keep theirs), or not a forward (:func:`corrects`)."""
-    from estimator.conv_families import call_kernels, corrects
+    from stepcast.estimator.conv_families import call_kernels, corrects
 
     factors = np.ones(len(positions), dtype=np.float64)
     events, ops = prog.events, prog.events.field("op")
@@ -331,8 +332,8 @@ def legacy_isa_factors(prog: RankProgram, positions: list[int], ids: list[int], 
     """Per kernel position, the factor on the predicted time of an attention kernel built for an older SM generation
     than the target's (:mod:`estimator.legacy_isa`: FlashAttention-2 on Hopper or Blackwell); 1 for every other
     kernel. ``work_of`` caches each row's FLOPs and bytes across ranks."""
-    from estimator.legacy_isa import kernel_generation, time_factor
-    from estimator.workload import attention
+    from stepcast.estimator.legacy_isa import kernel_generation, time_factor
+    from stepcast.estimator.workload import attention
 
     factors = np.ones(len(positions), dtype=np.float64)
     names = prog.events.field("name")

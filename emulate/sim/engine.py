@@ -11,9 +11,9 @@ Model (design notes, "Collation and simulation"):
 - a device op starts at ``max(issue time + launch latency, its stream's tail) + stall`` (``stall_us``: a hold the
   importer measured but could not explain, 0 for captured traces) and occupies its stream for its duration;
   different streams overlap, except that kernels which fill the GPU (``Durations.fills``: predicted, their blocks
-  taking more than half its block slots) share it: such a kernel runs in the time its rank's earlier ones leave free from when it
-  is ready, so it ends its duration of free time later (:func:`_share`: the GPU works one at a time, interleaving
-  their blocks); a copy engine's copies, collectives and kernels too small to fill the GPU overlap freely;
+  taking more than half its block slots) share it: such a kernel runs in the time its rank's earlier ones leave free
+  from when it is ready, so it ends its duration of free time later (:func:`_share`: the GPU works one at a time,
+  interleaving their blocks); a copy engine's copies, collectives and kernels too small to fill the GPU overlap freely;
 - ``event_record`` stores the stream's tail; ``stream_wait_event`` raises the waiting stream's tail to the stored
   time (the latest record of that handle before the wait in host order: exactly CUDA's semantics, which is what
   keying waiters by (handle, record version) achieves in a queue-based simulator);
@@ -49,11 +49,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from emulate import config
-from emulate.sim.collate import CollectiveGroup
-from emulate.sim.durations import Durations
-from emulate.sim.host import RankSetup
-from emulate.sim.program import (
+from stepcast.emulate import config
+from stepcast.emulate.sim.collate import CollectiveGroup
+from stepcast.emulate.sim.durations import Durations
+from stepcast.emulate.sim.host import RankSetup
+from stepcast.emulate.sim.program import (
     COLLECTIVE, DEVICE_SYNC, EVENT_RECORD, EVENT_SYNC, MEMCPY_BLOCKING, STREAM_SYNC, STREAM_WAIT_EVENT, RankProgram,
 )
 from stepcast.errors import InputError

@@ -20,10 +20,10 @@ ranks are aligned after warm-up. Everything here is settled before the simulatio
   reading exceeds ``UNCOUNTED_RATIO[1]`` times its counted time by ``UNCOUNTED_NS[1]``, not at all below
   ``UNCOUNTED_RATIO[0]`` or ``UNCOUNTED_NS[0]``, in a linear share between (:func:`uncounted`): ordinary gaps read up
   to about 7x their counted time at the reference speed (one cost per op tells a cheap op from an expensive one only
-  on average; ``python -m emulate.host_costs`` prints how far the counted time of each reference workload is from its
-  measured one), and a reading near a line then moves the answer by little. This is the one part of a counted answer
-  that depends on the emulating machine: one whose ordinary gaps read higher than this VM's may cross a line where it
-  does not (a CI machine read 0.08 ms of the README example's 6.7 ms step where this VM read none).
+  on average; ``python -m stepcast.emulate.host_costs`` prints how far the counted time of each reference workload is
+  from its measured one), and a reading near a line then moves the answer by little. This is the one part of a counted
+  answer that depends on the emulating machine: one whose ordinary gaps read higher than this VM's may cross a line
+  where it does not (a CI machine read 0.08 ms of the README example's 6.7 ms step where this VM read none).
   ``STEPCAST_HOST_MODEL=measured`` (:data:`emulate.config.HOST_MODEL`) times gaps with the capture's clock instead, as
   below; traces without counts (real profiler traces, older captures, synthetic traces) always use their gaps.
 - **Measured host gaps.** A captured gap is the capturing thread's CPU time between two intercepted calls (the emulated
@@ -31,8 +31,8 @@ ranks are aligned after warm-up. Everything here is settled before the simulatio
   interference (page faults, cache and TLB misses caused by other processes, allocator first touches): the steady
   iterations of a capture repeat the same calls, and so do SPMD ranks, so each call's gap is taken as its smallest
   over the steady iterations of every rank that match event for event (the cost of the work itself; more is
-  interference, as ``timeit`` takes the best of its repeats). The emulated driver answers each call at once, so the cost of
-  the real runtime call (:mod:`emulate.host_costs`) is added per event kind; the nodes of a CUDA graph launch
+  interference, as ``timeit`` takes the best of its repeats). The emulated driver answers each call at once, so the cost
+  of the real runtime call (:mod:`emulate.host_costs`) is added per event kind; the nodes of a CUDA graph launch
   (``graph_node``) after the first cost nothing, since one call launched them all. Real profiler traces hold those
   costs in their gaps (``meta.call_costs_in_gaps``), and their gaps are what happened, so neither applies to them. All
   of it is then divided by the host-speed factor (:data:`emulate.config.HOST_SPEED`).
@@ -58,9 +58,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from emulate.host_costs import WorkCosts
-from emulate.sim.copies import twin_indices
-from emulate.sim.program import ITERATION, KIND_CODES, MEMCPY_BLOCKING, RankProgram, iteration_bounds, \
+from stepcast.emulate.host_costs import WorkCosts
+from stepcast.emulate.sim.copies import twin_indices
+from stepcast.emulate.sim.program import ITERATION, KIND_CODES, MEMCPY_BLOCKING, RankProgram, iteration_bounds, \
     steady_iterations
 
 #: meta fields of the trace format (emulate/trace.py) read here
@@ -347,15 +347,15 @@ def plan(programs: list[RankProgram], *, host_speed: float, latency_us: list[flo
 
 
 def default_costs() -> dict[str, float]:
-    from emulate.host_costs import load_costs
+    from stepcast.emulate.host_costs import load_costs
 
     return load_costs()
 
 
 def default_work() -> WorkCosts | None:
     """The counted host model's costs, or None when the measured model is chosen (:data:`config.HOST_MODEL`)."""
-    from emulate import config
-    from emulate.host_costs import load_work_costs
+    from stepcast.emulate import config
+    from stepcast.emulate.host_costs import load_work_costs
 
     return load_work_costs() if config.HOST_MODEL == "counted" else None
 

@@ -41,10 +41,10 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from estimator.importers import neusight_inmodel
-from profiling.atomic import write_json_atomic
-from profiling.families import key_columns
-from profiling.paths import cache_root, shared_data_root
+from stepcast.estimator.importers import neusight_inmodel
+from stepcast.profiling.atomic import write_json_atomic
+from stepcast.profiling.families import key_columns
+from stepcast.profiling.paths import cache_root, shared_data_root
 
 FAMILIES = ("gemm", "norm", "elementwise")
 CACHE_FOLDER = "instep"

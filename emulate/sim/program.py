@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from emulate.trace import EventTable, TraceFormatError, as_table
+from stepcast.emulate.trace import EventTable, TraceFormatError, as_table
 
 # Event codes, ordered so that the inner loop tests the common cases first: every device op is < COLLECTIVE.
 KERNEL, MEMCPY, MEMSET, MEMCPY_BLOCKING, COLLECTIVE = 0, 1, 2, 3, 4

@@ -20,10 +20,10 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from emulate.sim.collate import CollectiveGroup, columns_of, communicator_members, disagreement
-from emulate.sim.copies import COMM_MAP, TwinCollectives, mapped_view, twin_indices
-from emulate.sim.durations import Durations
-from emulate.sim.program import RankProgram
+from stepcast.emulate.sim.collate import CollectiveGroup, columns_of, communicator_members, disagreement
+from stepcast.emulate.sim.copies import COMM_MAP, TwinCollectives, mapped_view, twin_indices
+from stepcast.emulate.sim.durations import Durations
+from stepcast.emulate.sim.program import RankProgram
 
 P2P_OPS = ("send", "recv")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from emulate.trace import FORMAT, VERSION
+from stepcast.emulate.trace import FORMAT, VERSION
 
 
 class TraceBuilder:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from estimator.importers import (
+from stepcast.estimator.importers import (
                                  aiconfigurator_attention,
                                  aiconfigurator_gemm,
                                  aiconfigurator_nccl,
@@ -26,7 +26,7 @@ from estimator.importers import (
                                  vidur_attention,
                                  vidur_network,
 )
-from estimator.importers.common import SOURCES, TRAINING_COLUMNS, DataImportError
+from stepcast.estimator.importers.common import SOURCES, TRAINING_COLUMNS, DataImportError
 
 #: source name (the ``source`` column) -> the modules that produce its rows
 IMPORTERS: dict[str, tuple[ModuleType, ...]] = {

@@ -1,5 +1,5 @@
-"""``python -m estimator.importers [--source S ...] [--family F ...] [--refresh]``: import (or read from the cache)
-every source and print the row counts per source, family and hardware."""
+"""``python -m stepcast.estimator.importers [--source S ...] [--family F ...] [--refresh]``: import (or read from the
+cache) every source and print the row counts per source, family and hardware."""
 from __future__ import annotations
 
 import argparse
@@ -8,16 +8,16 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from estimator.data import load_measurements
-from profiling.paths import cache_root
-from estimator.importers import SOURCES
-from profiling.families import FAMILIES
+from stepcast.estimator.data import load_measurements
+from stepcast.profiling.paths import cache_root
+from stepcast.estimator.importers import SOURCES
+from stepcast.profiling.families import FAMILIES
 from stepcast.errors import cli_main
 
 
 @cli_main
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m estimator.importers", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m stepcast.estimator.importers", description=__doc__.split("\n")[0])
     parser.add_argument("--source", action="append", choices=SOURCES, help="only this source (repeatable)")
     parser.add_argument("--family", action="append", choices=list(FAMILIES), help="only this family (repeatable)")
     parser.add_argument("--refresh", action="store_true", help="re-parse the inputs even when cached")

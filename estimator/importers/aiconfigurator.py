@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from estimator.importers.common import DataImportError
-from profiling.hardware import UnknownHardwareError, lookup
+from stepcast.estimator.importers.common import DataImportError
+from stepcast.profiling.hardware import UnknownHardwareError, lookup
 
 log = logging.getLogger(__name__)
 

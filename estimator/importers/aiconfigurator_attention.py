@@ -35,10 +35,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from estimator.importers.aiconfigurator import (SOURCE, catalog_tables, median_rows, shape_set,
+from stepcast.estimator.importers.aiconfigurator import (SOURCE, catalog_tables, median_rows, shape_set,
                                                 tables)
-from estimator.importers.common import finalize
-from profiling.hardware import lookup
+from stepcast.estimator.importers.common import finalize
+from stepcast.profiling.hardware import lookup
 
 REQUIRED = ("kernel_source", "batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "attn_dtype",
             "kv_cache_dtype", "step", "latency")

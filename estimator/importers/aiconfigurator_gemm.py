@@ -36,8 +36,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from estimator.importers.aiconfigurator import SOURCE, catalog_tables, median_rows, shape_set, tables
-from estimator.importers.common import finalize
+from stepcast.estimator.importers.aiconfigurator import SOURCE, catalog_tables, median_rows, shape_set, tables
+from stepcast.estimator.importers.common import finalize
 from stepcast.errors import InputError
 
 REQUIRED = ("kernel_source", "gemm_dtype", "m", "n", "k", "latency")

@@ -28,14 +28,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from estimator.importers.aiconfigurator import (
+from stepcast.estimator.importers.aiconfigurator import (
     SOURCE,
     catalog_tables,
     median_rows,
     shape_set,
     tables,
 )
-from estimator.importers.common import DataImportError
+from stepcast.estimator.importers.common import DataImportError
 
 REQUIRED = ("kernel_source", "moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts",
             "moe_tp_size", "moe_ep_size", "distribution", "latency")

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from estimator.importers.aiconfigurator import SOURCE, catalog_tables, median_rows, tables
-from estimator.importers.common import DataImportError, finalize
+from stepcast.estimator.importers.aiconfigurator import SOURCE, catalog_tables, median_rows, tables
+from stepcast.estimator.importers.common import DataImportError, finalize
 
 REQUIRED = ("op_name", "nccl_dtype", "num_gpus", "message_size", "latency")
 OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",

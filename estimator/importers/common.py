@@ -15,8 +15,8 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from profiling.families import COMMON_COLUMNS, DTYPES, FAMILIES
-from profiling.hardware import load_catalog
+from stepcast.profiling.families import COMMON_COLUMNS, DTYPES, FAMILIES
+from stepcast.profiling.hardware import load_catalog
 from stepcast.errors import InputError
 
 SOURCES: tuple[str, ...] = ("profiler", "vidur", "neusight", "kineto", "llmcompass", "aiconfigurator")

@@ -24,9 +24,9 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
-from estimator.importers.common import finalize
-from profiling.classify import canonical_dtype, classify_op, is_stand_in_op, tensor_dtype
-from profiling.kineto import read_trace
+from stepcast.estimator.importers.common import finalize
+from stepcast.profiling.classify import canonical_dtype, classify_op, is_stand_in_op, tensor_dtype
+from stepcast.profiling.kineto import read_trace
 
 SOURCE = "kineto"
 PATTERNS = ("hta/tests/data/**/*.json.gz", "hta/tests/data/**/*.json", "kineto/tb_plugin/samples/**/*.json.gz",

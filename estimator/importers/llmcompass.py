@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from estimator.importers.common import DataImportError, finalize, read_csv
+from stepcast.estimator.importers.common import DataImportError, finalize, read_csv
 
 SOURCE = "llmcompass"
 MATMUL = Path("llmcompass/ae/figure5/ab/real_hardware/matmul_A100.csv")

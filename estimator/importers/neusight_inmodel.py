@@ -38,8 +38,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from estimator.importers.common import DataImportError, finalize, read_csv
-from profiling.hardware import UnknownHardwareError, lookup
+from stepcast.estimator.importers.common import DataImportError, finalize, read_csv
+from stepcast.profiling.hardware import UnknownHardwareError, lookup
 
 SOURCE = "neusight_inmodel"
 LABEL_DIR = Path("neusight/scripts/asplos/label")

@@ -1,4 +1,4 @@
-"""This project's own measurements: ``datasets/<hardware>/<family>.parquet`` written by ``python -m profiling``.
+"""This project's own measurements: ``datasets/<hardware>/<family>.parquet`` written by ``stepcast profile``.
 
 Files are read (and validated) through ``profiling.schema.read_family``; only ``status == "ok"`` rows are kept, with
 ``runtime_us`` = ``median_us``. ``group`` is the row's ``sample`` (grid | random | model), the set it was drawn from.
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from estimator.importers.common import finalize
-from profiling.families import FAMILIES
-from profiling.schema import read_family
+from stepcast.estimator.importers.common import finalize
+from stepcast.profiling.families import FAMILIES
+from stepcast.profiling.schema import read_family
 
 SOURCE = "profiler"
 

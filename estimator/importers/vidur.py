@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from estimator.importers.common import DataImportError, finalize, read_csv
+from stepcast.estimator.importers.common import DataImportError, finalize, read_csv
 
 SOURCE = "vidur"
 COMPUTE_DIR = Path("vidur/data/profiling/compute")

@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from estimator.importers.common import DataImportError, finalize, read_csv
+from stepcast.estimator.importers.common import DataImportError, finalize, read_csv
 
 SOURCE = "vidur"
 HISTORY_DIR = Path("vidur/_history")

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from estimator.importers.common import DataImportError, finalize, read_csv
+from stepcast.estimator.importers.common import DataImportError, finalize, read_csv
 
 SOURCE = "vidur"
 NETWORK_DIR = Path("vidur/data/profiling/network")

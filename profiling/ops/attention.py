@@ -13,9 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from profiling.families import dtype_bytes
-from profiling.model_catalog import ModelConfig
-from profiling.ops.base import FLOAT_DTYPES, FamilyBench, divisible, fp32_precision, tensor
+from stepcast.profiling.families import dtype_bytes
+from stepcast.profiling.model_catalog import ModelConfig
+from stepcast.profiling.ops.base import FLOAT_DTYPES, FamilyBench, divisible, fp32_precision, tensor
 
 BACKENDS = {
     "flash": SDPBackend.FLASH_ATTENTION,

@@ -6,7 +6,7 @@ from typing import Any, Callable, ContextManager, Iterable, Mapping
 
 import torch
 
-from profiling.model_catalog import ModelConfig
+from stepcast.profiling.model_catalog import ModelConfig
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
     "fp64": torch.float64, "fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16,

@@ -15,10 +15,10 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 import torch
 import torch.distributed as dist
 
-from profiling.families import dtype_bytes
-from profiling.model_catalog import ModelConfig
-from profiling.ops.base import TORCH_DTYPES, FamilyBench, describe_failure, tensor
-from profiling.timing import MeasureSettings, Measurement, summarise
+from stepcast.profiling.families import dtype_bytes
+from stepcast.profiling.model_catalog import ModelConfig
+from stepcast.profiling.ops.base import TORCH_DTYPES, FamilyBench, describe_failure, tensor
+from stepcast.profiling.timing import MeasureSettings, Measurement, summarise
 
 
 # Single-tensor all_gather / reduce_scatter: the *_single names replace the *_tensor ones in recent torch.

@@ -9,9 +9,9 @@ from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
-from profiling.families import dtype_bytes
-from profiling.model_catalog import ModelConfig
-from profiling.ops.base import FP8_DTYPES, FamilyBench, divisible, tensor
+from stepcast.profiling.families import dtype_bytes
+from stepcast.profiling.model_catalog import ModelConfig
+from stepcast.profiling.ops.base import FP8_DTYPES, FamilyBench, divisible, tensor
 
 
 def _operand(rows: int, cols: int, batch: int | None, transposed: bool, dtype: str, device: str) -> torch.Tensor:

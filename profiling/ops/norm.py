@@ -10,9 +10,9 @@ from typing import Any, Callable, Iterable, Mapping
 import torch
 import torch.nn.functional as F
 
-from profiling.families import dtype_bytes
-from profiling.model_catalog import ModelConfig
-from profiling.ops.base import FLOAT_DTYPES, FamilyBench, divisible, tensor
+from stepcast.profiling.families import dtype_bytes
+from stepcast.profiling.model_catalog import ModelConfig
+from stepcast.profiling.ops.base import FLOAT_DTYPES, FamilyBench, divisible, tensor
 
 
 class NormBench(FamilyBench):

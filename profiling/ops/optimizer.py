@@ -9,9 +9,9 @@ from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
-from profiling.families import dtype_bytes
-from profiling.model_catalog import ModelConfig
-from profiling.ops.base import FLOAT_DTYPES, FamilyBench, tensor
+from stepcast.profiling.families import dtype_bytes
+from stepcast.profiling.model_catalog import ModelConfig
+from stepcast.profiling.ops.base import FLOAT_DTYPES, FamilyBench, tensor
 
 MAX_TENSOR_ELEMENTS = 2**22
 

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from profiling.paths import REPO_ROOT
+from stepcast.profiling.paths import REPO_ROOT
 
 PRODUCT_PACKAGES = ("emulate", "estimator", "profiling", "stepcast")
 BENCHMARKS = "benchmarks"
 #: the modules a prediction goes through: the CLI, the simulator, and the estimator's predict entry point
-ENTRY_MODULES = ("stepcast.cli", "emulate.cli", "emulate.simulate", "emulate.replay", "estimator.predict",
-                 "emulate.sim.durations", "estimator.conv_families", "estimator.routing", "estimator.train")
+ENTRY_MODULES = ("stepcast.cli", "stepcast.emulate.cli", "stepcast.emulate.simulate", "stepcast.emulate.replay",
+                 "stepcast.estimator.predict", "stepcast.emulate.sim.durations", "stepcast.estimator.conv_families",
+                 "stepcast.estimator.routing", "stepcast.estimator.train")
 
 
 def imported_names(tree: ast.AST) -> list[tuple[int, str]]:

@@ -41,7 +41,7 @@ def test_an_optimizer_stepping_inner_optimizers_ends_one_iteration_per_step(tmp_
 def test_describe_gives_one_entry_per_positional_argument():
     import torch
 
-    from emulate.capture import describe
+    from stepcast.emulate.capture import describe
 
     a, b = torch.zeros(2, 3), torch.zeros(3, dtype=torch.float16)
     shapes, dtypes, values, kwargs = describe((a, [a, b], 2, [1, 0]), {"keepdim": True})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from emulate.cli import add_run_parser, check_run
+from stepcast.emulate.cli import add_run_parser, check_run
 
 
 def parse(*argv: str) -> argparse.Namespace:

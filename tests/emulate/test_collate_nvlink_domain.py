@@ -2,9 +2,9 @@
 ``emulate.sim.durations.ranks_per_node_for``, as ``stepcast run`` calls them): an NVL72 rack's trays are one domain."""
 from __future__ import annotations
 
-from emulate.collate import place_collectives
-from emulate.sim.durations import ranks_per_node_for
-from profiling.hardware import lookup
+from stepcast.emulate.collate import place_collectives
+from stepcast.emulate.sim.durations import ranks_per_node_for
+from stepcast.profiling.hardware import lookup
 
 
 def placed(members: dict[str, list[int]], ranks_per_node: int) -> dict[str, int]:

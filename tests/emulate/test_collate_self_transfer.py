@@ -2,10 +2,10 @@
 waits for no peer and runs alone (it was reported as a transfer its peer never reached)."""
 from __future__ import annotations
 
-from emulate.sim.collate import collate
-from emulate.sim.durations import assign_durations
-from emulate.sim.program import build_program
-from emulate.sim.synthetic import TraceBuilder
+from stepcast.emulate.sim.collate import collate
+from stepcast.emulate.sim.durations import assign_durations
+from stepcast.emulate.sim.program import build_program
+from stepcast.emulate.sim.synthetic import TraceBuilder
 
 
 def all_to_all_trace(rank: int) -> dict:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from profiling.paths import REPO_ROOT
+from stepcast.profiling.paths import REPO_ROOT
 
 
 def load_example():

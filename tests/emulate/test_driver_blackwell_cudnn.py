@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from emulate.driver.child import run_python
+from stepcast.emulate.driver.child import run_python
 
 TRANSPOSED = r"""
 import torch

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from emulate.driver import build
-from emulate.driver.build import cuda_include, driver_path, exported_symbol, include_dirs, proc_versions
-from emulate.driver.device import attributes, driver_environment
-from profiling.hardware import load_catalog, lookup
+from stepcast.emulate.driver import build
+from stepcast.emulate.driver.build import cuda_include, driver_path, exported_symbol, include_dirs, proc_versions
+from stepcast.emulate.driver.device import attributes, driver_environment
+from stepcast.profiling.hardware import load_catalog, lookup
 
 CUDA_SUCCESS, CUDA_ERROR_NOT_FOUND, CUDA_ERROR_NOT_SUPPORTED = 0, 500, 801
 

@@ -6,15 +6,15 @@ import json
 
 import pytest
 
-from emulate.driver.child import run_python
-from emulate.driver.cluster_probe import (BLOCK_THREADS, CLUSTER_SIZES, DYNAMIC_SMEM_KIB, NON_PORTABLE,
+from stepcast.emulate.driver.child import run_python
+from stepcast.emulate.driver.cluster_probe import (BLOCK_THREADS, CLUSTER_SIZES, DYNAMIC_SMEM_KIB, NON_PORTABLE,
                                           table_differences)
 
 ROWS = len(NON_PORTABLE) * len(CLUSTER_SIZES) * len(BLOCK_THREADS) * len(DYNAMIC_SMEM_KIB)
 
 
 def probe(hardware: str) -> dict:
-    run = run_python(["-m", "emulate.driver.cluster_probe"], hardware)
+    run = run_python(["-m", "stepcast.emulate.driver.cluster_probe"], hardware)
     assert run.returncode == 0, run.stderr[-2000:]
     return json.loads(run.stdout)
 
@@ -55,10 +55,11 @@ def test_only_entries_whose_answer_differs_are_listed():
 
 @pytest.mark.slow
 def test_a_capture_records_the_table_and_compare_finds_only_what_was_changed(tmp_path):
-    from emulate.driver.real_gpu import compare
+    from stepcast.emulate.driver.real_gpu import compare
 
     out = tmp_path / "capture.json"
-    run = run_python(["-m", "emulate.driver.real_gpu", "capture", "--no-kernels", "--out", str(out)], "h100-sxm")
+    run = run_python(["-m", "stepcast.emulate.driver.real_gpu", "capture", "--no-kernels", "--out", str(out)],
+                     "h100-sxm")
     assert run.returncode == 0, run.stderr[-2000:]
     doc = json.loads(out.read_text())
     assert len(doc["clusters"]["rows"]) == ROWS

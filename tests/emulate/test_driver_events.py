@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from emulate.driver.child import run_python
+from stepcast.emulate.driver.child import run_python
 
 TIMED = r"""
 import torch

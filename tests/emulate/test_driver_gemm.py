@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from emulate.driver.gemm_choice import Gemm, choose, torch_mm_gemm
-from emulate.driver.real_gpu import PRODUCTS
-from emulate.driver.torch_gemm import TorchRun, run_products
-from profiling.hardware import lookup
+from stepcast.emulate.driver.gemm_choice import Gemm, choose, torch_mm_gemm
+from stepcast.emulate.driver.real_gpu import PRODUCTS
+from stepcast.emulate.driver.torch_gemm import TorchRun, run_products
+from stepcast.profiling.hardware import lookup
 
 HARDWARE = ("h100-sxm", "a100-sxm-80gb", "l4")
 # PRODUCTS, torch's (m, k) @ (k, n): large square, misaligned m (150, 141: C's leading dimension not 16-byte
@@ -69,7 +69,8 @@ def test_torch_layout_is_the_transposed_problem():
 
 
 def test_gemm_choice_cli_rejects_bad_input_in_one_line():
-    proc = subprocess.run([sys.executable, "-m", "emulate.driver.gemm_choice", "--m", "0", "--n", "8", "--k", "8"],
+    proc = subprocess.run([sys.executable, "-m", "stepcast.emulate.driver.gemm_choice", "--m", "0", "--n", "8", "--k",
+                           "8"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.startswith("stepcast: gemm m, n, k must be positive")
@@ -92,7 +93,7 @@ def test_gemm_choice_cli_labels_a_batch_file_one_json_line_per_row(tmp_path):
 
     batch = tmp_path / "shapes.csv"
     batch.write_text("m,n,k,dtype,layout\n4096,4096,4096,bf16,TN\n141,512,512,fp16,NN\n")
-    proc = subprocess.run([sys.executable, "-m", "emulate.driver.gemm_choice", "--hardware", "a100-sxm-80gb",
+    proc = subprocess.run([sys.executable, "-m", "stepcast.emulate.driver.gemm_choice", "--hardware", "a100-sxm-80gb",
                            "--batch", str(batch)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     rows = [json.loads(line) for line in proc.stdout.splitlines()]
@@ -100,6 +101,6 @@ def test_gemm_choice_cli_labels_a_batch_file_one_json_line_per_row(tmp_path):
                                                                                         (141, "fp16", "N")]
     assert all(r["kernel"] and r["cublaslt_version"] >= 130000 and r["launches"] for r in rows)
     batch.write_text("m,n\n1,2\n")
-    bad = subprocess.run([sys.executable, "-m", "emulate.driver.gemm_choice", "--batch", str(batch)],
+    bad = subprocess.run([sys.executable, "-m", "stepcast.emulate.driver.gemm_choice", "--batch", str(batch)],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.startswith(f"stepcast: {batch} line 2:")

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from emulate.driver.child import run_python
-from emulate.trace import read_trace
-from profiling.paths import REPO_ROOT
+from stepcast.emulate.driver.child import run_python
+from stepcast.emulate.trace import read_trace
+from stepcast.profiling.paths import REPO_ROOT
 
 # A driver-API program (ctypes, no torch): a kernel node, a fill node (32 bytes of 7), a copy node (the filled
 # device bytes to a host buffer) and a kernel node through the generic cuGraphAddNode, launched twice.
@@ -153,7 +153,7 @@ def test_a_collective_captured_in_a_graph_runs_again_at_each_replay_and_pairs_ac
     # the captured number made the simulator reject the run: 'duplicate comm_seq'), the same on every rank
     script = tmp_path / "graph_all_reduce.py"
     script.write_text(CAPTURED_ALL_REDUCE)
-    cmd = [sys.executable, "-m", "emulate", "run", "--nproc", "2", "--no-dedup",
+    cmd = [sys.executable, "-m", "stepcast.emulate", "run", "--nproc", "2", "--no-dedup",
            "--report", str(tmp_path / "r.json"), "--trace-dir", str(tmp_path / "traces"), "--", str(script)]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -1,4 +1,4 @@
-"""``python -m emulate run`` on the emulated driver, where torch's real cuBLAS, cuDNN and kernels run: the GPT
+"""``stepcast run`` on the emulated driver, where torch's real cuBLAS, cuDNN and kernels run: the GPT
 example's trace holds the kernels a real GPU of the target model runs (cuBLASLt's nvjet kernels on H100, ampere ones
 on A100), the faster GPU is predicted faster, and several ranks run DDP with rank dedup."""
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from emulate.trace import read_trace
-from profiling.paths import REPO_ROOT
+from stepcast.emulate.trace import read_trace
+from stepcast.profiling.paths import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -23,7 +23,7 @@ GEMM_PREFIXES = {"h100-sxm": ("nvjet_sm90",), "a100-sxm-80gb": ("ampere_", "cutl
 def command(tmp: Path, hardware: str, script: Path, *args: str,
             capture_only: bool = False) -> tuple[list[str], Path]:
     report = tmp / f"{hardware}.json"
-    return [sys.executable, "-m", "emulate", "run", "--hardware", hardware, "--report",
+    return [sys.executable, "-m", "stepcast.emulate", "run", "--hardware", hardware, "--report",
             str(report), "--trace-dir", str(tmp / hardware),
             *(["--capture-only"] if capture_only else []), "--", str(script), *args], report
 
@@ -105,7 +105,7 @@ def test_two_ranks_run_ddp_on_the_emulated_nccl_and_the_duplicate_is_rebuilt(tmp
     iteration, which the other ranks read back) carry real bytes, without which rank 1 crashed. Rank 1 asks for the
     same device work as rank 0, so it stops as a duplicate and its trace is rebuilt from rank 0's."""
     script = REPO_ROOT / "examples" / "ddp.py"
-    cmd = [sys.executable, "-m", "emulate", "run", "--nproc", "2", "--hardware", "h100-sxm",
+    cmd = [sys.executable, "-m", "stepcast.emulate", "run", "--nproc", "2", "--hardware", "h100-sxm",
            "--report", str(tmp_path / "ddp.json"), "--trace-dir", str(tmp_path / "traces"), "--", str(script),
            "--steps", "4"]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)

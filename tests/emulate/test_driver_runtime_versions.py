@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from emulate.driver import build, runtime_versions
-from emulate.driver.device import driver_environment
-from profiling.hardware import lookup
+from stepcast.emulate.driver import build, runtime_versions
+from stepcast.emulate.driver.device import driver_environment
+from stepcast.profiling.hardware import lookup
 
 CUDA_SUCCESS, CUDA_ERROR_NOT_SUPPORTED = 0, 801
 CUDART_INTERFACE = "6bd5fb6c5bf4e74a8987d93912fd9df9"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from emulate.driver.child import run_python
+from stepcast.emulate.driver.child import run_python
 
 LAYERS = r"""
 import torch, torch.nn.functional as F
@@ -117,10 +117,10 @@ def test_real_gpu_capture_and_compare_round_trip(tmp_path):
     comparer then finds no attribute difference against the same device and some against another."""
     import json
 
-    from emulate.driver.real_gpu import compare
+    from stepcast.emulate.driver.real_gpu import compare
 
     out = tmp_path / "capture.json"
-    run = run_python(["-m", "emulate.driver.real_gpu", "capture", "--no-kernels", "--out", str(out)], "l4")
+    run = run_python(["-m", "stepcast.emulate.driver.real_gpu", "capture", "--no-kernels", "--out", str(out)], "l4")
     assert run.returncode == 0, run.stderr[-2000:]
     doc = json.loads(out.read_text())
     assert doc["name"] == "NVIDIA L4" and doc["attributes"]["MULTIPROCESSOR_COUNT"] == 58

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from emulate.driver.tracelog import (CaptureLogError, collective_bytes, comm_sizes, demangle, driver_events,
+from stepcast.emulate.driver.tracelog import (CaptureLogError, collective_bytes, comm_sizes, demangle, driver_events,
                                      is_driver_log, read_driver_log, sidecar_path)
 
 MM = {"op": "aten.mm.default", "shapes": [[4096, 1024], [1024, 4096]], "dtypes": ["torch.bfloat16"] * 2,

@@ -9,8 +9,8 @@ import textwrap
 
 import pytest
 
-from emulate.driver.child import run_python
-from emulate.driver.tracelog import DriverLog, driver_events, peak_device_bytes
+from stepcast.emulate.driver.child import run_python
+from stepcast.emulate.driver.tracelog import DriverLog, driver_events, peak_device_bytes
 
 GROW_AND_OVERFLOW = textwrap.dedent("""
     import json, sys

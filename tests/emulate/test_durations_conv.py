@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from emulate.sim.synthetic import TraceBuilder
-from emulate.simulate import simulate
-from estimator.base import KernelEstimator
-from estimator.conv_families import ConvFamilies
+from stepcast.emulate.sim.synthetic import TraceBuilder
+from stepcast.emulate.simulate import simulate
+from stepcast.estimator.base import KernelEstimator
+from stepcast.estimator.conv_families import ConvFamilies
 
 GEMM = {"family": "gemm", "dtype": "tf32", "m": 4096, "n": 64, "k": 27, "batch": 1}
 CONV = "aten.cudnn_convolution.default"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from emulate.sim.durations import COPY_LATENCY_US
-from emulate.sim.synthetic import TraceBuilder
-from emulate.simulate import simulate
-from profiling.hardware import lookup
+from stepcast.emulate.sim.durations import COPY_LATENCY_US
+from stepcast.emulate.sim.synthetic import TraceBuilder
+from stepcast.emulate.simulate import simulate
+from stepcast.profiling.hardware import lookup
 
 NBYTES = 128 << 20
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from emulate.sim.synthetic import TraceBuilder
-from emulate.simulate import simulate
-from estimator.legacy_isa import time_factor
-from estimator.workload import attention
-from profiling.hardware import lookup
+from stepcast.emulate.sim.synthetic import TraceBuilder
+from stepcast.emulate.simulate import simulate
+from stepcast.estimator.legacy_isa import time_factor
+from stepcast.estimator.workload import attention
+from stepcast.profiling.hardware import lookup
 from tests.emulate.test_durations_triton import attention_estimator
 
 SPEC = {"family": "attention", "dtype": "bf16", "batch": 2, "heads_q": 32, "heads_kv": 8, "seq_q": 8192,

@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from emulate.sim.synthetic import TraceBuilder
-from emulate.simulate import simulate
-from estimator.base import KernelEstimator
-from estimator.xgb import XGBoostEstimator
+from stepcast.emulate.sim.synthetic import TraceBuilder
+from stepcast.emulate.simulate import simulate
+from stepcast.estimator.base import KernelEstimator
+from stepcast.estimator.xgb import XGBoostEstimator
 from tests.estimator.test_kernel_config import _two_kernel_world
 
 GEMM = {"family": "gemm", "dtype": "bf16", "m": 2048, "n": 2048, "k": 2048, "batch": 1}

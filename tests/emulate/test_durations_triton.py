@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from emulate.sim.synthetic import TraceBuilder
-from emulate.simulate import simulate
-from estimator.base import KernelEstimator
+from stepcast.emulate.sim.synthetic import TraceBuilder
+from stepcast.emulate.simulate import simulate
+from stepcast.estimator.base import KernelEstimator
 
 
 class Recording(KernelEstimator):

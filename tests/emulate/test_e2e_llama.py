@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from profiling.paths import REPO_ROOT
+from stepcast.profiling.paths import REPO_ROOT
 
 SCRIPT = REPO_ROOT / "examples" / "llama_fsdp2.py"
 LAYERS = 2

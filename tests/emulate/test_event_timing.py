@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from emulate.event_timing import KEEP_WORK, EventTiming, WorkLog, _ranks_per_node, gemm_row
-from emulate.report import predicted_event_timings
+from stepcast.emulate.event_timing import KEEP_WORK, EventTiming, WorkLog, _ranks_per_node, gemm_row
+from stepcast.emulate.report import predicted_event_timings
 
 # ---- the log reader ---------------------------------------------------------------------------------------------
 
@@ -163,10 +163,10 @@ def _elapsed(proc) -> list[float]:
 def _simulated_between_records(trace: dict) -> list[float]:
     """The simulator's own predicted time (ms) of the device work between consecutive pairs of event records on
     the start record's stream, from the whole collated trace."""
-    import estimator
-    from emulate.sim.durations import assign_durations
-    from emulate.sim.program import build_program
-    from profiling.hardware import lookup
+    from stepcast import estimator
+    from stepcast.emulate.sim.durations import assign_durations
+    from stepcast.emulate.sim.program import build_program
+    from stepcast.profiling.hardware import lookup
 
     events = list(trace["events"])
     times = assign_durations([build_program(trace, "<trace>")], lookup("h100-sxm"), "predicted",
@@ -237,10 +237,10 @@ AUTOTUNE = textwrap.dedent("""
 @pytest.mark.slow
 def test_triton_autotune_keeps_the_config_the_estimator_predicts_faster(emulate_run, tmp_path, monkeypatch):
     pytest.importorskip("triton")
-    import estimator
-    from emulate.sim.durations import assign_durations
-    from emulate.sim.program import build_program
-    from profiling.hardware import lookup
+    from stepcast import estimator
+    from stepcast.emulate.sim.durations import assign_durations
+    from stepcast.emulate.sim.program import build_program
+    from stepcast.profiling.hardware import lookup
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
     script = tmp_path / "autotune.py"
@@ -277,9 +277,9 @@ def test_a_gemm_templates_benchmark_is_timed_as_the_gemm_it_computes():
 
 def test_the_emulated_gpus_name_finds_the_hardware_the_run_targets():
     """The predictor knows the target only by the name the launcher gives the virtual GPU (STEPCAST_GPU_NAME)."""
-    from emulate.driver.device import driver_environment
-    from profiling.hardware import lookup
-    from profiling.paths import REPO_ROOT
+    from stepcast.emulate.driver.device import driver_environment
+    from stepcast.profiling.hardware import lookup
+    from stepcast.profiling.paths import REPO_ROOT
 
     gpus = [lookup(p.stem) for p in sorted((REPO_ROOT / "conf" / "hardware").glob("*.yaml"))]
     gpus = [spec for spec in gpus if spec.kind == "gpu" and spec.compute_capability is not None]

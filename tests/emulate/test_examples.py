@@ -1,4 +1,4 @@
-"""Each bundled example runs unchanged under ``python -m emulate run`` and its trace holds what the model asks of
+"""Each bundled example runs unchanged under ``stepcast run`` and its trace holds what the model asks of
 the GPU: the GEMM shapes computed from the model config, attention calls, the optimizer's kernels, and for DDP and
 FSDP2 the collectives with the right byte counts on both ranks."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from profiling.paths import REPO_ROOT
+from stepcast.profiling.paths import REPO_ROOT
 
 EXAMPLES = REPO_ROOT / "examples"
 pytestmark = pytest.mark.slow
@@ -153,7 +153,7 @@ def grouped_gemm_rows(trace: dict) -> list[int]:
 
 
 def test_torchtitan_moe_runs_expert_parallel_on_the_stated_routing(tmp_path, emulate_run):
-    from emulate.stated_routing import expert_counts, parse
+    from stepcast.emulate.stated_routing import expert_counts, parse
 
     proc, report, traces = emulate_run(tmp_path, EXAMPLES / "torchtitan_moe.py", "--ep", "2", "--batch", "2",
                                        "--seq", "256", "--steps", "2", nproc=2,
@@ -169,7 +169,7 @@ def test_torchtitan_moe_runs_expert_parallel_on_the_stated_routing(tmp_path, emu
 
 
 def test_megatron_moe_experts_run_the_tokens_the_stated_routing_sends_them(tmp_path, emulate_run):
-    from emulate.stated_routing import expert_counts, parse
+    from stepcast.emulate.stated_routing import expert_counts, parse
 
     proc, report, traces = emulate_run(tmp_path, EXAMPLES / "megatron_gpt.py", "--experts", "4", "--topk", "2",
                                        "--ep", "2", "--layers", "1", "--hidden", "256", "--heads", "4", "--seq",

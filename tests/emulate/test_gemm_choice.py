@@ -1,6 +1,6 @@
 """gemm_choice asks a given libcublasLt (another cuBLAS version than torch's wheel) as well as the wheel's own; the
 answer carries that library's version. The older-cuBLAS tests need its library fetched
-(``python -m estimator.kernel_labels --fetch-cublas 12.1.3.1``) and skip otherwise."""
+(``python -m stepcast.estimator.kernel_labels --fetch-cublas 12.1.3.1``) and skip otherwise."""
 from __future__ import annotations
 
 import subprocess
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from emulate.driver.gemm_choice import choose, torch_linear_gemm
-from estimator.kernel_labels import CublasMissingError, cublaslt_library
-from profiling.paths import REPO_ROOT
+from stepcast.emulate.driver.gemm_choice import choose, torch_linear_gemm
+from stepcast.estimator.kernel_labels import CublasMissingError, cublaslt_library
+from stepcast.profiling.paths import REPO_ROOT
 
 OLD_CUBLAS = "12.1.3.1"  # what Vidur ran (estimator.kernel_labels.SOURCE_CUBLAS)
 
@@ -29,7 +29,8 @@ def test_a_library_that_is_not_there_fails_before_any_child_starts(tmp_path):
 
 
 def test_the_command_line_refuses_a_missing_library_in_one_line(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "emulate.driver.gemm_choice", "--m", "64", "--n", "64", "--k", "64",
+    proc = subprocess.run([sys.executable, "-m", "stepcast.emulate.driver.gemm_choice", "--m", "64", "--n", "64",
+                           "--k", "64",
                            "--cublaslt", str(tmp_path / "nothing.so")], cwd=REPO_ROOT, capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "--cublaslt" in proc.stderr
 

@@ -8,8 +8,8 @@ from collections import Counter
 
 import pytest
 
-from emulate.sim import host
-from emulate.sim.program import build_program
+from stepcast.emulate.sim import host
+from stepcast.emulate.sim.program import build_program
 
 REPLAYS = 4
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from emulate.kineto_to_trace import convert_file
-from emulate.replay import main as replay_main
-from emulate.replay import replay
+from stepcast.emulate.kineto_to_trace import convert_file
+from stepcast.emulate.replay import main as replay_main
+from stepcast.emulate.replay import replay
 
 
 def kineto_trace() -> dict:
@@ -106,9 +106,9 @@ def test_replay_of_a_malformed_file_is_one_line(tmp_path, capsys):
 def test_register_adds_the_replay_subcommand(trace_file):
     import argparse
 
-    from emulate.replay import register
+    from stepcast.emulate.replay import register
 
-    parser = argparse.ArgumentParser(prog="python -m emulate")
+    parser = argparse.ArgumentParser(prog="python -m stepcast.emulate")
     register(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["replay", str(trace_file), "--durations", "predicted", "--hardware", "a100-sxm-80gb"])
     assert args.command == "replay" and args.durations == "predicted" and callable(args.func)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from emulate.launcher import ADDR_NO_RANDOMIZE, EmulationUnavailable, check_torch_build, torch_cuda_version, \
+from stepcast.emulate.launcher import ADDR_NO_RANDOMIZE, EmulationUnavailable, check_torch_build, torch_cuda_version, \
     torch_version
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""``python -m emulate run`` owns its ranks: SIGTERM, Ctrl-C or a failed rank stops every rank, keeps what each
+"""``stepcast run`` owns its ranks: SIGTERM, Ctrl-C or a failed rank stops every rank, keeps what each
 captured, removes the run's shared memory and writes a partial report, with one line and a documented exit code;
 each run captures into a folder of its own; the script sees what torchrun would give it and nothing of the project;
 collectives the ranks disagree on end the run with one line."""
@@ -17,18 +17,18 @@ from pathlib import Path
 
 import pytest
 
-from emulate.collate import complete_iterations, repair_log
-from emulate.launcher import EXIT_RANK_FAILED
-from emulate.sim.synthetic import TraceBuilder
-from emulate.run_dirs import CaptureDir, prune_runs, runs_root
-from emulate.trace import read_trace
-from profiling.paths import REPO_ROOT
+from stepcast.emulate.collate import complete_iterations, repair_log
+from stepcast.emulate.launcher import EXIT_RANK_FAILED
+from stepcast.emulate.sim.synthetic import TraceBuilder
+from stepcast.emulate.run_dirs import CaptureDir, prune_runs, runs_root
+from stepcast.emulate.trace import read_trace
+from stepcast.profiling.paths import REPO_ROOT
 
 DDP = REPO_ROOT / "examples" / "ddp.py"
 
 
 def emulate_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "emulate", "run", *args]
+    return [sys.executable, "-m", "stepcast.emulate", "run", *args]
 
 
 def processes_logging_into(folder: Path) -> list[int]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from emulate.learned_roles import LearnError, check_against_job, learn, parse_auto
+from stepcast.emulate.learned_roles import LearnError, check_against_job, learn, parse_auto
 
 TP, PP = 2, 2
 
@@ -89,10 +89,11 @@ def test_run_ranks_auto_runs_one_rank_of_a_data_parallel_job_and_says_so(tmp_pat
     import subprocess
     import sys
 
-    from profiling.paths import REPO_ROOT
+    from stepcast.profiling.paths import REPO_ROOT
 
     report = tmp_path / "auto.json"
-    proc = subprocess.run([sys.executable, "-m", "emulate", "run", "--nproc", "2", "--nodes", "4", "--run-ranks",
+    proc = subprocess.run([sys.executable, "-m", "stepcast.emulate", "run", "--nproc", "2", "--nodes", "4",
+                           "--run-ranks",
                            "auto", "--report", str(report), "--trace-dir", str(tmp_path / "traces"), "--",
                            str(REPO_ROOT / "examples" / "ddp.py"), "--steps", "3"],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from emulate.kineto_to_trace import convert_file
-from emulate.replay import replay
-from profiling.paths import shared_data_root
+from stepcast.emulate.kineto_to_trace import convert_file
+from stepcast.emulate.replay import replay
+from stepcast.profiling.paths import shared_data_root
 
 TOLERANCE = 0.03
 PATTERNS = ("hta/tests/data/**/*.json.gz", "kineto/tb_plugin/samples/**/*.json.gz")

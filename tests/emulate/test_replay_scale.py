@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from benchmarks.emulate.replay_scale import write_trace
-from emulate.replay import replay
-from profiling import kineto
+from stepcast.emulate.replay import replay
+from stepcast.profiling import kineto
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +55,8 @@ def test_reading_holds_little_more_than_the_events_frame(synthetic):
 
 
 def test_replay_reports_progress_on_a_non_terminal(synthetic, capsys, monkeypatch):
-    import emulate.replay
+    import stepcast.emulate.replay
+    from stepcast import emulate
 
     monkeypatch.setattr(emulate.replay, "PROGRESS_EVERY_S", 0.0)   # as if every stage took longer than the period
     replay([synthetic], durations="measured", quiet=False)
@@ -65,8 +66,8 @@ def test_replay_reports_progress_on_a_non_terminal(synthetic, capsys, monkeypatc
 
 
 def test_converted_launches_that_repeat_share_one_dict(synthetic):
-    from emulate.kineto_to_trace import convert_file
-    from emulate.trace import EventTable
+    from stepcast.emulate.kineto_to_trace import convert_file
+    from stepcast.emulate.trace import EventTable
 
     events = convert_file(synthetic)["events"]
     assert isinstance(events, EventTable) and len(events) >= 3000

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from emulate.replay import replay
-from emulate.trace import write_trace
+from stepcast.emulate.replay import replay
+from stepcast.emulate.trace import write_trace
 from test_sim_copies import COPIES, WORLD, tp_dp_trace
 
 
@@ -47,10 +47,11 @@ def test_replaying_a_sparse_runs_traces_reports_what_the_run_reported(tmp_path):
     import subprocess
     import sys
 
-    from profiling.paths import REPO_ROOT
+    from stepcast.profiling.paths import REPO_ROOT
 
     report = tmp_path / "run.json"
-    proc = subprocess.run([sys.executable, "-m", "emulate", "run", "--nproc", "4", "--nodes", "2", "--run-ranks", "0",
+    proc = subprocess.run([sys.executable, "-m", "stepcast.emulate", "run", "--nproc", "4", "--nodes", "2",
+                           "--run-ranks", "0",
                            "--report", str(report), "--trace-dir", str(tmp_path / "traces"), "--",
                            str(REPO_ROOT / "examples" / "ddp.py"), "--steps", "3"],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)

@@ -6,9 +6,9 @@ import json
 import numpy as np
 import pytest
 
-from emulate.report import BREAKDOWN_TERMS, build_report, steady_indices, union_length, write_report
-from emulate.sim.synthetic import TraceBuilder, training_like_traces
-from emulate.simulate import simulate
+from stepcast.emulate.report import BREAKDOWN_TERMS, build_report, steady_indices, union_length, write_report
+from stepcast.emulate.sim.synthetic import TraceBuilder, training_like_traces
+from stepcast.emulate.simulate import simulate
 
 REPORT_FIELDS = {"hardware", "world_size", "iteration_time_ms", "iterations_ms", "peak_memory_bytes",
                  "breakdown_ms", "mfu", "per_rank", "fallback_kernels"}
@@ -119,7 +119,7 @@ def test_steady_fallback_count_includes_kernels_the_analytical_estimator_timed()
 def test_the_summary_names_the_moe_routing_and_its_busiest_expert(ddp_report):
     from rich.console import Console
 
-    from emulate.report import print_summary
+    from stepcast.emulate.report import print_summary
 
     routing = {"routing": "power law, alpha 1.2", "stated": True, "errors": [],
                "routers": [{"tokens": 16384, "experts": 64, "topk": 6, "calls": 64, "routing": "power",

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from emulate.roles import RunRanksError, copies, coordinates, groups_from_records, parse_run_ranks, ranges
+from stepcast.emulate.roles import RunRanksError, copies, coordinates, groups_from_records, parse_run_ranks, ranges
 
 TP, DP, PP = 2, 2, 2
 WORLD = TP * DP * PP

@@ -1,4 +1,4 @@
-"""``python -m emulate run`` as a user meets it: the virtual device looks like the catalog's GPU, device reads work,
+"""``stepcast run`` as a user meets it: the virtual device looks like the catalog's GPU, device reads work,
 iterations are cut at profiler steps, out-of-memory is torch's own error, peak memory adds up, and what cannot be
 emulated is said in one line."""
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from emulate.trace import read_trace
-from profiling.hardware import lookup
-from profiling.paths import REPO_ROOT
+from stepcast.emulate.trace import read_trace
+from stepcast.profiling.hardware import lookup
+from stepcast.profiling.paths import REPO_ROOT
 
 
 
@@ -115,7 +115,7 @@ def test_op_context_from_either_hook(tmp_path, python_op_context):
         (a @ b).sum().item()
         """)
     report = tmp_path / "report.json"
-    cmd = [sys.executable, "-m", "emulate", "run", "--capture-only", "--report", str(report), "--trace-dir",
+    cmd = [sys.executable, "-m", "stepcast.emulate", "run", "--capture-only", "--report", str(report), "--trace-dir",
            str(tmp_path / "traces"), *(["--python-op-context"] if python_op_context else []), "--", str(script)]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -171,7 +171,7 @@ def test_identical_ranks_are_deduplicated_and_their_traces_rebuilt(tmp_path, emu
 
 def test_unknown_hardware_is_one_line_naming_the_catalog(tmp_path):
     script = write_script(tmp_path, "print('never runs')\n")
-    proc = subprocess.run([sys.executable, "-m", "emulate", "run", "--hardware", "h900", "--", str(script)],
+    proc = subprocess.run([sys.executable, "-m", "stepcast.emulate", "run", "--hardware", "h900", "--", str(script)],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "never runs" not in proc.stdout
     lines = proc.stderr.strip().splitlines()
@@ -182,8 +182,10 @@ def _simulate_a_capture_whose_reading(tmp_path, monkeypatch, error: BaseExceptio
     """emulate.cli.simulate_capture over one capture whose trace reading raises ``error``."""
     import argparse
 
-    import emulate.trace
-    from emulate.cli import simulate_capture
+    import stepcast.emulate.trace
+
+    from stepcast import emulate
+    from stepcast.emulate.cli import simulate_capture
 
     def read(path):
         raise error
@@ -196,7 +198,7 @@ def _simulate_a_capture_whose_reading(tmp_path, monkeypatch, error: BaseExceptio
 
 
 def test_traces_the_simulator_refuses_are_one_line_naming_the_capture_folder(tmp_path, monkeypatch, capsys):
-    from emulate.trace import TraceFormatError
+    from stepcast.emulate.trace import TraceFormatError
 
     error = TraceFormatError("rank0.trace.json: field 'events': expected a list")
     assert _simulate_a_capture_whose_reading(tmp_path, monkeypatch, error) == 2
@@ -207,7 +209,7 @@ def test_traces_the_simulator_refuses_are_one_line_naming_the_capture_folder(tmp
 def test_a_stop_while_simulating_reaches_the_caller_that_reports_it(tmp_path, monkeypatch):
     import signal
 
-    from emulate.launcher import RunInterrupted
+    from stepcast.emulate.launcher import RunInterrupted
 
     with pytest.raises(RunInterrupted):
         _simulate_a_capture_whose_reading(tmp_path, monkeypatch, RunInterrupted(signal.SIGTERM))

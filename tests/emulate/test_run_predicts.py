@@ -1,4 +1,4 @@
-"""``python -m emulate run`` end to end (capture + simulation with the shipped estimators): the report has every
+"""``stepcast run`` end to end (capture + simulation with the shipped estimators): the report has every
 field issue 5 names, a faster GPU predicts a faster step, and DDP reports its exposed communication."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from profiling.paths import REPO_ROOT
+from stepcast.profiling.paths import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -23,7 +23,7 @@ GPT_ARGS = ("--layers=4", "--d-model=1024", "--heads=16", "--seq=1024", "--batch
 def predict(tmp: Path, script: str, *args: str, hardware: str = "h100-sxm", nproc: int = 1) -> dict:
     report = tmp / f"{hardware}.json"
     timeline = tmp / f"{hardware}.timeline.json"
-    cmd = [sys.executable, "-m", "emulate", "run", "--hardware", hardware, "--nproc", str(nproc), "--report",
+    cmd = [sys.executable, "-m", "stepcast.emulate", "run", "--hardware", hardware, "--nproc", str(nproc), "--report",
            str(report), "--trace", str(timeline), "--trace-dir", str(tmp / hardware), "--", str(REPO_ROOT / script),
            *args]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)

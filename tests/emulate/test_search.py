@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from emulate.search.samplers import INFEASIBLE_COST, Search, no_feasible_reason
-from emulate.search.space import Space, SearchConfigError, parse_config
-from emulate.search.trials import Target, TrialCache, TrialInterrupted, trial_key
+from stepcast.emulate.search.samplers import INFEASIBLE_COST, Search, no_feasible_reason
+from stepcast.emulate.search.space import Space, SearchConfigError, parse_config
+from stepcast.emulate.search.trials import Target, TrialCache, TrialInterrupted, trial_key
 
 SCRIPT = "print('a training script')\n"
 TARGET = Target(hardware="h100-sxm", spec_json="{}", nproc=8, nodes=1, memory_gib=80.0)
@@ -112,8 +112,8 @@ def test_a_configuration_changing_a_fixed_value_is_not_pruned_by_an_oom_one_with
 def test_configuration_no_faster_than_a_feasible_one_is_pruned_when_speed_is_declared_monotone(script, tmp_path):
     """speed.monotone: a smaller micro-batch than one that fits cannot be faster, so it is not emulated; a larger
     one, or one differing in an undeclared parameter, still is; the exhaustive reference ignores the declaration."""
-    from emulate.search.samplers import SearchOutcome
-    from emulate.search.space import SPEED_PRUNED
+    from stepcast.emulate.search.samplers import SearchOutcome
+    from stepcast.emulate.search.space import SPEED_PRUNED
 
     doc = config_doc(script, speed={"monotone": {"micro_batch": "increasing"}},
                      space={"tp": [1, 2], "pp": [2], "micro_batch": [1, 2, 4]}, constraints=[], derived={"dp": "2"})
@@ -225,7 +225,7 @@ def test_infeasible_and_pruned_proposals_are_not_told_to_the_sampler_as_values(s
     cost() still ranks an infeasible result last."""
     import optuna
 
-    from emulate.search.samplers import cost, propose
+    from stepcast.emulate.search.samplers import cost, propose
 
     studies = []
     create = optuna.create_study
@@ -247,7 +247,7 @@ def test_every_parameter_spans_the_same_width_whatever_its_number_of_choices(scr
     four choices as for pp's three."""
     import optuna
 
-    from emulate.search.samplers import propose
+    from stepcast.emulate.search.samplers import propose
 
     space = Space(parse_config(config_doc(script), "toy.yaml"))
     assert propose(optuna.trial.FixedTrial({"tp": 0.0, "pp": 0.5, "micro_batch": 1.0}), space) == {
@@ -257,7 +257,7 @@ def test_every_parameter_spans_the_same_width_whatever_its_number_of_choices(scr
 
 
 def test_cmaes_starts_at_the_baseline_when_the_config_asks(script):
-    from emulate.search.samplers import make_sampler
+    from stepcast.emulate.search.samplers import make_sampler
 
     doc = config_doc(script, baseline={"tp": 8, "pp": 1, "micro_batch": 2},
                      search={"sampler": "cmaes", "cmaes_start": "baseline"})
@@ -270,7 +270,7 @@ def test_cmaes_starts_at_the_baseline_when_the_config_asks(script):
 
 
 def test_space_admitting_nothing_feasible_says_why_in_one_line(script, tmp_path, capsys):
-    from emulate.search.cli import main
+    from stepcast.emulate.search.cli import main
 
     doc = config_doc(script, constraints=["tp * pp == 3"])
     path = tmp_path / "none.yaml"
@@ -286,7 +286,7 @@ def test_space_admitting_nothing_feasible_says_why_in_one_line(script, tmp_path,
 
 
 def test_bad_config_is_one_line_naming_the_field(script, tmp_path, capsys):
-    from emulate.search.cli import main
+    from stepcast.emulate.search.cli import main
 
     path = tmp_path / "bad.yaml"
     path.write_text(f"script: {script}\ngpus: 8\nspace: {{tp: []}}\n")
@@ -298,7 +298,7 @@ def test_bad_config_is_one_line_naming_the_field(script, tmp_path, capsys):
 
 
 def test_unreachable_tracking_store_fails_fast_in_one_line(script, tmp_path, capsys, monkeypatch):
-    from emulate.search.cli import main
+    from stepcast.emulate.search.cli import main
 
     import yaml
 
@@ -375,8 +375,8 @@ def test_ray_adapter_runs_the_sampler_through_tune_with_the_cache(script, tmp_pa
     """With a fake Ray (the adapter's wiring: proposals -> remote evaluation -> outcome), not a real cluster."""
     import sys
 
-    from emulate.search import ray_adapter, samplers
-    from emulate.search.ray_adapter import run_on_ray
+    from stepcast.emulate.search import ray_adapter, samplers
+    from stepcast.emulate.search.ray_adapter import run_on_ray
 
     monkeypatch.setattr(ray_adapter, "reachable", lambda address: None)   # no head at ray://head:10001
     fake = FakeRay()
@@ -419,9 +419,9 @@ def test_emulator_failure_is_not_cached_but_a_script_failure_is(script, tmp_path
 def test_search_registers_as_a_subcommand_of_python_m_emulate():
     import argparse
 
-    from emulate.search.cli import register, run_command
+    from stepcast.emulate.search.cli import register, run_command
 
-    parser = argparse.ArgumentParser(prog="python -m emulate")
+    parser = argparse.ArgumentParser(prog="python -m stepcast.emulate")
     register(parser.add_subparsers(dest="command", required=True))
     ns = parser.parse_args(["search", "megatron_gpt", "search.sampler=grid", "--jobs", "2"])
     assert ns.func is run_command and ns.overrides == ["search.sampler=grid"] and ns.jobs == 2
@@ -430,8 +430,8 @@ def test_search_registers_as_a_subcommand_of_python_m_emulate():
 def test_interrupted_cli_search_says_how_to_resume(script, tmp_path, capsys, monkeypatch):
     import yaml
 
-    from emulate.search import samplers
-    from emulate.search.cli import main
+    from stepcast.emulate.search import samplers
+    from stepcast.emulate.search.cli import main
 
     path = tmp_path / "toy.yaml"
     path.write_text(yaml.safe_dump(config_doc(script, search={"sampler": "grid"})))
@@ -448,7 +448,7 @@ def test_interrupted_cli_search_says_how_to_resume(script, tmp_path, capsys, mon
 
 def test_the_trial_cache_key_changes_with_the_host_model(monkeypatch):
     # a trial cached under one host model (or one set of counted costs) must not answer for another
-    from emulate.search.trials import estimator_version
+    from stepcast.emulate.search.trials import estimator_version
 
     monkeypatch.delenv("STEPCAST_HOST_MODEL", raising=False)
     counted = estimator_version()
@@ -458,7 +458,7 @@ def test_the_trial_cache_key_changes_with_the_host_model(monkeypatch):
 
 def test_cmaes_with_a_budget_below_its_population_runs_random_search(script, tmp_path):
     """Three parameters: CMA-ES's population is 7, so a budget of 5 ends before its first update."""
-    from emulate.search.samplers import cmaes_population
+    from stepcast.emulate.search.samplers import cmaes_population
 
     assert cmaes_population(3) == 7 and cmaes_population(4) == 8
     short = search(config_doc(script), tmp_path / "a", FakeRunner()).run(sampler="cmaes", max_evaluations=5)

@@ -1,4 +1,4 @@
-"""``python -m emulate.search`` with real emulations of a tiny one-rank script: an out-of-memory trial is recorded
+"""``stepcast search`` with real emulations of a tiny one-rank script: an out-of-memory trial is recorded
 as infeasible (torch's own OutOfMemoryError on the virtual GPU), the best configuration and the trials reach
 MLflow, and running the same search again emulates nothing."""
 from __future__ import annotations
@@ -43,7 +43,7 @@ def search_config(tmp_path: Path) -> Path:
 @pytest.mark.slow
 def test_search_records_oom_as_infeasible_logs_to_mlflow_and_reruns_nothing(search_config, tmp_path, capsys,
                                                                           monkeypatch):
-    from emulate.search.cli import main
+    from stepcast.emulate.search.cli import main
 
     db = tmp_path / "mlflow.db"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{db}")

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from emulate.search.memory_model import GIB, MemoryModel, model_errors
-from emulate.search.samplers import Search
-from emulate.search.space import SearchConfigError, parse_config
-from emulate.search.trials import Target, TrialCache, TrialResult
+from stepcast.emulate.search.memory_model import GIB, MemoryModel, model_errors
+from stepcast.emulate.search.samplers import Search
+from stepcast.emulate.search.space import SearchConfigError, parse_config
+from stepcast.emulate.search.trials import Target, TrialCache, TrialResult
 
 TARGET = Target(hardware="h100-sxm", spec_json="{}", nproc=8, nodes=1, memory_gib=80.0)
 STATIC = {"always": 20.0, "never": 40.0}

@@ -1,4 +1,4 @@
-"""``python -m emulate.search --ray-address auto`` against a real local Ray cluster (``ray start --head``): the trials
+"""``stepcast search --ray-address auto`` against a real local Ray cluster (``ray start --head``): the trials
 of a tiny one-rank script run as Ray Tune trials on the cluster's workers, an out-of-memory one is infeasible, and a
 second search is answered from the cache the workers wrote. Skipped when Ray is not installed."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from profiling.paths import REPO_ROOT
+from stepcast.profiling.paths import REPO_ROOT
 
 pytest.importorskip("ray")
 
@@ -82,7 +82,7 @@ def test_search_runs_its_trials_on_a_local_ray_cluster_and_reruns_nothing(tmp_pa
     config.write_text(yaml.safe_dump({
         "name": "tiny", "script": str(script), "hardware": "h100-sxm", "gpus": 1, "space": {"reserve": [1, 100]},
         "args": ["--reserve-gib={reserve}"], "search": {"sampler": "grid"}}))
-    command = [sys.executable, "-m", "emulate.search", str(config), "--ray-address", "auto", "--no-mlflow",
+    command = [sys.executable, "-m", "stepcast.emulate.search", str(config), "--ray-address", "auto", "--no-mlflow",
                "--cache-dir", str(tmp_path / "cache"), "--output", str(tmp_path / "out")]
     first = subprocess.run(command, env=ray_cluster, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -96,7 +96,7 @@ def test_search_runs_its_trials_on_a_local_ray_cluster_and_reruns_nothing(tmp_pa
 
 
 def test_an_unreachable_ray_cluster_is_one_line(tmp_path, capsys):
-    from emulate.search.cli import main
+    from stepcast.emulate.search.cli import main
 
     script = tmp_path / "tiny.py"
     script.write_text(TINY)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from emulate.report import build_report
-from emulate.sim.collate import collate
-from emulate.sim.copies import shared_groups, twin_indices, with_copies
-from emulate.sim.program import build_program
-from emulate.sim.synthetic import TraceBuilder
-from emulate.simulate import simulate
+from stepcast.emulate.report import build_report
+from stepcast.emulate.sim.collate import collate
+from stepcast.emulate.sim.copies import shared_groups, twin_indices, with_copies
+from stepcast.emulate.sim.program import build_program
+from stepcast.emulate.sim.synthetic import TraceBuilder
+from stepcast.emulate.simulate import simulate
 
 WORLD = 4
 

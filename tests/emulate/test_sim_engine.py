@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from emulate.report import build_report
-from emulate.sim.engine import SimulationDeadlock
-from emulate.sim.synthetic import TraceBuilder
-from emulate.simulate import simulate
+from stepcast.emulate.report import build_report
+from stepcast.emulate.sim.engine import SimulationDeadlock
+from stepcast.emulate.sim.synthetic import TraceBuilder
+from stepcast.emulate.simulate import simulate
 
 COMM_STREAM = 2
 

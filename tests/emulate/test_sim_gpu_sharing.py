@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from emulate.sim.engine import _share
-from emulate.sim.synthetic import TraceBuilder
-from emulate.simulate import simulate
+from stepcast.emulate.sim.engine import _share
+from stepcast.emulate.sim.synthetic import TraceBuilder
+from stepcast.emulate.simulate import simulate
 
 #: launches on an H100 (132 SMs, 2048 threads and 228 KB of shared memory per SM): (grid, block, shared memory)
 GEMM = ([128, 1, 1], [384, 1, 1], 231424)        # a Hopper GEMM's persistent blocks: one per SM, 128 of 132 SMs

@@ -7,13 +7,14 @@ import dataclasses
 import numpy as np
 import pytest
 
-from emulate.host_costs import (REFERENCE_HOST, ReferenceHost, WorkCosts, fit_work, load_costs, load_work_costs,
+from stepcast.emulate.host_costs import (REFERENCE_HOST, ReferenceHost, WorkCosts, fit_work, load_costs,
+                                         load_work_costs,
                                 work_class, write_reference_host)
-from emulate.sim.host import UNCOUNTED_NS, UNCOUNTED_RATIO, uncounted
-from emulate.report import build_report
-from emulate.sim.program import build_program
-from emulate.sim.synthetic import TraceBuilder
-from emulate.simulate import simulate
+from stepcast.emulate.sim.host import UNCOUNTED_NS, UNCOUNTED_RATIO, uncounted
+from stepcast.emulate.report import build_report
+from stepcast.emulate.sim.program import build_program
+from stepcast.emulate.sim.synthetic import TraceBuilder
+from stepcast.emulate.simulate import simulate
 
 NO_LATENCY = {"launch_latency_us": 0.0}
 
@@ -169,7 +170,7 @@ def test_effective_gaps_leave_blocking_copies_without_a_call_cost():
     b = TraceBuilder(meta={"call_costs_in_gaps": False})
     b.memcpy(1024, blocking=True, duration_us=1.0, gap_us=1.0)
     b.memcpy(1024, blocking=False, duration_us=1.0, gap_us=1.0)
-    from emulate.sim.host import effective_gaps
+    from stepcast.emulate.sim.host import effective_gaps
 
     gaps = effective_gaps(build_program(b.doc()), 1.0, {"memcpy": 8.0})
     assert gaps == pytest.approx([1_000.0, 9_000.0])
@@ -193,7 +194,7 @@ def growing_then_steady(gaps_us: list[float], captured: bool = True) -> TraceBui
 
 
 def test_steady_state_leaves_out_iterations_that_still_grow_the_allocator():
-    from emulate.sim.program import steady_iterations
+    from stepcast.emulate.sim.program import steady_iterations
 
     prog = build_program(growing_then_steady([5.0, 5.0, 5.0]).doc())
     assert steady_iterations(prog).tolist() == [2, 3, 4]
@@ -210,7 +211,7 @@ def test_captured_steady_iterations_take_each_calls_smallest_gap():
 
 
 def test_captured_host_time_gives_what_was_recorded_and_what_the_minimum_discarded():
-    from emulate.sim.host import captured_host
+    from stepcast.emulate.sim.host import captured_host
 
     prog = build_program(growing_then_steady([5.0, 45.0, 5.0, 25.0]).doc())
     (host,) = captured_host([prog])
@@ -222,7 +223,7 @@ def test_captured_host_time_gives_what_was_recorded_and_what_the_minimum_discard
 
 
 def test_an_undisturbed_capture_shows_no_interference():
-    from emulate.sim.host import captured_host
+    from stepcast.emulate.sim.host import captured_host
 
     (host,) = captured_host([build_program(growing_then_steady([5.0, 5.0, 5.0]).doc())])
     assert host.interference == pytest.approx(0.0, abs=1e-12)
@@ -230,7 +231,7 @@ def test_an_undisturbed_capture_shows_no_interference():
 
 
 def test_real_traces_have_no_captured_host_time():
-    from emulate.sim.host import captured_host
+    from stepcast.emulate.sim.host import captured_host
 
     assert captured_host([build_program(growing_then_steady([5.0, 45.0, 5.0], captured=False).doc())]) == [None]
 
@@ -371,7 +372,7 @@ def test_uncounted_work_grows_continuously_from_the_line():
 
 
 def test_graph_nodes_after_the_first_are_no_call_of_their_own():
-    from emulate.sim.host import call_mask
+    from stepcast.emulate.sim.host import call_mask
 
     b = TraceBuilder(meta={"host_work": "record_function"})
     b.iteration(0)
@@ -407,7 +408,7 @@ def test_the_shipped_work_costs_are_positive_and_name_their_reference():
 def test_the_shipped_reference_host_is_the_median_of_the_servers_it_names():
     import json
 
-    from emulate import config
+    from stepcast.emulate import config
 
     doc = json.loads(open(config.HOST_CALL_COSTS_FILE).read())[REFERENCE_HOST]
     work = load_work_costs()

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from emulate.sim import instep
+from stepcast.emulate.sim import instep
 
 
 class HalfOfRuntime:
@@ -107,10 +107,10 @@ class FlatEstimator:
 
 
 def emulated_kernels(monkeypatch, hardware: str, instep_on: bool) -> tuple[list[float], str]:
-    from emulate.sim.durations import assign_durations
-    from emulate.sim.program import build_program
-    from emulate.sim.synthetic import TraceBuilder
-    from profiling.hardware import lookup
+    from stepcast.emulate.sim.durations import assign_durations
+    from stepcast.emulate.sim.program import build_program
+    from stepcast.emulate.sim.synthetic import TraceBuilder
+    from stepcast.profiling.hardware import lookup
 
     monkeypatch.setenv("STEPCAST_INSTEP", "on" if instep_on else "off")
     monkeypatch.setenv("STEPCAST_INSTEP_EXCLUDE", "c")

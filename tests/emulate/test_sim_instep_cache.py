@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from emulate.sim import instep
-from estimator.importers.neusight_inmodel import LABEL_DIR
+from stepcast.emulate.sim import instep
+from stepcast.estimator.importers.neusight_inmodel import LABEL_DIR
 
 
 class VersionedEstimator:

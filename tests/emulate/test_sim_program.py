@@ -7,10 +7,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from emulate.sim.program import build_program
-from emulate.sim.synthetic import TraceBuilder
-from emulate.simulate import simulate
-from emulate.trace import EventTable, TraceFormatError, read_trace, write_trace
+from stepcast.emulate.sim.program import build_program
+from stepcast.emulate.sim.synthetic import TraceBuilder
+from stepcast.emulate.simulate import simulate
+from stepcast.emulate.trace import EventTable, TraceFormatError, read_trace, write_trace
 
 
 def two_streams_with_memory(rank: int = 0) -> dict:

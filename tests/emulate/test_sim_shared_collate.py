@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from emulate.sim.collate import collate
-from emulate.sim.copies import shared_groups, with_copies
-from emulate.sim.durations import assign_durations
-from emulate.sim.program import build_program
-from emulate.sim.shared_collate import collate_twins
-from emulate.sim.synthetic import TraceBuilder
-from emulate.simulate import simulate
+from stepcast.emulate.sim.collate import collate
+from stepcast.emulate.sim.copies import shared_groups, with_copies
+from stepcast.emulate.sim.durations import assign_durations
+from stepcast.emulate.sim.program import build_program
+from stepcast.emulate.sim.shared_collate import collate_twins
+from stepcast.emulate.sim.synthetic import TraceBuilder
+from stepcast.emulate.simulate import simulate
 
 WORLD = 4
 

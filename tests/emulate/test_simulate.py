@@ -9,12 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from emulate.report import build_report
-from emulate.sim.engine import SimulationDeadlock
-from emulate.sim.synthetic import TraceBuilder
-from emulate.simulate import simulate, simulate_traces
-from emulate.trace import TraceFormatError, write_trace
-from estimator.base import KernelEstimator
+from stepcast.emulate.report import build_report
+from stepcast.emulate.sim.engine import SimulationDeadlock
+from stepcast.emulate.sim.synthetic import TraceBuilder
+from stepcast.emulate.simulate import simulate, simulate_traces
+from stepcast.emulate.trace import TraceFormatError, write_trace
+from stepcast.estimator.base import KernelEstimator
 
 NO_LATENCY = {"launch_latency_us": 0.0}
 

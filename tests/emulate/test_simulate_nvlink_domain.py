@@ -6,11 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from emulate.report import build_report
-from emulate.sim.synthetic import TraceBuilder
-from emulate.simulate import simulate
-from estimator.base import KernelEstimator
-from estimator.nccl import NcclEstimator
+from stepcast.emulate.report import build_report
+from stepcast.emulate.sim.synthetic import TraceBuilder
+from stepcast.emulate.simulate import simulate
+from stepcast.estimator.base import KernelEstimator
+from stepcast.estimator.nccl import NcclEstimator
 
 SIZE = 1 << 30
 
@@ -66,7 +66,7 @@ def test_a_72_gpu_all_reduce_on_gb200_runs_at_nvlink_rates_and_a_144_gpu_one_pay
 def test_the_alpha_beta_fallback_never_times_an_all_reduce_over_one_rack_above_one_over_two():
     # the shipped bundles send an unfitted device's collectives to the alpha-beta: a ring's 142 steps inside the
     # rack timed a 1 MiB all-reduce over 72 GPUs at 289 us, above 197 us over 144 across two racks
-    from estimator.analytical import RooflineEstimator
+    from stepcast.estimator.analytical import RooflineEstimator
 
     for size in (1 << 20, 1 << 30):
         times = []

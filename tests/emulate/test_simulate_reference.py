@@ -16,16 +16,16 @@ from collections import deque
 import numpy as np
 import pytest
 
-from emulate.sim.durations import assign_durations
-from emulate.sim.collate import collate
-from emulate.sim.engine import run
-from emulate.sim.host import plan as host_plan
-from emulate.sim.program import (
+from stepcast.emulate.sim.durations import assign_durations
+from stepcast.emulate.sim.collate import collate
+from stepcast.emulate.sim.engine import run
+from stepcast.emulate.sim.host import plan as host_plan
+from stepcast.emulate.sim.program import (
     COLLECTIVE, DEVICE_SYNC, EVENT_RECORD, EVENT_SYNC, ITERATION, MEMCPY_BLOCKING, STREAM_SYNC, STREAM_WAIT_EVENT,
     build_program,
 )
-from emulate.sim.synthetic import TraceBuilder
-from profiling.hardware import lookup
+from stepcast.emulate.sim.synthetic import TraceBuilder
+from stepcast.profiling.hardware import lookup
 
 LATENCY_US = 2.0
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from profiling.paths import REPO_ROOT
+from stepcast.profiling.paths import REPO_ROOT
 
 DDP = REPO_ROOT / "examples" / "ddp.py"
 #: wide enough that the device, not the emulating machine's host-time noise, sets the iteration
@@ -20,7 +20,7 @@ DEVICE_BOUND = ["--width", "4096", "--hidden", "8192", "--layers", "4", "--batch
 def run(tmp: Path, name: str, script: Path, args: list[str], *options: str
         ) -> tuple[subprocess.CompletedProcess, dict | None]:
     report = tmp / f"{name}.json"
-    cmd = [sys.executable, "-m", "emulate", "run", "--nproc", "4", *options, "--report", str(report),
+    cmd = [sys.executable, "-m", "stepcast.emulate", "run", "--nproc", "4", *options, "--report", str(report),
            "--trace-dir", str(tmp / name), "--", str(script), *args]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
     return proc, json.loads(report.read_text()) if report.is_file() else None
@@ -61,7 +61,7 @@ def test_a_gloo_group_with_absent_members_is_refused_in_one_line(tmp_path):
 
 
 def test_run_ranks_outside_the_job_is_one_line_and_exit_2(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "emulate", "run", "--nproc", "2", "--run-ranks", "0-3", "--",
+    proc = subprocess.run([sys.executable, "-m", "stepcast.emulate", "run", "--nproc", "2", "--run-ranks", "0-3", "--",
                            str(DDP)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
@@ -69,7 +69,8 @@ def test_run_ranks_outside_the_job_is_one_line_and_exit_2(tmp_path):
 
 
 def test_more_ranks_per_node_than_a_node_holds_is_one_line_naming_nodes(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "emulate", "run", "--nproc", "32", "--", str(DDP)], cwd=REPO_ROOT,
+    proc = subprocess.run([sys.executable, "-m", "stepcast.emulate", "run", "--nproc", "32", "--", str(DDP)],
+                          cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()

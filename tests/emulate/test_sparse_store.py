@@ -7,7 +7,7 @@ import gc
 import pytest
 import torch.distributed as dist
 
-from emulate.sparse_store import NCCL_ID_PREFIX, UNIQUE_ID_BYTES, SparseRunError, SparseStore
+from stepcast.emulate.sparse_store import NCCL_ID_PREFIX, UNIQUE_ID_BYTES, SparseRunError, SparseStore
 
 
 def prefixed(inner: dist.Store, members: list[int], present: set[int]) -> dist.PrefixStore:
@@ -90,7 +90,7 @@ def test_torch_2_6s_own_symmetric_memory_store_answers_for_the_absent_members(mo
     prefix); the store handed to set_group_info is wrapped as a dedicated SparseStore when members are absent."""
     from torch.distributed import distributed_c10d as c10d
 
-    from emulate import sparse_store
+    from stepcast.emulate import sparse_store
 
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
     store = SparseStore(dist.HashStore(), "tp", [8, 9, 10, 11], frozenset({8}), [], dedicated=True)
@@ -122,7 +122,7 @@ def test_torch_2_6s_own_symmetric_memory_store_answers_for_the_absent_members(mo
 def test_nccl_scalable_inits_roots_absent_from_the_run_get_stand_in_ids(monkeypatch):
     """With NCCL's scalable init torch sets one id per root (``UniqueNCCLID:<r>``, a root per 128 members by default):
     root 1 of a 256-member world is rank 128, absent from a run of rank 0, so its id is a stand-in, not a wait."""
-    from emulate.sparse_store import root_rank
+    from stepcast.emulate.sparse_store import root_rank
 
     monkeypatch.delenv("TORCH_NCCL_RANKS_PER_ROOT", raising=False)
     assert [root_rank(r, list(range(256))) for r in (0, 1)] == [0, 128]

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from emulate.stated_routing import (
+from stepcast.emulate.stated_routing import (
     RoutingError, Routing, assignment, expert_counts, parse, summarize,
 )
 
@@ -158,7 +158,7 @@ def test_a_skewed_routing_gives_the_busiest_experts_grouped_gemm_more_rows(layer
 
 
 def test_a_top_k_over_another_count_than_the_histograms_is_left_balanced(tmp_path):
-    from emulate.stated_routing import Router
+    from stepcast.emulate.stated_routing import Router
 
     path = tmp_path / "hist.json"
     path.write_text("[5, 1, 1, 1]")

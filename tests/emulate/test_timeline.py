@@ -4,9 +4,9 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
-from emulate.sim.synthetic import training_like_traces
-from emulate.simulate import simulate
-from emulate.timeline import HOST_TID, write_timeline
+from stepcast.emulate.sim.synthetic import training_like_traces
+from stepcast.emulate.simulate import simulate
+from stepcast.emulate.timeline import HOST_TID, write_timeline
 
 
 def test_timeline_has_one_track_per_stream_and_rank(tmp_path):
@@ -29,8 +29,8 @@ def test_timeline_has_one_track_per_stream_and_rank(tmp_path):
 
 
 def test_kernel_slices_have_short_names_and_keep_the_whole_name_in_their_args(tmp_path):
-    from emulate.sim.synthetic import TraceBuilder
-    from emulate.timeline import short_kernel_name
+    from stepcast.emulate.sim.synthetic import TraceBuilder
+    from stepcast.emulate.timeline import short_kernel_name
 
     full = ("void at::native::(anonymous namespace)::vectorized_elementwise_kernel<4, "
             "at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3> >(int, "

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from emulate.trace import EventTable, TraceFormatError, read_trace, write_trace
+from stepcast.emulate.trace import EventTable, TraceFormatError, read_trace, write_trace
 
 SPEC = {"family": "gemm", "dtype": "bf16", "m": 2048, "n": 4096, "k": 4096, "batch": 1}
 

@@ -6,7 +6,8 @@ import types
 
 import torch
 
-from emulate.triton_bytes import (READ, SIZE, WRITTEN, _patch, access_counts, argument_roles, install, launch_bytes,
+from stepcast.emulate.triton_bytes import (READ, SIZE, WRITTEN, _patch, access_counts, argument_roles, install,
+                                           launch_bytes,
                                   wrap_run)
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from emulate.measure_real import FORMAT, FORMAT_VERSION, measure, steady_iterations_ms
-from emulate.validate import ValidationError, load_real
-from profiling.paths import REPO_ROOT
+from stepcast.emulate.measure_real import FORMAT, FORMAT_VERSION, measure, steady_iterations_ms
+from stepcast.emulate.validate import ValidationError, load_real
+from stepcast.profiling.paths import REPO_ROOT
 
 CPU_TRAINING = """
 import time, torch
@@ -60,7 +60,8 @@ def stored_run(path: Path, **fields) -> Path:
 def test_validate_emulates_the_stored_runs_script_and_scores_it(tmp_path):
     real = stored_run(tmp_path / "real.json")
     report = tmp_path / "validate.json"
-    done = subprocess.run([sys.executable, "-m", "emulate", "validate", "--real", str(real), "--report", str(report)],
+    done = subprocess.run([sys.executable, "-m", "stepcast.emulate", "validate", "--real", str(real), "--report",
+                           str(report)],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     result = json.loads(report.read_text())
@@ -83,7 +84,8 @@ def test_a_bad_stored_run_is_named_with_its_field(tmp_path, fields, message):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given where there is no GPU")
 def test_validate_without_a_gpu_asks_for_a_stored_run(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "emulate", "validate", "--", "examples/gpt.py"], cwd=REPO_ROOT,
+    done = subprocess.run([sys.executable, "-m", "stepcast.emulate", "validate", "--", "examples/gpt.py"],
+                          cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "--real FILE" in done.stderr and len(done.stderr.strip().splitlines()) == 1
 

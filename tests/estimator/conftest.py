@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from estimator.analytical import RooflineEstimator
+from stepcast.estimator.analytical import RooflineEstimator
 
 
 def synthetic_gemms(n: int = 400, hardware=("h100-sxm", "a100-sxm-80gb"), seed: int = 0,

@@ -6,8 +6,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from mlflow import MlflowClient
 
-from estimator.train import run
-from profiling.paths import CONF_DIR
+from stepcast.estimator.train import run
+from stepcast.profiling.paths import CONF_DIR
 
 
 @pytest.fixture

@@ -7,10 +7,10 @@ import math
 
 import pytest
 
-from estimator import conv_families as cf
-from estimator.analytical import RooflineEstimator
-from estimator.checksums import BundleIntegrityError
-from estimator.router import FamilyRouter
+from stepcast.estimator import conv_families as cf
+from stepcast.estimator.analytical import RooflineEstimator
+from stepcast.estimator.checksums import BundleIntegrityError
+from stepcast.estimator.router import FamilyRouter
 
 XMMA_CALL = ["void cudnn::engines_precompiled::nchwToNhwcKernel<float>",
              "sm80_xmma_fprop_implicit_gemm_indexed_wo_smem_tf32f32_tf32f32_f32_nhwckrsc_nhwc",

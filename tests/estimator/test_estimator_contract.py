@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from estimator.checksums import CHECKSUMS_FILE
-from estimator.forest import RandomForestEstimator
-from estimator.mlp import MLPEstimator
-from estimator.xgb import XGBoostEstimator
+from stepcast.estimator.checksums import CHECKSUMS_FILE
+from stepcast.estimator.forest import RandomForestEstimator
+from stepcast.estimator.mlp import MLPEstimator
+from stepcast.estimator.xgb import XGBoostEstimator
 
 FAST = {
     "xgboost": lambda: XGBoostEstimator(family="gemm", n_estimators=40, max_depth=4),
@@ -40,8 +40,8 @@ def test_fit_predict_save_load_round_trip(kind, gemm_rows, tmp_path):
 
 @pytest.mark.parametrize("kind", sorted(FAST))
 def test_learned_model_beats_roofline_on_held_out_rows(kind, gemm_rows):
-    from estimator.analytical import RooflineEstimator
-    from estimator.metrics import summary
+    from stepcast.estimator.analytical import RooflineEstimator
+    from stepcast.estimator.metrics import summary
 
     train, test = gemm_rows.iloc[:300], gemm_rows.iloc[300:]
     model = FAST[kind]().fit(train, train["runtime_us"].to_numpy())

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from estimator.evaluate import Evaluation
+from stepcast.estimator.evaluate import Evaluation
 
 
 def test_a_large_group_decides_the_pooled_figure_and_every_group_weighs_the_same_in_the_fold_mean():

@@ -11,13 +11,13 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-import estimator
-from estimator.evaluate import Evaluation, bundle_predictions
-from estimator.metrics import summary
-from estimator.models import make_estimator
-from estimator.router import FamilyRouter
-from estimator.train import run
-from profiling.paths import CONF_DIR
+from stepcast import estimator
+from stepcast.estimator.evaluate import Evaluation, bundle_predictions
+from stepcast.estimator.metrics import summary
+from stepcast.estimator.models import make_estimator
+from stepcast.estimator.router import FamilyRouter
+from stepcast.estimator.train import run
+from stepcast.profiling.paths import CONF_DIR
 
 
 def test_bundle_predictions_take_the_roofline_where_the_rule_sends_a_row():
@@ -90,7 +90,7 @@ def test_an_export_without_evaluation_keeps_the_rules_an_earlier_bundle_chose(tm
 
 def collective_rows() -> pd.DataFrame:
     """Collectives on two devices timed by NCCL's structure at known figures (a fit can find them)."""
-    from estimator.nccl import PARAMS, Rows, model_us
+    from stepcast.estimator.nccl import PARAMS, Rows, model_us
 
     rows = pd.DataFrame([{"family": "collective", "hardware": h, "dtype": "bf16", "op": op, "bytes": 2.0 ** s,
                           "ranks": n, "ranks_per_node": n, "source": "synthetic", "group": f"{h}/{n}"}
@@ -132,14 +132,14 @@ def test_an_empty_family_models_trains_every_family_with_model(tmp_path):
 
 
 def test_a_family_model_without_a_config_is_refused_in_one_line(tmp_path):
-    from estimator.train import TrainingInputError
+    from stepcast.estimator.train import TrainingInputError
 
     with pytest.raises(TrainingInputError, match=r"family_models.collective: no model config 'ncl' \(expected one of"):
         export_with(tmp_path, ["family_models.collective=ncl"])
 
 
 def test_a_bundle_saved_over_another_keeps_no_file_of_the_model_it_replaced(tmp_path):
-    from estimator.nccl import NcclEstimator
+    from stepcast.estimator.nccl import NcclEstimator
 
     rows = collective_rows()
     xgb = make_estimator("xgboost", "collective", {"n_estimators": 3}, "efficiency")
@@ -152,7 +152,7 @@ def test_a_bundle_saved_over_another_keeps_no_file_of_the_model_it_replaced(tmp_
 
 def test_data_exclude_hardware_trains_a_bundle_that_never_saw_that_device(tmp_path, gemm_rows):
     # what the end-to-end benchmark's --unseen trains for each GPU (benchmarks/emulate/e2e/unseen_bundles.py)
-    from estimator.train import load_training_rows
+    from stepcast.estimator.train import load_training_rows
 
     data = tmp_path / "rows.parquet"
     gemm_rows.to_parquet(data)
@@ -164,7 +164,7 @@ def test_data_exclude_hardware_trains_a_bundle_that_never_saw_that_device(tmp_pa
 
 
 def test_an_exported_bundle_ships_a_power_floor_fitted_on_its_gemm_rows(exported, gemm_rows):
-    from estimator.power_floor import FILENAME
+    from stepcast.estimator.power_floor import FILENAME
 
     path, _ = exported
     floor = FamilyRouter.load(path).power_floor

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from estimator.features import features
-from profiling.hardware import lookup
+from stepcast.estimator.features import features
+from stepcast.profiling.hardware import lookup
 
 
 def gemm(hardware: str, m, n) -> pd.DataFrame:

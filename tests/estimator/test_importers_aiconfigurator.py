@@ -6,11 +6,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from estimator.data import load_measurements
-from estimator.importers import aiconfigurator_attention, aiconfigurator_gemm, aiconfigurator_nccl
-from estimator.importers.aiconfigurator import DATA_DIR
-from estimator.importers.common import DataImportError
-from profiling.hardware import lookup
+from stepcast.estimator.data import load_measurements
+from stepcast.estimator.importers import aiconfigurator_attention, aiconfigurator_gemm, aiconfigurator_nccl
+from stepcast.estimator.importers.aiconfigurator import DATA_DIR
+from stepcast.estimator.importers.common import DataImportError
+from stepcast.profiling.hardware import lookup
 
 
 def write(root: Path, relative: str, rows: list[dict]) -> Path:
@@ -147,7 +147,7 @@ def test_the_real_tables_give_every_catalog_gpu_they_measured_below_peak(shared_
 
 
 def test_cublaslt_fp8_rows_lose_the_quantisation_their_narrowest_gemm_shows(tmp_path):
-    from estimator.importers import aiconfigurator_gemm
+    from stepcast.estimator.importers import aiconfigurator_gemm
 
     # at (m, k) = (4096, 4096): the n = 32 fp8 row is 0.20 ms where bf16's is 0.05, so quantising the input costs
     # 0.20 - 0.05 / 2 = 0.175 ms, taken off every n there; other kernel sources and dtypes are not read

@@ -6,9 +6,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from estimator.importers import aiconfigurator_moe
-from estimator.importers.aiconfigurator import DATA_DIR
-from estimator.importers.common import DataImportError
+from stepcast.estimator.importers import aiconfigurator_moe
+from stepcast.estimator.importers.aiconfigurator import DATA_DIR
+from stepcast.estimator.importers.common import DataImportError
 
 H100 = "NVIDIA H100 80GB HBM3"
 

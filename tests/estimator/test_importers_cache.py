@@ -7,9 +7,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from estimator.data import load_measurements, source_digest
-from estimator.importers import TRAINING_COLUMNS, llmcompass
-from profiling.families import FAMILIES
+from stepcast.estimator.data import load_measurements, source_digest
+from stepcast.estimator.importers import TRAINING_COLUMNS, llmcompass
+from stepcast.profiling.families import FAMILIES
 
 
 @pytest.fixture()

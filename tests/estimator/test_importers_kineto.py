@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from estimator.importers import kineto
-from profiling.kineto import read_trace
+from stepcast.estimator.importers import kineto
+from stepcast.profiling.kineto import read_trace
 
 CONTROL = "hta/tests/data/trace_diff/control/control.json.gz"
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from estimator.importers import llmcompass
+from stepcast.estimator.importers import llmcompass
 
 
 def test_matmul_rows_reproduce_the_published_throughput(shared_data: Path):

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from estimator.importers import neusight
+from stepcast.estimator.importers import neusight
 
 DEVICES = {"a100-pcie-40gb", "p100", "p4", "t4", "v100-pcie-32gb"}
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from estimator.importers import neusight_inmodel as inmodel
+from stepcast.estimator.importers import neusight_inmodel as inmodel
 
 BERT_V100 = "Tesla_V100-PCIE-32GB/bert_large-train-512-2"
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from estimator.importers import profiler
-from profiling.schema import write_family
+from stepcast.estimator.importers import profiler
+from stepcast.profiling.schema import write_family
 
 
 def _row(point: str, **changes) -> dict:

@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from estimator.importers import vidur, vidur_network
-from profiling.hardware import load_catalog
+from stepcast.estimator.importers import vidur, vidur_network
+from stepcast.profiling.hardware import load_catalog
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from estimator.data import load_measurements, source_files
-from estimator.importers import DataImportError, vidur_attention
-from estimator.workload import causal_fraction, work
+from stepcast.estimator.data import load_measurements, source_files
+from stepcast.estimator.importers import DataImportError, vidur_attention
+from stepcast.estimator.workload import causal_fraction, work
 
 COMMIT = "e2d00e9afba96cec9f0e7ea560bbfc4a539fae6a"
 RELATIVE = vidur_attention.HISTORY_DIR / COMMIT / "data/profiling/a100/attention.csv"

@@ -7,10 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from estimator.features import features
-from estimator.kernel_config import FEATURES, NAME_FEATURES, PATHS, kernel_config_features, parse_name, \
+from stepcast.estimator.features import features
+from stepcast.estimator.kernel_config import FEATURES, NAME_FEATURES, PATHS, kernel_config_features, parse_name, \
     shape_alignment_bytes
-from estimator.xgb import XGBoostEstimator
+from stepcast.estimator.xgb import XGBoostEstimator
 
 
 def named(name: str) -> dict[str, float]:

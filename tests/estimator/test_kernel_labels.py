@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from estimator.kernel_labels import cache_file, can_label, label_gemms, read_cache
+from stepcast.estimator.kernel_labels import cache_file, can_label, label_gemms, read_cache
 
 
 def gemms(**columns) -> pd.DataFrame:
@@ -56,7 +56,7 @@ def test_asking_labels_with_the_heuristics_kernel_and_caches_it_with_the_version
 
 
 def test_drift_compares_recorded_kernels_with_the_heuristics_path_and_tile(tmp_path):
-    from estimator.kernel_labels import version_drift
+    from stepcast.estimator.kernel_labels import version_drift
 
     path = cache_file("t4", tmp_path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -78,7 +78,7 @@ def write_cache(tmp_path, hardware: str, cublas: str | None, kernel: str) -> Non
 
 
 def test_label_caches_are_kept_per_device_and_cublas_version(tmp_path):
-    from estimator.kernel_labels import cublas_wheel_version
+    from stepcast.estimator.kernel_labels import cublas_wheel_version
 
     assert cache_file("h100-sxm", tmp_path, "12.1.3.1") != cache_file("h100-sxm", tmp_path)
     assert cache_file("h100-sxm", tmp_path).name.startswith(f"h100-sxm-cublas{cublas_wheel_version()}-device")
@@ -87,8 +87,8 @@ def test_label_caches_are_kept_per_device_and_cublas_version(tmp_path):
 
 def test_label_caches_are_kept_per_emulated_device_answers(tmp_path, monkeypatch):
     """A driver rebuilt with other answers (or a device with other attributes) must not reuse older labels."""
-    import emulate.driver.build as build
-    from estimator.kernel_labels import device_key
+    import stepcast.emulate.driver.build as build
+    from stepcast.estimator.kernel_labels import device_key
 
     before = cache_file("h100-sxm", tmp_path)
     assert cache_file("h200-sxm", tmp_path) != before
@@ -101,14 +101,14 @@ def test_label_caches_are_kept_per_emulated_device_answers(tmp_path, monkeypatch
 
 
 def test_every_source_version_names_a_wheel_that_can_be_fetched():
-    from estimator.kernel_labels import CUBLAS_WHEELS, SOURCE_CUBLAS
+    from stepcast.estimator.kernel_labels import CUBLAS_WHEELS, SOURCE_CUBLAS
 
     assert SOURCE_CUBLAS["vidur"].startswith("12.")
     assert all(v.split(".")[0] in CUBLAS_WHEELS for v in SOURCE_CUBLAS.values())
 
 
 def test_a_sources_rows_take_the_labels_of_the_cublas_it_ran(tmp_path, monkeypatch):
-    from estimator import kernel_labels
+    from stepcast.estimator import kernel_labels
 
     monkeypatch.setitem(kernel_labels.SOURCE_CUBLAS, "old_source", "12.1.3.1")
     write_cache(tmp_path, "h100-sxm", "12.1.3.1", "sm90_xmma_old")
@@ -119,7 +119,7 @@ def test_a_sources_rows_take_the_labels_of_the_cublas_it_ran(tmp_path, monkeypat
 
 
 def test_a_source_whose_cublas_is_not_here_falls_back_to_the_wheels_labels(tmp_path, monkeypatch, caplog):
-    from estimator import kernel_labels
+    from stepcast.estimator import kernel_labels
 
     monkeypatch.setenv("STEPCAST_CACHE_DIR", str(tmp_path / "empty"))
     monkeypatch.setitem(kernel_labels.SOURCE_CUBLAS, "old_source", "12.0.0.0")
@@ -132,7 +132,7 @@ def test_a_source_whose_cublas_is_not_here_falls_back_to_the_wheels_labels(tmp_p
 def old_cublas_fails(tmp_path, monkeypatch) -> list:
     """Make ``kernel_labels.query`` fail for any source cuBLAS and cache the wheel's label; returns the versions
     asked, in order (None: the wheel's)."""
-    from estimator import kernel_labels
+    from stepcast.estimator import kernel_labels
 
     asked = []
 
@@ -148,7 +148,7 @@ def old_cublas_fails(tmp_path, monkeypatch) -> list:
 
 
 def test_a_source_cublas_that_failed_on_a_device_is_not_asked_again_in_the_process(tmp_path, monkeypatch):
-    from estimator import kernel_labels
+    from stepcast.estimator import kernel_labels
 
     asked = old_cublas_fails(tmp_path, monkeypatch)
     monkeypatch.setitem(kernel_labels.SOURCE_CUBLAS, "old_source", "12.1.3.1")
@@ -160,11 +160,12 @@ def test_a_source_cublas_that_failed_on_a_device_is_not_asked_again_in_the_proce
 
 
 def test_a_missing_cublas_names_the_command_that_fetches_it(tmp_path, monkeypatch):
-    from estimator.kernel_labels import CublasMissingError, cublaslt_library
+    from stepcast.estimator.kernel_labels import CublasMissingError, cublaslt_library
 
     monkeypatch.setenv("STEPCAST_CACHE_DIR", str(tmp_path))
     assert cublaslt_library(None) is None  # the wheel's: gemm_choice finds it itself
-    with pytest.raises(CublasMissingError, match=r"python -m estimator.kernel_labels --fetch-cublas 12.1.3.1$"):
+    with pytest.raises(CublasMissingError,
+                       match=r"python -m stepcast.estimator.kernel_labels --fetch-cublas 12.1.3.1$"):
         cublaslt_library("12.1.3.1")
     with pytest.raises(CublasMissingError, match="no wheel known for major version 9"):
         cublaslt_library("9.0")
@@ -173,7 +174,7 @@ def test_a_missing_cublas_names_the_command_that_fetches_it(tmp_path, monkeypatc
 def test_fetching_unpacks_only_libcublaslt_from_the_wheel(tmp_path, monkeypatch):
     import zipfile
 
-    from estimator.kernel_labels import cublaslt_library, fetch_cublas
+    from stepcast.estimator.kernel_labels import cublaslt_library, fetch_cublas
 
     monkeypatch.setenv("STEPCAST_CACHE_DIR", str(tmp_path / "cache"))
     wheel = tmp_path / "nvidia_cublas_cu12-12.1.3.1-py3-none-manylinux1_x86_64.whl"
@@ -188,7 +189,7 @@ def test_fetching_unpacks_only_libcublaslt_from_the_wheel(tmp_path, monkeypatch)
 
 
 def test_a_source_whose_cublas_has_no_labels_of_the_device_falls_back_to_the_wheels(tmp_path, monkeypatch):
-    from estimator import kernel_labels
+    from stepcast.estimator import kernel_labels
 
     monkeypatch.setitem(kernel_labels.SOURCE_CUBLAS, "old_source", "12.0.0.1")
     monkeypatch.setattr(kernel_labels, "cublaslt_library", lambda version: tmp_path / "libcublasLt.so.12")
@@ -198,7 +199,7 @@ def test_a_source_whose_cublas_has_no_labels_of_the_device_falls_back_to_the_whe
 
 
 def test_a_source_whose_cublas_fails_on_the_device_falls_back_to_the_wheels(tmp_path, monkeypatch):
-    from estimator import kernel_labels
+    from stepcast.estimator import kernel_labels
 
     monkeypatch.setitem(kernel_labels.SOURCE_CUBLAS, "old_source", "12.0.0.2")
     monkeypatch.setattr(kernel_labels, "cublaslt_library", lambda version: tmp_path / "libcublasLt.so.12")
@@ -210,8 +211,8 @@ def test_a_source_whose_cublas_fails_on_the_device_falls_back_to_the_wheels(tmp_
 def test_a_gemm_on_its_own_gets_the_label_it_gets_among_others(tmp_path, monkeypatch):
     """Single-kernel calls pass the light KernelColumns form; it must be labelled like a frame, or a GEMM's
     prediction would depend on how many rows it was predicted with."""
-    from estimator.frames import KernelColumns
-    from estimator.kernel_labels import label_for_features
+    from stepcast.estimator.frames import KernelColumns
+    from stepcast.estimator.kernel_labels import label_for_features
 
     monkeypatch.setenv("STEPCAST_CACHE_DIR", str(tmp_path))
     path = cache_file("h100-sxm")

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from emulate.trace import write_trace
-from estimator import kernelbench
-from estimator.checksums import BundleIntegrityError
-from estimator.kernelbench import (
+from stepcast.emulate.trace import write_trace
+from stepcast.estimator import kernelbench
+from stepcast.estimator.checksums import BundleIntegrityError
+from stepcast.estimator.kernelbench import (
     EAGER,
     capture_all,
     conv_calls,

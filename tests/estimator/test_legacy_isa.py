@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from estimator.legacy_isa import kernel_generation, tensor_rate, time_factor
-from profiling.hardware import lookup
+from stepcast.estimator.legacy_isa import kernel_generation, tensor_rate, time_factor
+from stepcast.profiling.hardware import lookup
 
 FA2_FWD = ("void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<128, 128, 64, 4, false, "
            "false, cutlass::bfloat16_t, pytorch_flash::Flash_kernel_traits<128, 128, 64, 4, cutlass::bfloat16_t> >, "

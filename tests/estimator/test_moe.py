@@ -5,9 +5,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from estimator.analytical import roofline_seconds
-from estimator.hardware_table import row_hardware
-from estimator.moe import MoEEstimator, layer_work
+from stepcast.estimator.analytical import roofline_seconds
+from stepcast.estimator.hardware_table import row_hardware
+from stepcast.estimator.moe import MoEEstimator, layer_work
 
 
 def layers(n: int = 60, hardware: str = "h100-sxm", dtype: str = "bf16", gated: bool = True,

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from estimator.moe_routing import expert_loads
+from stepcast.estimator.moe_routing import expert_loads
 
 
 def loads(tokens, experts, topk, ep, skew):

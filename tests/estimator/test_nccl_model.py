@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from estimator.nccl import PARAMS, NcclEstimator, Rows, model_us, same_links_as
+from stepcast.estimator.nccl import PARAMS, NcclEstimator, Rows, model_us, same_links_as
 
 
 def collectives(hardware: str, ops=("all_reduce", "all_gather", "reduce_scatter", "all_to_all"), ranks=(2, 4, 8),
@@ -106,9 +106,9 @@ def test_only_collectives_are_accepted():
 
 
 def test_the_nccl_kind_builds_saves_and_loads_through_the_plug_in_interface(tmp_path):
-    import estimator
-    from estimator.models import make_estimator
-    from estimator.router import FamilyRouter
+    from stepcast import estimator
+    from stepcast.estimator.models import make_estimator
+    from stepcast.estimator.router import FamilyRouter
 
     frame = collectives("h100-sxm")
     model = make_estimator("nccl", "collective", {"residual": True}).fit(frame, measured(frame))
@@ -177,7 +177,7 @@ def test_the_catalog_switch_size_sets_where_pcie_contention_starts():
 
 
 def test_pooled_figures_cost_at_most_one_refit_per_device(monkeypatch):
-    import estimator.nccl as nccl
+    import stepcast.estimator.nccl as nccl
 
     calls: dict[str, int] = {}
     real = nccl.fit_device
@@ -206,7 +206,7 @@ def test_one_node_rings_are_timed_on_the_candidate_nccls_tuner_picks_whatever_th
 
 
 def test_a_figure_no_row_uses_goes_back_to_its_start_and_one_that_bounds_rows_stays():
-    from estimator.nccl import _unused_to_start
+    from stepcast.estimator.nccl import _unused_to_start
 
     def residual(x):  # x[0] scales every row; x[1] is unused; x[2] is a floor under the rows' sizes
         return x[0] * np.array([1.0, 2.0]) + np.maximum(np.array([3.0, 4.0]), x[2])

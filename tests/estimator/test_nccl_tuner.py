@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from estimator.nccl import CANDIDATES, Rows
-from estimator.nccl_tuner import arch_figures
-from profiling.hardware import lookup
+from stepcast.estimator.nccl import CANDIDATES, Rows
+from stepcast.estimator.nccl_tuner import arch_figures
+from stepcast.profiling.hardware import lookup
 
 
 def picked(hardware: str, op: str, ranks: float, sizes, per_node: float | None = None) -> list[str | None]:

@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from estimator.analytical import RooflineEstimator
-from estimator.router import FamilyRouter
-from estimator.xgb import XGBoostEstimator
+from stepcast.estimator.analytical import RooflineEstimator
+from stepcast.estimator.router import FamilyRouter
+from stepcast.estimator.xgb import XGBoostEstimator
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +70,7 @@ def test_rules_survive_save_and_load(model, tmp_path):
 
 
 def test_rules_follow_the_held_out_figures():
-    from estimator.train import choose_rules
+    from stepcast.estimator.train import choose_rules
 
     metrics = pd.DataFrame([
         ("gemm", "leave_one_hardware_out", "xgboost", 10.0), ("gemm", "leave_one_hardware_out", "roofline", 30.0),

@@ -9,14 +9,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from estimator import power_floor as pf
-from estimator.analytical import RooflineEstimator
-from estimator.base import KernelEstimator
-from estimator.checksums import BundleIntegrityError
-from estimator.frames import as_kernels
-from estimator.router import FamilyRouter
-from estimator.workload import work
-from profiling.paths import MODELS_DIR
+from stepcast.estimator import power_floor as pf
+from stepcast.estimator.analytical import RooflineEstimator
+from stepcast.estimator.base import KernelEstimator
+from stepcast.estimator.checksums import BundleIntegrityError
+from stepcast.estimator.frames import as_kernels
+from stepcast.estimator.router import FamilyRouter
+from stepcast.estimator.workload import work
+from stepcast.profiling.paths import MODELS_DIR
 
 #: large Llama 3.1 8B training GEMMs (m = tokens per step): long enough to settle at the board's power
 LLAMA = ((16384, 14336, 4096), (16384, 4096, 14336), (16384, 4096, 4096), (16384, 6144, 4096))

@@ -7,11 +7,13 @@ import json
 import pandas as pd
 import pytest
 
-import estimator.data
-from estimator import power_floor as pf
-from estimator import power_floor_bundle as pfb
-from estimator.analytical import RooflineEstimator
-from estimator.router import FamilyRouter
+import stepcast.estimator.data
+
+from stepcast import estimator
+from stepcast.estimator import power_floor as pf
+from stepcast.estimator import power_floor_bundle as pfb
+from stepcast.estimator.analytical import RooflineEstimator
+from stepcast.estimator.router import FamilyRouter
 
 
 def rows(hardware: str, tflops: float, n: int = 25) -> pd.DataFrame:

@@ -1,4 +1,4 @@
-"""python -m estimator.predict: the command-line contract (good file, malformed row, unknown hardware)."""
+"""stepcast predict: the command-line contract (good file, malformed row, unknown hardware)."""
 from __future__ import annotations
 
 import subprocess
@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from estimator.predict import main
-from profiling.families import FAMILIES
+from stepcast.estimator.predict import main
+from stepcast.profiling.families import FAMILIES
 
 KERNELS = """family,hardware,dtype,m,n,k,batch,op,numel,rows,cols,pass
 gemm,h100-sxm,bf16,4096,4096,4096,1,,,,,
@@ -46,7 +46,7 @@ def test_parquet_in_and_out_with_default_model(kernels, tmp_path):
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "estimator.predict", *args], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "stepcast.estimator.predict", *args], capture_output=True, text=True)
 
 
 def test_malformed_row_one_line_error_and_nothing_written(kernels, tmp_path):

@@ -7,12 +7,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import estimator
-from estimator import registry
-from estimator.analytical import RooflineEstimator
-from estimator.base import KernelEstimator
-from estimator.router import FamilyRouter
-from estimator.xgb import XGBoostEstimator
+from stepcast import estimator
+from stepcast.estimator import registry
+from stepcast.estimator.analytical import RooflineEstimator
+from stepcast.estimator.base import KernelEstimator
+from stepcast.estimator.router import FamilyRouter
+from stepcast.estimator.xgb import XGBoostEstimator
 
 
 class ToyEstimator(KernelEstimator):
@@ -91,7 +91,7 @@ def test_unknown_name_lists_what_exists():
 def test_load_from_mlflow_uri(gemm_model, gemm_rows, tmp_path, monkeypatch):
     import mlflow
 
-    from estimator.tracking import log_bundle, use_experiment
+    from stepcast.estimator.tracking import log_bundle, use_experiment
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     use_experiment("test", f"sqlite:///{tmp_path / 'mlflow.db'}")

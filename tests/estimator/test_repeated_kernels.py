@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from estimator.learned import DEDUP_MIN_ROWS, distinct_rows
-from estimator.router import FamilyRouter
-from estimator.xgb import XGBoostEstimator
+from stepcast.estimator.learned import DEDUP_MIN_ROWS, distinct_rows
+from stepcast.estimator.router import FamilyRouter
+from stepcast.estimator.xgb import XGBoostEstimator
 
 
 def test_repeated_kernels_give_the_same_predictions(gemm_rows):
@@ -28,7 +28,7 @@ def test_distinct_kernels_are_not_deduplicated(gemm_rows):
 
 
 def test_large_frames_split_across_cores_give_the_same_predictions(gemm_rows, monkeypatch):
-    import estimator.learned as learned
+    import stepcast.estimator.learned as learned
 
     model = XGBoostEstimator(n_estimators=10).fit(gemm_rows, gemm_rows["runtime_us"].to_numpy())
     rng = np.random.default_rng(1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from estimator.analytical import RooflineEstimator
+from stepcast.estimator.analytical import RooflineEstimator
 
 
 def gemms(hardware: str, sizes: list[int], dtype: str = "bf16") -> pd.DataFrame:
@@ -69,7 +69,7 @@ def test_save_load_round_trip(tmp_path):
 
 
 def test_a_single_foreach_op_moves_its_own_tensor_lists_not_a_whole_optimizer_step():
-    from estimator.workload import work
+    from stepcast.estimator.workload import work
 
     ops = ["foreach_mul", "foreach_lerp", "foreach_addcdiv", "foreach_unheard_of", "adamw_foreach"]
     frame = pd.DataFrame({"family": "optimizer", "dtype": "fp32", "op": ops, "params": 1e9})
@@ -79,7 +79,7 @@ def test_a_single_foreach_op_moves_its_own_tensor_lists_not_a_whole_optimizer_st
 
 
 def test_alpha_beta_across_nodes_adds_up_a_nodes_nics_for_rings_and_not_for_sends():
-    from estimator.analytical import RooflineEstimator
+    from stepcast.estimator.analytical import RooflineEstimator
 
     rows = [{"family": "collective", "hardware": h, "dtype": "bf16", "op": op, "bytes": 2.0 ** 30,
              "ranks": 2 * per_node, "ranks_per_node": per_node}

@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from estimator.models import make_estimator
-from estimator.router import FamilyRouter
-from estimator.routing import FamilyRoutes, choose, choose_routes, incumbents_from, route_choices
+from stepcast.estimator.models import make_estimator
+from stepcast.estimator.router import FamilyRouter
+from stepcast.estimator.routing import FamilyRoutes, choose, choose_routes, incumbents_from, route_choices
 from tests.estimator.conftest import synthetic_gemms
 
 
@@ -150,7 +150,7 @@ def test_a_routed_bundle_loads_with_its_candidates_and_routes_under_its_checksum
 def test_a_manifest_with_malformed_routes_is_named_in_one_line(routed, tmp_path):
     import shutil
 
-    from estimator.bundle import seal_bundle
+    from stepcast.estimator.bundle import seal_bundle
 
     _, path = routed
     broken = tmp_path / "broken"
@@ -166,13 +166,13 @@ def test_a_manifest_with_malformed_routes_is_named_in_one_line(routed, tmp_path)
 def test_an_export_routed_by_the_results_fits_the_chosen_models_and_says_why_in_its_card(tmp_path, monkeypatch):
     from hydra import compose, initialize_config_dir
 
-    import estimator
+    from stepcast import estimator
     from benchmarks.estimator import unseen
     from benchmarks.estimator.unseen import ModelSpec, Settings, run_protocol
-    from estimator import unseen_results
-    from estimator.routing import routes_from_results
-    from estimator.train import run
-    from profiling.paths import CONF_DIR
+    from stepcast.estimator import unseen_results
+    from stepcast.estimator.routing import routes_from_results
+    from stepcast.estimator.train import run
+    from stepcast.profiling.paths import CONF_DIR
 
     light = {"xgboost": ModelSpec("xgboost", {"n_estimators": 4, "n_jobs": 1}, "efficiency"),
              "mlp": ModelSpec("mlp", {"epochs": 1}, "efficiency"), "roofline": ModelSpec("roofline")}
@@ -216,7 +216,7 @@ def test_an_unbounded_model_is_never_routed_to_a_device_without_training_rows():
 
 
 def test_a_held_out_collective_device_is_a_sibling_where_another_has_its_links():
-    from estimator.routing import situation_of
+    from stepcast.estimator.routing import situation_of
 
     pairs = ["h100-sxm/fp16", "a40/fp16", "h200/int8"]
     assert situation_of("h200", "int8", pairs, device_only=True) == "sibling"  # the H100 SXM's NVSwitch links
@@ -230,7 +230,7 @@ def test_a_held_out_collective_device_is_a_sibling_where_another_has_its_links()
 def test_a_candidate_folder_outside_the_bundle_is_refused(routed, tmp_path):
     import shutil
 
-    from estimator.checksums import BundleIntegrityError
+    from stepcast.estimator.checksums import BundleIntegrityError
 
     _, path = routed
     broken = tmp_path / "escaping"
@@ -240,7 +240,7 @@ def test_a_candidate_folder_outside_the_bundle_is_refused(routed, tmp_path):
     (broken / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(BundleIntegrityError, match="manifest.json"):  # its checksum no longer matches
         FamilyRouter.load(broken)
-    from estimator.bundle import named_folders
+    from stepcast.estimator.bundle import named_folders
 
     with pytest.raises(BundleIntegrityError, match="leads outside the bundle"):  # nor would any seal accept it
         named_folders(broken, manifest)

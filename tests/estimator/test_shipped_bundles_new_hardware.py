@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import estimator
-from profiling.paths import MODELS_DIR
+from stepcast import estimator
+from stepcast.profiling.paths import MODELS_DIR
 
 NEW = ("b300", "gb200-nvl72", "gb300-nvl72")
 

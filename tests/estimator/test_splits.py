@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from estimator.splits import folds, shape_hash
+from stepcast.estimator.splits import folds, shape_hash
 from tests.estimator.conftest import synthetic_gemms
 
 

@@ -7,15 +7,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from estimator.analytical import RooflineEstimator
-from estimator.features import VOCABULARY
-from estimator.frames import SMALL
-from estimator.metrics import summary
-from estimator.models import make_estimator
-from estimator.tiled import (BOUND, ENERGY, STRUCTURAL, TiledEstimator, base_clock_joules, fit_joules_per_flop,
+from stepcast.estimator.analytical import RooflineEstimator
+from stepcast.estimator.features import VOCABULARY
+from stepcast.estimator.frames import SMALL
+from stepcast.estimator.metrics import summary
+from stepcast.estimator.models import make_estimator
+from stepcast.estimator.tiled import (BOUND, ENERGY, STRUCTURAL, TiledEstimator, base_clock_joules, fit_joules_per_flop,
                              power_share, tile_features)
-from estimator.workload import work
-from profiling.hardware import lookup
+from stepcast.estimator.workload import work
+from stepcast.profiling.hardware import lookup
 
 FAST = {"epochs": 5, "min_steps": 1000, "batch_size": 128, "learning_rate": 0.01, "power": "bound", "networks": 2}
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import xgboost as xgb
 
-from estimator.tree_walker import TreeWalker
+from stepcast.estimator.tree_walker import TreeWalker
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +35,7 @@ def test_walker_refuses_boosters_it_cannot_evaluate():
 
 
 def test_shipped_gemm_model_predicts_the_same_through_both_paths():
-    import estimator
+    from stepcast import estimator
 
     model = estimator.load()
     rows = [{"family": "gemm", "hardware": hw, "dtype": dt, "m": m, "n": n, "k": k, "batch": 1}
@@ -49,7 +49,7 @@ def test_shipped_gemm_model_predicts_the_same_through_both_paths():
 def test_one_row_frames_predict_like_the_batch_they_came_from():
     import pandas as pd
 
-    import estimator
+    from stepcast import estimator
 
     model = estimator.load()
     frame = pd.DataFrame({"family": pd.Categorical(["gemm"] * 6), "hardware": ["h100-sxm", "a100-sxm-80gb"] * 3,

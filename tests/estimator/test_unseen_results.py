@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from estimator import unseen_results
-from estimator.unseen_results import compare, figure
+from stepcast.estimator import unseen_results
+from stepcast.estimator.unseen_results import compare, figure
 
 
 def fig(held_out: str, model: str, mean: float, seeds: list[float], dtype: str = "all", source: str = "all",

@@ -1,6 +1,6 @@
 """Traces whose ranks disagree on their collectives are an error, never a plausible report: a call one rank skipped,
 members that disagree on what they exchange, and orders that deadlock each end with one line naming the ranks,
-the communicator and the call (``python -m emulate replay`` exits 2)."""
+the communicator and the call (``stepcast replay`` exits 2)."""
 from __future__ import annotations
 
 import json
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from emulate.sim.collate import CollectiveMismatch
-from emulate.sim.synthetic import TraceBuilder
-from emulate.simulate import simulate
-from profiling.paths import REPO_ROOT
+from stepcast.emulate.sim.collate import CollectiveMismatch
+from stepcast.emulate.sim.synthetic import TraceBuilder
+from stepcast.emulate.simulate import simulate
+from stepcast.profiling.paths import REPO_ROOT
 
 
 def two_ranks(calls: list[list[tuple[str, int]]], world: int = 2) -> list[dict]:
@@ -93,7 +93,7 @@ def replay_cli(tmp: Path, *ranks: dict) -> tuple[subprocess.CompletedProcess, fl
         paths.append(tmp / f"rank{rank}.json")
         paths[-1].write_text(json.dumps(doc))
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "emulate", "replay", *map(str, paths)], cwd=REPO_ROOT,
+    proc = subprocess.run([sys.executable, "-m", "stepcast.emulate", "replay", *map(str, paths)], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=60)
     return proc, time.monotonic() - started
 

@@ -1,4 +1,4 @@
-"""Damaged or hostile estimator bundles end ``python -m estimator.predict`` with one line and exit 2, within seconds,
+"""Damaged or hostile estimator bundles end ``stepcast predict`` with one line and exit 2, within seconds,
 before XGBoost reads a byte (five changed bytes in a UBJ model used to segfault the predictor, exit 139)."""
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-import estimator
-from estimator.bundle import seal_bundle
-from estimator.bundle_checksums import main as bundle_checksums
-from estimator.checksums import CHECKSUMS_FILE, BundleIntegrityError, folder_files, sha256_of
-from profiling.paths import MODELS_DIR, REPO_ROOT
+from stepcast import estimator
+from stepcast.estimator.bundle import seal_bundle
+from stepcast.estimator.bundle_checksums import main as bundle_checksums
+from stepcast.estimator.checksums import CHECKSUMS_FILE, BundleIntegrityError, folder_files, sha256_of
+from stepcast.profiling.paths import MODELS_DIR, REPO_ROOT
 
 KERNELS = "family,hardware,dtype,m,n,k,batch\ngemm,h100-sxm,bf16,4096,4096,4096,1\n"
 
@@ -25,7 +25,7 @@ def predict(bundle: Path, tmp_path: Path) -> tuple[subprocess.CompletedProcess, 
     kernels = tmp_path / "kernels.csv"
     kernels.write_text(KERNELS)
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "estimator.predict", "--input", str(kernels), "--output",
+    proc = subprocess.run([sys.executable, "-m", "stepcast.estimator.predict", "--input", str(kernels), "--output",
                            str(tmp_path / "out.csv"), "--model", str(bundle)], capture_output=True, text=True,
                           cwd=REPO_ROOT, env={**os.environ, "PYTHONWARNINGS": "ignore"}, timeout=120)
     return proc, time.monotonic() - started
@@ -115,7 +115,7 @@ def test_bundle_without_checksums_is_refused_and_the_command_adds_them(shipped, 
     (shipped / CHECKSUMS_FILE).unlink()
     proc, seconds = predict(shipped, tmp_path)
     assert_one_line_failure(proc, seconds, f"{shipped / CHECKSUMS_FILE}: missing",
-                            "python -m estimator.bundle_checksums")
+                            "python -m stepcast.estimator.bundle_checksums")
     weights = {p: p.read_bytes() for p in shipped.rglob("model.ubj")}
     assert bundle_checksums([str(shipped)]) == 0
     assert all(p.read_bytes() == data for p, data in weights.items())  # the weights are not touched
@@ -154,8 +154,8 @@ def gemm_bundle(tmp_path) -> Path:
     import numpy as np
     import pandas as pd
 
-    from estimator.router import FamilyRouter
-    from estimator.xgb import XGBoostEstimator
+    from stepcast.estimator.router import FamilyRouter
+    from stepcast.estimator.xgb import XGBoostEstimator
 
     rng = np.random.default_rng(0)
     rows = pd.DataFrame({"family": "gemm", "hardware": "h100-sxm", "dtype": "bf16",

@@ -1,4 +1,4 @@
-"""A tracking store that is down or cannot be written ends ``python -m estimator.train`` with one line naming the
+"""A tracking store that is down or cannot be written ends ``stepcast train`` with one line naming the
 tracking URI, exit 2, within seconds (it used to retry a closed port for minutes, and a SQLite file it could not
 open for about 100 s over 185 lines)."""
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import estimator
-from estimator.tracking import HTTP_SETTINGS, TrackingError, connect
-from profiling.paths import REPO_ROOT
+from stepcast import estimator
+from stepcast.estimator.tracking import HTTP_SETTINGS, TrackingError, connect
+from stepcast.profiling.paths import REPO_ROOT
 
 
 @pytest.fixture(autouse=True)
@@ -44,7 +44,8 @@ def rows(tmp_path_factory) -> Path:
 def train(rows: Path, tmp_path: Path, uri: str) -> tuple[subprocess.CompletedProcess, float]:
     started = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "estimator.train", "family=gemm", f"data.path={rows}", f"mlflow.tracking_uri={uri}",
+        [sys.executable, "-m", "stepcast.estimator.train", "family=gemm", f"data.path={rows}",
+         f"mlflow.tracking_uri={uri}",
          "mlflow.plots=false", f"hydra.run.dir={tmp_path / 'hydra'}"],
         capture_output=True, text=True, cwd=REPO_ROOT, timeout=150,
         env={**{k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}, "PYTHONWARNINGS": "ignore"})

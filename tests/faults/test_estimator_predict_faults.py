@@ -1,4 +1,4 @@
-"""Bad input to ``python -m estimator.predict`` ends in one line naming the file (and the column), exit 2, and leaves
+"""Bad input to ``stepcast predict`` ends in one line naming the file (and the column), exit 2, and leaves
 every file as it was."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import sys
 import pandas as pd
 import pytest
 
-from estimator.predict import main
-from profiling.paths import REPO_ROOT
+from stepcast.estimator.predict import main
+from stepcast.profiling.paths import REPO_ROOT
 
 KERNELS = "family,hardware,dtype,m,n,k,batch\ngemm,h100-sxm,bf16,4096,4096,4096,1\n"
 
@@ -72,7 +72,7 @@ def test_non_numeric_parquet_column_is_named(tmp_path, capsys, values):
 def test_cli_reports_in_one_line_with_exit_2(tmp_path):
     empty = tmp_path / "kernels.csv"
     empty.write_text("")
-    proc = subprocess.run([sys.executable, "-m", "estimator.predict", "--input", str(empty), "--output",
+    proc = subprocess.run([sys.executable, "-m", "stepcast.estimator.predict", "--input", str(empty), "--output",
                            str(tmp_path / "o.csv")], capture_output=True, text=True, cwd=REPO_ROOT, timeout=120,
                           env={**os.environ, "PYTHONWARNINGS": "ignore"})
     assert proc.returncode == 2

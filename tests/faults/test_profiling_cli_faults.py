@@ -1,5 +1,5 @@
-"""Mistakes in a ``python -m profiling`` command end in one line and exit 2 before anything is measured, and
-``python -m profiling.summary`` after a killed run says what is pending and how to resume."""
+"""Mistakes in a ``stepcast profile`` command end in one line and exit 2 before anything is measured, and
+``python -m stepcast.profiling.summary`` after a killed run says what is pending and how to resume."""
 from __future__ import annotations
 
 import os
@@ -11,17 +11,17 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-from profiling.paths import CONF_DIR, REPO_ROOT
-from profiling.plan import plan_family, select_sweep
-from profiling.runner import ConfigError, Runner, make_row, run
-from profiling.store import FamilyStore
-from profiling.summary import main as summary_main
+from stepcast.profiling.paths import CONF_DIR, REPO_ROOT
+from stepcast.profiling.plan import plan_family, select_sweep
+from stepcast.profiling.runner import ConfigError, Runner, make_row, run
+from stepcast.profiling.store import FamilyStore
+from stepcast.profiling.summary import main as summary_main
 
 CPU_ID = "cpu-intel-xeon-2c"
 
 
 def profile(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
-    args = [sys.executable, "-m", "profiling", "families=[gemm]", "gemm=tiny", f"hardware={CPU_ID}",
+    args = [sys.executable, "-m", "stepcast.profiling", "families=[gemm]", "gemm=tiny", f"hardware={CPU_ID}",
             f"output_dir={tmp_path}", "progress=false", f"hydra.run.dir={tmp_path}/hydra", *overrides]
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"} | {"PYTHONWARNINGS": "ignore"}
     return subprocess.run(args, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
@@ -74,7 +74,7 @@ def test_summary_after_a_killed_run_says_shards_are_pending(tmp_path, capsys):
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"stepcast: {folder}: 1 shard file of measured rows pending "
                                                    "under .shards/ (gemm)"), lines
-    assert "run the same python -m profiling command again to resume" in lines[0]
+    assert "run the same stepcast profile command again to resume" in lines[0]
 
 
 def test_summary_notes_shards_pending_beside_a_card(tmp_path, capsys):

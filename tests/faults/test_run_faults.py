@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from profiling.paths import REPO_ROOT
+from stepcast.profiling.paths import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 

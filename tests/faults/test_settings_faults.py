@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from profiling.paths import REPO_ROOT
+from stepcast.profiling.paths import REPO_ROOT
 from stepcast.preflight import unwritable
 
 STEPCAST = ("-m", "stepcast")
-EMULATE = ("-m", "emulate")
+EMULATE = ("-m", "stepcast.emulate")
 
 
 @pytest.fixture
@@ -50,7 +50,8 @@ def read_only_folder(tmp_path: Path) -> Iterator[Path]:
 
 def command(cache: Path, *args: str, env: dict[str, str] | None = None, entry: tuple[str, ...] = STEPCAST,
             cwd: Path = REPO_ROOT) -> subprocess.CompletedProcess:
-    """``stepcast args...`` (or ``python -m emulate``) with an empty cache and no STEPCAST_* setting but ``env``."""
+    """``stepcast args...`` (or ``python -m stepcast.emulate``) with an empty cache and no STEPCAST_* setting but
+    ``env``."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("STEPCAST_")}
     full_env = {**base, "STEPCAST_CACHE_DIR": str(cache), "PYTHONWARNINGS": "ignore", **(env or {})}
     return subprocess.run([sys.executable, *entry, *args], cwd=cwd, env=full_env, capture_output=True, text=True,

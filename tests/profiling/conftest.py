@@ -12,7 +12,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
-from profiling.paths import CONF_DIR, REPO_ROOT
+from stepcast.profiling.paths import CONF_DIR, REPO_ROOT
 
 TINY = [f"{f}=tiny" for f in ("gemm", "attention", "elementwise", "norm", "optimizer", "collective")]
 # Tests measure on the CPU and file the rows under the committed CPU entry, so they run on any machine
@@ -34,10 +34,10 @@ def tiny_config(tmp_path: Path) -> Callable[..., DictConfig]:
 
 @pytest.fixture
 def cli(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess]:
-    """``python -m profiling`` with tiny sweeps writing under tmp_path; ``background=True`` returns the Popen."""
+    """``stepcast profile`` with tiny sweeps writing under tmp_path; ``background=True`` returns the Popen."""
 
     def run(*overrides: str, background: bool = False):
-        args = [sys.executable, "-m", "profiling", *TINY, f"hardware={CPU_ID}", f"output_dir={tmp_path}",
+        args = [sys.executable, "-m", "stepcast.profiling", *TINY, f"hardware={CPU_ID}", f"output_dir={tmp_path}",
                 "progress=false", f"hydra.run.dir={tmp_path}/hydra", *overrides]
         env = {**os.environ, "PYTHONWARNINGS": "ignore"}
         if background:  # SIGINT at its default: a test run started in the background (`cmd &`) ignores it, and
@@ -60,7 +60,7 @@ def catalog_file(tmp_path: Path) -> Callable[..., Path]:
     """A copy of a catalog entry's file under tmp_path with some fields changed: ``catalog_file("l40s", field=...)``."""
     import yaml
 
-    from profiling.hardware import HARDWARE_DIR
+    from stepcast.profiling.hardware import HARDWARE_DIR
 
     def write(hw_id: str, **changes) -> Path:
         data = yaml.safe_load((HARDWARE_DIR / f"{hw_id}.yaml").read_text()) | changes

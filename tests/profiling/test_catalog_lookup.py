@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from profiling.hardware import UnknownHardwareError, lookup
-from profiling.model_catalog import UnknownModelError, lookup_model
+from stepcast.profiling.hardware import UnknownHardwareError, lookup
+from stepcast.profiling.model_catalog import UnknownModelError, lookup_model
 
 
 @pytest.mark.parametrize("name, expected", [
@@ -48,7 +48,7 @@ def test_an_nvlink_figure_without_its_topology_is_refused_in_one_line(tmp_path):
     import pytest
     import yaml
 
-    from profiling.hardware import HARDWARE_DIR, load_spec
+    from stepcast.profiling.hardware import HARDWARE_DIR, load_spec
 
     data = yaml.safe_load((HARDWARE_DIR / "h100-sxm.yaml").read_text())
     del data["nvlink_topology"]

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from profiling.classify import (canonical_dtype, classify_kernel_name, classify_op, is_convolution_kernel,
+from stepcast.profiling.classify import (canonical_dtype, classify_kernel_name, classify_op, is_convolution_kernel,
                                 is_stand_in_op, op_base_name, tensor_dtype)
-from profiling.families import key_columns
+from stepcast.profiling.families import key_columns
 
 
 @pytest.mark.parametrize("op", ["aten::addmm", "aten.addmm.default", "torch.ops.aten.addmm.default"])
@@ -320,7 +320,7 @@ def test_convolution_kernels_are_told_apart_in_every_librarys_spelling(name, con
 
 
 def test_real_trace_ops_classify(shared_data: Path):
-    from profiling.kineto import read_trace
+    from stepcast.profiling.kineto import read_trace
 
     kernels = read_trace(shared_data / "hta/tests/data/trace_diff/control/control.json.gz").kernels()
     with_shapes = kernels[kernels["op_input_dims"].notna() & (kernels["cat"] == "kernel")]
@@ -339,7 +339,7 @@ def test_real_trace_ops_classify(shared_data: Path):
 
 def test_cudnn_attention_ops_and_kernels_are_attention_with_their_pass():
     """The emulated driver runs cuDNN, so SDPA takes its cuDNN backend on sm90 (aten._cudnn_attention_*)."""
-    from profiling.classify import classify_kernel_name, classify_op
+    from stepcast.profiling.classify import classify_kernel_name, classify_op
 
     qkv = ((8, 16, 512, 64),) * 3
     fwd = classify_op("aten._cudnn_attention_forward.default", qkv + ((),) * 8, ("torch.bfloat16",) * 3 + ("",) * 8,
@@ -361,7 +361,7 @@ _GRAPH = ([[2, 2048, 1024], [2048, 64], [1024], [3584, 1024]], ["torch.bfloat16"
 def test_inductor_pointwise_kernel_covers_grid_times_threads_times_eight_elements():
     """triton_heuristics.pointwise gives a block 256 elements per warp: 14,336 blocks of 128 threads cover the
     14,680,064 elements (2 x 2048 x 3584) of the SwiGLU product."""
-    from profiling.classify import classify_triton_kernel
+    from stepcast.profiling.classify import classify_triton_kernel
 
     row = classify_triton_kernel("triton_poi_fused__unsafe_view_mul_silu_4", [14336, 1, 1], [128, 1, 1], *_GRAPH)
     assert row == {"family": "elementwise", "dtype": "bf16", "op": "mul", "numel": 14680064}
@@ -370,7 +370,7 @@ def test_inductor_pointwise_kernel_covers_grid_times_threads_times_eight_element
 
 
 def test_inductor_reduction_kernel_is_a_norm_row_per_program_with_the_graph_width():
-    from profiling.classify import classify_triton_kernel
+    from stepcast.profiling.classify import classify_triton_kernel
 
     fwd = classify_triton_kernel("triton_per_fused__to_copy_add_mean_mul_pow_rsqrt_0", [4096, 1, 1], [32, 1, 1],
                                  *_GRAPH)
@@ -384,7 +384,7 @@ def test_inductor_reduction_kernel_is_a_norm_row_per_program_with_the_graph_widt
 
 
 def test_non_inductor_or_gridless_kernels_get_no_triton_row():
-    from profiling.classify import classify_triton_kernel
+    from stepcast.profiling.classify import classify_triton_kernel
 
     assert classify_triton_kernel("triton_tem_fused_mm_0", [64, 1, 1], [128, 1, 1], *_GRAPH) is None
     assert classify_triton_kernel("ampere_bf16_s16816gemm", [64, 1, 1], [128, 1, 1], *_GRAPH) is None
@@ -395,7 +395,7 @@ def test_non_inductor_or_gridless_kernels_get_no_triton_row():
 def test_inductor_kernel_with_recorded_bytes_is_a_copy_of_half_its_bytes_per_stream():
     """A launch that carries the bytes it read and wrote is timed from them, pointwise or reduction alike: the
     RMSNorm weight-gradient reduction (1,024 programs) reads seven activations, which its grid cannot show."""
-    from profiling.classify import classify_triton_kernel
+    from stepcast.profiling.classify import classify_triton_kernel
 
     moved = 939_663_360 + 65_536
     row = classify_triton_kernel("triton_per_fused__to_copy_add_mean_mul_pow_rsqrt_sum_view_9", [1024, 1, 1],

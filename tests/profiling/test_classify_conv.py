@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from profiling.classify import classify_op, conv_parts, winograd_parts
+from stepcast.profiling.classify import classify_op, conv_parts, winograd_parts
 
 F32 = "torch.float32"
 # cudnn_convolution(input, weight, padding, stride, dilation, groups, benchmark, deterministic, allow_tf32)

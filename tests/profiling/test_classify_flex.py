@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from profiling.classify import classify_flex_attention_kernel, flex_attention_pass
-from profiling.families import key_columns
+from stepcast.profiling.classify import classify_flex_attention_kernel, flex_attention_pass
+from stepcast.profiling.families import key_columns
 
 #: torchtitan's Llama 3.1 8B forward (local batch 2, sequence 8192): Q, K, V, then the block mask's int32 tensors
 EAGER_SHAPES = [[2, 32, 8192, 128], [2, 8, 8192, 128], [2, 8, 8192, 128], [2, 1, 64, 64], [2, 1, 64], [2, 8192]]

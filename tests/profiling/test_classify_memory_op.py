@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from profiling.classify import classify_memory_op, classify_op
+from stepcast.profiling.classify import classify_memory_op, classify_op
 
 SHARD = [8, 65667072]   # FSDP2's all-gather output of the 8B model's embedding over 8 ranks
 

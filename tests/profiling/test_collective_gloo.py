@@ -1,8 +1,8 @@
 """Collectives run across local processes over gloo (2 and 4 ranks) and land in the dataset."""
 from __future__ import annotations
 
-from profiling.runner import run
-from profiling.store import FamilyStore
+from stepcast.profiling.runner import run
+from stepcast.profiling.store import FamilyStore
 
 
 def test_gloo_collectives_with_two_and_four_ranks(tiny_config):

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from profiling.card import read_card
-from profiling.families import FAMILIES
-from emulate.validate import load_real
-from profiling.paths import REPO_ROOT
+from stepcast.profiling.card import read_card
+from stepcast.profiling.families import FAMILIES
+from stepcast.emulate.validate import load_real
+from stepcast.profiling.paths import REPO_ROOT
 
 DATASETS_DIR = REPO_ROOT / "datasets"  # the committed ones (not the user folder a setting may point elsewhere)
-from profiling.schema import read_family
-from profiling.summary import main as summary_main
+from stepcast.profiling.schema import read_family
+from stepcast.profiling.summary import main as summary_main
 
 FOLDERS = sorted(p for p in DATASETS_DIR.glob("*") if (p / "card.json").exists())
 
@@ -25,7 +25,7 @@ def test_committed_dataset_is_valid(folder):
         assert len(frame) == summary.points and (frame["hardware"] == folder.name).all()
         assert frame["point_id"].is_unique
     assert not (folder / ".shards").exists()
-    for path in sorted(folder.glob("real_runs/*.json")):  # real training runs (python -m emulate.measure_real)
+    for path in sorted(folder.glob("real_runs/*.json")):  # real training runs (python -m stepcast.emulate.measure_real)
         run = load_real(path)
         assert run["hardware"] == folder.name and (REPO_ROOT / run["script"]).is_file(), path
 

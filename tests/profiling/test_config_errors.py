@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from profiling.runner import Runner
-from profiling.sampling import ConfigError
+from stepcast.profiling.runner import Runner
+from stepcast.profiling.sampling import ConfigError
 
 
 def test_unknown_family(tiny_config):

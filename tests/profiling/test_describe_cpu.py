@@ -1,8 +1,8 @@
 """The CPU catalog entry: peak FLOP/s estimated from the CPU flags, a valid yaml the catalog loads."""
 from __future__ import annotations
 
-from profiling.describe_cpu import cpu_spec, estimate_peak_tflops, write_spec
-from profiling.hardware import cpu_hardware_id, load_spec
+from stepcast.profiling.describe_cpu import cpu_spec, estimate_peak_tflops, write_spec
+from stepcast.profiling.hardware import cpu_hardware_id, load_spec
 
 
 def test_peak_estimate_uses_the_widest_unit():

@@ -2,8 +2,8 @@
 (The fixtures measure on the CPU, where these failures are real.)"""
 from __future__ import annotations
 
-from profiling.runner import run
-from profiling.store import FamilyStore
+from stepcast.profiling.runner import run
+from stepcast.profiling.store import FamilyStore
 
 
 def test_unsupported_backend_is_recorded_and_skipped(tiny_config, tmp_path):

@@ -6,8 +6,8 @@ import json
 import pytest
 import torch
 
-from profiling.runner import run
-from profiling.store import FamilyStore
+from stepcast.profiling.runner import run
+from stepcast.profiling.store import FamilyStore
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from profiling.hardware import HARDWARE_DIR, load_spec
+from stepcast.profiling.hardware import HARDWARE_DIR, load_spec
 
 
 def test_a_node_has_one_nic_per_gpu_unless_its_file_says_otherwise(catalog_file):

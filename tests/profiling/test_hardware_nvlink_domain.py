@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from profiling.hardware import HARDWARE_DIR, load_catalog, load_spec
+from stepcast.profiling.hardware import HARDWARE_DIR, load_catalog, load_spec
 
 
 def test_a_boards_domain_is_its_host_unless_its_file_says_otherwise():

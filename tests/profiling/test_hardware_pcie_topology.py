@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from profiling.hardware import HARDWARE_DIR, load_catalog, load_spec
+from stepcast.profiling.hardware import HARDWARE_DIR, load_catalog, load_spec
 
 
 def test_a_file_without_the_field_takes_two_gpus_per_switch(tmp_path):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from profiling.hardware import HardwareSpec, load_catalog, lookup
+from stepcast.profiling.hardware import HardwareSpec, load_catalog, lookup
 
 BASE = {"id": "x", "name": "X", "kind": "gpu", "vendor": "nvidia", "architecture": "hopper", "sm_count": 132,
         "max_clock_mhz": 1980, "memory_gib": 96, "memory_bandwidth_gbps": 2400, "l2_cache_mib": 50,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from profiling.kineto import GPU_CATEGORIES, TraceFormatError, join_kernels, read_trace
+from stepcast.profiling.kineto import GPU_CATEGORIES, TraceFormatError, join_kernels, read_trace
 
 
 def _all_traces(root: Path) -> list[Path]:
@@ -165,7 +165,7 @@ def test_malformed_file_gives_one_line_error_naming_it(tmp_path, content):
     "hta/tests/data/nccl_parser_config/nccl_data.json.gz",
 ])
 def test_external_id_and_containment_agree_where_both_apply(traces, name):
-    from profiling.kineto import HOST_OP_CATEGORIES, _ops_by_containment, _ops_by_external_id
+    from stepcast.profiling.kineto import HOST_OP_CATEGORIES, _ops_by_containment, _ops_by_external_id
 
     trace = traces[name]
     kernels = trace.kernels()
@@ -232,7 +232,7 @@ def test_kernel_takes_the_first_runtime_call_of_its_correlation_and_nulls_withou
 def test_match_names_matches_at_the_start_and_never_on_a_missing_name():
     import numpy as np
 
-    from profiling.kineto import match_names
+    from stepcast.profiling.kineto import match_names
 
     names = np.array(["ProfilerStep#3", "aten::mm", None, "xProfilerStep#3", "ProfilerStep#3"], dtype=object)
     assert match_names(names, r"ProfilerStep#\d+$").tolist() == [True, False, False, False, True]

@@ -3,7 +3,7 @@ import io
 
 from rich.console import Console
 
-from profiling.progress import LineProgress, make_progress, stage_line
+from stepcast.profiling.progress import LineProgress, make_progress, stage_line
 
 
 def _plain(out: io.StringIO) -> Console:

@@ -4,10 +4,10 @@ from __future__ import annotations
 import signal
 import time
 
-from profiling.card import read_card
-from profiling.runner import run
-from profiling.schema import read_family
-from profiling.store import FamilyStore
+from stepcast.profiling.card import read_card
+from stepcast.profiling.runner import run
+from stepcast.profiling.schema import read_family
+from stepcast.profiling.store import FamilyStore
 
 # Enough gemm points that the run is still measuring when it is interrupted (one shard per point).
 MANY = ("families=[gemm]", "gemm.grid.0.m=[8,16,24,32,40,48,56,64,72,80]", "gemm.grid.0.k=[8,16,24,32,40]",

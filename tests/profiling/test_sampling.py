@@ -5,10 +5,10 @@ import random
 
 import pytest
 
-from profiling.model_catalog import lookup_model
-from profiling.ops.gemm import GemmBench
-from profiling.plan import plan_family
-from profiling.sampling import ConfigError, grid, point_id, random_points
+from stepcast.profiling.model_catalog import lookup_model
+from stepcast.profiling.ops.gemm import GemmBench
+from stepcast.profiling.plan import plan_family
+from stepcast.profiling.sampling import ConfigError, grid, point_id, random_points
 
 
 def test_grid_is_the_cartesian_product():
@@ -55,7 +55,7 @@ def test_llm_series_sweep_covers_every_token_count_of_many_gemm_shapes():
     """The GPU token-series sweep: each forward (n, k) of each model is measured at every token count."""
     from omegaconf import OmegaConf
 
-    from profiling.paths import CONF_DIR
+    from stepcast.profiling.paths import CONF_DIR
 
     sweep = OmegaConf.load(CONF_DIR / "profiling" / "gemm" / "llm_series.yaml")
     points = [p.values for p in plan_family("gemm", sweep, "h200", 0)]

@@ -7,8 +7,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from profiling.card import read_card
-from profiling.schema import DatasetSchemaError, columns, read_family, write_family
+from stepcast.profiling.card import read_card
+from stepcast.profiling.schema import DatasetSchemaError, columns, read_family, write_family
 
 
 def gemm_row(**changes):
@@ -78,7 +78,7 @@ def test_malformed_card_is_refused(tmp_path):
 
 
 def test_interrupted_write_leaves_nothing(tmp_path, monkeypatch):
-    import profiling.schema as schema
+    import stepcast.profiling.schema as schema
 
     def interrupted(table, where):
         open(where, "wb").write(b"PAR1 half")  # a partial file, then Ctrl-C

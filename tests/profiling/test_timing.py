@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 
-from profiling.timing import MeasureSettings, is_stable, measure_cpu
+from stepcast.profiling.timing import MeasureSettings, is_stable, measure_cpu
 
 
 def busy_wait(us: float) -> None:

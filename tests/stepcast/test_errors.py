@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from profiling.paths import REPO_ROOT
+from stepcast.profiling.paths import REPO_ROOT
 from stepcast.errors import (
     InputError, Interrupted, MissingFileError, ScriptFailed, UnavailableError, UnknownNameError,
     cli_main, exit_on_error, report,
@@ -182,8 +182,9 @@ def test_a_planted_command_handler_of_value_error_is_found(tmp_path):
                                                              "cli.py:24 LookupError"]
 
 
-#: entry points that are no command: the rank process runs the user's script, and exits as the script does
-NOT_COMMANDS = ("emulate/capture.py",)
+#: entry points that are no command: the rank process runs the user's script and exits as it does; the KernelBench
+#: script is a training script itself, run under stepcast run
+NOT_COMMANDS = ("emulate/capture.py", "estimator/kernelbench_eager.py")
 
 
 def entry_points_outside_the_shared_handler(files: list[Path]) -> list[str]:
@@ -267,7 +268,8 @@ def test_the_stepcast_command_reports_bad_input_in_one_line_with_exit_2(tmp_path
 
 
 def test_an_unexpected_error_in_a_command_is_a_traceback_not_bad_input(tmp_path, monkeypatch):
-    import estimator.predict
+    import stepcast.estimator.predict
+    from stepcast import estimator
     from stepcast.cli import main
 
     def broken(*args, **kwargs):
@@ -285,7 +287,8 @@ def test_a_bug_in_a_command_process_exits_1_with_its_traceback(tmp_path):
     kernels.write_text("family,hardware,dtype,m,n,k,batch\ngemm,h100-sxm,bf16,64,64,64,1\n")
     code = textwrap.dedent(f'''
         import sys
-        import estimator.predict
+        import stepcast.estimator.predict
+        from stepcast import estimator
         from stepcast.cli import main
 
         def broken(*args, **kwargs):

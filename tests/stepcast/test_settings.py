@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from profiling.paths import REPO_ROOT
+from stepcast.profiling.paths import REPO_ROOT
 from stepcast import settings
 
 #: where the product's code, configs and tools live, and the benchmarks (tests may set variables of their own)
@@ -167,7 +167,7 @@ def test_check_environment_reports_each_bad_user_setting_and_ignores_internal_on
 
 
 def test_simulation_config_reads_the_variable_when_used(monkeypatch):
-    from emulate import config
+    from stepcast.emulate import config
 
     monkeypatch.setenv("STEPCAST_HOST_SPEED", "4")
     assert config.HOST_SPEED == 4.0

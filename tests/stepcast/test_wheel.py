@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from profiling.paths import REPO_ROOT
+from stepcast.profiling.paths import REPO_ROOT
 
 spec = importlib.util.spec_from_file_location("readme_sample", REPO_ROOT / "tools" / "readme_sample.py")
 readme_sample = importlib.util.module_from_spec(spec)

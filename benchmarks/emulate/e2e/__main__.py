@@ -29,7 +29,7 @@ Sources (``--sources``, default all):
 - ``nosync``: the GPT-2 large training loop without synchronisation (``examples/hf_model.py --no-sync``): the
   predicted iteration must be at least the device time of an iteration (its kernels' predicted durations).
 
-Every emulation goes through ``python -m emulate run`` and is cached per (row, git HEAD) under the cache folder, so
+Every emulation goes through ``stepcast run`` and is cached per (row, git HEAD) under the cache folder, so
 a re-run resumes; ``--fresh`` ignores the cache. ``--json`` writes every row for quoting.
 """
 from __future__ import annotations
@@ -56,11 +56,11 @@ from benchmarks.emulate.e2e import (
     unseen_bundles,
 )
 from benchmarks.emulate.e2e.cache import cached, git_head
-from emulate import config
-from emulate.emulation import emulate_script
-from emulate.sim import instep
-from profiling.atomic import write_bytes_atomic, write_json_atomic
-from profiling.paths import shared_data_root
+from stepcast.emulate import config
+from stepcast.emulate.emulation import emulate_script
+from stepcast.emulate.sim import instep
+from stepcast.profiling.atomic import write_bytes_atomic, write_json_atomic
+from stepcast.profiling.paths import shared_data_root
 
 SOURCES = ("neusight", "torchtitan", "nosync")
 #: the newest torch whose default wheels (CUDA 12.6) still carry sm_50-sm_70 code: NeuSight's P100, P4 and V100
@@ -139,8 +139,8 @@ def interpreters(older_torch: str | None) -> Callable[[str], tuple[str | None, s
     release whose CUDA 12 build still does (NeuSight's P100, P4 and V100: CUDA 13 wheels start at sm_75), in a
     throwaway environment of :mod:`benchmarks.emulate.torch_venv` (made on first use, 5-8 GB, reused); None: such GPUs
     are emulated with the installed torch, which refuses them in one line (the row then says so)."""
-    from emulate.launcher import runs_on, torch_arch_flags, torch_version
-    from profiling.hardware import lookup
+    from stepcast.emulate.launcher import runs_on, torch_arch_flags, torch_version
+    from stepcast.profiling.hardware import lookup
 
     flags, installed = torch_arch_flags(), torch_version() or "installed"
     venv: list[Any] = []

@@ -7,8 +7,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from profiling.atomic import write_json_atomic
-from profiling.paths import REPO_ROOT, cache_root
+from stepcast.profiling.atomic import write_json_atomic
+from stepcast.profiling.paths import REPO_ROOT, cache_root
 
 
 def git_head() -> str:

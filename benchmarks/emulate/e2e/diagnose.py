@@ -32,12 +32,12 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.emulate.e2e import throttle
-from emulate.sim import instep
-from estimator.importers import neusight as sweeps
+from stepcast.emulate.sim import instep
+from stepcast.estimator.importers import neusight as sweeps
 from stepcast.errors import report
-from profiling.families import key_columns
-from profiling.hardware import lookup
-from profiling.paths import shared_data_root
+from stepcast.profiling.families import key_columns
+from stepcast.profiling.hardware import lookup
+from stepcast.profiling.paths import shared_data_root
 
 DURATION_EDGES_MS = (0.0, 2.0, 10.0, 50.0, 200.0, np.inf)
 MIN_SWEEP_GFLOP = 1.0
@@ -195,9 +195,10 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("gpus", nargs="+", help="catalog ids of GPUs with NeuSight labels (p4, t4, p100, ...)")
     parser.add_argument("--root", type=Path, default=None, help="shared data folder (default: the setting)")
-    parser.add_argument("--estimator", default=None, help="estimator.load source (default: the shipped bundle)")
+    parser.add_argument("--estimator", default=None,
+                        help="stepcast.estimator.load source (default: the shipped bundle)")
     args = parser.parse_args(argv)
-    import estimator as estimators
+    import stepcast.estimator as estimators
 
     root = args.root or shared_data_root()
     rows = instep.in_step_rows(str(root))

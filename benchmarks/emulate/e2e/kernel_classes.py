@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from emulate.emulation import OTHER
+from stepcast.emulate.emulation import OTHER
 
 FP8_GEMM_OP = "_scaled_mm"
 

@@ -2,7 +2,7 @@
 ``get_init_inputs()``, compiled with Inductor's default mode, called on ``get_inputs()`` on the GPU, forward only.
 Each call is one profiler step, so the emulator cuts one iteration per forward (the first compiles).
 
-    python -m emulate run --hardware t4 -- benchmarks/emulate/e2e/kernelbench_problem.py PROBLEM.py [CALLS]
+    stepcast run --hardware t4 -- benchmarks/emulate/e2e/kernelbench_problem.py PROBLEM.py [CALLS]
 
 The script the KernelBench benchmark emulates (:mod:`benchmarks.emulate.kernelbench`); plain PyTorch, so it runs the
 same on a real GPU.

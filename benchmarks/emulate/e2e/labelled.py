@@ -11,7 +11,7 @@ import importlib.util
 from functools import lru_cache
 from typing import Any
 
-from profiling.paths import REPO_ROOT
+from stepcast.profiling.paths import REPO_ROOT
 
 SCRIPT = REPO_ROOT / "examples" / "hf_model.py"
 REPS = 2

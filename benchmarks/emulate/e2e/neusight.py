@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from emulate.emulation import OTHER
-from estimator.importers.neusight_inmodel import (HOST,  # noqa: F401 (HOST: re-exported)
+from stepcast.emulate.emulation import OTHER
+from stepcast.estimator.importers.neusight_inmodel import (HOST,  # noqa: F401 (HOST: re-exported)
                                                   LABEL_DIR, LAYER, NAME, module_class, node_family)
-from profiling.hardware import UnknownHardwareError, lookup
+from stepcast.profiling.hardware import UnknownHardwareError, lookup
 
 FAMILIES = ("gemm", "norm", "elementwise", OTHER)
 SKIP_FUSION = "torch.compile (fusion) label"

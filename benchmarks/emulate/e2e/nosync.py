@@ -11,8 +11,8 @@ from typing import Any
 
 from benchmarks.emulate.e2e import labelled
 from benchmarks.emulate.e2e.cache import cached
-from emulate.emulation import emulate_script
-from profiling.paths import shared_data_root
+from stepcast.emulate.emulation import emulate_script
+from stepcast.profiling.paths import shared_data_root
 
 HARDWARE = "h100-sxm"  # the project's default target (with eager attention the loop needs ~55 GB)
 STEPS = 4

@@ -48,8 +48,8 @@ from benchmarks.emulate.e2e import titan_stack
 from benchmarks.emulate.e2e.cache import cached
 from benchmarks.emulate.e2e.kernel_classes import kernel_class
 from benchmarks.emulate.e2e.titan_rows import GPUS_PER_NODE, PublishedRow, Recipe
-from emulate.emulation import emulate_script
-from profiling.paths import REPO_ROOT
+from stepcast.emulate.emulation import emulate_script
+from stepcast.profiling.paths import REPO_ROOT
 
 SCRIPT = REPO_ROOT / "examples" / "torchtitan_v010_train.py"
 STEPS = 3            # the first is warm-up; deduplicated ranks stop after the second and third agree
@@ -146,7 +146,7 @@ def run_ranks(recipe: Recipe) -> list[int] | None:
 
 
 def run_options(recipe: Recipe) -> list[str]:
-    """``python -m emulate run`` options besides hardware, nproc, report and traces."""
+    """``stepcast run`` options besides hardware, nproc, report and traces."""
     ranks = run_ranks(recipe)
     nodes = ["--nodes", str(recipe.nodes)] if recipe.nodes > 1 else []
     return [*nodes, *(["--run-ranks", ",".join(map(str, ranks))] if ranks else [])]

@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from profiling.paths import REPO_ROOT, cache_root
+from stepcast.profiling.paths import REPO_ROOT, cache_root
 
 SHIPPED = REPO_ROOT / "models" / "xgboost"
 #: the unseen protocol's committed results: a routed bundle runs, per (family, device, dtype) situation, the model
@@ -58,7 +58,7 @@ def held_out_bundle(hardware: str, routed: bool = False) -> Path:
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.parent.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "estimator.train", "family=all", "model=xgboost", f"export={tmp}",
+    command = [sys.executable, "-m", "stepcast.estimator.train", "family=all", "model=xgboost", f"export={tmp}",
                f"max_train_rows={MAX_TRAIN_ROWS}", "mlflow.register=false", "mlflow.plots=false", "splits=[]",
                f"rules_from={SHIPPED}", f"version=unseen-{hardware}{'-routed' if routed else ''}",
                f"data.exclude_hardware=[{hardware}]", *([f"routes_from={ROUTES}"] if routed else [])]

@@ -11,9 +11,9 @@ from benchmarks.emulate.determinism import (
     main,
     spread,
 )
-from emulate.report import build_report
-from emulate.sim.synthetic import TraceBuilder
-from emulate.simulate import simulate
+from stepcast.emulate.report import build_report
+from stepcast.emulate.sim.synthetic import TraceBuilder
+from stepcast.emulate.simulate import simulate
 
 
 def test_spread_is_the_range_over_the_median():

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks.emulate.e2e import labelled, neusight, nosync, torchtitan
-from emulate.emulation import OTHER, failure_line, iteration_family_ms
-from profiling.paths import shared_data_root
+from stepcast.emulate.emulation import OTHER, failure_line, iteration_family_ms
+from stepcast.profiling.paths import shared_data_root
 
 V100 = "neusight/scripts/asplos/label/Tesla_V100-PCIE-32GB"
 
@@ -235,7 +235,7 @@ def test_a_gpu_the_installed_torch_cannot_run_is_emulated_with_the_older_torch(m
     interpreter (a throwaway environment), and its cached row is keyed by that torch."""
     from benchmarks.emulate import torch_venv
     from benchmarks.emulate.e2e import __main__ as e2e_benchmark
-    from emulate import launcher
+    from stepcast.emulate import launcher
 
     seen = {}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.emulate.e2e.kernel_classes import kernel_class
-from emulate.emulation import iteration_family_ms
+from stepcast.emulate.emulation import iteration_family_ms
 
 
 @pytest.mark.parametrize("event, expected", [

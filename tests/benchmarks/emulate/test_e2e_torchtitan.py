@@ -12,7 +12,7 @@ import pytest
 
 from benchmarks.emulate.e2e import torchtitan
 from benchmarks.emulate.e2e.titan_rows import PublishedRow, Recipe, published_rows
-from profiling.paths import REPO_ROOT
+from stepcast.profiling.paths import REPO_ROOT
 
 #: what runs and summarises the rows: none of it may name a row or carry a number fitted to one
 BENCHMARK_CODE = [REPO_ROOT / p for p in ("benchmarks/emulate/e2e/torchtitan.py",

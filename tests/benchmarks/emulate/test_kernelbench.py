@@ -8,8 +8,8 @@ from benchmarks.emulate.kernelbench import (
     main,
     steady_forward,
 )
-from emulate.trace import write_trace
-from estimator.kernelbench import COMPILED, device_bound, measured_ms
+from stepcast.emulate.trace import write_trace
+from stepcast.estimator.kernelbench import COMPILED, device_bound, measured_ms
 
 #: compiled forward times (ms) per GPU folder
 TIMINGS_MS = {"T4_modal": {"19_ReLU.py": 0.1, "36_RMSNorm_.py": 3.3, "23_Softmax.py": 0.17,

@@ -14,8 +14,8 @@ from benchmarks.emulate.kernelbench_eager import (
     main,
     medians,
 )
-from emulate.sim.synthetic import TraceBuilder
-from estimator.kernelbench import measured_ms
+from stepcast.emulate.sim.synthetic import TraceBuilder
+from stepcast.estimator.kernelbench import measured_ms
 
 #: eager forward times (ms) per GPU folder
 TIMINGS_MS = {"T4_modal": {"19_ReLU.py": 0.03, "23_Softmax.py": 0.04, "36_RMSNorm_.py": 0.9,

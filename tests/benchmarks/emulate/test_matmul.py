@@ -3,7 +3,7 @@ emulation is run."""
 from __future__ import annotations
 
 from benchmarks.emulate.matmul import evaluate, main, matmul_problems
-from estimator.kernelbench import EAGER, eager_ms
+from stepcast.estimator.kernelbench import EAGER, eager_ms
 
 #: eager forward times (ms) per GPU folder
 TIMINGS_MS = {"T4_modal": {"19_ReLU.py": 0.03, "1_Square_matrix_multiplication_.py": 4.46,
@@ -22,7 +22,7 @@ def test_a_forward_is_timed_by_every_kernel_of_its_last_call_and_host_bound_ones
               "op": "aten.mm.default", "name": "volta_sgemm_128x64_nn"}
     spec = {"family": "gemm", "dtype": "fp32", "m": 4096, "n": 4096, "k": 4096, "batch": 1}
     trace = step_trace("t4", [{**kernel, "spec": spec}, {**kernel, "spec": spec}])
-    import estimator
+    from stepcast import estimator
 
     est = estimator.load()
     row, = evaluate(["1_sq"], {"t4": [(trace, ["1_sq"])]}, {"1_sq": {"t4": 30.0}}, {"t4": 0.1}, est)

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.emulate import moe as moe_benchmark
-from estimator.moe import layer_work
+from stepcast.estimator.moe import layer_work
 
 
 def rows(n: int = 40) -> pd.DataFrame:

@@ -12,10 +12,10 @@ from benchmarks.emulate.search import (
     rank_agreement,
     torchtitan_published,
 )
-from emulate.search.cli import load_config
-from emulate.search.space import Space
-from emulate.search.trials import TrialResult
-from profiling.paths import REPO_ROOT, shared_data_root
+from stepcast.emulate.search.cli import load_config
+from stepcast.emulate.search.space import Space
+from stepcast.emulate.search.trials import TrialResult
+from stepcast.profiling.paths import REPO_ROOT, shared_data_root
 
 
 def test_the_megatron_benchmark_space_searches_pipeline_stages():
@@ -134,7 +134,7 @@ def test_compile_and_float8_flags_change_the_kernels_the_gpu_runs(tmp_path, emul
 
 
 def toy_space(tmp_path):
-    from emulate.search.space import parse_config
+    from stepcast.emulate.search.space import parse_config
 
     script = tmp_path / "train.py"
     script.write_text("print('a training script')\n")
@@ -146,7 +146,7 @@ def toy_space(tmp_path):
 
 def test_replay_answers_only_what_the_grid_pruned_and_as_out_of_memory_never_cached(tmp_path):
     from benchmarks.emulate.search import replay_runner
-    from emulate.search.samplers import SearchOutcome
+    from stepcast.emulate.search.samplers import SearchOutcome
 
     space = toy_space(tmp_path)
     grid = SearchOutcome(sampler="grid", trials=[
@@ -161,7 +161,7 @@ def test_replay_answers_only_what_the_grid_pruned_and_as_out_of_memory_never_cac
 
 def test_speed_declaration_counts_as_contradicted_only_beyond_2_percent(tmp_path):
     from benchmarks.emulate.search import speed_contradicted
-    from emulate.search.samplers import SearchOutcome
+    from stepcast.emulate.search.samplers import SearchOutcome
 
     space = toy_space(tmp_path)
     ruler = result({"ac": "none", "micro_batch": 1}, 1000.0)

@@ -11,7 +11,7 @@ import pytest
 from benchmarks.emulate import torch_matrix
 from benchmarks.emulate.compat import Row
 from benchmarks.emulate.torch_venv import Venv, VenvError
-from emulate.trace import write_trace
+from stepcast.emulate.trace import write_trace
 
 
 @pytest.fixture(autouse=True)
@@ -140,7 +140,7 @@ def test_the_committed_page_is_what_the_committed_results_give():
     import json
 
     from benchmarks.emulate.torch_matrix import page
-    from profiling.paths import REPO_ROOT
+    from stepcast.profiling.paths import REPO_ROOT
 
     results = json.loads((REPO_ROOT / "docs" / "results" / "torch_matrix.json").read_text())
     assert (REPO_ROOT / "docs" / "torch_matrix.md").read_text() == page(results)

@@ -11,8 +11,8 @@ from benchmarks.estimator.accuracy import (
     suite_aiconfigurator,
     suite_vidur_h100,
 )
-from estimator.analytical import RooflineEstimator
-from estimator.importers.aiconfigurator import shape_set
+from stepcast.estimator.analytical import RooflineEstimator
+from stepcast.estimator.importers.aiconfigurator import shape_set
 from tests.estimator.conftest import synthetic_gemms
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.estimator import accuracy_table
-from estimator import unseen_results
+from stepcast.estimator import unseen_results
 from tests.estimator.test_unseen_results import fig
 
 

@@ -23,7 +23,7 @@ from benchmarks.estimator.unseen import (
 )
 from benchmarks.estimator.unseen_derived import with_bundle
 from benchmarks.estimator.unseen_figures import groups
-from estimator.unseen_results import figure
+from stepcast.estimator.unseen_results import figure
 from tests.estimator.conftest import synthetic_gemms, synthetic_norms
 
 
@@ -167,8 +167,8 @@ def test_a_partial_run_names_catalog_devices_and_writes_nothing_by_default(capsy
     written = []
     monkeypatch.setattr(unseen, "run_protocol", lambda data, settings, progress=True: {"figures": [], "settings": {
         "candidates": {}, "held_out": list(settings.held_out)}})
-    monkeypatch.setattr("estimator.data.load_measurements", lambda: pd.DataFrame())
-    monkeypatch.setattr("estimator.unseen_results.write", lambda path, doc: written.append(path))
+    monkeypatch.setattr("stepcast.estimator.data.load_measurements", lambda: pd.DataFrame())
+    monkeypatch.setattr("stepcast.estimator.unseen_results.write", lambda path, doc: written.append(path))
     assert unseen.main(["--held-out", "b300", "--families", "gemm", "--splits", "device"]) == 0
     assert written == []  # docs/results/unseen.json holds every device's figures: a partial run leaves it alone
 
@@ -196,9 +196,10 @@ def test_the_benchmark_hands_the_unseen_protocol_its_own_options(capsys):
 def test_a_candidates_cache_key_follows_the_code_it_imports_only():
     from benchmarks.estimator.unseen import module_closure
 
-    roofline, tiled = module_closure("estimator.analytical"), module_closure("estimator.tiled")
-    assert "estimator.workload" in roofline and "estimator.xgb" not in roofline  # an XGBoost change keeps its folds
-    assert "estimator.mlp" in tiled and "estimator.nccl" not in tiled  # tiled builds on the MLP's networks
+    roofline, tiled = module_closure("stepcast.estimator.analytical"), module_closure("stepcast.estimator.tiled")
+    # an XGBoost change keeps the roofline's folds; tiled builds on the MLP's networks
+    assert "stepcast.estimator.workload" in roofline and "stepcast.estimator.xgb" not in roofline
+    assert "stepcast.estimator.mlp" in tiled and "stepcast.estimator.nccl" not in tiled
     assert unseen.code_digest("roofline") != unseen.code_digest("xgboost")
 
 
@@ -207,5 +208,5 @@ def test_a_source_that_lost_its_kernel_labels_makes_the_comparison_fail_naming_i
     lines = unseen.label_losses({"aiconfigurator": 0.0, "neusight": 1.0, "vidur": 0.995},
                                 {"aiconfigurator": 1.0, "neusight": 1.0, "vidur": 1.0, "profiler": 0.0})
     assert len(lines) == 1 and "0% of aiconfigurator's GEMM rows against 100%" in lines[0]
-    assert "python -m estimator.kernel_labels --sources aiconfigurator" in lines[0]
+    assert "python -m stepcast.estimator.kernel_labels --sources aiconfigurator" in lines[0]
     assert unseen.label_losses({"neusight": 1.0}, {"neusight": 1.0}) == []
