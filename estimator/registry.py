@@ -4,8 +4,9 @@
 - ``None``: the shipped default bundle (``models/xgboost``; a fresh clone predicts with no registry configured),
   falling back to the roofline for families the bundle does not cover, or to the roofline alone when no bundle is
   present. The environment variable STEPCAST_ESTIMATOR, when set, replaces ``None`` with its value;
-- a name: a shipped bundle under ``models/<name>`` ("xgboost", "mlp"), or an entry point of the group
-  ``stepcast.estimators`` ("roofline" and any third-party estimator);
+- a name: a bundle folder of that name among the user's bundles (``STEPCAST_DATA_DIR``'s ``models/``) or the
+  shipped ones (``models/<name>``: "xgboost", "mlp"), or an entry point of the group ``stepcast.estimators``
+  ("roofline" and any third-party estimator);
 - a local path: a bundle folder (``manifest.json``) or a single estimator folder (``meta.json``);
 - an MLflow URI: ``models:/kernel-runtime-gemm@champion``, ``models:/kernel-runtime-gemm/3``, ``runs:/<id>/model``.
 
@@ -33,7 +34,7 @@ from stepcast.estimator.base import KernelEstimator
 from stepcast.estimator.bundle import is_bundle, is_estimator_dir, load_estimator_dir
 from stepcast.estimator.router import FamilyRouter
 from stepcast.profiling.families import FAMILIES
-from stepcast.profiling.paths import MODELS_DIR
+from stepcast.profiling.paths import MODELS_DIR, bundle_dirs
 from stepcast import settings
 from stepcast.errors import InputError
 
@@ -55,8 +56,9 @@ def load(source: str | Path | None = None, **kwargs) -> KernelEstimator:
     path = Path(text).expanduser()
     if path.exists():
         return _wrap(load_path(path))
-    if is_bundle(MODELS_DIR / text):
-        return _wrap(FamilyRouter.load(MODELS_DIR / text))
+    named = next((folder / text for folder in bundle_dirs() if is_bundle(folder / text)), None)
+    if named is not None:
+        return _wrap(FamilyRouter.load(named))
     return _wrap(load_entry_point(text, **kwargs))
 
 
@@ -69,8 +71,8 @@ def load_path(path: Path) -> KernelEstimator:
 
 
 def available_names() -> list[str]:
-    """Shipped bundle names and entry-point names, for error messages and --help."""
-    bundles = sorted(p.name for p in MODELS_DIR.glob("*") if is_bundle(p)) if MODELS_DIR.is_dir() else []
+    """Bundle names (the user's and the shipped ones) and entry-point names, for error messages and --help."""
+    bundles = sorted({p.name for folder in bundle_dirs() if folder.is_dir() for p in folder.glob("*") if is_bundle(p)})
     points = sorted({ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)} | {"roofline"})
     return bundles + [p for p in points if p not in bundles]
 

@@ -55,6 +55,13 @@ def datasets_dir() -> Path:
     return user_data_root() / "datasets"
 
 
+def bundle_dirs() -> list[Path]:
+    """Where an estimator bundle named by its folder name is looked for, first match wins: the user's bundles
+    (``<user data>/models``, e.g. ``stepcast train export=~/.local/share/stepcast/models/mine``), then the shipped
+    ones (in a checkout both are the repository's models/)."""
+    return list(dict.fromkeys([user_data_root() / "models", MODELS_DIR]))
+
+
 def user_hardware_dir() -> Path:
     """Where a described device is written: ``<user data>/hardware``, read beside the shipped catalog
     (:func:`profiling.hardware.load_catalog`); in a checkout with no STEPCAST_DATA_DIR, the shipped catalog itself

@@ -169,7 +169,7 @@ _DECLARED: tuple[Setting, ...] = (
     Setting("STEPCAST_SHARED_DATA", FOLDER, None, "root of the third-party GPU measurements (read only; benchmarks "
             "and tests that need it say so when it is absent)", default_text="../shared/data beside the checkout"),
     Setting("STEPCAST_DATA_DIR", FOLDER, None, "where data the user adds goes: profiled datasets (datasets/), "
-            "described devices (hardware/), the MLflow store (mlflow.db)", default_text="the checkout, run from "
+            "described devices (hardware/), bundles loaded by name (models/), the MLflow store (mlflow.db)", default_text="the checkout, run from "
             "one; installed, $XDG_DATA_HOME/stepcast, else ~/.local/share/stepcast"),
     Setting("STEPCAST_HARDWARE_DIR", EXISTING_FOLDER, None, "the hardware catalog (one YAML file per device), in place "
             "of the shipped one and the user's entries", default_text="the shipped catalog (conf/hardware) with the "

@@ -55,6 +55,14 @@ def test_load_bundle_by_path_routes_each_family(gemm_model, mixed, tmp_path):
     np.testing.assert_allclose(out.loc[gemm, "predicted_us"], gemm_model.predict(mixed[gemm]))
 
 
+def test_a_bundle_in_the_user_data_folder_loads_by_its_name_and_is_listed(gemm_model, mixed, tmp_path, monkeypatch):
+    FamilyRouter({"gemm": gemm_model}, version="mine").save(tmp_path / "models" / "mine")
+    monkeypatch.setenv("STEPCAST_DATA_DIR", str(tmp_path))
+    out = estimator.load("mine").predict_frame(mixed)
+    assert out.loc[out["family"] == "gemm", "estimator"].str.startswith("xgboost@").all()
+    assert {"mine", "xgboost"} <= set(registry.available_names())
+
+
 def test_load_single_estimator_folder(gemm_model, gemm_rows, tmp_path):
     loaded = estimator.load(gemm_model.save(tmp_path / "gemm"))
     np.testing.assert_allclose(loaded.predict(gemm_rows.head(20)), gemm_model.predict(gemm_rows.head(20)))
