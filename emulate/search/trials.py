@@ -27,7 +27,7 @@ from typing import Any
 
 from stepcast.emulate import config
 from stepcast.profiling.atomic import write_json_atomic
-from stepcast.profiling.paths import REPO_ROOT, cache_root
+from stepcast.profiling.paths import MODELS_DIR, cache_root
 from stepcast import settings
 from stepcast.errors import Interrupted
 
@@ -84,7 +84,7 @@ def estimator_version() -> str:
     chosen = settings.get("STEPCAST_ESTIMATOR")
     if chosen:
         return f"{chosen};{host};stepcast={stepcast}"
-    sums = REPO_ROOT / "models" / "xgboost" / "SHA256SUMS"
+    sums = MODELS_DIR / "xgboost" / "SHA256SUMS"
     digest = hashlib.sha256(sums.read_bytes()).hexdigest() if sums.is_file() else "no-bundle"
     return f"xgboost:{digest};{host};stepcast={stepcast}"
 
