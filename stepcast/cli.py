@@ -73,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Predict the step time and peak memory of unmodified PyTorch training scripts on GPUs you do "
                     "not have, on a machine with no GPU.")
+    parser.add_argument("--version", action="version", version=f"{PROG} {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="<command>")
     add_run_parser(sub)
     with_epilog(replay.register(sub), REPLAY_EPILOG)
@@ -84,6 +85,16 @@ def build_parser() -> argparse.ArgumentParser:
     for name, text in PASSTHROUGH_HELP.items():
         sub.add_parser(name, help=text, add_help=False)
     return parser
+
+
+def package_version() -> str:
+    """The installed distribution's version (a checkout run without installing it says so)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(PROG)
+    except PackageNotFoundError:
+        return "(not installed: run from a checkout)"
 
 
 def register_search(sub: argparse._SubParsersAction) -> None:

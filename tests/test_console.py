@@ -11,7 +11,7 @@ import pytest
 
 from stepcast.profiling.paths import REPO_ROOT
 
-COMMANDS = ["run", "replay", "validate", "search", "predict", "profile", "train"]
+COMMANDS = ["run", "replay", "validate", "search", "predict", "profile", "train", "examples"]
 SCREEN = 40
 
 
@@ -41,6 +41,13 @@ def test_each_command_help_fits_a_screen_and_ends_with_an_example(command):
     tail = "\n".join(lines[-4:])
     assert "example" in tail.lower() and "stepcast " in tail, (f"stepcast {command} --help ends without an example:\n"
                                                                f"{tail}")
+
+
+def test_version_names_the_installed_release():
+    from importlib.metadata import version
+
+    done = stepcast("--version")
+    assert done.returncode == 0 and done.stdout.strip() == f"stepcast {version('stepcast')}", done.stdout
 
 
 def test_unknown_command_is_one_line_and_exit_2():
