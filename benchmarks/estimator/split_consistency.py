@@ -1,0 +1,150 @@
+"""Does an estimator charge a GEMM split along m into chunks what it charges the whole? Async tensor parallelism,
+micro-batching and chunked pipelines run the same FLOPs as several smaller GEMMs; once each chunk still fills every
+SM for many waves, a GPU runs them at the rate of the whole, so the sum of the chunks' predicted times should not
+fall below the whole's. Where it does, a chunked recipe is predicted faster than it can be.
+
+    python -m benchmarks.estimator.split_consistency [--hardware h100-sxm,h100-sxm-96gb-500w,...] [--model NAME]
+                                                    [--json FILE]
+
+Prints, per device and split, the ratio sum(chunks) / whole over the large GEMMs of Llama 3 8B and 70B blocks
+(tensor parallel 1 and 8, 65,536 to 131,072 tokens: each chunk keeps at least 4,096 rows), with the worst shape,
+and beside it the same ratio over the measured GEMMs of that device (aiconfigurator's tables, m >= 32,768, chunks of
+at least 4,096 rows, where both sizes were measured). Measured isolated kernels are not perfectly additive either:
+wave quantisation and cuBLAS's kernel choice make about a third of large shapes run faster in chunks, so a single
+shape below 1 is expected; a device whose median falls below 1 by more than the tolerance is flagged.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from stepcast.errors import cli_main
+
+#: (model, hidden, ffn, heads, kv heads) of the Llama 3 blocks the shapes come from
+BLOCKS = (("8b", 4096, 14336, 32, 8), ("70b", 8192, 28672, 64, 8))
+TENSOR_PARALLEL = (1, 8)
+TOKENS = (65536, 131072)
+SPLITS = (2, 4, 8, 16)
+DEVICES = ("h100-sxm", "h100-sxm-96gb-500w", "h200", "b200", "a100-sxm-80gb")
+#: a sum of chunks below this share of the whole is reported as charging chunks less than the whole
+TOLERANCE = 0.02
+
+
+@dataclass(frozen=True)
+class Split:
+    """One device's ratios for one split: the median and the lowest sum(chunks) / whole over the shapes."""
+    hardware: str
+    dtype: str
+    parts: int
+    median: float
+    lowest: float
+    lowest_shape: str
+    shapes: int
+
+
+def block_gemms(hidden: int, ffn: int, heads: int, kv_heads: int, tp: int) -> list[tuple[int, int]]:
+    """(n, k) of a Llama block's forward GEMMs on one tensor-parallel rank: fused QKV, output projection, fused
+    gate and up projection, down projection."""
+    head_dim = hidden // heads
+    qkv = (heads + 2 * kv_heads) * head_dim // tp
+    return [(qkv, hidden), (hidden, hidden // tp), (2 * ffn // tp, hidden), (hidden, ffn // tp)]
+
+
+def shapes() -> list[tuple[str, int, int, int]]:
+    """(label, m, n, k) of every GEMM checked."""
+    out = []
+    for model, hidden, ffn, heads, kv in BLOCKS:
+        for tp in TENSOR_PARALLEL:
+            for m in TOKENS:
+                for n, k in block_gemms(hidden, ffn, heads, kv, tp):
+                    out.append((f"{model} tp{tp} m{m} n{n} k{k}", m, n, k))
+    return out
+
+
+def split_ratios(estimator, hardware: str, dtype: str = "bf16", splits: Sequence[int] = SPLITS) -> list[Split]:
+    """For each split, sum(chunk times) / whole time over :func:`shapes` on ``hardware`` (``estimator``: anything
+    with ``predict_frame``)."""
+    gemms = shapes()
+    rows = [dict(family="gemm", hardware=hardware, dtype=dtype, m=m // parts, n=n, k=k, batch=1)
+            for parts in (1, *splits) for _, m, n, k in gemms]
+    times = estimator.predict_frame(pd.DataFrame(rows))["predicted_us"].to_numpy().reshape(1 + len(splits), -1)
+    whole = times[0]
+    out = []
+    for i, parts in enumerate(splits, start=1):
+        ratios = pd.Series(times[i] * parts / whole, index=[label for label, *_ in gemms])
+        out.append(Split(hardware, dtype, parts, round(float(ratios.median()), 4), round(float(ratios.min()), 4),
+                         str(ratios.idxmin()), len(ratios)))
+    return out
+
+
+def measured_medians(hardware: str, dtype: str = "bf16", splits: Sequence[int] = SPLITS,
+                     frame: pd.DataFrame | None = None) -> dict[int, float]:
+    """Per split, the median of sum(chunks) / whole over the measured GEMMs of ``hardware`` (m >= 32,768, chunks
+    of at least 4,096 rows, both sizes measured); empty for a device with no such measurements."""
+    if frame is None:
+        from stepcast.estimator.data import load_measurements
+
+        frame = load_measurements(families=["gemm"], sources=["aiconfigurator"])
+    rows = frame[(frame["hardware"] == hardware) & (frame["dtype"] == dtype) & (frame["batch"] == 1)]
+    times = rows.groupby(["m", "n", "k"])["runtime_us"].median()
+    out = {}
+    for parts in splits:
+        ratios = [times[(m // parts, n, k)] * parts / t for (m, n, k), t in times.items()
+                  if m >= 32768 and m % parts == 0 and m // parts >= 4096 and (m // parts, n, k) in times.index]
+        if ratios:
+            out[parts] = round(float(pd.Series(ratios).median()), 4)
+    return out
+
+
+def flagged(results: Sequence[Split], tolerance: float = TOLERANCE) -> list[Split]:
+    """The splits whose median shape charges its chunks less than its whole by more than ``tolerance``."""
+    return [r for r in results if r.median < 1 - tolerance]
+
+
+def render(results: Sequence[Split], measured: dict[str, dict[int, float]]) -> str:
+    lines = [f"{'device':22s} {'dtype':6s} {'split':>5s} {'median':>7s} {'measured':>8s} {'lowest':>7s}  lowest at"]
+    for r in results:
+        seen = measured.get(r.hardware, {}).get(r.parts)
+        mark = "  <- chunks charged less" if flagged([r]) else ""
+        lines.append(f"{r.hardware:22s} {r.dtype:6s} {r.parts:5d} {r.median:7.3f} "
+                     f"{'-' if seen is None else f'{seen:.3f}':>8s} {r.lowest:7.3f}  {r.lowest_shape}{mark}")
+    return "\n".join(lines)
+
+
+@cli_main
+def main(argv: list[str] | None = None) -> int:
+    from stepcast import estimator as estimators
+    from stepcast.profiling.hardware import lookup
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.estimator.split_consistency",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--hardware", default=",".join(DEVICES), help="catalog ids, comma-separated")
+    parser.add_argument("--dtype", default="bf16")
+    parser.add_argument("--model", default=None, help="estimator.load source (default: the shipped bundle)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the ratios here")
+    args = parser.parse_args(argv)
+    devices = [lookup(h.strip()).id for h in args.hardware.split(",") if h.strip()]
+    model = estimators.load(args.model)
+    results = [r for hardware in devices for r in split_ratios(model, hardware, args.dtype)]
+    from stepcast.estimator.data import load_measurements
+
+    frame = load_measurements(families=["gemm"], sources=["aiconfigurator"])
+    measured = {hardware: measured_medians(hardware, args.dtype, frame=frame) for hardware in devices}
+    print(render(results, measured))
+    if args.json:
+        from stepcast.profiling.atomic import write_json_atomic
+
+        write_json_atomic(args.json, {"predicted": [asdict(r) for r in results], "measured": measured})
+    bad = flagged(results)
+    print(f"{len(bad)} of {len(results)} (device, split) pairs: the median shape's chunks charged more than "
+          f"{TOLERANCE:.0%} less than its whole")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
