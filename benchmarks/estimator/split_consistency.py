@@ -82,23 +82,39 @@ def split_ratios(estimator, hardware: str, dtype: str = "bf16", splits: Sequence
     return out
 
 
+def measured_pairs(hardware: str, dtype: str, frame: pd.DataFrame, splits: Sequence[int] = SPLITS) -> pd.DataFrame:
+    """Every measured GEMM of ``hardware`` with m >= 32,768 whose chunk (m / parts, at least 4,096 rows) was measured
+    too: columns parts, m, n, k and ``measured`` (sum of the chunks' times / the whole's)."""
+    rows = frame[(frame["hardware"] == hardware) & (frame["dtype"] == dtype) & (frame["batch"] == 1)]
+    times = rows.groupby(["m", "n", "k"])["runtime_us"].median()
+    pairs = [(parts, m, n, k, times[(m // parts, n, k)] * parts / whole)
+             for parts in splits for (m, n, k), whole in times.items()
+             if m >= 32768 and m % parts == 0 and m // parts >= 4096 and (m // parts, n, k) in times.index]
+    return pd.DataFrame(pairs, columns=["parts", "m", "n", "k", "measured"])
+
+
 def measured_medians(hardware: str, dtype: str = "bf16", splits: Sequence[int] = SPLITS,
-                     frame: pd.DataFrame | None = None) -> dict[int, float]:
-    """Per split, the median of sum(chunks) / whole over the measured GEMMs of ``hardware`` (m >= 32,768, chunks
-    of at least 4,096 rows, both sizes measured); empty for a device with no such measurements."""
+                     frame: pd.DataFrame | None = None, estimator=None) -> dict[int, dict[str, float]]:
+    """Per split, the median of sum(chunks) / whole over :func:`measured_pairs` (``measured``) and, given an
+    ``estimator``, its prediction of the same ratio on the same shapes (``predicted``); empty for a device with no
+    such measurements."""
     if frame is None:
         from stepcast.estimator.data import load_measurements
 
         frame = load_measurements(families=["gemm"], sources=["aiconfigurator"])
-    rows = frame[(frame["hardware"] == hardware) & (frame["dtype"] == dtype) & (frame["batch"] == 1)]
-    times = rows.groupby(["m", "n", "k"])["runtime_us"].median()
-    out = {}
-    for parts in splits:
-        ratios = [times[(m // parts, n, k)] * parts / t for (m, n, k), t in times.items()
-                  if m >= 32768 and m % parts == 0 and m // parts >= 4096 and (m // parts, n, k) in times.index]
-        if ratios:
-            out[parts] = round(float(pd.Series(ratios).median()), 4)
-    return out
+    pairs = measured_pairs(hardware, dtype, frame, splits)
+    if pairs.empty:
+        return {}
+    if estimator is not None:
+        base = dict(family="gemm", hardware=hardware, dtype=dtype, batch=1)
+        whole = pd.DataFrame([{**base, "m": m, "n": n, "k": k} for m, n, k in zip(pairs.m, pairs.n, pairs.k)])
+        chunk = whole.assign(m=pairs.m.to_numpy() // pairs.parts.to_numpy())
+        times = estimator.predict_frame(pd.concat([whole, chunk], ignore_index=True))["predicted_us"].to_numpy()
+        pairs["predicted"] = times[len(pairs):] * pairs.parts.to_numpy() / times[:len(pairs)]
+    medians = pairs.groupby("parts").median(numeric_only=True)
+    return {int(parts): {name: round(float(medians.loc[parts, name]), 4)
+                         for name in ("measured", "predicted") if name in medians}
+            for parts in medians.index}
 
 
 def flagged(results: Sequence[Split], tolerance: float = TOLERANCE) -> list[Split]:
@@ -106,13 +122,19 @@ def flagged(results: Sequence[Split], tolerance: float = TOLERANCE) -> list[Spli
     return [r for r in results if r.median < 1 - tolerance]
 
 
-def render(results: Sequence[Split], measured: dict[str, dict[int, float]]) -> str:
-    lines = [f"{'device':22s} {'dtype':6s} {'split':>5s} {'median':>7s} {'measured':>8s} {'lowest':>7s}  lowest at"]
+def render(results: Sequence[Split], measured: dict[str, dict[int, dict[str, float]]]) -> str:
+    """One line per (device, split): the median over the Llama shapes, then over the measured shapes the measured
+    and the predicted median, then the lowest Llama shape."""
+    def cell(value: float | None) -> str:
+        return "-" if value is None else f"{value:.3f}"
+
+    lines = [f"{'device':22s} {'dtype':6s} {'split':>5s} {'llama':>7s} {'meas.':>7s} {'pred.':>7s} {'lowest':>7s}  "
+             "lowest at   (llama: predicted median over Llama 3 GEMMs; meas./pred.: over the measured GEMMs)"]
     for r in results:
-        seen = measured.get(r.hardware, {}).get(r.parts)
+        seen = measured.get(r.hardware, {}).get(r.parts, {})
         mark = "  <- chunks charged less" if flagged([r]) else ""
-        lines.append(f"{r.hardware:22s} {r.dtype:6s} {r.parts:5d} {r.median:7.3f} "
-                     f"{'-' if seen is None else f'{seen:.3f}':>8s} {r.lowest:7.3f}  {r.lowest_shape}{mark}")
+        lines.append(f"{r.hardware:22s} {r.dtype:6s} {r.parts:5d} {r.median:7.3f} {cell(seen.get('measured')):>7s} "
+                     f"{cell(seen.get('predicted')):>7s} {r.lowest:7.3f}  {r.lowest_shape}{mark}")
     return "\n".join(lines)
 
 
@@ -134,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     from stepcast.estimator.data import load_measurements
 
     frame = load_measurements(families=["gemm"], sources=["aiconfigurator"])
-    measured = {hardware: measured_medians(hardware, args.dtype, frame=frame) for hardware in devices}
+    measured = {hardware: measured_medians(hardware, args.dtype, frame=frame, estimator=model) for hardware in devices}
     print(render(results, measured))
     if args.json:
         from stepcast.profiling.atomic import write_json_atomic
