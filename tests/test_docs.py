@@ -3,7 +3,6 @@ lines, every relative link resolves, every page is reachable, the design notes t
 README's accuracy tables are what the committed results give (tools/readme_tables.py)."""
 from __future__ import annotations
 
-import importlib.util
 import math
 import re
 from pathlib import Path
@@ -11,10 +10,9 @@ from pathlib import Path
 import pytest
 
 from stepcast.profiling.paths import REPO_ROOT
+from tests.tools import load_tool
 
-spec = importlib.util.spec_from_file_location("readme_tables", REPO_ROOT / "tools" / "readme_tables.py")
-readme_tables = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(readme_tables)
+readme_tables = load_tool("readme_tables")
 
 README = REPO_ROOT / "README.md"
 DOCS = REPO_ROOT / "docs"

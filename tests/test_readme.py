@@ -2,15 +2,13 @@
 it; machine-dependent values read <varies>), and the README's first command is the one that block shows."""
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
 from stepcast.profiling.paths import REPO_ROOT
+from tests.tools import load_tool
 
-spec = importlib.util.spec_from_file_location("readme_sample", REPO_ROOT / "tools" / "readme_sample.py")
-readme_sample = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(readme_sample)
+readme_sample = load_tool("readme_sample")
+
 
 def summary(iterations: str, mfu: str) -> str:
     """A summary as stepcast run prints it (rich sizes the value column to its longest value)."""

@@ -4,7 +4,6 @@ and examples are package data), install nothing but the ``stepcast`` name, and l
 ``profiling`` or ``datasets`` alone."""
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -16,10 +15,9 @@ from pathlib import Path
 import pytest
 
 from stepcast.profiling.paths import REPO_ROOT
+from tests.tools import load_tool
 
-spec = importlib.util.spec_from_file_location("readme_sample", REPO_ROOT / "tools" / "readme_sample.py")
-readme_sample = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(readme_sample)
+readme_sample = load_tool("readme_sample")
 
 #: what a wheel is built from (setup.py maps these folders under ``stepcast``)
 SOURCES = ("pyproject.toml", "setup.py", "README.md", "stepcast", "emulate", "estimator", "profiling", "conf",
