@@ -16,7 +16,6 @@ shape below 1 is expected; a device whose median falls below 1 by more than the 
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -66,19 +65,26 @@ def shapes() -> list[tuple[str, int, int, int]]:
     return out
 
 
+def predicted_ratios(estimator, hardware: str, dtype: str, pairs: pd.DataFrame) -> pd.Series:
+    """Per row of ``pairs`` (columns parts, m, n, k), the predicted sum of the ``parts`` chunks' times (m / parts
+    rows each) over the whole GEMM's; ``estimator``: anything with ``predict_frame``. One prediction call."""
+    whole = pd.DataFrame({"family": "gemm", "hardware": hardware, "dtype": dtype, "m": pairs["m"].to_numpy(),
+                          "n": pairs["n"].to_numpy(), "k": pairs["k"].to_numpy(), "batch": 1})
+    chunk = whole.assign(m=pairs["m"].to_numpy() // pairs["parts"].to_numpy())
+    times = estimator.predict_frame(pd.concat([whole, chunk], ignore_index=True))["predicted_us"].to_numpy()
+    return pd.Series(times[len(pairs):] * pairs["parts"].to_numpy() / times[:len(pairs)], index=pairs.index)
+
+
 def split_ratios(estimator, hardware: str, dtype: str = "bf16", splits: Sequence[int] = SPLITS) -> list[Split]:
-    """For each split, sum(chunk times) / whole time over :func:`shapes` on ``hardware`` (``estimator``: anything
-    with ``predict_frame``)."""
-    gemms = shapes()
-    rows = [dict(family="gemm", hardware=hardware, dtype=dtype, m=m // parts, n=n, k=k, batch=1)
-            for parts in (1, *splits) for _, m, n, k in gemms]
-    times = estimator.predict_frame(pd.DataFrame(rows))["predicted_us"].to_numpy().reshape(1 + len(splits), -1)
-    whole = times[0]
+    """For each split, sum(chunk times) / whole time over :func:`shapes` on ``hardware``."""
+    pairs = pd.DataFrame([(label, parts, m, n, k) for parts in splits for label, m, n, k in shapes()],
+                         columns=["label", "parts", "m", "n", "k"])
+    pairs["ratio"] = predicted_ratios(estimator, hardware, dtype, pairs)
     out = []
-    for i, parts in enumerate(splits, start=1):
-        ratios = pd.Series(times[i] * parts / whole, index=[label for label, *_ in gemms])
-        out.append(Split(hardware, dtype, parts, round(float(ratios.median()), 4), round(float(ratios.min()), 4),
-                         str(ratios.idxmin()), len(ratios)))
+    for parts, group in pairs.groupby("parts", sort=True):
+        ratios = group.set_index("label")["ratio"]
+        out.append(Split(hardware, dtype, int(parts), round(float(ratios.median()), 4),
+                         round(float(ratios.min()), 4), str(ratios.idxmin()), len(ratios)))
     return out
 
 
@@ -93,24 +99,16 @@ def measured_pairs(hardware: str, dtype: str, frame: pd.DataFrame, splits: Seque
     return pd.DataFrame(pairs, columns=["parts", "m", "n", "k", "measured"])
 
 
-def measured_medians(hardware: str, dtype: str = "bf16", splits: Sequence[int] = SPLITS,
-                     frame: pd.DataFrame | None = None, estimator=None) -> dict[int, dict[str, float]]:
-    """Per split, the median of sum(chunks) / whole over :func:`measured_pairs` (``measured``) and, given an
-    ``estimator``, its prediction of the same ratio on the same shapes (``predicted``); empty for a device with no
-    such measurements."""
-    if frame is None:
-        from stepcast.estimator.data import load_measurements
-
-        frame = load_measurements(families=["gemm"], sources=["aiconfigurator"])
+def measured_medians(hardware: str, frame: pd.DataFrame, dtype: str = "bf16", splits: Sequence[int] = SPLITS,
+                     estimator=None) -> dict[int, dict[str, float]]:
+    """Per split, the median of sum(chunks) / whole over :func:`measured_pairs` of ``frame`` (``measured``) and,
+    given an ``estimator``, its prediction of the same ratio on the same shapes (``predicted``); empty for a device
+    with no such measurements."""
     pairs = measured_pairs(hardware, dtype, frame, splits)
     if pairs.empty:
         return {}
     if estimator is not None:
-        base = dict(family="gemm", hardware=hardware, dtype=dtype, batch=1)
-        whole = pd.DataFrame([{**base, "m": m, "n": n, "k": k} for m, n, k in zip(pairs.m, pairs.n, pairs.k)])
-        chunk = whole.assign(m=pairs.m.to_numpy() // pairs.parts.to_numpy())
-        times = estimator.predict_frame(pd.concat([whole, chunk], ignore_index=True))["predicted_us"].to_numpy()
-        pairs["predicted"] = times[len(pairs):] * pairs.parts.to_numpy() / times[:len(pairs)]
+        pairs["predicted"] = predicted_ratios(estimator, hardware, dtype, pairs)
     medians = pairs.groupby("parts").median(numeric_only=True)
     return {int(parts): {name: round(float(medians.loc[parts, name]), 4)
                          for name in ("measured", "predicted") if name in medians}
@@ -156,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     from stepcast.estimator.data import load_measurements
 
     frame = load_measurements(families=["gemm"], sources=["aiconfigurator"])
-    measured = {hardware: measured_medians(hardware, args.dtype, frame=frame, estimator=model) for hardware in devices}
+    measured = {hardware: measured_medians(hardware, frame, args.dtype, estimator=model) for hardware in devices}
     print(render(results, measured))
     if args.json:
         from stepcast.profiling.atomic import write_json_atomic

@@ -38,10 +38,10 @@ def test_measured_medians_pair_each_large_gemm_with_its_measured_chunks():
     rows = [dict(hardware="h100-sxm", dtype="bf16", batch=1, m=m, n=4096, k=4096, runtime_us=us)
             for m, us in ((65536, 1000.0), (32768, 520.0), (16384, 250.0), (8192, 130.0), (4096, 70.0),
                           (2048, 40.0))]
-    medians = sc.measured_medians("h100-sxm", frame=pd.DataFrame(rows), estimator=PowerLaw(1.0))
+    medians = sc.measured_medians("h100-sxm", pd.DataFrame(rows), estimator=PowerLaw(1.0))
     # from m = 65,536 and 32,768 (chunks of at least 4,096 rows): split 2 pairs (65,536, 32,768) and
     # (32,768, 16,384); split 16 only 65,536 -> 4,096
     assert medians[2]["measured"] == round(((520 * 2 / 1000) + (250 * 2 / 520)) / 2, 4)
     assert medians[16]["measured"] == round(70 * 16 / 1000, 4)
     assert medians[2]["predicted"] == medians[16]["predicted"] == 1.0  # the same shapes, through the estimator
-    assert sc.measured_medians("b200", frame=pd.DataFrame(rows)) == {}
+    assert sc.measured_medians("b200", pd.DataFrame(rows)) == {}
