@@ -13,13 +13,14 @@ import importlib.util
 import os
 from pathlib import Path
 
+import stepcast
 from stepcast import settings
 
 #: the folder holding emulate/, estimator/, profiling/ and the shipped data: a checkout's root, or the installed
 #: ``stepcast`` package
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 #: True when run from a source checkout (benchmarks, docs/results and tests exist only there)
-IN_CHECKOUT = (PACKAGE_ROOT / "pyproject.toml").is_file()
+IN_CHECKOUT = stepcast.CHECKOUT is not None
 #: kept for the modules (benchmarks, tests) that read the checkout's own files: the same folder as PACKAGE_ROOT
 REPO_ROOT = PACKAGE_ROOT
 

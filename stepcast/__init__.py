@@ -10,6 +10,9 @@ This package's own modules parse the command line (:mod:`stepcast.cli`), declare
 (:mod:`stepcast.settings`) and every user error (:mod:`stepcast.errors`)."""
 from pathlib import Path as _Path
 
-_checkout = _Path(__file__).resolve().parent.parent
-if (_checkout / "pyproject.toml").is_file() and (_checkout / "emulate" / "__init__.py").is_file():
-    __path__.append(str(_checkout))  # noqa: F821 (a package's __path__): stepcast.emulate is the checkout's emulate/
+_root = _Path(__file__).resolve().parent.parent
+#: the source checkout this package runs from, or None when installed (the one test of which it is)
+_in_checkout = (_root / "pyproject.toml").is_file() and (_root / "emulate" / "__init__.py").is_file()
+CHECKOUT: _Path | None = _root if _in_checkout else None
+if CHECKOUT is not None:
+    __path__.append(str(CHECKOUT))  # noqa: F821 (a package's __path__): stepcast.emulate is the checkout's emulate/
