@@ -1,7 +1,7 @@
 """``stepcast <command> ...``: parse the command line and hand each subcommand to the module that owns it.
 
 argparse subcommands (run, replay, validate, search, predict) are registered from their owners' own parser
-builders, so ``stepcast run`` and ``stepcast run`` accept the same arguments; the Hydra apps (profile,
+builders, so ``stepcast run`` and ``python -m stepcast.emulate run`` accept the same arguments; the Hydra apps (profile,
 train), which parse ``sys.argv``, get everything after their name. The benchmarks are not commands of the product:
 they run from a checkout as ``python -m benchmarks.<package>.<name>``."""
 from __future__ import annotations

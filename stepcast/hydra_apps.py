@@ -1,5 +1,5 @@
-"""What the two Hydra apps (``stepcast profile`` = ``stepcast profile``, ``stepcast train`` =
-``stepcast train``) share: where Hydra's own output goes, how the console command hands them its
+"""What the two Hydra apps (``stepcast profile`` = ``python -m stepcast.profiling``, ``stepcast train`` =
+``python -m stepcast.estimator.train``) share: where Hydra's own output goes, how the console command hands them its
 arguments, and how their errors end in one line.
 
 Hydra writes a folder per run (the composed config under ``.hydra/`` and a log). Left to its default that folder
