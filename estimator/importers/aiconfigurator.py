@@ -14,7 +14,11 @@ and the B60 at this commit) are skipped with a log line: a row must name a catal
 
 Merging: the same kernel shape is timed by several framework releases (vLLM, SGLang, TensorRT-LLM, each a few
 versions) that call the same library kernel; the importers keep one row per (device, backend, shape), the median
-over those measurements, so no shape weighs more in training for having been re-measured.
+over those measurements, so no shape weighs more in training for having been re-measured. Before that, a table
+whose timings disagree with the other releases' of the same kernels by more than :data:`OUTLIER_FACTOR` is left
+out with a warning (:func:`outlier_tables`): at this commit the H100's SGLang 0.5.6.post2 fused-MoE table reads
+10.0x its three sibling releases on every shared shape (a unit slip), and the median over four releases does not
+remove a table that is the only one to time some shapes.
 """
 from __future__ import annotations
 
@@ -82,8 +86,56 @@ def catalog_tables(files: list[Path], root: Path, required: tuple[str, ...]):
 
 
 def median_rows(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """One row per distinct ``keys``: the median ``latency`` (ms) of its measurements."""
+    """One row per distinct ``keys``: the median ``latency`` (ms) of its measurements. With a ``table`` column (the
+    file each measurement came from), the tables :func:`outlier_tables` finds are left out first, each with a
+    warning naming it."""
+    if "table" in frame.columns:
+        dropped = outlier_tables(frame, keys)
+        for table, (factor, shared) in dropped.items():
+            log.warning("aiconfigurator: %s: timings %.3gx the other releases' for the same kernels (median over "
+                        "%d shared); table left out", table, factor, shared)
+        if dropped:
+            frame = frame[~frame["table"].isin(list(dropped))]
     return frame.groupby(keys, sort=True, dropna=False)["latency"].median().reset_index()
+
+
+#: a table whose timings are more than this factor off the other releases' for the same kernels (the median over
+#: the kernels it shares with them) is left out: a library change between releases moved a table by at most 1.7x at
+#: this commit (the H100 vLLM 0.14.0 prefill attention against its siblings), a unit slip moves it by 10x or 1000x
+OUTLIER_FACTOR = 4.0
+#: a table is judged only on kernels that at least this many tables time (so that their median is the others', not
+#: its own) and only when it shares at least MIN_SHARED of them
+MIN_TABLES = 3
+MIN_SHARED = 50
+
+
+def outlier_tables(frame: pd.DataFrame, keys: list[str]) -> dict[str, tuple[float, int]]:
+    """{table: (its median factor against the consensus, kernels it shares)} of the tables to leave out. The
+    consensus of a kernel is the median over every table that times it, once at least :data:`MIN_TABLES` do: with
+    three or more, one table's slip cannot move it. Tables are left out only as a minority of a device's judged
+    tables: where half of them or more stray, the releases disagree and none is called wrong (logged)."""
+    per = frame.groupby([*keys, "table"], sort=False, dropna=False, observed=True)["latency"].median()
+    per = per[per > 0].reset_index()
+    grouped = per.groupby(keys, sort=False, dropna=False)["latency"]
+    per = per.assign(tables=grouped.transform("size"), consensus=grouped.transform("median"))
+    per = per[per["tables"] >= MIN_TABLES]
+    if per.empty:
+        return {}
+    log2 = np.log2(per["latency"] / per["consensus"])
+    stats = log2.groupby(per["table"], observed=True).agg(["median", "size"])
+    stats = stats[stats["size"] >= MIN_SHARED]
+    stats["device"] = per.groupby("table", observed=True)["hardware"].first().reindex(stats.index)
+    stats["stray"] = stats["median"].abs() > np.log2(OUTLIER_FACTOR)
+    out = {}
+    for device, tables in stats.groupby("device"):
+        stray = tables[tables["stray"]]
+        if 2 * len(stray) >= len(tables):
+            if len(stray):
+                log.warning("aiconfigurator: %s: %d of %d releases' tables differ by more than %gx from the "
+                            "others; all kept", device, len(stray), len(tables), OUTLIER_FACTOR)
+            continue
+        out.update({str(t): (float(2.0 ** row["median"]), int(row["size"])) for t, row in stray.iterrows()})
+    return out
 
 
 def shape_set(*columns: np.ndarray) -> np.ndarray:

@@ -78,7 +78,7 @@ def load(root: Path) -> pd.DataFrame:
             "heads_kv": raw["num_key_value_heads"].to_numpy(np.int64), "head_dim": raw["head_dim"].to_numpy(np.int64),
             "seq_q": np.ones_like(isl) if decode else isl,
             "seq_kv": isl + raw["step"].to_numpy(np.int64) if decode else isl,
-            "causal": not decode, "latency": raw["latency"].to_numpy(np.float64)}))
+            "causal": not decode, "latency": raw["latency"].to_numpy(np.float64), "table": str(path)}))
     frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     if not len(frame):
         return finalize(pd.DataFrame(), SOURCE)

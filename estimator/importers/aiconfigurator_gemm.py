@@ -61,7 +61,7 @@ def load(root: Path, gemm_dtype: str = TORCH_DTYPE) -> pd.DataFrame:
     parts = []
     for path, raw, hardware in catalog_tables(input_files(root), root, REQUIRED):
         raw = raw[(raw["gemm_dtype"].astype(str) == gemm_dtype) & (raw[["m", "n", "k"]] >= 1).all(axis=1)]
-        parts.append(raw[["m", "n", "k", "latency"]].assign(hardware=hardware))
+        parts.append(raw[["m", "n", "k", "latency"]].assign(hardware=hardware, table=str(path)))
     if not parts:
         return finalize(pd.DataFrame(), SOURCE)
     rows = median_rows(pd.concat(parts, ignore_index=True), ["hardware", "m", "n", "k"])
@@ -91,7 +91,7 @@ def cublaslt_fp8(root: Path) -> pd.DataFrame:
     for path, raw, hardware in catalog_tables(input_files(root), root, REQUIRED):
         raw = raw[(raw["kernel_source"].astype(str) == CUBLASLT_FP8_SOURCE)
                   & raw["gemm_dtype"].astype(str).isin(("fp8", TORCH_DTYPE)) & (raw[["m", "n", "k"]] >= 1).all(axis=1)]
-        parts.append(raw[["gemm_dtype", "m", "n", "k", "latency"]].assign(hardware=hardware))
+        parts.append(raw[["gemm_dtype", "m", "n", "k", "latency"]].assign(hardware=hardware, table=str(path)))
     if not parts:
         return finalize(pd.DataFrame(), SOURCE)
     rows = median_rows(pd.concat(parts, ignore_index=True), ["hardware", "gemm_dtype", "m", "n", "k"])

@@ -91,7 +91,8 @@ def load(root: Path) -> pd.DataFrame:
             raise DataImportError(f"{path}: column '{column}': expected a positive integer")
         parts.append(shape.assign(hardware=hardware, dtype=raw["moe_dtype"].astype(str).map(DTYPES),
                                   backend=raw["kernel_source"].astype(str),
-                                  skew=skew(raw["distribution"], path), latency=raw["latency"].to_numpy()))
+                                  skew=skew(raw["distribution"], path), latency=raw["latency"].to_numpy(),
+                                  table=str(path)))
     if not parts:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in COLUMNS})
     keys = ["hardware", "dtype", "backend", *SHAPE.values(), "skew"]

@@ -48,7 +48,7 @@ def load(root: Path) -> pd.DataFrame:
         parts.append(pd.DataFrame({
             "hardware": hardware, "op": raw["op_name"].astype(str).map(OPS), "dtype": dtype.map(lambda d: DTYPES[d][0]),
             "bytes": raw["message_size"].to_numpy() * dtype.map(lambda d: DTYPES[d][1]).to_numpy(),
-            "ranks": raw["num_gpus"].to_numpy(), "latency": raw["latency"].to_numpy()}))
+            "ranks": raw["num_gpus"].to_numpy(), "latency": raw["latency"].to_numpy(), "table": str(path)}))
     if not parts:
         return finalize(pd.DataFrame(), SOURCE)
     rows = median_rows(pd.concat(parts, ignore_index=True), ["hardware", "op", "dtype", "bytes", "ranks"])

@@ -159,3 +159,40 @@ def test_cublaslt_fp8_rows_lose_the_quantisation_their_narrowest_gemm_shows(tmp_
     assert set(out["dtype"]) == {"fp8_e4m3"} and set(out["hardware"]) == {"h100-sxm"}
     assert out.loc[4096, "runtime_us"] == pytest.approx(200.0) and out.loc[4096, "quantize_us"] == pytest.approx(175.0)
     assert out.loc[32, "runtime_us"] == pytest.approx(25.0)   # the fp8 read of its input: half bf16's
+
+
+def releases(tmp_path: Path, factors: dict[str, float], shapes: int = 60) -> None:
+    """One H100 bf16 GEMM table per release (folder name -> factor on a common timing), ``shapes`` shapes each."""
+    for release, factor in factors.items():
+        write(tmp_path, f"h100_sxm/gemm/{release}/gemm_perf.parquet",
+              [gemm(H100, "bfloat16", 64, 128 * (i + 1), 1024, 0.010 * (1 + i / 100) * factor) for i in range(shapes)])
+
+
+def test_a_release_timed_tenfold_its_siblings_is_left_out_with_a_warning_naming_it(tmp_path, caplog):
+    releases(tmp_path, {"vllm/1": 1.0, "vllm/2": 1.1, "sglang/1": 0.9, "sglang/2": 10.0})
+    with caplog.at_level("WARNING"):
+        rows = aiconfigurator_gemm.load(tmp_path)
+    assert rows["runtime_us"].iloc[0] == pytest.approx(10.0)  # the median of 9, 10, 11: the slip is gone
+    message = " ".join(r.getMessage() for r in caplog.records)
+    assert "sglang/2/gemm_perf.parquet: timings 9.52x" in message and "left out" in message  # 10 / median(.9, 1, 1.1, 10)
+
+
+def test_releases_within_the_outlier_factor_are_all_merged(tmp_path, caplog):
+    releases(tmp_path, {"vllm/1": 1.0, "vllm/2": 1.0, "sglang/1": 3.0, "sglang/2": 3.0})
+    with caplog.at_level("WARNING"):
+        rows = aiconfigurator_gemm.load(tmp_path)
+    assert rows["runtime_us"].iloc[0] == pytest.approx(20.0) and not caplog.records  # the median of all four
+
+
+def test_releases_that_disagree_without_a_majority_are_all_kept(tmp_path, caplog):
+    releases(tmp_path, {"vllm/1": 1.0, "sglang/1": 10.0})
+    assert aiconfigurator_gemm.load(tmp_path)["runtime_us"].iloc[0] == pytest.approx(55.0)
+    releases(tmp_path, {"vllm/1": 1.0, "vllm/2": 1.0, "sglang/1": 10.0, "sglang/2": 10.0})
+    with caplog.at_level("WARNING"):
+        assert aiconfigurator_gemm.load(tmp_path)["runtime_us"].iloc[0] == pytest.approx(55.0)
+    assert "h100-sxm: 2 of 4 releases' tables differ by more than 4x" in caplog.text
+
+
+def test_a_release_sharing_few_kernels_with_its_siblings_is_not_judged(tmp_path):
+    releases(tmp_path, {"vllm/1": 1.0, "vllm/2": 1.0, "sglang/1": 10.0, "sglang/2": 10.0}, shapes=10)
+    assert aiconfigurator_gemm.load(tmp_path)["runtime_us"].iloc[0] == pytest.approx(55.0)  # all four merged
