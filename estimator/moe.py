@@ -11,7 +11,7 @@
   weights once (a small-m layer is a weight read) and their permuted inputs and outputs, plus the router's logits
   and the combine in bf16 (:func:`routing_bytes`). Peak FLOP/s for the row's dtype, bandwidth and L2 size come
   from the catalog (``estimator.hardware_table``), so the bound is the layer's roofline on any catalog GPU;
-  bytes that fit in L2 are charged at a bound on L2's bandwidth (:func:`l2_bytes`).
+  bytes that fit in L2 are charged at a bound on L2's bandwidth from the spec sheet (:func:`l2_bandwidth`).
 - **Correction** c: log2 of measured over ``expected`` (the roofline of the expected loads' work), learned by
   gradient-boosted trees (absolute log error) on the seen GPUs from dimensionless facts (backend, dtype, routing,
   tiles and waves, compute share of the roofline) and the GPU's catalog figures (:func:`features`). The
@@ -39,9 +39,9 @@ KEYS = ("hardware", "dtype", "backend", "tokens", "hidden", "inter", "topk", "ex
 ACTIVATION_BYTES = 2.0
 #: the grouped GEMM's tile along m: how a group's rows are padded (CUTLASS / Triton MoE kernels' common 128 x 128)
 TILE_M = 128.0
-#: an upper bound on L2 over DRAM bandwidth on the catalog's GPUs (about 2-3x on HBM parts, 5-6x on the L40S's
-#: GDDR6), so bytes served from L2 are never charged less time than they can take
-L2_OVER_DRAM = 8.0
+#: L2 bytes an SM can read per clock, at most, on the catalog's GPUs (the A100 whitepaper's 5,120 bytes a clock over
+#: 108 SMs is 47): with the SM count and boost clock, an upper bound on a GPU's L2 bandwidth (:func:`l2_bandwidth`)
+L2_BYTES_PER_SM_CLOCK = 64.0
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class LayerWork:
     least: ExpertLoads  # the least any such routing costs (least_loads): what the work and the bound count
     work: Work
     compute_us: np.ndarray  # FLOPs at the dtype's peak
-    memory_us: np.ndarray  # the bytes at DRAM bandwidth, those L2 holds at L2_OVER_DRAM times it
+    memory_us: np.ndarray  # the bytes at DRAM bandwidth, those L2 holds at its bandwidth (l2_bandwidth)
     bound_us: np.ndarray  # their roofline (estimator.analytical.roofline_seconds): no prediction is below it
     expected_us: np.ndarray  # the same roofline with the expected loads: what the correction multiplies
 
@@ -102,7 +102,7 @@ def _roofline(frame: pd.DataFrame, num: dict[str, np.ndarray], loads: ExpertLoad
     zeros = np.zeros(len(frame))
     work = Work(first.flops + second.flops, moved, zeros, zeros)
     resident = np.minimum(work.bytes, l2_bytes(hw))
-    dram = Work(work.flops, work.bytes - resident * (1.0 - 1.0 / L2_OVER_DRAM), zeros, zeros)
+    dram = Work(work.flops, work.bytes - resident * (1.0 - hw.memory_bandwidth / l2_bandwidth(hw)), zeros, zeros)
     compute_us = work.flops / hw.peak_flops * 1e6
     memory_us = dram.bytes / hw.memory_bandwidth * 1e6
     return work, compute_us, memory_us, roofline_seconds(dram, hw) * 1e6
@@ -111,8 +111,17 @@ def _roofline(frame: pd.DataFrame, num: dict[str, np.ndarray], loads: ExpertLoad
 def l2_bytes(hw: RowHardware) -> np.ndarray:
     """Bytes of each row's L2 cache (catalog): a layer timed back to back under CUDA graphs finds that much of its
     weights still in L2 (L40S, 96 MiB: small layers run at 3x its DRAM roofline), so only the rest must come from
-    DRAM; the bound charges the resident bytes at :data:`L2_OVER_DRAM` times the DRAM bandwidth."""
+    DRAM; the bound charges the resident bytes at :func:`l2_bandwidth`."""
     return hw.spec["hw_l2_cache_mib"] * 2.0 ** 20
+
+
+def l2_bandwidth(hw: RowHardware) -> np.ndarray:
+    """Bytes/s an upper bound on each row's L2 read bandwidth: SM count x boost clock x
+    :data:`L2_BYTES_PER_SM_CLOCK` (catalog). Its ratio to DRAM bandwidth is what sets a GPU apart where the weights
+    stay in L2: about 5 on the H100 and A100, 2.4 on the B200, 27 on the L40S, whose GDDR6 is the slowest and whose
+    L2 the largest (a fixed 8x of DRAM made its held-out layers 40 % off, 29 % with this:
+    ``python -m benchmarks.emulate.moe``)."""
+    return hw.spec["hw_sm_count"] * hw.spec["hw_clock_mhz"] * 1e6 * L2_BYTES_PER_SM_CLOCK
 
 
 def features(frame: pd.DataFrame, lw: LayerWork, backends: tuple[str, ...]) -> pd.DataFrame:
@@ -162,6 +171,7 @@ def features(frame: pd.DataFrame, lw: LayerWork, backends: tuple[str, ...]) -> p
         "log2_bandwidth_per_sm": np.log2(hw.memory_bandwidth / sms),
         "log2_peak_per_sm": np.log2(hw.peak_flops / sms),
         "log2_l2_mib": np.log2(hw.spec["hw_l2_cache_mib"]),
+        "log2_l2_over_dram": np.log2(l2_bandwidth(hw) / hw.memory_bandwidth),
         "sms": sms,
     })
 

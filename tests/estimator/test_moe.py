@@ -72,3 +72,19 @@ def test_the_bound_is_the_projects_roofline_of_the_layers_dram_work():
     lw = layer_work(test)
     hw = row_hardware(test["hardware"], test["dtype"])
     assert np.all(lw.bound_us <= roofline_seconds(lw.work, hw) * 1e6 * (1 + 1e-9))
+
+
+def test_weights_that_fit_in_l2_are_charged_at_the_spec_sheets_l2_bandwidth():
+    """A layer whose bytes fit in L2 is bounded by those bytes at SMs x boost clock x 64 bytes, which sets the L40S
+    (slow GDDR6, large L2: 27x its DRAM bandwidth) apart from the HBM parts (about 5x on the H100)."""
+    from stepcast.estimator.moe import l2_bandwidth, l2_bytes
+
+    small = layers(n=8, hardware="l40s").assign(tokens=1, skew=0.0, hidden=2048, inter=768, ep=4)
+    lw = layer_work(small)
+    hw = row_hardware(small["hardware"], small["dtype"])
+    assert np.all(lw.work.bytes < l2_bytes(hw))
+    assert np.all(l2_bandwidth(hw) == 142 * hw.spec["hw_clock_mhz"] * 1e6 * 64.0)
+    assert lw.memory_us == pytest.approx(lw.work.bytes / l2_bandwidth(hw) * 1e6)
+    ratios = {gpu: float(l2_bandwidth(h)[0] / h.memory_bandwidth[0]) for gpu in ("l40s", "h100-sxm")
+              for h in [row_hardware(pd.Series([gpu]), pd.Series(["bf16"]))]}
+    assert ratios["l40s"] > 20 and 4 < ratios["h100-sxm"] < 6

@@ -1,6 +1,7 @@
 """The fused-MoE benchmark scores a GPU only on a model that never saw its rows, and seen shapes never leak."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
@@ -90,3 +91,35 @@ def test_only_the_splits_asked_for_are_run(monkeypatch):
 
     cells = moe_benchmark.run(rows(), ["l40s"], (0,), per_cell=30, console=Console(width=140), splits=("seen",))
     assert set(cells["split"]) == {"seen"}
+
+
+def test_the_committed_page_is_what_the_committed_results_give():
+    """docs/moe_accuracy.md is generated (``--page ... --from ...``): never edited by hand, never stale against the
+    results files it names."""
+    import json
+
+    from stepcast.profiling.paths import REPO_ROOT
+
+    files = [REPO_ROOT / "docs" / "results" / name
+             for name in ("moe_benchmark.json", "moe_benchmark_seen_all_rows.json")]
+    page = moe_benchmark.render_page([(f, json.loads(f.read_text())) for f in files])
+    assert (REPO_ROOT / "docs" / "moe_accuracy.md").read_text() == page
+
+
+def test_the_page_names_each_results_files_command_with_its_options():
+    cells = [{"split": "seen", "seed": 0, "hardware": h, "dtype": "bf16", "mean_ape": 7.0, "roofline_ape": 70.0,
+              "rows": 100, "pooled": h == "pooled"} for h in ("b200", "pooled")]
+    doc = {"rows_per_cell": 200000, "seeds": [0], "splits": ["seen"], "cells": cells,
+           "model": {"n_estimators": 600, "max_depth": 12, "learning_rate": 0.15}}
+    page = moe_benchmark.render_page([(Path("docs/results/all.json"), doc)])
+    assert ("`python -m benchmarks.emulate.moe --splits seen --rows 200000 --seeds 0 --trees 600 --depth 12 "
+            "--json docs/results/all.json`") in " ".join(page.split())  # the prose is wrapped at 120 columns
+    assert "| b200 | bf16 | - | - | 7.0 | - | 100 |" in page and page.rindex("| pooled") > page.index("| b200")
+
+
+def test_a_results_file_the_page_cannot_read_is_one_line_naming_it(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"cells": []}')
+    assert moe_benchmark.main(["--page", str(tmp_path / "p.md"), "--from", str(bad)]) == 2
+    assert capsys.readouterr().err.strip() == f"stepcast: {bad}: no field 'rows_per_cell' (expected a file written by --json)"
+    assert not (tmp_path / "p.md").exists()
