@@ -11,12 +11,19 @@ elements per ``tl.load`` / ``tl.store`` statement of it in the kernel's source (
 ``estimate_kernel_num_bytes`` caps at the space: a gather (an embedding) reads the rows it indexes, not the whole
 table, and a pooling window of k loads reads up to k spaces of its input. A tensor read again in a later loop of a
 looped reduction counts once (its rows are taken to be in L2 by then: true of a model's rows of a few thousand
-elements, not of a row of hundreds of kilobytes on a small-L2 GPU). A kernel whose arguments follow no such naming (a
-user-written Triton kernel) gets 0, 0: the bytes are unknown and the simulator falls back to its grid.
+elements, not of a row of hundreds of kilobytes on a small-L2 GPU).
 
-The wrapper is installed when Inductor's runtime module is first imported (an import hook), so scripts that never
-compile pay nothing; its own work runs between ``stepcast_pause`` and ``stepcast_resume`` (the capture layer's
-time, not the script's host time).
+A Triton kernel whose arguments follow no such naming is a user's or a library's (torchao's Float8 casts and scales,
+launched eagerly through ``triton.runtime.jit.JITFunction.run``, or compiled by Inductor as a user-defined kernel):
+its launch tells the **footprint** of its tensor arguments, each distinct tensor's bytes once, as read (the launch
+does not say which it writes). Such kernels are casts, scales, norms and permutes that stream their tensors, so the
+footprint is what they move; for one that touches part of a tensor it is an upper bound. Before, they were timed at
+a launch floor: torchao's Float8 grouped-GEMM path casts every expert's activations and weights in kernels of that
+kind.
+
+The wrappers are installed when Inductor's runtime module or Triton's launcher is first imported (an import hook),
+so scripts that never use them pay nothing; their own work runs between ``stepcast_pause`` and ``stepcast_resume``
+(the capture layer's time, not the script's host time).
 """
 from __future__ import annotations
 
@@ -30,6 +37,8 @@ from typing import Any
 
 #: the module that defines Inductor's launcher (``CachingAutotuner``)
 HEURISTICS = "torch._inductor.runtime.triton_heuristics"
+#: the module that defines Triton's own launcher (``JITFunction.run``: every eager ``@triton.jit`` launch)
+JIT = "triton.runtime.jit"
 _NUMEL_ARGS = ("xnumel", "ynumel", "znumel", "rnumel", "r0_numel", "r1_numel")
 
 #: argument role: 1 read, 2 written, 3 both (in_out), 4 an iteration-space size, 0 anything else
@@ -55,6 +64,8 @@ def argument_roles(names: Sequence[str]) -> tuple[int, ...]:
 
 
 _ACCESS = re.compile(r"\btl\.(load|store)\(\s*(\w+)")
+#: Inductor's generated pointwise / reduction kernels (profiling.classify's rule for them)
+_INDUCTOR_NAME = re.compile(r"triton_(poi|per|red)_")
 
 
 def access_counts(names: Sequence[str], source: str) -> tuple[int, ...]:
@@ -87,9 +98,26 @@ def launch_bytes(roles: Sequence[int], args: Sequence[Any], accesses: Sequence[i
     return read, written
 
 
+def footprint(args: Sequence[Any], kwargs: dict[str, Any] | None = None) -> int:
+    """Bytes of the distinct tensors among a launch's arguments (a tensor passed twice counts once)."""
+    seen: set[int] = set()
+    total = 0
+    for arg in (*args, *(kwargs or {}).values()):
+        if not hasattr(arg, "element_size") or not hasattr(arg, "data_ptr"):
+            continue
+        key = arg.data_ptr()
+        if key in seen:
+            continue
+        seen.add(key)
+        total += arg.numel() * arg.element_size()
+    return total
+
+
 def wrap_run(run: Callable[..., Any], tell: Callable[[int, int], None], pause: Callable[[], None],
              resume: Callable[[], None]) -> Callable[..., Any]:
-    """``CachingAutotuner.run`` that tells ``tell(read, written)`` before the launch and ``tell(0, 0)`` after."""
+    """``CachingAutotuner.run`` that tells ``tell(read, written)`` before the launch and ``tell(0, 0)`` after: by
+    the arguments' roles, or for a kernel whose arguments have none (a user-defined kernel Inductor compiled), their
+    footprint (module docstring)."""
 
     def stepcast_run(self, *args, **kwargs):
         pause()
@@ -100,7 +128,10 @@ def wrap_run(run: Callable[..., Any], tell: Callable[[int, int], None], pause: C
                 known = self._stepcast_arguments = (argument_roles(names),
                                                     access_counts(names, getattr(self.fn, "src", "")))
             roles, accesses = known
-            tell(*launch_bytes(roles, args, accesses))
+            if any(r & (READ | WRITTEN) for r in roles):
+                tell(*launch_bytes(roles, args, accesses))
+            else:
+                tell(footprint(args, kwargs), 0)
         except Exception:  # never let the bookkeeping break the script's launch
             tell(0, 0)
         finally:
@@ -114,21 +145,58 @@ def wrap_run(run: Callable[..., Any], tell: Callable[[int, int], None], pause: C
     return stepcast_run
 
 
-def _patch(module: Any, driver: Any) -> None:
+def wrap_jit_run(run: Callable[..., Any], tell: Callable[[int, int], None], pause: Callable[[], None],
+                 resume: Callable[[], None]) -> Callable[..., Any]:
+    """``JITFunction.run`` that tells the footprint of the launch's tensors before it and ``tell(0, 0)`` after.
+    ``warmup`` calls compile without launching and tell nothing; so does a kernel named as Inductor names its own
+    (``triton_poi_...``), which the simulator times by Inductor's rule, from its grid when no bytes are told."""
+
+    def stepcast_jit_run(self, *args, **kwargs):
+        if kwargs.get("warmup") or _INDUCTOR_NAME.match(getattr(self, "__name__", "") or ""):
+            return run(self, *args, **kwargs)
+        pause()
+        try:
+            tell(footprint(args, {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}), 0)
+        except Exception:  # never let the bookkeeping break the script's launch
+            tell(0, 0)
+        finally:
+            resume()
+        try:
+            return run(self, *args, **kwargs)
+        finally:
+            tell(0, 0)
+
+    stepcast_jit_run.__wrapped__ = run
+    return stepcast_jit_run
+
+
+def _patch_heuristics(module: Any, driver: Any) -> None:
     autotuner = getattr(module, "CachingAutotuner", None)
     if autotuner is None or hasattr(autotuner.run, "__wrapped__"):
         return
     autotuner.run = wrap_run(autotuner.run, driver.stepcast_kernel_bytes, driver.stepcast_pause, driver.stepcast_resume)
 
 
+def _patch_jit(module: Any, driver: Any) -> None:
+    function = getattr(module, "JITFunction", None)
+    if function is None or hasattr(function.run, "__wrapped__"):
+        return
+    function.run = wrap_jit_run(function.run, driver.stepcast_kernel_bytes, driver.stepcast_pause,
+                                driver.stepcast_resume)
+
+
+#: module -> what patches it once it is executed
+PATCHES: dict[str, Callable[[Any, Any], None]] = {HEURISTICS: _patch_heuristics, JIT: _patch_jit}
+
+
 class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Patches Inductor's launcher right after its module is executed."""
+    """Patches a launcher module of :data:`PATCHES` right after it is executed."""
 
     def __init__(self, driver: Any) -> None:
         self._driver = driver
 
     def find_spec(self, fullname, path, target=None):
-        if fullname != HEURISTICS:
+        if fullname not in PATCHES:
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is None or spec.loader is None:
@@ -141,14 +209,14 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
 
             def exec_module(self, module):
                 loader.exec_module(module)
-                _patch(module, driver)
+                PATCHES[fullname](module, driver)
 
         spec.loader = Loader()
         return spec
 
 
 def install(driver: Any) -> None:
-    """Wrap Inductor's launcher now if it is loaded, else when it is first imported. ``driver``: the capture
+    """Wrap Inductor's and Triton's launchers now where loaded, else when first imported. ``driver``: the capture
     library (ctypes), which exports ``stepcast_kernel_bytes``; an older one without it: nothing is installed."""
     try:
         tell = driver.stepcast_kernel_bytes
@@ -158,7 +226,8 @@ def install(driver: Any) -> None:
 
     tell.argtypes = [ctypes.c_ulonglong, ctypes.c_ulonglong]
     tell.restype = None
-    if HEURISTICS in sys.modules:
-        _patch(sys.modules[HEURISTICS], driver)
-    else:
+    if any(name not in sys.modules for name in PATCHES):
         sys.meta_path.insert(0, _PatchOnImport(driver))
+    for name, patch in PATCHES.items():
+        if name in sys.modules:
+            patch(sys.modules[name], driver)

@@ -4,6 +4,7 @@ experts, the all-to-all token dispatcher) on random tokens:
 
     torchrun --nproc-per-node 8 examples/torchtitan_moe.py --ep 8 --steps 4
     stepcast run --nproc 8 --moe-routing power:1.2 -- examples/torchtitan_moe.py --flavor 16B --layers 3 --ep 8
+    stepcast run --nproc 8 -- examples/torchtitan_moe.py --flavor 16B --layers 3 --ep 8 --float8
 
 The trainer's data and tokenizer assets are not shipped in the wheel, so the loop is written here the way
 ``torchtitan.trainer`` runs it (meta-device build, ``parallelize_fn``, ``to_empty`` + ``init_weights``, AdamW), on
@@ -30,6 +31,9 @@ def parse() -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=8, help="local batch (default %(default)s)")
     p.add_argument("--seq", type=int, default=2048, help="sequence length (default %(default)s)")
     p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--float8", action="store_true",
+                   help="Float8 experts: torchtitan's Float8GroupedExpertsConverter (torchao's rowwise scaled "
+                        "grouped GEMMs, token groups padded to 16), as --model.converters quantize.grouped_mm.float8")
     return p.parse_args()
 
 
@@ -56,6 +60,11 @@ def main() -> None:
     for layer in spec.model.layers:
         layer.attention.inner_attention = ScaledDotProductAttention.Config()
 
+    if ns.float8:  # as the trainer applies its converters: to the model config, before the build
+        from torchtitan.components.quantization import Float8GroupedExpertsConverter
+
+        converter = Float8GroupedExpertsConverter.Config()
+        spec.model = Float8GroupedExpertsConverter(converter).convert(spec.model)
     spec.model.update_from_config(config=SimpleNamespace(parallelism=parallelism))  # what it reads of a job
     with torch.device("meta"):
         model = spec.model.build()

@@ -1126,6 +1126,18 @@ def _context_dtype(shapes: tuple, dtypes: tuple) -> str:
     return max(t, key=lambda item: _numel(item[0]))[1] if t else "fp32"
 
 
+def classify_launch_bytes(shapes: Sequence = (), dtypes: Sequence = (), bytes_moved: int = 0) -> Row | None:
+    """Estimator row of a kernel whose launcher told the bytes it moves (``emulate/triton_bytes.py``: a plain Triton
+    kernel's tensor footprint) and that nothing else describes: the memory-bound ``copy`` of those bytes in the
+    dtype of its op context (torchao's Float8 cast and scale kernels, a user's Triton kernel). None without bytes."""
+    if not bytes_moved or bytes_moved <= 0:
+        return None
+    try:
+        return dict(_triton_bytes_row(_freeze(shapes), _freeze(dtypes), int(bytes_moved)))
+    except TypeError:  # an unhashable entry: nothing the classifier reads
+        return None
+
+
 @functools.lru_cache(maxsize=16384)
 def _triton_bytes_row(shapes: tuple, dtypes: tuple, bytes_moved: int) -> Row:
     dtype = _context_dtype(shapes, dtypes)

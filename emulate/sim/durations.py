@@ -8,7 +8,8 @@ Order of preference for each op (``mode`` is "measured" or "predicted"):
    estimator answers with its analytical fallback (label ``roofline@...``) are counted as fallbacks.
    Inductor's Triton kernels carry no spec; they get one from their launch (``classify_triton_kernel``: the
    bytes it read and wrote when the capture recorded them, else its grid), FlexAttention's templates the attention
-   row of their shapes (:func:`inductor_spec`).
+   row of their shapes (:func:`inductor_spec`), other Triton kernels (a library's or a user's) the memory-bound row
+   of the tensors their launch passed (``classify_launch_bytes``).
 3. ``op_part`` kernels (further kernels of an op call whose first kernel carries the op's spec): 0, the op's
    predicted time covers them. Other kernels without a spec: the measured duration scaled by the ratio of memory
    bandwidths (source -> target hardware; most unclassified kernels are memory bound) when one was recorded, else
@@ -59,6 +60,7 @@ from stepcast.estimator.base import KernelEstimator
 from stepcast.estimator.kernel_config import PATHS, parse_name
 from stepcast.profiling.classify import (
     classify_flex_attention_kernel,
+    classify_launch_bytes,
     classify_memory_op,
     classify_triton_kernel,
     flex_attention_pass,
@@ -191,6 +193,10 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
         for i, spec in zip(kernels, map(events.field("spec").__getitem__, kernels)):
             if not spec and events[i]["name"].startswith("triton_"):  # Inductor's: no aten op describes them
                 spec = inductor_spec(events[i], flex_forward)
+            if not spec and events[i].get("bytes_read") and not events[i].get("op_part"):
+                ev = events[i]   # a plain Triton kernel: the tensors its launch passed (emulate/triton_bytes.py)
+                spec = classify_launch_bytes(ev.get("op_shapes") or (), ev.get("op_dtypes") or (),
+                                             (ev.get("bytes_read") or 0) + (ev.get("bytes_written") or 0))
             if not spec and not events[i].get("op_part") and events[i].get("duration_us") is None:
                 ev = events[i]   # no family: a memory-bound kernel of the bytes its op call's tensors hold
                 spec = classify_memory_op(ev.get("op"), ev.get("op_shapes") or (), ev.get("op_dtypes") or ())

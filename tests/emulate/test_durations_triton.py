@@ -109,3 +109,19 @@ def test_an_unclassified_aten_kernel_is_timed_from_its_tensors_bytes_not_the_lau
     assert result.durations.fallback_reasons.get("no_spec_launch_floor", 0) == 0
     kernel = next(i for i, e in enumerate(b.doc()["events"]) if e["kind"] == "kernel")
     assert result.durations.us[0][kernel] == 8 * 2**20 / 1e6
+
+
+def test_a_librarys_triton_kernel_is_timed_from_the_tensors_its_launch_passed():
+    """torchao's Float8 cast kernels (no aten op, no Inductor name) took the launch floor before."""
+    b = TraceBuilder(rank=0, world_size=1, meta={"launch_latency_us": 0.0})
+    b.iteration(0)
+    ev = b.kernel(stream=1, name="_triton_fp8_rowwise_2d_fused_scale_and_cast_kernel")
+    ev.update(grid=[512, 1, 1], block=[128, 1, 1], op="torchao.triton_fp8_rowwise_2d_scale_and_cast.default",
+              op_shapes=[[4096, 2048]], op_dtypes=["torch.bfloat16"], bytes_read=4096 * 2048 * 3)
+    b.device_sync()
+    b.iteration(1, end=True)
+    est = elements_estimator()
+    result = simulate([b.doc()], "h100-sxm", estimator=est)
+    assert est.seen and est.seen[0]["op"] == "copy" and est.seen[0]["dtype"] == "bf16"
+    assert est.seen[0]["numel"] == 4096 * 2048 * 3 / 2 / 2   # bytes / 2 streams / 2 bytes an element
+    assert result.durations.fallback_reasons.get("no_spec_launch_floor", 0) == 0

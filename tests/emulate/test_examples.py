@@ -182,3 +182,18 @@ def test_megatron_moe_experts_run_the_tokens_the_stated_routing_sends_them(tmp_p
         rows = {e["spec"]["m"] for e in trace["events"] if e["kind"] == "kernel"
                 and (e.get("spec") or {}).get("family") == "gemm" and e["spec"]["n"] == 1024 and e["spec"]["k"] == 256}
         assert {2 * int(c) for c in counts[2 * rank:2 * rank + 2]} <= rows
+
+
+def test_torchtitan_moe_float8_experts_run_scaled_grouped_gemms_and_their_casts_are_timed(tmp_path, emulate_run):
+    """``--float8``: torchtitan's Float8GroupedExpertsConverter. The experts' GEMMs are torch's fp8
+    ``_scaled_grouped_mm`` (timed as fp8 GEMMs of their padded rows) and torchao's Triton cast and scale kernels
+    carry the bytes of their tensors (emulate/triton_bytes.py), so none of them falls to a launch floor."""
+    proc, report, traces = emulate_run(tmp_path, EXAMPLES / "torchtitan_moe.py", "--ep", "2", "--batch", "2",
+                                       "--seq", "256", "--steps", "2", "--float8", nproc=2,
+                                       options=("--no-dedup",))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    kernels = [e for e in traces[0]["events"] if e["kind"] == "kernel"]
+    grouped = [e["spec"] for e in kernels if e.get("op") == "aten._scaled_grouped_mm.default" and e.get("spec")]
+    assert grouped and {s["dtype"] for s in grouped} == {"fp8_e4m3"}
+    casts = [e for e in kernels if (e.get("op") or "").startswith("torchao.triton_fp8")]
+    assert casts and all((e.get("bytes_read") or 0) > 0 for e in casts)

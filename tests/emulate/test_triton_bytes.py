@@ -1,14 +1,15 @@
-"""The capture layer's wrapper of Inductor's Triton launcher (emulate/triton_bytes.py): argument roles, the bytes
+"""The capture layer's wrappers of Inductor's and Triton's launchers (emulate/triton_bytes.py): argument roles, the bytes
 a launch reads and writes, and that the wrapper tells the capture library around each launch and never breaks it."""
 from __future__ import annotations
 
+import textwrap
 import types
 
+import pytest
 import torch
 
-from stepcast.emulate.triton_bytes import (READ, SIZE, WRITTEN, _patch, access_counts, argument_roles, install,
-                                           launch_bytes,
-                                  wrap_run)
+from stepcast.emulate.triton_bytes import (READ, SIZE, WRITTEN, _patch_heuristics, _patch_jit, access_counts,
+                                           argument_roles, footprint, install, launch_bytes, wrap_jit_run, wrap_run)
 
 
 def test_inductor_argument_names_give_their_roles():
@@ -92,10 +93,104 @@ def test_patch_wraps_the_autotuner_once_and_install_needs_the_export():
     driver = types.SimpleNamespace(stepcast_kernel_bytes=lambda r, w: told.append((r, w)),
                                  stepcast_pause=lambda: None, stepcast_resume=lambda: None)
     module = types.SimpleNamespace(CachingAutotuner=type("CachingAutotuner", (_Autotuner,), {}))
-    _patch(module, driver)
+    _patch_heuristics(module, driver)
     first = module.CachingAutotuner.run
-    _patch(module, driver)
+    _patch_heuristics(module, driver)
     assert module.CachingAutotuner.run is first  # not wrapped twice
     out = module.CachingAutotuner(["in_ptr0"]).run(torch.zeros(4), stream=1)
     assert out[0] == "launched" and told == [(16, 0), (0, 0)]
     install(types.SimpleNamespace())  # an older capture library: nothing installed, nothing raised
+
+
+def test_a_footprint_counts_each_distinct_tensor_once_and_nothing_else():
+    x = torch.zeros(1024, dtype=torch.bfloat16)
+    scales = torch.zeros(8)
+    assert footprint([x, x, 1024, None, "s"], {"scales": scales, "n": 3}) == 1024 * 2 + 8 * 4
+    assert footprint([]) == 0
+
+
+def test_a_user_kernel_inductor_compiled_tells_its_tensors_footprint():
+    told = []
+    wrapped = wrap_run(lambda self, *a, **k: "done", lambda r, w: told.append((r, w)), lambda: None, lambda: None)
+    x, out = torch.zeros(256), torch.zeros(256)
+    assert wrapped(_Autotuner(["x", "y", "n_elements", "BLOCK"]), x, out, 256) == "done"
+    assert told == [(2 * 256 * 4, 0), (0, 0)]
+
+
+class _JITFunction:
+    __name__ = "_triton_fp8_rowwise_2d_fused_scale_and_cast_kernel"
+
+    def run(self, *args, grid, warmup, **kwargs):
+        return "launched", grid
+
+
+def test_an_eager_triton_launch_tells_its_tensors_and_a_warmup_or_an_inductor_named_kernel_nothing():
+    told = []
+    driver = types.SimpleNamespace(stepcast_kernel_bytes=lambda r, w: told.append((r, w)),
+                                   stepcast_pause=lambda: None, stepcast_resume=lambda: None)
+    module = types.SimpleNamespace(JITFunction=type("JITFunction", (_JITFunction,), {}))
+    _patch_jit(module, driver)
+    first = module.JITFunction.run
+    _patch_jit(module, driver)
+    assert module.JITFunction.run is first  # not wrapped twice
+    hp, fp8 = torch.zeros(64, 32, dtype=torch.bfloat16), torch.zeros(64, 32, dtype=torch.float8_e4m3fn)
+    assert module.JITFunction().run(hp, out=fp8, grid=(4,), warmup=False) == ("launched", (4,))
+    assert told == [(64 * 32 * 2 + 64 * 32, 0), (0, 0)]
+    told.clear()
+    module.JITFunction().run(hp, grid=(4,), warmup=True)
+    inductor_named = module.JITFunction()
+    inductor_named.__name__ = "triton_poi_fused_add_0"
+    inductor_named.run(hp, grid=(4,), warmup=False)
+    assert told == []
+
+
+def test_the_jit_wrapper_never_breaks_a_launch():
+    def tell(read, written):
+        if read:
+            raise RuntimeError("capture library gone")
+
+    wrapped = wrap_jit_run(_JITFunction.run, tell, lambda: None, lambda: None)
+    assert wrapped(_JITFunction(), torch.zeros(4), grid=(1,), warmup=False) == ("launched", (1,))
+
+
+EAGER_KERNEL = textwrap.dedent("""
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _scale_and_cast(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(y_ptr + offs, (tl.load(x_ptr + offs, mask=mask) * 2.0).to(tl.bfloat16), mask=mask)
+
+    x = torch.randn(1 << 22, device="cuda")
+    y = torch.empty(1 << 22, device="cuda", dtype=torch.bfloat16)
+    _scale_and_cast[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    torch.cuda.synchronize()
+""")
+
+
+@pytest.mark.slow
+def test_an_eager_triton_launch_carries_its_footprint_into_the_trace_and_is_timed_from_it(emulate_run, tmp_path,
+                                                                                         monkeypatch):
+    """Under the emulator, a plain ``@triton.jit`` launch records the bytes of its tensors (16 MiB read, 8 MiB
+    written) and the simulator times it as the memory-bound kernel of those bytes, not a launch floor."""
+    pytest.importorskip("triton")
+    from stepcast import estimator
+    from stepcast.emulate.sim.durations import assign_durations
+    from stepcast.emulate.sim.program import build_program
+    from stepcast.profiling.hardware import lookup
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    script = tmp_path / "eager_triton.py"
+    script.write_text(EAGER_KERNEL)
+    proc, _, traces = emulate_run(tmp_path, script)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    events = list(traces[0]["events"])
+    i = next(i for i, ev in enumerate(events) if ev["kind"] == "kernel" and ev["name"] == "_scale_and_cast")
+    assert (events[i].get("bytes_read") or 0) + (events[i].get("bytes_written") or 0) == (4 + 2) << 22
+    durations = assign_durations([build_program(traces[0], "<trace>")], lookup("h100-sxm"), "predicted",
+                                 estimator.load(None), 1)
+    assert durations.fallback_reasons.get("no_spec_launch_floor", 0) == 0
+    assert durations.us[0][i] > 6 * 2**20 / 3.35e12 * 1e6   # at least the bytes at the H100's peak bandwidth
