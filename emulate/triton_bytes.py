@@ -113,29 +113,26 @@ def footprint(args: Sequence[Any], kwargs: dict[str, Any] | None = None) -> int:
     return total
 
 
-def wrap_run(run: Callable[..., Any], tell: Callable[[int, int], None], pause: Callable[[], None],
+def _telling(run: Callable[..., Any], measure: Callable[[Any, tuple, dict], tuple[int, int] | None],
+             tell: Callable[[int, int], None], pause: Callable[[], None],
              resume: Callable[[], None]) -> Callable[..., Any]:
-    """``CachingAutotuner.run`` that tells ``tell(read, written)`` before the launch and ``tell(0, 0)`` after: by
-    the arguments' roles, or for a kernel whose arguments have none (a user-defined kernel Inductor compiled), their
-    footprint (module docstring)."""
+    """``run`` wrapped to tell ``measure(self, args, kwargs)`` (bytes read, written) before the launch and
+    ``tell(0, 0)`` after; ``measure`` giving None launches with nothing told. The bookkeeping runs paused (the
+    capture layer's time) and never breaks the script's launch: a failure tells (0, 0)."""
 
     def stepcast_run(self, *args, **kwargs):
         pause()
         try:
-            known = self.__dict__.get("_stepcast_arguments")
-            if known is None:  # once per kernel: its argument names and source do not change
-                names = list(getattr(self.fn, "arg_names", ()) or ())
-                known = self._stepcast_arguments = (argument_roles(names),
-                                                    access_counts(names, getattr(self.fn, "src", "")))
-            roles, accesses = known
-            if any(r & (READ | WRITTEN) for r in roles):
-                tell(*launch_bytes(roles, args, accesses))
-            else:
-                tell(footprint(args, kwargs), 0)
-        except Exception:  # never let the bookkeeping break the script's launch
+            figures = measure(self, args, kwargs)
+            if figures is not None:
+                tell(*figures)
+        except Exception:
+            figures = (0, 0)
             tell(0, 0)
         finally:
             resume()
+        if figures is None:
+            return run(self, *args, **kwargs)
         try:
             return run(self, *args, **kwargs)
         finally:
@@ -145,29 +142,39 @@ def wrap_run(run: Callable[..., Any], tell: Callable[[int, int], None], pause: C
     return stepcast_run
 
 
+def _autotuner_bytes(autotuner: Any, args: tuple, kwargs: dict) -> tuple[int, int]:
+    """A ``CachingAutotuner`` launch's bytes: by its arguments' roles, or for a kernel whose arguments have none (a
+    user-defined kernel Inductor compiled), their footprint (module docstring)."""
+    known = autotuner.__dict__.get("_stepcast_arguments")
+    if known is None:  # once per kernel: its argument names and source do not change
+        names = list(getattr(autotuner.fn, "arg_names", ()) or ())
+        known = autotuner._stepcast_arguments = (argument_roles(names),
+                                                 access_counts(names, getattr(autotuner.fn, "src", "")))
+    roles, accesses = known
+    if any(r & (READ | WRITTEN) for r in roles):
+        return launch_bytes(roles, args, accesses)
+    return footprint(args, kwargs), 0
+
+
+def _jit_bytes(function: Any, args: tuple, kwargs: dict) -> tuple[int, int] | None:
+    """A ``JITFunction.run`` launch's footprint; None for a ``warmup`` call (it compiles, launches nothing) and for
+    a kernel named as Inductor names its own (``triton_poi_...``), which the simulator times by Inductor's rule,
+    from its grid when no bytes are told."""
+    if kwargs.get("warmup") or _INDUCTOR_NAME.match(getattr(function, "__name__", "") or ""):
+        return None
+    return footprint(args, {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}), 0
+
+
+def wrap_run(run: Callable[..., Any], tell: Callable[[int, int], None], pause: Callable[[], None],
+             resume: Callable[[], None]) -> Callable[..., Any]:
+    """``CachingAutotuner.run`` telling each launch's bytes (:func:`_autotuner_bytes`)."""
+    return _telling(run, _autotuner_bytes, tell, pause, resume)
+
+
 def wrap_jit_run(run: Callable[..., Any], tell: Callable[[int, int], None], pause: Callable[[], None],
                  resume: Callable[[], None]) -> Callable[..., Any]:
-    """``JITFunction.run`` that tells the footprint of the launch's tensors before it and ``tell(0, 0)`` after.
-    ``warmup`` calls compile without launching and tell nothing; so does a kernel named as Inductor names its own
-    (``triton_poi_...``), which the simulator times by Inductor's rule, from its grid when no bytes are told."""
-
-    def stepcast_jit_run(self, *args, **kwargs):
-        if kwargs.get("warmup") or _INDUCTOR_NAME.match(getattr(self, "__name__", "") or ""):
-            return run(self, *args, **kwargs)
-        pause()
-        try:
-            tell(footprint(args, {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}), 0)
-        except Exception:  # never let the bookkeeping break the script's launch
-            tell(0, 0)
-        finally:
-            resume()
-        try:
-            return run(self, *args, **kwargs)
-        finally:
-            tell(0, 0)
-
-    stepcast_jit_run.__wrapped__ = run
-    return stepcast_jit_run
+    """``JITFunction.run`` telling each launch's tensor footprint (:func:`_jit_bytes`)."""
+    return _telling(run, _jit_bytes, tell, pause, resume)
 
 
 def _patch_heuristics(module: Any, driver: Any) -> None:
