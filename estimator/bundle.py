@@ -16,7 +16,6 @@ names must stay inside the bundle.
 from __future__ import annotations
 
 import importlib
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,7 +24,8 @@ from stepcast.estimator.base import KernelEstimator
 from stepcast.estimator.checksums import Checksums, folder_files, inside, write_checksums
 from stepcast.profiling import atomic
 from stepcast.profiling.families import FAMILIES
-from stepcast.errors import InputError, MissingFileError
+from stepcast import json_files
+from stepcast.errors import InputError
 
 T = TypeVar("T")   # what a bundle extra parses into (read_extra)
 
@@ -48,13 +48,8 @@ def write_json_atomic(path: Path, obj: Any) -> None:
 
 
 def read_json(path: Path) -> dict:
-    path = Path(path)
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise MissingFileError(f"{path}: missing (expected an estimator bundle file)") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    """A bundle's JSON file (``stepcast.json_files.read_json``'s one-line errors)."""
+    return json_files.read_json(path, "an estimator bundle file")
 
 
 def read_extra(root: Path, filename: str, parse: Callable[[Any, Path], T]) -> T | None:

@@ -23,7 +23,6 @@ row with a larger correction (about 3 minutes a fit on two idle cores).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import textwrap
 from pathlib import Path
@@ -39,6 +38,7 @@ from stepcast.estimator.importers.aiconfigurator import DATA_DIR, GROUP_SETS, sh
 from stepcast.estimator.metrics import ape
 from stepcast.estimator.moe import MoEEstimator, layer_work
 from stepcast.errors import InputError
+from stepcast.json_files import read_json
 from stepcast.profiling.atomic import write_bytes_atomic, write_json_atomic
 from stepcast.profiling.paths import shared_data_root
 
@@ -190,14 +190,7 @@ def render_page(results: list[tuple[Path, dict[str, Any]]]) -> str:
 
 def read_results(path: Path) -> dict[str, Any]:
     """A ``--json`` results file, or a one-line error naming it."""
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InputError(f"{path}: not a readable results file ({exc.__class__.__name__})") from None
-    missing = [k for k in ("cells", "rows_per_cell", "seeds", "splits") if k not in doc]
-    if missing:
-        raise InputError(f"{path}: no field '{missing[0]}' (expected a file written by --json)")
-    return doc
+    return read_json(path, "a file written by --json", ("cells", "rows_per_cell", "seeds", "splits"))
 
 
 def main(argv: list[str] | None = None) -> int:
