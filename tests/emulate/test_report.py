@@ -131,3 +131,23 @@ def test_the_summary_names_the_moe_routing_and_its_busiest_expert(ddp_report):
     console = Console(record=True, width=200)
     print_summary({**ddp_report, "moe_routing": {**routing, "stated": False}}, console=console)
     assert "(not stated)" in console.export_text()
+
+
+def test_a_leading_steady_iteration_still_warming_up_is_left_out_of_the_breakdown():
+    """Iterations 1-3 repeat one event sequence, but iteration 1 waits 200 us on a collective its peer reaches late
+    (warming up): the breakdown covers 2-3 alone, with no idle, and the median iteration time is unchanged."""
+    builders = [TraceBuilder(rank=r, world_size=2, meta={"launch_latency_us": 0.0}) for r in range(2)]
+    for step in range(4):
+        for rank, b in enumerate(builders):
+            b.iteration(step)
+            b.kernel(name="work", duration_us=300.0 if (rank == 1 and step == 1) else 100.0)
+            b.collective("all_reduce", stream=0, duration_us=10.0)
+            b.device_sync()
+    for b in builders:
+        b.iteration(4, end=True)
+    report = build_report(simulate([b.doc() for b in builders], "h100-sxm", durations="measured"))
+    rank0 = report["per_rank"][0]
+    assert rank0["iterations_ms"][1] > 1.1 * rank0["iterations_ms"][2]
+    assert rank0["steady_iterations"] == [2, 3]
+    assert rank0["breakdown_ms"]["idle"] == pytest.approx(0.0, abs=1e-9)
+    assert rank0["iteration_time_ms"] == pytest.approx(0.110, rel=1e-3)
