@@ -30,7 +30,7 @@ from stepcast.emulate.kineto_to_trace import convert_file
 from stepcast.emulate.report import build_report, steady_indices
 from stepcast.emulate.sim.program import KERNEL
 from stepcast.emulate.simulate import simulate
-from stepcast.estimator.metrics import summary
+from stepcast.estimator.metrics import time_weighted_ape
 from stepcast.profiling.paths import shared_data_root
 
 PATTERNS = ("hta/tests/data/**/*.json.gz", "kineto/tb_plugin/samples/**/*.json.gz")
@@ -73,7 +73,7 @@ def evaluate(path: Path, estimator: Any) -> dict[str, Any]:
     row.update({
         "predicted_ms": report["iteration_time_ms"],
         "predicted_error": _error(report["iteration_time_ms"], measured_ms),
-        "kernel_error": summary(pred, meas)["time_weighted_ape"] if len(timed) else float("nan"),
+        "kernel_error": time_weighted_ape(pred, meas) if len(timed) and meas.sum() > 0 else float("nan"),
         "retimed_share": len(timed) / max(len(kernels), 1) * 100.0, "estimator": report["estimator"],
     })
     return row
