@@ -21,17 +21,14 @@ footprint is what they move; for one that touches part of a tensor it is an uppe
 a launch floor: torchao's Float8 grouped-GEMM path casts every expert's activations and weights in kernels of that
 kind.
 
-The wrappers are installed when Inductor's runtime module or Triton's launcher is first imported (an import hook),
-so scripts that never use them pay nothing; their own work runs between ``stepcast_pause`` and ``stepcast_resume``
+The wrappers are installed when Inductor's runtime module or Triton's launcher is first imported
+(emulate/import_hooks.py), so scripts that never use them pay nothing; their own work runs between ``stepcast_pause`` and ``stepcast_resume``
 (the capture layer's time, not the script's host time).
 """
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import math
 import re
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -192,39 +189,10 @@ def _patch_jit(module: Any, driver: Any) -> None:
                                 driver.stepcast_resume)
 
 
-#: module -> what patches it once it is executed
-PATCHES: dict[str, Callable[[Any, Any], None]] = {HEURISTICS: _patch_heuristics, JIT: _patch_jit}
-
-
-class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Patches a launcher module of :data:`PATCHES` right after it is executed."""
-
-    def __init__(self, driver: Any) -> None:
-        self._driver = driver
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname not in PATCHES:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None:
-            return None
-        loader, driver = spec.loader, self._driver
-
-        class Loader(importlib.abc.Loader):
-            def create_module(self, spec):
-                return loader.create_module(spec)
-
-            def exec_module(self, module):
-                loader.exec_module(module)
-                PATCHES[fullname](module, driver)
-
-        spec.loader = Loader()
-        return spec
-
-
-def install(driver: Any) -> None:
-    """Wrap Inductor's and Triton's launchers now where loaded, else when first imported. ``driver``: the capture
-    library (ctypes), which exports ``stepcast_kernel_bytes``; an older one without it: nothing is installed."""
+def install(driver: Any, after_import: Callable[[str, Callable[[Any], None]], None]) -> None:
+    """Wrap Inductor's and Triton's launchers now where loaded, else when first imported (``after_import``:
+    emulate/import_hooks.py's). ``driver``: the capture library (ctypes), which exports ``stepcast_kernel_bytes``;
+    an older one without it: nothing is installed."""
     try:
         tell = driver.stepcast_kernel_bytes
     except AttributeError:
@@ -233,8 +201,5 @@ def install(driver: Any) -> None:
 
     tell.argtypes = [ctypes.c_ulonglong, ctypes.c_ulonglong]
     tell.restype = None
-    if any(name not in sys.modules for name in PATCHES):
-        sys.meta_path.insert(0, _PatchOnImport(driver))
-    for name, patch in PATCHES.items():
-        if name in sys.modules:
-            patch(sys.modules[name], driver)
+    after_import(HEURISTICS, lambda module: _patch_heuristics(module, driver))
+    after_import(JIT, lambda module: _patch_jit(module, driver))

@@ -255,6 +255,10 @@ def test_triton_autotune_keeps_the_config_the_estimator_predicts_faster(emulate_
                 if ev["kind"] == "kernel" and ev["name"] == "triton_poi_fused_add_0"}
     assert set(by_block) == {64, 1024} and by_block[64] != by_block[1024]
     assert chosen == min(by_block, key=by_block.get)
+    # emulate/quick_bench.py: each configuration's loop is its first call, five estimate runs, one warm-up and one
+    # timed repeat (hundreds of each, sized by the estimate, before); then the chosen configuration's launch
+    launches = sum(1 for ev in events if ev["kind"] == "kernel" and ev["name"] == "triton_poi_fused_add_0")
+    assert launches == 2 * 8 + 1
     summary = json.loads((tmp_path / "traces" / "rank0.log.events.json").read_text())
     assert summary["predicted"] == summary["queries"] > 0
     assert set(summary["callers"]) == {"triton.autotune"}

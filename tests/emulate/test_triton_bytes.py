@@ -99,7 +99,11 @@ def test_patch_wraps_the_autotuner_once_and_install_needs_the_export():
     assert module.CachingAutotuner.run is first  # not wrapped twice
     out = module.CachingAutotuner(["in_ptr0"]).run(torch.zeros(4), stream=1)
     assert out[0] == "launched" and told == [(16, 0), (0, 0)]
-    install(types.SimpleNamespace())  # an older capture library: nothing installed, nothing raised
+    asked = []
+    install(types.SimpleNamespace(), lambda name, patch: asked.append(name))  # an older capture library:
+    assert asked == []                                                    # nothing installed, nothing raised
+    install(driver, lambda name, patch: asked.append(name))
+    assert asked == ["torch._inductor.runtime.triton_heuristics", "triton.runtime.jit"]
 
 
 def test_a_footprint_counts_each_distinct_tensor_once_and_nothing_else():
