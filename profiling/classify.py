@@ -1111,9 +1111,9 @@ def classify_triton_kernel(name: str, grid: Sequence[int] | None, block: Sequenc
     """
     if not grid or not block or _TRITON_KERNEL.match(name) is None:
         return None
+    if bytes_moved:
+        return classify_launch_bytes(shapes, dtypes, bytes_moved)
     try:
-        if bytes_moved:
-            return dict(_triton_bytes_row(_freeze(shapes), _freeze(dtypes), int(bytes_moved)))
         row = _triton_cached(name, _freeze(grid), _freeze(block), _freeze(shapes), _freeze(dtypes), bool(backward))
     except TypeError:  # an unhashable entry: nothing the classifier reads
         return None
