@@ -13,9 +13,11 @@ the simulator's own :func:`emulate.sim.durations.assign_durations` on the GPU th
 with the shipped estimator, loaded once at the first query; each distinct piece of work is predicted once. The answer is
 the sum.
 
-Candidates are told apart only where the estimator tells their work apart. A kernel it has no model for (a
-user-written Triton kernel, Inductor's benchmark copies named ``triton_``) takes the simulator's launch floor, so
-such configs tie and the autotuner keeps its first, as under the nominal clock. Inductor's GEMM templates
+Candidates are told apart only where the estimator tells their work apart. A Triton kernel is timed from the
+bytes its launch moves (emulate/triton_bytes.py), which its configurations share, and a kernel with no model at all
+(Inductor's benchmark copies named ``triton_`` without bytes) takes the simulator's launch floor: such configs tie
+and the autotuner keeps its first, as under the nominal clock. Either way the answer is the same at every repeat,
+which is why Triton's benchmark loop runs once a configuration (emulate/quick_bench.py). Inductor's GEMM templates
 (``triton_mm``) are timed as the GEMM they compute while Inductor benchmarks them (:func:`gemm_row`), as the cuBLAS
 choice is: they tie with it instead of looking free, so max-autotune keeps its first choice (cuBLAS).
 
