@@ -299,3 +299,20 @@ def test_event_timing_places_collectives_on_the_nvlink_domain_of_the_emulated_gp
     monkeypatch.setenv("GROUP_WORLD_SIZE", "2")
     monkeypatch.setenv("STEPCAST_GPU_NAME", gpu_name)
     assert _ranks_per_node() == domain  # two GB200 trays are one rack's domain; two H100 hosts are two
+
+
+@pytest.mark.slow
+def test_inductors_autotuning_asks_one_estimation_and_one_timed_run_a_configuration(emulate_run, tmp_path,
+                                                                                    monkeypatch):
+    """emulate/quick_bench.py on Inductor's own loop: the compiled MLP's kernels are tuned on two queries a
+    configuration (2,730 queries for its 13 choices before, about 105 a configuration). Fresh caches: a cached
+    choice would ask nothing."""
+    from stepcast.profiling.paths import REPO_ROOT
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    proc, _, _ = emulate_run(tmp_path, REPO_ROOT / "examples" / "compat" / "compiled_mlp.py")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((tmp_path / "traces" / "rank0.log.events.json").read_text())
+    tuned = [c for c in summary["choices"] if c["tuner"] == "inductor.triton_configs"]
+    assert tuned and summary["predicted"] == summary["queries"] <= 2 * 4 * len(tuned)  # up to 4 configs a kernel

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import types
 
-from stepcast.emulate.quick_bench import ONE_RUN_MS, TESTING, install, patch, wrap_do_bench
+from stepcast.emulate.quick_bench import (INDUCTOR, ONE_RUN_MS, TESTING, install, patch, patch_inductor,
+                                          wrap_benchmark_gpu, wrap_do_bench)
 
 
 def test_the_loop_gets_one_run_and_every_other_argument_unchanged():
@@ -24,7 +25,33 @@ def test_the_loop_gets_one_run_and_every_other_argument_unchanged():
 def test_the_module_is_wrapped_once_when_first_imported():
     module = types.SimpleNamespace(do_bench=lambda fn, warmup=25, rep=100: (warmup, rep))
     asked = []
-    install(lambda name, apply: (asked.append(name), apply(module)))
+    install(lambda name, apply: asked.append(name) or (apply(module) if name == TESTING else None))
     first = module.do_bench
     patch(module)
-    assert asked == [TESTING] and module.do_bench is first and module.do_bench("k") == (ONE_RUN_MS, ONE_RUN_MS)
+    assert asked == [TESTING, INDUCTOR] and module.do_bench is first
+    assert module.do_bench("k") == (ONE_RUN_MS, ONE_RUN_MS)
+
+
+class _Benchmarker:
+    def benchmark_gpu(self, _callable, estimation_iters=5, memory_warmup_iters=100, benchmark_iters=100,
+                      max_benchmark_duration=25, return_mode="min", **kwargs):
+        return estimation_iters, memory_warmup_iters, benchmark_iters, return_mode, kwargs
+
+
+def test_inductors_loop_gets_one_estimation_and_one_timed_run_and_no_flushes():
+    module = types.SimpleNamespace(InductorBenchmarker=type("InductorBenchmarker", (_Benchmarker,), {}))
+    patch_inductor(module)
+    first = module.InductorBenchmarker.benchmark_gpu
+    patch_inductor(module)
+    assert module.InductorBenchmarker.benchmark_gpu is first  # not wrapped twice
+    bench = module.InductorBenchmarker()
+    assert bench.benchmark_gpu("kernel", rep=40) == (1, 0, 1, "min", {"rep": 40})
+    assert bench.benchmark_gpu("kernel", 7) == (7, 100, 100, "min", {})  # positional counts: as given
+
+
+def test_a_loop_without_those_arguments_is_called_as_given():
+    def benchmark_gpu(self, _callable, **kwargs):
+        return kwargs
+
+    assert wrap_benchmark_gpu(benchmark_gpu)(None, "kernel", rep=40) == {"rep": 40}
+    patch_inductor(types.SimpleNamespace())  # no InductorBenchmarker: nothing to wrap, nothing raised
