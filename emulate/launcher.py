@@ -203,14 +203,20 @@ def rank_environment(driver: Path, spec: HardwareSpec, nproc: int, base: dict[st
     path (torch's own libcudart finds ``libcuda.so.1`` there, and ``libnvidia-ml.so.1`` beside it), so torch's real
     libcudart, cuBLAS, cuDNN and Triton run and launch their real kernels; the preloaded NCCL and runtime marks
     (emulate/driver/csrc/nccl.c, runtime_marks.c); the device description; and the driver's path for the capture
-    layer, which loads its capture API (``STEPCAST_DRIVER``)."""
+    layer, which loads its capture API (``STEPCAST_DRIVER``). Inductor's on-disk cache is the target's own
+    (``<cache>/inductor/<target id>``, unless the caller set ``TORCHINDUCTOR_CACHE_DIR``): it keeps the
+    configurations Inductor autotuned on the predicted times of one target, and a run for another must choose
+    afresh (a shared cache served a second run's choices without a question asked)."""
     from stepcast.emulate.driver.build import nccl_path
     from stepcast.emulate.driver.device import driver_environment
+    from stepcast.profiling.paths import cache_root
 
     env = driver_environment(spec, nproc)
     env["LD_PRELOAD"] = " ".join(p for p in (str(nccl_path()), base.get("LD_PRELOAD", "")) if p)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(driver.parent), base.get("LD_LIBRARY_PATH", "")) if p)
     env["STEPCAST_DRIVER"] = str(driver)
+    if not base.get("TORCHINDUCTOR_CACHE_DIR"):
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_root() / "inductor" / spec.id)
     return env
 
 

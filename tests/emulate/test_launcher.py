@@ -58,3 +58,19 @@ def test_the_installed_torch_is_read_without_importing_it():
     import torch
 
     assert (torch_version(), torch_cuda_version()) == (torch.__version__, torch.version.cuda)
+
+
+def test_each_target_gets_its_own_inductor_cache_unless_the_caller_named_one(tmp_path, monkeypatch):
+    """Inductor keeps its autotuned choices on disk; made on one target's predicted times, they must not serve a
+    run for another."""
+    from stepcast.emulate.launcher import rank_environment
+    from stepcast.profiling.hardware import lookup
+
+    monkeypatch.setenv("STEPCAST_CACHE_DIR", str(tmp_path))
+    driver = tmp_path / "driver" / "libcuda.so.1"
+    h100 = rank_environment(driver, lookup("h100-sxm"), 1, {})
+    h200 = rank_environment(driver, lookup("h200"), 1, {})
+    assert h100["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "inductor" / "h100-sxm")
+    assert h200["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "inductor" / "h200")
+    mine = rank_environment(driver, lookup("h200"), 1, {"TORCHINDUCTOR_CACHE_DIR": "/my/cache"})
+    assert "TORCHINDUCTOR_CACHE_DIR" not in mine   # the caller's, inherited as it is
