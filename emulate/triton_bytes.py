@@ -174,19 +174,21 @@ def wrap_jit_run(run: Callable[..., Any], tell: Callable[[int, int], None], paus
     return _telling(run, _jit_bytes, tell, pause, resume)
 
 
-def _patch_heuristics(module: Any, driver: Any) -> None:
-    autotuner = getattr(module, "CachingAutotuner", None)
-    if autotuner is None or hasattr(autotuner.run, "__wrapped__"):
+def _wrap_once(owner: Any, wrap: Callable[..., Callable[..., Any]], driver: Any) -> None:
+    """Replace ``owner.run`` by ``wrap(run, tell, pause, resume)`` unless there is none or it is ours already (marked
+    ``__stepcast__``: ``__wrapped__`` alone is any ``functools.wraps`` decorator's, which would leave it unwrapped)."""
+    if owner is None or getattr(owner.run, "__stepcast__", False):
         return
-    autotuner.run = wrap_run(autotuner.run, driver.stepcast_kernel_bytes, driver.stepcast_pause, driver.stepcast_resume)
+    owner.run = wrap(owner.run, driver.stepcast_kernel_bytes, driver.stepcast_pause, driver.stepcast_resume)
+    owner.run.__stepcast__ = True
+
+
+def _patch_heuristics(module: Any, driver: Any) -> None:
+    _wrap_once(getattr(module, "CachingAutotuner", None), wrap_run, driver)
 
 
 def _patch_jit(module: Any, driver: Any) -> None:
-    function = getattr(module, "JITFunction", None)
-    if function is None or hasattr(function.run, "__wrapped__"):
-        return
-    function.run = wrap_jit_run(function.run, driver.stepcast_kernel_bytes, driver.stepcast_pause,
-                                driver.stepcast_resume)
+    _wrap_once(getattr(module, "JITFunction", None), wrap_jit_run, driver)
 
 
 def install(driver: Any, after_import: Callable[[str, Callable[[Any], None]], None]) -> None:
