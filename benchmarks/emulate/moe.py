@@ -153,6 +153,10 @@ def print_table(cells: pd.DataFrame, console: Console) -> None:
     console.print(table)
 
 
+#: the correction's options: estimator argument -> (command-line flag, the command's default, what it is)
+MODEL_OPTIONS = {"n_estimators": ("--trees", 200, "trees of the correction"),
+                 "max_depth": ("--depth", 8, "their depth"),
+                 "learning_rate": ("--learning-rate", 0.15, "their learning rate")}
 PAGE_TITLE = "# Fused-MoE layer accuracy"
 WIDTH = 120  # the docs' prose width (tests/test_docs.py)
 
@@ -174,9 +178,7 @@ def render_page(results: list[tuple[Path, dict[str, Any]]]) -> str:
         options = [f"--splits {','.join(doc['splits'])}"] if tuple(doc.get("splits", SPLITS)) != SPLITS else []
         options += [f"--rows {doc['rows_per_cell']}"] if doc.get("rows_per_cell", ROWS) != ROWS else []
         options += [f"--seeds {','.join(map(str, doc['seeds']))}"] if tuple(doc.get("seeds", SEEDS)) != SEEDS else []
-        defaults = {"n_estimators": ("--trees", 200), "max_depth": ("--depth", 8),
-                    "learning_rate": ("--learning-rate", 0.15)}
-        options += [f"{flag} {model[key]}" for key, (flag, default) in defaults.items()
+        options += [f"{flag} {model[key]}" for key, (flag, default, _) in MODEL_OPTIONS.items()
                     if key in model and model[key] != default]
         command = " ".join(["python -m benchmarks.emulate.moe", *options, f"--json docs/results/{path.name}"])
         cells = pd.DataFrame(doc["cells"])
@@ -201,9 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, default=None, help="shared data folder (default: the setting)")
     parser.add_argument("--splits", default=",".join(SPLITS),
                         help=f"comma-separated splits to run (default: {','.join(SPLITS)})")
-    parser.add_argument("--trees", type=int, default=200, help="trees of the correction (default 200)")
-    parser.add_argument("--depth", type=int, default=8, help="their depth (default 8)")
-    parser.add_argument("--learning-rate", type=float, default=0.15, help="their learning rate (default 0.15)")
+    for key, (flag, default, what) in MODEL_OPTIONS.items():
+        parser.add_argument(flag, dest=key, metavar=flag.lstrip("-").upper().replace("-", "_"), type=type(default),
+                            default=default, help=f"{what} (default {default})")
     parser.add_argument("--json", type=Path, default=None, help="write every cell here (JSON)")
     parser.add_argument("--page", type=Path, default=None,
                         help="write the docs page of the results files --from names (runs nothing)")
@@ -244,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stepcast: --splits: expected some of {', '.join(SPLITS)}, got '{args.splits}'", file=sys.stderr)
         return 2
     console = Console(width=140)
-    model = {"n_estimators": args.trees, "max_depth": args.depth, "learning_rate": args.learning_rate}
+    model = {key: getattr(args, key) for key in MODEL_OPTIONS}
     cells = run(rows, gpus, seeds, args.rows, console, splits, **model)
     print_table(cells, console)
     if args.json:
