@@ -17,7 +17,10 @@ roofline on the catalog spec times a learned, non-negative correction).
 Each (GPU, dtype) draws at most ``--rows`` rows per seed (the tables hold 1.7 M), for training and scoring alike.
 The table gives mean APE per GPU and dtype, the mean over seeds with the range, the roofline alone on the held-out
 GPU (``roofline``: the expected loads' work at peak, no correction), and the pooled figure over every scored row of
-each split. ``--splits seen --rows 200000 --trees 600 --depth 12 --learning-rate 0.1`` fits the seen split on every
+each split; and ``releases``, what the data itself allows: how far one framework release's time of a layer lies from
+the other releases' median for the same kernel, shape and routing
+(``estimator.importers.aiconfigurator_moe.release_spread``). The rows are those medians, so a model's error on them
+is bounded below by a share of that disagreement, whatever the model. ``--splits seen --rows 200000 --trees 600 --depth 12 --learning-rate 0.1`` fits the seen split on every
 row with a larger correction (about 3 minutes a fit on two idle cores).
 """
 from __future__ import annotations
@@ -122,13 +125,15 @@ def _figure(values: pd.Series) -> str:
     return f"{values.mean():.1f} ({values.min():.1f}-{values.max():.1f})"
 
 
-COLUMNS = ("GPU", "dtype", "held out", "roofline", "seen", "seen layer", "rows/seed")
+COLUMNS = ("GPU", "dtype", "held out", "roofline", "seen", "seen layer", "releases", "rows/seed")
 GOAL = "goal: held out <= 15, seen <= 6"
 
 
-def table_rows(cells: pd.DataFrame) -> list[list[str]]:
+def table_rows(cells: pd.DataFrame, spread: pd.DataFrame | None = None) -> list[list[str]]:
     """The table's rows (:data:`COLUMNS`), one per GPU and dtype, pooled last: the console table and the docs page
-    both print these."""
+    both print these. ``spread``: the releases' disagreement per GPU and dtype (``release_spread``), if known."""
+    releases = {} if spread is None or spread.empty else \
+        {(r.hardware, r.dtype): r.mean_ape for r in spread.itertuples()}
     out = []
     for gpu in sorted(cells["hardware"].unique(), key=lambda h: (h == "pooled", h)):
         for dtype in DTYPES:
@@ -138,17 +143,19 @@ def table_rows(cells: pd.DataFrame) -> list[list[str]]:
             held = cell[cell["split"] == "held out"]
             out.append([gpu, dtype, _figure(held["mean_ape"]), _figure(held["roofline_ape"]),
                         _figure(cell.loc[cell["split"] == "seen", "mean_ape"]),
-                        _figure(cell.loc[cell["split"] == "seen layer", "mean_ape"]), f"{int(cell['rows'].max()):,}"])
+                        _figure(cell.loc[cell["split"] == "seen layer", "mean_ape"]),
+                        f"{releases[gpu, dtype]:.1f}" if (gpu, dtype) in releases else "-",
+                        f"{int(cell['rows'].max()):,}"])
     return out
 
 
-def print_table(cells: pd.DataFrame, console: Console) -> None:
+def print_table(cells: pd.DataFrame, console: Console, spread: pd.DataFrame | None = None) -> None:
     seeds = cells["seed"].nunique()
     table = Table(title=f"Fused-MoE layer forward, aiconfigurator tables: mean APE % (mean over {seeds} seeds, "
                         f"range); {GOAL}")
     for col in COLUMNS:
         table.add_column(col, justify="left" if col in ("GPU", "dtype") else "right")
-    for row in table_rows(cells):
+    for row in table_rows(cells, spread):
         table.add_row(*row)
     console.print(table)
 
@@ -172,7 +179,10 @@ def render_page(results: list[tuple[Path, dict[str, Any]]]) -> str:
              f"roofline on the catalog spec times a learned correction). Mean APE %, the mean over seeds with the "
              f"range in brackets; {GOAL}. Splits: `held out`, every row of the GPU left out of training; `seen`, "
              "a fifth of the shapes (a layer at one token count) left out on every GPU; `seen layer`, whole layer "
-             "shapes left out at every token count; `roofline`, the layer's roofline alone on the held-out GPU."]
+             "shapes left out at every token count; `roofline`, the layer's roofline alone on the held-out GPU; "
+             "`releases`, how far one framework release's time of a layer lies from the median of the other releases "
+             "that timed the same kernel, shape and routing (mean APE over every such timing: the data's own "
+             "disagreement about the medians the model is scored on)."]
     for path, doc in results:
         model = doc.get("model", {})
         options = [f"--splits {','.join(doc['splits'])}"] if tuple(doc.get("splits", SPLITS)) != SPLITS else []
@@ -182,10 +192,11 @@ def render_page(results: list[tuple[Path, dict[str, Any]]]) -> str:
                     if key in model and model[key] != default]
         command = " ".join(["python -m benchmarks.emulate.moe", *options, f"--json docs/results/{path.name}"])
         cells = pd.DataFrame(doc["cells"])
+        spread = pd.DataFrame(doc["release_spread"]) if doc.get("release_spread") else None
         lines += ["", f"## `{path.name}`", "", f"`{command}`: {doc['rows_per_cell']:,} rows per GPU and dtype, "
                   f"{len(doc['seeds'])} seed{'s' if len(doc['seeds']) > 1 else ''}.", "",
                   "| " + " | ".join(COLUMNS) + " |", "|" + "|".join("---" for _ in COLUMNS) + "|"]
-        lines += ["| " + " | ".join(row) + " |" for row in table_rows(cells)]
+        lines += ["| " + " | ".join(row) + " |" for row in table_rows(cells, spread)]
     return "\n".join(line if line.startswith(("|", "#")) else textwrap.fill(line, WIDTH, break_on_hyphens=False)
                      for line in lines) + "\n"
 
@@ -248,10 +259,11 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(width=140)
     model = {key: getattr(args, key) for key in MODEL_OPTIONS}
     cells = run(rows, gpus, seeds, args.rows, console, splits, **model)
-    print_table(cells, console)
+    spread = aiconfigurator_moe.release_spread(root)
+    print_table(cells, console, spread)
     if args.json:
         doc: dict[str, Any] = {"rows_per_cell": args.rows, "seeds": list(seeds), "splits": list(splits), "model": model,
-                               "cells": cells.to_dict("records")}
+                               "cells": cells.to_dict("records"), "release_spread": spread.to_dict("records")}
         write_json_atomic(args.json, doc)
     return 0
 

@@ -90,13 +90,39 @@ def median_rows(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     file each measurement came from), the tables :func:`outlier_tables` finds are left out first, each with a
     warning naming it."""
     if "table" in frame.columns:
-        dropped = outlier_tables(frame, keys)
-        for table, (factor, shared) in dropped.items():
-            log.warning("aiconfigurator: %s: timings %.3gx the other releases' for the same kernels (median over "
-                        "%d shared); table left out", table, factor, shared)
-        if dropped:
-            frame = frame[~frame["table"].isin(list(dropped))]
+        frame = without_outlier_tables(frame, keys)
     return frame.groupby(keys, sort=True, dropna=False)["latency"].median().reset_index()
+
+
+def without_outlier_tables(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """``frame`` (measurements with their ``table``) less the tables :func:`outlier_tables` finds, each left out
+    with a warning naming it."""
+    dropped = outlier_tables(frame, keys)
+    for table, (factor, shared) in dropped.items():
+        log.warning("aiconfigurator: %s: timings %.3gx the other releases' for the same kernels (median over "
+                    "%d shared); table left out", table, factor, shared)
+    return frame[~frame["table"].isin(list(dropped))] if dropped else frame
+
+
+def release_disagreement(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """How far one release's timing of a kernel lies from the others': per kernel (``keys``) that two or more tables
+    (releases) time, each table's time against the median of the other tables' (percent, column ``ape``; the
+    table's own time is its median where it times a kernel twice), the outlier tables left out first.
+
+    A model fitted on the median over releases is scored against that median, whose own noise this measures: where
+    releases of one framework disagree by 20 % about the same kernel on the same GPU, no model of the shape alone
+    can be much closer to their median than a fraction of that."""
+    frame = without_outlier_tables(frame, keys)
+    per = frame.groupby([*keys, "table"], sort=True, dropna=False, observed=True)["latency"].median()
+    per = per[per > 0].reset_index()
+    size = per.groupby(keys, sort=False, dropna=False)["latency"].transform("size").to_numpy()
+    per = per.assign(ape=np.nan)
+    for n in np.unique(size[size >= 2]):
+        rows = np.flatnonzero(size == n)                       # whole kernels, their n tables consecutive (sorted)
+        times = per["latency"].to_numpy()[rows].reshape(-1, n)
+        others = np.stack([np.median(np.delete(times, i, axis=1), axis=1) for i in range(n)], axis=1)
+        per.loc[per.index[rows], "ape"] = (np.abs(times / others - 1.0) * 100.0).ravel()
+    return per[per["ape"].notna()].reset_index(drop=True)
 
 
 #: a table whose timings are more than this factor off the other releases' for the same kernels (the median over

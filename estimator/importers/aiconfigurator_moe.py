@@ -32,6 +32,7 @@ from stepcast.estimator.importers.aiconfigurator import (
     SOURCE,
     catalog_tables,
     median_rows,
+    release_disagreement,
     shape_set,
     tables,
 )
@@ -79,9 +80,40 @@ def gated(rows: pd.DataFrame) -> np.ndarray:
     return ~keys.isin(pd.MultiIndex.from_frame(plain))
 
 
+#: what one row is: a layer on a device with one kernel, dtype and routing (the releases that timed it are its
+#: measurements)
+KEYS = ["hardware", "dtype", "backend", *SHAPE.values(), "skew"]
+
+
 def load(root: Path) -> pd.DataFrame:
     """Every bf16 / fp8 fused-MoE layer of a catalog device, one row per (device, kernel_source, dtype, shape,
     distribution), runtime in microseconds."""
+    measured = measurements(root)
+    if measured.empty:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in COLUMNS})
+    rows = median_rows(measured, KEYS)
+    rows = rows[np.isfinite(rows["latency"]) & (rows["latency"] > 0)]
+    rows = rows.assign(gated=gated(rows), runtime_us=rows["latency"] * 1000.0, source=SOURCE,
+                       group="aiconfigurator-moe/s" + pd.Series(shape_set(*(rows[c] for c in LAYER)),
+                                                                index=rows.index).astype(str))
+    return rows[list(COLUMNS)].reset_index(drop=True)
+
+
+def release_spread(root: Path) -> pd.DataFrame:
+    """Per (hardware, dtype): how far one framework release's time of a layer lies from the other releases' median
+    of the same kernel, shape and routing (``estimator.importers.aiconfigurator.release_disagreement``): mean and
+    median APE % over ``measurements`` (one release's timing of a row timed by two or more releases)."""
+    measured = measurements(root)
+    if measured.empty:
+        return pd.DataFrame(columns=["hardware", "dtype", "mean_ape", "median_ape", "measurements"])
+    per = release_disagreement(measured, KEYS)
+    return per.groupby(["hardware", "dtype"], sort=True).agg(
+        mean_ape=("ape", "mean"), median_ape=("ape", "median"), measurements=("ape", "size")).reset_index()
+
+
+def measurements(root: Path) -> pd.DataFrame:
+    """Every release's timing of every bf16 / fp8 layer of a catalog device: :data:`KEYS`, ``latency`` (ms) and the
+    ``table`` it came from."""
     parts = []
     for path, raw, hardware in catalog_tables(input_files(root), root, REQUIRED):
         raw = raw[raw["moe_dtype"].astype(str).isin(list(DTYPES))]
@@ -94,11 +126,5 @@ def load(root: Path) -> pd.DataFrame:
                                   skew=skew(raw["distribution"], path), latency=raw["latency"].to_numpy(),
                                   table=str(path)))
     if not parts:
-        return pd.DataFrame({c: pd.Series(dtype=object) for c in COLUMNS})
-    keys = ["hardware", "dtype", "backend", *SHAPE.values(), "skew"]
-    rows = median_rows(pd.concat(parts, ignore_index=True), keys)
-    rows = rows[np.isfinite(rows["latency"]) & (rows["latency"] > 0)]
-    rows = rows.assign(gated=gated(rows), runtime_us=rows["latency"] * 1000.0, source=SOURCE,
-                       group="aiconfigurator-moe/s" + pd.Series(shape_set(*(rows[c] for c in LAYER)),
-                                                                index=rows.index).astype(str))
-    return rows[list(COLUMNS)].reset_index(drop=True)
+        return pd.DataFrame(columns=[*KEYS, "latency", "table"])
+    return pd.concat(parts, ignore_index=True)

@@ -81,3 +81,24 @@ def test_a_missing_column_is_a_one_line_error_naming_file_and_column(tmp_path):
                                                                       if k != "topk"}])
     with pytest.raises(DataImportError, match=f"{path}: column 'topk' is missing"):
         aiconfigurator_moe.load(tmp_path)
+
+
+def test_each_release_is_scored_against_the_median_of_the_others_timing_the_same_layer(tmp_path):
+    """Three releases time one layer at 100, 120 and 150 us: 100 against median(120, 150) = 135 is 25.9 % off, 120
+    against 125 is 4 %, 150 against 110 is 36.4 %; a layer only one release timed is no evidence and counts not."""
+    write(tmp_path, "h100_sxm/moe/vllm/0.24.0/moe_perf.parquet", [moe(0.100), moe(0.200, tokens=8)])
+    write(tmp_path, "h100_sxm/moe/vllm/0.19.0/moe_perf.parquet", [moe(0.120)])
+    write(tmp_path, "h100_sxm/moe/sglang/0.5.9/moe_perf.parquet", [moe(0.150)])
+    spread = aiconfigurator_moe.release_spread(tmp_path)
+    assert spread[["hardware", "dtype", "measurements"]].values.tolist() == [["h100-sxm", "bf16", 3]]
+    expected = [100 * (35 / 135), 100 * (5 / 125), 100 * (40 / 110)]
+    assert spread["mean_ape"].iat[0] == pytest.approx(sum(expected) / 3)
+    assert spread["median_ape"].iat[0] == pytest.approx(sorted(expected)[1])
+
+
+def test_two_releases_agreeing_exactly_disagree_by_nothing(tmp_path):
+    write(tmp_path, "h100_sxm/moe/vllm/0.24.0/moe_perf.parquet", [moe(0.1), moe(0.05, dtype="fp8")])
+    write(tmp_path, "h100_sxm/moe/vllm/0.19.0/moe_perf.parquet", [moe(0.1), moe(0.1, dtype="fp8")])
+    spread = aiconfigurator_moe.release_spread(tmp_path).set_index("dtype")
+    assert spread.loc["bf16", "mean_ape"] == 0.0
+    assert spread.loc["fp8_e4m3", "mean_ape"] == pytest.approx((50.0 + 100.0) / 2)   # 0.05 vs 0.1, 0.1 vs 0.05

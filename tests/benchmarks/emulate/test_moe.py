@@ -73,6 +73,22 @@ def test_the_table_reports_each_held_out_gpu_and_the_pooled_figure(monkeypatch, 
     assert np.allclose(held["mean_ape"], 100.0 / 3.0)  # the bound is 1/1.5 of the time: 33.3 % off
 
 
+def test_the_results_carry_the_releases_disagreement_beside_the_model(tmp_path, monkeypatch):
+    """The releases' own disagreement per GPU and dtype (release_spread) is written with the cells and printed."""
+    monkeypatch.setattr(moe_benchmark, "MoEEstimator", Recorder)
+    monkeypatch.setattr(moe_benchmark.aiconfigurator_moe, "load", lambda root: rows())
+    spread = pd.DataFrame([{"hardware": "l40s", "dtype": "bf16", "mean_ape": 12.9, "median_ape": 2.9,
+                            "measurements": 5}])
+    monkeypatch.setattr(moe_benchmark.aiconfigurator_moe, "release_spread", lambda root: spread)
+    out = tmp_path / "r.json"
+    assert moe_benchmark.main(["--gpus", "l40s", "--seeds", "0", "--rows", "30", "--splits", "held out",
+                               "--root", str(tmp_path), "--json", str(out)]) == 0
+    doc = moe_benchmark.read_results(out)
+    assert doc["release_spread"] == spread.to_dict("records")
+    assert any(row[:2] == ["l40s", "bf16"] and row[6] == "12.9"
+               for row in moe_benchmark.table_rows(pd.DataFrame(doc["cells"]), spread))
+
+
 def test_an_unknown_gpu_is_a_one_line_error(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(moe_benchmark.aiconfigurator_moe, "load", lambda root: rows())
     assert moe_benchmark.main(["--gpus", "t4", "--root", str(tmp_path)]) == 2
@@ -114,7 +130,11 @@ def test_the_page_names_each_results_files_command_with_its_options():
     page = moe_benchmark.render_page([(Path("docs/results/all.json"), doc)])
     assert ("`python -m benchmarks.emulate.moe --splits seen --rows 200000 --seeds 0 --trees 600 --depth 12 "
             "--json docs/results/all.json`") in " ".join(page.split())  # the prose is wrapped at 120 columns
-    assert "| b200 | bf16 | - | - | 7.0 | - | 100 |" in page and page.rindex("| pooled") > page.index("| b200")
+    assert "| b200 | bf16 | - | - | 7.0 | - | - | 100 |" in page and page.rindex("| pooled") > page.index("| b200")
+    doc["release_spread"] = [{"hardware": "b200", "dtype": "bf16", "mean_ape": 10.59, "median_ape": 3.2,
+                              "measurements": 9}]
+    page = moe_benchmark.render_page([(Path("docs/results/all.json"), doc)])
+    assert "| b200 | bf16 | - | - | 7.0 | - | 10.6 | 100 |" in page
 
 
 def test_a_results_file_the_page_cannot_read_is_one_line_naming_it(tmp_path, capsys):
