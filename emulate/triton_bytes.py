@@ -9,9 +9,16 @@ record the capture library writes carries them (the driver's ``rd``/``wr``), and
 to 0 after it. Each tensor counts at most the kernel's iteration space (the product of its ``*numel`` arguments)
 elements per ``tl.load`` / ``tl.store`` statement of it in the kernel's source (``fn.src``), as Inductor's own
 ``estimate_kernel_num_bytes`` caps at the space: a gather (an embedding) reads the rows it indexes, not the whole
-table, and a pooling window of k loads reads up to k spaces of its input. A tensor read again in a later loop of a
-looped reduction counts once (its rows are taken to be in L2 by then: true of a model's rows of a few thousand
-elements, not of a row of hundreds of kilobytes on a small-L2 GPU).
+table, and a pooling window of k loads reads up to k spaces of its input.
+
+A looped reduction (``triton_red_*`` whose rows do not fit one block) that loads a tensor in L loops over its rows
+(a norm: the statistics, then the normalised output) reads it L times; the later passes come from L2 only where
+the rows in flight fit there (:func:`reread_bytes`). Each program reloads its own rows one pass after it first read
+them, and in between every other resident program reads its rows too, so a row is still in L2 when the rows of all
+resident programs fit in it: true of a model's rows of a few thousand elements (an RMSNorm row of 4,096 bf16 is 8
+KiB), not of a GroupNorm row of 2 MiB, which on a real T4 takes 1.6x the time of one pass over its input and output
+(KernelBench, ``python -m benchmarks.emulate.kernelbench``). Rows in flight: the SMs times the programs an SM holds
+(its thread limit over Inductor's looped-reduction programs of 8 warps), of the target the capture runs on.
 
 A Triton kernel whose arguments follow no such naming is a user's or a library's (torchao's Float8 casts and scales,
 launched eagerly through ``triton.runtime.jit.JITFunction.run``, or compiled by Inductor as a user-defined kernel):
@@ -75,12 +82,80 @@ def access_counts(names: Sequence[str], source: str) -> tuple[int, ...]:
     return tuple(max(counts[n], 1) for n in names)
 
 
+_LOOP = re.compile(r"^(\s*)for r\w*offset in (?:tl\.)?range\(")
+_LOAD = re.compile(r"\btl\.load\(\s*(\w+)")
+
+
+def loop_loads(names: Sequence[str], source: str) -> tuple[int, ...]:
+    """In how many of the kernel's loops over its reduction dimension (``for r0_offset in range(...)``: a looped
+    reduction's passes over its rows) each argument is loaded: 0 for one loaded outside them or not at all."""
+    loops: dict[str, set[int]] = {n: set() for n in names}
+    loop, indent = -1, None
+    for line in (source or "").splitlines():
+        if not line.strip():
+            continue
+        depth = len(line) - len(line.lstrip())
+        if indent is not None and depth <= indent:
+            indent = None                       # the loop's body ended
+        match = _LOOP.match(line)
+        if match:
+            loop, indent = loop + 1, len(match.group(1))
+            continue
+        if indent is not None:
+            for name in _LOAD.findall(line):
+                if name in loops:
+                    loops[name].add(loop)
+    return tuple(len(loops[n]) for n in names)
+
+
+#: the warps of one program of Inductor's looped reductions (its reduction configs cap num_warps at 8): with an
+#: SM's thread limit, how many programs an SM holds at once
+REDUCTION_PROGRAM_THREADS = 8 * 32
+
+
+def reread_bytes(roles: Sequence[int], args: Sequence[Any], names: Sequence[str], passes: Sequence[int],
+                 device: tuple[int, int, int] | None) -> int:
+    """Bytes a looped reduction reads again from DRAM: each tensor loaded in L > 1 passes over its rows
+    (:func:`loop_loads`) is read L - 1 more times, of which the share that the rows in flight overflow L2 comes from
+    DRAM (module docstring). ``device``: (SMs, max threads per SM, L2 bytes) of the target; None: no rereads
+    counted."""
+    if device is None or not any(p > 1 for p in passes):
+        return 0
+    sms, threads, l2 = device
+    rows = next((int(a) for n, a in zip(names, args) if n == "xnumel" and isinstance(a, int)), 0)
+    space = _space(roles, args)
+    again = [(p - 1, (a.numel() if space is None else min(a.numel(), space)) * a.element_size())
+             for r, a, p in zip(roles, args, passes) if r & READ and p > 1 and hasattr(a, "element_size")]
+    if rows <= 0 or not again:
+        return 0
+    in_flight = min(1.0, sms * max(threads // REDUCTION_PROGRAM_THREADS, 1) / rows) * sum(b for _, b in again)
+    overflow = max(0.0, 1.0 - l2 / in_flight) if in_flight > 0 else 0.0
+    return int(overflow * sum(extra * size for extra, size in again))
+
+
+def target_device() -> tuple[int, int, int] | None:
+    """(SMs, max threads per SM, L2 bytes) of the current CUDA device (under the emulator: the target's catalog
+    figures), None where torch cannot tell."""
+    try:
+        import torch
+
+        p = torch.cuda.get_device_properties(torch.cuda.current_device())
+        return int(p.multi_processor_count), int(p.max_threads_per_multi_processor), int(p.L2_cache_size)
+    except Exception:
+        return None
+
+
+def _space(roles: Sequence[int], args: Sequence[Any]) -> int | None:
+    """A launch's iteration space: the product of its size arguments (None without any)."""
+    sizes = [int(a) for r, a in zip(roles, args) if r == SIZE and isinstance(a, int)]
+    return math.prod(sizes) if sizes else None
+
+
 def launch_bytes(roles: Sequence[int], args: Sequence[Any], accesses: Sequence[int] = ()) -> tuple[int, int]:
     """(bytes read, bytes written) of one launch: each tensor argument's bytes by its role, its elements capped at
     its accesses (statements, ``accesses``; 1 each when not given) times the iteration space (the product of the
     size arguments; uncapped when there are none)."""
-    sizes = [int(a) for r, a in zip(roles, args) if r == SIZE and isinstance(a, int)]
-    space = math.prod(sizes) if sizes else None
+    space = _space(roles, args)
     read = written = 0
     for i, (role, arg) in enumerate(zip(roles, args)):
         if not role & (READ | WRITTEN) or not hasattr(arg, "element_size"):
@@ -143,13 +218,16 @@ def _autotuner_bytes(autotuner: Any, args: tuple, kwargs: dict) -> tuple[int, in
     """A ``CachingAutotuner`` launch's bytes: by its arguments' roles, or for a kernel whose arguments have none (a
     user-defined kernel Inductor compiled), their footprint (module docstring)."""
     known = autotuner.__dict__.get("_stepcast_arguments")
-    if known is None:  # once per kernel: its argument names and source do not change
+    if known is None:  # once per kernel: its argument names, source and device do not change
         names = list(getattr(autotuner.fn, "arg_names", ()) or ())
-        known = autotuner._stepcast_arguments = (argument_roles(names),
-                                                 access_counts(names, getattr(autotuner.fn, "src", "")))
-    roles, accesses = known
+        source = getattr(autotuner.fn, "src", "")
+        passes = loop_loads(names, source)
+        known = autotuner._stepcast_arguments = (names, argument_roles(names), access_counts(names, source), passes,
+                                                 target_device() if any(p > 1 for p in passes) else None)
+    names, roles, accesses, passes, device = known
     if any(r & (READ | WRITTEN) for r in roles):
-        return launch_bytes(roles, args, accesses)
+        read, written = launch_bytes(roles, args, accesses)
+        return read + reread_bytes(roles, args, names, passes, device), written
     return footprint(args, kwargs), 0
 
 

@@ -236,17 +236,17 @@ def test_stale_accuracy_tables_are_told_apart_from_fresh_ones(tmp_path):
 
 def test_a_results_file_without_a_field_the_tables_need_is_one_line_naming_it(tmp_path, capsys):
     for name in ("e2e_neusight.json", "e2e_neusight_unseen.json", "torchtitan.json", "kernelbench_eager.json",
-                 "unseen.json"):
+                 "kernelbench_compiled.json", "unseen.json"):
         (tmp_path / name).write_text((DOCS / "results" / name).read_text())
     (tmp_path / "torchtitan.json").write_text('{"torchtitan": {"rows": []}}')
     assert readme_tables.main(["--results", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip() == f"stepcast: {tmp_path / 'torchtitan.json'}: no field torchtitan.summary"
 
 
-@pytest.mark.parametrize("missing", ["kernelbench_eager.json", "unseen.json"])
+@pytest.mark.parametrize("missing", ["kernelbench_eager.json", "kernelbench_compiled.json", "unseen.json"])
 def test_a_missing_results_file_is_named(tmp_path, capsys, missing):
     for name in ("e2e_neusight.json", "e2e_neusight_unseen.json", "torchtitan.json", "kernelbench_eager.json",
-                 "unseen.json"):
+                 "kernelbench_compiled.json", "unseen.json"):
         if name != missing:
             (tmp_path / name).write_text((DOCS / "results" / name).read_text())
     assert readme_tables.main(["--results", str(tmp_path)]) == 2

@@ -11,7 +11,9 @@ a convolution is run once on the emulator (``benchmarks/emulate/e2e/kernelbench_
 forward); its captured trace (kept under ``<cache>/kernelbench/``) is then simulated on each GPU, and the predicted
 device time of one steady forward (the sum of its kernels' predicted durations) is printed beside the measured time,
 twice: with each Triton launch timed from the bytes its launcher read and wrote (``bytes``, what the emulator does)
-and from its grid alone (``grid``, what it did before launches carried their bytes). A (problem, GPU) is compared
+and from its grid alone (``grid``, what it did before launches carried their bytes). Each GPU gets its own capture
+(kept under ``<cache>/kernelbench/<GPU>/``): what a looped reduction reads again from DRAM depends on the target's L2
+and SMs (emulate/triton_bytes.py). A (problem, GPU) is compared
 only when its measured time is at least :data:`DEVICE_BOUND_FLOORS` times that GPU's host floor (its time for
 :data:`HOST_FLOOR_PROBLEM`, one kernel on 1 MB: the Python dispatch and launch of a compiled module), and problems
 whose compiled forward runs anything but Triton kernels (an extern GEMM, a cuDNN call) are left out.
@@ -45,7 +47,8 @@ from stepcast.profiling.paths import cache_root, shared_data_root
 NOT_TRITON = re.compile(r"matmul|multiplication|conv|gemm", re.IGNORECASE)
 SCALAR_PRODUCT = "5_Matrix_scalar_multiplication"  # a pointwise kernel despite its name
 SCRIPT = Path(__file__).with_name("e2e") / "kernelbench_problem.py"
-CAPTURE_HARDWARE = "t4"   # the bytes a launch moves do not depend on the GPU it is captured on
+#: where a benchmark whose captures do not depend on the GPU captures them (the eager KernelBench benchmark)
+CAPTURE_HARDWARE = "t4"
 CALLS = 4                 # forwards per capture: the first compiles, the last full one is timed
 
 
@@ -60,16 +63,17 @@ def candidates(measured: dict[str, dict[str, float]], only: list[str] | None = N
 
 
 def capture(problem: Path, fresh: bool = False, *, script: Path = SCRIPT, args: list[str] | None = None,
-            folder: str = "kernelbench", timeout_s: float = 900) -> Path | str:
+            folder: str = "kernelbench", hardware: str = CAPTURE_HARDWARE, timeout_s: float = 900) -> Path | str:
     """The captured trace of one problem (cached under ``<cache>/<folder>/<problem>``), or why there is none;
-    ``script`` and ``args`` (default: this benchmark's compiled forwards) are what runs it on the virtual T4."""
+    ``script`` and ``args`` (default: this benchmark's compiled forwards) are what runs it on the virtual
+    ``hardware``."""
     from stepcast.emulate.emulation import emulate_script
 
     trace_dir = cache_root() / folder / problem.stem
     trace = trace_dir / "rank0.trace.json"
     if trace.is_file() and not fresh:
         return trace
-    done = emulate_script(script, args if args is not None else [str(problem), str(CALLS)], CAPTURE_HARDWARE,
+    done = emulate_script(script, args if args is not None else [str(problem), str(CALLS)], hardware,
                           kernels=False, timeout_s=timeout_s, trace_dir=trace_dir)
     if not done["ok"]:
         return f"emulation failed: {done['error']}"
@@ -92,25 +96,31 @@ def predicted_ms(events: list[dict[str, Any]], gpu: str, window: tuple[int, int]
     return sum(us[i] for i in range(first, end) if events[i]["kind"] == "kernel") / 1e3
 
 
-def evaluate(problem: str, trace: Path, measured: dict[str, float], least: dict[str, float]) -> dict[str, Any]:
-    """One problem's row: per GPU, measured and predicted ms (bytes and grid), or why it is left out."""
+def compared_gpus(measured: dict[str, float], least: dict[str, float]) -> list[str]:
+    """The GPUs a problem is compared on: those where its measured time is device bound."""
+    return [gpu for gpu, ms in measured.items() if ms >= least.get(gpu, float("inf"))]
+
+
+def evaluate(problem: str, traces: dict[str, Path | str], measured: dict[str, float]) -> dict[str, Any]:
+    """One problem's row: per GPU (``traces``: its capture on that GPU, or why there is none), measured and
+    predicted ms (bytes and grid), or why the problem is left out."""
     from stepcast.emulate.trace import read_trace
 
-    events = [dict(ev) for ev in read_trace(trace)["events"]]
-    window = steady_forward(events)
-    if window is None:
-        return {"problem": problem, "skipped": "fewer than two forwards were marked"}
-    kernels = [events[i] for i in range(*window) if events[i]["kind"] == "kernel"]
-    other = next((k["name"] for k in kernels if not k["name"].startswith("triton_")), None)
-    if not kernels or other is not None:
-        return {"problem": problem, "skipped": f"not only Triton kernels ({(other or 'none')[:60]})"}
-    row: dict[str, Any] = {"problem": problem, "kernels": len(kernels),
-                           "bytes": sum(k.get("bytes_read", 0) + k.get("bytes_written", 0) for k in kernels),
-                           "gpus": {}}
-    for gpu, ms in measured.items():
-        if ms < least.get(gpu, float("inf")):
-            continue
-        row["gpus"][gpu] = {"measured_ms": ms, "bytes_ms": predicted_ms(events, gpu, window, True),
+    row: dict[str, Any] = {"problem": problem, "gpus": {}}
+    for gpu, trace in traces.items():
+        if not isinstance(trace, Path):
+            return {"problem": problem, "skipped": f"{gpu}: {trace}"}
+        events = [dict(ev) for ev in read_trace(trace)["events"]]
+        window = steady_forward(events)
+        if window is None:
+            return {"problem": problem, "skipped": f"{gpu}: fewer than two forwards were marked"}
+        kernels = [events[i] for i in range(*window) if events[i]["kind"] == "kernel"]
+        other = next((k["name"] for k in kernels if not k["name"].startswith("triton_")), None)
+        if not kernels or other is not None:
+            return {"problem": problem, "skipped": f"not only Triton kernels ({(other or 'none')[:60]})"}
+        row["gpus"][gpu] = {"measured_ms": measured[gpu], "kernels": len(kernels),
+                            "bytes": sum(k.get("bytes_read", 0) + k.get("bytes_written", 0) for k in kernels),
+                            "bytes_ms": predicted_ms(events, gpu, window, True),
                             "grid_ms": predicted_ms(events, gpu, window, False)}
     return row
 
@@ -119,26 +129,35 @@ def error(predicted: float, measured: float) -> float:
     return (predicted - measured) / measured * 100.0
 
 
+def medians(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
+    """Per GPU and timing (``bytes``, ``grid``): the median |error| % over the problems compared there and their
+    count (what the README shows)."""
+    errors: dict[str, dict[str, list[float]]] = {}
+    for row in rows:
+        for gpu, g in row.get("gpus", {}).items():
+            cell = errors.setdefault(gpu, {"bytes": [], "grid": []})
+            cell["bytes"].append(abs(error(g["bytes_ms"], g["measured_ms"])))
+            cell["grid"].append(abs(error(g["grid_ms"], g["measured_ms"])))
+    return {gpu: {kind: {"median_abs_error_pct": statistics.median(e), "n": len(e)} for kind, e in cells.items()}
+            for gpu, cells in errors.items()}
+
+
 def print_table(rows: list[dict[str, Any]], console: Console) -> None:
     table = Table(title="KernelBench torch.compile forward (fp32, Inductor default): predicted vs measured")
     for col in ("problem", "GPU", "kernels", "MB moved", "measured ms", "bytes ms", "err %", "grid ms", "err %"):
         table.add_column(col, justify="left" if col in ("problem", "GPU") else "right")
-    errors: dict[str, dict[str, list[float]]] = {}
     for row in rows:
         if "skipped" in row:
             table.add_row(row["problem"], "-", "", "", "", "", "", "", row["skipped"])
             continue
         for gpu, g in row["gpus"].items():
             eb, eg = error(g["bytes_ms"], g["measured_ms"]), error(g["grid_ms"], g["measured_ms"])
-            errors.setdefault(gpu, {"bytes": [], "grid": []})
-            errors[gpu]["bytes"].append(abs(eb))
-            errors[gpu]["grid"].append(abs(eg))
-            table.add_row(row["problem"], gpu, str(row["kernels"]), f"{row['bytes'] / 1e6:,.0f}",
+            table.add_row(row["problem"], gpu, str(g["kernels"]), f"{g['bytes'] / 1e6:,.0f}",
                           f"{g['measured_ms']:.3f}", f"{g['bytes_ms']:.3f}", f"{eb:+.1f}", f"{g['grid_ms']:.3f}",
                           f"{eg:+.1f}")
-    for gpu, e in errors.items():
-        table.add_row(f"median |error| ({len(e['bytes'])})", gpu, "", "", "", "",
-                      f"{statistics.median(e['bytes']):.1f}", "", f"{statistics.median(e['grid']):.1f}")
+    for gpu, m in medians(rows).items():
+        table.add_row(f"median |error| ({m['bytes']['n']})", gpu, "", "", "", "",
+                      f"{m['bytes']['median_abs_error_pct']:.1f}", "", f"{m['grid']['median_abs_error_pct']:.1f}")
     console.print(table)
 
 
@@ -166,12 +185,13 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for n, problem in enumerate(problems, 1):
         console.print(f"[{n}/{len(problems)}] {problem}")
-        trace = capture(root / PROBLEMS / f"{problem}.py", fresh=args.fresh)
-        rows.append(evaluate(problem, trace, measured[problem], least) if isinstance(trace, Path)
-                    else {"problem": problem, "skipped": trace})
+        traces = {gpu: capture(root / PROBLEMS / f"{problem}.py", fresh=args.fresh, folder=f"kernelbench/{gpu}",
+                               hardware=gpu)
+                  for gpu in compared_gpus(measured[problem], least)}
+        rows.append(evaluate(problem, traces, measured[problem]))
     print_table(rows, console)
     if args.json:
-        write_json_atomic(args.json, {"rows": rows, "least_measured_ms": least})
+        write_json_atomic(args.json, {"rows": rows, "least_measured_ms": least, "medians": medians(rows)})
     return 0
 
 

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from stepcast.emulate.triton_bytes import (READ, SIZE, WRITTEN, _patch_heuristics, _patch_jit, access_counts,
-                                           argument_roles, footprint, install, launch_bytes, wrap_jit_run, wrap_run)
+                                           argument_roles, footprint, install, launch_bytes, loop_loads, reread_bytes,
+                                           wrap_jit_run, wrap_run)
 
 
 def test_inductor_argument_names_give_their_roles():
@@ -47,6 +48,70 @@ def test_a_pointer_loaded_by_k_statements_reads_up_to_k_iteration_spaces():
     image, pooled = torch.zeros(64, 64), torch.zeros(32, 32)
     assert launch_bytes(argument_roles(names), [image, pooled, 1024], accesses) == (64 * 64 * 4, 1024 * 4)
     assert launch_bytes(argument_roles(names), [torch.zeros(16), pooled, 1024], accesses) == (16 * 4, 1024 * 4)
+
+
+#: Inductor's looped GroupNorm (torch 2.14, trimmed): the statistics over each row, then a second pass over the
+#: row that normalises it; the weight and bias are loaded in the second pass only
+GROUP_NORM = """
+def triton_red_fused_native_group_norm_0(in_ptr0, in_ptr1, in_ptr2, out_ptr2, xnumel, r0_numel, XBLOCK : tl.constexpr):
+    xnumel = 128
+    for r0_offset in tl.range(0, r0_numel, R0_BLOCK):
+        r0_1 = r0_index
+        tmp0 = tl.load(in_ptr0 + (r0_1 + 524288*x0), xmask, eviction_policy='evict_last', other=0.0)
+        tmp2_mean = tl.where(xmask, tmp2_mean_next, tmp2_mean)
+    tmp3, tmp4, tmp5 = triton_helpers.welford(tmp2_mean, tmp2_m2, tmp2_weight, 1)
+    for r0_offset in tl.range(0, r0_numel, R0_BLOCK):
+        tmp8 = tl.load(in_ptr0 + (r0_1 + 524288*x0), xmask, eviction_policy='evict_first', other=0.0)
+        tmp16 = tl.load(in_ptr1 + ((((r0_1 + 524288*x0) // 65536) % 64)), xmask, eviction_policy='evict_last')
+        tmp18 = tl.load(in_ptr2 + ((((r0_1 + 524288*x0) // 65536) % 64)), xmask, eviction_policy='evict_last')
+        tl.store(out_ptr2 + (r0_1 + 524288*x0), tmp19, xmask)
+"""
+#: torch 2.6's spelling of the loop (``roffset``, plain ``range``), one pass: a sum
+ROW_SUM = """
+def triton_red_fused_sum_0(in_ptr0, out_ptr0, xnumel, rnumel, XBLOCK : tl.constexpr, RBLOCK : tl.constexpr):
+    for roffset in range(0, rnumel, RBLOCK):
+        tmp0 = tl.load(in_ptr0 + (r1 + 4096*x0), rmask & xmask, eviction_policy='evict_first', other=0.0)
+    tl.store(out_ptr0 + (x0), tmp2, xmask)
+"""
+NAMES = ["in_ptr0", "in_ptr1", "in_ptr2", "out_ptr2", "xnumel", "r0_numel"]
+T4 = (40, 1024, 4 * 2**20)          # SMs, threads per SM, L2 bytes
+H100 = (132, 2048, 50 * 2**20)
+
+
+def test_a_looped_reduction_loads_a_tensor_once_per_pass_over_its_rows():
+    assert loop_loads(NAMES, GROUP_NORM) == (2, 1, 1, 0, 0, 0)
+    assert loop_loads(["in_ptr0", "out_ptr0", "xnumel", "rnumel"], ROW_SUM) == (1, 0, 0, 0)
+    assert loop_loads(["in_ptr0"], POOL) == (0,)       # no loop over the rows at all
+
+
+def test_rows_too_big_for_l2_are_read_again_from_dram_and_small_rows_are_not():
+    """KernelBench's GroupNorm: 128 rows of 2 MiB (fp32) on a T4 stream the input twice; an LLM's RMSNorm rows of 4,096
+    bf16 (8 KiB) on an H100 stay in L2 between the passes, and an unknown device counts no reread."""
+    roles = argument_roles(NAMES)
+    passes = loop_loads(NAMES, GROUP_NORM)
+    big = torch.empty(128, 524288)
+    args = [big, torch.zeros(64), torch.zeros(64), big, 128, 524288]
+    extra = reread_bytes(roles, args, NAMES, passes, T4)
+    assert 0.95 * big.numel() * 4 < extra <= big.numel() * 4
+    small = torch.zeros(16384, 4096, dtype=torch.bfloat16)
+    assert reread_bytes(roles, [small, torch.zeros(64), torch.zeros(64), small, 16384, 4096], NAMES, passes,
+                        H100) == 0
+    assert reread_bytes(roles, args, NAMES, passes, None) == 0
+    assert reread_bytes(roles, args, NAMES, (1, 1, 1, 0, 0, 0), T4) == 0     # one pass: nothing read again
+
+
+def test_a_looped_launch_tells_its_reread_bytes_where_the_target_cannot_hold_its_rows(monkeypatch):
+    from stepcast.emulate import triton_bytes
+
+    told = []
+    wrapped = wrap_run(lambda self, *a, **k: "done", lambda r, w: told.append((r, w)), lambda: None, lambda: None)
+    monkeypatch.setattr(triton_bytes, "target_device", lambda: T4)
+    tuner = _Autotuner(NAMES)
+    tuner.fn.src = GROUP_NORM
+    rows = torch.empty(128, 65536)           # 32 MiB: eight times the T4's L2
+    wrapped(tuner, rows, torch.zeros(64), torch.zeros(64), rows, 128, 65536)
+    once = rows.numel() * 4 + 2 * 64 * 4
+    assert told[0][1] == rows.numel() * 4 and once + 0.8 * rows.numel() * 4 < told[0][0] < once + rows.numel() * 4
 
 
 class _Autotuner:
@@ -198,3 +263,36 @@ def test_an_eager_triton_launch_carries_its_footprint_into_the_trace_and_is_time
                                  estimator.load(None), 1)
     assert durations.fallback_reasons.get("no_spec_launch_floor", 0) == 0
     assert durations.us[0][i] > 6 * 2**20 / 3.35e12 * 1e6   # at least the bytes at the H100's peak bandwidth
+
+
+GROUP_NORM_SCRIPT = textwrap.dedent("""
+    import torch
+
+    norm = torch.compile(torch.nn.GroupNorm(8, 64).cuda())
+    x = torch.randn(16, 64, 64, 64, device="cuda")    # 16 x 8 groups: 128 rows of 32 Ki fp32 (128 KiB), 16 MiB
+    with torch.no_grad():
+        norm(x)
+    torch.cuda.synchronize()
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("hardware, passes", [("t4", (1.7, 1.8)), ("h100-sxm", (1.0, 1.0))])
+def test_inductors_looped_group_norm_reads_its_rows_again_where_the_targets_l2_cannot_hold_them(
+        emulate_run, tmp_path, monkeypatch, hardware, passes):
+    """Inductor compiles a GroupNorm of 128 KiB rows to a two-pass looped reduction whose 128 programs are all in
+    flight at once on either GPU. On a T4 their 16 MiB overflow its 4 MiB of L2, so the second pass reads three
+    quarters of the input from DRAM again (1.75 passes told); an H100's 50 MiB L2 holds them all (one pass)."""
+    pytest.importorskip("triton")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    script = tmp_path / "group_norm.py"
+    script.write_text(GROUP_NORM_SCRIPT)
+    proc, _, traces = emulate_run(tmp_path / hardware, script, hardware=hardware)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    looped = [ev for ev in traces[0]["events"] if ev["kind"] == "kernel" and ev["name"].startswith("triton_red_")]
+    assert looped, [ev["name"] for ev in traces[0]["events"] if ev["kind"] == "kernel"]
+    input_bytes = 16 * 64 * 64 * 64 * 4
+    read = {ev.get("bytes_read") for ev in looped}
+    assert len(read) == 1
+    assert passes[0] * input_bytes <= read.pop() <= passes[1] * input_bytes + 4096   # + the weight and bias

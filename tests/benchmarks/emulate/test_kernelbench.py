@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from benchmarks.emulate.kernelbench import (
     candidates,
+    compared_gpus,
     evaluate,
     main,
     steady_forward,
@@ -41,8 +42,16 @@ def test_a_forward_with_other_kernels_than_tritons_is_left_out(tmp_path):
     trace = tmp_path / "rank0.trace.json"
     write_trace(trace, rank=0, world_size=1, hardware="t4",
                 events=[{**ev, "seq": i, "t_ns": i, "gap_ns": 0} for i, ev in enumerate(events)])
-    row = evaluate("46_Average_Pooling_3D", trace, {"t4": 4.0}, {"t4": 0.3})
+    row = evaluate("46_Average_Pooling_3D", {"t4": trace}, {"t4": 4.0})
     assert row["skipped"].startswith("not only Triton kernels (void at::native::pool_kernel")
+    assert evaluate("46_Average_Pooling_3D", {"t4": "emulation failed: X"}, {"t4": 4.0})["skipped"] == \
+        "t4: emulation failed: X"
+
+
+def test_each_gpu_the_problem_is_device_bound_on_gets_its_own_capture():
+    """What a looped reduction rereads from DRAM depends on the target's L2, so each compared GPU is captured."""
+    assert compared_gpus({"t4": 3.3, "b200": 0.2, "l40s": 1.2}, {"t4": 0.3, "b200": 0.36, "l40s": 0.3}) == \
+        ["t4", "l40s"]
 
 
 def test_missing_timings_or_an_unknown_problem_exit_2(tmp_path, capsys, kernelbench_timings):
@@ -50,3 +59,16 @@ def test_missing_timings_or_an_unknown_problem_exit_2(tmp_path, capsys, kernelbe
     kernelbench_timings(COMPILED, TIMINGS_MS)
     assert main(["--root", str(tmp_path), "--problems", "23_Softmax"]) == 2
     assert "stepcast:" in capsys.readouterr().err
+
+
+def test_the_medians_per_gpu_are_over_the_problems_compared_there():
+    from benchmarks.emulate.kernelbench import medians
+
+    rows = [{"problem": "a", "gpus": {"t4": {"measured_ms": 1.0, "bytes_ms": 0.5, "grid_ms": 2.0}}},
+            {"problem": "b", "gpus": {"t4": {"measured_ms": 2.0, "bytes_ms": 2.2, "grid_ms": 2.0},
+                                      "l40s": {"measured_ms": 1.0, "bytes_ms": 0.9, "grid_ms": 1.0}}},
+            {"problem": "c", "skipped": "not only Triton kernels"}]
+    m = medians(rows)
+    assert m["t4"]["bytes"]["n"] == 2 and abs(m["t4"]["bytes"]["median_abs_error_pct"] - 30.0) < 1e-9
+    assert abs(m["t4"]["grid"]["median_abs_error_pct"] - 50.0) < 1e-9
+    assert m["l40s"]["bytes"]["n"] == 1 and abs(m["l40s"]["bytes"]["median_abs_error_pct"] - 10.0) < 1e-9
