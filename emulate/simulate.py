@@ -27,7 +27,7 @@ from stepcast.emulate.sim.shared_collate import collate_twins
 from stepcast.emulate.sim.program import RankProgram, build_program
 from stepcast.emulate.trace import read_trace
 from stepcast.estimator.base import KernelEstimator
-from stepcast.profiling.hardware import HardwareSpec, lookup
+from stepcast.profiling.hardware import HardwareSpec, load_catalog, lookup
 from stepcast import settings
 from stepcast.errors import cli_main
 from stepcast.preflight import Preflight
@@ -103,10 +103,26 @@ def simulate(traces: list[dict[str, Any]], hardware: str | None, nodes: int = 1,
     plan = host_model.plan(programs, host_speed=host_speed, latency_us=latency, costs_us=costs, align=align_ranks,
                            work=host_model.default_work() if work == "default" else work)
     timelines, groups, matched = _timelines(programs, times, twins, plan.setups, queue_depth)
+    warnings = [*(plan.warnings or []), *recorded_elsewhere(programs, spec)]
     return SimulationResult(programs, timelines, times, spec, durations, nodes, host_speed, groups,
-                            queue_depth=queue_depth, aligned=plan.aligned, warnings=plan.warnings,
+                            queue_depth=queue_depth, aligned=plan.aligned, warnings=warnings,
                             host_model=plan.host_model, collectives_matched=matched,
                             uncounted_ms=plan.uncounted_ms, reference_host=plan.reference_host)
+
+
+def recorded_elsewhere(programs: list[RankProgram], spec: Any) -> list[str]:
+    """A line when the traces were recorded on another catalogued GPU than the one simulated: their kernels are what
+    the libraries chose there (cuBLAS's and cuDNN's picks, Inductor's kernels and split reductions, a Triton
+    launch's rereads against that GPU's L2), each timed on the target, not the kernels the target would run."""
+    if spec is None:
+        return []
+    catalog = load_catalog()
+    elsewhere = sorted({p.hardware for p in programs if p.hardware in catalog and p.hardware != spec.id})
+    if not elsewhere:
+        return []
+    return [f"traces recorded on {', '.join(elsewhere)}, simulated on {spec.id}: the kernels are those the "
+            f"libraries chose for {', '.join(elsewhere)}, timed on {spec.id}; capture on {spec.id} "
+            f"(stepcast run --hardware {spec.id}) for the kernels it would run"]
 
 
 def _timelines(programs: list[RankProgram], times: Durations, twins: TwinCollectives | None,

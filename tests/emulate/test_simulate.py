@@ -367,3 +367,19 @@ def test_a_split_communicators_members_are_numbered_by_global_rank_when_the_log_
         b.device_sync()
         builders.append(b)
     assert run(*builders)["collectives_matched"] == 2
+
+
+def test_traces_recorded_on_another_gpu_are_simulated_with_a_line_naming_both():
+    """A capture holds the kernels the libraries chose for the GPU it ran on: simulated on another catalogued GPU,
+    the result says so (and where a trace names no catalogued GPU, or the same one, it says nothing)."""
+    def doc(hardware: str) -> dict:
+        b = builder()
+        b.kernel(stream=1, duration_us=100.0)
+        b.device_sync()
+        b.iteration(1, end=True)
+        return b.doc() | {"hardware": hardware}
+
+    elsewhere = simulate([doc("t4")], "h100-sxm", durations="measured").warnings
+    assert any(w.startswith("traces recorded on t4, simulated on h100-sxm") for w in elsewhere)
+    for same in ("h100-sxm", "NVIDIA H100 (a real profile's name)"):
+        assert not any("recorded on" in w for w in simulate([doc(same)], "h100-sxm", durations="measured").warnings)
