@@ -20,6 +20,11 @@ KiB), not of a GroupNorm row of 2 MiB, which on a real T4 takes 1.6x the time of
 (KernelBench, ``python -m benchmarks.emulate.kernelbench``). Rows in flight: the SMs times the programs an SM holds
 (its thread limit over Inductor's looped-reduction programs of 8 warps), of the target the capture runs on.
 
+A pointwise kernel that loads a smaller tensor at ``xindex % N`` (a LayerNorm's weight of the normalised shape,
+broadcast over the batch) sweeps it once every N elements of its space: again from DRAM each sweep where what the
+launch moves during one sweep overflows L2 (:func:`cycle_reread_bytes`; KernelBench's LayerNorm, a 16 MiB weight
+and bias over a batch of 16, takes 1.6x one pass on a real T4, A10G or RTX A6000), from L2 where it fits.
+
 A Triton kernel whose arguments follow no such naming is a user's or a library's (torchao's Float8 casts and scales,
 launched eagerly through ``triton.runtime.jit.JITFunction.run``, or compiled by Inductor as a user-defined kernel):
 its launch tells the **footprint** of its tensor arguments, each distinct tensor's bytes once, as read (the launch
@@ -106,6 +111,50 @@ def loop_loads(names: Sequence[str], source: str) -> tuple[int, ...]:
                 if name in loops:
                     loops[name].add(loop)
     return tuple(len(loops[n]) for n in names)
+
+
+_CYCLE = re.compile(r"^\s*(x\d+) = \(?xindex % (\d+)\)?\s*$")
+_LOAD_AT = re.compile(r"\btl\.load\(\s*(\w+) \+ \((\w+)\)")
+
+
+def cycled_loads(names: Sequence[str], source: str) -> tuple[int, ...]:
+    """For each argument a pointwise kernel loads at ``xindex % N`` (its index repeats every N elements of the
+    iteration space: a tensor broadcast over the outer dimensions), N; else 0. Kernels with a reduction dimension
+    (an ``r*numel`` argument) are not read: their loops decide the order."""
+    if any(n in ("rnumel", "r0_numel", "r1_numel") for n in names):
+        return tuple(0 for _ in names)
+    cycle: dict[str, int] = {}
+    found = dict.fromkeys(names, 0)
+    for line in (source or "").splitlines():
+        match = _CYCLE.match(line)
+        if match:
+            cycle[match.group(1)] = int(match.group(2))
+            continue
+        for name, index in _LOAD_AT.findall(line):
+            if name in found and index in cycle:
+                found[name] = cycle[index]
+    return tuple(found[n] for n in names)
+
+
+def cycle_reread_bytes(roles: Sequence[int], args: Sequence[Any], cycles: Sequence[int], moved: int,
+                       device: tuple[int, int, int] | None) -> int:
+    """Bytes a pointwise kernel reads again from DRAM of the tensors it sweeps once every N elements of its space
+    (``cycles``: :func:`cycled_loads`): each sweep after the first, at the share of what the launch moves during
+    one sweep (``moved`` over the space's sweeps) that overflows L2. ``device``: (SMs, threads per SM, L2 bytes);
+    None: nothing counted."""
+    space = _space(roles, args)
+    if device is None or not space or moved <= 0:
+        return 0
+    l2 = device[2]
+    extra = 0.0
+    for role, arg, period in zip(roles, args, cycles):
+        if not role & READ or period <= 0 or period >= space or not hasattr(arg, "element_size"):
+            continue
+        sweeps = space / period
+        per_sweep = moved / sweeps
+        overflow = max(0.0, 1.0 - l2 / per_sweep)
+        extra += (sweeps - 1.0) * min(arg.numel(), period) * arg.element_size() * overflow
+    return int(extra)
 
 
 #: the warps of one program of Inductor's looped reductions (its reduction configs cap num_warps at 8): with an
@@ -221,13 +270,16 @@ def _autotuner_bytes(autotuner: Any, args: tuple, kwargs: dict) -> tuple[int, in
     if known is None:  # once per kernel: its argument names, source and device do not change
         names = list(getattr(autotuner.fn, "arg_names", ()) or ())
         source = getattr(autotuner.fn, "src", "")
-        passes = loop_loads(names, source)
+        passes, cycles = loop_loads(names, source), cycled_loads(names, source)
+        device = target_device() if any(p > 1 for p in passes) or any(cycles) else None
         known = autotuner._stepcast_arguments = (names, argument_roles(names), access_counts(names, source), passes,
-                                                 target_device() if any(p > 1 for p in passes) else None)
-    names, roles, accesses, passes, device = known
+                                                 cycles, device)
+    names, roles, accesses, passes, cycles, device = known
     if any(r & (READ | WRITTEN) for r in roles):
         read, written = launch_bytes(roles, args, accesses)
-        return read + reread_bytes(roles, args, names, passes, device), written
+        again = reread_bytes(roles, args, names, passes, device)
+        again += cycle_reread_bytes(roles, args, cycles, read + written, device)
+        return read + again, written
     return footprint(args, kwargs), 0
 
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from stepcast.emulate.triton_bytes import (READ, SIZE, WRITTEN, _patch_heuristics, _patch_jit, access_counts,
-                                           argument_roles, footprint, install, launch_bytes, loop_loads, reread_bytes,
-                                           wrap_jit_run, wrap_run)
+                                           argument_roles, cycle_reread_bytes, cycled_loads, footprint, install,
+                                           launch_bytes, loop_loads, reread_bytes, wrap_jit_run, wrap_run)
 
 
 def test_inductor_argument_names_give_their_roles():
@@ -112,6 +112,43 @@ def test_a_looped_launch_tells_its_reread_bytes_where_the_target_cannot_hold_its
     wrapped(tuner, rows, torch.zeros(64), torch.zeros(64), rows, 128, 65536)
     once = rows.numel() * 4 + 2 * 64 * 4
     assert told[0][1] == rows.numel() * 4 and once + 0.8 * rows.numel() * 4 < told[0][0] < once + rows.numel() * 4
+
+
+#: Inductor's LayerNorm output kernel (torch 2.14, trimmed): a weight and bias of the normalised shape (4 Mi
+#: elements) swept once per batch row (``xindex % 4194304``), the row statistics per batch row (``xindex // ...``)
+LAYER_NORM_OUT = """
+def triton_poi_fused_native_layer_norm_2(in_ptr0, in_ptr1, in_ptr2, in_ptr3, in_ptr4, out_ptr0, xnumel, XBLOCK : tl.constexpr):
+    xnumel = 67108864
+    x2 = xindex
+    x1 = xindex // 4194304
+    x0 = (xindex % 4194304)
+    tmp0 = tl.load(in_ptr0 + (x2), None)
+    tmp1 = tl.load(in_ptr1 + (x1), None, eviction_policy='evict_last')
+    tmp3 = tl.load(in_ptr2 + (x1), None, eviction_policy='evict_last')
+    tmp10 = tl.load(in_ptr3 + (x0), None, eviction_policy='evict_last')
+    tmp12 = tl.load(in_ptr4 + (x0), None, eviction_policy='evict_last')
+    tl.store(out_ptr0 + (x2), tmp13, None)
+"""
+LN_NAMES = ["in_ptr0", "in_ptr1", "in_ptr2", "in_ptr3", "in_ptr4", "out_ptr0", "xnumel"]
+
+
+def test_a_tensor_loaded_at_xindex_modulo_n_is_swept_once_every_n_elements():
+    assert cycled_loads(LN_NAMES, LAYER_NORM_OUT) == (0, 0, 0, 4194304, 4194304, 0, 0)
+    assert cycled_loads(NAMES, GROUP_NORM) == (0,) * len(NAMES)        # a reduction's loops decide its order
+    assert cycled_loads(["in_ptr0", "out_ptr0", "xnumel"], POOL) == (0, 0, 0)
+
+
+def test_a_swept_weight_is_read_again_each_sweep_where_a_sweep_overflows_l2():
+    """The LayerNorm output kernel over 16 batch rows moves 35.6 MB a sweep: a T4 (4 MiB of L2) reads the 16 MiB
+    weight and bias again on each of the 15 later sweeps, nearly whole; an L40S's 96 MiB L2 keeps them."""
+    x, w, stats = torch.empty(16, 64, 256, 256), torch.empty(64, 256, 256), torch.empty(16)
+    args = [x, stats, stats, w, w, x, x.numel()]
+    roles, cycles = argument_roles(LN_NAMES), cycled_loads(LN_NAMES, LAYER_NORM_OUT)
+    moved = 2 * x.numel() * 4 + 2 * w.numel() * 4 + 2 * 16 * 4
+    weights_again = 15 * 2 * w.numel() * 4
+    assert 0.85 * weights_again < cycle_reread_bytes(roles, args, cycles, moved, T4) < weights_again
+    assert cycle_reread_bytes(roles, args, cycles, moved, (142, 1536, 96 * 2**20)) == 0
+    assert cycle_reread_bytes(roles, args, cycles, moved, None) == 0
 
 
 class _Autotuner:
