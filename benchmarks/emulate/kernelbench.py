@@ -13,7 +13,8 @@ device time of one steady forward (the sum of its kernels' predicted durations) 
 twice: with each Triton launch timed from the bytes its launcher read and wrote (``bytes``, what the emulator does)
 and from its grid alone (``grid``, what it did before launches carried their bytes). Each GPU gets its own capture
 (kept under ``<cache>/kernelbench/<GPU>/``): what a looped reduction reads again from DRAM depends on the target's L2
-and SMs (emulate/triton_bytes.py). A (problem, GPU) is compared
+and SMs (emulate/triton_bytes.py). A kept capture is reused whatever changed since; after a change to the capture
+layer (emulate/capture.py and the files it loads, the driver), run with ``--fresh``. A (problem, GPU) is compared
 only when its measured time is at least :data:`DEVICE_BOUND_FLOORS` times that GPU's host floor (its time for
 :data:`HOST_FLOOR_PROBLEM`, one kernel on 1 MB: the Python dispatch and launch of a compiled module), and problems
 whose compiled forward runs anything but Triton kernels (an extern GEMM, a cuDNN call) are left out.
