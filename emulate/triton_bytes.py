@@ -23,7 +23,7 @@ KiB), not of a GroupNorm row of 2 MiB, which on a real T4 takes 1.6x the time of
 A pointwise kernel that loads a smaller tensor at ``xindex % N`` (a LayerNorm's weight of the normalised shape,
 broadcast over the batch) sweeps it once every N elements of its space: again from DRAM each sweep where what the
 launch moves during one sweep overflows L2 (:func:`cycle_reread_bytes`; KernelBench's LayerNorm, a 16 MiB weight
-and bias over a batch of 16, takes 1.6x one pass on a real T4, A10G or RTX A6000), from L2 where it fits.
+and bias over a batch of 16, takes 1.5-1.6x one pass on a real T4, A10G or RTX A6000), from L2 where it fits.
 
 A Triton kernel whose arguments follow no such naming is a user's or a library's (torchao's Float8 casts and scales,
 launched eagerly through ``triton.runtime.jit.JITFunction.run``, or compiled by Inductor as a user-defined kernel):
