@@ -34,8 +34,8 @@ a launch floor: torchao's Float8 grouped-GEMM path casts every expert's activati
 kind.
 
 The wrappers are installed when Inductor's runtime module or Triton's launcher is first imported
-(emulate/import_hooks.py), so scripts that never use them pay nothing; their own work runs between ``stepcast_pause`` and ``stepcast_resume``
-(the capture layer's time, not the script's host time).
+(emulate/import_hooks.py), so scripts that never use them pay nothing; their own work runs between
+``stepcast_pause`` and ``stepcast_resume`` (the capture layer's time, not the script's host time).
 """
 from __future__ import annotations
 
