@@ -40,6 +40,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -321,7 +322,7 @@ def _link_name(link: Path, target: str) -> None:
     """``link`` -> ``target`` (same folder), made under a temporary name then renamed, so it appears whole."""
     if link.is_symlink() and os.readlink(link) == target:
         return
-    tmp = link.with_name(f".{link.name}.{os.getpid()}")
+    tmp = link.with_name(f".{link.name}.{os.getpid()}.{threading.get_ident()}")  # one per builder thread too
     tmp.unlink(missing_ok=True)
     tmp.symlink_to(target)
     os.replace(tmp, link)

@@ -165,8 +165,10 @@ def test_concurrent_builders_agree(clean_cache):
         t.start()
     for t in threads:
         t.join()
+    assert len(results) == 3, "a builder thread raised"   # each thread returned a path
     assert len(set(results)) == 1 and results[0].is_file()
     assert not list(results[0].parent.glob(".build-*"))  # no half-written leftovers
+    assert not list(results[0].parent.glob(".libcuda.so.*"))  # nor a temporary link name
 
 
 def test_generated_stubs_are_weak_so_hand_written_definitions_win():
@@ -230,3 +232,30 @@ def test_an_nvml_stand_in_is_built_beside_the_driver():
     names = subprocess.run(["strings", str(c10_cuda)], capture_output=True, text=True).stdout.splitlines()
     wanted = {s for s in names if s.startswith("nvml") and s.isidentifier()}
     assert len(wanted) == 7 and wanted <= _defined(nvml)
+
+
+def test_builder_threads_naming_the_link_at_once_all_succeed(tmp_path):
+    """Several threads of one process make the driver's link name at the same moment: each uses a temporary name of
+    its own, so none loses its temporary link to another's cleanup (a FileNotFoundError in a builder thread)."""
+    target = tmp_path / "libcuda.so.1"
+    target.write_text("")
+    link = tmp_path / "libcuda.so"
+    errors: list[BaseException] = []
+    for _ in range(40):
+        link.unlink(missing_ok=True)
+        start = threading.Barrier(8)
+
+        def make() -> None:
+            start.wait()
+            try:
+                build._link_name(link, target.name)
+            except OSError as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=make) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert errors == [] and os.readlink(link) == target.name
+    assert not list(tmp_path.glob(".libcuda.so.*"))
