@@ -142,18 +142,17 @@ def cycle_reread_bytes(roles: Sequence[int], args: Sequence[Any], cycles: Sequen
     (``cycles``: :func:`cycled_loads`): each sweep after the first, at the share of what the launch moves during
     one sweep (``moved`` over the space's sweeps) that overflows L2. ``device``: (SMs, threads per SM, L2 bytes);
     None: nothing counted."""
-    space = _space(roles, args)
-    if device is None or not space or moved <= 0:
+    if device is None or not any(cycles) or moved <= 0:
         return 0
-    l2 = device[2]
+    space = _space(roles, args)
+    if not space:
+        return 0
     extra = 0.0
     for role, arg, period in zip(roles, args, cycles):
         if not role & READ or period <= 0 or period >= space or not hasattr(arg, "element_size"):
             continue
         sweeps = space / period
-        per_sweep = moved / sweeps
-        overflow = max(0.0, 1.0 - l2 / per_sweep)
-        extra += (sweeps - 1.0) * min(arg.numel(), period) * arg.element_size() * overflow
+        extra += (sweeps - 1.0) * min(arg.numel(), period) * arg.element_size() * _overflow(device, moved / sweeps)
     return int(extra)
 
 
@@ -170,7 +169,7 @@ def reread_bytes(roles: Sequence[int], args: Sequence[Any], names: Sequence[str]
     counted."""
     if device is None or not any(p > 1 for p in passes):
         return 0
-    sms, threads, l2 = device
+    sms, threads, _ = device
     rows = next((int(a) for n, a in zip(names, args) if n == "xnumel" and isinstance(a, int)), 0)
     space = _space(roles, args)
     again = [(p - 1, (a.numel() if space is None else min(a.numel(), space)) * a.element_size())
@@ -178,8 +177,12 @@ def reread_bytes(roles: Sequence[int], args: Sequence[Any], names: Sequence[str]
     if rows <= 0 or not again:
         return 0
     in_flight = min(1.0, sms * max(threads // REDUCTION_PROGRAM_THREADS, 1) / rows) * sum(b for _, b in again)
-    overflow = max(0.0, 1.0 - l2 / in_flight) if in_flight > 0 else 0.0
-    return int(overflow * sum(extra * size for extra, size in again))
+    return int(_overflow(device, in_flight) * sum(extra * size for extra, size in again))
+
+
+def _overflow(device: tuple[int, int, int], touched: float) -> float:
+    """The share of ``touched`` bytes, read before they are read again, that the device's L2 cannot hold."""
+    return max(0.0, 1.0 - device[2] / touched) if touched > 0 else 0.0
 
 
 def target_device() -> tuple[int, int, int] | None:
@@ -277,9 +280,10 @@ def _autotuner_bytes(autotuner: Any, args: tuple, kwargs: dict) -> tuple[int, in
     names, roles, accesses, passes, cycles, device = known
     if any(r & (READ | WRITTEN) for r in roles):
         read, written = launch_bytes(roles, args, accesses)
-        again = reread_bytes(roles, args, names, passes, device)
-        again += cycle_reread_bytes(roles, args, cycles, read + written, device)
-        return read + again, written
+        if device is not None:  # a kernel that reads something again (only those asked the device)
+            read += reread_bytes(roles, args, names, passes, device) + \
+                cycle_reread_bytes(roles, args, cycles, read + written, device)
+        return read, written
     return footprint(args, kwargs), 0
 
 
