@@ -20,8 +20,9 @@ GPU (``roofline``: the expected loads' work at peak, no correction), and the poo
 each split; and ``releases``, what the data itself allows: how far one framework release's time of a layer lies from
 the other releases' median for the same kernel, shape and routing
 (``estimator.importers.aiconfigurator_moe.release_spread``). The rows are those medians, so a model's error on them
-is bounded below by a share of that disagreement, whatever the model. ``--splits seen --rows 200000 --trees 600 --depth 12 --learning-rate 0.1`` fits the seen split on every
-row with a larger correction (about 3 minutes a fit on two idle cores).
+is bounded below by a share of that disagreement, whatever the model. ``--splits seen --rows 200000 --trees 600
+--depth 12 --learning-rate 0.1`` fits the seen split on every row with a larger correction (about 3 minutes a fit on
+two idle cores).
 """
 from __future__ import annotations
 
@@ -235,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
         write_bytes_atomic(args.page, page.encode())
         return 0
     root = args.root or shared_data_root()
-    rows = aiconfigurator_moe.load(root)
+    measured = aiconfigurator_moe.measurements(root)   # read once: the rows and the releases' spread
+    rows = aiconfigurator_moe.layers(measured)
     if rows.empty:
         print(f"stepcast: no fused-MoE tables under {root / DATA_DIR} (set STEPCAST_SHARED_DATA)",
               file=sys.stderr)
@@ -259,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(width=140)
     model = {key: getattr(args, key) for key in MODEL_OPTIONS}
     cells = run(rows, gpus, seeds, args.rows, console, splits, **model)
-    spread = aiconfigurator_moe.release_spread(root)
+    spread = aiconfigurator_moe.release_spread(measured)
     print_table(cells, console, spread)
     if args.json:
         doc: dict[str, Any] = {"rows_per_cell": args.rows, "seeds": list(seeds), "splits": list(splits), "model": model,

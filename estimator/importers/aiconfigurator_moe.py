@@ -88,7 +88,11 @@ KEYS = ["hardware", "dtype", "backend", *SHAPE.values(), "skew"]
 def load(root: Path) -> pd.DataFrame:
     """Every bf16 / fp8 fused-MoE layer of a catalog device, one row per (device, kernel_source, dtype, shape,
     distribution), runtime in microseconds."""
-    measured = measurements(root)
+    return layers(measurements(root))
+
+
+def layers(measured: pd.DataFrame) -> pd.DataFrame:
+    """:func:`load`'s rows from the releases' timings (:func:`measurements`): one per layer, their median."""
     if measured.empty:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in COLUMNS})
     rows = median_rows(measured, KEYS)
@@ -99,11 +103,11 @@ def load(root: Path) -> pd.DataFrame:
     return rows[list(COLUMNS)].reset_index(drop=True)
 
 
-def release_spread(root: Path) -> pd.DataFrame:
+def release_spread(measured: pd.DataFrame) -> pd.DataFrame:
     """Per (hardware, dtype): how far one framework release's time of a layer lies from the other releases' median
-    of the same kernel, shape and routing (``estimator.importers.aiconfigurator.release_disagreement``): mean and
-    median APE % over ``measurements`` (one release's timing of a row timed by two or more releases)."""
-    measured = measurements(root)
+    of the same kernel, shape and routing (``estimator.importers.aiconfigurator.release_disagreement``), over the
+    releases' timings ``measured`` (:func:`measurements`): mean and median APE % over ``measurements`` (one
+    release's timing of a row timed by two or more releases)."""
     if measured.empty:
         return pd.DataFrame(columns=["hardware", "dtype", "mean_ape", "median_ape", "measurements"])
     per = release_disagreement(measured, KEYS)

@@ -89,7 +89,7 @@ def test_each_release_is_scored_against_the_median_of_the_others_timing_the_same
     write(tmp_path, "h100_sxm/moe/vllm/0.24.0/moe_perf.parquet", [moe(0.100), moe(0.200, tokens=8)])
     write(tmp_path, "h100_sxm/moe/vllm/0.19.0/moe_perf.parquet", [moe(0.120)])
     write(tmp_path, "h100_sxm/moe/sglang/0.5.9/moe_perf.parquet", [moe(0.150)])
-    spread = aiconfigurator_moe.release_spread(tmp_path)
+    spread = aiconfigurator_moe.release_spread(aiconfigurator_moe.measurements(tmp_path))
     assert spread[["hardware", "dtype", "measurements"]].values.tolist() == [["h100-sxm", "bf16", 3]]
     expected = [100 * (35 / 135), 100 * (5 / 125), 100 * (40 / 110)]
     assert spread["mean_ape"].iat[0] == pytest.approx(sum(expected) / 3)
@@ -99,6 +99,6 @@ def test_each_release_is_scored_against_the_median_of_the_others_timing_the_same
 def test_two_releases_agreeing_exactly_disagree_by_nothing(tmp_path):
     write(tmp_path, "h100_sxm/moe/vllm/0.24.0/moe_perf.parquet", [moe(0.1), moe(0.05, dtype="fp8")])
     write(tmp_path, "h100_sxm/moe/vllm/0.19.0/moe_perf.parquet", [moe(0.1), moe(0.1, dtype="fp8")])
-    spread = aiconfigurator_moe.release_spread(tmp_path).set_index("dtype")
+    spread = aiconfigurator_moe.release_spread(aiconfigurator_moe.measurements(tmp_path)).set_index("dtype")
     assert spread.loc["bf16", "mean_ape"] == 0.0
     assert spread.loc["fp8_e4m3", "mean_ape"] == pytest.approx((50.0 + 100.0) / 2)   # 0.05 vs 0.1, 0.1 vs 0.05

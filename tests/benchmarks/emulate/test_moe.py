@@ -76,10 +76,11 @@ def test_the_table_reports_each_held_out_gpu_and_the_pooled_figure(monkeypatch, 
 def test_the_results_carry_the_releases_disagreement_beside_the_model(tmp_path, monkeypatch):
     """The releases' own disagreement per GPU and dtype (release_spread) is written with the cells and printed."""
     monkeypatch.setattr(moe_benchmark, "MoEEstimator", Recorder)
-    monkeypatch.setattr(moe_benchmark.aiconfigurator_moe, "load", lambda root: rows())
+    monkeypatch.setattr(moe_benchmark.aiconfigurator_moe, "measurements", lambda root: None)
+    monkeypatch.setattr(moe_benchmark.aiconfigurator_moe, "layers", lambda measured: rows())
     spread = pd.DataFrame([{"hardware": "l40s", "dtype": "bf16", "mean_ape": 12.9, "median_ape": 2.9,
                             "measurements": 5}])
-    monkeypatch.setattr(moe_benchmark.aiconfigurator_moe, "release_spread", lambda root: spread)
+    monkeypatch.setattr(moe_benchmark.aiconfigurator_moe, "release_spread", lambda measured: spread)
     out = tmp_path / "r.json"
     assert moe_benchmark.main(["--gpus", "l40s", "--seeds", "0", "--rows", "30", "--splits", "held out",
                                "--root", str(tmp_path), "--json", str(out)]) == 0
@@ -90,13 +91,15 @@ def test_the_results_carry_the_releases_disagreement_beside_the_model(tmp_path, 
 
 
 def test_an_unknown_gpu_is_a_one_line_error(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(moe_benchmark.aiconfigurator_moe, "load", lambda root: rows())
+    monkeypatch.setattr(moe_benchmark.aiconfigurator_moe, "measurements", lambda root: None)
+    monkeypatch.setattr(moe_benchmark.aiconfigurator_moe, "layers", lambda measured: rows())
     assert moe_benchmark.main(["--gpus", "t4", "--root", str(tmp_path)]) == 2
     assert "stepcast: --gpus: no fused-MoE rows for 't4'" in capsys.readouterr().err
 
 
 def test_an_unknown_split_is_a_one_line_error(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(moe_benchmark.aiconfigurator_moe, "load", lambda root: rows())
+    monkeypatch.setattr(moe_benchmark.aiconfigurator_moe, "measurements", lambda root: None)
+    monkeypatch.setattr(moe_benchmark.aiconfigurator_moe, "layers", lambda measured: rows())
     assert moe_benchmark.main(["--splits", "seen,unseen", "--root", str(tmp_path)]) == 2
     assert "stepcast: --splits: expected some of" in capsys.readouterr().err
 
