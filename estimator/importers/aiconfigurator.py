@@ -97,24 +97,30 @@ def median_rows(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 def without_outlier_tables(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """``frame`` (measurements with their ``table``) less the tables :func:`outlier_tables` finds, each left out
     with a warning naming it."""
-    dropped = outlier_tables(frame, keys)
+    dropped = outlier_tables(table_medians(frame, keys), keys)
     for table, (factor, shared) in dropped.items():
         log.warning("aiconfigurator: %s: timings %.3gx the other releases' for the same kernels (median over "
                     "%d shared); table left out", table, factor, shared)
     return frame[~frame["table"].isin(list(dropped))] if dropped else frame
 
 
+def table_medians(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """One row per kernel (``keys``) and table timing it: the table's median ``latency`` there (positive ones
+    only), sorted by kernel, so that each kernel's tables are consecutive."""
+    per = frame.groupby([*keys, "table"], sort=True, dropna=False, observed=True)["latency"].median()
+    return per[per > 0].reset_index()
+
+
 def release_disagreement(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """How far one release's timing of a kernel lies from the others': per kernel (``keys``) that two or more tables
     (releases) time, each table's time against the median of the other tables' (percent, column ``ape``; the
-    table's own time is its median where it times a kernel twice), the outlier tables left out first.
+    table's own time is its median where it times a kernel twice). ``frame``: measurements whose outlier tables
+    are left out already (:func:`without_outlier_tables`).
 
     A model fitted on the median over releases is scored against that median, whose own noise this measures: where
     releases of one framework disagree by 20 % about the same kernel on the same GPU, no model of the shape alone
     can be much closer to their median than a fraction of that."""
-    frame = without_outlier_tables(frame, keys)
-    per = frame.groupby([*keys, "table"], sort=True, dropna=False, observed=True)["latency"].median()
-    per = per[per > 0].reset_index()
+    per = table_medians(frame, keys)
     size = per.groupby(keys, sort=False, dropna=False)["latency"].transform("size").to_numpy()
     per = per.assign(ape=np.nan)
     for n in np.unique(size[size >= 2]):
@@ -135,13 +141,12 @@ MIN_TABLES = 3
 MIN_SHARED = 50
 
 
-def outlier_tables(frame: pd.DataFrame, keys: list[str]) -> dict[str, tuple[float, int]]:
-    """{table: (its median factor against the consensus, kernels it shares)} of the tables to leave out. The
+def outlier_tables(per: pd.DataFrame, keys: list[str]) -> dict[str, tuple[float, int]]:
+    """{table: (its median factor against the consensus, kernels it shares)} of the tables to leave out, from each
+    table's time of each kernel (``per``: :func:`table_medians`, with ``hardware``). The
     consensus of a kernel is the median over every table that times it, once at least :data:`MIN_TABLES` do: with
     three or more, one table's slip cannot move it. Tables are left out only as a minority of a device's judged
     tables: where half of them or more stray, the releases disagree and none is called wrong (logged)."""
-    per = frame.groupby([*keys, "table"], sort=False, dropna=False, observed=True)["latency"].median()
-    per = per[per > 0].reset_index()
     grouped = per.groupby(keys, sort=False, dropna=False)["latency"]
     per = per.assign(tables=grouped.transform("size"), consensus=grouped.transform("median"))
     per = per[per["tables"] >= MIN_TABLES]

@@ -35,6 +35,7 @@ from stepcast.estimator.importers.aiconfigurator import (
     release_disagreement,
     shape_set,
     tables,
+    without_outlier_tables,
 )
 from stepcast.estimator.importers.common import DataImportError
 
@@ -95,7 +96,7 @@ def layers(measured: pd.DataFrame) -> pd.DataFrame:
     """:func:`load`'s rows from the releases' timings (:func:`measurements`): one per layer, their median."""
     if measured.empty:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in COLUMNS})
-    rows = median_rows(measured, KEYS)
+    rows = median_rows(measured.drop(columns="table"), KEYS)   # the outlier tables are out already
     rows = rows[np.isfinite(rows["latency"]) & (rows["latency"] > 0)]
     rows = rows.assign(gated=gated(rows), runtime_us=rows["latency"] * 1000.0, source=SOURCE,
                        group="aiconfigurator-moe/s" + pd.Series(shape_set(*(rows[c] for c in LAYER)),
@@ -117,7 +118,8 @@ def release_spread(measured: pd.DataFrame) -> pd.DataFrame:
 
 def measurements(root: Path) -> pd.DataFrame:
     """Every release's timing of every bf16 / fp8 layer of a catalog device: :data:`KEYS`, ``latency`` (ms) and the
-    ``table`` it came from."""
+    ``table`` it came from; a release's table far off its siblings' is left out here, once, with a warning naming
+    it (``estimator.importers.aiconfigurator.without_outlier_tables``)."""
     parts = []
     for path, raw, hardware in catalog_tables(input_files(root), root, REQUIRED):
         raw = raw[raw["moe_dtype"].astype(str).isin(list(DTYPES))]
@@ -131,4 +133,4 @@ def measurements(root: Path) -> pd.DataFrame:
                                   table=str(path)))
     if not parts:
         return pd.DataFrame(columns=[*KEYS, "latency", "table"])
-    return pd.concat(parts, ignore_index=True)
+    return without_outlier_tables(pd.concat(parts, ignore_index=True), KEYS)
