@@ -134,22 +134,21 @@ def kernelbench(results: Path) -> list[str]:
     compiled_path = results / "kernelbench_compiled.json"
     compiled = load(compiled_path)
 
-    def cell(name: str, gpu: str) -> str:
-        got = medians[name].get(gpu)
+    compiled_medians = field(compiled, compiled_path, "medians")
+
+    def cell(got: dict[str, Any] | None) -> str:
+        """A median |error| and its problem count, or "-" where the GPU has none."""
         return "-" if got is None else f"{got['median_abs_error_pct']:.1f} ({got['n']})"
 
-    def compiled_cell(gpu: str) -> str:
-        if gpu not in field(compiled, compiled_path, "medians"):
-            return "-"
-        got = field(compiled, compiled_path, "medians", gpu, "bytes")
-        return f"{got['median_abs_error_pct']:.1f} ({got['n']})"
-
-    rows = [[f"`{gpu}`", *[cell(name, gpu) for name in KERNELBENCH_CLASSES], compiled_cell(gpu)] for gpu in gpus]
+    rows = [[f"`{gpu}`", *[cell(medians[name].get(gpu)) for name in KERNELBENCH_CLASSES],
+             cell(field(compiled, compiled_path, "medians", gpu, "bytes") if gpu in compiled_medians else None)]
+            for gpu in gpus]
     return [("**Single ops as KernelBench times them** (level-1, six GPUs never trained on; median |error| %, "
              "problems; eager, and compiled forwards that run only Triton kernels):"), "",
             *table(["GPU", *KERNELBENCH_CLASSES, "compiled, device bound"], rows), "",
             f"From `{shown(path)}` (`python -m benchmarks.emulate.kernelbench_eager --json {shown(path)}`) and "
-            f"`{shown(compiled_path)}` (`python -m benchmarks.emulate.kernelbench --json {shown(compiled_path)}`).", ""]
+            f"`{shown(compiled_path)}` (`python -m benchmarks.emulate.kernelbench --json {shown(compiled_path)}`).",
+            ""]
 
 
 def wrapped(lines: list[str]) -> list[str]:
