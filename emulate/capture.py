@@ -423,10 +423,10 @@ def main(argv: list[str]) -> int:
     native = os.environ.get("STEPCAST_OPCTX")
     recorder = NativeOpContext(native) if native else OpRecorder(driver)
     routing = _install_routing(recorder if native else None)  # a MoE router's top-k gives the stated routing
-    after_import = _sibling("import_hooks").after_import  # patches library modules at their first import
-    _sibling("triton_bytes").install(driver, after_import)  # each Triton launch's bytes read and written
+    hooks = _sibling("import_hooks")  # patches library modules at their first import, wrapping each function once
+    _sibling("triton_bytes").install(driver, hooks)  # each Triton launch's bytes read and written
     _sibling("event_timing").install(driver, recorder.dump)  # elapsed event times: predicted device time between
-    _sibling("quick_bench").install(after_import)  # Triton's benchmark loop: one repeat (the answers are the same)
+    _sibling("quick_bench").install(hooks)  # Triton's benchmark loop: one repeat (the answers are the same)
     driver.stepcast_count_python()  # this thread's Python calls count as host work (csrc/hostwork.c)
     status: dict[str, Any] = {"exit": "running"}  # until the process ends: a saved table says so if it is killed
     sidecar_lock, finish_lock = threading.RLock(), threading.Lock()

@@ -1,6 +1,7 @@
 """Patching a library's module right after its first import, for the capture layer's wrappers of library code
 (emulate/triton_bytes.py: Inductor's and Triton's launchers; emulate/quick_bench.py: Triton's benchmark loop), so
-that a script which never imports the library pays nothing.
+that a script which never imports the library pays nothing; and the one way those wrappers replace a library's
+function (:func:`wrap_once`).
 
 Loaded by its path inside the script's process (emulate/capture.py), like those modules: standard library only.
 """
@@ -55,3 +56,17 @@ def after_import(name: str, patch: Patch) -> None:
     _FINDER.patches.setdefault(name, []).append(patch)
     if _FINDER not in sys.meta_path:
         sys.meta_path.insert(0, _FINDER)
+
+
+def wrap_once(owner: Any, name: str, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    """Replace ``owner.<name>`` by ``wrap(it)``, marked ``__stepcast__``, unless the owner or the attribute is missing,
+    it is ours already (the mark: ``__wrapped__`` alone is any ``functools.wraps`` decorator's, which would leave it
+    unwrapped), or ``wrap`` gives it back as it was."""
+    current = getattr(owner, name, None) if owner is not None else None
+    if current is None or getattr(current, "__stepcast__", False):
+        return
+    wrapped = wrap(current)
+    if wrapped is current:
+        return
+    wrapped.__stepcast__ = True
+    setattr(owner, name, wrapped)

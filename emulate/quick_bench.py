@@ -41,16 +41,12 @@ def wrap_do_bench(do_bench: Callable[..., Any]) -> Callable[..., Any]:
     def stepcast_do_bench(fn, warmup=25, rep=100, *args, **kwargs):
         return do_bench(fn, ONE_RUN_MS, ONE_RUN_MS, *args, **kwargs)
 
-    stepcast_do_bench.__stepcast__ = True
     return stepcast_do_bench
 
 
-def patch(module: ModuleType) -> None:
+def patch(module: ModuleType, wrap_once: Callable[..., None]) -> None:
     """Wrap ``module.do_bench`` once (``triton.runtime``'s benchmarker looks it up there at each autotuner)."""
-    do_bench = getattr(module, "do_bench", None)
-    if do_bench is None or getattr(do_bench, "__stepcast__", False):
-        return
-    module.do_bench = wrap_do_bench(do_bench)
+    wrap_once(module, "do_bench", wrap_do_bench)
 
 
 def wrap_benchmark_gpu(benchmark_gpu: Callable[..., Any]) -> Callable[..., Any]:
@@ -68,21 +64,16 @@ def wrap_benchmark_gpu(benchmark_gpu: Callable[..., Any]) -> Callable[..., Any]:
             return benchmark_gpu(self, _callable, *args, **kwargs)
         return benchmark_gpu(self, _callable, **{**kwargs, **cut})
 
-    stepcast_benchmark_gpu.__stepcast__ = True
     return stepcast_benchmark_gpu
 
 
-def patch_inductor(module: ModuleType) -> None:
+def patch_inductor(module: ModuleType, wrap_once: Callable[..., None]) -> None:
     """Wrap ``InductorBenchmarker.benchmark_gpu`` once, where the module has that class."""
-    benchmarker = getattr(module, "InductorBenchmarker", None)
-    method = getattr(benchmarker, "benchmark_gpu", None) if benchmarker is not None else None
-    if method is None or getattr(method, "__stepcast__", False):
-        return
-    benchmarker.benchmark_gpu = wrap_benchmark_gpu(method)
+    wrap_once(getattr(module, "InductorBenchmarker", None), "benchmark_gpu", wrap_benchmark_gpu)
 
 
-def install(after_import: Callable[[str, Callable[[ModuleType], None]], None]) -> None:
-    """Wrap Triton's and Inductor's loops now where loaded, else when first imported (``after_import``:
-    emulate/import_hooks.py's)."""
-    after_import(TESTING, patch)
-    after_import(INDUCTOR, patch_inductor)
+def install(hooks: Any) -> None:
+    """Wrap Triton's and Inductor's loops now where loaded, else when first imported (``hooks``:
+    emulate/import_hooks.py, its ``after_import`` and ``wrap_once``)."""
+    hooks.after_import(TESTING, lambda module: patch(module, hooks.wrap_once))
+    hooks.after_import(INDUCTOR, lambda module: patch_inductor(module, hooks.wrap_once))

@@ -308,27 +308,21 @@ def wrap_jit_run(run: Callable[..., Any], tell: Callable[[int, int], None], paus
     return _telling(run, _jit_bytes, tell, pause, resume)
 
 
-def _wrap_once(owner: Any, wrap: Callable[..., Callable[..., Any]], driver: Any) -> None:
-    """Replace ``owner.run`` by ``wrap(run, tell, pause, resume)`` unless there is none or it is ours already (marked
-    ``__stepcast__``: ``__wrapped__`` alone is any ``functools.wraps`` decorator's, which would leave it unwrapped)."""
-    if owner is None or getattr(owner.run, "__stepcast__", False):
-        return
-    owner.run = wrap(owner.run, driver.stepcast_kernel_bytes, driver.stepcast_pause, driver.stepcast_resume)
-    owner.run.__stepcast__ = True
+def _patch_heuristics(module: Any, driver: Any, wrap_once: Callable[..., None]) -> None:
+    wrap_once(getattr(module, "CachingAutotuner", None), "run",
+              lambda run: wrap_run(run, driver.stepcast_kernel_bytes, driver.stepcast_pause, driver.stepcast_resume))
 
 
-def _patch_heuristics(module: Any, driver: Any) -> None:
-    _wrap_once(getattr(module, "CachingAutotuner", None), wrap_run, driver)
+def _patch_jit(module: Any, driver: Any, wrap_once: Callable[..., None]) -> None:
+    wrap_once(getattr(module, "JITFunction", None), "run",
+              lambda run: wrap_jit_run(run, driver.stepcast_kernel_bytes, driver.stepcast_pause,
+                                       driver.stepcast_resume))
 
 
-def _patch_jit(module: Any, driver: Any) -> None:
-    _wrap_once(getattr(module, "JITFunction", None), wrap_jit_run, driver)
-
-
-def install(driver: Any, after_import: Callable[[str, Callable[[Any], None]], None]) -> None:
-    """Wrap Inductor's and Triton's launchers now where loaded, else when first imported (``after_import``:
-    emulate/import_hooks.py's). ``driver``: the capture library (ctypes), which exports ``stepcast_kernel_bytes``;
-    an older one without it: nothing is installed."""
+def install(driver: Any, hooks: Any) -> None:
+    """Wrap Inductor's and Triton's launchers now where loaded, else when first imported (``hooks``:
+    emulate/import_hooks.py, its ``after_import`` and ``wrap_once``). ``driver``: the capture library (ctypes), which
+    exports ``stepcast_kernel_bytes``; an older one without it: nothing is installed."""
     try:
         tell = driver.stepcast_kernel_bytes
     except AttributeError:
@@ -337,5 +331,5 @@ def install(driver: Any, after_import: Callable[[str, Callable[[Any], None]], No
 
     tell.argtypes = [ctypes.c_ulonglong, ctypes.c_ulonglong]
     tell.restype = None
-    after_import(HEURISTICS, lambda module: _patch_heuristics(module, driver))
-    after_import(JIT, lambda module: _patch_jit(module, driver))
+    hooks.after_import(HEURISTICS, lambda module: _patch_heuristics(module, driver, hooks.wrap_once))
+    hooks.after_import(JIT, lambda module: _patch_jit(module, driver, hooks.wrap_once))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import types
 
+from stepcast.emulate.import_hooks import wrap_once
 from stepcast.emulate.quick_bench import (INDUCTOR, ONE_RUN_MS, TESTING, install, patch, patch_inductor,
                                           wrap_benchmark_gpu, wrap_do_bench)
 
@@ -25,9 +26,10 @@ def test_the_loop_gets_one_run_and_every_other_argument_unchanged():
 def test_the_module_is_wrapped_once_when_first_imported():
     module = types.SimpleNamespace(do_bench=lambda fn, warmup=25, rep=100: (warmup, rep))
     asked = []
-    install(lambda name, apply: asked.append(name) or (apply(module) if name == TESTING else None))
+    install(types.SimpleNamespace(wrap_once=wrap_once, after_import=lambda name, apply: asked.append(name) or (
+        apply(module) if name == TESTING else None)))
     first = module.do_bench
-    patch(module)
+    patch(module, wrap_once)
     assert asked == [TESTING, INDUCTOR] and module.do_bench is first
     assert module.do_bench("k") == (ONE_RUN_MS, ONE_RUN_MS)
 
@@ -40,9 +42,9 @@ class _Benchmarker:
 
 def test_inductors_loop_gets_one_estimation_and_one_timed_run_and_no_flushes():
     module = types.SimpleNamespace(InductorBenchmarker=type("InductorBenchmarker", (_Benchmarker,), {}))
-    patch_inductor(module)
+    patch_inductor(module, wrap_once)
     first = module.InductorBenchmarker.benchmark_gpu
-    patch_inductor(module)
+    patch_inductor(module, wrap_once)
     assert module.InductorBenchmarker.benchmark_gpu is first  # not wrapped twice
     bench = module.InductorBenchmarker()
     assert bench.benchmark_gpu("kernel", rep=40) == (1, 0, 1, "min", {"rep": 40})
@@ -54,4 +56,4 @@ def test_a_loop_without_those_arguments_is_called_as_given():
         return kwargs
 
     assert wrap_benchmark_gpu(benchmark_gpu)(None, "kernel", rep=40) == {"rep": 40}
-    patch_inductor(types.SimpleNamespace())  # no InductorBenchmarker: nothing to wrap, nothing raised
+    patch_inductor(types.SimpleNamespace(), wrap_once)  # no InductorBenchmarker: nothing to wrap, nothing raised

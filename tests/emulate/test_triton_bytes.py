@@ -8,6 +8,7 @@ import types
 import pytest
 import torch
 
+from stepcast.emulate.import_hooks import wrap_once
 from stepcast.emulate.triton_bytes import (READ, SIZE, WRITTEN, _patch_heuristics, _patch_jit, access_counts,
                                            argument_roles, cycle_reread_bytes, cycled_loads, footprint, install,
                                            launch_bytes, loop_loads, reread_bytes, wrap_jit_run, wrap_run)
@@ -195,16 +196,17 @@ def test_patch_wraps_the_autotuner_once_and_install_needs_the_export():
     driver = types.SimpleNamespace(stepcast_kernel_bytes=lambda r, w: told.append((r, w)),
                                  stepcast_pause=lambda: None, stepcast_resume=lambda: None)
     module = types.SimpleNamespace(CachingAutotuner=type("CachingAutotuner", (_Autotuner,), {}))
-    _patch_heuristics(module, driver)
+    _patch_heuristics(module, driver, wrap_once)
     first = module.CachingAutotuner.run
-    _patch_heuristics(module, driver)
+    _patch_heuristics(module, driver, wrap_once)
     assert module.CachingAutotuner.run is first  # not wrapped twice
     out = module.CachingAutotuner(["in_ptr0"]).run(torch.zeros(4), stream=1)
     assert out[0] == "launched" and told == [(16, 0), (0, 0)]
     asked = []
-    install(types.SimpleNamespace(), lambda name, patch: asked.append(name))  # an older capture library:
-    assert asked == []                                                    # nothing installed, nothing raised
-    install(driver, lambda name, patch: asked.append(name))
+    hooks = types.SimpleNamespace(after_import=lambda name, patch: asked.append(name), wrap_once=wrap_once)
+    install(types.SimpleNamespace(), hooks)  # an older capture library:
+    assert asked == []                       # nothing installed, nothing raised
+    install(driver, hooks)
     assert asked == ["torch._inductor.runtime.triton_heuristics", "triton.runtime.jit"]
 
 
@@ -235,9 +237,9 @@ def test_an_eager_triton_launch_tells_its_tensors_and_a_warmup_or_an_inductor_na
     driver = types.SimpleNamespace(stepcast_kernel_bytes=lambda r, w: told.append((r, w)),
                                    stepcast_pause=lambda: None, stepcast_resume=lambda: None)
     module = types.SimpleNamespace(JITFunction=type("JITFunction", (_JITFunction,), {}))
-    _patch_jit(module, driver)
+    _patch_jit(module, driver, wrap_once)
     first = module.JITFunction.run
-    _patch_jit(module, driver)
+    _patch_jit(module, driver, wrap_once)
     assert module.JITFunction.run is first  # not wrapped twice
     hp, fp8 = torch.zeros(64, 32, dtype=torch.bfloat16), torch.zeros(64, 32, dtype=torch.float8_e4m3fn)
     assert module.JITFunction().run(hp, out=fp8, grid=(4,), warmup=False) == ("launched", (4,))
