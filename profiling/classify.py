@@ -772,8 +772,10 @@ _BATCH_NORM: dict[str, tuple[int, str]] = {
 _BATCH_NORM_EVAL = frozenset({"_native_batch_norm_legit_no_training", "_batch_norm_no_update"})
 #: torch's own batch-norm kernels split the op in two phases, each its own kernel: a per-channel reduction (the
 #: statistics; backward, the sums of dy and dy * x) and an elementwise pass (normalise; backward, grad input), with
-#: the running-statistics update (``batch_norm_update_stats_and_invert``) finishing the statistics in between
-_BN_UPDATE_KERNEL = re.compile(r"update_stats", re.IGNORECASE)
+#: the running-statistics update (``batch_norm_update_stats_and_invert``) finishing the statistics in between, or
+#: without running statistics (an instance norm's) ``batch_norm_calc_invstd``, the inverse std from the variance: a
+#: pointwise kernel over the channels, which the elementwise pattern below would time as a sweep of the whole input
+_BN_UPDATE_KERNEL = re.compile(r"update_stats|calc_invstd", re.IGNORECASE)
 _BN_REDUCE_KERNEL = re.compile(r"collect_statistics|backward_reduce|reduce_kernel|mean_var|welford", re.IGNORECASE)
 _BN_ELEMENTWISE_KERNEL = re.compile(r"transform_input|backward_elemt|elementwise", re.IGNORECASE)
 #: the running-statistics update reads the batch mean and variance and both running statistics and writes the

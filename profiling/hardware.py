@@ -31,6 +31,16 @@ from stepcast.errors import InputError, UnknownNameError
 DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8")
 
 
+#: per compute capability, what one SM holds (CUDA C++ Programming Guide, "Technical Specifications per Compute
+#: Capability"): (resident threads, resident blocks, opt-in shared memory per block in KiB, None: the SM's shared
+#: memory less 1 KiB). The emulated driver reports these (emulate/driver/device.py); the engine sizes launches by them.
+SM_LIMITS: dict[tuple[int, int], tuple[int, int, int | None]] = {
+    (6, 0): (2048, 32, 48), (6, 1): (2048, 32, 48), (7, 0): (2048, 32, 96), (7, 5): (1024, 16, 64),
+    (8, 0): (2048, 32, None), (8, 6): (1536, 16, None), (8, 7): (1536, 16, None), (8, 9): (1536, 24, None),
+    (9, 0): (2048, 32, None), (10, 0): (2048, 32, None), (10, 3): (2048, 32, None), (12, 0): (1536, 32, None),
+}
+
+
 class UnknownHardwareError(UnknownNameError):
     """Raised for an id or device name that is not in the catalog; its message lists the catalog."""
 
@@ -171,6 +181,11 @@ class HardwareSpec(BaseModel):
         if key == "fp8":  # no fp8 units: emulated through fp16 at best
             return self.peak_tflops.get("fp16", self.peak_tflops["fp32"]) * 1e12
         return self.peak_tflops["fp32"] * 1e12
+
+    @property
+    def max_threads_per_sm(self) -> int:
+        """Resident threads one SM holds (:data:`SM_LIMITS`; 2048 for a capability it does not list)."""
+        return SM_LIMITS.get(tuple(self.compute_capability or ()), (2048,))[0]
 
     @property
     def memory_bytes(self) -> int:

@@ -12,12 +12,13 @@ two CUDA events around the call and a synchronisation after it (fp32, PyTorch 2.
   events, so what is measured is the host's work (any problem: its kernels barely matter);
 - **device bound**, at least :data:`DEVICE_BOUND_FLOORS` host floors, and neither a GEMM nor a convolution (cuBLAS
   and cuDNN pick their kernels by the GPU; ``benchmarks.emulate.matmul`` and ``benchmarks.emulate.conv`` emulate
-  each GPU for them): the kernels' time, PyTorch's own elementwise, reduction, norm, pooling and loss kernels,
-  which are the same on every GPU, so one capture serves all six.
+  each GPU for them): the kernels' time, PyTorch's own elementwise, reduction, norm, pooling and loss kernels.
 
-Pairs between the two are left out. Each problem is captured once, eagerly (``estimator/kernelbench_eager.py
---events``: KernelBench's timing loop, one profiler step per call; kept under ``<cache>/kernelbench_eager/``), and
-simulated on each GPU with the counted host model; the prediction is the simulated time between the GPU reaching
+Pairs between the two are left out. Each problem is captured eagerly on each GPU it is compared on
+(``estimator/kernelbench_eager.py --events``: KernelBench's timing loop, one profiler step per call; kept under
+``<cache>/kernelbench_eager/<gpu>/``): PyTorch's kernels are the same on every GPU, but some of their launches are
+not (a reduction splits its rows over more blocks on a GPU of more SMs), and a launch of few threads cannot cover
+the DRAM latency (:mod:`estimator.memory_latency`). Each capture is simulated on its GPU with the counted host model; the prediction is the simulated time between the GPU reaching
 the two events of the last call, what ``cudaEventElapsedTime`` reports. None of these GPUs' KernelBench times is
 training data.
 
@@ -80,10 +81,10 @@ def classes(measured: dict[str, dict[str, float]]) -> dict[str, dict[str, str]]:
     return dict(sorted(out.items(), key=lambda kv: int(kv[0].split("_")[0])))
 
 
-def capture(problem: Path, fresh: bool = False) -> Path | str:
-    """The eager capture of one problem (cached), or why there is none."""
+def capture(problem: Path, gpu: str, fresh: bool = False) -> Path | str:
+    """The eager capture of one problem on the virtual ``gpu`` (cached), or why there is none."""
     return kernelbench.capture(problem, fresh, script=SCRIPT, args=["--events", str(CALLS), str(problem)],
-                                         folder="kernelbench_eager", timeout_s=600)
+                               folder=f"kernelbench_eager/{gpu}", hardware=gpu, timeout_s=600)
 
 
 def elapsed_between_events(doc: dict[str, Any], gpu: str, server_speed: float | None = None
@@ -113,17 +114,19 @@ def elapsed_between_events(doc: dict[str, Any], gpu: str, server_speed: float | 
     return (float(timeline.end[records[1]] - timeline.end[records[0]]) / 1e3, device / 1e3)
 
 
-def evaluate(problem: str, trace: Path, measured: dict[str, float], compared: dict[str, str],
+def evaluate(problem: str, traces: dict[str, Path | str], measured: dict[str, float], compared: dict[str, str],
              speeds: dict[str, float] | None = None) -> dict[str, Any]:
     """One problem's row: per GPU compared, its class, measured and predicted ms, or why it is left out.
-    ``speeds``: per GPU, its server's host speed to simulate at (:func:`held_out_speeds`; default the shipped
-    reference host's)."""
+    ``traces``: per GPU, its capture (or why there is none); ``speeds``: per GPU, its server's host speed to
+    simulate at (:func:`held_out_speeds`; default the shipped reference host's)."""
     from stepcast.emulate.trace import read_trace
 
-    doc = read_trace(trace)
     row: dict[str, Any] = {"problem": problem, "gpus": {}}
     for gpu, bound in compared.items():
-        got = elapsed_between_events(doc, gpu, (speeds or {}).get(gpu))
+        trace = traces[gpu]
+        if not isinstance(trace, Path):
+            return {"problem": problem, "skipped": f"{gpu}: {trace}"}
+        got = elapsed_between_events(read_trace(trace), gpu, (speeds or {}).get(gpu))
         if isinstance(got, str):
             return {"problem": problem, "skipped": got}
         row["gpus"][gpu] = {"class": bound, "measured_ms": measured[gpu], "predicted_ms": got[0],
@@ -131,19 +134,18 @@ def evaluate(problem: str, trace: Path, measured: dict[str, float], compared: di
     return row
 
 
-def server_speeds(trace: Path, floor_ms: dict[str, float]) -> dict[str, float]:
+def server_speeds(traces: dict[str, Path], floor_ms: dict[str, float]) -> dict[str, float]:
     """Per GPU server, its host's speed over the machine the counted host costs were measured on: the counted
-    model's time for :data:`HOST_FLOOR_PROBLEM`'s call there (``trace``: its capture; launch bound, so the time is
-    the host's) over the time the server measured (``floor_ms``). What :class:`emulate.host_costs.ReferenceHost`
-    takes its median of."""
+    model's time for :data:`HOST_FLOOR_PROBLEM`'s call there (``traces``: its capture on each GPU; launch bound, so
+    the time is the host's) over the time the server measured (``floor_ms``). What
+    :class:`emulate.host_costs.ReferenceHost` takes its median of."""
     from stepcast.emulate.trace import read_trace
 
-    doc = read_trace(trace)
     out = {}
     for gpu, ms in floor_ms.items():
-        got = elapsed_between_events(doc, gpu, server_speed=1.0)
+        got = elapsed_between_events(read_trace(traces[gpu]), gpu, server_speed=1.0)
         if isinstance(got, str):
-            raise ValueError(f"{trace}: {HOST_FLOOR_PROBLEM}: {got}")
+            raise ValueError(f"{traces[gpu]}: {HOST_FLOOR_PROBLEM}: {got}")
         out[gpu] = got[0] / ms
     return out
 
@@ -220,12 +222,15 @@ def main(argv: list[str] | None = None) -> int:
                   f"{DEVICE_BOUND_FLOORS:g}x, and no GEMM or convolution)", file=sys.stderr)
             return 2
     console = Console(width=160)
-    floor = capture(root / PROBLEMS / f"{HOST_FLOOR_PROBLEM}.py", fresh=args.fresh)
-    if not isinstance(floor, Path):
-        print(f"stepcast: {HOST_FLOOR_PROBLEM}: no capture ({floor}); the servers' host speeds need it",
+    floors = {gpu: capture(root / PROBLEMS / f"{HOST_FLOOR_PROBLEM}.py", gpu, fresh=args.fresh)
+              for gpu in measured[HOST_FLOOR_PROBLEM]}
+    failed = {gpu: why for gpu, why in floors.items() if not isinstance(why, Path)}
+    if failed:
+        gpu, why = next(iter(failed.items()))
+        print(f"stepcast: {HOST_FLOOR_PROBLEM}: no capture on {gpu} ({why}); the servers' host speeds need it",
               file=sys.stderr)
         return 2
-    speeds = server_speeds(floor, measured[HOST_FLOOR_PROBLEM])
+    speeds = server_speeds(floors, measured[HOST_FLOOR_PROBLEM])
     reference = ReferenceHost.of_servers(speeds, REFERENCE_NAME)
     held_out = held_out_speeds(speeds)
     print_speeds(speeds, held_out, reference, console)
@@ -235,9 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for n, (problem, mine) in enumerate(compared.items(), 1):
         console.print(f"[{n}/{len(compared)}] {problem}")
-        trace = capture(root / PROBLEMS / f"{problem}.py", fresh=args.fresh)
-        rows.append(evaluate(problem, trace, measured[problem], mine, held_out) if isinstance(trace, Path)
-                    else {"problem": problem, "skipped": trace})
+        traces = {gpu: capture(root / PROBLEMS / f"{problem}.py", gpu, fresh=args.fresh) for gpu in mine}
+        rows.append(evaluate(problem, traces, measured[problem], mine, held_out))
     print_table(rows, console)
     if args.json:
         write_json_atomic(args.json, {"rows": rows, "medians": medians(rows),

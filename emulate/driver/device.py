@@ -17,15 +17,9 @@ from functools import cache
 from dataclasses import dataclass
 
 from stepcast.emulate.driver.build import header_constants
-from stepcast.profiling.hardware import HardwareSpec
+from stepcast.profiling.hardware import SM_LIMITS, HardwareSpec
 from stepcast.errors import InputError
 
-#: (max threads per SM, max resident blocks per SM, shared memory per block opt-in in KiB when not SM-1 KiB)
-_PER_CC: dict[tuple[int, int], tuple[int, int, int | None]] = {
-    (6, 0): (2048, 32, 48), (6, 1): (2048, 32, 48), (7, 0): (2048, 32, 96), (7, 5): (1024, 16, 64),
-    (8, 0): (2048, 32, None), (8, 6): (1536, 16, None), (8, 7): (1536, 16, None), (8, 9): (1536, 24, None),
-    (9, 0): (2048, 32, None), (10, 0): (2048, 32, None), (10, 3): (2048, 32, None), (12, 0): (1536, 32, None),
-}
 #: GPCs of the full die (sm_90: GH100 has 8; sm_100: two dies of 8). Modelled: see the module docstring.
 _GPCS_BY_MAJOR = {9: 8, 10: 16}
 
@@ -66,10 +60,10 @@ def attributes(spec: HardwareSpec) -> dict[str, int]:
     """The values of the device attributes that libraries read, by CU_DEVICE_ATTRIBUTE_ name."""
     fig = figures(spec)
     cc = tuple(spec.compute_capability)
-    if cc not in _PER_CC:
+    if cc not in SM_LIMITS:
         raise InputError(f"hardware '{spec.id}': compute capability {cc[0]}.{cc[1]} has no limits table in "
-                         f"emulate/driver/device.py (known: {sorted(_PER_CC)})")
-    threads_sm, blocks_sm, optin_kib = _PER_CC[cc]
+                         f"profiling/hardware.py SM_LIMITS (known: {sorted(SM_LIMITS)})")
+    threads_sm, blocks_sm, optin_kib = SM_LIMITS[cc]
     smem_sm = fig.smem_per_sm
     optin = optin_kib * 1024 if optin_kib else smem_sm - 1024
     l2 = fig.l2_bytes

@@ -252,6 +252,7 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
         n_analytical = 0
         conv_table = _conv_table(estimator)
         work_of: dict[int, tuple[float, float]] = {}   # attention row -> its FLOPs and bytes (legacy_isa_factors)
+        moved = memory_bytes(rows) if mode == "predicted" else None
         for r, positions, ids, kernels_only in uses:
             if positions:
                 j, at = np.asarray(ids, dtype=np.int64), np.asarray(positions, dtype=np.int64)
@@ -260,6 +261,7 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
                     out.us[r][at] *= conv_family_factors(programs[r], positions, conv_table)
                 if kernels_only and mode == "predicted":
                     out.us[r][at] *= legacy_isa_factors(programs[r], positions, ids, rows, target, work_of)
+                    out.us[r][at] = np.maximum(out.us[r][at], latency_floors(programs[r], at, j, moved, target))
                 if kernels_only:
                     n_analytical += int(analytical[j].sum()) * copies_of[r]
                     out.fallback[r][at[analytical[j]]] = True
@@ -358,9 +360,6 @@ def legacy_isa_factors(prog: RankProgram, positions: list[int], ids: list[int], 
     return factors
 
 
-#: resident threads per SM by compute capability (CUDA C++ Programming Guide, "Technical Specifications per Compute
-#: Capability"); the others hold 2048
-MAX_THREADS_PER_SM = {(7, 5): 1024, (8, 6): 1536, (8, 9): 1536, (12, 0): 1536, (12, 1): 1536}
 FILL_SHARE = 0.5    # a kernel whose blocks can take more than half the GPU's block slots leaves no room for another
 
 
@@ -376,7 +375,7 @@ def fills_gpu(prog: RankProgram, kernels: list[int], target: HardwareSpec | None
     if target is None or not kernels:
         return out
     sms = target.sm_count
-    threads_per_sm = MAX_THREADS_PER_SM.get(tuple(target.compute_capability or ()), 2048)
+    threads_per_sm = target.max_threads_per_sm
     smem_per_sm = int((target.shared_memory_per_sm_kib or 0) * 1024)
     events = prog.events
     for i, grid, block, shmem in zip(kernels, map(events.field("grid").__getitem__, kernels),
@@ -389,6 +388,64 @@ def fills_gpu(prog: RankProgram, kernels: list[int], target: HardwareSpec | None
             per_sm = min(per_sm, smem_per_sm // int(shmem))
         out[i] = math.prod(int(g) for g in grid) > FILL_SHARE * sms * max(per_sm, 1)
     return out
+
+
+def memory_bytes(rows: list[dict[str, Any]]) -> np.ndarray:
+    """Per row, the bytes a kernel of a memory family moves (:data:`estimator.memory_latency.MEMORY_FAMILIES`,
+    :mod:`estimator.workload`); 0 for the other families."""
+    from stepcast.estimator.memory_latency import MEMORY_FAMILIES
+    from stepcast.estimator.workload import work
+
+    moved = np.zeros(len(rows), dtype=np.float64)
+    families = np.array([row.get("family") for row in rows], dtype=object)
+    for family in MEMORY_FAMILIES:
+        at = np.flatnonzero(families == family)
+        if len(at):
+            moved[at] = work(family, pd.DataFrame.from_records([rows[j] for j in at])).bytes
+    return moved
+
+
+def latency_floors(prog: RankProgram, at: np.ndarray, ids: np.ndarray, moved: np.ndarray,
+                   target: HardwareSpec) -> np.ndarray:
+    """Per kernel position ``at`` (of rows ``ids``), the least time its launch can move its row's bytes in
+    (:func:`estimator.memory_latency.latency_bound_us`: threads too few to cover the DRAM latency); 0 for the
+    kernels it does not bound, those of no recorded launch or no spec of their own (a row the simulator made of
+    their op's tensors is an estimate of the call's bytes), and the first kernel of an op call whose further kernels
+    are ``op_part`` (its row's bytes are the whole call's, its launch one of several)."""
+    from stepcast.estimator.memory_latency import accesses_in_flight, latency_bound_us
+
+    bytes_ = moved[ids]
+    threads, accesses = np.zeros(len(at), dtype=np.float64), np.zeros(len(at), dtype=np.float64)
+    bounded = np.flatnonzero(bytes_ > target.l2_cache_mib * 2**20).tolist()
+    if not bounded:
+        return threads
+    names, grids, blocks, specs = (prog.events.field(f) for f in ("name", "grid", "block", "spec"))
+    heads = _op_call_heads(prog)
+    for k in bounded:
+        i = int(at[k])
+        grid, block = grids[i], blocks[i]
+        if grid and block and specs[i] and i not in heads:
+            threads[k] = math.prod(int(g) for g in grid) * math.prod(int(b) for b in block)
+            accesses[k] = accesses_in_flight(names[i])
+    return latency_bound_us(bytes_, threads, accesses, target)
+
+
+def _op_call_heads(prog: RankProgram) -> set[int]:
+    """Positions of the kernels followed by ``op_part`` kernels of their op call: the last kernel with a spec on
+    the same host thread before each ``op_part`` kernel."""
+    parts = prog.events.field("op_part")
+    if not any(parts):
+        return set()
+    specs, threads = prog.events.field("spec"), prog.events.field("thread")
+    last: dict[Any, int] = {}
+    heads: set[int] = set()
+    for i in np.flatnonzero(prog.kind_array == KERNEL).tolist():
+        if parts[i]:
+            if threads[i] in last:
+                heads.add(last[threads[i]])
+        elif specs[i]:
+            last[threads[i]] = i
+    return heads
 
 
 def peer_copy_bandwidth(hw: HardwareSpec) -> float:

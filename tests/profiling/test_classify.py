@@ -465,6 +465,18 @@ def test_batch_norm_statistics_update_is_small_and_inference_is_a_memory_sweep()
     assert inference == {"family": "elementwise", "dtype": "fp32", "op": "copy", "numel": 8 * 64 * 32 * 32}
 
 
+def test_an_instance_norms_inverse_std_kernel_is_a_per_channel_vector_not_a_sweep_of_the_input():
+    """Without running statistics torch's batch norm (an instance norm's) turns the variance into the inverse std in
+    a pointwise kernel over the channels, which was timed as a copy of the whole input (KernelBench's InstanceNorm
+    40-97 % too slow on five GPUs)."""
+    invstd = classify_op("aten.native_batch_norm.default", BN_SHAPES, ["torch.bfloat16"] + BN_FP32[1:],
+                         "void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::"
+                         "batch_norm_calc_invstd(at::Tensor const&, at::Tensor const&, double)::{lambda()#1}::"
+                         "operator()() const::{lambda()#2}::operator()() const::{lambda(float)#1}, "
+                         "std::array<char*, 2ul> >(int, T2, T3)", args=BN_ARGS)
+    assert invstd["family"] == "norm" and invstd["rows"] * invstd["cols"] < 64 * 8
+
+
 def test_max_pool_is_a_sweep_of_its_input_output_and_indices():
     x, y = 8 * 64 * 32 * 32, 8 * 64 * 16 * 16  # 3x3 window, stride 2, padding 1: 32 -> 16
     for dtype, width in (("torch.float32", 4), ("torch.bfloat16", 2)):
