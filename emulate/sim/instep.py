@@ -42,6 +42,7 @@ import numpy as np
 import pandas as pd
 
 from stepcast.estimator.importers import neusight_inmodel
+from stepcast.profiling import classify
 from stepcast.profiling.atomic import write_json_atomic
 from stepcast.profiling.families import key_columns
 from stepcast.profiling.paths import cache_root, shared_data_root
@@ -112,10 +113,12 @@ def describe(hardware: str, fitted: dict[str, float], exclude: Iterable[str] = (
 
 def data_fingerprint(root: str | None = None) -> str:
     """sha256 of the in-step label files under ``root`` (names and bytes) and of the code that fits factors from
-    them (this module and the importer): what the cached factors depend on besides the estimator."""
+    them (this module, the importer and the op classification it shares): what the cached factors depend on besides
+    the estimator."""
     base = Path(shared_data_root() if root is None else root)
     digest = hashlib.sha256()
-    for path in [Path(__file__), Path(neusight_inmodel.__file__), *neusight_inmodel.input_files(base)]:
+    for path in [Path(__file__), Path(neusight_inmodel.__file__), Path(classify.__file__),
+                 *neusight_inmodel.input_files(base)]:
         name = str(path.relative_to(base)) if path.is_relative_to(base) else path.name
         digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()

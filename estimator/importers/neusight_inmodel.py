@@ -13,8 +13,9 @@ Rows (source ``neusight_inmodel``): the FORWARD time of every node that is one k
   [M, K], [K, N]), ``matmul`` / ``bmm`` ([..., M, K] @ [..., K, N], batch = the leading dims);
 - norm: ``LayerNorm`` modules and ``softmax`` (rows = all but the last dim, cols = the last dim, pass ``fwd``);
 - elementwise: add, sub, mul, truediv (``div``), pow, gelu, tanh, relu, where, masked_fill, and dropout in training
-  labels (in inference labels the model is in eval mode and dropout launches nothing); one tensor operand gives the
-  ``_scalar`` variant, as ``profiling.classify`` names the kernel; numel = the output's elements.
+  labels (in inference labels the model is in eval mode and dropout launches nothing); one tensor operand, or one
+  with the others broadcast over it, gives the ``_scalar`` variant, as ``profiling.classify`` names the kernel
+  (``reads_one_stream``); numel = the output's elements.
 
 Extras: ``model`` (the config stem, e.g. ``bert_large``; the unit the e2e benchmark holds out), ``sample`` (the
 label, ``<GPU folder>/<stem>``), ``repeat`` (``num_layer`` for rows of the repeated layer, else 1) and
@@ -39,6 +40,7 @@ from pathlib import Path
 import pandas as pd
 
 from stepcast.estimator.importers.common import DataImportError, finalize, read_csv
+from stepcast.profiling.classify import SCALAR_VARIANTS, reads_one_stream
 from stepcast.profiling.hardware import UnknownHardwareError, lookup
 
 SOURCE = "neusight_inmodel"
@@ -58,8 +60,6 @@ ELEMENTWISE_CALLS = {"add": "add", "sub": "sub", "mul": "mul", "truediv": "div",
                      "masked_fill_": "masked_fill", "dropout": "dropout"}
 ELEMENTWISE_MODULES = {"ReLU": "relu", "Tanh": "tanh", "GELU": "gelu", "GELUActivation": "gelu",
                        "Dropout": "dropout"}
-SCALAR_VARIANTS = {"add", "sub", "mul", "div", "pow"}
-
 
 def label_paths(root: Path) -> list[Path]:
     """Every label json with a per-node trace beside it (torch.compile ``-fusion`` labels have none)."""
@@ -137,7 +137,7 @@ def node_spec(op: str, target: str, module: str, shapes: list[list[int]], out: l
     elem = ELEMENTWISE_MODULES.get(module) if op == "call_module" else ELEMENTWISE_CALLS.get(name)
     if elem is None or (elem == "dropout" and not training) or not out:
         return None
-    if elem in SCALAR_VARIANTS and sum(math.prod(s) > 1 for s in shapes) <= 1:
+    if elem in SCALAR_VARIANTS and reads_one_stream([math.prod(s) for s in shapes], math.prod(out)):
         elem += "_scalar"
     return {"family": "elementwise", "op": elem, "numel": math.prod(out)}
 
