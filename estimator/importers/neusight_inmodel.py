@@ -13,9 +13,9 @@ Rows (source ``neusight_inmodel``): the FORWARD time of every node that is one k
   [M, K], [K, N]), ``matmul`` / ``bmm`` ([..., M, K] @ [..., K, N], batch = the leading dims);
 - norm: ``LayerNorm`` modules and ``softmax`` (rows = all but the last dim, cols = the last dim, pass ``fwd``);
 - elementwise: add, sub, mul, truediv (``div``), pow, gelu, tanh, relu, where, masked_fill, and dropout in training
-  labels (in inference labels the model is in eval mode and dropout launches nothing); one tensor operand, or one
-  with the others broadcast over it, gives the ``_scalar`` variant, as ``profiling.classify`` names the kernel
-  (``reads_one_stream``); numel = the output's elements.
+  labels (in inference labels the model is in eval mode and dropout launches nothing); one tensor operand gives the
+  ``_scalar`` variant, as ``profiling.classify`` names the kernel (``reads_one_stream``, one rule for both);
+  numel = the output's elements.
 
 Extras: ``model`` (the config stem, e.g. ``bert_large``; the unit the e2e benchmark holds out), ``sample`` (the
 label, ``<GPU folder>/<stem>``), ``repeat`` (``num_layer`` for rows of the repeated layer, else 1) and
@@ -137,7 +137,7 @@ def node_spec(op: str, target: str, module: str, shapes: list[list[int]], out: l
     elem = ELEMENTWISE_MODULES.get(module) if op == "call_module" else ELEMENTWISE_CALLS.get(name)
     if elem is None or (elem == "dropout" and not training) or not out:
         return None
-    if elem in SCALAR_VARIANTS and reads_one_stream([math.prod(s) for s in shapes], math.prod(out)):
+    if elem in SCALAR_VARIANTS and reads_one_stream([math.prod(s) for s in shapes]):
         elem += "_scalar"
     return {"family": "elementwise", "op": elem, "numel": math.prod(out)}
 

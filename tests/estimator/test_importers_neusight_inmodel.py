@@ -60,9 +60,9 @@ def test_runtime_is_the_forward_time_and_pass_scale_matches_the_label(rows, shar
      {"family": "elementwise", "op": "div_scalar", "numel": 20 * 1024 * 1024}),
     (("call_function", "<built-in function add>", "", [[2, 512, 1024], [2, 512, 1024]], [2, 512, 1024]),
      {"family": "elementwise", "op": "add", "numel": 2 * 512 * 1024}),
-    # BERT's attention mask broadcast over the heads and queries: one stream read, as the emulator's capture names it
+    # BERT's attention mask broadcast over the heads and queries: the two-operand kind, as the capture names it
     (("call_function", "<built-in function add>", "", [[2, 16, 512, 512], [2, 1, 1, 512]], [2, 16, 512, 512]),
-     {"family": "elementwise", "op": "add_scalar", "numel": 2 * 16 * 512 * 512}),
+     {"family": "elementwise", "op": "add", "numel": 2 * 16 * 512 * 512}),
 ])
 def test_node_spec(node, expected):
     assert inmodel.node_spec(*node, training=False) == expected

@@ -161,15 +161,15 @@ def test_elementwise_numel_is_the_largest_operand_or_broadcast_output():
                                                               "op": "fill", "numel": 63}
 
 
-def test_a_binary_op_over_a_broadcast_operand_reads_one_stream_like_its_scalar_form():
-    """``x / rms`` with rms a per-row statistic, a bias add, an attention mask over the heads: the small operand is
-    read once and then from the cache, so the kernel moves two streams (KernelBench's RMSNorm was 20-40 % slow
-    when its division counted three). Two operands of the output's size, or a broadcast one half its size, do not."""
+def test_a_binary_op_over_a_broadcast_operand_keeps_the_two_operand_kind():
+    """A broadcast operand (a row statistic, an attention mask over the heads) is torch's non-vectorised
+    broadcasting kernel, slower than the one-tensor kernel: timed as that, the unseen NeuSight labels got worse on
+    every GPU (reads_one_stream). Only a one-element operand makes the one-tensor form."""
     x, rms = [16, 64, 256, 256], [16, 1, 256, 256]
-    assert classify_op("aten.div.Tensor", [x, rms], ["torch.float32"] * 2)["op"] == "div_scalar"
-    assert classify_op("aten::add", [[8, 16, 512, 512], [8, 1, 1, 512]], ["float"] * 2)["op"] == "add_scalar"
-    assert classify_op("aten::add", [x, x], ["float"] * 2)["op"] == "add"
-    assert classify_op("aten::mul", [[64, 2, 128], [64, 1, 128]], ["float"] * 2)["op"] == "mul"   # half: a stream
+    assert classify_op("aten.div.Tensor", [x, rms], ["torch.float32"] * 2)["op"] == "div"
+    assert classify_op("aten::add", [[8, 16, 512, 512], [8, 1, 1, 512]], ["float"] * 2)["op"] == "add"
+    assert classify_op("aten.div.Tensor", [x, []], ["torch.float32"] * 2)["op"] == "div_scalar"
+    assert classify_op("aten.div.Tensor", [x, [1]], ["torch.float32"] * 2)["op"] == "div_scalar"
 
 
 def test_optimizer_and_collectives():
