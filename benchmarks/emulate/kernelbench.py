@@ -13,8 +13,9 @@ device time of one steady forward (the sum of its kernels' predicted durations) 
 twice: with each Triton launch timed from the bytes its launcher read and wrote (``bytes``, what the emulator does)
 and from its grid alone (``grid``, what it did before launches carried their bytes). Each GPU gets its own capture
 (kept under ``<cache>/kernelbench/<GPU>/``): what a looped reduction reads again from DRAM depends on the target's L2
-and SMs (emulate/triton_bytes.py). A kept capture is reused whatever changed since; after a change to the capture
-layer (emulate/capture.py and the files it loads, the driver), run with ``--fresh``. A (problem, GPU) is compared
+and SMs (emulate/triton_bytes.py). A kept capture is reused while the code that made it is the same
+(:data:`CAPTURE_CODE`, committed: the capture layer, the driver, the classification, the scripts; not the
+simulator), and made again after a change to it; ``--fresh`` makes every capture again. A (problem, GPU) is compared
 only when its measured time is at least :data:`DEVICE_BOUND_FLOORS` times that GPU's host floor (its time for
 :data:`HOST_FLOOR_PROBLEM`, one kernel on 1 MB: the Python dispatch and launch of a compiled module), and problems
 whose compiled forward runs anything but Triton kernels (an extern GEMM, a cuDNN call) are left out.
@@ -23,6 +24,7 @@ The last rows give the median |error| per GPU and column.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import statistics
 import sys
@@ -31,6 +33,8 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+
+from benchmarks.emulate.e2e.cache import tree_digest
 
 from stepcast.estimator.kernelbench import (
     DEVICE_BOUND_FLOORS,
@@ -42,15 +46,20 @@ from stepcast.estimator.kernelbench import (
     measured_ms,
 )
 from stepcast.profiling.atomic import write_json_atomic
-from stepcast.profiling.paths import cache_root, shared_data_root
+from stepcast.profiling.paths import REPO_ROOT, cache_root, shared_data_root
 
 #: problems that compile to extern kernels (cuBLAS GEMMs, cuDNN convolutions): not a check of Triton's timing
 NOT_TRITON = re.compile(r"matmul|multiplication|conv|gemm", re.IGNORECASE)
 SCALAR_PRODUCT = "5_Matrix_scalar_multiplication"  # a pointwise kernel despite its name
 SCRIPT = Path(__file__).with_name("e2e") / "kernelbench_problem.py"
-#: where a benchmark whose captures do not depend on the GPU captures them (the eager KernelBench benchmark)
-CAPTURE_HARDWARE = "t4"
 CALLS = 4                 # forwards per capture: the first compiles, the last full one is timed
+#: what a capture depends on, committed (:func:`benchmarks.emulate.e2e.cache.tree_digest`: paths, and those left
+#: out): the capture layer, the driver and the op classification, the KernelBench scripts; not the simulator
+CAPTURE_CODE: tuple[tuple[str, ...], tuple[str, ...]] = (
+    ("emulate", "profiling", "estimator/kernelbench.py", "estimator/kernelbench_eager.py", str(SCRIPT.relative_to(
+        REPO_ROOT))), ("emulate/sim", "emulate/search"))
+#: the file beside a kept capture that names the code that made it
+CAPTURE_STAMP = "capture.json"
 
 
 def candidates(measured: dict[str, dict[str, float]], only: list[str] | None = None) -> list[str]:
@@ -64,21 +73,26 @@ def candidates(measured: dict[str, dict[str, float]], only: list[str] | None = N
 
 
 def capture(problem: Path, fresh: bool = False, *, script: Path = SCRIPT, args: list[str] | None = None,
-            folder: str = "kernelbench", hardware: str = CAPTURE_HARDWARE, timeout_s: float = 900) -> Path | str:
+            folder: str = "kernelbench", hardware: str, timeout_s: float = 900) -> Path | str:
     """The captured trace of one problem (cached under ``<cache>/<folder>/<problem>``), or why there is none;
     ``script`` and ``args`` (default: this benchmark's compiled forwards) are what runs it on the virtual
     ``hardware``."""
     from stepcast.emulate.emulation import emulate_script
 
     trace_dir = cache_root() / folder / problem.stem
-    trace = trace_dir / "rank0.trace.json"
-    if trace.is_file() and not fresh:
+    trace, stamp = trace_dir / "rank0.trace.json", trace_dir / CAPTURE_STAMP
+    code = tree_digest(*CAPTURE_CODE)
+    if trace.is_file() and not fresh and stamp.is_file() and json.loads(stamp.read_text()).get("code") == code:
         return trace
+    stamp.unlink(missing_ok=True)
     done = emulate_script(script, args if args is not None else [str(problem), str(CALLS)], hardware,
                           kernels=False, timeout_s=timeout_s, trace_dir=trace_dir)
     if not done["ok"]:
         return f"emulation failed: {done['error']}"
-    return trace if trace.is_file() else "no trace written"
+    if not trace.is_file():
+        return "no trace written"
+    write_json_atomic(stamp, {"code": code})
+    return trace
 
 
 def steady_forward(events: list[dict[str, Any]]) -> tuple[int, int] | None:

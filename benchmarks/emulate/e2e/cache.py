@@ -2,6 +2,7 @@
 new commit re-runs everything. The end-to-end, torch-matrix and no-sync checks keep their emulations' results here."""
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 from pathlib import Path
@@ -18,6 +19,19 @@ def git_head() -> str:
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return out.stdout.strip()
+
+
+def tree_digest(paths: tuple[str, ...], exclude: tuple[str, ...] = (), root: Path = REPO_ROOT) -> str:
+    """sha256 of the committed files under ``paths`` (git's blob ids at HEAD of the checkout at ``root``), less those
+    under ``exclude``: what a cached product of that code depends on ('unknown' outside a git checkout)."""
+    try:
+        out = subprocess.run(["git", "ls-tree", "-r", "HEAD", "--", *paths], cwd=root, capture_output=True,
+                             text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    lines = [line for line in out.stdout.splitlines()
+             if not any(line.split("\t", 1)[-1].startswith(prefix.rstrip("/") + "/") for prefix in exclude)]
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
 
 def cache_path(key: str, head: str | None = None) -> Path:

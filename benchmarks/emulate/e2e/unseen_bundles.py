@@ -13,13 +13,13 @@ repository's; a commit that changes none of those folders reuses it.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+from benchmarks.emulate.e2e.cache import tree_digest
 from stepcast.profiling.paths import REPO_ROOT, cache_root
 
 SHIPPED = REPO_ROOT / "models" / "xgboost"
@@ -35,13 +35,8 @@ TRAINING_TREES = ("estimator", "conf", "profiling", "models/xgboost", "docs/resu
 
 
 def training_digest() -> str:
-    """The committed content of :data:`TRAINING_TREES` (git's tree ids), 'unknown' outside a git checkout."""
-    try:
-        out = subprocess.run(["git", "rev-parse", *(f"HEAD:{t}" for t in TRAINING_TREES)], cwd=REPO_ROOT,
-                             capture_output=True, text=True, check=True)
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return hashlib.sha256(out.stdout.encode()).hexdigest()
+    """The committed content of :data:`TRAINING_TREES` (:func:`benchmarks.emulate.e2e.cache.tree_digest`)."""
+    return tree_digest(TRAINING_TREES, root=REPO_ROOT)
 
 
 def bundle_dir(hardware: str, routed: bool = False) -> Path:

@@ -72,3 +72,38 @@ def test_the_medians_per_gpu_are_over_the_problems_compared_there():
     assert m["t4"]["bytes"]["n"] == 2 and abs(m["t4"]["bytes"]["median_abs_error_pct"] - 30.0) < 1e-9
     assert abs(m["t4"]["grid"]["median_abs_error_pct"] - 50.0) < 1e-9
     assert m["l40s"]["bytes"]["n"] == 1 and abs(m["l40s"]["bytes"]["median_abs_error_pct"] - 10.0) < 1e-9
+
+
+def test_a_kept_capture_is_reused_while_the_code_that_made_it_is_the_same(tmp_path, monkeypatch):
+    """A capture made by other capture code (a classification or byte count changed since) is made again, without
+    --fresh; one made by the same code is reused, whatever else changed."""
+    import stepcast.emulate.emulation as emulation
+    from benchmarks.emulate import kernelbench
+
+    runs = []
+
+    def emulate_script(script, args, hardware, trace_dir, **_):
+        runs.append(hardware)
+        (trace_dir / "rank0.trace.json").parent.mkdir(parents=True, exist_ok=True)
+        (trace_dir / "rank0.trace.json").write_text("{}")
+        return {"ok": True}
+
+    monkeypatch.setenv("STEPCAST_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(emulation, "emulate_script", emulate_script)
+    code = {"digest": "a"}
+    monkeypatch.setattr(kernelbench, "tree_digest", lambda *_, **__: code["digest"])
+    problem = tmp_path / "36_RMSNorm_.py"
+    first = kernelbench.capture(problem, hardware="t4")
+    assert kernelbench.capture(problem, hardware="t4") == first and runs == ["t4"]
+    code["digest"] = "b"
+    assert kernelbench.capture(problem, hardware="t4") == first and runs == ["t4", "t4"]
+    assert kernelbench.capture(problem, hardware="t4", fresh=True) == first and len(runs) == 3
+
+
+def test_the_capture_code_is_the_capture_layer_not_the_simulator():
+    from benchmarks.emulate.e2e.cache import tree_digest
+    from benchmarks.emulate.kernelbench import CAPTURE_CODE
+
+    paths, left_out = CAPTURE_CODE
+    assert {"emulate", "profiling"} <= set(paths) and "emulate/sim" in left_out
+    assert tree_digest(*CAPTURE_CODE) != tree_digest(("emulate",))
