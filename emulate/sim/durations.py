@@ -417,16 +417,17 @@ def latency_floors(prog: RankProgram, at: np.ndarray, ids: np.ndarray, moved: np
     bytes_ = moved[ids]
     threads, accesses = np.zeros(len(at), dtype=np.float64), np.zeros(len(at), dtype=np.float64)
     bounded = np.flatnonzero(bytes_ > target.l2_cache_mib * 2**20).tolist()
-    if not bounded:
-        return threads
-    names, grids, blocks, specs = (prog.events.field(f) for f in ("name", "grid", "block", "spec"))
-    heads = _op_call_heads(prog)
+    if bounded:
+        names = prog.events.field("name")
+        bounded = [k for k in bounded if accesses_in_flight(names[int(at[k])])]
+    heads = _op_call_heads(prog) if bounded else set()
     for k in bounded:
         i = int(at[k])
-        grid, block = grids[i], blocks[i]
-        if grid and block and specs[i] and i not in heads:
+        ev = prog.events[i]
+        grid, block = ev.get("grid"), ev.get("block")
+        if grid and block and ev.get("spec") and i not in heads:
             threads[k] = math.prod(int(g) for g in grid) * math.prod(int(b) for b in block)
-            accesses[k] = accesses_in_flight(names[i])
+            accesses[k] = accesses_in_flight(ev["name"])
     return latency_bound_us(bytes_, threads, accesses, target)
 
 
