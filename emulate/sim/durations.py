@@ -48,7 +48,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
@@ -58,6 +58,7 @@ from stepcast.emulate.sim.program import COLLECTIVE, KERNEL, MEMCPY, MEMCPY_BLOC
 from stepcast.emulate.trace import EventTable, TraceFormatError
 from stepcast.estimator.base import KernelEstimator
 from stepcast.estimator.kernel_config import PATHS, parse_name
+from stepcast.estimator.memory_latency import MEMORY_FAMILIES, accesses_in_flight, latency_bound_us
 from stepcast.profiling.classify import (
     classify_flex_attention_kernel,
     classify_launch_bytes,
@@ -251,8 +252,9 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
             predicted["predicted_us"] = values
         n_analytical = 0
         conv_table = _conv_table(estimator)
-        work_of: dict[int, tuple[float, float]] = {}   # attention row -> its FLOPs and bytes (legacy_isa_factors)
-        moved = memory_bytes(rows) if mode == "predicted" else None
+        if mode == "predicted":   # per row, FLOPs and bytes: attention's for legacy_isa_factors, memory kernels' bytes
+            flops, moved = row_work(rows, ("attention",))
+            memory_moved = row_work(rows, MEMORY_FAMILIES)[1]
         for r, positions, ids, kernels_only in uses:
             if positions:
                 j, at = np.asarray(ids, dtype=np.int64), np.asarray(positions, dtype=np.int64)
@@ -260,8 +262,8 @@ def assign_durations(programs: list[RankProgram], target: HardwareSpec | None, m
                 if kernels_only and conv_table is not None:
                     out.us[r][at] *= conv_family_factors(programs[r], positions, conv_table)
                 if kernels_only and mode == "predicted":
-                    out.us[r][at] *= legacy_isa_factors(programs[r], positions, ids, rows, target, work_of)
-                    out.us[r][at] = np.maximum(out.us[r][at], latency_floors(programs[r], at, j, moved, target))
+                    out.us[r][at] *= legacy_isa_factors(programs[r], positions, ids, rows, target, flops, moved)
+                    out.us[r][at] = np.maximum(out.us[r][at], latency_floors(programs[r], at, j, memory_moved, target))
                 if kernels_only:
                     n_analytical += int(analytical[j].sum()) * copies_of[r]
                     out.fallback[r][at[analytical[j]]] = True
@@ -336,12 +338,11 @@ def conv_family_factors(prog: RankProgram, positions: list[int], table: Any) -> 
 
 
 def legacy_isa_factors(prog: RankProgram, positions: list[int], ids: list[int], rows: list[dict[str, Any]],
-                       target: HardwareSpec, work_of: dict[int, tuple[float, float]]) -> np.ndarray:
+                       target: HardwareSpec, flops: np.ndarray, moved: np.ndarray) -> np.ndarray:
     """Per kernel position, the factor on the predicted time of an attention kernel built for an older SM generation
     than the target's (:mod:`estimator.legacy_isa`: FlashAttention-2 on Hopper or Blackwell); 1 for every other
-    kernel. ``work_of`` caches each row's FLOPs and bytes across ranks."""
+    kernel. ``flops``, ``moved``: per row, its attention work (:func:`row_work`)."""
     from stepcast.estimator.legacy_isa import kernel_generation, time_factor
-    from stepcast.estimator.workload import attention
 
     factors = np.ones(len(positions), dtype=np.float64)
     names = prog.events.field("name")
@@ -352,11 +353,7 @@ def legacy_isa_factors(prog: RankProgram, positions: list[int], ids: list[int], 
         cc = kernel_generation(names[i])
         if cc is None:
             continue
-        if j not in work_of:
-            work = attention(pd.DataFrame.from_records([row]))
-            work_of[j] = (float(work.flops[0]), float(work.bytes[0]))
-        flops, moved = work_of[j]
-        factors[k] = float(time_factor(np.array([flops]), np.array([moved]), cc, target, str(row.get("dtype")))[0])
+        factors[k] = float(time_factor(flops[j:j + 1], moved[j:j + 1], cc, target, str(row.get("dtype")))[0])
     return factors
 
 
@@ -390,44 +387,45 @@ def fills_gpu(prog: RankProgram, kernels: list[int], target: HardwareSpec | None
     return out
 
 
-def memory_bytes(rows: list[dict[str, Any]]) -> np.ndarray:
-    """Per row, the bytes a kernel of a memory family moves (:data:`estimator.memory_latency.MEMORY_FAMILIES`,
-    :mod:`estimator.workload`); 0 for the other families."""
-    from stepcast.estimator.memory_latency import MEMORY_FAMILIES
+def row_work(rows: list[dict[str, Any]], families: Iterable[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the FLOPs and bytes a kernel of one of ``families`` does (:mod:`estimator.workload`, one frame a
+    family); 0 for the rows of other families."""
     from stepcast.estimator.workload import work
 
-    moved = np.zeros(len(rows), dtype=np.float64)
-    families = np.array([row.get("family") for row in rows], dtype=object)
-    for family in MEMORY_FAMILIES:
-        at = np.flatnonzero(families == family)
+    flops, moved = np.zeros(len(rows), dtype=np.float64), np.zeros(len(rows), dtype=np.float64)
+    of_row = np.array([row.get("family") for row in rows], dtype=object)
+    for family in families:
+        at = np.flatnonzero(of_row == family)
         if len(at):
-            moved[at] = work(family, pd.DataFrame.from_records([rows[j] for j in at])).bytes
-    return moved
+            done = work(family, pd.DataFrame.from_records([rows[j] for j in at]))
+            flops[at], moved[at] = done.flops, done.bytes
+    return flops, moved
 
 
 def latency_floors(prog: RankProgram, at: np.ndarray, ids: np.ndarray, moved: np.ndarray,
                    target: HardwareSpec) -> np.ndarray:
-    """Per kernel position ``at`` (of rows ``ids``), the least time its launch can move its row's bytes in
+    """Per kernel position ``at`` (of rows ``ids``; ``moved``: per row, a memory kernel's bytes, :func:`row_work`
+    of :data:`estimator.memory_latency.MEMORY_FAMILIES`), the least time its launch can move its row's bytes in
     (:func:`estimator.memory_latency.latency_bound_us`: threads too few to cover the DRAM latency); 0 for the
     kernels it does not bound, those of no recorded launch or no spec of their own (a row the simulator made of
     their op's tensors is an estimate of the call's bytes), and the first kernel of an op call whose further kernels
     are ``op_part`` (its row's bytes are the whole call's, its launch one of several)."""
-    from stepcast.estimator.memory_latency import accesses_in_flight, latency_bound_us
-
     bytes_ = moved[ids]
     threads, accesses = np.zeros(len(at), dtype=np.float64), np.zeros(len(at), dtype=np.float64)
-    bounded = np.flatnonzero(bytes_ > target.l2_cache_mib * 2**20).tolist()
-    if bounded:
-        names = prog.events.field("name")
-        bounded = [k for k in bounded if accesses_in_flight(names[int(at[k])])]
-    heads = _op_call_heads(prog) if bounded else set()
-    for k in bounded:
+    over_l2 = np.flatnonzero(bytes_ > target.l2_cache_mib * 2**20).tolist()
+    names = prog.events.field("name") if over_l2 else []
+    heads: set[int] | None = None               # found once, when a listed kernel needs them
+    for k in over_l2:
         i = int(at[k])
+        listed = accesses_in_flight(names[i])
+        if not listed:
+            continue
+        heads = _op_call_heads(prog) if heads is None else heads
         ev = prog.events[i]
         grid, block = ev.get("grid"), ev.get("block")
         if grid and block and ev.get("spec") and i not in heads:
             threads[k] = math.prod(int(g) for g in grid) * math.prod(int(b) for b in block)
-            accesses[k] = accesses_in_flight(ev["name"])
+            accesses[k] = listed
     return latency_bound_us(bytes_, threads, accesses, target)
 
 
