@@ -54,10 +54,11 @@ SCALAR_PRODUCT = "5_Matrix_scalar_multiplication"  # a pointwise kernel despite 
 SCRIPT = Path(__file__).with_name("e2e") / "kernelbench_problem.py"
 CALLS = 4                 # forwards per capture: the first compiles, the last full one is timed
 #: what a capture depends on, committed (:func:`benchmarks.emulate.e2e.cache.tree_digest`: paths, and those left
-#: out): the capture layer, the driver and the op classification, the KernelBench scripts; not the simulator
+#: out): the capture layer, the driver and the op classification, the KernelBench scripts; not the simulator nor
+#: the host costs it prices a capture's calls at (a new reference host, ``kernelbench_eager --write-reference``)
 CAPTURE_CODE: tuple[tuple[str, ...], tuple[str, ...]] = (
     ("emulate", "profiling", "estimator/kernelbench.py", "estimator/kernelbench_eager.py", str(SCRIPT.relative_to(
-        REPO_ROOT))), ("emulate/sim", "emulate/search"))
+        REPO_ROOT))), ("emulate/sim", "emulate/search", "emulate/host_call_costs.json"))
 #: the file beside a kept capture that names the code that made it
 CAPTURE_STAMP = "capture.json"
 

@@ -23,14 +23,17 @@ def git_head() -> str:
 
 def tree_digest(paths: tuple[str, ...], exclude: tuple[str, ...] = (), root: Path = REPO_ROOT) -> str:
     """sha256 of the committed files under ``paths`` (git's blob ids at HEAD of the checkout at ``root``), less those
-    under ``exclude``: what a cached product of that code depends on ('unknown' outside a git checkout)."""
+    under or named by ``exclude`` (folders or files): what a cached product of that code depends on ('unknown'
+    outside a git checkout)."""
     try:
         out = subprocess.run(["git", "ls-tree", "-r", "HEAD", "--", *paths], cwd=root, capture_output=True,
                              text=True, check=True)
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
-    lines = [line for line in out.stdout.splitlines()
-             if not any(line.split("\t", 1)[-1].startswith(prefix.rstrip("/") + "/") for prefix in exclude)]
+    def left_out(path: str) -> bool:
+        return any(path == prefix.rstrip("/") or path.startswith(prefix.rstrip("/") + "/") for prefix in exclude)
+
+    lines = [line for line in out.stdout.splitlines() if not left_out(line.split("\t", 1)[-1])]
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
 
