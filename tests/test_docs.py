@@ -3,6 +3,7 @@ lines, every relative link resolves, every page is reachable, the design notes t
 README's accuracy tables are what the committed results give (tools/readme_tables.py)."""
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -251,3 +252,16 @@ def test_a_missing_results_file_is_named(tmp_path, capsys, missing):
             (tmp_path / name).write_text((DOCS / "results" / name).read_text())
     assert readme_tables.main(["--results", str(tmp_path)]) == 2
     assert str(tmp_path / missing) in capsys.readouterr().err
+
+
+def test_a_gpu_whose_timings_hold_no_host_keeps_its_row_without_a_launch_bound_figure(tmp_path):
+    for name in ("e2e_neusight.json", "e2e_neusight_unseen.json", "torchtitan.json", "kernelbench_eager.json",
+                 "kernelbench_compiled.json", "unseen.json"):
+        (tmp_path / name).write_text((DOCS / "results" / name).read_text())
+    doc = json.loads((tmp_path / "kernelbench_eager.json").read_text())
+    doc["medians"]["launch bound"].pop("t4")
+    doc["host_not_timed"] = ["t4"]
+    (tmp_path / "kernelbench_eager.json").write_text(json.dumps(doc))
+    text = readme_tables.render(tmp_path)
+    assert re.search(r"^\| `t4` \| - \| \d", text, re.MULTILINE)
+    assert "`t4`: its timings do not hold the host" in text

@@ -14,7 +14,13 @@ two CUDA events around the call and a synchronisation after it (fp32, PyTorch 2.
   and cuDNN pick their kernels by the GPU; ``benchmarks.emulate.matmul`` and ``benchmarks.emulate.conv`` emulate
   each GPU for them): the kernels' time, PyTorch's own elementwise, reduction, norm, pooling and loss kernels.
 
-Pairs between the two are left out. Each problem is captured eagerly on each GPU it is compared on
+Pairs between the two are left out. A server whose host floor measures no more than :data:`HOST_HIDDEN` times the
+call's device-side time (the same call simulated with an instant host, :func:`device_side_ms`) did not time its host:
+an eager call's Python, dispatch and launch take 3-10x that pointwise kernel on the servers that do (their floors,
+21-32 us). The RTX 3090 Ti's file is such (its 19_ReLU 5.2 us, min 3.1 us, against 5.1 us of kernel): its events saw
+the device alone (the host ran ahead of the GPU), so it has no launch-bound class, sets no host speed, and each of its
+pairs but GEMMs and convolutions is compared, device bound, with the call simulated at an instant host
+(:func:`device_timed`). Each problem is captured eagerly on each GPU it is compared on
 (``estimator/kernelbench_eager.py --events``: KernelBench's timing loop, one profiler step per call; kept under
 ``<cache>/kernelbench_eager/<gpu>/``): PyTorch's kernels are the same on every GPU, but some of their launches are
 not (a reduction splits its rows over more blocks on a GPU of more SMs), and a launch of few threads cannot cover
@@ -54,6 +60,10 @@ from stepcast.profiling.paths import shared_data_root
 EAGER = "baseline_time_torch.json"
 #: a (problem, GPU) is launch bound when its measured time is at most this many host floors
 LAUNCH_BOUND_FLOORS = 1.5
+#: a server's timing holds no host when its host floor measures at most this many times the call's device-side time
+HOST_HIDDEN = 1.5
+#: the host speed that stands for "no host in the timing": every host gap a billionth of itself
+INSTANT_HOST = 1e9
 LAUNCH, DEVICE = "launch bound", "device bound"
 CALLS = 4                 # forwards per capture; the last is timed
 
@@ -63,8 +73,11 @@ def library_picked(problem: str) -> bool:
     return bool(NOT_TRITON.search(problem)) and problem != SCALAR_PRODUCT
 
 
-def classes(measured: dict[str, dict[str, float]]) -> dict[str, dict[str, str]]:
-    """{problem: {GPU: LAUNCH or DEVICE}} of the pairs compared (module docstring), problems with none left out."""
+def classes(measured: dict[str, dict[str, float]], hidden_host: frozenset[str] = frozenset()
+            ) -> dict[str, dict[str, str]]:
+    """{problem: {GPU: LAUNCH or DEVICE}} of the pairs compared (module docstring), problems with none left out.
+    ``hidden_host``: the GPUs whose timings hold no host (:func:`device_timed`): every pair of theirs but a library's
+    pick is device bound."""
     floor = measured.get(HOST_FLOOR_PROBLEM, {})
     out: dict[str, dict[str, str]] = {}
     for problem, per_gpu in measured.items():
@@ -72,7 +85,10 @@ def classes(measured: dict[str, dict[str, float]]) -> dict[str, dict[str, str]]:
         for gpu, ms in per_gpu.items():
             if gpu not in floor:
                 continue
-            if ms <= LAUNCH_BOUND_FLOORS * floor[gpu]:
+            if gpu in hidden_host:
+                if not library_picked(problem):
+                    mine[gpu] = DEVICE
+            elif ms <= LAUNCH_BOUND_FLOORS * floor[gpu]:
                 mine[gpu] = LAUNCH
             elif ms >= DEVICE_BOUND_FLOORS * floor[gpu] and not library_picked(problem):
                 mine[gpu] = DEVICE
@@ -91,7 +107,8 @@ def elapsed_between_events(doc: dict[str, Any], gpu: str, server_speed: float | 
                            ) -> tuple[float, float] | str:
     """(predicted ms between the two timing events of the last full call, predicted device ms of its kernels) on
     ``gpu``, or why there is none. ``server_speed``: the host's speed over the machine the counted host costs were
-    measured on (None: the shipped reference host's, :class:`emulate.host_costs.ReferenceHost`)."""
+    measured on (None: the shipped reference host's, :class:`emulate.host_costs.ReferenceHost`; :data:`INSTANT_HOST`:
+    no host time at all)."""
     import dataclasses
 
     from stepcast.emulate.host_costs import load_work_costs
@@ -108,7 +125,8 @@ def elapsed_between_events(doc: dict[str, Any], gpu: str, server_speed: float | 
     work = load_work_costs()
     if server_speed is not None:
         work = dataclasses.replace(work, host_speed=server_speed)
-    result = simulate([doc | {"hardware": gpu}], gpu, host_speed=1.0, work=work)
+    instant = server_speed == INSTANT_HOST   # no host at all: the counted work and any gap measured with the trace
+    result = simulate([doc | {"hardware": gpu}], gpu, host_speed=INSTANT_HOST if instant else 1.0, work=work)
     timeline, us = result.timelines[0], result.durations.us[0]
     device = sum(float(us[i]) for i in range(records[0], records[1]) if events[i]["kind"] == "kernel")
     return (float(timeline.end[records[1]] - timeline.end[records[0]]) / 1e3, device / 1e3)
@@ -148,6 +166,24 @@ def server_speeds(traces: dict[str, Path], floor_ms: dict[str, float]) -> dict[s
             raise ValueError(f"{traces[gpu]}: {HOST_FLOOR_PROBLEM}: {got}")
         out[gpu] = got[0] / ms
     return out
+
+
+def device_side_ms(trace: Path, gpu: str) -> float:
+    """The time between the timing events of :data:`HOST_FLOOR_PROBLEM`'s last call on ``gpu`` (``trace``: its
+    capture there) simulated with an instant host: its kernel and launch latency, what the events span when the
+    host is not in the timing."""
+    from stepcast.emulate.trace import read_trace
+
+    got = elapsed_between_events(read_trace(trace), gpu, server_speed=INSTANT_HOST)
+    if isinstance(got, str):
+        raise ValueError(f"{trace}: {HOST_FLOOR_PROBLEM}: {got}")
+    return got[0]
+
+
+def device_timed(traces: dict[str, Path], floor_ms: dict[str, float]) -> frozenset[str]:
+    """The GPU servers whose host floor measured at most :data:`HOST_HIDDEN` times its call's device-side time
+    (:func:`device_side_ms`): their timing events did not see the host (module docstring)."""
+    return frozenset(gpu for gpu, ms in floor_ms.items() if ms <= HOST_HIDDEN * device_side_ms(traces[gpu], gpu))
 
 
 def held_out_speeds(speeds: dict[str, float]) -> dict[str, float]:
@@ -212,15 +248,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stepcast: no KernelBench eager timings under {root / TIMINGS} (set STEPCAST_SHARED_DATA)",
               file=sys.stderr)
         return 2
-    compared = classes(measured)
-    if args.problems:
-        only = [p.strip() for p in args.problems.split(",")]
-        compared = {p: c for p, c in compared.items() if p in only}
-        if not compared:
-            print(f"stepcast: --problems: none of {', '.join(only)} is compared (launch bound: at most "
-                  f"{LAUNCH_BOUND_FLOORS:g}x {HOST_FLOOR_PROBLEM}'s eager time on a GPU; device bound: at least "
-                  f"{DEVICE_BOUND_FLOORS:g}x, and no GEMM or convolution)", file=sys.stderr)
-            return 2
+    only = [p.strip() for p in args.problems.split(",")] if args.problems else None
+    if only and not set(only) & set(measured):
+        return not_compared(only)
     console = Console(width=160)
     floors = {gpu: capture(root / PROBLEMS / f"{HOST_FLOOR_PROBLEM}.py", gpu, fresh=args.fresh)
               for gpu in measured[HOST_FLOOR_PROBLEM]}
@@ -230,9 +260,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stepcast: {HOST_FLOOR_PROBLEM}: no capture on {gpu} ({why}); the servers' host speeds need it",
               file=sys.stderr)
         return 2
-    speeds = server_speeds(floors, measured[HOST_FLOOR_PROBLEM])
-    reference = ReferenceHost.of_servers(speeds, REFERENCE_NAME)
-    held_out = held_out_speeds(speeds)
+    hidden = device_timed(floors, measured[HOST_FLOOR_PROBLEM])
+    compared = classes(measured, hidden)
+    if only:
+        compared = {p: c for p, c in compared.items() if p in only}
+        if not compared:
+            return not_compared(only)
+    timed = {gpu: ms for gpu, ms in measured[HOST_FLOOR_PROBLEM].items() if gpu not in hidden}
+    speeds = server_speeds(floors, timed)
+    reference = ReferenceHost.of_servers(speeds, reference_name(speeds))
+    held_out = held_out_speeds(speeds) | {gpu: INSTANT_HOST for gpu in hidden}
     print_speeds(speeds, held_out, reference, console)
     if args.write_reference:
         write_reference_host(reference)
@@ -247,14 +284,24 @@ def main(argv: list[str] | None = None) -> int:
         write_json_atomic(args.json, {"rows": rows, "medians": medians(rows),
                                       "launch_bound_floors": LAUNCH_BOUND_FLOORS,
                                       "device_bound_floors": DEVICE_BOUND_FLOORS,
-                                      "server_speeds": speeds, "held_out_speeds": held_out,
+                                      "server_speeds": speeds,
+                                      "held_out_speeds": {g: v for g, v in held_out.items() if g not in hidden},
+                                      "host_not_timed": sorted(hidden),
                                       "reference_host": {"speed": reference.speed, "name": reference.name}})
     return 0
 
 
-#: how the reference host is named in the host cost file and in reports
-REFERENCE_NAME = (f"median KernelBench GPU server ({', '.join(sorted(GPUS))}; {HOST_FLOOR_PROBLEM}'s eager call, "
-                  "python -m benchmarks.emulate.kernelbench_eager)")
+def not_compared(only: list[str]) -> int:
+    print(f"stepcast: --problems: none of {', '.join(only)} is compared (launch bound: at most "
+          f"{LAUNCH_BOUND_FLOORS:g}x {HOST_FLOOR_PROBLEM}'s eager time on a GPU; device bound: at least "
+          f"{DEVICE_BOUND_FLOORS:g}x, and no GEMM or convolution)", file=sys.stderr)
+    return 2
+
+
+def reference_name(servers: dict[str, float]) -> str:
+    """How the reference host is named in the host cost file and in reports: the servers whose median it is."""
+    return (f"median KernelBench GPU server ({', '.join(sorted(servers))}; {HOST_FLOOR_PROBLEM}'s eager call, "
+            "python -m benchmarks.emulate.kernelbench_eager)")
 
 
 def print_speeds(speeds: dict[str, float], held_out: dict[str, float], reference: "ReferenceHost",
@@ -265,6 +312,8 @@ def print_speeds(speeds: dict[str, float], held_out: dict[str, float], reference
         table.add_column(col, justify="left" if col == "GPU server" else "right")
     for gpu, v in speeds.items():
         table.add_row(gpu, f"{v:.3f}", f"{held_out.get(gpu, float('nan')):.3f}")
+    for gpu in sorted(set(held_out) - set(speeds)):
+        table.add_row(gpu, "host not timed", "instant host")
     shipped = load_work_costs().host_speed
     table.add_row("[bold]reference (median)", f"[bold]{reference.speed:.3f}", f"shipped {shipped:.3f}")
     console.print(table)

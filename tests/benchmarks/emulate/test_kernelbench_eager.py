@@ -2,6 +2,8 @@
 class, what it predicts for a call between two timing events, and what it refuses; no emulation is run here."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from benchmarks.emulate.kernelbench_eager import (
@@ -9,12 +11,15 @@ from benchmarks.emulate.kernelbench_eager import (
     EAGER,
     LAUNCH,
     classes,
+    device_side_ms,
+    device_timed,
     elapsed_between_events,
     held_out_speeds,
     main,
     medians,
 )
 from stepcast.emulate.sim.synthetic import TraceBuilder
+from stepcast.emulate.trace import read_trace, write_trace
 from stepcast.estimator.kernelbench import measured_ms
 
 #: eager forward times (ms) per GPU folder
@@ -87,3 +92,31 @@ def test_each_server_is_scored_at_the_median_of_the_others_host_speeds():
     held_out = held_out_speeds(speeds)
     assert held_out == pytest.approx({"t4": 1.4, "b200": 1.4, "l40s": 1.3, "odd": 1.3})
     assert held_out_speeds({"t4": 1.2}) == {}   # one server: no other to take its speed from
+
+
+def test_a_server_that_did_not_time_its_host_compares_every_pair_but_a_librarys_as_device_bound(kernelbench_timings):
+    compared = classes(measured_ms(kernelbench_timings(EAGER, TIMINGS_MS), EAGER), hidden_host=frozenset({"b200"}))
+    # the B200's launch-bound and in-between pairs are device time there; its GEMM is still cuBLAS's pick
+    assert {p: c["b200"] for p, c in compared.items() if "b200" in c} == {
+        "19_ReLU": DEVICE, "23_Softmax": DEVICE, "36_RMSNorm_": DEVICE}
+    assert compared["19_ReLU"]["t4"] == LAUNCH
+
+
+def floor_trace(tmp_path: Path, gpu: str) -> Path:
+    b = TraceBuilder(hardware=gpu, meta={"launch_latency_us": 2.0})
+    for step in range(3):
+        b.iteration(step)
+        kernelbench_call(b, kernel_us=3.0, host_us=20.0)
+    b.iteration(3)
+    doc = b.doc()
+    return write_trace(tmp_path / f"{gpu}.json", rank=0, world_size=1, hardware=gpu, events=doc["events"],
+                       meta=doc["meta"])
+
+
+def test_a_host_floor_within_one_and_a_half_device_side_times_says_the_host_was_not_timed(tmp_path):
+    traces = {gpu: floor_trace(tmp_path, gpu) for gpu in ("t4", "b200")}
+    device = device_side_ms(traces["t4"], "t4")
+    # the same call with its 20 us of host: the events span more than the kernel only when the host is counted
+    assert 0.0 < device < elapsed_between_events(read_trace(traces["t4"]), "t4")[0]
+    assert device_timed(traces, {"t4": 10 * device, "b200": 1.2 * device_side_ms(traces["b200"], "b200")}) == {"b200"}
+    assert device_timed(traces, {"t4": 2 * device, "b200": 2 * device_side_ms(traces["b200"], "b200")}) == set()
