@@ -25,7 +25,8 @@ Sources (``--sources``, default all):
   :mod:`benchmarks.emulate.e2e.torchtitan`; multi-node rows as sparse runs);
   tokens/s/GPU and peak memory against the published figures, where the predicted step goes (breakdown, device
   time per family), each emulation's wall time and peak resident memory, then mean and worst |error| and
-  Spearman's rank correlation over the rows. ``--rows`` picks rows by name.
+  Spearman's rank correlation over the rows. ``--rows`` picks rows by name; ``--keep-traces DIR`` emulates them
+  again and keeps each one's captured traces (``DIR/<row key>/``) for ``stepcast replay`` or a closer look.
 - ``nosync``: the GPT-2 large training loop without synchronisation (``examples/hf_model.py --no-sync``): the
   predicted iteration must be at least the device time of an iteration (its kernels' predicted durations).
 
@@ -317,7 +318,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="BERT-large labels only (smallest batch per GPU and "
                         "mode), the no-sync check, no torchtitan")
     parser.add_argument("--rows", default=None, help="torchtitan rows whose name contains any of these "
-                        "(comma-separated, e.g. 'Table 1,H200'); default every row")
+                        "(comma-separated, e.g. 'Table 1,H200'), or the one row of exactly this name (names hold "
+                        "commas: 'async TP 8B 64 GPUs: vanilla TP, float8 rowwise'); default every row")
+    parser.add_argument("--keep-traces", type=Path, default=None, metavar="DIR",
+                        help="emulate the torchtitan rows chosen again (not from the cache) and keep each one's "
+                             "captured traces under DIR/<row key>/ for `stepcast replay` or a closer look")
     parser.add_argument("--fresh", action="store_true", help="ignore cached results of this commit")
     parser.add_argument("--root", type=Path, default=None, help="shared data folder (default: the setting)")
     parser.add_argument("--json", type=Path, default=None, help="write every row here (JSON)")
@@ -374,8 +379,9 @@ def main(argv: list[str] | None = None) -> int:
         published, missing = titan_rows.published_rows(root)
         for path in missing:
             console.print(f"torchtitan: {path} is missing: its rows are not run", highlight=False)
-        chosen = [row for row in published if not args.rows or any(part in row.name for part in split(args.rows))]
-        rows = run_rows(chosen, lambda pub: torchtitan.run_row(pub, args.fresh), lambda pub: pub.name, console)
+        chosen = titan_rows.chosen(published, args.rows)
+        rows = run_rows(chosen, lambda pub: torchtitan.run_row(pub, args.fresh, args.keep_traces),
+                        lambda pub: pub.name, console)
         stats = torchtitan.print_table(rows, console) if rows else {}
         out["torchtitan"] = {"rows": rows, "summary": stats}
         if args.titan_page is not None and rows:

@@ -300,3 +300,13 @@ def published_rows(root: Path) -> tuple[list[PublishedRow], list[str]]:
             continue
         rows += parse(path.read_text(), str(path))
     return rows, missing
+
+
+def chosen(rows: list[PublishedRow], wanted: str | None) -> list[PublishedRow]:
+    """The rows ``--rows`` names: the one whose whole name it is, else those whose name contains any of its
+    comma-separated parts (a row's name may hold a comma, so the whole string is tried first); every row for none."""
+    if not wanted:
+        return rows
+    exact = [row for row in rows if row.name == wanted.strip()]
+    parts = [part.strip() for part in wanted.split(",") if part.strip()]
+    return exact or [row for row in rows if any(part in row.name for part in parts)]

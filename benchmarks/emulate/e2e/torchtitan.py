@@ -163,9 +163,9 @@ def row_key(row: PublishedRow) -> str:
     return f"{row.key()}-{hashlib.sha256(command.encode()).hexdigest()[:8]}"
 
 
-def emulate_row(row: PublishedRow) -> dict[str, Any]:
+def emulate_row(row: PublishedRow, trace_dir: Path | None = None) -> dict[str, Any]:
     """Run one recipe on the emulator: {ok, iteration_ms, memory, breakdown, families, wall_s, peak_rss_bytes}
-    or {ok: False, error, ...}."""
+    or {ok: False, error, ...}. ``trace_dir``: where the captured traces stay (default: a temporary folder)."""
     from benchmarks.emulate.scale import MemorySampler, measured_runner
     from benchmarks.emulate.torch_venv import VenvError
 
@@ -180,7 +180,7 @@ def emulate_row(row: PublishedRow) -> dict[str, Any]:
     except VenvError as exc:
         return {"ok": False, "error": str(exc), "command": None, "wall_s": 0.0, "peak_rss_bytes": 0}
     result = emulate_script(SCRIPT, row_args(row), recipe.hardware, python=python,
-                            nproc=min(recipe.gpus, GPUS_PER_NODE), timeout_s=TIMEOUT_S,
+                            nproc=min(recipe.gpus, GPUS_PER_NODE), timeout_s=TIMEOUT_S, trace_dir=trace_dir,
                             options=run_options(recipe), runner=measured_runner(sampler), classify=kernel_class)
     out: dict[str, Any] = {"ok": result["ok"], "wall_s": round(result["wall_s"], 1),
                            "peak_rss_bytes": sampler.peak_bytes}
@@ -201,9 +201,12 @@ def emulate_row(row: PublishedRow) -> dict[str, Any]:
     return out
 
 
-def run_row(row: PublishedRow, fresh: bool = False) -> dict[str, Any]:
-    """Emulate one published row (cached per commit and :func:`row_key`) and compare it with the publication."""
-    out = dict(cached(row_key(row), lambda: emulate_row(row), fresh))
+def run_row(row: PublishedRow, fresh: bool = False, keep_traces: Path | None = None) -> dict[str, Any]:
+    """Emulate one published row (cached per commit and :func:`row_key`) and compare it with the publication.
+    ``keep_traces``: emulate it again whatever the cache holds and keep its traces under ``keep_traces/<key>``."""
+    key = row_key(row)
+    traces = keep_traces / key if keep_traces is not None else None
+    out = dict(cached(key, lambda: emulate_row(row, traces), fresh or traces is not None))
     out.update(name=row.name, table=row.table, source=row.source, hardware=row.recipe.hardware, notes=list(row.notes),
                recipe=asdict(row.recipe), published={"tps_per_gpu": row.tps_per_gpu,
                                                           "memory_gib": row.memory_gib, "step_ms": row.step_ms})

@@ -116,3 +116,13 @@ def test_every_published_row_of_the_three_files(shared_data: Path):
     assert sum(r.recipe.async_tp for r in rows) == 6 + 1 + 2 + 4     # async TP file, Table 4, Tables 5 and 6
     assert {r.recipe.float8 for r in rows} == {None, "tensorwise", "rowwise"}
     assert all(r.memory_gib is None for r in by_source[titan_rows.FILES[1]])
+
+
+def test_rows_are_chosen_by_their_whole_name_before_the_comma_separated_parts_of_it():
+    (cp, pp) = rows_2024(TABLES_2024, "x.md")
+    named = dataclasses.replace(cp, table="async TP 8B", label="vanilla TP, float8 rowwise")
+    other = dataclasses.replace(pp, table="async TP 8B", label="async TP, float8 rowwise")
+    rows = [named, other]
+    assert "," in named.name and titan_rows.chosen(rows, named.name) == [named]
+    assert titan_rows.chosen(rows, "vanilla TP, async TP") == rows   # parts: each row holds one of them
+    assert titan_rows.chosen(rows, None) == rows and titan_rows.chosen(rows, "no such row") == []

@@ -201,3 +201,21 @@ def test_every_benchmark_file_has_a_stack_and_an_unknown_file_is_refused_in_one_
     assert not problems and {r.source for r in rows} == set(titan_stack.STACKS)
     with pytest.raises(KeyError, match="new.md.*STACKS"):
         titan_stack.stack_of("new.md")
+
+
+
+def test_keeping_traces_emulates_the_row_again_into_a_folder_named_by_its_key(tmp_path, monkeypatch):
+    published = PublishedRow(source="llama3_h100_202412_torchtitan.md", table="Table 5", label="1F1B",
+                             recipe=recipe(pp_schedule="1F1B"), tps_per_gpu=100.0, memory_gib=None)
+    runs = []
+
+    def emulate(row, trace_dir=None):
+        runs.append(trace_dir)
+        return {"ok": False, "error": "not run here", "wall_s": 0.0, "peak_rss_bytes": 0}
+
+    monkeypatch.setattr(torchtitan, "emulate_row", emulate)
+    monkeypatch.setenv("STEPCAST_CACHE_DIR", str(tmp_path / "cache"))
+    torchtitan.run_row(published)
+    torchtitan.run_row(published)                       # cached: not emulated again, no traces asked for
+    torchtitan.run_row(published, keep_traces=tmp_path / "kept")
+    assert runs == [None, tmp_path / "kept" / torchtitan.row_key(published)]
