@@ -152,3 +152,34 @@ def test_an_event_recorded_on_an_idle_stream_is_reached_when_its_record_arrives(
     end = result.timelines[0].end
     first, second = (i for i, e in enumerate(b.events) if e["kind"] == "event_record")
     assert (end[first], end[second]) == pytest.approx((32.0, 56.0))
+
+
+def all_to_all_ring(zero_byte_members: bool) -> list[dict]:
+    """One ring rotation of 4 ranks as torch's all_to_all_single issues it: a send to the next rank and a recv from
+    the previous one carry the data (5 us each), and with ``zero_byte_members`` a zero-count send and recv to every
+    other rank (torch passes zero counts to NCCL, which uses them to synchronise). Rank 2 computes 100 us, the
+    others 10."""
+    docs = []
+    for rank in range(4):
+        b = builder(rank, 4)
+        compute(b, 100.0 if rank == 2 else 10.0)
+        for peer in range(4):
+            data = peer in ((rank + 1) % 4, (rank - 1) % 4)
+            if peer == rank or not (data or zero_byte_members):
+                continue
+            for op, carries in (("send", peer == (rank + 1) % 4), ("recv", peer == (rank - 1) % 4)):
+                ev = b.collective(op=op, stream=COMM_STREAM, peer=peer, duration_us=5.0 if carries else 0.0,
+                                  nbytes=1 << 20 if carries else 0)
+                ev.update(ranks=4, group=3)
+        b.device_sync()
+        b.iteration(1, end=True)
+        docs.append(b.doc())
+    return docs
+
+
+def test_zero_byte_members_of_a_grouped_exchange_hold_every_rank_until_its_slowest_peer_arrives():
+    """Rank 0 moves data only with ranks 1 and 3 (ready at 10 us: its exchange ends at 15), but a zero-byte send and
+    recv with rank 2 still pair with rank 2's, as NCCL pairs them, so its group ends when rank 2 arrives at 100 us."""
+    end_of_rank_0 = [simulate(all_to_all_ring(zero), "h100-sxm", durations="measured").timelines[0].end_time
+                     for zero in (False, True)]
+    assert end_of_rank_0 == [pytest.approx(15.0), pytest.approx(100.0)]
