@@ -235,10 +235,20 @@ def test_stale_accuracy_tables_are_told_apart_from_fresh_ones(tmp_path):
     assert readme_tables.main(["--check", "--readme", str(readme)]) == 0
 
 
+#: the committed results files the README's tables are made from
+RESULTS_FILES = ("e2e_neusight.json", "e2e_neusight_unseen.json", "torchtitan.json", "kernelbench_eager.json",
+                 "kernelbench_compiled.json", "unseen.json")
+
+
+def copy_results(folder: Path, but: str | None = None) -> None:
+    """The committed results files (all of them, or all ``but`` one) into ``folder``."""
+    for name in RESULTS_FILES:
+        if name != but:
+            (folder / name).write_text((DOCS / "results" / name).read_text())
+
+
 def test_a_results_file_without_a_field_the_tables_need_is_one_line_naming_it(tmp_path, capsys):
-    for name in ("e2e_neusight.json", "e2e_neusight_unseen.json", "torchtitan.json", "kernelbench_eager.json",
-                 "kernelbench_compiled.json", "unseen.json"):
-        (tmp_path / name).write_text((DOCS / "results" / name).read_text())
+    copy_results(tmp_path)
     (tmp_path / "torchtitan.json").write_text('{"torchtitan": {"rows": []}}')
     assert readme_tables.main(["--results", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip() == f"stepcast: {tmp_path / 'torchtitan.json'}: no field torchtitan.summary"
@@ -246,18 +256,13 @@ def test_a_results_file_without_a_field_the_tables_need_is_one_line_naming_it(tm
 
 @pytest.mark.parametrize("missing", ["kernelbench_eager.json", "kernelbench_compiled.json", "unseen.json"])
 def test_a_missing_results_file_is_named(tmp_path, capsys, missing):
-    for name in ("e2e_neusight.json", "e2e_neusight_unseen.json", "torchtitan.json", "kernelbench_eager.json",
-                 "kernelbench_compiled.json", "unseen.json"):
-        if name != missing:
-            (tmp_path / name).write_text((DOCS / "results" / name).read_text())
+    copy_results(tmp_path, but=missing)
     assert readme_tables.main(["--results", str(tmp_path)]) == 2
     assert str(tmp_path / missing) in capsys.readouterr().err
 
 
 def test_a_gpu_whose_timings_hold_no_host_keeps_its_row_without_a_launch_bound_figure(tmp_path):
-    for name in ("e2e_neusight.json", "e2e_neusight_unseen.json", "torchtitan.json", "kernelbench_eager.json",
-                 "kernelbench_compiled.json", "unseen.json"):
-        (tmp_path / name).write_text((DOCS / "results" / name).read_text())
+    copy_results(tmp_path)
     doc = json.loads((tmp_path / "kernelbench_eager.json").read_text())
     doc["medians"]["launch bound"].pop("t4")
     doc["host_not_timed"] = ["t4"]

@@ -127,11 +127,12 @@ def kernelbench(results: Path) -> list[str]:
     """KernelBench's level-1 forwards per GPU: eager (host and device) median |error| per class of problem, and the
     compiled forwards that run only Inductor's Triton kernels (device bound)."""
     path = results / "kernelbench_eager.json"
-    medians = field(load(path), path, "medians")
+    eager = load(path)
+    medians = field(eager, path, "medians")
     for name in KERNELBENCH_CLASSES:
         field(medians, path, name)
     gpus = list(dict.fromkeys(gpu for name in KERNELBENCH_CLASSES for gpu in medians[name]))
-    untimed = load(path).get("host_not_timed") or []
+    untimed = eager.get("host_not_timed") or []
     compiled_path = results / "kernelbench_compiled.json"
     compiled = load(compiled_path)
 

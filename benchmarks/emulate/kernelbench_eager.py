@@ -15,7 +15,7 @@ two CUDA events around the call and a synchronisation after it (fp32, PyTorch 2.
   each GPU for them): the kernels' time, PyTorch's own elementwise, reduction, norm, pooling and loss kernels.
 
 Pairs between the two are left out. A server whose host floor measures no more than :data:`HOST_HIDDEN` times the
-call's device-side time (the same call simulated with an instant host, :func:`device_side_ms`) did not time its host:
+call's device-side time (the same call simulated with an instant host, :func:`floor_call_ms`) did not time its host:
 an eager call's Python, dispatch and launch take 3-10x that pointwise kernel on the servers that do (their floors,
 21-32 us). The RTX 3090 Ti's file is such (its 19_ReLU 5.2 us, min 3.1 us, against 5.1 us of kernel): its events saw
 the device alone (the host ran ahead of the GPU), so it has no launch-bound class, sets no host speed, and each of its
@@ -157,24 +157,16 @@ def server_speeds(traces: dict[str, Path], floor_ms: dict[str, float]) -> dict[s
     model's time for :data:`HOST_FLOOR_PROBLEM`'s call there (``traces``: its capture on each GPU; launch bound, so
     the time is the host's) over the time the server measured (``floor_ms``). What
     :class:`emulate.host_costs.ReferenceHost` takes its median of."""
-    from stepcast.emulate.trace import read_trace
-
-    out = {}
-    for gpu, ms in floor_ms.items():
-        got = elapsed_between_events(read_trace(traces[gpu]), gpu, server_speed=1.0)
-        if isinstance(got, str):
-            raise ValueError(f"{traces[gpu]}: {HOST_FLOOR_PROBLEM}: {got}")
-        out[gpu] = got[0] / ms
-    return out
+    return {gpu: floor_call_ms(traces[gpu], gpu, 1.0) / ms for gpu, ms in floor_ms.items()}
 
 
-def device_side_ms(trace: Path, gpu: str) -> float:
+def floor_call_ms(trace: Path, gpu: str, server_speed: float) -> float:
     """The time between the timing events of :data:`HOST_FLOOR_PROBLEM`'s last call on ``gpu`` (``trace``: its
-    capture there) simulated with an instant host: its kernel and launch latency, what the events span when the
-    host is not in the timing."""
+    capture there) simulated at ``server_speed`` (:func:`elapsed_between_events`; :data:`INSTANT_HOST`: its kernel
+    and launch latency, what the events span when the host is not in the timing); raises where there is none."""
     from stepcast.emulate.trace import read_trace
 
-    got = elapsed_between_events(read_trace(trace), gpu, server_speed=INSTANT_HOST)
+    got = elapsed_between_events(read_trace(trace), gpu, server_speed=server_speed)
     if isinstance(got, str):
         raise ValueError(f"{trace}: {HOST_FLOOR_PROBLEM}: {got}")
     return got[0]
@@ -182,8 +174,9 @@ def device_side_ms(trace: Path, gpu: str) -> float:
 
 def device_timed(traces: dict[str, Path], floor_ms: dict[str, float]) -> frozenset[str]:
     """The GPU servers whose host floor measured at most :data:`HOST_HIDDEN` times its call's device-side time
-    (:func:`device_side_ms`): their timing events did not see the host (module docstring)."""
-    return frozenset(gpu for gpu, ms in floor_ms.items() if ms <= HOST_HIDDEN * device_side_ms(traces[gpu], gpu))
+    (:func:`floor_call_ms` at an instant host): their timing events did not see the host (module docstring)."""
+    return frozenset(gpu for gpu, ms in floor_ms.items()
+                     if ms <= HOST_HIDDEN * floor_call_ms(traces[gpu], gpu, INSTANT_HOST))
 
 
 def held_out_speeds(speeds: dict[str, float]) -> dict[str, float]:
@@ -269,8 +262,9 @@ def main(argv: list[str] | None = None) -> int:
     timed = {gpu: ms for gpu, ms in measured[HOST_FLOOR_PROBLEM].items() if gpu not in hidden}
     speeds = server_speeds(floors, timed)
     reference = ReferenceHost.of_servers(speeds, reference_name(speeds))
-    held_out = held_out_speeds(speeds) | {gpu: INSTANT_HOST for gpu in hidden}
-    print_speeds(speeds, held_out, reference, console)
+    held_out = held_out_speeds(speeds)
+    scored_at = held_out | {gpu: INSTANT_HOST for gpu in hidden}   # a server that did not time its host: none
+    print_speeds(speeds, scored_at, reference, console)
     if args.write_reference:
         write_reference_host(reference)
         console.print(f"wrote the reference host ({reference.speed:.3f}) into {config.HOST_CALL_COSTS_FILE}")
@@ -278,14 +272,14 @@ def main(argv: list[str] | None = None) -> int:
     for n, (problem, mine) in enumerate(compared.items(), 1):
         console.print(f"[{n}/{len(compared)}] {problem}")
         traces = {gpu: capture(root / PROBLEMS / f"{problem}.py", gpu, fresh=args.fresh) for gpu in mine}
-        rows.append(evaluate(problem, traces, measured[problem], mine, held_out))
+        rows.append(evaluate(problem, traces, measured[problem], mine, scored_at))
     print_table(rows, console)
     if args.json:
         write_json_atomic(args.json, {"rows": rows, "medians": medians(rows),
                                       "launch_bound_floors": LAUNCH_BOUND_FLOORS,
                                       "device_bound_floors": DEVICE_BOUND_FLOORS,
                                       "server_speeds": speeds,
-                                      "held_out_speeds": {g: v for g, v in held_out.items() if g not in hidden},
+                                      "held_out_speeds": held_out,
                                       "host_not_timed": sorted(hidden),
                                       "reference_host": {"speed": reference.speed, "name": reference.name}})
     return 0

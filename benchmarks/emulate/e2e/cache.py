@@ -30,6 +30,7 @@ def tree_digest(paths: tuple[str, ...], exclude: tuple[str, ...] = (), root: Pat
                              text=True, check=True)
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
     def left_out(path: str) -> bool:
         return any(path == prefix.rstrip("/") or path.startswith(prefix.rstrip("/") + "/") for prefix in exclude)
 

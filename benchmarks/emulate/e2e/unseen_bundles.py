@@ -36,7 +36,7 @@ TRAINING_TREES = ("estimator", "conf", "profiling", "models/xgboost", "docs/resu
 
 def training_digest() -> str:
     """The committed content of :data:`TRAINING_TREES` (:func:`benchmarks.emulate.e2e.cache.tree_digest`)."""
-    return tree_digest(TRAINING_TREES, root=REPO_ROOT)
+    return tree_digest(TRAINING_TREES)
 
 
 def bundle_dir(hardware: str, routed: bool = False) -> Path:

@@ -9,11 +9,12 @@ import pytest
 from benchmarks.emulate.kernelbench_eager import (
     DEVICE,
     EAGER,
+    INSTANT_HOST,
     LAUNCH,
     classes,
-    device_side_ms,
     device_timed,
     elapsed_between_events,
+    floor_call_ms,
     held_out_speeds,
     main,
     medians,
@@ -115,8 +116,8 @@ def floor_trace(tmp_path: Path, gpu: str) -> Path:
 
 def test_a_host_floor_within_one_and_a_half_device_side_times_says_the_host_was_not_timed(tmp_path):
     traces = {gpu: floor_trace(tmp_path, gpu) for gpu in ("t4", "b200")}
-    device = device_side_ms(traces["t4"], "t4")
+    device = floor_call_ms(traces["t4"], "t4", INSTANT_HOST)
     # the same call with its 20 us of host: the events span more than the kernel only when the host is counted
     assert 0.0 < device < elapsed_between_events(read_trace(traces["t4"]), "t4")[0]
-    assert device_timed(traces, {"t4": 10 * device, "b200": 1.2 * device_side_ms(traces["b200"], "b200")}) == {"b200"}
-    assert device_timed(traces, {"t4": 2 * device, "b200": 2 * device_side_ms(traces["b200"], "b200")}) == set()
+    assert device_timed(traces, {"t4": 10 * device, "b200": 1.2 * floor_call_ms(traces["b200"], "b200", INSTANT_HOST)}) == {"b200"}
+    assert device_timed(traces, {"t4": 2 * device, "b200": 2 * floor_call_ms(traces["b200"], "b200", INSTANT_HOST)}) == set()
