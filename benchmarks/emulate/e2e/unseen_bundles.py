@@ -35,8 +35,10 @@ TRAINING_TREES = ("estimator", "conf", "profiling", "models/xgboost", "docs/resu
 
 
 def training_digest() -> str:
-    """The committed content of :data:`TRAINING_TREES` (:func:`benchmarks.emulate.e2e.cache.tree_digest`)."""
-    return tree_digest(TRAINING_TREES)
+    """The committed content of :data:`TRAINING_TREES` (:func:`benchmarks.emulate.e2e.cache.tree_digest`) in the
+    checkout at this module's ``REPO_ROOT``, read when called (the default root is fixed where tree_digest is
+    defined; a test points this one at a scratch repository)."""
+    return tree_digest(TRAINING_TREES, root=REPO_ROOT)
 
 
 def bundle_dir(hardware: str, routed: bool = False) -> Path:
