@@ -83,7 +83,7 @@ def capture(problem: Path, fresh: bool = False, *, script: Path = SCRIPT, args: 
     trace_dir = cache_root() / folder / problem.stem
     trace, stamp = trace_dir / "rank0.trace.json", trace_dir / CAPTURE_STAMP
     code = tree_digest(*CAPTURE_CODE)
-    if trace.is_file() and not fresh and stamp.is_file() and json.loads(stamp.read_text()).get("code") == code:
+    if trace.is_file() and not fresh and stamped_code(stamp) == code:
         return trace
     stamp.unlink(missing_ok=True)
     done = emulate_script(script, args if args is not None else [str(problem), str(CALLS)], hardware,
@@ -94,6 +94,18 @@ def capture(problem: Path, fresh: bool = False, *, script: Path = SCRIPT, args: 
         return "no trace written"
     write_json_atomic(stamp, {"code": code})
     return trace
+
+
+def stamped_code(stamp: Path) -> str | None:
+    """The capture code digest a kept capture's stamp names; None where there is no stamp or it is not one (a stopped
+    write or an edit left it unreadable, not JSON, or without ``code``): such a capture is made again, never an
+    error, as it is this benchmark's own cache."""
+    try:
+        doc = json.loads(stamp.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    code = doc.get("code") if isinstance(doc, dict) else None
+    return code if isinstance(code, str) else None
 
 
 def steady_forward(events: list[dict[str, Any]]) -> tuple[int, int] | None:
