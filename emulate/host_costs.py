@@ -308,9 +308,10 @@ class ReferenceHost:
     """The GPU server ``--host-speed 1`` stands for, as its speed over the machine the counted costs were measured
     on. The counted costs are this project's reference machine's (a 2-core cloud VM), and the runtime-call costs
     come from profiled servers; what a GPU server's host does per call is read from KernelBench's eager timings of
-    launch-bound one-op modules on six GPU servers (``python -m benchmarks.emulate.kernelbench_eager``): per server,
-    the counted model's time for :data:`estimator.kernelbench.HOST_FLOOR_PROBLEM`'s call over the measured
-    one (``servers``); the reference is their median (``speed``), so one unusual server moves it little."""
+    launch-bound one-op modules on GPU servers (``python -m benchmarks.emulate.kernelbench_eager``): per server whose
+    timings hold its host (one whose host floor measures no more than its kernel saw the device alone), the counted
+    model's time for :data:`estimator.kernelbench.HOST_FLOOR_PROBLEM`'s call over the measured one (``servers``);
+    the reference is their median (``speed``), so one unusual server moves it little."""
 
     speed: float = 1.0
     name: str = ""
