@@ -175,6 +175,43 @@ def test_every_rank_waiting_on_another_collective_is_a_deadlock(tmp_path):
     assert leftovers(tmp_path) == []
 
 
+#: rank 1 reaches the second all-reduce 8 s after rank 0 does; ``{on_the_way}`` is what it does meanwhile
+LATE = RANKS_SETUP + """
+    import time
+    dist.all_reduce(x)
+    if rank == 1:
+        end = time.monotonic() + 8
+        while time.monotonic() < end:
+            {on_the_way}
+    dist.all_reduce(x)
+    torch.cuda.synchronize()
+"""
+
+
+def test_a_peer_still_on_its_way_is_waited_for_past_the_limit(tmp_path):
+    # rank 1 launches kernels all the way (a rank compiling on a loaded machine does the like): the run is never
+    # silent for the 3 s limit, so rank 0 waits 8 s for it (before: 120 s of one wait was a deadlock, whatever the
+    # peers were doing, and a 2-core machine compiling 8 ranks took longer than that)
+    script = write(tmp_path, "late.py", LATE.format(on_the_way="model(x); time.sleep(0.2)"))
+    proc, report, wall = run(tmp_path, script, "--nproc", "2", "--no-dedup", env={"STEPCAST_WAIT_LIMIT_S": "3"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert not report.get("partial") and wall > 8
+    assert leftovers(tmp_path) == []
+
+
+def test_a_run_silent_past_the_limit_is_a_deadlock(tmp_path):
+    # rank 1 makes no driver call for 8 s (stuck where the driver cannot see, as in a host barrier): after 3 s of a
+    # silent run, rank 0's wait ends as the deadlock it would be on GPUs
+    script = write(tmp_path, "silent.py", LATE.format(on_the_way="time.sleep(0.2)"))
+    proc, report, wall = run(tmp_path, script, "--nproc", "2", "--no-dedup", env={"STEPCAST_WAIT_LIMIT_S": "3"})
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = our_lines(proc)
+    assert len(lines) == 1 and "deadlock: rank 0 waits in all_reduce #1 of nccl-" in lines[0]
+    assert "no rank of the run has called the driver for 3 s (STEPCAST_WAIT_LIMIT_S)" in lines[0]
+    assert report["partial"] and "iteration_time_ms" not in report
+    assert leftovers(tmp_path) == []
+
+
 def test_a_script_that_asks_the_gpu_for_nothing_is_warned(tmp_path):
     script = write(tmp_path, "cpu_only.py", """
         import torch

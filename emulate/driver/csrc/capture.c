@@ -140,9 +140,11 @@ void fk_log_call(const char *event, const char *fmt, ...) {
     __atomic_add_fetch(&records_logged, 1, __ATOMIC_RELAXED);
     uint32_t ops, nodes, py;
     fk_take_work(&ops, &nodes, &py);  /* hostwork.c */
+    uint64_t now = clock_ns(CLOCK_MONOTONIC);
+    fk_rank_active(now);  /* ranks.c: the run makes progress (what a long wait's deadlock limit asks) */
     fk_log_line("{\"event\":\"%s\",\"t\":%llu,\"gap\":%lld,\"ops\":%u,\"nodes\":%u,\"py\":%u,\"thread\":%d,"
                 "\"op\":%d,\"call\":%llu,\"rt\":%d,%s}",
-                event, (unsigned long long)(clock_ns(CLOCK_MONOTONIC) - t_origin), (long long)gap, ops, nodes, py,
+                event, (unsigned long long)(now - t_origin), (long long)gap, ops, nodes, py,
                 thread_no, as_op_active ? as_op : cur_op, as_op_active ? as_call : fk_current_call(), at_runtime,
                 fields);
     cpu_last_return = cpu_now();

@@ -144,6 +144,8 @@ size_t fk_nccl_size(int dtype);  /* bytes of an ncclDataType_t's element */
 int fk_rank(void);                       /* this process's global rank, -1 outside a run */
 void stepcast_rank_exited(void);
 int fk_rank_exited(int global_rank);
+void fk_rank_active(uint64_t now_ns);    /* this rank logged a driver call (capture.c) */
+uint64_t fk_ranks_last_active(void);     /* the latest such call of any running rank (CLOCK_MONOTONIC ns; 0: none) */
 void fk_ranks_note_copied(void);
 int fk_ranks_copied(void);
 void fk_rank_waiting(const char *what, int yields);  /* NULL: no longer waiting; yields: gives up if all block */

@@ -22,6 +22,7 @@ typedef struct {
     volatile uint64_t waiting[MAX_WORLD]; /* the wait's start (ns, its own clock) while the rank waits on others */
     char what[MAX_WORLD][WHAT_BYTES];     /* what it waits in ("all_reduce #12 of nccl-...") */
     volatile uint64_t copied;             /* 1: some rank stopped as a duplicate (dedup.c) */
+    volatile uint64_t active[MAX_WORLD];  /* when (ns, CLOCK_MONOTONIC) the rank last logged a driver call */
 } ranks_area;
 
 static ranks_area *area;
@@ -81,6 +82,28 @@ void fk_ranks_note_copied(void) {
     if (ranks()) __atomic_store_n(&area->copied, 1, __ATOMIC_RELEASE);
 }
 int fk_ranks_copied(void) { return ranks() && __atomic_load_n(&area->copied, __ATOMIC_ACQUIRE) != 0; }
+
+/* This rank logged a driver call at `now_ns` (capture.c, every logged call): it makes progress. */
+void fk_rank_active(uint64_t now_ns) {
+    if (ranks()) __atomic_store_n(&area->active[my_rank], now_ns, __ATOMIC_RELAXED);
+}
+
+/* When any rank that runs (started, not left, not absent from a sparse run) last logged a driver call; 0 for none.
+ * A wait that outlasts its limit is a deadlock only once the whole run has been silent that long: a peer still
+ * compiling or computing its way to the collective (Inductor on a loaded machine takes minutes) logs calls as it
+ * goes, and a program stuck where the driver cannot see (a host barrier, a store) logs none. */
+uint64_t fk_ranks_last_active(void) {
+    if (!ranks()) return 0;
+    uint64_t last = 0;
+    for (int j = 0; j < world; j++) {
+        if ((absent && absent[j]) || !__atomic_load_n(&area->alive[j], __ATOMIC_ACQUIRE) ||
+            __atomic_load_n(&area->exited[j], __ATOMIC_ACQUIRE))
+            continue;
+        uint64_t t = __atomic_load_n(&area->active[j], __ATOMIC_RELAXED);
+        if (t > last) last = t;
+    }
+    return last;
+}
 
 int fk_rank_exited(int global_rank) {
     return ranks() && global_rank >= 0 && global_rank < MAX_WORLD &&
