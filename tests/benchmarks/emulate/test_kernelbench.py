@@ -98,8 +98,9 @@ def test_a_kept_capture_is_reused_while_the_code_that_made_it_is_the_same(tmp_pa
     code["digest"] = "b"
     assert kernelbench.capture(problem, hardware="t4") == first and runs == ["t4", "t4"]
     assert kernelbench.capture(problem, hardware="t4", fresh=True) == first and len(runs) == 3
+    stamp = tmp_path / "kernelbench" / problem.stem / kernelbench.CAPTURE_STAMP
     for damaged in ("{not json", "[]", '{"code": 7}', "\udcff"):   # a stopped write or an edit: made again
-        (tmp_path / "kernelbench" / problem.stem / kernelbench.CAPTURE_STAMP).write_text(damaged, errors="surrogateescape")
+        stamp.write_text(damaged, errors="surrogateescape")
         runs.clear()
         assert kernelbench.capture(problem, hardware="t4") == first and runs == ["t4"]
         assert kernelbench.capture(problem, hardware="t4") == first and runs == ["t4"]   # and stamped anew
