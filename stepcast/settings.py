@@ -196,10 +196,10 @@ _DECLARED: tuple[Setting, ...] = (
     Setting("STEPCAST_DEDUP_CONFIRM", whole_number(0), 1, "iterations after the first compared one in which a rank "
             "must still match a lower rank to stop as its duplicate (a program diverging later is assumed not to: "
             "--no-dedup runs every rank)", read_by="capture layer"),
-    Setting("STEPCAST_WAIT_LIMIT_S", POSITIVE_NUMBER, 120.0, "seconds a rank may wait in a small collective while "
-            "no rank of the run calls the driver before the run counts as deadlocked (a peer still on its way, "
-            "compiling on a loaded machine, keeps it waiting; a run in which every rank waits is one at once)",
-            read_by="driver (C)"),
+    Setting("STEPCAST_WAIT_LIMIT_S", POSITIVE_NUMBER, 120.0, "seconds a rank may wait on others while no rank of "
+            "the run calls the driver: then a small collective's wait is a deadlock and rank dedup's gives dedup up "
+            "(a peer still on its way, compiling on a loaded machine, keeps it waiting; a run in which every rank "
+            "waits is a deadlock at once)", read_by="driver (C)"),
     Setting("STEPCAST_FIXED_LAYOUT", SWITCH, True, "start rank processes with address-space layout randomisation "
             "off, so captured CPU times do not depend on where the loader placed code"),
     Setting("STEPCAST_EVENT_TIMING", one_of("predicted", "nominal"), "predicted", "what CUDA event timings answer "

@@ -212,6 +212,39 @@ def test_a_run_silent_past_the_limit_is_a_deadlock(tmp_path):
     assert leftovers(tmp_path) == []
 
 
+#: rank 1 spends 15 s in its first iteration (which dedup does not compare), so it reaches the marks where the ranks
+#: compare their next iterations well after rank 0; ``{on_the_way}`` is what it does meanwhile. Each rank prints when
+#: it ends each step
+LATE_AT_DEDUP = RANKS_SETUP + """
+    import time
+    t0 = time.monotonic()
+    for step in range(6):
+        if rank == 1 and step == 0:
+            end = time.monotonic() + 15
+            while time.monotonic() < end:
+                {on_the_way}
+        model(x).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        print(f"rank {{rank}} step {{step}} ends at {{time.monotonic() - t0:.1f}} s", flush=True)
+"""
+
+
+@pytest.mark.parametrize("on_the_way, waits", [("model(x); time.sleep(0.2)", True), ("time.sleep(0.2)", False)])
+def test_dedup_waits_for_a_peer_on_its_way_and_not_for_a_silent_run(tmp_path, on_the_way, waits):
+    # with a 3 s limit: rank 0 waits at dedup's marks for a rank 1 that launches kernels on its way there, and goes
+    # on after 3 s of a silent run (three waits: two comparisons and the decision) instead of waiting for it (before:
+    # 60 s of each wait, whatever the peers did); rank 1, arriving later, still finds rank 0's work and stops as its
+    # copy either way
+    script = write(tmp_path, "dedup_late.py", LATE_AT_DEDUP.format(on_the_way=on_the_way))
+    proc, report, wall = run(tmp_path, script, "--nproc", "2", env={"STEPCAST_WAIT_LIMIT_S": "3"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    ends = [float(line.split()[-2]) for line in proc.stdout.splitlines() if line.startswith("rank 0 step 5 ends")]
+    assert len(ends) == 1 and (ends[0] >= 15 if waits else ends[0] < 13), proc.stdout[-2000:]
+    assert report["deduplicated_ranks"] == {"1": 0} and not report.get("partial")
+    assert leftovers(tmp_path) == []
+
+
 def test_a_script_that_asks_the_gpu_for_nothing_is_warned(tmp_path):
     script = write(tmp_path, "cpu_only.py", """
         import torch

@@ -177,26 +177,12 @@ void *fk_comm_shm(const char *comm_id, int nranks) {
 
 #define SETTLE_NS 1000000000ull  /* every running rank waiting this long: no one can make progress */
 
-/* How long the whole run may stay silent (no rank logs a driver call) while a rank waits in a small collective
- * before the wait counts as a deadlock: STEPCAST_WAIT_LIMIT_S seconds (stepcast/settings.py), default 120. */
-static uint64_t wait_limit_ns(void) {
-    static uint64_t limit;
-    if (!limit) {
-        const char *raw = getenv("STEPCAST_WAIT_LIMIT_S");
-        char *end = NULL;
-        double seconds = raw && *raw ? strtod(raw, &end) : 0.0;
-        if (!(seconds > 0.0) || (end && *end)) seconds = 120.0;
-        limit = (uint64_t)(seconds * 1e9);
-    }
-    return limit;
-}
-
 /* Wait until flags[lo..hi) have reached `tag`, each advanced by its own member (owner -1) or by member `owner`
  * (a point-to-point slot's taken count: its peer's); a member stopped by dedup needs no wait (its twin speaks for
  * it): 0. A member that has left, or a run in which every rank waits, is a deadlock: reported (fk_deadlock, which
  * ends the process), as the GPUs would hang there; except that a member of a communicator made after rank dedup
  * stopped some ranks may be one of them, unknown to the area: the exchange is then given up (-1: zeros). So is a
- * wait through which the whole run has logged no driver call for wait_limit_ns() (a program stuck where the driver
+ * wait through which the whole run has logged no driver call for fk_wait_limit_ns() (a program stuck where the driver
  * cannot see it); a peer that is still on its way, however slowly, keeps the wait going. */
 static int wait_flags(shm_header *h, volatile uint64_t *flags, int lo, int hi, int owner, int nranks, uint64_t tag,
                       const char *what) {
@@ -237,11 +223,9 @@ static int wait_flags(shm_header *h, volatile uint64_t *flags, int lo, int hi, i
             snprintf(message, sizeof message, "every running rank waits: %s", blocked);
             fk_deadlock(message);
         }
-        uint64_t now = fk_now_ns(), active = fk_ranks_last_active();
-        uint64_t quiet_since = active > start ? active : start;
-        if (now > quiet_since && now - quiet_since > wait_limit_ns()) {
+        if (fk_ranks_silent_since(start)) {
             snprintf(message, sizeof message, "rank %d waits in %s (%d ranks), and no rank of the run has called the "
-                     "driver for %.0f s (STEPCAST_WAIT_LIMIT_S)", fk_rank(), what, nranks, wait_limit_ns() / 1e9);
+                     "driver for %.0f s (STEPCAST_WAIT_LIMIT_S)", fk_rank(), what, nranks, fk_wait_limit_ns() / 1e9);
             fk_deadlock(message);
         }
         nanosleep(&nap, NULL);

@@ -45,7 +45,8 @@ static dedup_area *open_area(void) {
 }
 
 /* Wait until every rank has set its flag or left; 0, or -1 (dedup does not apply then) when every running rank waits
- * (ranks.c) or after 60 s. */
+ * (ranks.c) or the run has called the driver for none of STEPCAST_WAIT_LIMIT_S seconds (a rank still compiling its
+ * way to the mark is waited for: before, 60 s of this wait gave dedup up on a loaded machine). */
 static int wait_all(volatile uint64_t *flags, const char *what) {
     uint64_t start = fk_now_ns();
     struct timespec nap = {0, 200000};
@@ -63,7 +64,7 @@ static int wait_all(volatile uint64_t *flags, const char *what) {
          * before this mark): dedup gives up rather than hold the run, which goes on as it would on GPUs */
         char blocked[1400];
         if (fk_ranks_all_blocked(1000000000ull, 1, blocked, sizeof blocked)) { rc = -1; break; }
-        if (fk_now_ns() - start > 60ull * 1000000000ull) { rc = -1; break; }
+        if (fk_ranks_silent_since(start)) { rc = -1; break; }
         nanosleep(&nap, NULL);
     }
     if (announced) fk_rank_waiting(NULL, 1);

@@ -105,6 +105,28 @@ uint64_t fk_ranks_last_active(void) {
     return last;
 }
 
+/* How long the whole run may stay silent (no rank logs a driver call) while a rank waits on others before the
+ * wait ends: STEPCAST_WAIT_LIMIT_S seconds (stepcast/settings.py, which checks the value), default 120. */
+uint64_t fk_wait_limit_ns(void) {
+    static uint64_t limit;
+    if (!limit) {
+        const char *raw = getenv("STEPCAST_WAIT_LIMIT_S");
+        char *end = NULL;
+        double seconds = raw && *raw ? strtod(raw, &end) : 0.0;
+        if (!(seconds > 0.0) || (end && *end)) seconds = 120.0;
+        limit = (uint64_t)(seconds * 1e9);
+    }
+    return limit;
+}
+
+/* Whether no rank of the run has logged a driver call for fk_wait_limit_ns() since `start_ns` (a wait's start) or
+ * since its latest one, whichever is later. */
+int fk_ranks_silent_since(uint64_t start_ns) {
+    uint64_t active = fk_ranks_last_active(), now = fk_now_ns();
+    uint64_t quiet = active > start_ns ? active : start_ns;
+    return now > quiet && now - quiet > fk_wait_limit_ns();
+}
+
 int fk_rank_exited(int global_rank) {
     return ranks() && global_rank >= 0 && global_rank < MAX_WORLD &&
            __atomic_load_n(&area->exited[global_rank], __ATOMIC_ACQUIRE) != 0;
