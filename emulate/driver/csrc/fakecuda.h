@@ -145,7 +145,6 @@ int fk_rank(void);                       /* this process's global rank, -1 outsi
 void stepcast_rank_exited(void);
 int fk_rank_exited(int global_rank);
 void fk_rank_active(uint64_t now_ns);    /* this rank logged a driver call (capture.c) */
-uint64_t fk_ranks_last_active(void);     /* the latest such call of any running rank (CLOCK_MONOTONIC ns; 0: none) */
 uint64_t fk_wait_limit_ns(void);         /* STEPCAST_WAIT_LIMIT_S: how long a silent run is waited for */
 int fk_ranks_silent_since(uint64_t start_ns);  /* no rank has called the driver for that long since start_ns */
 void fk_ranks_note_copied(void);

@@ -92,7 +92,7 @@ void fk_rank_active(uint64_t now_ns) {
  * A wait that outlasts its limit is a deadlock only once the whole run has been silent that long: a peer still
  * compiling or computing its way to the collective (Inductor on a loaded machine takes minutes) logs calls as it
  * goes, and a program stuck where the driver cannot see (a host barrier, a store) logs none. */
-uint64_t fk_ranks_last_active(void) {
+static uint64_t ranks_last_active(void) {
     if (!ranks()) return 0;
     uint64_t last = 0;
     for (int j = 0; j < world; j++) {
@@ -122,7 +122,9 @@ uint64_t fk_wait_limit_ns(void) {
 /* Whether no rank of the run has logged a driver call for fk_wait_limit_ns() since `start_ns` (a wait's start) or
  * since its latest one, whichever is later. */
 int fk_ranks_silent_since(uint64_t start_ns) {
-    uint64_t active = fk_ranks_last_active(), now = fk_now_ns();
+    uint64_t now = fk_now_ns();
+    if (now <= start_ns || now - start_ns <= fk_wait_limit_ns()) return 0;  /* the common case: no scan of the ranks */
+    uint64_t active = ranks_last_active();
     uint64_t quiet = active > start_ns ? active : start_ns;
     return now > quiet && now - quiet > fk_wait_limit_ns();
 }
