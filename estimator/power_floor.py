@@ -72,8 +72,23 @@ RULE = ("time >= useful FLOPs x energy per FLOP / board power for GEMMs of at le
 
 
 def key_dtype(dtype: str) -> str:
-    """The dtype part of a generation key: the fp8 formats share one datapath and peak (as ``peak_flops`` has it)."""
+    """The dtype part of a silicon key: the fp8 formats share one datapath and peak (as ``peak_flops`` has it)."""
     return "fp8" if dtype.startswith("fp8") else dtype
+
+
+#: the dtype part of the generation keys of fp16 and bf16: one tensor-core datapath at one rated peak, and one
+#: energy per FLOP where a die was measured at both (its fastest GEMMs: A100 1.38 / 1.37 pJ, H100 0.83 / 0.78,
+#: bf16 / fp16, ``models/xgboost/power_floor.json``)
+HALF = "fp16|bf16"
+
+
+def datapath(dtype: str) -> str:
+    """The dtype part of a generation key: :func:`key_dtype`, with fp16 and bf16 one datapath (:data:`HALF`). A
+    generation's figure is the least over its devices, and a dtype measured on one die only would give the
+    generation that die's figure: the A40's fp16 (2.5 pJ, a 300 W GA102) capped a held-out A100's fp16 GEMMs at half
+    their measured rate while the L40S's bf16 (1.5 pJ) left its bf16 ones theirs. The floor keeps the two apart
+    (:func:`silicon_keys`): it is one die's fastest GEMM at each dtype exactly and must not bind on a measured row."""
+    return HALF if dtype in ("fp16", "bf16") else key_dtype(dtype)
 
 
 def _key_table(frame: Kernels, silicon: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -88,14 +103,15 @@ def _key_table(frame: Kernels, silicon: bool = False) -> tuple[np.ndarray, np.nd
     majors = [(_silicon(s) if silicon else f"{s.compute_capability[0]}") if s.compute_capability and s.tdp_w
               else "" for s in specs] + [""]
     watts = np.array([float(s.power_limit_w or s.tdp_w or np.nan) for s in specs] + [np.nan])
-    kinds = [key_dtype(str(d)) for d in dtypes] + [""]
+    kinds = [(key_dtype if silicon else datapath)(str(d)) for d in dtypes] + [""]
     table = np.array([[f"{m}/{k}" if m and k else "" for k in kinds] for m in majors], dtype=object)
     return table, watts, np.where(codes < 0, len(majors) - 1, codes), np.where(dcodes < 0, len(kinds) - 1, dcodes)
 
 
 def generation_keys(frame: Kernels) -> np.ndarray:
-    """"<compute capability major>/<dtype>" per row: energy per FLOP is a property of the SM generation (its process
-    and datapath) and of the unit that runs the dtype; "" for devices without a compute capability or board power."""
+    """"<compute capability major>/<datapath>" per row (:func:`datapath`): energy per FLOP is a property of the SM
+    generation (its process) and of the unit that runs the dtype; "" for devices without a compute capability or
+    board power."""
     table, _, codes, dcodes = _key_table(frame)
     return table[codes, dcodes]
 

@@ -16,13 +16,15 @@ range; see **Out of range**).
   memory term is the whole GEMM's unique bytes (tiles re-read operands from L2, which a per-tile byte count would
   charge to DRAM and so over-bound).
 - **Power share** (``power``): a board sustains at most its power over the energy per FLOP of its SM generation
-  (compute capability major) and dtype. Each training device bounds that energy from above (board power as it runs,
-  ``power_limit_w`` else ``tdp_w``, over its sustained FLOP/s, ``fit_joules_per_flop``: ``estimator.power_floor``'s);
-  the least bound of a generation gives its devices' share of peak (``power_share``; a generation never measured gets
-  1). This is the figure the spec sheet lacks: the 70-75 W inference cards reach a third to a half of their rated fp32
-  peak on large GEMMs. ``power="feature"`` gives the share to the network, ``"bound"`` divides the bound's peak by it
-  (a short kernel boosts past its board's power, so there it over-bounds: NeuSight leave-one-GPU-out 26.6 % against
-  23.4), ``"none"`` ignores it. ``"cap"``
+  (compute capability major) and datapath (the dtype, with fp16 and bf16 one: ``estimator.power_floor.datapath``;
+  apart, the A40's fp16 capped a held-out A100's fp16 GEMMs at half their rate: 36.9 % mean APE, 8.8 together).
+  Each training device bounds that energy from above (board power as it runs, ``power_limit_w`` else ``tdp_w``,
+  over its sustained FLOP/s, ``fit_joules_per_flop``: ``estimator.power_floor``'s); the least bound of a generation
+  gives its devices' share of peak (``power_share``; a generation never measured gets 1). This is the figure the
+  spec sheet lacks: the 70-75 W inference cards reach a third to a half of their rated fp32 peak on large GEMMs.
+  ``power="feature"`` gives the share to the network, ``"bound"`` divides the bound's peak by it (a short kernel
+  boosts past its board's power, so there it over-bounds: NeuSight leave-one-GPU-out 26.6 % against 23.4),
+  ``"none"`` ignores it. ``"cap"``
   (default) gives the share to the network too and adds the power-limited time E as a second bound that the time
   cannot beat, less a fitted energy credit (the board boosts past its power until its limiter catches up): the
   low-power cards' share of the tile bound falls with the kernel's length (90th percentile, compute-bound, 4+

@@ -12,6 +12,7 @@ from stepcast.estimator.features import VOCABULARY
 from stepcast.estimator.frames import SMALL
 from stepcast.estimator.metrics import summary
 from stepcast.estimator.models import make_estimator
+from stepcast.estimator.power_floor import silicon_keys
 from stepcast.estimator.tiled import (BOUND, ENERGY, STRUCTURAL, TiledEstimator, base_clock_joules, fit_joules_per_flop,
                              power_share, tile_features)
 from stepcast.estimator.workload import work
@@ -94,6 +95,26 @@ def test_power_share_caps_a_low_power_board_by_its_generations_energy_per_flop()
     assert share[0] == pytest.approx(t4.tdp_w / (joules["7/fp32"] * t4.peak_flops("fp32")))
     assert share[0] < 0.6 and share[1] == pytest.approx(0.9)  # 70 W cannot feed the T4; the V100 holds what it showed
     assert share[2] == 1.0  # Pascal was never measured: not capped
+
+
+def test_fp16_and_bf16_share_their_generations_energy_per_flop_and_the_floor_keeps_them_apart():
+    # an L40S measured at bf16 caps a held-out A100's fp16 GEMMs with its figure (one tensor-core datapath), not with
+    # the less efficient A40's fp16 one: before, the A40's 2.5 pJ capped the A100's fp16 at half its measured rate
+    l40s, a40 = lookup("l40s"), lookup("a40")
+    rows = [gemm(4096, 4096, 4096, hardware="l40s", dtype="bf16") for _ in range(30)]
+    rows += [gemm(4096, 4096, 4096, hardware="a40", dtype="fp16") for _ in range(30)]
+    frame = pd.DataFrame(rows)
+    runtime = np.r_[np.full(30, 2 * 4096.0 ** 3 / (0.6 * l40s.peak_flops("bf16")) * 1e6),
+                    np.full(30, 2 * 4096.0 ** 3 / (0.8 * a40.peak_flops("fp16")) * 1e6)]
+    joules = fit_joules_per_flop(frame, runtime)
+    assert joules == {"8/fp16|bf16": pytest.approx(l40s.tdp_w / (0.6 * l40s.peak_flops("bf16")))}
+    a100 = lookup("a100-sxm-80gb")
+    share = power_share(pd.DataFrame([gemm(64, 64, 64, hardware="a100-sxm-80gb", dtype="fp16")]),
+                        np.array([a100.peak_flops("fp16")]), joules)
+    assert share[0] == pytest.approx(min(1.0, a100.tdp_w / (joules["8/fp16|bf16"] * a100.peak_flops("fp16"))))
+    a40_joules = a40.tdp_w / (0.8 * a40.peak_flops("fp16"))
+    assert share[0] > 1.5 * a100.tdp_w / (a40_joules * a100.peak_flops("fp16"))  # about 0.8 against 0.5
+    assert set(silicon_keys(frame)) == {"8.9x142/bf16", "8.6x84/fp16"}  # the floor: each die at each dtype
 
 
 @pytest.fixture(scope="module")
