@@ -171,7 +171,7 @@ def sustained_rates(frame: Kernels, runtime_us: np.ndarray, quantile: float, sil
 
 def fit_joules_per_flop(frame: Kernels, runtime_us: np.ndarray, quantile: float = FLOOR_QUANTILE
                         ) -> dict[str, float]:
-    """Per SM generation and dtype (``generation_keys``), the least energy per FLOP a device implies: its board power
+    """Per SM generation and datapath (``generation_keys``), the least energy per FLOP a device implies: its board power
     over its sustained FLOP/s (``quantile`` of its GEMMs over ``MIN_FLOPS``). A device that reaches R FLOP/s within
     P watts spends at most P / R joules per FLOP, so the least is the tightest figure."""
     out: dict[str, float] = {}

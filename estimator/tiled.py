@@ -139,7 +139,7 @@ POWER_QUANTILE = 0.9
 
 
 def fit_joules_per_flop(frame: Kernels, runtime_us: np.ndarray) -> dict[str, float]:
-    """Per SM generation and dtype, the least energy per FLOP a training device implies at ``POWER_QUANTILE``
+    """Per SM generation and datapath, the least energy per FLOP a training device implies at ``POWER_QUANTILE``
     (``estimator.power_floor.fit_joules_per_flop``, board power as the board runs)."""
     return fit_at_quantile(frame, runtime_us, POWER_QUANTILE)
 
