@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from stepcast.estimator import attention_backward
 from stepcast.estimator.analytical import RooflineEstimator
 from stepcast.estimator.base import KernelEstimator
 from stepcast.estimator.bundle import candidate_folder
@@ -90,36 +91,43 @@ class FamilyRouter(KernelEstimator):
 
     def _route(self, frame, labels: bool = True) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
         """Predictions, estimator label (None unless ``labels``: a million-row object column is not free) and
-        in-range flag for every row."""
+        in-range flag for every row. A GPU's attention backward rows are predicted from their forward twins
+        (:mod:`estimator.attention_backward`: no GPU training row times a backward)."""
         frame = as_kernels(frame)
         pred = np.empty(len(frame), dtype=np.float64)
         label = np.empty(len(frame), dtype=object) if labels else None
         ok = np.ones(len(frame), dtype=bool)
-        fallback_label = _label(self.fallback)
         for family, pos in family_positions(frame):
             rows = take(frame, pos)
-            model = self.estimators.get(family)
-            if model is None:
-                pred[pos], ok[pos] = self.fallback.predict(rows), False
+            twins = attention_backward.gpu_backward_rows(rows) if family == "attention" else ()
+            rows = attention_backward.with_forward_twins(rows, twins) if len(twins) else rows
+            pred[pos], family_label, ok[pos] = self._family(family, rows, labels)
+            if len(twins):
+                at = pos[twins]
+                pred[at] = attention_backward.backward_from_forward(pred[at], rows, twins)
                 if labels:
-                    label[pos] = fallback_label
-                continue
-            if family in self.routes:
-                pred[pos], routed_label, ok[pos] = self._routed(family, model, rows, labels)
-                if labels:
-                    label[pos] = routed_label
-                continue
-            p, shape_ok, seen, spec_ok = self._learned(model, rows)
-            use_fallback = fallback_mask(self.rule(family), shape_ok, seen, spec_ok)
-            if use_fallback.any():
-                p = p.copy()
-                p[use_fallback] = self.fallback.predict(take(rows, np.flatnonzero(use_fallback)))
-            pred[pos], ok[pos] = p, shape_ok & seen
+                    family_label[twins] = family_label[twins] + attention_backward.LABEL
             if labels:
-                label[pos] = np.where(use_fallback, fallback_label, _label(model))
+                label[pos] = family_label
         if self.power_floor is not None:
             self._floored(frame, pred, label)
         return pred, label, ok
+
+    def _family(self, family: str, rows, labels: bool) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """One family's (predictions, labels or None, in-range flags): its model, routes and fallback rule."""
+        model = self.estimators.get(family)
+        if model is None:
+            label = np.full(len(rows), _label(self.fallback), dtype=object) if labels else None
+            return self.fallback.predict(rows), label, np.zeros(len(rows), dtype=bool)
+        if family in self.routes:
+            return self._routed(family, model, rows, labels)
+        p, shape_ok, seen, spec_ok = self._learned(model, rows)
+        use_fallback = fallback_mask(self.rule(family), shape_ok, seen, spec_ok)
+        if use_fallback.any():
+            p = p.copy()
+            p[use_fallback] = self.fallback.predict(take(rows, np.flatnonzero(use_fallback)))
+        label = np.where(use_fallback, _label(self.fallback), _label(model)).astype(object) if labels else None
+        return p, label, shape_ok & seen
 
     def _floored(self, frame, pred: np.ndarray, label: np.ndarray | None) -> None:
         """Raise, in place, every prediction of a family the bundle's power floor covers to the least time its

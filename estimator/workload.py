@@ -118,13 +118,18 @@ def causal_fraction(seq_q: np.ndarray, seq_kv: np.ndarray, causal: np.ndarray) -
     return np.where(causal, np.clip(kept, 0.0, 1.0), 1.0)
 
 
+#: FLOPs of an attention backward over its forward's: five matrix products (recomputed scores, dV, dP, dQ, dK)
+#: against two, FlashAttention's count
+ATTENTION_BACKWARD_FLOPS = 2.5
+
+
 def attention(frame: Kernels) -> Work:
     b, hq, hkv, sq, skv, d = (_col(frame, c) for c in ("batch", "heads_q", "heads_kv", "seq_q", "seq_kv", "head_dim"))
     causal = flag(frame, "causal")
     bwd = text(frame, "pass") == "bwd"
     eb = element_bytes(frame)
     fwd_flops = 4.0 * b * hq * sq * skv * d * causal_fraction(sq, skv, causal)
-    flops = np.where(bwd, 2.5 * fwd_flops, fwd_flops)  # backward: 5 matmuls against the forward's 2
+    flops = np.where(bwd, ATTENTION_BACKWARD_FLOPS * fwd_flops, fwd_flops)
     q_side, kv_side = b * hq * sq * d * eb, b * hkv * skv * d * eb
     moved = np.where(bwd, 4.0, 2.0) * (q_side + kv_side)  # fwd: Q,O + K,V; bwd: Q,O,dO,dQ + K,V,dK,dV
     zeros = np.zeros(len(frame))

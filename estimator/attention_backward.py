@@ -1,0 +1,79 @@
+"""An attention backward kernel's time from its forward's: the forward's rate per FLOP, less the share the backward
+loses.
+
+Every attention row a GPU estimator learns from times a forward pass (aiconfigurator's and Vidur's context and
+prefill kernels: inference engines run no backward), so a learned model given a backward row (``pass`` "bwd") can only
+carry the forward's rate per FLOP over to it. Measured, a backward kernel runs at a lower rate than its forward:
+FlashAttention-3's paper (Shah et al., 2024, Figs. 5-6: H100 SXM5, bf16, 16k tokens a batch, head dims 64 and 128, no
+mask) times FlashAttention-2, cuDNN and FlashAttention-3 both ways, and the backward's TFLOP/s over the forward's is
+0.61-0.82 at 512 tokens, rising to 0.87-0.95 from 8k on, the same for the three implementations within a few points
+(cuDNN at head dim 64 the one outlier above 1). :data:`RATIO` is the median over the six (implementation, head
+dim) pairs at each sequence length.
+
+So a GPU's backward row is predicted as its forward twin (the same row with ``pass`` "fwd"), scaled by the FLOPs the
+backward does over the forward's (:data:`estimator.workload.ATTENTION_BACKWARD_FLOPS`, 2.5: five matrix products
+against two) and divided by the ratio at its key/value length (the loop a query block runs; the figures hold the
+tokens of a batch fixed, so the length is what changes the kernel's pipeline)::
+
+    time(bwd) = time(fwd twin) x 2.5 / RATIO(seq_kv)
+
+A CPU's rows include measured backwards (this project's profiler), so its model keeps them. The rule is for GPUs
+whose training rows hold no backward; ``tests/estimator/test_attention_backward.py`` checks that the shipped
+bundles' GPU attention rows are all forwards, so that data with GPU backwards retires the rule rather than being
+overridden by it.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from stepcast.estimator.frames import KernelColumns, Kernels, num, text
+from stepcast.estimator.workload import ATTENTION_BACKWARD_FLOPS
+from stepcast.profiling.hardware import load_catalog
+
+#: sequence length -> backward TFLOP/s over forward TFLOP/s, the median of FlashAttention-2, cuDNN and
+#: FlashAttention-3 at head dims 64 and 128 (module docstring)
+RATIO: tuple[tuple[int, float], ...] = (
+    (512, 0.69), (1024, 0.77), (2048, 0.81), (4096, 0.85), (8192, 0.87), (16384, 0.88),
+)
+#: the label suffix of a prediction made so
+LABEL = "+bwd_from_fwd"
+
+
+def backward_ratio(seq_kv: np.ndarray) -> np.ndarray:
+    """Per row, the backward's rate per FLOP over its forward's at key/value length ``seq_kv`` (:data:`RATIO`,
+    interpolated in log2 of the length; held at the ends)."""
+    lengths = np.log2([s for s, _ in RATIO])
+    ratios = np.array([r for _, r in RATIO])
+    return np.interp(np.log2(np.maximum(np.asarray(seq_kv, dtype=np.float64), 1.0)), lengths, ratios)
+
+
+def gpu_backward_rows(frame: Kernels) -> np.ndarray:
+    """Positions of the attention rows that are backward passes on a GPU (rows of other families, or of an unknown
+    device, are never among them)."""
+    if not len(frame) or "pass" not in frame or "family" not in frame:
+        return np.zeros(0, dtype=np.int64)
+    catalog = load_catalog()
+    hardware = text(frame, "hardware")
+    gpu = {h: (h in catalog and catalog[h].kind == "gpu") for h in pd.unique(hardware)}
+    on_gpu = np.fromiter((gpu[h] for h in hardware), dtype=bool, count=len(hardware))
+    chosen = on_gpu & (text(frame, "pass") == "bwd") & (text(frame, "family") == "attention")
+    return np.flatnonzero(chosen)
+
+
+def with_forward_twins(frame: Kernels, positions: np.ndarray) -> Kernels:
+    """``frame`` with the rows at ``positions`` made forward passes (a copy; the frame itself when there are none)."""
+    if not len(positions):
+        return frame
+    passes = text(frame, "pass").copy()
+    passes[positions] = "fwd"
+    if isinstance(frame, KernelColumns):
+        return KernelColumns({**frame.data, "pass": passes})
+    return frame.assign(**{"pass": passes})
+
+
+def backward_from_forward(forward_us: np.ndarray, frame: Kernels, positions: np.ndarray) -> np.ndarray:
+    """The times of the backward rows at ``positions`` from their forward twins' predicted times ``forward_us``
+    (module docstring)."""
+    seq_kv = num(frame, "seq_kv")[positions]
+    return np.asarray(forward_us, dtype=np.float64) * ATTENTION_BACKWARD_FLOPS / backward_ratio(seq_kv)
