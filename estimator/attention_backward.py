@@ -6,9 +6,9 @@ prefill kernels: inference engines run no backward), so a learned model given a 
 carry the forward's rate per FLOP over to it. Measured, a backward kernel runs at a lower rate than its forward:
 FlashAttention-3's paper (Shah et al., 2024, Figs. 5-6: H100 SXM5, bf16, 16k tokens a batch, head dims 64 and 128, no
 mask) times FlashAttention-2, cuDNN and FlashAttention-3 both ways, and the backward's TFLOP/s over the forward's is
-0.61-0.82 at 512 tokens, rising to 0.87-0.95 from 8k on, the same for the three implementations within a few points
-(cuDNN at head dim 64 the one outlier above 1). :data:`RATIO` is the median over the six (implementation, head
-dim) pairs at each sequence length.
+0.61-0.82 at 512 tokens, rising to 0.86-0.95 from 8k on, the same for the three implementations within a few points
+(cuDNN at head dim 64 the one outlier, above 1 from 2k on). :data:`RATIO` is the median over the six
+(implementation, head dim) pairs at each sequence length (:data:`MEASURED`).
 
 So a GPU's backward row is predicted as its forward twin (the same row with ``pass`` "fwd"), scaled by the FLOPs the
 backward does over the forward's (:data:`estimator.workload.ATTENTION_BACKWARD_FLOPS`, 2.5: five matrix products
@@ -31,11 +31,19 @@ from stepcast.estimator.frames import KernelColumns, Kernels, num, text
 from stepcast.estimator.workload import ATTENTION_BACKWARD_FLOPS
 from stepcast.profiling.hardware import load_catalog
 
-#: sequence length -> backward TFLOP/s over forward TFLOP/s, the median of FlashAttention-2, cuDNN and
-#: FlashAttention-3 at head dims 64 and 128 (module docstring)
-RATIO: tuple[tuple[int, float], ...] = (
-    (512, 0.69), (1024, 0.77), (2048, 0.81), (4096, 0.85), (8192, 0.87), (16384, 0.88),
-)
+#: FlashAttention-3's paper, Figs. 5-6 (H100 SXM5, bf16, no mask): sequence length -> (backward, forward) TFLOP/s of
+#: FlashAttention-2, cuDNN and FlashAttention-3 at head dim 128, then the same at head dim 64
+MEASURED: dict[int, tuple[tuple[float, float], ...]] = {
+    512: ((214, 309), (305, 497), (316, 467), (198, 282), (266, 335), (272, 333)),
+    1024: ((260, 350), (408, 574), (424, 565), (238, 306), (348, 373), (363, 392)),
+    2048: ((291, 362), (465, 617), (501, 625), (264, 318), (395, 395), (422, 460)),
+    4096: ((310, 368), (499, 609), (542, 638), (279, 321), (417, 408), (453, 476)),
+    8192: ((318, 370), (518, 600), (559, 646), (287, 322), (432, 412), (472, 496)),
+    16384: ((322, 370), (516, 595), (561, 648), (291, 324), (433, 413), (474, 497)),
+}
+#: sequence length -> the median over :data:`MEASURED`'s six of backward TFLOP/s over forward TFLOP/s
+RATIO: tuple[tuple[int, float], ...] = tuple(
+    (tokens, float(np.median([bwd / fwd for bwd, fwd in pairs]))) for tokens, pairs in sorted(MEASURED.items()))
 #: the label suffix of a prediction made so
 LABEL = "+bwd_from_fwd"
 
