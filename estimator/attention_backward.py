@@ -25,11 +25,10 @@ overridden by it.
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
-from stepcast.estimator.frames import KernelColumns, Kernels, num, text
+from stepcast.estimator.frames import KernelColumns, Kernels, by_code, factorize, num, text
+from stepcast.estimator.routing import is_gpu
 from stepcast.estimator.workload import ATTENTION_BACKWARD_FLOPS
-from stepcast.profiling.hardware import load_catalog
 
 #: FlashAttention-3's paper, Figs. 5-6 (H100 SXM5, bf16, no mask): sequence length -> (backward, forward) TFLOP/s of
 #: FlashAttention-2, cuDNN and FlashAttention-3 at head dim 128, then the same at head dim 64
@@ -57,16 +56,13 @@ def backward_ratio(seq_kv: np.ndarray) -> np.ndarray:
 
 
 def gpu_backward_rows(frame: Kernels) -> np.ndarray:
-    """Positions of the attention rows that are backward passes on a GPU (rows of other families, or of an unknown
-    device, are never among them)."""
-    if not len(frame) or "pass" not in frame or "family" not in frame:
+    """Positions of the backward passes on a GPU among an attention family's rows (``estimator.routing.is_gpu``, once
+    per distinct device)."""
+    if not len(frame) or "pass" not in frame:
         return np.zeros(0, dtype=np.int64)
-    catalog = load_catalog()
-    hardware = text(frame, "hardware")
-    gpu = {h: (h in catalog and catalog[h].kind == "gpu") for h in pd.unique(hardware)}
-    on_gpu = np.fromiter((gpu[h] for h in hardware), dtype=bool, count=len(hardware))
-    chosen = on_gpu & (text(frame, "pass") == "bwd") & (text(frame, "family") == "attention")
-    return np.flatnonzero(chosen)
+    codes, devices = factorize(frame["hardware"])
+    on_gpu = by_code(np.array([is_gpu(str(d)) for d in devices] + [False]), codes)
+    return np.flatnonzero(on_gpu & (text(frame, "pass") == "bwd"))
 
 
 def with_forward_twins(frame: Kernels, positions: np.ndarray) -> Kernels:
