@@ -46,6 +46,11 @@ FROM_ENVIRONMENT: dict[str, str] = {
     # Models (NeuSight config stems, comma-separated: ``STEPCAST_INSTEP_EXCLUDE=bert_large``) whose in-step rows the
     # calibration leaves out: the end-to-end benchmark holds out the model it evaluates.
     "INSTEP_EXCLUDE_MODELS": "STEPCAST_INSTEP_EXCLUDE",
+    # Compute-communication contention (``on``, the default, or ``off``): NCCL's CTAs hold SMs for a collective's
+    # whole span, so a kernel that fills the GPU beside one runs on the SMs left (emulate.sim.contention: 24 of an
+    # H100's 132 SMs, +22 % while they overlap; measured on average +18.9 %, arXiv:2507.03114). ``off`` lets
+    # overlapped collectives cost compute nothing, as the engine did before.
+    "COMM_CONTENTION": "STEPCAST_COMM_CONTENTION",
 }
 
 LAUNCH_QUEUE_DEPTH: int
@@ -54,6 +59,7 @@ HOST_SPEED: float
 HOST_MODEL: str
 INSTEP_CALIBRATION: bool
 INSTEP_EXCLUDE_MODELS: tuple[str, ...]
+COMM_CONTENTION: bool
 
 
 def __getattr__(name: str) -> Any:

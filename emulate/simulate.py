@@ -19,7 +19,7 @@ from typing import Any
 from stepcast.emulate.sim.durations import Durations, assign_durations, ranks_per_node_for
 from stepcast.emulate import config
 from stepcast.emulate.host_costs import WorkCosts
-from stepcast.emulate.sim import host as host_model
+from stepcast.emulate.sim import contention, host as host_model
 from stepcast.emulate.sim.collate import CollectiveGroup, collate
 from stepcast.emulate.sim.engine import RankTimeline, run
 from stepcast.emulate.sim.copies import TwinCollectives, run_shared, run_twins, with_copies
@@ -103,6 +103,10 @@ def simulate(traces: list[dict[str, Any]], hardware: str | None, nodes: int = 1,
     plan = host_model.plan(programs, host_speed=host_speed, latency_us=latency, costs_us=costs, align=align_ranks,
                            work=host_model.default_work() if work == "default" else work)
     timelines, groups, matched = _timelines(programs, times, twins, plan.setups, queue_depth)
+    grown = contention.stretched(programs, times, timelines, spec) if config.COMM_CONTENTION else None
+    if grown is not None:  # kernels beside collectives run on the SMs NCCL leaves them: simulated again
+        times = grown
+        timelines, groups, matched = _timelines(programs, times, twins, plan.setups, queue_depth)
     warnings = [*(plan.warnings or []), *recorded_elsewhere(programs, spec)]
     return SimulationResult(programs, timelines, times, spec, durations, nodes, host_speed, groups,
                             queue_depth=queue_depth, aligned=plan.aligned, warnings=warnings,

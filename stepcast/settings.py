@@ -189,6 +189,8 @@ _DECLARED: tuple[Setting, ...] = (
             "host: every host gap is divided by it", option="--host-speed"),
     Setting("STEPCAST_LAUNCH_QUEUE_DEPTH", whole_number(1), 1024, "device operations a host thread may have pending "
             "before its next launch blocks", option="--launch-queue"),
+    Setting("STEPCAST_COMM_CONTENTION", SWITCH, True, "lengthen a GPU-filling kernel by the SMs a collective "
+            "of its rank holds while they overlap (emulate.sim.contention)"),
     Setting("STEPCAST_HOST_MODEL", one_of("counted", "measured"), "counted", "host time from the work counted "
             "before each call at reference costs (counted), or the capture's own clock (measured)",
             read_by="Python; driver (C)"),

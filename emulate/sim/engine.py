@@ -13,7 +13,8 @@ Model (design notes, "Collation and simulation"):
   different streams overlap, except that kernels which fill the GPU (``Durations.fills``: predicted, their blocks
   taking more than half its block slots) share it: such a kernel runs in the time its rank's earlier ones leave free
   from when it is ready, so it ends its duration of free time later (:func:`_share`: the GPU works one at a time,
-  interleaving their blocks); a copy engine's copies, collectives and kernels too small to fill the GPU overlap freely;
+  interleaving their blocks); a copy engine's copies, collectives and kernels too small to fill the GPU overlap freely
+  (the SMs a collective holds are taken from the kernels beside it before this run: :mod:`emulate.sim.contention`);
 - ``event_record`` stores the stream's tail; ``stream_wait_event`` raises the waiting stream's tail to the stored
   time (the latest record of that handle before the wait in host order: exactly CUDA's semantics, which is what
   keying waiters by (handle, record version) achieves in a queue-based simulator);
