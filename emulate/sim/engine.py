@@ -201,6 +201,8 @@ def run(programs: list[RankProgram], durations: Durations, group_of: list[list[i
         queue_depth = config.LAUNCH_QUEUE_DEPTH
     if queue_depth < 1:
         raise ValueError(f"queue_depth: expected a positive number of device ops, found {queue_depth}")
+    for grp in groups:  # a run starts with no member arrived, whatever an earlier run of these groups left
+        grp.arrived, grp.last_arrival = 0, 0.0
     states = [_RankState(r, p, durations.us[r], group_of[r], setups[r], queue_depth,
                          durations.fills[r] if durations.fills else None)
               for r, p in enumerate(programs)]

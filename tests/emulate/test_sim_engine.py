@@ -183,3 +183,30 @@ def test_zero_byte_members_of_a_grouped_exchange_hold_every_rank_until_its_slowe
     end_of_rank_0 = [simulate(all_to_all_ring(zero), "h100-sxm", durations="measured").timelines[0].end_time
                      for zero in (False, True)]
     assert end_of_rank_0 == [pytest.approx(15.0), pytest.approx(100.0)]
+
+
+def test_running_the_engine_again_on_the_same_collective_groups_gives_the_same_timelines():
+    """The collectives' groups carry their members' arrivals while a run goes; a second run on them (the contention
+    pass of emulate.simulate runs the engine twice) starts with none arrived, so a rank that reaches a collective
+    first still waits for its peer."""
+    from stepcast.emulate.sim.collate import collate
+    from stepcast.emulate.sim.durations import assign_durations
+    from stepcast.emulate.sim.engine import run
+    from stepcast.emulate.sim import host as host_model
+    from stepcast.emulate.sim.program import build_program
+
+    docs = []
+    for rank, lead in ((0, 0.0), (1, 500.0)):
+        b = TraceBuilder(rank=rank, world_size=2, meta={"launch_latency_us": 0.0})
+        b.kernel(stream=1, duration_us=10.0 + lead)
+        b.collective(op="all_reduce", stream=1, duration_us=5.0)
+        b.device_sync()
+        docs.append(b.doc())
+    programs = [build_program(d) for d in docs]
+    times = assign_durations(programs, None, "measured", None, 2)
+    group_of, groups = collate(programs, times)
+    setups = host_model.plan(programs, host_speed=1.0, latency_us=[0.0, 0.0], costs_us={}, work=None).setups
+    first = run(programs, times, group_of, groups, setups, 16)
+    second = run(programs, times, group_of, groups, setups, 16)
+    assert first[0].end_time == pytest.approx(515.0)
+    assert [t.end_time for t in second] == [t.end_time for t in first]
