@@ -83,6 +83,7 @@ from typing import Any
 import numpy as np
 
 from stepcast.emulate.config import MIN_ITERATIONS_FOR_STEADY_STATE
+from stepcast.emulate.sim.contention import merge_spans
 from stepcast.emulate.sim.copies import twin_indices
 from stepcast.emulate.sim.engine import RankTimeline
 from stepcast.emulate.sim.host import CapturedHost, captured_host
@@ -318,16 +319,12 @@ def iteration_activity(prog: RankProgram, tl: RankTimeline, spans: np.ndarray) -
 
 
 def union_length(starts: np.ndarray, ends: np.ndarray) -> float:
-    """Total length covered by the intervals [starts, ends) (vectorised sweep)."""
+    """Total length covered by the intervals [starts, ends) (their union, :func:`emulate.sim.contention.merge_spans`)."""
     keep = ends > starts
     if not keep.any():
         return 0.0
-    starts, ends = starts[keep], ends[keep]
-    order = np.argsort(starts, kind="stable")
-    starts, ends = starts[order], ends[order]
-    reach = np.maximum.accumulate(ends)
-    before = np.concatenate(([-np.inf], reach[:-1]))
-    return float(np.maximum(reach - np.maximum(starts, before), 0.0).sum())
+    starts, ends = merge_spans(starts[keep], ends[keep])
+    return float((ends - starts).sum())
 
 
 def breakdown_us(prog: RankProgram, tl: RankTimeline, window: tuple[float, float]) -> dict[str, float]:
