@@ -210,8 +210,15 @@ def capture_and_simulate(ns: argparse.Namespace, spec: HardwareSpec, driver: Pat
     # a rank that found the run deadlocked exits EXIT_DEADLOCK: the capture says so (judge_capture), unless another
     # rank failed on its own, whose failure the deadlock only follows from
     failed = {r: c for r, c in failed_ranks(ranks).items() if c != EXIT_DEADLOCK}
+    from stepcast.emulate import config
+
+    hung = [rp.rank for rp in ranks if rp.hung]
     if interrupted is not None:
         reason, exit_code = f"stopped by {interrupted.name}", interrupted.exit_code
+    elif hung:
+        reason = (f"rank(s) {hung} stopped as hung: the ranks still running used under "
+                  f"{config.STALL_CPU_FRACTION:.0%} of a core for {config.STALL_LIMIT_S:.0f} s (STEPCAST_STALL_LIMIT_S)")
+        exit_code = EXIT_RANK_FAILED
     elif failed:
         reason = (f"the script failed on rank(s) {sorted(failed)} (exit {', '.join(map(str, failed.values()))})"
                   f"{', the others were stopped' if len(failed) < len(ranks) else ''}")

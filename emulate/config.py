@@ -51,7 +51,19 @@ FROM_ENVIRONMENT: dict[str, str] = {
     # H100's 132 SMs, +22 % while they overlap; measured on average +18.9 %, arXiv:2507.03114). ``off`` lets
     # overlapped collectives cost compute nothing, as the engine did before.
     "COMM_CONTENTION": "STEPCAST_COMM_CONTENTION",
+    # Seconds the ranks still running may together use under STALL_CPU_FRACTION of one core before the launcher stops
+    # them as hung (emulate.launcher.wait). A rank that blocks for good (a lock never released after its peers
+    # ended: seen once in a 405B capture, which would otherwise have held the machine for the benchmark's 6 h limit)
+    # uses no CPU, where one that compiles, captures or waits on a working peer keeps a core busy somewhere in the
+    # run; waits between ranks inside the driver have their own limit (STEPCAST_WAIT_LIMIT_S). 600 s is longer than
+    # any quiet spell of the benchmarks' runs (a torchrun worker's store timeouts are 300 s).
+    "STALL_LIMIT_S": "STEPCAST_STALL_LIMIT_S",
 }
+
+#: CPU time, as a fraction of the time passed, under which the ranks count as making no progress (STALL_LIMIT_S):
+#: above what a blocked process's timers use (torch's heartbeat and watchdog threads wake about once a second),
+#: below what any working rank uses
+STALL_CPU_FRACTION: float = 0.01
 
 LAUNCH_QUEUE_DEPTH: int
 FIXED_LAYOUT: bool
@@ -60,6 +72,7 @@ HOST_MODEL: str
 INSTEP_CALIBRATION: bool
 INSTEP_EXCLUDE_MODELS: tuple[str, ...]
 COMM_CONTENTION: bool
+STALL_LIMIT_S: float
 
 
 def __getattr__(name: str) -> Any:

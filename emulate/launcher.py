@@ -17,7 +17,8 @@ store, no rank waits for absent ones to connect, and the ranks answer for the ab
 
 Exit codes of ``emulate run``: 0 done; 2 bad input (arguments, traces the ranks disagree on, a deadlock: found by
 a rank during the capture, which then exits with ``EXIT_DEADLOCK``, or by the simulation); ``EXIT_RANK_FAILED`` (3) a
-rank failed, or its capture is incomplete, and the others were stopped; 128 + N stopped by signal N (130 for
+rank failed, or its capture is incomplete, and the others were stopped, or the ranks still running stopped making
+progress (:class:`StallWatch`: no CPU used for ``STEPCAST_STALL_LIMIT_S``) and were stopped as hung; 128 + N stopped by signal N (130 for
 SIGINT, 143 for SIGTERM). The last two still write a report of what was captured, marked ``partial``."""
 from __future__ import annotations
 
@@ -195,6 +196,7 @@ class RankProcess:
     log: Path
     proc: subprocess.Popen
     stopped: bool = False  # the launcher stopped it (its exit code is then the stop's, not a failure)
+    hung: bool = False     # ... because the run had stopped making progress (:class:`StallWatch`)
     run_id: str = ""       # the run's shared-memory areas (mark_rank_exited)
 
 
@@ -389,11 +391,63 @@ def mark_rank_exited(run_id: str, rank: int) -> None:
             area[at:at + 8] = (1).to_bytes(8, "little")
 
 
-def wait(ranks: list[RankProcess]) -> dict[int, int]:
-    """Exit code per rank; when one rank fails, the others are stopped (they would wait on it forever). Each rank
-    that ends cleanly is marked as left in the run's area (:func:`mark_rank_exited`), in case it could not say so."""
+def process_group_cpu(pgids: set[int]) -> dict[int, float]:
+    """CPU seconds (user and system, with those of its reaped children) of each live process in the process groups
+    ``pgids``, by process id, from ``/proc/<pid>/stat``."""
+    tick = os.sysconf("SC_CLK_TCK")
+    found: dict[int, float] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(os.path.join(entry.path, "stat")) as f:
+                text = f.read()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2:].split()  # from the state, field 3 of proc(5): the name may hold spaces
+        if len(fields) >= 15 and int(fields[2]) in pgids:
+            found[int(entry.name)] = sum(int(v) for v in fields[11:15]) / tick  # utime, stime, cutime, cstime
+    return found
+
+
+class StallWatch:
+    """Says when the ranks still running have stopped making progress: for ``limit_s`` seconds they together used
+    under ``fraction`` of one core (config.STALL_LIMIT_S, STALL_CPU_FRACTION). Each rank leads its own process
+    group, so its compile workers and data loaders count as its own. A process that starts or ends between two
+    looks counts only by what it gained while seen, so CPU time never goes backwards with one that leaves."""
+
+    def __init__(self, limit_s: float, fraction: float, every_s: float | None = None) -> None:
+        self.limit_s, self.fraction = limit_s, fraction
+        self.every_s = min(5.0, limit_s / 2) if every_s is None else every_s
+        self.seen: dict[int, float] = {}
+        self.last_look = self.quiet_since = time.monotonic()
+
+    def stalled(self, running: list[RankProcess], now: float | None = None) -> bool:
+        """Look again if ``every_s`` has passed since the last look; True once the quiet spell reaches the limit."""
+        now = time.monotonic() if now is None else now
+        if now - self.last_look < self.every_s:
+            return False
+        cpu = process_group_cpu({rp.proc.pid for rp in running})
+        used = sum(max(seconds - self.seen.get(pid, 0.0), 0.0) for pid, seconds in cpu.items())
+        if used >= self.fraction * (now - self.last_look):
+            self.quiet_since = now
+        self.seen, self.last_look = cpu, now
+        return now - self.quiet_since >= self.limit_s
+
+
+def wait(ranks: list[RankProcess], stall_limit_s: float | None = None) -> dict[int, int]:
+    """Exit code per rank; when one rank fails, the others are stopped (they would wait on it forever), and so are
+    the ranks left when the run stops making progress (:class:`StallWatch`; ``stall_limit_s``, default
+    ``config.STALL_LIMIT_S``), each marked ``hung``. Each rank that ends cleanly is marked as left in the run's area
+    (:func:`mark_rank_exited`), in case it could not say so."""
     pending = {r.rank: r for r in ranks}
+    watch = StallWatch(config.STALL_LIMIT_S if stall_limit_s is None else stall_limit_s, config.STALL_CPU_FRACTION)
     while pending:
+        if watch.stalled(list(pending.values())):
+            for rp in pending.values():
+                rp.hung = rp.proc.poll() is None
+            stop(list(pending.values()))
+            break
         for rank, rp in list(pending.items()):
             try:
                 rp.proc.wait(timeout=0.2)

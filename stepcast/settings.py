@@ -198,6 +198,9 @@ _DECLARED: tuple[Setting, ...] = (
     Setting("STEPCAST_DEDUP_CONFIRM", whole_number(0), 1, "iterations after the first compared one in which a rank "
             "must still match a lower rank to stop as its duplicate (a program diverging later is assumed not to: "
             "--no-dedup runs every rank)", read_by="capture layer"),
+    Setting("STEPCAST_STALL_LIMIT_S", POSITIVE_NUMBER, 600.0, "seconds the ranks still running may together use "
+            "under 1 % of a core before the launcher stops them as hung (a rank blocked for good, after the others "
+            "ended, uses no CPU; one compiling or capturing uses a core) and the run ends with exit 3"),
     Setting("STEPCAST_WAIT_LIMIT_S", POSITIVE_NUMBER, 120.0, "seconds a rank may wait on others while no rank of "
             "the run calls the driver: then a small collective's wait is a deadlock and rank dedup's gives dedup up "
             "(a peer still on its way, compiling on a loaded machine, keeps it waiting; a run in which every rank "

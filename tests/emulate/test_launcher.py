@@ -2,14 +2,16 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from stepcast.emulate.launcher import ADDR_NO_RANDOMIZE, EmulationUnavailable, check_torch_build, torch_cuda_version, \
-    torch_version
+from stepcast.emulate.launcher import ADDR_NO_RANDOMIZE, EmulationUnavailable, RankProcess, StallWatch, \
+    check_torch_build, process_group_cpu, torch_cuda_version, torch_version, wait
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -74,3 +76,45 @@ def test_each_target_gets_its_own_inductor_cache_unless_the_caller_named_one(tmp
     assert h200["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "inductor" / "h200")
     mine = rank_environment(driver, lookup("h200"), 1, {"TORCHINDUCTOR_CACHE_DIR": "/my/cache"})
     assert "TORCHINDUCTOR_CACHE_DIR" not in mine   # the caller's, inherited as it is
+
+
+def _started(code: str) -> RankProcess:
+    """A process leading its own process group, as the launcher starts a rank."""
+    proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    return RankProcess(0, Path("unused.log"), proc)
+
+
+def test_a_process_group_blocked_for_good_is_stalled_and_one_at_work_is_not():
+    blocked, busy = _started("import time; time.sleep(60)"), _started("while True: pass")
+    try:
+        quiet, working = StallWatch(1.0, 0.01, every_s=0.5), StallWatch(1.0, 0.01, every_s=0.5)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not quiet.stalled([blocked]):
+            assert not working.stalled([busy])
+            time.sleep(0.1)
+        assert quiet.stalled([blocked], now=time.monotonic() + 0.5)
+        assert not working.stalled([busy], now=time.monotonic() + 0.5)
+    finally:
+        for rp in (blocked, busy):
+            rp.proc.kill()
+            rp.proc.wait()
+
+
+def test_the_cpu_of_a_ranks_children_counts_as_its_own():
+    parent = _started("import subprocess, sys; subprocess.run([sys.executable, '-c', 'while True: pass'])")
+    try:
+        time.sleep(1.0)
+        assert sum(process_group_cpu({parent.proc.pid}).values()) > 0.3
+    finally:
+        os.killpg(parent.proc.pid, signal.SIGKILL)
+        parent.proc.wait()
+
+
+def test_wait_stops_the_ranks_left_once_the_run_makes_no_progress_and_marks_them_hung():
+    done, blocked = _started("pass"), _started("import time; time.sleep(120)")
+    done.rank, blocked.rank = 1, 0
+    started = time.monotonic()
+    codes = wait([blocked, done], stall_limit_s=1.0)
+    assert time.monotonic() - started < 30
+    assert codes == {0: -signal.SIGTERM, 1: 0}
+    assert blocked.hung and blocked.stopped and not done.hung

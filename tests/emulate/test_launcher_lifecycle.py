@@ -292,6 +292,35 @@ def test_collectives_the_ranks_disagree_on_end_the_run_with_one_line(tmp_path, f
 
 
 @pytest.mark.slow
+def test_a_rank_blocked_for_good_after_the_others_ended_is_stopped_as_hung_with_one_line(tmp_path):
+    script = tmp_path / "blocks.py"
+    script.write_text(textwrap.dedent("""
+        import os, threading, torch, torch.distributed as dist
+        local = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local)
+        dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+        model = torch.nn.Linear(64, 64).cuda()
+        for _ in range(3):
+            model(torch.randn(8, 64, device="cuda")).sum().backward()
+            dist.all_reduce(model.weight.grad)
+        if dist.get_rank() == 0:
+            threading.Event().wait()          # a lock never released: no CPU, no end
+        """))
+    traces, report = tmp_path / "traces", tmp_path / "report.json"
+    started = time.monotonic()
+    proc = subprocess.run(emulate_cmd("--nproc", "2", "--no-dedup", "--report", str(report), "--trace-dir",
+                                      str(traces), "--", str(script)),
+                          cwd=tmp_path, capture_output=True, text=True, timeout=170,
+                          env={**os.environ, "STEPCAST_STALL_LIMIT_S": "4"})
+    assert proc.returncode == EXIT_RANK_FAILED, proc.stderr[-2000:]
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("stepcast:")]
+    assert len(ours) == 1 and "rank(s) [0] stopped as hung" in ours[0], proc.stderr[-2000:]
+    assert processes_logging_into(traces) == [] and time.monotonic() - started < 150
+    doc = json.loads(report.read_text())
+    assert doc["partial"] is True and "stopped as hung" in doc["partial_reason"] and doc["exit_codes"][1] == 0
+
+
+@pytest.mark.slow
 def test_the_rendezvous_store_outlives_a_rank_0_that_finishes_first(tmp_path):
     # rank 0's collectives are not exchanged for real, so it can finish while rank 1 still reads the store (a slow
     # CI machine did so inside new_group): the launcher hosts the store, as torchrun's agent does
