@@ -17,7 +17,8 @@ Order of preference for each op (``mode`` is "measured" or "predicted"):
    copy-out, gathers, index kernels), else a launch floor. Counted.
    Collectives without op/bytes keep their recorded duration.
 4. memcpy / memset: bandwidth model from the catalog: host<->device over PCIe, device copies read and write HBM,
-   copies to or from a peer GPU (``peer``) cross NVLink (:func:`peer_copy_bandwidth`).
+   copies to or from a peer GPU (``peer``) cross NVLink (:func:`peer_copy_bandwidth`); a copy across a link moves
+   :data:`LINK_COPY_EFFICIENCY` of its rated bandwidth.
 
 Every kernel counted in ``fallback_kernels`` is also marked in ``fallback`` (per rank, per event), so that the
 report can count those of the steady iterations apart from warm-up and autotuning's benchmark launches.
@@ -74,6 +75,12 @@ from stepcast.errors import InputError
 LAUNCH_FLOOR_US = 2.0          # an unclassified kernel with nothing measured: the smallest kernel a GPU runs
 COPY_LATENCY_US = 1.0          # fixed cost of a copy or memset besides its bytes
 HOST_COPY_BANDWIDTH = 10e9     # bytes/s for host-to-host copies issued through the runtime
+#: what a copy engine moves across a link (NVLink or PCIe), as a share of the link's rated one-way bandwidth: the
+#: link's packet headers and flow control, not the engine, set it, and two measurements of two links agree: 380 of
+#: 450 GB/s between two H100 SXM over NVLink 4 (CUDA's p2pBandwidthLatencyTest, NVIDIA/nccl#1264, 376 GB/s in a
+#: second run quoted there) and 26.3 of 31.5 GB/s between two RTX A6000 over PCIe 4 x16 (nvbandwidth's
+#: device_to_device_memcpy_read_ce, NVIDIA/nvbandwidth#50)
+LINK_COPY_EFFICIENCY = 0.84
 
 # Trace collective ops -> the ``collective`` family's ops (profiling.families).
 COLLECTIVE_FAMILY_OP = {
@@ -447,12 +454,18 @@ def _op_call_heads(prog: RankProgram) -> set[int]:
     return heads
 
 
+def link_copy_bandwidth(gbps: float | None) -> float:
+    """Bytes/s of a copy-engine copy across a link rated ``gbps`` one way (PCIe 16 GB/s when the catalog has no
+    figure): :data:`LINK_COPY_EFFICIENCY` of it."""
+    return (gbps or 16.0) * 1e9 * LINK_COPY_EFFICIENCY
+
+
 def peer_copy_bandwidth(hw: HardwareSpec) -> float:
     """Bytes/s of a copy between two GPUs of a node (torch's symmetric memory moves async TP's shards so, with the
-    copy engines): the GPU's one-way NVLink bandwidth (catalog), else PCIe's. A copy reads one GPU's memory and
-    writes the other's, each at a fraction of its HBM bandwidth, so the link is what limits it."""
-    gbps = hw.nvlink_bandwidth_gbps or hw.pcie_bandwidth_gbps or 16.0
-    return min(gbps * 1e9, hw.memory_bandwidth / 2.0)
+    copy engines): what a copy moves across the GPU's one-way NVLink bandwidth (catalog), else PCIe's. A copy reads
+    one GPU's memory and writes the other's, each at a fraction of its HBM bandwidth, so the link is what limits
+    it."""
+    return min(link_copy_bandwidth(hw.nvlink_bandwidth_gbps or hw.pcie_bandwidth_gbps), hw.memory_bandwidth / 2.0)
 
 
 def copy_duration_us(ev: dict[str, Any], code: int, hw: HardwareSpec, source: str, i: int) -> float:
@@ -466,7 +479,7 @@ def copy_duration_us(ev: dict[str, Any], code: int, hw: HardwareSpec, source: st
         return COPY_LATENCY_US + nbytes / hw.memory_bandwidth * 1e6
     direction = ev.get("direction")
     if direction in ("h2d", "d2h"):
-        bandwidth = (hw.pcie_bandwidth_gbps or 16.0) * 1e9
+        bandwidth = link_copy_bandwidth(hw.pcie_bandwidth_gbps)
     elif direction == "d2d" and ev.get("peer"):
         bandwidth = peer_copy_bandwidth(hw)
     elif direction == "d2d":
