@@ -217,7 +217,8 @@ def capture_and_simulate(ns: argparse.Namespace, spec: HardwareSpec, driver: Pat
         reason, exit_code = f"stopped by {interrupted.name}", interrupted.exit_code
     elif hung:
         reason = (f"rank(s) {hung} stopped as hung: the ranks still running used under "
-                  f"{config.STALL_CPU_FRACTION:.0%} of a core for {config.STALL_LIMIT_S:.0f} s (STEPCAST_STALL_LIMIT_S)")
+                  f"{config.STALL_CPU_FRACTION:.0%} of a core for {config.STALL_LIMIT_S:.0f} s "
+                  f"(STEPCAST_STALL_LIMIT_S)")
         exit_code = EXIT_RANK_FAILED
     elif failed:
         reason = (f"the script failed on rank(s) {sorted(failed)} (exit {', '.join(map(str, failed.values()))})"

@@ -18,8 +18,9 @@ store, no rank waits for absent ones to connect, and the ranks answer for the ab
 Exit codes of ``emulate run``: 0 done; 2 bad input (arguments, traces the ranks disagree on, a deadlock: found by
 a rank during the capture, which then exits with ``EXIT_DEADLOCK``, or by the simulation); ``EXIT_RANK_FAILED`` (3) a
 rank failed, or its capture is incomplete, and the others were stopped, or the ranks still running stopped making
-progress (:class:`StallWatch`: no CPU used for ``STEPCAST_STALL_LIMIT_S``) and were stopped as hung; 128 + N stopped by signal N (130 for
-SIGINT, 143 for SIGTERM). The last two still write a report of what was captured, marked ``partial``."""
+progress (:class:`StallWatch`: no CPU used for ``STEPCAST_STALL_LIMIT_S``) and were stopped as hung; 128 + N stopped
+by signal N (130 for SIGINT, 143 for SIGTERM). The last two still write a report of what was captured, marked
+``partial``."""
 from __future__ import annotations
 
 import contextlib
@@ -413,8 +414,8 @@ def process_group_cpu(pgids: set[int]) -> dict[int, float]:
 class StallWatch:
     """Says when the ranks still running have stopped making progress: for ``limit_s`` seconds they together used
     under ``fraction`` of one core (config.STALL_LIMIT_S, STALL_CPU_FRACTION). Each rank leads its own process
-    group, so its compile workers and data loaders count as its own. A process that starts or ends between two
-    looks counts only by what it gained while seen, so CPU time never goes backwards with one that leaves."""
+    group, so its compile workers and data loaders count as its own. Each look counts what every process gained since
+    the last (all of it for one not seen before), so a process that leaves takes nothing back."""
 
     def __init__(self, limit_s: float, fraction: float, every_s: float | None = None) -> None:
         self.limit_s, self.fraction = limit_s, fraction
