@@ -177,6 +177,7 @@ def check_routing(check: Preflight, given: str | None, sparse: bool = False) -> 
 
 def capture_and_simulate(ns: argparse.Namespace, spec: HardwareSpec, driver: Path, opctx: Path | None,
                          script_args: list[str], trace_dir: Path) -> int:
+    from stepcast.emulate import config
     from stepcast.emulate.collate import collate, repair_log
     from stepcast.emulate.sim.durations import ranks_per_node_for
     from stepcast.emulate.launcher import (
@@ -210,8 +211,6 @@ def capture_and_simulate(ns: argparse.Namespace, spec: HardwareSpec, driver: Pat
     # a rank that found the run deadlocked exits EXIT_DEADLOCK: the capture says so (judge_capture), unless another
     # rank failed on its own, whose failure the deadlock only follows from
     failed = {r: c for r, c in failed_ranks(ranks).items() if c != EXIT_DEADLOCK}
-    from stepcast.emulate import config
-
     hung = [rp.rank for rp in ranks if rp.hung]
     if interrupted is not None:
         reason, exit_code = f"stopped by {interrupted.name}", interrupted.exit_code

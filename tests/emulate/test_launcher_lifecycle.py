@@ -44,6 +44,16 @@ def processes_logging_into(folder: Path) -> list[int]:
     return found
 
 
+def rank_script(body: str) -> str:
+    """A rank's script: joins the NCCL process group on its own device as torchrun's workers do, then ``body``."""
+    return textwrap.dedent("""
+        import os, torch, torch.distributed as dist
+        local = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local)
+        dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+        """) + textwrap.dedent(body)
+
+
 def shared_memory_of(launcher_pid: int) -> list[str]:
     return [p.name for p in Path("/dev/shm").glob(f"stepcast-{launcher_pid}-*")]
 
@@ -101,11 +111,7 @@ def test_a_signal_stops_every_rank_keeps_their_traces_and_writes_a_partial_repor
 @pytest.mark.slow
 def test_a_failed_rank_stops_the_others_and_exits_3_with_a_partial_report(tmp_path):
     script = tmp_path / "fails.py"
-    script.write_text(textwrap.dedent("""
-        import os, torch, torch.distributed as dist
-        local = int(os.environ["LOCAL_RANK"])
-        torch.cuda.set_device(local)
-        dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    script.write_text(rank_script("""
         model = torch.nn.Linear(64, 64).cuda()
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         step = 0
@@ -262,11 +268,7 @@ def test_one_rank_sees_torchruns_variables_and_nothing_of_the_project(tmp_path):
 @pytest.mark.parametrize("fault", ["missing", "deadlock"])
 def test_collectives_the_ranks_disagree_on_end_the_run_with_one_line(tmp_path, fault):
     script = tmp_path / "disagree.py"
-    script.write_text(textwrap.dedent(f"""
-        import os, torch, torch.distributed as dist
-        local = int(os.environ["LOCAL_RANK"])
-        torch.cuda.set_device(local)
-        dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    script.write_text(rank_script(f"""
         a, b = dist.new_group([0, 1]), dist.new_group([0, 1])
         big = torch.empty(4 << 20, device="cuda")    # 16 MiB: not exchanged for real, so no rank waits in capture
         rank = dist.get_rank()
@@ -294,11 +296,8 @@ def test_collectives_the_ranks_disagree_on_end_the_run_with_one_line(tmp_path, f
 @pytest.mark.slow
 def test_a_rank_blocked_for_good_after_the_others_ended_is_stopped_as_hung_with_one_line(tmp_path):
     script = tmp_path / "blocks.py"
-    script.write_text(textwrap.dedent("""
-        import os, threading, torch, torch.distributed as dist
-        local = int(os.environ["LOCAL_RANK"])
-        torch.cuda.set_device(local)
-        dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    script.write_text(rank_script("""
+        import threading
         model = torch.nn.Linear(64, 64).cuda()
         for _ in range(3):
             model(torch.randn(8, 64, device="cuda")).sum().backward()
@@ -325,11 +324,8 @@ def test_the_rendezvous_store_outlives_a_rank_0_that_finishes_first(tmp_path):
     # rank 0's collectives are not exchanged for real, so it can finish while rank 1 still reads the store (a slow
     # CI machine did so inside new_group): the launcher hosts the store, as torchrun's agent does
     script = tmp_path / "early.py"
-    script.write_text(textwrap.dedent("""
-        import os, time, torch, torch.distributed as dist
-        local = int(os.environ["LOCAL_RANK"])
-        torch.cuda.set_device(local)
-        dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    script.write_text(rank_script("""
+        import time
         store = dist.distributed_c10d._get_default_store()
         if dist.get_rank() == 0:
             store.set("rank0_pid", str(os.getpid()))
